@@ -1,0 +1,53 @@
+"""The `pyloop` workload: like `tensor`, but the per-sample work is pure Python that holds the GIL.
+
+Thread workers cannot overlap this work (on a GIL build of CPython); process workers can. Running the
+same sweep with `--workload tensor` and `--workload pyloop` shows the difference.
+
+    python -m engine run --workload pyloop --work-us 200 --loader threads --workers 4
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any
+
+from engine.workloads._base import BankWorkload, best_seconds
+
+__all__ = ["PyloopWorkload"]
+
+log = logging.getLogger(__name__)
+
+
+def _spin(iterations: int) -> int:
+    """Integer arithmetic in a Python loop: never releases the GIL, never touches memory."""
+    acc = 0
+    for i in range(iterations):
+        acc = (acc * 1103515245 + i) & 0x7FFFFFFF
+    return acc
+
+
+@functools.cache
+def _iterations_per_second() -> float:
+    """Calibrated once per process, on one uncontended core."""
+    return 20_000 / best_seconds(lambda: _spin(20_000))
+
+
+class PyloopWorkload(BankWorkload):
+    """Random tensors from the seed; `work_us` of GIL-holding Python arithmetic per sample.
+
+    NOTE: like `tensor`, work_us becomes a fixed iteration count calibrated when the workload is built,
+    not a perf_counter deadline. With a deadline, threads waiting for the GIL would see their deadline
+    pass and do less work, and threads would look like they scale: the very effect this hides.
+    """
+
+    def __init__(self, cfg: Any):
+        super().__init__(cfg)
+        self.work_iterations = 0
+        if cfg.work_us > 0:
+            self.work_iterations = max(1, round(cfg.work_us * 1e-6 * _iterations_per_second()))
+            log.debug("pyloop work_us=%s -> %d iterations per sample", cfg.work_us, self.work_iterations)
+
+    def _work(self) -> None:
+        if self.work_iterations:
+            _spin(self.work_iterations)

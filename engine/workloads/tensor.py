@@ -1,0 +1,76 @@
+"""The `tensor` workload: in-memory random tensors, plus optional GIL-releasing CPU work per sample.
+
+With work_us = 0 a sample costs almost nothing, so the loader's own overhead is what gets measured.
+With work_us > 0 each sample also runs about that much torch compute, which releases the GIL, so
+thread workers can overlap it: compare with the `pyloop` workload, whose work holds the GIL.
+
+    python -m engine run --workload tensor --work-us 200 --loader threads --workers 4
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from typing import Any
+
+import torch
+
+from engine.workloads._base import BankWorkload, best_seconds
+
+__all__ = ["TensorWorkload"]
+
+log = logging.getLogger(__name__)
+
+# NOTE: the work is cumsum over a 1-D float32 buffer. A 1-D scan runs on one thread whatever
+# torch.get_num_threads() says (elementwise ops would be split across threads above 32k elements),
+# and one call on 64k elements takes ~40 us, of which ~2 us is Python holding the GIL: ~95% of the
+# work runs with the GIL released.
+_CHUNK = 65536
+# NOTE: per-thread buffers: allocating 2 x 256 KiB per sample would mmap fresh pages each time, and the
+# page faults would be paid per sample, outside the calibration. Module-level: the dataset stays picklable.
+_buffers = threading.local()
+
+
+def _work_buffers() -> tuple[torch.Tensor, torch.Tensor]:
+    if not hasattr(_buffers, "src"):
+        _buffers.src, _buffers.out = torch.ones(_CHUNK), torch.empty(_CHUNK)
+    return _buffers.src, _buffers.out
+
+
+@functools.cache
+def _elements_per_second() -> float:
+    """Calibrated once per process: cumsum throughput on one uncontended core, call overhead included."""
+    src, out = _work_buffers()
+
+    def ten_calls() -> None:
+        for _ in range(10):
+            torch.cumsum(src, 0, out=out)
+
+    return 10 * _CHUNK / best_seconds(ten_calls)
+
+
+class TensorWorkload(BankWorkload):
+    """Random tensors from the seed; `work_us` of GIL-releasing torch work per sample.
+
+    NOTE: work_us is turned into a fixed amount of work (a number of cumsum elements), calibrated
+    once when the workload is built, not a deadline: under contention a sample still does the same
+    work and takes longer, which is exactly what a concurrency benchmark has to see.
+    """
+
+    def __init__(self, cfg: Any):
+        super().__init__(cfg)
+        self.work_elements = 0
+        if cfg.work_us > 0:
+            self.work_elements = max(1, round(cfg.work_us * 1e-6 * _elements_per_second()))
+            log.debug("tensor work_us=%s -> %d cumsum elements per sample", cfg.work_us, self.work_elements)
+
+    def _work(self) -> None:
+        left = self.work_elements
+        if not left:
+            return
+        src, out = _work_buffers()
+        while left > 0:
+            n = min(left, _CHUNK)
+            torch.cumsum(src[:n], 0, out=out[:n])
+            left -= n
