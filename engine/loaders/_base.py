@@ -1,0 +1,209 @@
+"""What every loader shares: the per-epoch batch plan, the Loader base class, and a timed hand-off thread.
+
+Every loader yields the same batches in the same order for a given (seed, epoch): the plan comes
+from `epoch_batches`, and only *who* fetches and collates the samples differs between loaders.
+
+    with ThreadLoader(dataset, cfg, device) as loader:
+        for e in range(cfg.epochs):
+            for x, y in loader.epoch(e):   # x [B, ...] float32, y [B] long
+                ...
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import queue
+import sys
+import threading
+import traceback
+import weakref
+from typing import Any, Iterable, Iterator
+
+import torch
+from torch import Tensor
+from torch._utils import ExceptionWrapper  # NOTE: what DataLoader and torchdata use to carry worker errors
+from torch.utils.data import Sampler, default_collate
+
+__all__ = ["BackgroundIterator", "EpochBatchSampler", "Loader", "LoaderTimeout", "epoch_batches"]
+
+log = logging.getLogger(__name__)
+Key = tuple[int, int]  # (epoch, index): what a dataset's __getitem__ takes
+_END = object()
+
+
+class LoaderTimeout(RuntimeError):
+    """No batch arrived within cfg.worker_timeout_s seconds. Build it with LoaderTimeout.after(...)."""
+
+    @classmethod
+    def after(cls, who: str, timeout_s: float) -> "LoaderTimeout":
+        return cls(f"{who} loader: no batch arrived within {timeout_s:g} s (worker_timeout_s); a worker is "
+                   f"stuck or the dataset is too slow: raise worker_timeout_s or check the dataset")
+
+
+def epoch_batches(n: int, batch_size: int, seed: int, epoch: int) -> list[list[Key]]:
+    """A permutation of range(n) seeded by (seed, epoch), cut into batches of (epoch, index) keys."""
+    # NOTE: torch's CPU generator (mt19937) keeps only the low 32 bits of a seed, so (seed, epoch)
+    # is hashed into 32 bits rather than packed into disjoint bit ranges (which would drop the seed).
+    mixed = int.from_bytes(hashlib.sha256(f"loaderlab:{seed}:{epoch}".encode()).digest()[:4], "little")
+    g = torch.Generator().manual_seed(mixed)
+    order = torch.randperm(n, generator=g).tolist()
+    return [[(epoch, i) for i in order[s:s + batch_size]] for s in range(0, n, batch_size)]
+
+
+class EpochBatchSampler(Sampler[list[Key]]):
+    """Yields epoch_batches for the epoch last given to set_epoch (DataLoader's batch_sampler protocol)."""
+
+    def __init__(self, n: int, batch_size: int, seed: int, epoch: int = 0):
+        self.n, self.batch_size, self.seed, self.epoch = n, batch_size, seed, epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[list[Key]]:
+        return iter(epoch_batches(self.n, self.batch_size, self.seed, self.epoch))
+
+    def __len__(self) -> int:
+        return math.ceil(self.n / self.batch_size)
+
+
+class BackgroundIterator:
+    """Drains `source` on a daemon thread into a queue of `depth` items; the consumer waits at most timeout_s.
+
+    NOTE: torchdata.nodes.Prefetcher does the same job but its next() waits forever, so a stuck
+    worker would hang the run; this is the one piece we write ourselves to get worker_timeout_s.
+    A producer error is re-raised in the consumer with its original message and traceback text.
+    """
+
+    def __init__(self, source: Iterable[Any], depth: int, timeout_s: float, who: str):
+        self.who, self.timeout_s = who, timeout_s
+        self._source: Iterable[Any] | None = source
+        self._q: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self.ended = False  # the consumer saw the end of the epoch
+        self._thread = threading.Thread(target=self._run, name=f"loaderlab-{who}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        torch.set_num_threads(1)  # a producer must not compete with the training loop's intra-op threads
+        try:
+            for item in self._source:  # type: ignore[union-attr]
+                if not self._put(item):
+                    return
+            self._put(_END)
+        except Exception:
+            self._put(ExceptionWrapper(where=f"in the {self.who} loader's producer"))
+            # The re-raise inside torchdata leaves a traceback <-> frame cycle that would keep the graph
+            # (and its worker threads) alive until the next gc run; clearing the frames breaks it now.
+            traceback.clear_frames(sys.exc_info()[2])
+        finally:
+            self._source = None  # drops a torchdata.nodes graph here, which shuts its worker threads down
+
+    def _put(self, item: Any) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            item = self._q.get(timeout=self.timeout_s)
+        except queue.Empty:
+            raise LoaderTimeout.after(self.who, self.timeout_s) from None
+        if item is _END:
+            self.ended = True
+            self._q.put_nowait(_END)  # later next() calls stop too instead of timing out
+            raise StopIteration
+        if isinstance(item, ExceptionWrapper):
+            item.reraise()
+        return item
+
+    def close(self, wait_s: float = 2.0) -> None:
+        self._stop.set()
+        if self.ended:
+            # NOTE: after a complete epoch the producer only has torchdata's worker threads left to stop,
+            # which poll at 0.1 s; joining here would charge that to every epoch. Loader.close() joins it.
+            return
+        self.join(wait_s)
+
+    def join(self, wait_s: float = 2.0) -> None:
+        self._thread.join(timeout=wait_s)
+        if self._thread.is_alive():
+            # It is inside a slow dataset call; it exits (daemon) as soon as that call returns.
+            log.warning("%s loader: producer thread still busy after %.1f s; leaving it to finish", self.who, wait_s)
+
+
+class Loader:
+    """Base class: `epoch(e)` yields collated (x, y) batches; close() releases threads and processes."""
+
+    name = "base"
+
+    def __init__(self, dataset: Any, cfg: Any, device: torch.device | str):
+        self.dataset, self.cfg, self.device = dataset, cfg, torch.device(device)
+        self.sampler = EpochBatchSampler(len(dataset), cfg.batch_size, cfg.seed)
+        self.pin = bool(cfg.pin_memory) and self.device.type == "cuda"  # pinning only helps a CUDA copy
+        self._active: weakref.ref | None = None  # the epoch generator in flight, if any
+        self._producers: list[BackgroundIterator] = []  # finished epochs' producers, joined at close()
+        self._closed = False
+
+    @property
+    def num_batches(self) -> int:
+        return len(self.sampler)
+
+    def epoch(self, e: int) -> Iterator[tuple[Tensor, Tensor]]:
+        if self._closed:
+            raise RuntimeError(f"{self.name} loader is closed; build a new one to load more epochs")
+        self._finish_active()  # an abandoned earlier epoch must not keep producing
+        gen = self._epoch(e)
+        self._active = weakref.ref(gen)
+        return gen
+
+    def _epoch(self, e: int) -> Iterator[tuple[Tensor, Tensor]]:
+        raise NotImplementedError
+
+    def _background(self, source: Iterable[Any]) -> BackgroundIterator:
+        """A producer thread for one epoch, owned by this loader so close() can join it."""
+        self._producers = [p for p in self._producers if p._thread.is_alive()]
+        producer = BackgroundIterator(source, self.cfg.prefetch_depth, self.cfg.worker_timeout_s, self.name)
+        self._producers.append(producer)
+        return producer
+
+    def fetch(self, keys: list[Key]) -> tuple[Tensor, Tensor]:
+        """One batch: the samples of `keys`, collated (pinned when it will be copied to CUDA)."""
+        x, y = default_collate([self.dataset[k] for k in keys])
+        y = y.long()
+        if self.pin:
+            x, y = x.pin_memory(), y.pin_memory()
+        return x, y
+
+    def _finish_active(self) -> None:
+        gen = self._active() if self._active is not None else None
+        self._active = None
+        if gen is not None:
+            gen.close()  # runs the generator's finally: stops its producer
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._finish_active()
+        for producer in self._producers:
+            producer.join()
+        self._producers.clear()
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        """Subclasses release what outlives one epoch (e.g. persistent worker processes)."""
+
+    def __enter__(self) -> "Loader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,24 @@
+"""SyncLoader: the training thread fetches and collates every batch itself; the baseline the others beat.
+
+Nothing runs in the background, so there is nothing to time out or shut down: a slow dataset
+simply makes each step slower (worker_timeout_s does not apply).
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from torch import Tensor
+
+from engine.loaders._base import Loader
+
+__all__ = ["SyncLoader"]
+
+
+class SyncLoader(Loader):
+    name = "sync"
+
+    def _epoch(self, e: int) -> Iterator[tuple[Tensor, Tensor]]:
+        self.sampler.set_epoch(e)
+        for keys in self.sampler:
+            yield self.fetch(keys)

@@ -1,0 +1,176 @@
+"""Loaders: every sample once per epoch, the same batches as sync, errors and timeouts reach the consumer,
+and close() leaves no threads or processes behind. Real loaders over a tiny in-memory dataset.
+
+    .venv/bin/python -m pytest tests/engine/test_loaders.py -q
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import psutil
+import pytest
+import torch
+from _loader_fixtures import TinyDataset
+
+from engine.config import ConfigError, RunConfig
+from engine.loaders import (LoaderTimeout, PrefetchLoader, ProcessLoader, SyncLoader, ThreadLoader,
+                            epoch_batches)
+
+KINDS = {"sync": SyncLoader, "prefetch": PrefetchLoader, "threads": ThreadLoader, "processes": ProcessLoader}
+CASES = [("sync", 0), ("prefetch", 0), ("threads", 1), ("threads", 2), ("processes", 1), ("processes", 2)]
+IDS = [f"{k}-{w}" for k, w in CASES]
+BACKGROUND = [c for c in CASES if c[0] != "sync"]  # loaders with a producer that can time out
+N, BS, SEED = 37, 4, 7  # 37 is not a multiple of 4: the last batch is smaller
+
+
+def make(kind: str, dataset: TinyDataset, workers: int = 0, device: str = "cpu", **extra):
+    cfg = RunConfig(loader=kind, workers=workers, batch_size=BS, seed=SEED, n_samples=len(dataset), **extra)
+    return KINDS[kind](dataset, cfg, torch.device(device))
+
+
+def ids_of(batches) -> list[list[int]]:
+    return [x[:, 0, 0, 0].long().tolist() for x, _ in batches]
+
+
+def planned(epoch: int, n: int = N) -> list[list[int]]:
+    return [[i for _, i in b] for b in epoch_batches(n, BS, SEED, epoch)]
+
+
+def leftovers(threads_before: set, deadline_s: float = 10.0):
+    """Threads started and child processes alive since `threads_before`, after waiting up to deadline_s."""
+    end = time.monotonic() + deadline_s
+    while True:
+        threads = [t for t in threading.enumerate() if t not in threads_before and t.is_alive()]
+        kids = [p for p in psutil.Process().children(recursive=True) if "resource_tracker" not in _cmdline(p)]
+        if (not threads and not kids) or time.monotonic() > end:
+            return threads, kids
+        time.sleep(0.05)
+
+
+def _cmdline(p: psutil.Process) -> str:
+    try:
+        return " ".join(p.cmdline())
+    except psutil.Error:
+        return ""
+
+
+def test_epoch_batches_is_a_seeded_partition():
+    b0 = epoch_batches(N, BS, SEED, 0)
+    assert b0 == epoch_batches(N, BS, SEED, 0)
+    assert sorted(i for b in b0 for _, i in b) == list(range(N))
+    assert [len(b) for b in b0] == [4] * 9 + [1]
+    assert {e for b in b0 for e, _ in b} == {0}
+    assert planned(0) != planned(1)
+    assert b0 != epoch_batches(N, BS, SEED + 1, 0)
+
+
+@pytest.mark.parametrize("kind,workers,extra", [(k, w, {}) for k, w in CASES]
+                         + [("processes", 2, {"persistent_workers": False})],
+                         ids=IDS + ["processes-2-nonpersistent"])
+def test_every_sample_once_per_epoch_in_the_sync_batches(kind, workers, extra):
+    ds = TinyDataset(N, jitter_s=0.002)  # uneven batch costs: parallel loaders must still deliver in order
+    with make("sync", ds) as sync:
+        reference = [ids_of(sync.epoch(e)) for e in range(2)]
+    assert reference == [planned(0), planned(1)] and reference[0] != reference[1]
+    with make(kind, ds, workers, **extra) as loader:
+        assert loader.num_batches == 10
+        for e in range(2):
+            batches = list(loader.epoch(e))
+            assert ids_of(batches) == reference[e]
+            assert sorted(i for b in ids_of(batches) for i in b) == list(range(N))
+            for x, y in batches:
+                assert x.dtype == torch.float32 and x.shape[1:] == (3, 4, 4) and x.device.type == "cpu"
+                assert y.dtype == torch.long and y.tolist() == [int(i) % 10 for i in x[:, 0, 0, 0].tolist()]
+
+
+@pytest.mark.parametrize("kind,workers", CASES, ids=IDS)
+def test_samples_are_produced_where_the_loader_says(kind, workers):
+    with make(kind, TinyDataset(N, record=True), workers) as loader:
+        xs = torch.cat([x for x, _ in loader.epoch(0)])
+    pids = set(xs[:, 1, 0, 0].long().tolist())
+    tids = set(xs[:, 2, 0, 0].long().tolist())
+    here = threading.get_ident() % 2**20
+    if kind == "processes":
+        assert os.getpid() not in pids and 1 <= len(pids) <= workers
+    else:
+        assert pids == {os.getpid()}
+        assert (tids == {here}) == (kind == "sync")
+        if kind == "threads":
+            assert 1 <= len(tids) <= workers
+
+
+@pytest.mark.parametrize("kind,workers", CASES, ids=IDS)
+def test_worker_exception_reaches_the_consumer_with_its_message(kind, workers):
+    before = set(threading.enumerate())
+    with make(kind, TinyDataset(N, fail_at=5), workers) as loader:
+        with pytest.raises(ValueError, match="tiny dataset refuses index 5 in epoch 0"):
+            list(loader.epoch(0))
+    assert leftovers(before) == ([], [])
+
+
+@pytest.mark.parametrize("kind,workers", CASES, ids=IDS)
+def test_close_leaves_no_threads_or_processes(kind, workers):
+    before = set(threading.enumerate())
+    loader = make(kind, TinyDataset(N), workers)
+    assert len(list(loader.epoch(0))) == 10
+    it = loader.epoch(1)
+    next(it)  # an epoch in flight when close() comes
+    pids = loader.worker_pids() if kind == "processes" else []
+    assert len(pids) == (workers if kind == "processes" else 0)
+    loader.close()
+    threads, kids = leftovers(before)
+    assert threads == [] and kids == []
+    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)
+    with pytest.raises(RuntimeError, match="closed"):
+        loader.epoch(2)
+
+
+@pytest.mark.parametrize("kind,workers", CASES, ids=IDS)
+def test_abandoned_epoch_then_next_epoch_is_complete(kind, workers):
+    with make(kind, TinyDataset(N), workers) as loader:
+        for _ in loader.epoch(0):
+            break
+        held = loader.epoch(1)  # abandoned while still referenced: the next epoch() must stop it
+        next(held)
+        assert ids_of(loader.epoch(2)) == planned(2)
+        with pytest.raises(StopIteration):
+            next(held)  # starting epoch 2 stopped it
+        assert ids_of(loader.epoch(3)) == planned(3)
+
+
+@pytest.mark.parametrize("kind,workers", BACKGROUND, ids=[f"{k}-{w}" for k, w in BACKGROUND])
+def test_stuck_worker_raises_loader_timeout(kind, workers):
+    first = planned(0)[0][0]  # the very first batch takes 5 s, far over the 1 s timeout
+    with make(kind, TinyDataset(N, sleep_at=first, sleep_s=5.0), workers, worker_timeout_s=1.0) as loader:
+        with pytest.raises(LoaderTimeout, match=r"within 1 s \(worker_timeout_s\)") as err:
+            list(loader.epoch(0))
+    assert kind in str(err.value)
+
+
+def test_spawned_workers_deliver_the_sync_batches():
+    before = set(threading.enumerate())
+    with make("processes", TinyDataset(N, record=True), 2, start_method="spawn") as loader:
+        for e in range(2):
+            batches = list(loader.epoch(e))
+            assert ids_of(batches) == planned(e)
+            pids = set(torch.cat([x for x, _ in batches])[:, 1, 0, 0].long().tolist())
+            assert os.getpid() not in pids and pids <= set(loader.worker_pids())
+    assert leftovers(before) == ([], [])
+
+
+@pytest.mark.parametrize("kind", ["threads", "processes"])
+def test_parallel_loaders_need_workers(kind):
+    with pytest.raises(ConfigError) as err:
+        make(kind, TinyDataset(N), 0)
+    assert err.value.field == "workers"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_prefetch_hands_out_batches_already_on_the_gpu():
+    with make("prefetch", TinyDataset(N), device="cuda") as loader:
+        batches = list(loader.epoch(0))
+    assert all(x.is_cuda and y.is_cuda for x, y in batches)
+    assert ids_of([(x.cpu(), y) for x, y in batches]) == planned(0)
