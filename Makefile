@@ -1,0 +1,45 @@
+# LoaderLab: `make run` serves the dashboard with demo results; `make test` runs the whole suite.
+# Both create .venv if missing and install the pinned requirements first.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cksum requirements.txt | cut -d' ' -f1)
+PORT ?= 8501
+ADDRESS ?= 127.0.0.1
+PYTEST_ARGS ?=
+
+.PHONY: install run demo worker test browser-deps share clean bench
+
+$(STAMP): requirements.txt
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	@rm -f $(VENV)/.installed-*; touch $(STAMP)
+
+install: $(STAMP)
+
+# Demo dataset + a small result set, only the first time (the store already has runs after that).
+demo: install
+	$(PY) -m engine demo
+
+# Serves on 127.0.0.1 only; see `make share` for the LAN.
+run: demo
+	$(PY) -m engine worker --ensure
+	$(PY) -m streamlit run app.py --server.address $(ADDRESS) --server.port $(PORT) \
+		--server.headless true --browser.gatherUsageStats false
+
+# The browser tests drive Debian's chromium with Playwright (no browser download).
+browser-deps:
+	@command -v chromium >/dev/null || { \
+		echo "installing Debian's chromium for the browser tests"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
+	@command -v chromium >/dev/null || { echo "chromium is missing and could not be installed"; exit 1; }
+
+test: install browser-deps
+	LOADERLAB_REQUIRE_BROWSER=1 $(PY) -m pytest $(PYTEST_ARGS)
+
+bench: install
+	$(PY) bench/loaders.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

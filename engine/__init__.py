@@ -1,0 +1,1 @@
+"""LoaderLab engine: workloads, loaders, modes, measurement, the DuckDB store and the CLI. Never imports streamlit."""

@@ -1,0 +1,258 @@
+"""The CLI: `python -m engine <command>`. Run `python -m engine --help` for the list.
+
+Flags of `run` are generated from RunConfig (kebab case), so a new config field is a new flag.
+Exit status: 0 ok · 2 bad input (one line naming the field) · 1 a run that failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from engine.config import ConfigError, RunConfig, SweepConfig, config_fields, field_choices, load_toml
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
+
+
+class UsageError(Exception):
+    """Bad command-line usage: one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, not usage + traceback
+        raise UsageError(f"{self.prog}: {message} (see --help)")
+
+
+def command(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    COMMANDS[fn.__name__.removeprefix("cmd_").replace("_", "-")] = fn
+    return fn
+
+
+def _add_config_flags(p: argparse.ArgumentParser) -> None:
+    groups: dict[str, Any] = {}
+    for f in config_fields():
+        group = groups.setdefault(f.metadata["group"], p.add_argument_group(f"{f.metadata['group']} fields"))
+        flag = "--" + f.name.replace("_", "-")
+        default = f.default if f.default is not dataclasses_missing() else []
+        choices = field_choices(f)
+        help_ = f.metadata["help"] + (f" [{'|'.join(choices)}]" if choices else "") + f" (default: {default!r})"
+        if f.type == "bool":
+            group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_)
+        else:
+            group.add_argument(flag, dest=f.name, default=None, metavar=f.type.upper().replace("[STR]", ""),
+                               help=help_)
+
+
+def dataclasses_missing() -> Any:
+    import dataclasses  # noqa: PLC0415
+
+    return dataclasses.MISSING
+
+
+def _config_from_args(args: argparse.Namespace) -> RunConfig:
+    data: dict[str, Any] = {}
+    if args.config:
+        data.update(load_toml(args.config))
+    for f in config_fields():
+        value = getattr(args, f.name, None)
+        if value is not None:
+            data[f.name] = value
+    return RunConfig.from_dict(data)
+
+
+# ---------------------------------------------------------------------------- commands
+
+
+@command
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run one config (flags, or --config FILE.toml with flags overriding it)."""
+    from engine.runner import launch  # noqa: PLC0415
+
+    cfg = _config_from_args(args)
+    if args.dry_run:
+        print(json.dumps(cfg.to_dict(), indent=2))
+        return 0
+
+    def on_event(event: dict[str, Any]) -> None:
+        if event["type"] == "epoch" and not args.quiet:
+            warm = " (warm-up)" if event["warmup"] else ""
+            print(f"  epoch {event['epoch']} model {event['model_idx']} rank {event['rank']}: "
+                  f"{event['wall_s']:.3f} s  {event['samples_per_s']:.0f} samples/s  "
+                  f"wait {event['data_wait_s']:.3f} s  copy {event['h2d_s']:.3f} s  "
+                  f"compute {event['compute_s']:.3f} s{warm}", flush=True)
+
+    result = launch(cfg, db=args.db, on_event=on_event)
+    _print_summary(result.run_id, args.db)
+    if result.status != "done":
+        print(f"run {result.run_id} {result.status}: {result.error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _print_summary(run_id: str, db: str | None) -> None:
+    from engine.store import get_run  # noqa: PLC0415
+
+    run = get_run(run_id, db=db)
+    if run is None:
+        return
+    parts = [f"run {run_id}: {run['status']}"]
+    if run.get("epoch_s") is not None:
+        parts.append(f"epoch {run['epoch_s']:.3f} s (median, warm-up excluded)")
+    if run.get("samples_per_s") is not None:
+        parts.append(f"{run['samples_per_s']:.0f} samples/s")
+    if run.get("efficiency") is not None:
+        parts.append(f"bound {run['bound_s']:.3f} s, efficiency {run['efficiency']:.0%}, {run['verdict']}")
+    print(" · ".join(parts))
+
+
+@command
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """Run a grid of configs × repeats from a TOML file, in a seeded random order."""
+    from engine.sweep import run_sweep  # noqa: PLC0415
+
+    data = load_toml(args.file)
+    if args.repeats is not None:
+        data["repeats"] = int(args.repeats)
+    sweep = SweepConfig.from_dict(data)
+    if args.executor == "ray":
+        from engine.ray_executor import run_sweep_ray  # noqa: PLC0415
+
+        result = run_sweep_ray(sweep, db=args.db, address=args.address, progress=not args.quiet)
+    else:
+        print(f"sweep {sweep.name}: {len(sweep.plan())} runs ({len(sweep.configs())} configs × {sweep.repeats})",
+              file=sys.stderr)
+        result = run_sweep(sweep, db=args.db, progress=not args.quiet)
+    counts = ", ".join(f"{v} {k}" for k, v in sorted(result.counts.items()))
+    print(f"sweep {result.sweep_id}: {counts}")
+    return 0 if result.counts.get("done", 0) == len(result.results) else 1
+
+
+@command
+def cmd_runs(args: argparse.Namespace) -> int:
+    """A table of recent runs."""
+    from engine.store import list_runs  # noqa: PLC0415
+
+    df = list_runs(db=args.db, limit=args.limit)
+    cols = [c for c in ("run_id", "status", "workload", "model", "loader", "workers", "mode", "batch_size",
+                        "epoch_s", "samples_per_s", "efficiency", "verdict", "tag") if c in df.columns]
+    print(df[cols].to_string(index=False) if len(df) else "no runs yet: try `python -m engine run`")
+    return 0
+
+
+@command
+def cmd_show(args: argparse.Namespace) -> int:
+    """One run: config, summary and epochs."""
+    from engine.store import get_epochs, get_run  # noqa: PLC0415
+
+    run = get_run(args.run_id, db=args.db)
+    if run is None:
+        raise UsageError(f"run_id: no run '{args.run_id}' in the store; list them with `python -m engine runs`")
+    print(json.dumps({k: v for k, v in run.items() if k != "config"}, indent=2, default=str))
+    print(get_epochs(args.run_id, db=args.db).to_string(index=False))
+    return 0
+
+
+@command
+def cmd_query(args: argparse.Namespace) -> int:
+    """Read-only SQL over the store (one SELECT; 10 s limit; row cap)."""
+    from engine.store import run_query  # noqa: PLC0415
+
+    result = run_query(args.sql, db=args.db, max_rows=args.max_rows)
+    if args.format == "json":
+        print(result.df.to_json(orient="records"))
+    elif args.format == "csv":
+        print(result.df.to_csv(index=False), end="")
+    else:
+        print(result.df.to_string(index=False))
+    if result.truncated:
+        print(f"(truncated at {args.max_rows} rows)", file=sys.stderr)
+    return 0
+
+
+@command
+def cmd_export(args: argparse.Namespace) -> int:
+    """Export a table to Parquet or CSV."""
+    from engine.store import export  # noqa: PLC0415
+
+    out = export(args.out or f"loaderlab-{args.table}.{args.format}", args.format, db=args.db, table=args.table)
+    print(out)
+    return 0
+
+
+@command
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Generate the demo dataset and a small demo result set, if the store has no runs yet."""
+    from engine.demo import ensure_demo  # noqa: PLC0415
+
+    ran = ensure_demo(db=args.db)
+    print("demo results stored" if ran else "store already has runs; demo skipped")
+    return 0
+
+
+# ---------------------------------------------------------------------------- wiring
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m engine", description="LoaderLab: which data-loading and concurrency "
+                     "setup trains your model fastest on this machine, why, and by how much.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def add(name: str) -> argparse.ArgumentParser:
+        fn = COMMANDS[name]
+        p = sub.add_parser(name, help=fn.__doc__, description=fn.__doc__)
+        p.add_argument("--db", default=None, help="store file (default: $LOADERLAB_DB or data/loaderlab.duckdb)")
+        return p
+
+    p = add("run")
+    p.add_argument("--config", help="TOML file of config fields; flags override it")
+    p.add_argument("--dry-run", action="store_true", help="validate and print the config, run nothing")
+    p.add_argument("--quiet", action="store_true", help="no per-epoch lines")
+    _add_config_flags(p)
+    p = add("sweep")
+    p.add_argument("file", help="sweep TOML (name, repeats, seed, [base], [grid])")
+    p.add_argument("--repeats", help="override the file's repeats")
+    p.add_argument("--executor", choices=("local", "ray"), default="local")
+    p.add_argument("--address", default=None, help="Ray cluster address (auto, ray://host:port)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p = add("runs")
+    p.add_argument("--limit", type=int, default=30)
+    p = add("show")
+    p.add_argument("run_id")
+    p = add("query")
+    p.add_argument("sql")
+    p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    p.add_argument("--max-rows", type=int, default=10_000)
+    p = add("export")
+    p.add_argument("--format", choices=("parquet", "csv"), default="parquet")
+    p.add_argument("--table", default="runs")
+    p.add_argument("--out", help="output file (default: loaderlab-<table>.<format>)")
+    for name in COMMANDS:
+        if name not in sub.choices:
+            add(name)  # commands registered by other modules with no options of their own
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        args = build_parser().parse_args(argv)
+        return COMMANDS[args.command](args)
+    except (ConfigError, UsageError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except ValueError as e:  # store/query rejections are ValueErrors with a user-facing message
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except SystemExit as e:  # --help
+        return int(e.code or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,297 @@
+"""RunConfig and SweepConfig: the one schema behind CLI flags, TOML files, the launch form and the store.
+
+Every field is declared once below with its help text, its group and its limits. The CLI
+(`engine/__main__.py`), the dashboard's launch form (`ui/form.py`) and the store's `runs` columns
+are all generated from `dataclasses.fields(RunConfig)`; nothing else lists the fields again.
+
+    cfg = RunConfig.from_dict({"loader": "threads", "workers": 4})   # raises ConfigError on bad input
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import random
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ConfigError", "RunConfig", "SweepConfig", "config_fields", "load_toml"]
+
+
+class ConfigError(ValueError):
+    """Bad user input. `field` names the offending field so forms can show the error inline."""
+
+    def __init__(self, field_name: str, message: str):
+        super().__init__(f"{field_name}: {message}")
+        self.field = field_name
+        self.message = message
+
+
+def _f(default: Any, help: str, group: str, **meta: Any) -> Any:
+    """A config field. meta keys: choices (a registry name or a tuple), min, max, ui ("hidden")."""
+    if isinstance(default, list):
+        return field(default_factory=lambda d=default: list(d), metadata={"help": help, "group": group, **meta})
+    return field(default=default, metadata={"help": help, "group": group, **meta})
+
+
+@dataclass(kw_only=True)
+class RunConfig:
+    # --- workload ---
+    workload: str = _f("tensor", "dataset to load", "workload", choices="workloads")
+    n_samples: int = _f(2048, "samples per epoch", "workload", min=1, max=10_000_000)
+    image_size: int = _f(32, "side of the square images the model sees", "workload", min=8, max=1024)
+    num_classes: int = _f(10, "label classes", "workload", min=2, max=100_000)
+    work_us: int = _f(0, "extra per-sample CPU work in microseconds (tensor: GIL-releasing; pyloop: GIL-holding)",
+                      "workload", min=0, max=10_000_000)
+    latency_ms: float = _f(0.0, "per-sample sleep that emulates remote storage", "workload", min=0.0, max=10_000.0)
+    folder: str = _f("", "folder workload: an ImageFolder-style directory (class subfolders)", "workload")
+    seed: int = _f(0, "seed for data, shuffling and initial weights", "workload", min=0, max=2**31 - 1)
+    # --- loader ---
+    loader: str = _f("sync", "how batches are produced", "loader", choices="loaders")
+    workers: int = _f(0, "threads or processes producing batches (threads, processes)", "loader", min=0, max=256)
+    prefetch_depth: int = _f(2, "batches kept ready ahead of the training loop", "loader", min=1, max=1024)
+    start_method: str = _f("fork", "multiprocessing start method (processes)", "loader",
+                           choices=("fork", "spawn", "forkserver"))
+    persistent_workers: bool = _f(True, "keep worker processes alive between epochs (processes)", "loader")
+    pin_memory: bool = _f(True, "pin host batches before the copy (CUDA only; ignored on CPU)", "loader")
+    worker_timeout_s: float = _f(120.0, "fail the run if no batch arrives for this long", "loader",
+                                 min=1.0, max=86_400.0)
+    # --- model ---
+    model: str = _f("mlp", "architecture", "model", choices="models")
+    width: int = _f(64, "hidden width (channels for cnn, d_model for transformer)", "model", min=1, max=65_536)
+    depth: int = _f(2, "hidden layers / residual blocks / encoder layers", "model", min=1, max=256)
+    optimizer: str = _f("sgd", "optimizer", "model", choices=("sgd", "adamw"))
+    lr: float = _f(0.05, "learning rate", "model", min=1e-8, max=10.0)
+    # --- training ---
+    batch_size: int = _f(64, "samples per step", "training", min=1, max=1_000_000)
+    epochs: int = _f(3, "epochs, warm-up included", "training", min=1, max=100_000)
+    warmup_epochs: int = _f(1, "leading epochs flagged as warm-up (kept, excluded from summaries)", "training",
+                            min=0, max=100_000)
+    device: str = _f("auto", "auto, cpu, cuda or cuda:N", "training")
+    tag: str = _f("", "free-form label to group runs", "training")
+    # --- concurrency mode ---
+    mode: str = _f("single", "how models share the machine", "mode", choices="modes")
+    n_models: int = _f(2, "fused: models trained as one vmapped program", "mode", min=1, max=4096)
+    lr_spread: float = _f(0.0, "fused: model i gets lr * (1 + lr_spread * i)", "mode", min=0.0, max=100.0)
+    model_b: str = _f("", "dual-*: second model's architecture (empty: same as model)", "mode")
+    width_b: int = _f(0, "dual-*: second model's width (0: same as width)", "mode", min=0, max=65_536)
+    dual_data: str = _f("shared", "dual-threads: both models consume the same batches, or each has its own loader",
+                        "mode", choices=("shared", "separate"))
+    devices: list[str] = _f([], "dual-processes, split: devices to place models or stages on (may repeat)", "mode")
+    n_stages: int = _f(2, "split: pipeline stages", "mode", min=1, max=64)
+    micro_batches: int = _f(1, "split: micro-batches per step (1 = naive split, >1 = GPipe pipeline)", "mode",
+                            min=1, max=1024)
+    world_size: int = _f(2, "ddp: data-parallel processes", "mode", min=1, max=1024)
+    # --- measurement ---
+    bound: bool = _f(True, "measure a loader-only and a compute-only pass for the lower bound and efficiency",
+                     "measure")
+    sample_hz: float = _f(10.0, "system-metrics sampling rate (CPU %, RSS, GPU)", "measure", min=0.0, max=100.0)
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RunConfig":
+        """Build and validate from plain data (TOML, JSON, form, URL). Unknown keys are rejected by name."""
+        if not isinstance(data, dict):
+            raise ConfigError("config", f"expected a table of fields, got {type(data).__name__}")
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        kwargs: dict[str, Any] = {}
+        for key, value in data.items():
+            name = str(key).replace("-", "_")
+            if name not in known:
+                raise ConfigError(str(key), f"unknown field; choose from: {', '.join(sorted(known))}")
+            kwargs[name] = _coerce(known[name], value)
+        cfg = cls(**kwargs)
+        if cfg.loader in ("sync", "prefetch"):
+            cfg.workers = 0  # NOTE: these loaders use no workers; normalising keeps a loader×workers grid honest
+        cfg.validate()
+        return cfg
+
+    def replace(self, **changes: Any) -> "RunConfig":
+        return RunConfig.from_dict({**self.to_dict(), **changes})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    # ------------------------------------------------------------------ validation
+    def validate(self) -> None:
+        """Raise ConfigError naming the first bad field. Checks types, limits, choices and cross-field rules."""
+        for f in dataclasses.fields(self):
+            _check_field(f, getattr(self, f.name))
+        if self.warmup_epochs >= self.epochs:
+            raise ConfigError("warmup_epochs", f"must be less than epochs ({self.epochs}) so that some epochs count")
+        if self.loader in ("threads", "processes") and self.workers < 1:
+            raise ConfigError("workers", f"loader '{self.loader}' needs workers >= 1")
+        if self.workload == "folder" and not self.folder:
+            raise ConfigError("folder", "the folder workload needs --folder PATH to a directory of class subfolders")
+        if self.workload == "pyloop" and self.loader == "processes" and self.start_method != "fork":
+            pass  # fine: pyloop is picklable
+        from engine import devices  # noqa: PLC0415 - keeps config importable without torch at module load
+        devices.check_device("device", self.device)
+        from engine.registry import check_config  # noqa: PLC0415
+        check_config(self)
+
+
+def config_fields(cls: type = RunConfig) -> list[dataclasses.Field]:
+    """The schema, in declaration order: the CLI, the form and the store iterate this."""
+    return list(dataclasses.fields(cls))
+
+
+def field_choices(f: dataclasses.Field) -> tuple[str, ...] | None:
+    choices = f.metadata.get("choices")
+    if choices is None:
+        return None
+    if isinstance(choices, str):
+        from engine import registry  # noqa: PLC0415
+
+        return tuple(registry.names(choices))
+    return tuple(choices)
+
+
+def _type_of(f: dataclasses.Field) -> type:
+    return {"int": int, "float": float, "bool": bool, "str": str, "list[str]": list}[str(f.type)]
+
+
+def _coerce(f: dataclasses.Field, value: Any) -> Any:
+    """Strings from CLI/URL/form become the field's type; anything unconvertible is a ConfigError."""
+    typ = _type_of(f)
+    try:
+        if typ is bool:
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on"):
+                return True
+            if isinstance(value, str) and value.strip().lower() in ("0", "false", "no", "off"):
+                return False
+            if isinstance(value, int) and value in (0, 1):
+                return bool(value)
+            raise ValueError
+        if typ is int:
+            if isinstance(value, bool):
+                raise ValueError
+            if isinstance(value, float):
+                if not value.is_integer():
+                    raise ValueError
+                return int(value)
+            return int(str(value).strip())
+        if typ is float:
+            if isinstance(value, bool):
+                raise ValueError
+            out = float(value)
+            if out != out or out in (float("inf"), float("-inf")):
+                raise ValueError
+            return out
+        if typ is list:
+            if isinstance(value, str):
+                return [v.strip() for v in value.split(",") if v.strip()]
+            if isinstance(value, (list, tuple)) and all(isinstance(v, (str, int)) for v in value):
+                return [str(v) for v in value]
+            raise ValueError
+        if isinstance(value, (dict, list, tuple, bytes)) or value is None:
+            raise ValueError
+        text = str(value)
+        if "\x00" in text:
+            raise ValueError
+        return text
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(f.name, f"expected {typ.__name__ if typ is not list else 'a list'}, got {value!r:.60}")
+
+
+def _check_field(f: dataclasses.Field, value: Any) -> None:
+    typ = _type_of(f)
+    if typ is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
+        raise ConfigError(f.name, f"expected {typ.__name__}, got {value!r:.60}")
+    lo, hi = f.metadata.get("min"), f.metadata.get("max")
+    if lo is not None and value < lo:
+        raise ConfigError(f.name, f"must be >= {lo}, got {value}")
+    if hi is not None and value > hi:
+        raise ConfigError(f.name, f"must be <= {hi}, got {value}")
+    if typ is str and len(value) > 4096:
+        raise ConfigError(f.name, "is longer than 4096 characters")
+    choices = field_choices(f)
+    if choices is not None and value not in choices:
+        raise ConfigError(f.name, f"'{value}' is unknown; choose one of: {', '.join(choices)}")
+
+
+# ---------------------------------------------------------------------------- sweeps
+
+
+@dataclass(kw_only=True)
+class SweepConfig:
+    """A grid over any RunConfig fields × repeats, run in a seeded random order.
+
+    TOML:
+        name = "loaders"
+        repeats = 2
+        seed = 0
+        [base]            # RunConfig fields shared by every run
+        workload = "jpeg"
+        [grid]            # field -> list of values; the product is the set of configs
+        loader = ["sync", "threads"]
+        workers = [1, 2]
+    """
+
+    name: str = "sweep"
+    base: dict[str, Any] = field(default_factory=dict)
+    grid: dict[str, list[Any]] = field(default_factory=dict)
+    repeats: int = 1
+    seed: int = 0
+    shuffle: bool = True
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "SweepConfig":
+        allowed = {"name", "base", "grid", "repeats", "seed", "shuffle"}
+        for key in data:
+            if key not in allowed:
+                raise ConfigError(f"sweep.{key}", f"unknown sweep key; choose from: {', '.join(sorted(allowed))}")
+        sweep = cls(**data)
+        if not isinstance(sweep.repeats, int) or isinstance(sweep.repeats, bool) or not 1 <= sweep.repeats <= 1000:
+            raise ConfigError("sweep.repeats", "must be an integer from 1 to 1000")
+        if not isinstance(sweep.base, dict):
+            raise ConfigError("sweep.base", "must be a table of RunConfig fields")
+        if not isinstance(sweep.grid, dict):
+            raise ConfigError("sweep.grid", "must be a table of field = [values]")
+        for key, values in sweep.grid.items():
+            if not isinstance(values, list) or not values:
+                raise ConfigError(f"grid.{key}", "must be a non-empty list of values")
+        sweep.configs()  # validates every combination up front: nothing runs if one is bad
+        return sweep
+
+    def configs(self) -> list[RunConfig]:
+        """Distinct configs of the grid (no repeats), each validated; duplicates after normalising are dropped."""
+        keys = list(self.grid)
+        out: list[RunConfig] = []
+        for combo in itertools.product(*(self.grid[k] for k in keys)):
+            data = {**self.base, **dict(zip(keys, combo))}
+            try:
+                cfg = RunConfig.from_dict(data)
+            except ConfigError as e:
+                where = ", ".join(f"{k}={v}" for k, v in zip(keys, combo))
+                raise ConfigError(e.field, f"{e.message} (in grid point {where})" if where else e.message) from None
+            if cfg not in out:
+                out.append(cfg)
+        return out
+
+    def plan(self) -> list[tuple[int, RunConfig]]:
+        """(config index, config) for every run, repeats included, in a seeded random order."""
+        runs = [(i, c) for i, c in enumerate(self.configs()) for _ in range(self.repeats)]
+        if self.shuffle:
+            random.Random(self.seed).shuffle(runs)
+        return runs
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError("config", f"file '{p}' does not exist")
+    try:
+        return tomllib.loads(p.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError("config", f"'{p}' is not valid TOML: {e}") from None

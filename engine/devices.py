@@ -1,0 +1,35 @@
+"""Device names: parse, check and resolve `auto`, `cpu`, `cuda`, `cuda:N`.
+
+A device that this machine lacks is a ConfigError naming the field, never a CUDA traceback later.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+__all__ = ["check_device", "resolve"]
+
+_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d{1,3})?)$")
+
+
+def check_device(field_name: str, name: str) -> None:
+    from engine.config import ConfigError  # noqa: PLC0415
+
+    if not _PATTERN.match(name):
+        raise ConfigError(field_name, f"'{name}' is not a device; use auto, cpu, cuda or cuda:N")
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ConfigError(field_name, f"'{name}' needs CUDA, but this machine has no CUDA GPU; use cpu or auto")
+        index = int(name.split(":")[1]) if ":" in name else 0
+        if index >= torch.cuda.device_count():
+            raise ConfigError(field_name, f"'{name}' does not exist; this machine has "
+                                          f"{torch.cuda.device_count()} CUDA device(s)")
+
+
+def resolve(name: str) -> torch.device:
+    """`auto` is the first CUDA GPU when there is one, else the CPU."""
+    if name == "auto":
+        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    return torch.device("cuda:0" if name == "cuda" else name)

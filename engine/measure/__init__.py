@@ -1,0 +1,1 @@
+"""See the modules of this package; each is one measure piece."""

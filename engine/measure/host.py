@@ -1,0 +1,76 @@
+"""The host fingerprint: what a result depends on besides the config, so like is compared with like."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import os
+import platform
+import socket
+import subprocess
+import sys
+from typing import Any
+
+import psutil
+import torch
+
+from engine.paths import ROOT
+
+__all__ = ["fingerprint"]
+
+log = logging.getLogger(__name__)
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _gpu() -> dict[str, Any]:
+    if not torch.cuda.is_available():
+        return {"gpu_name": None, "gpu_count": 0, "driver": None, "cuda_version": None}
+    driver = None
+    try:
+        import pynvml  # noqa: PLC0415 - nvidia-ml-py; only useful with a GPU
+
+        pynvml.nvmlInit()
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        pynvml.nvmlShutdown()
+    except Exception as e:  # noqa: BLE001 - NVML is optional; the fingerprint still stands without it
+        log.debug("NVML unavailable: %s", e)
+    return {"gpu_name": torch.cuda.get_device_name(0), "gpu_count": torch.cuda.device_count(),
+            "driver": driver, "cuda_version": torch.version.cuda}
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                             text=True, timeout=5, check=False)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+@functools.cache
+def fingerprint() -> dict[str, Any]:
+    """Host facts plus `fingerprint`, a short hash of those that change results (not hostname or commit)."""
+    facts = {
+        "hostname": socket.gethostname(), "cpu_model": _cpu_model(), "cores": psutil.cpu_count(logical=True),
+        "physical_cores": psutil.cpu_count(logical=False), "memory_bytes": psutil.virtual_memory().total,
+        **_gpu(), "torch_version": torch.__version__, "python_version": platform.python_version(),
+        "os": f"{platform.system()} {platform.release()}", "git_commit": _git_commit(),
+        "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "executable": sys.executable,
+    }
+    keyed = {k: facts[k] for k in ("cpu_model", "cores", "gpu_name", "driver", "cuda_version", "torch_version",
+                                   "python_version", "os")}
+    facts["fingerprint"] = hashlib.sha1(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:12]
+    return facts

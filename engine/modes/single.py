@@ -1,0 +1,60 @@
+"""`single`: one model, one loader, one device. The reference loop every other mode is judged by."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from engine.measure.timers import EpochTimer
+from engine.modes._base import ModeSpec, RunContext, to_device
+
+__all__ = ["SPEC", "run", "train_step"]
+
+log = logging.getLogger(__name__)
+
+
+def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Forward, backward, step. Returns the detached loss (no .item(): that would sync CUDA per step)."""
+    from engine.models._base import loss_fn  # noqa: PLC0415
+
+    opt.zero_grad(set_to_none=True)
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss.detach()
+
+
+def run(ctx: RunContext) -> None:
+    from engine.models._base import make_optimizer  # noqa: PLC0415
+    from engine.registry import LOADERS, MODELS, WORKLOADS  # noqa: PLC0415
+
+    cfg, device = ctx.cfg, ctx.device
+    # --- build: data, model, optimizer (seeded, so the same config gives the same weights) ---
+    torch.manual_seed(cfg.seed)
+    dataset = WORKLOADS[cfg.workload](cfg)
+    model = MODELS[cfg.model](dataset.sample_shape, dataset.num_classes, cfg.width, cfg.depth).to(device)
+    opt = make_optimizer(model.parameters(), cfg.optimizer, cfg.lr)
+
+    with LOADERS[cfg.loader](dataset, cfg, device) as loader:
+        for epoch in range(cfg.epochs):
+            # --- one epoch: every step split into data wait / copy / compute ---
+            timer = EpochTimer(device)
+            loss_sum = torch.zeros((), device=device)
+            samples = 0
+            for batch in timer.batches(loader.epoch(epoch)):
+                with timer.copy():
+                    x, y = to_device(batch, device)
+                with timer.compute():
+                    loss_sum += train_step(model, opt, x, y) * y.shape[0]
+                samples += y.shape[0]
+            record = timer.finish(samples)
+            # --- record: flushed before the next epoch starts, so a kill loses at most this one ---
+            loss = loss_sum.item() / max(samples, 1)
+            ctx.log.write("epoch", model_idx=0, rank=0, epoch=epoch, warmup=epoch < cfg.warmup_epochs,
+                          loss=loss, **record)
+            log.info("epoch %d: %.3f s, %.0f samples/s, loss %.4f", epoch, record["wall_s"],
+                     record["samples_per_s"], loss)
+
+
+SPEC = ModeSpec(run=run, doc="one model trained by one loop; the reference for every other mode")

@@ -1,0 +1,117 @@
+"""RunLog: the append-only record a run writes instead of touching DuckDB.
+
+Layout: `<runs_root>/<run_id>/events.jsonl` plus a `heartbeat` file whose mtime the run refreshes.
+Each line is one JSON event, written whole and flushed + fsynced, so a kill loses at most the
+epoch in flight. A torn last line (the process died mid-write) is ignored by the reader.
+
+Events (every event has "type" and "t", a unix timestamp):
+  start        run_id, config (RunConfig dict), host (fingerprint dict), pid
+  epoch        model_idx, rank, epoch, warmup, wall_s, samples, samples_per_s, ttfb_s,
+               data_wait_s, h2d_s, compute_s, n_steps, t_start, t_end,
+               steps: [[step, data_wait_s, h2d_s, compute_s, total_s], ...]
+  calibration  kind ("loader" | "compute"), seconds, ttfb_s, cached (bool)
+  samples      rows: [[t, cpu_percent, rss_bytes, gpu_util, gpu_mem_bytes], ...]   (batched)
+  summary      free-form dict of run-level figures (bound_s, efficiency, verdict, peak_rss, ...)
+  end          status ("done" | "failed" | "cancelled" | "killed"), error (str | None)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+__all__ = ["EPOCH_FIELDS", "STEP_FIELDS", "RunLog", "heartbeat_age", "iter_events", "read_events", "tail_events"]
+
+STEP_FIELDS = ("step", "data_wait_s", "h2d_s", "compute_s", "total_s")
+EPOCH_FIELDS = ("model_idx", "rank", "epoch", "warmup", "wall_s", "samples", "samples_per_s", "ttfb_s",
+                "data_wait_s", "h2d_s", "compute_s", "n_steps", "t_start", "t_end")
+
+
+class RunLog:
+    """Writer. Thread-safe: dual-thread modes and the sampler thread write through one instance."""
+
+    def __init__(self, run_dir: str | Path):
+        self.dir = Path(run_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.dir / "events.jsonl"
+        self._lock = threading.Lock()
+        self._fh = open(self.path, "a", encoding="utf-8")
+
+    def write(self, type_: str, **payload: Any) -> None:
+        line = json.dumps({"type": type_, "t": time.time(), **payload}, separators=(",", ":"), default=_default)
+        with self._lock:
+            self._fh.write(line + "\n")
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+        self.beat()
+
+    def beat(self) -> None:
+        (self.dir / "heartbeat").touch()
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._fh.closed:
+                self._fh.close()
+
+    def __enter__(self) -> "RunLog":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _default(obj: Any) -> Any:
+    if hasattr(obj, "item"):
+        return obj.item()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def read_events(run_dir: str | Path) -> list[dict[str, Any]]:
+    return list(iter_events(run_dir))
+
+
+def iter_events(run_dir: str | Path) -> Iterator[dict[str, Any]]:
+    path = Path(run_dir) / "events.jsonl"
+    if not path.exists():
+        return
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            if not line.endswith("\n"):
+                return  # torn final line: the writer died mid-write
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError:
+                continue
+
+
+def heartbeat_age(run_dir: str | Path) -> float | None:
+    """Seconds since the run last wrote or beat; None if it never started."""
+    for name in ("heartbeat", "events.jsonl"):
+        p = Path(run_dir) / name
+        if p.exists():
+            return max(0.0, time.time() - p.stat().st_mtime)
+    return None
+
+
+def tail_events(run_dir: str | Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+    """Whole events written since byte `offset`, and the offset to resume from (for live progress)."""
+    path = Path(run_dir) / "events.jsonl"
+    if not path.exists():
+        return [], offset
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        chunk = fh.read()
+    end = chunk.rfind(b"\n") + 1
+    events = []
+    for line in chunk[:end].splitlines():
+        try:
+            events.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return events, offset + end

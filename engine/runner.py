@@ -1,0 +1,182 @@
+"""One run in its own subprocess, recorded in a RunLog, then ingested into the store.
+
+Why a subprocess: a clean CUDA context, memory that can be measured, and a run that can be killed
+(its process group holds the loader workers too). The child never opens DuckDB; the parent ingests.
+
+    result = launch(cfg, db="data/loaderlab.duckdb")      # parent side: spawn, watch, ingest
+    python -m engine.runner data/runs/<run_id>            # child side: what launch() spawns
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable
+
+from engine.config import RunConfig
+from engine.paths import ROOT, runs_dir
+from engine.runlog import RunLog, iter_events, tail_events
+
+__all__ = ["RunResult", "execute", "kill_group", "launch", "new_run_id"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    status: str
+    error: str | None
+    run_dir: Path
+
+
+def new_run_id() -> str:
+    return f"{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+
+
+# ---------------------------------------------------------------------------- child side
+
+
+def execute(run_dir: Path) -> int:
+    """Run the config in run_dir/config.json, writing events. Returns the exit status (0 done, 1 failed)."""
+    from engine import devices  # noqa: PLC0415 - torch is imported only in the child
+    from engine.measure import bound  # noqa: PLC0415
+    from engine.measure.host import fingerprint  # noqa: PLC0415
+    from engine.measure.sampler import Sampler  # noqa: PLC0415
+    from engine.modes import RunContext  # noqa: PLC0415
+    from engine.registry import MODES  # noqa: PLC0415
+
+    meta = json.loads((run_dir / "meta.json").read_text())
+    cfg = RunConfig.from_dict(json.loads((run_dir / "config.json").read_text()))
+    device = devices.resolve(cfg.device)
+    with RunLog(run_dir) as runlog:
+        runlog.write("start", run_id=run_dir.name, config=cfg.to_dict(), host=fingerprint(), pid=os.getpid(),
+                     device=str(device), **meta)
+        ctx = RunContext(cfg=cfg, log=runlog, device=device)
+        heart = _Heartbeat(runlog)
+        try:
+            with heart, Sampler(runlog, cfg.sample_hz, device.index or 0 if device.type == "cuda" else None) as s:
+                MODES[cfg.mode].run(ctx)
+            ctx.summary.update(s.summary())
+            if cfg.bound:
+                ctx.summary.update(bound.calibrate(cfg, device, runlog, run_dir))
+            runlog.write("summary", **ctx.summary)
+            runlog.write("end", status="done", error=None)
+            return 0
+        except Exception as e:  # noqa: BLE001 - any failure is recorded with its message, then reported
+            log.exception("run failed")
+            runlog.write("end", status="failed", error=f"{type(e).__name__}: {e}")
+            return 1
+
+
+class _Heartbeat:
+    """Touches the heartbeat every second so a hung or dead run is noticed (DESIGN: stale runs)."""
+
+    def __init__(self, runlog: RunLog, period_s: float = 1.0):
+        self.runlog, self.period = runlog, period_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="loaderlab-heartbeat", daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.period):
+            self.runlog.beat()
+
+    def __enter__(self) -> "_Heartbeat":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+# ---------------------------------------------------------------------------- parent side
+
+
+def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
+    """Kill a run's whole process group: the run and its loader workers."""
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def launch(cfg: RunConfig, *, db: str | os.PathLike | None = None, meta: dict[str, Any] | None = None,
+           on_event: Callable[[dict[str, Any]], None] | None = None, cancel: threading.Event | None = None,
+           poll_s: float = 0.25) -> RunResult:
+    """Run cfg in a subprocess, stream its events to on_event, ingest it, and return how it ended.
+
+    Ctrl-C or `cancel` kills the whole process group; finished epochs are kept and the run is
+    marked cancelled.
+    """
+    from engine.store import ingest_run  # noqa: PLC0415
+
+    meta = dict(meta or {})
+    run_id = meta.pop("run_id", None) or new_run_id()
+    run_dir = runs_dir(db) / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.json").write_text(cfg.to_json())
+    (run_dir / "meta.json").write_text(json.dumps(meta))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    with open(run_dir / "stderr.log", "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "engine.runner", str(run_dir)], cwd=ROOT, env=env,
+                                stdin=subprocess.DEVNULL, stdout=err, stderr=err, start_new_session=True)
+    (run_dir / "pid").write_text(str(proc.pid))
+    offset, ending = 0, None
+    try:
+        while True:
+            done = proc.poll() is not None
+            events, offset = tail_events(run_dir, offset)
+            for event in events:
+                if on_event:
+                    on_event(event)
+            if done:
+                break
+            if cancel is not None and cancel.is_set():
+                ending = ("cancelled", "cancelled by the user; finished epochs kept")
+                break
+            time.sleep(poll_s)
+    except KeyboardInterrupt:
+        ending = ("cancelled", "interrupted (Ctrl-C); finished epochs kept")
+        raise
+    finally:
+        kill_group(proc.pid)  # the run is over or abandoned: no orphaned loader workers either way
+        proc.wait()
+        status, error = _close_log(run_dir, proc.returncode, ending)
+        ingest_run(run_dir, db=db)
+    return RunResult(run_id, status, error, run_dir)
+
+
+def _close_log(run_dir: Path, returncode: int, ending: tuple[str, str] | None) -> tuple[str, str | None]:
+    """Make sure the log ends with an `end` event, written by the parent when the child could not."""
+    end = next((e for e in reversed(list(iter_events(run_dir))) if e["type"] == "end"), None)
+    if end is not None:
+        return end["status"], end.get("error")
+    if ending is None:
+        tail = (run_dir / "stderr.log").read_text(errors="replace").strip().splitlines()[-3:]
+        how = f"signal {-returncode}" if returncode < 0 else f"exit status {returncode}"
+        ending = ("killed" if returncode < 0 else "failed",
+                  f"the run process ended with {how} before finishing; finished epochs kept"
+                  + (f". Last output: {' | '.join(tail)}" if tail else ""))
+    with RunLog(run_dir) as runlog:
+        runlog.write("end", status=ending[0], error=ending[1])
+    return ending
+
+
+def main(argv: list[str]) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    return execute(Path(argv[0]))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

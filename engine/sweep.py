@@ -1,0 +1,64 @@
+"""Sweeps: a grid × repeats, run one at a time in a seeded random order, with a progress bar.
+
+Random order so slow drift of the machine (thermal, other tenants) does not favour one config.
+Executors: `local` (this machine, one run at a time). The Ray executor lives in engine/ray_executor.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from tqdm import tqdm
+
+from engine.config import SweepConfig
+from engine.runner import RunResult, launch
+
+__all__ = ["SweepResult", "new_sweep_id", "run_sweep"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SweepResult:
+    sweep_id: str
+    results: list[RunResult] = field(default_factory=list)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for r in self.results:
+            out[r.status] = out.get(r.status, 0) + 1
+        return out
+
+
+def new_sweep_id(name: str) -> str:
+    return f"{name}-{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+def run_sweep(sweep: SweepConfig, *, db: str | os.PathLike | None = None, progress: bool = True,
+              sweep_id: str | None = None, meta: dict[str, Any] | None = None) -> SweepResult:
+    """Run every planned config locally; a failed run is recorded and the sweep goes on."""
+    plan = sweep.plan()
+    result = SweepResult(sweep_id or new_sweep_id(sweep.name))
+    repeats_seen: dict[int, int] = {}
+    bar = tqdm(total=len(plan), desc=f"sweep {sweep.name}", unit="run", disable=not progress, file=sys.stderr,
+               dynamic_ncols=True)
+    with bar:
+        for config_idx, cfg in plan:
+            repeat_idx = repeats_seen.get(config_idx, 0)
+            repeats_seen[config_idx] = repeat_idx + 1
+            bar.set_postfix_str(f"{cfg.loader} w={cfg.workers} {cfg.mode} {cfg.model}", refresh=True)
+            run = launch(cfg, db=db, meta={**(meta or {}), "sweep_id": result.sweep_id, "config_idx": config_idx,
+                                           "repeat_idx": repeat_idx})
+            result.results.append(run)
+            if run.status != "done":
+                log.warning("run %s %s: %s", run.run_id, run.status, run.error)
+            bar.update(1)
+            bar.set_postfix(result.counts, refresh=True)
+    return result

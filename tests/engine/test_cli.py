@@ -1,0 +1,96 @@
+"""The CLI end to end in real subprocesses: run → runs → query → export, and bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ["--workload", "tensor", "--n-samples", "128", "--image-size", "8", "--width", "8", "--batch-size", "32",
+        "--epochs", "2"]
+
+
+def cli(*args: str, db: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "engine", *args, "--db", str(db)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_run_runs_query_export(store, tmp_path):
+    out = cli("run", *TINY, "--loader", "threads", "--workers", "2", db=store)
+    assert out.returncode == 0, out.stderr
+    assert "epoch 1" in out.stdout and "samples/s" in out.stdout
+    listing = cli("runs", db=store)
+    assert listing.returncode == 0 and "threads" in listing.stdout and "done" in listing.stdout
+    q = cli("query", "SELECT loader, workers, status, n_epochs FROM runs", "--format", "json", db=store)
+    assert q.returncode == 0, q.stderr
+    assert json.loads(q.stdout) == [{"loader": "threads", "workers": 2, "status": "done", "n_epochs": 2}]
+    run_id = json.loads(cli("query", "SELECT run_id FROM runs", "--format", "json", db=store).stdout)[0]["run_id"]
+    show = cli("show", run_id, db=store)
+    assert show.returncode == 0 and run_id in show.stdout
+    for fmt in ("parquet", "csv"):
+        target = tmp_path / f"runs.{fmt}"
+        exp = cli("export", "--format", fmt, "--out", str(target), db=store)
+        assert exp.returncode == 0, exp.stderr
+        assert target.stat().st_size > 0
+    import pandas as pd  # noqa: PLC0415
+
+    assert pd.read_parquet(tmp_path / "runs.parquet")["run_id"].tolist() == [run_id]
+
+
+@pytest.mark.parametrize("args, field", [
+    (["--loader", "thread"], "loader"),
+    (["--workers", "-1"], "workers"),
+    (["--batch-size", "0"], "batch_size"),
+    (["--device", "cuda"], "device"),
+    (["--workload", "folder", "--folder", "/no/such/dir"], "folder"),
+    (["--epochs", "many"], "epochs"),
+])
+def test_bad_flags_exit_2_with_one_line_naming_the_field(store, args, field):
+    out = cli("run", *args, db=store)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and field in lines[0], out.stderr
+    assert not (store.parent / "runs").exists() or not any((store.parent / "runs").iterdir())
+    q = cli("query", "SELECT count(*) AS n FROM runs", "--format", "json", db=store)
+    assert json.loads(q.stdout) == [{"n": 0}]
+
+
+def test_unknown_command_and_flag_are_one_line(store):
+    for args in (["fly"], ["run", "--no-such-flag"]):
+        out = cli(*args, db=store)
+        assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_help_on_every_command(store):
+    for command in ("run", "sweep", "runs", "show", "query", "export"):
+        out = cli(command, "--help", db=store)
+        assert out.returncode == 0 and "usage" in out.stdout.lower()
+    assert "--prefetch-depth" in cli("run", "--help", db=store).stdout
+
+
+def test_sweep_fills_the_store(store, tmp_path):
+    toml = tmp_path / "s.toml"
+    toml.write_text('name = "t"\nrepeats = 1\n[base]\nworkload = "tensor"\nn_samples = 64\nimage_size = 8\n'
+                    'width = 8\nepochs = 2\nbatch_size = 32\n[grid]\nloader = ["sync", "prefetch"]\n')
+    out = cli("sweep", str(toml), "--quiet", db=store)
+    assert out.returncode == 0, out.stderr
+    q = cli("query", "SELECT loader, sweep_id FROM runs ORDER BY loader", "--format", "json", db=store)
+    rows = json.loads(q.stdout)
+    assert [r["loader"] for r in rows] == ["prefetch", "sync"] and len({r["sweep_id"] for r in rows}) == 1
+
+
+def test_failed_run_exits_1_with_the_error_and_is_stored(store):
+    # every sample takes 3 s but the loader may wait only 1 s: the run must fail with the timeout's message
+    out = cli("run", *TINY, "--loader", "processes", "--workers", "1", "--latency-ms", "3000",
+              "--worker-timeout-s", "1", "--no-bound", db=store)
+    assert out.returncode == 1, out.stderr
+    assert "failed" in out.stderr and "worker_timeout_s" in out.stderr
+    q = cli("query", "SELECT status, error FROM runs", "--format", "json", db=store)
+    [row] = json.loads(q.stdout)
+    assert row["status"] == "failed" and "worker_timeout_s" in row["error"]
