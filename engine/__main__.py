@@ -7,6 +7,7 @@ Exit status: 0 ok · 2 bad input (one line naming the field) · 1 a run that fai
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import sys
@@ -193,6 +194,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+# Commands whose options live with their module: name -> (help, module, add_args fn or None, main fn).
+# The main fn takes the parsed Namespace, except `worker`, which parses its own argv.
+DELEGATED = {
+    "worker": ("run queued dashboard jobs one at a time (--ensure: start one in the background if none is alive)",
+               "engine.jobs", None, "worker_main"),
+}
+
+
 # ---------------------------------------------------------------------------- wiring
 
 
@@ -233,13 +242,24 @@ def build_parser() -> argparse.ArgumentParser:
     for name in COMMANDS:
         if name not in sub.choices:
             add(name)  # commands registered by other modules with no options of their own
+    for name, (help_, module, add_args, _) in DELEGATED.items():
+        p = sub.add_parser(name, help=help_, description=help_)
+        if add_args is not None:
+            p.add_argument("--db", default=None, help="store file (default: $LOADERLAB_DB or data/loaderlab.duckdb)")
+            getattr(importlib.import_module(module), add_args)(p)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
+        argv = sys.argv[1:] if argv is None else argv
+        if argv and argv[0] in DELEGATED and DELEGATED[argv[0]][2] is None:
+            return getattr(importlib.import_module(DELEGATED[argv[0]][1]), DELEGATED[argv[0]][3])(argv[1:])
         args = build_parser().parse_args(argv)
+        if args.command in DELEGATED:
+            _, module, _, main_fn = DELEGATED[args.command]
+            return getattr(importlib.import_module(module), main_fn)(args)
         return COMMANDS[args.command](args)
     except (ConfigError, UsageError) as e:
         print(f"error: {e}", file=sys.stderr)

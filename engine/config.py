@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ConfigError", "RunConfig", "SweepConfig", "config_fields", "load_toml"]
+__all__ = ["ConfigError", "RunConfig", "SweepConfig", "config_fields", "field_choices", "load_toml"]
 
 
 class ConfigError(ValueError):

@@ -1,0 +1,28 @@
+"""Launch: pick a preset or fill the form generated from RunConfig, queue a run or a sweep, watch jobs live.
+
+Jobs go into the store's queue and a worker process runs them (started here if none is alive), so
+closing the tab or restarting the dashboard does not stop them.
+"""
+
+import streamlit as st
+
+from engine import api
+from ui import live
+from ui.errors import shown
+from ui.form import preset_picker, run_form, sweep_builder
+
+st.title("Launch")
+with shown("Could not start the job worker"):
+    api.ensure_worker()
+
+form_col, jobs_col = st.columns([3, 2], gap="large")
+with form_col:
+    preset_picker("run")
+    form = run_form("run")
+    live.queue_run(form)
+    st.subheader("Sweep")
+    st.caption("Vary any fields of the run above; each distinct config runs `repeats` times, in a seeded random order.")
+    live.queue_sweep(sweep_builder("sweep", form.values))
+with jobs_col:
+    st.subheader("Jobs")
+    live.jobs_panel()

@@ -1,0 +1,119 @@
+"""The Launch page through app.py: the generated form, inline validation, presets, URL state, sweeps, the queue."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from engine import jobs
+from engine.config import RunConfig, config_fields
+from engine.paths import runs_dir
+from engine.presets import PRESETS
+from engine.runner import kill_group
+
+
+@pytest.fixture
+def launch(store, open_page):
+    """launch(**query_params) -> AppTest on the Launch page; the worker the page starts is stopped after."""
+    yield lambda **params: open_page("launch", **params)
+    jobs.stop_worker(store, timeout_s=30)
+    for pid_file in runs_dir(store).glob("*/pid"):
+        kill_group(int(pid_file.read_text()))
+
+
+def queue_run(at):
+    at.button(key="launch.queue_run").click()
+    return at.run()
+
+
+def test_every_config_field_has_a_widget_and_the_form_queues_a_job(launch, store, no_problems):
+    at = launch()
+    no_problems(at)
+    keys = {w.key for kind in ("number_input", "selectbox", "checkbox", "text_input") for w in getattr(at, kind)}
+    assert {f"run.{f.name}" for f in config_fields() if f.metadata.get("ui") != "hidden"} <= keys
+    assert jobs.worker_alive(store)  # the page makes sure a worker runs the queue
+    at.selectbox(key="run.preset").set_value("tiny_cpu").run()
+    at.number_input(key="run.n_samples").set_value(128)
+    at = queue_run(at)
+    no_problems(at)
+    queued = jobs.list_jobs(store)
+    assert len(queued) == 1
+    cfg = RunConfig.from_dict(__import__("json").loads(queued.loc[0, "config_json"]))
+    assert cfg == PRESETS["tiny_cpu"]().replace(n_samples=128)
+    assert any(queued.loc[0, "job_id"] in s.value for s in at.success)
+    assert any(f"/runs?run={queued.loc[0, 'run_id']}" in m.value for m in at.markdown)
+
+
+@pytest.mark.parametrize("field, value, group", [("device", "cuda:9", "Training"), ("folder", "", "Workload")])
+def test_bad_value_is_shown_under_its_field_and_nothing_is_queued(launch, store, field, value, group):
+    at = launch()
+    if field == "folder":
+        at.selectbox(key="run.workload").set_value("folder")
+    at.text_input(key=f"run.{field}").set_value(value)
+    at = queue_run(at)
+    assert not at.exception
+    inline = [e.value for e in next(x for x in at.expander if x.label == group).error]
+    assert inline and inline[0].startswith(f"**{field}**")
+    assert any(f"fix **{field}**" in e.value for e in at.error)
+    assert jobs.list_jobs(store).empty
+
+
+def test_preset_and_url_fill_the_form_and_the_form_writes_the_url(launch):
+    at = launch(loader="threads", workers="3", pin_memory="false", bogus="1")
+    assert (at.selectbox(key="run.loader").value, at.number_input(key="run.workers").value) == ("threads", 3)
+    assert at.checkbox(key="run.pin_memory").value is False
+    assert any("bogus" in w.value for w in at.warning)
+    at.selectbox(key="run.preset").set_value("storage_latency").run()
+    assert at.number_input(key="run.latency_ms").value == PRESETS["storage_latency"]().latency_ms
+    assert at.number_input(key="run.workers").value == 16
+    assert at.query_params["latency_ms"] == "2.0" and at.query_params["loader"] == "threads"
+    assert not at.error
+    at.switch_page("pages/history.py").run()  # Streamlit drops the state of widgets it did not draw
+    at.query_params.clear()
+    at.switch_page("pages/launch.py").run()
+    assert at.number_input(key="run.workers").value == 16 and at.selectbox(key="run.loader").value == "threads"
+
+
+def test_every_preset_is_valid_here():
+    for name, preset in PRESETS.items():
+        assert RunConfig.from_dict(preset().to_dict()) == preset(), name
+
+
+def test_sweep_builder_counts_distinct_configs_times_repeats_and_queues_them(launch, store):
+    at = launch()
+    at.multiselect(key="sweep.axes").set_value(["loader", "workers"]).run()
+    at.text_input(key="sweep.axis.loader").set_value("sync, prefetch")
+    at.text_input(key="sweep.axis.workers").set_value("0, 1")
+    at.number_input(key="sweep.repeats").set_value(3).run()
+    # workers is normalised to 0 for sync and prefetch: 4 grid points, 2 distinct configs
+    assert any(m.value.startswith("**6 runs** = 2 distinct configs × 3 repeats") for m in at.markdown)
+    at.text_input(key="sweep.axis.workers").set_value("zero").run()
+    assert any(e.value.startswith("**workers**") for e in at.error)
+    assert at.button(key="launch.queue_sweep").disabled
+    at.text_input(key="sweep.axis.workers").set_value("0").run()
+    at.button(key="launch.queue_sweep").click().run()
+    assert not at.exception and not at.error
+    queued = jobs.list_jobs(store)
+    assert len(queued) == 6 and queued["sweep_id"].nunique() == 1
+
+
+def test_jobs_panel_shows_live_progress_and_cancels(launch, store):
+    long = dict(workload="tensor", n_samples=32, image_size=8, width=8, batch_size=8, epochs=1000, latency_ms=10.0,
+                bound=False, sample_hz=0.0)
+    job_id = jobs.submit(RunConfig.from_dict(long), db=store)
+    at = launch()  # starts the worker
+    deadline = time.monotonic() + 90
+    while jobs.job_progress(job_id, store)["epochs_done"] < 2:
+        assert time.monotonic() < deadline, "the job never ran"
+        time.sleep(0.2)
+    at.run()
+    assert not at.exception and not at.error
+    card = next(m.value for m in at.markdown if job_id in m.value)
+    assert "**running**" in card
+    assert at.get("plotly_chart") and any("ETA" in p.proto.text for p in at.get("progress"))
+    at.button(key=f"launch.cancel.{job_id}").click().run()
+    assert "**cancelling**" in next(m.value for m in at.markdown if job_id in m.value)
+    while jobs.job_progress(job_id, store)["status"] != "cancelled":
+        assert time.monotonic() < deadline, "the job was never cancelled"
+        time.sleep(0.2)

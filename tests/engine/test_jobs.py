@@ -1,0 +1,167 @@
+"""The job queue and its worker, end to end: real worker processes, real runs, a real store."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from engine import jobs
+from engine.config import RunConfig
+from engine.paths import runs_dir
+from engine.runner import kill_group
+from engine.store import connect, get_epochs, get_run
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+WORKER = "import sys; from engine.jobs import worker_main; sys.exit(worker_main(sys.argv[1:]))"
+TINY = dict(workload="tensor", n_samples=64, image_size=8, width=8, epochs=2, batch_size=32, loader="sync",
+            bound=False, sample_hz=0.0)
+# ~0.3 s per epoch for 1000 epochs; a process loader so the run's group has more than one process
+LONG = dict(TINY, latency_ms=10.0, n_samples=32, batch_size=8, epochs=1000, loader="processes", workers=1)
+
+
+def wait_for(predicate, timeout_s=90.0, what="condition"):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def status(job_id, db):
+    return jobs.job_progress(job_id, db)["status"]
+
+
+def group_members(pgid):
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return out
+
+
+@pytest.fixture
+def workers(store):
+    """start(*args) runs `worker_main` in its own process group; teardown kills every worker and run left."""
+    started = []
+
+    def start(*args):
+        proc = subprocess.Popen([sys.executable, "-c", WORKER, "--db", str(store), "--poll-s", "0.2", *args],
+                                cwd=ROOT, start_new_session=True)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        kill_group(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            kill_group(proc.pid)
+            proc.wait()
+    jobs.stop_worker(store, timeout_s=30)
+    for pid_file in runs_dir(store).glob("*/pid"):
+        kill_group(int(pid_file.read_text()))
+
+
+def run_pid(job_id, db):
+    run_dir = runs_dir(db) / jobs.job_progress(job_id, db)["run_id"]
+    return wait_for(lambda: (run_dir / "pid").exists() and int((run_dir / "pid").read_text()), what="run pid")
+
+
+def test_cancel_running_job_kills_its_group_and_keeps_finished_epochs(store, workers):
+    job_id = jobs.submit(RunConfig.from_dict(LONG), db=store)
+    workers()
+    wait_for(lambda: jobs.job_progress(job_id, store)["epochs_done"] >= 2, what="two epochs")
+    pgid = run_pid(job_id, store)
+    assert len(group_members(pgid)) >= 2  # the run and its loader worker process
+    assert jobs.cancel(job_id, store) == "running"
+    wait_for(lambda: status(job_id, store) == "cancelled", what="job cancelled")
+    assert group_members(pgid) == []
+    run = get_run(jobs.job_progress(job_id, store)["run_id"], db=store)
+    assert run["status"] == "cancelled"
+    assert len(get_epochs(run["run_id"], db=store)) >= 2
+    assert jobs.cancel(job_id, store) == "cancelled"  # cancelling an ended job changes nothing
+    with pytest.raises(ValueError, match="does not exist"):
+        jobs.cancel("job-nope", store)
+
+
+def test_queue_survives_worker_restarts(store, workers):
+    long_job = jobs.submit(RunConfig.from_dict(LONG), db=store)
+    dropped = jobs.submit(RunConfig.from_dict(TINY), db=store)
+    later = jobs.submit(RunConfig.from_dict(TINY), db=store)
+    assert jobs.cancel(dropped, store) == "cancelled"  # queued: cancelled at once, no worker needed
+    first = workers()
+    wait_for(lambda: jobs.job_progress(long_job, store)["epochs_done"] >= 1, what="first epoch")
+    pgid = run_pid(long_job, store)
+    first.send_signal(signal.SIGTERM)  # the worker cancels its run and exits
+    assert first.wait(60) == 0
+    assert group_members(pgid) == []
+    progress = jobs.job_progress(long_job, store)
+    assert progress["status"] == "cancelled" and "worker was stopped" in progress["error"]
+    assert status(later, store) == "queued"
+    assert workers("--once").wait(120) == 0
+    assert [status(j, store) for j in (long_job, dropped, later)] == ["cancelled", "cancelled", "done"]
+    progress = jobs.job_progress(later, store)
+    assert (progress["epochs_done"], progress["epochs_total"], progress["eta_s"]) == (2, 2, 0.0)
+    assert [r["epoch"] for r in progress["epochs"]] == [0, 1]
+    run = get_run(progress["run_id"], db=store)
+    assert run["status"] == "done" and run["job_id"] == later
+    assert len(get_epochs(run["run_id"], db=store)) == 2
+
+
+def test_job_left_running_by_a_dead_worker_is_failed_and_its_run_kept(store, workers):
+    job_id = jobs.submit(RunConfig.from_dict(LONG), db=store)
+    worker = workers()
+    wait_for(lambda: jobs.job_progress(job_id, store)["epochs_done"] >= 1, what="first epoch")
+    pgid = run_pid(job_id, store)
+    os.kill(worker.pid, signal.SIGKILL)  # the worker dies; its run goes on as an orphan
+    worker.wait()
+    assert group_members(pgid)
+    assert workers("--once").wait(120) == 0
+    progress = jobs.job_progress(job_id, store)
+    assert progress["status"] == "failed" and "worker died" in progress["error"]
+    assert group_members(pgid) == []
+    run = get_run(progress["run_id"], db=store)
+    assert run["status"] == "killed" and len(get_epochs(run["run_id"], db=store)) >= 1
+
+
+def test_ensure_worker_starts_exactly_one(store):
+    try:
+        first = jobs.ensure_worker(store)
+        assert isinstance(first, int)
+        assert jobs.ensure_worker(store) is None
+        assert jobs.worker_alive(store) and jobs.worker_pid(store) == first
+        wait_for(lambda: "engine.jobs" in " ".join(psutil.Process(first).cmdline()), what="worker started")
+        alive = [p for p in psutil.process_iter(["cmdline"])
+                 if "engine.jobs" in (p.info["cmdline"] or []) and str(store) in (p.info["cmdline"] or [])]
+        assert [p.pid for p in alive] == [first]
+    finally:
+        jobs.stop_worker(store, timeout_s=30)
+    assert not jobs.worker_alive(store)
+
+
+def test_estimate_uses_history_of_the_same_workload_and_model(store):
+    cfg = RunConfig.from_dict(TINY)
+    both = [cfg, cfg.replace(model="cnn")]
+    before = jobs.estimate_duration(both, db=store)
+    assert before["runs"] == 2 and before["from_history"] == 0
+    assert before["seconds"] == pytest.approx(2 * (jobs.RUN_OVERHEAD_S + jobs.DEFAULT_S_PER_SAMPLE * 64 * 2))
+    with connect(store, read_only=False) as conn:  # two finished mlp runs: 1 ms and 3 ms per sample
+        conn.execute("INSERT INTO runs (run_id, status, workload, model, n_samples, epoch_s, deleted) VALUES "
+                     "('a', 'done', 'tensor', 'mlp', 1000, 1.0, false), "
+                     "('b', 'done', 'tensor', 'mlp', 100, 0.3, false), ('c', 'failed', 'tensor', 'mlp', 100, 99.0, false)")
+    after = jobs.estimate_duration(both, db=store)
+    assert after["from_history"] == 1
+    mlp = jobs.RUN_OVERHEAD_S + 0.002 * 64 * 2  # the median of the done runs; the failed one is ignored
+    assert after["seconds"] == pytest.approx(mlp + before["seconds"] / 2)

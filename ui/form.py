@@ -1,0 +1,199 @@
+"""The run form and the sweep builder, generated from RunConfig's fields: a new field appears with no page change.
+
+One expander per field group; the widget follows the field's type (a select box when the field has
+choices from the registry, number inputs bounded by the field's min/max, a checkbox, a text input;
+list fields are comma-separated text). Values come from a preset, the URL (every field is a query
+parameter: `/launch?loader=threads&workers=4`) or the defaults, and fields that differ from the defaults
+are written back to the URL, so the launch view is always shareable. Bad values are shown inline under
+the field that ConfigError names.
+
+    form = run_form("run")            # form.cfg: a valid RunConfig or None; form.error: the ConfigError
+    sweep = sweep_builder("sweep", form.values)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import streamlit as st
+
+from engine import api
+from engine.config import field_choices  # NOTE: not in engine.config.__all__, so not in engine.api
+
+__all__ = ["FormResult", "SweepResult", "apply_values", "preset_picker", "run_form", "sweep_builder"]
+
+_OPEN_GROUPS = ("workload", "loader", "model", "training")  # the rest start collapsed
+_TRUE = ("1", "true", "yes", "on")
+
+
+@dataclass
+class FormResult:
+    values: dict[str, Any]
+    cfg: Any = None  # RunConfig when the values are valid
+    error: Any = None  # the ConfigError otherwise
+
+
+@dataclass
+class SweepResult:
+    sweep: Any = None  # SweepConfig when valid
+    error: Any = None
+    n_configs: int = 0
+    n_runs: int = 0
+
+
+def _fields() -> list[dataclasses.Field]:
+    return [f for f in api.config_fields() if f.metadata.get("ui") != "hidden"]
+
+
+def _defaults() -> dict[str, Any]:
+    return api.RunConfig().to_dict()
+
+
+def _widget_value(f: dataclasses.Field, value: Any) -> Any:
+    """A config value as its widget holds it: clamped numbers, comma text for lists. ValueError if unusable."""
+    kind = str(f.type)
+    if kind == "list[str]":
+        return ", ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+    if kind == "bool":
+        return value if isinstance(value, bool) else str(value).strip().lower() in _TRUE
+    if kind in ("int", "float"):
+        number = int(float(value)) if kind == "int" else float(value)
+        lo, hi = f.metadata.get("min"), f.metadata.get("max")
+        return min(max(number, lo if lo is not None else number), hi if hi is not None else number)
+    return str(value)
+
+
+def apply_values(prefix: str, values: dict[str, Any]) -> list[str]:
+    """Set the form's widgets to these field values (a preset, a URL); returns warnings for unusable ones."""
+    warnings = []
+    for f in _fields():
+        if f.name in values:
+            try:
+                st.session_state[f"{prefix}.{f.name}"] = _widget_value(f, values[f.name])
+            except (TypeError, ValueError):
+                warnings.append(f"Ignored {f.name}={str(values[f.name])[:60]!r}: expected {f.type}.")
+    return warnings
+
+
+def _apply_preset(prefix: str) -> None:
+    name = st.session_state.get(f"{prefix}.preset")
+    if name in api.PRESETS:
+        apply_values(prefix, {**_defaults(), **api.PRESETS[name]().to_dict()})
+
+
+def preset_picker(prefix: str) -> None:
+    """A select box over engine.presets.PRESETS; picking one fills the form."""
+    st.selectbox("Preset", ["(none)", *api.PRESETS], key=f"{prefix}.preset", on_change=_apply_preset,
+                 args=(prefix,), help="fills the form; every field can still be changed")
+
+
+def _bind_url(prefix: str) -> list[str]:
+    """Fill the widgets from the URL on first load, or when the URL changed since the form last wrote it."""
+    ss, params = st.session_state, st.query_params.to_dict()
+    shadow = ss.get(f"{prefix}._values")
+    if shadow is not None and (ss.get(f"{prefix}._url") == params or not params):
+        # Nothing new in the URL (an empty one too: coming back from another page). Streamlit forgets the
+        # state of widgets another page did not draw, so restore the form's last values.
+        apply_values(prefix, {k: v for k, v in shadow.items() if f"{prefix}.{k}" not in ss})
+        return []
+    ss[f"{prefix}._url"] = params
+    known = {f.name for f in _fields()}
+    warnings = [f"Ignored the unknown URL parameter '{k}'." for k in params if k not in known and k != "preset"]
+    values = _defaults()
+    if params.get("preset") in api.PRESETS:
+        values.update(api.PRESETS[params["preset"]]().to_dict())
+    values.update({k: v for k, v in params.items() if k in known})
+    return warnings + apply_values(prefix, values)
+
+
+def _publish_url(prefix: str, values: dict[str, Any]) -> None:
+    defaults = {f.name: _widget_value(f, _defaults()[f.name]) for f in _fields()}
+    params = {k: str(v).lower() if isinstance(v, bool) else str(v)
+              for k, v in values.items() if k in defaults and v != defaults[k]}
+    if params != st.query_params.to_dict():
+        st.query_params.from_dict(params)
+    st.session_state[f"{prefix}._url"] = params
+
+
+def _widget(f: dataclasses.Field, key: str) -> Any:
+    label, help_ = f.name, f.metadata.get("help")
+    choices = field_choices(f)
+    if choices is not None:
+        options = list(choices)
+        if st.session_state.get(key) not in options:  # e.g. from a URL: shown, then rejected inline
+            options.append(st.session_state[key])
+        return st.selectbox(label, options, key=key, help=help_)
+    kind = str(f.type)
+    if kind == "bool":
+        return st.checkbox(label, key=key, help=help_)
+    if kind in ("int", "float"):
+        cast = int if kind == "int" else float
+        lo, hi = f.metadata.get("min"), f.metadata.get("max")
+        return st.number_input(label, min_value=None if lo is None else cast(lo), help=help_, key=key,
+                               max_value=None if hi is None else cast(hi), step=cast(1) if kind == "int" else None,
+                               format=None if kind == "int" else "%g")
+    if kind == "list[str]":
+        return st.text_input(label, key=key, help=(help_ or "") + " (comma-separated)")
+    return st.text_input(label, key=key, help=help_)
+
+
+def run_form(prefix: str) -> FormResult:
+    """Render every RunConfig field, grouped; validate; show a ConfigError under the field it names."""
+    for warning in _bind_url(prefix):
+        st.warning(warning)
+    groups: dict[str, list[dataclasses.Field]] = {}
+    for f in _fields():
+        groups.setdefault(f.metadata.get("group", "other"), []).append(f)
+    values, slots = _defaults(), {}
+    for group, fields in groups.items():
+        with st.expander(group.capitalize(), expanded=group in _OPEN_GROUPS):
+            cols = st.columns(3)
+            for i, f in enumerate(fields):
+                with cols[i % 3]:
+                    values[f.name] = _widget(f, f"{prefix}.{f.name}")
+                    slots[f.name] = st.empty()
+    top = st.empty()
+    result = FormResult(values)
+    try:
+        result.cfg = api.RunConfig.from_dict(values)
+    except api.ConfigError as e:
+        result.error = e
+        (slots.get(e.field) or top).error(f"**{e.field}**: {e.message}")
+    _publish_url(prefix, values)
+    st.session_state[f"{prefix}._values"] = {f.name: values[f.name] for f in _fields()}
+    return result
+
+
+def _axis_help(f: dataclasses.Field, sep: str) -> str:
+    choices = field_choices(f)
+    among = f"; choose from: {', '.join(choices)}" if choices is not None else ""
+    return f"{f.metadata.get('help')} — values separated by '{sep}'{among}"
+
+
+def sweep_builder(prefix: str, base: dict[str, Any]) -> SweepResult:
+    """Axes over any fields (values comma-separated; `;` between list values) × repeats, on top of `base`."""
+    by_name = {f.name: f for f in _fields()}
+    axes = st.multiselect("Axes", list(by_name), key=f"{prefix}.axes",
+                          help="fields to vary; every other field comes from the run form above")
+    grid = {}
+    for name in axes:
+        f = by_name[name]
+        sep = ";" if str(f.type) == "list[str]" else ","
+        start = _widget_value(f, base.get(f.name, ""))  # the run form's value: add more to vary it
+        text = st.text_input(f"{name} values", value=str(start).lower() if isinstance(start, bool) else str(start),
+                             key=f"{prefix}.axis.{name}", help=_axis_help(f, sep))
+        grid[name] = [v.strip() for v in text.split(sep) if v.strip()]
+    repeats = st.number_input("Repeats", min_value=1, max_value=1000, value=1, step=1, key=f"{prefix}.repeats",
+                              help="runs per distinct config, for a median and a 95% CI")
+    out = SweepResult()
+    try:
+        out.sweep = api.SweepConfig.from_dict({"name": "ui-sweep", "base": base, "grid": grid,
+                                               "repeats": int(repeats)})
+        out.n_configs = len(out.sweep.configs())
+        out.n_runs = out.n_configs * int(repeats)
+    except api.ConfigError as e:
+        out.error = e
+        st.error(f"**{e.field}**: {e.message}")
+    return out

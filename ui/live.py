@@ -1,0 +1,120 @@
+"""The launch page's queue buttons and its live jobs panel (a fragment that refreshes itself every 2 s).
+
+Progress of a running job comes from its RunLog (engine.jobs.job_progress), not the store, so the
+per-epoch chart grows while the run is going. Each job with a run links to `/runs?run=<run_id>`.
+
+    queue_run(form); queue_sweep(sweep)   # "Queue run" / "Queue sweep"; the panel then shows the ids queued
+    jobs_panel()                          # status, growing chart, ETA, Cancel per running or queued job
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import plotly.express as px
+import streamlit as st
+
+from engine import api
+from ui.errors import shown
+
+__all__ = ["REFRESH_S", "duration_text", "epoch_figure", "jobs_panel", "queue_run", "queue_sweep"]
+
+REFRESH_S = 2.0
+MAX_CARDS = 5  # active jobs shown with progress and a Cancel button; the table lists the rest
+
+
+def duration_text(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown"
+    s = int(round(seconds))
+    return f"{s // 3600}h {s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m {s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+def _remember(job_ids: list[str]) -> None:
+    st.session_state["launch.queued"] = job_ids
+
+
+def queue_run(form: Any) -> None:
+    """The "Queue run" button: queues the form's config; nothing is queued while the form shows an error."""
+    if st.button("Queue run", type="primary", key="launch.queue_run"):
+        if form.cfg is None:
+            st.error(f"Nothing queued: fix **{form.error.field}** first ({form.error.message}).")
+        else:
+            with shown("Could not queue the run"):
+                _remember([api.submit(form.cfg)])
+
+
+def queue_sweep(result: Any) -> None:
+    """The sweep summary (runs = distinct configs × repeats, estimated duration) and "Queue sweep"."""
+    if result.sweep is not None:
+        with shown("Could not estimate the duration"):
+            est = api.estimate_duration([cfg for _, cfg in result.sweep.plan()])
+            basis = (f"from {est['from_history']} similar past run(s)" if est["from_history"]
+                     else "no similar past runs: a default per run")
+            st.markdown(f"**{result.n_runs} runs** = {result.n_configs} distinct configs × "
+                        f"{result.sweep.repeats} repeats · about **{duration_text(est['seconds'])}** ({basis})")
+    if st.button("Queue sweep", key="launch.queue_sweep", disabled=result.sweep is None):
+        with shown("Could not queue the sweep"):
+            _remember(api.submit_sweep(result.sweep))
+
+
+def epoch_figure(rows: list[dict[str, Any]]):
+    """Epoch wall time by epoch, one line per model; warm-up epochs drawn as open markers."""
+    df = pd.DataFrame(rows)
+    df["model"] = df["model_idx"].astype(str)
+    fig = px.line(df, x="epoch", y="wall_s", color="model" if df["model"].nunique() > 1 else None,
+                  symbol="warmup", markers=True, labels={"wall_s": "epoch wall time (s)"})
+    fig.update_layout(height=220, margin=dict(l=0, r=0, t=10, b=0), showlegend=False)
+    return fig
+
+
+def _cancel(job_id: str) -> None:
+    """Button callback: runs before the rerun, so the card already shows the new status."""
+    try:
+        api.cancel(job_id)
+    except Exception as e:  # noqa: BLE001 - shown by jobs_panel on this rerun
+        st.session_state["launch.cancel_error"] = f"Could not cancel {job_id}: {e}"
+
+
+def _job_card(job: pd.Series) -> None:
+    job_id = job["job_id"]
+    with st.container(border=True):
+        p = api.job_progress(job_id)
+        state = "cancelling" if p["cancel_requested"] else p["status"]
+        head, button = st.columns([5, 1])
+        head.markdown(f"`{job_id}` · **{state}** · {job['label']} · run [{p['run_id']}](/runs?run={p['run_id']})")
+        button.button("Cancel", key=f"launch.cancel.{job_id}", disabled=p["cancel_requested"], on_click=_cancel,
+                      args=(job_id,))
+        if p["status"] == "running":
+            total = max(1, p["epochs_total"])
+            st.progress(min(1.0, p["epochs_done"] / total),
+                        text=f"epoch {p['epochs_done']}/{p['epochs_total']} · ETA {duration_text(p['eta_s'])}")
+            if p["epochs"]:
+                st.plotly_chart(epoch_figure(p["epochs"]), key=f"launch.chart.{job_id}")
+
+
+@st.fragment(run_every=REFRESH_S)
+def jobs_panel(limit: int = 30) -> None:
+    """The queue, newest first; active jobs get a card with live progress and a Cancel button."""
+    queued = st.session_state.get("launch.queued")
+    if queued:
+        st.success(f"Queued {len(queued)} job(s): " + ", ".join(f"`{j}`" for j in queued[:10])
+                   + (" …" if len(queued) > 10 else ""))
+    if "launch.cancel_error" in st.session_state:
+        st.error(st.session_state.pop("launch.cancel_error"))
+    with shown("Could not read the job queue"):
+        jobs = api.list_jobs(limit=limit)
+        if jobs.empty:
+            st.caption("No jobs yet: queue a run or a sweep.")
+            return
+        if not api.worker_alive() and (jobs["status"] == "queued").any():
+            st.warning("No job worker is running, so queued jobs wait. Start one: `python -m engine worker`.")
+        active = jobs[jobs["status"].isin(["running", "queued"])].sort_values("status", key=lambda s: s != "running")
+        for _, job in active.head(MAX_CARDS).iterrows():
+            _job_card(job)
+        table = jobs.assign(run="/runs?run=" + jobs["run_id"])[
+            ["job_id", "status", "label", "run", "created_at", "error"]]
+        st.dataframe(table, hide_index=True, key="launch.jobs", column_config={
+            "run": st.column_config.LinkColumn("run", display_text=r"/runs\?run=(.*)"),
+            "created_at": st.column_config.DatetimeColumn("queued at (UTC)")})
