@@ -41,6 +41,7 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
         default = f.default if f.default is not dataclasses_missing() else []
         choices = field_choices(f)
         help_ = f.metadata["help"] + (f" [{'|'.join(choices)}]" if choices else "") + f" (default: {default!r})"
+        help_ = help_.replace("%", "%%")  # argparse formats help with %
         if f.type == "bool":
             group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_)
         else:

@@ -104,9 +104,9 @@ class RunConfig:
                 raise ConfigError(str(key), f"unknown field; choose from: {', '.join(sorted(known))}")
             kwargs[name] = _coerce(known[name], value)
         cfg = cls(**kwargs)
+        cfg.validate()
         if cfg.loader in ("sync", "prefetch"):
             cfg.workers = 0  # NOTE: these loaders use no workers; normalising keeps a loader×workers grid honest
-        cfg.validate()
         return cfg
 
     def replace(self, **changes: Any) -> "RunConfig":

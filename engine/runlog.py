@@ -7,7 +7,7 @@ epoch in flight. A torn last line (the process died mid-write) is ignored by the
 Events (every event has "type" and "t", a unix timestamp):
   start        run_id, config (RunConfig dict), host (fingerprint dict), pid
   epoch        model_idx, rank, epoch, warmup, wall_s, samples, samples_per_s, ttfb_s,
-               data_wait_s, h2d_s, compute_s, n_steps, t_start, t_end,
+               data_wait_s, h2d_s, compute_s, n_steps, t_start, t_end, loss, allreduce_s (ddp),
                steps: [[step, data_wait_s, h2d_s, compute_s, total_s], ...]
   calibration  kind ("loader" | "compute"), seconds, ttfb_s, cached (bool)
   samples      rows: [[t, cpu_percent, rss_bytes, gpu_util, gpu_mem_bytes], ...]   (batched)
@@ -28,7 +28,7 @@ __all__ = ["EPOCH_FIELDS", "STEP_FIELDS", "RunLog", "heartbeat_age", "iter_event
 
 STEP_FIELDS = ("step", "data_wait_s", "h2d_s", "compute_s", "total_s")
 EPOCH_FIELDS = ("model_idx", "rank", "epoch", "warmup", "wall_s", "samples", "samples_per_s", "ttfb_s",
-                "data_wait_s", "h2d_s", "compute_s", "n_steps", "t_start", "t_end")
+                "data_wait_s", "h2d_s", "compute_s", "n_steps", "t_start", "t_end", "loss", "allreduce_s")
 
 
 class RunLog:

@@ -1,0 +1,162 @@
+"""RunLog events -> Arrow tables and run-level summary figures, for ingest. Pure functions, no DuckDB.
+
+Values are coerced column by column (a malformed value becomes NULL rather than failing the whole
+run), epochs are deduplicated on (model_idx, rank, epoch) and steps on their step number, last one wins.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any, Callable
+
+import pyarrow as pa
+
+from engine.runlog import EPOCH_FIELDS, STEP_FIELDS
+
+__all__ = ["calibrations_table", "coerce", "epochs_table", "samples_table", "steps_table", "summarize",
+           "unique_epochs"]
+
+_KEYS = ("model_idx", "rank", "epoch")
+_INT32 = {"model_idx", "rank", "epoch", "n_steps", "step"}
+SAMPLE_FIELDS = ("t", "cpu_percent", "rss_bytes", "gpu_util", "gpu_mem_bytes")
+
+
+def _float(v: Any) -> float | None:
+    try:
+        out = float(v)
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None
+
+
+def _int(v: Any) -> int | None:
+    f = _float(v)
+    return int(f) if f is not None and abs(f) < 2**63 else None
+
+
+def _bool(v: Any) -> bool | None:
+    return v if isinstance(v, bool) else (bool(v) if isinstance(v, (int, float)) else None)
+
+
+def _str(v: Any) -> str | None:
+    return None if v is None else str(v)
+
+
+_CONVERT: dict[str, tuple[Callable[[Any], Any], pa.DataType]] = {
+    "DOUBLE": (_float, pa.float64()), "BIGINT": (_int, pa.int64()), "INTEGER": (_int, pa.int32()),
+    "BOOLEAN": (_bool, pa.bool_()), "VARCHAR": (_str, pa.string()),
+}
+
+
+def coerce(value: Any, sql_type: str) -> Any:
+    """A Python value fit for a column of this SQL type, or None."""
+    return _CONVERT.get(sql_type.split()[0], (_str, None))[0](value)
+
+
+def _sql_type(name: str) -> str:
+    if name == "warmup" or name == "cached":
+        return "BOOLEAN"
+    if name in ("samples", "rss_bytes", "gpu_mem_bytes"):
+        return "BIGINT"
+    if name in ("kind",):
+        return "VARCHAR"
+    return "INTEGER" if name in _INT32 else "DOUBLE"
+
+
+def _table(run_id: str, names: tuple[str, ...], rows: list[tuple | list | dict]) -> pa.Table:
+    """Columns from rows (sequences in `names` order, or dicts), coerced to the store's types."""
+    cols: dict[str, pa.Array] = {"run_id": pa.array([run_id] * len(rows), pa.string())}
+    for i, name in enumerate(names):
+        fn, typ = _CONVERT[_sql_type(name)]
+        if rows and isinstance(rows[0], dict):
+            values = [fn(r.get(name)) for r in rows]
+        else:
+            values = [fn(r[i]) if i < len(r) else None for r in rows]
+        cols[name] = pa.array(values, typ)
+    return pa.table(cols)
+
+
+def unique_epochs(events: list[dict]) -> list[dict]:
+    """Epoch events, one per (model_idx, rank, epoch), with 0 for a missing model_idx or rank."""
+    out: dict[tuple, dict] = {}
+    for e in events:
+        if e.get("type") == "epoch" and _int(e.get("epoch")) is not None:
+            e = {**e, "model_idx": _int(e.get("model_idx")) or 0, "rank": _int(e.get("rank")) or 0,
+                 "epoch": _int(e.get("epoch")), "warmup": bool(e.get("warmup", False))}
+            out[tuple(e[k] for k in _KEYS)] = e
+    return [out[k] for k in sorted(out)]
+
+
+def epochs_table(run_id: str, epochs: list[dict]) -> pa.Table:
+    return _table(run_id, EPOCH_FIELDS, epochs)
+
+
+def steps_table(run_id: str, epochs: list[dict]) -> pa.Table:
+    rows = []
+    for e in epochs:
+        steps = {}
+        for s in e.get("steps") or []:
+            if isinstance(s, (list, tuple)) and s and _int(s[0]) is not None:
+                steps[_int(s[0])] = s
+        keys = [e[k] for k in _KEYS]
+        rows.extend([*keys, *steps[n]] for n in sorted(steps))
+    return _table(run_id, _KEYS + STEP_FIELDS, rows)
+
+
+def samples_table(run_id: str, events: list[dict]) -> pa.Table:
+    rows = [r for e in events if e.get("type") == "samples" for r in e.get("rows") or [] if isinstance(r, list)]
+    return _table(run_id, SAMPLE_FIELDS, rows)
+
+
+def calibrations_table(run_id: str, events: list[dict]) -> pa.Table:
+    cals = [e for e in events if e.get("type") == "calibration"]
+    return _table(run_id, ("kind", "seconds", "ttfb_s", "cached"), cals)
+
+
+def summarize(epochs: list[dict], samples: pa.Table) -> dict[str, Any]:
+    """Run-level figures over steady-state (non-warm-up) epochs.
+
+    epoch_s: median over epochs of the epoch's wall time; with several models or ranks in an epoch,
+    the wall time from the first start to the last end. samples_per_s: all samples / all that wall time.
+    Shares: each part of the summed data_wait + h2d + compute. n_epochs counts finished epochs, warm-up included.
+    """
+    out: dict[str, Any] = {"n_epochs": len({e["epoch"] for e in epochs})}
+    steady = [e for e in epochs if not e["warmup"]]
+    by_epoch: dict[int, list[dict]] = {}
+    for e in steady:
+        by_epoch.setdefault(e["epoch"], []).append(e)
+    walls = [w for w in (_epoch_wall(group) for group in by_epoch.values()) if w is not None]
+    if walls:
+        out["epoch_s"] = statistics.median(walls)
+        total = sum(_float(e.get("samples")) or 0.0 for e in steady)
+        out["samples_per_s"] = total / sum(walls) if sum(walls) > 0 else None
+    ttfbs = [t for t in (_float(e.get("ttfb_s")) for e in steady) if t is not None]
+    out["ttfb_s"] = statistics.median(ttfbs) if ttfbs else None
+    # NOTE: shares are of the epochs' wall time, so what no timer explains shows up as `other`
+    # (loop overhead, optimizer bookkeeping, a loader's end-of-epoch teardown) instead of vanishing.
+    parts = {k: sum(_float(e.get(k)) or 0.0 for e in steady) for k in ("data_wait_s", "h2d_s", "compute_s")}
+    whole = sum(_float(e.get("wall_s")) or 0.0 for e in steady)
+    for k, v in parts.items():
+        out[k.removesuffix("_s") + "_share"] = v / whole if whole > 0 else None
+    out["other_share"] = max(0.0, 1.0 - sum(parts.values()) / whole) if whole > 0 else None
+    waits = sorted(w for w in (_float(s[1]) for e in steady for s in e.get("steps") or []
+                               if isinstance(s, (list, tuple)) and len(s) > 1) if w is not None)
+    for q in (50, 90, 99):
+        out[f"data_wait_p{q}_s"] = waits[min(len(waits) - 1, int(q / 100 * len(waits)))] if waits else None
+    rss = samples.column("rss_bytes").drop_null().to_pylist()
+    cpu = samples.column("cpu_percent").drop_null().to_pylist()
+    out["peak_rss_bytes"] = max(rss) if rss else None
+    out["mean_cpu_pct"] = statistics.fmean(cpu) if cpu else None
+    return out
+
+
+def _epoch_wall(group: list[dict]) -> float | None:
+    if len(group) == 1:
+        return _float(group[0].get("wall_s"))
+    starts = [_float(e.get("t_start")) for e in group]
+    ends = [_float(e.get("t_end")) for e in group]
+    if None not in starts and None not in ends:
+        return max(ends) - min(starts)
+    walls = [w for w in (_float(e.get("wall_s")) for e in group) if w is not None]
+    return max(walls) if walls else None

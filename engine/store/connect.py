@@ -1,0 +1,135 @@
+"""The one way to open the DuckDB store, held for one operation only.
+
+    with connect(read_only=True) as conn:
+        n = conn.execute("SELECT count(*) FROM runs").fetchall()[0][0]
+
+DuckDB allows one read-write process or many read-only ones, never both. So every open first takes
+the sidecar lock `<db>.lock` (shared for readers, exclusive for writers), waiting with backoff while
+another LoaderLab process holds it; then it opens DuckDB, retrying while a program outside the project
+(a user's `duckdb` shell) holds the file. Past the timeout (30 s, or $LOADERLAB_LOCK_TIMEOUT) it
+raises StoreBusy naming the holder. Writers bring the schema up to date; readers of a missing or
+outdated file get it created or upgraded first, briefly as a writer, so they never fail on a fresh machine.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import duckdb
+
+from engine.paths import db_path
+from engine.store._lock import SidecarLock, backoff
+from engine.store.errors import StoreBusy, StoreCorrupt, StoreError
+from engine.store.schema import ensure_schema, needs_upgrade
+
+__all__ = ["DEFAULT_TIMEOUT_S", "connect"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_S = 30.0
+_LOCKED = re.compile(r"Could not set lock|Conflicting lock", re.I)
+_HOLDER = re.compile(r"Conflicting lock is held in (.*?) \(PID (\d+)\)")
+_OTHER_CONFIG = re.compile(r"different configuration", re.I)
+# NOTE: off for every connection: else a missing table name is looked up among Python variables
+# (schema_version would find the function of that name). Inserts use conn.register() instead.
+_BASE_CONFIG = {"python_enable_replacements": False}
+_CORRUPT = re.compile(r"not a valid DuckDB database|corrupt|checksum|deseriali", re.I)
+
+
+@contextmanager
+def connect(db: str | os.PathLike | None = None, *, read_only: bool, timeout_s: float | None = None,
+            config: dict[str, object] | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
+    """Yield a DuckDB connection to the store; it and the lock are released when the block ends.
+
+    `config`: DuckDB settings fixed for this connection's database instance (the SQL sandbox locks
+    external access this way). NOTE: DuckDB shares one instance per file within a process, so an open
+    with other settings waits while this process has the file open with different ones.
+    """
+    path = db_path(db)
+    if timeout_s is None:
+        timeout_s = float(os.environ.get("LOADERLAB_LOCK_TIMEOUT") or DEFAULT_TIMEOUT_S)
+    deadline = time.monotonic() + timeout_s
+    if read_only and not path.exists():
+        _close(*_open(path, False, deadline))  # create it with the schema
+    lock, conn = _open(path, read_only, deadline, config)
+    if read_only and _guarded(path, needs_upgrade, conn, lock):
+        _close(lock, conn)  # an older file or a new RunConfig field: upgrade as writer, then read
+        _close(*_open(path, False, deadline))
+        lock, conn = _open(path, read_only, deadline, config)
+    try:
+        yield conn
+    finally:
+        _close(lock, conn)
+
+
+def _open(path: Path, read_only: bool, deadline: float,
+          config: dict[str, object] | None = None) -> tuple[SidecarLock, duckdb.DuckDBPyConnection]:
+    if not read_only:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    lock = SidecarLock(path, exclusive=not read_only, deadline=deadline).__enter__()
+    try:
+        conn = _duckdb_open(path, read_only, deadline, {**_BASE_CONFIG, **(config or {})})
+    except BaseException:
+        lock.close()
+        raise
+    if not read_only:
+        _guarded(path, ensure_schema, conn, lock)
+    return lock, conn
+
+
+def _guarded(path: Path, fn, conn: duckdb.DuckDBPyConnection, lock: SidecarLock):
+    """Run a schema step; on failure close everything and raise the store's error."""
+    try:
+        return fn(conn, path)
+    except duckdb.Error as e:
+        _close(lock, conn)
+        raise _classify(path, e) from e
+    except BaseException:
+        _close(lock, conn)
+        raise
+
+
+def _close(lock: SidecarLock, conn: duckdb.DuckDBPyConnection) -> None:
+    try:
+        conn.close()
+    finally:
+        lock.close()
+
+
+def _duckdb_open(path: Path, read_only: bool, deadline: float, config: dict) -> duckdb.DuckDBPyConnection:
+    last: duckdb.Error | None = None
+    for _ in backoff(deadline):
+        try:
+            conn = duckdb.connect(str(path), read_only=read_only, config=config)
+        except duckdb.Error as e:
+            if not (_LOCKED.search(str(e)) or _OTHER_CONFIG.search(str(e))):
+                raise _classify(path, e) from e
+            last = e  # another program has the file, or this process has it with other settings: wait
+            continue
+        try:
+            conn.execute("SET enable_progress_bar = false")  # the bar would write to the terminal
+        except duckdb.Error:
+            pass  # a configuration locked by the SQL sandbox; the bar is cosmetic
+        return conn
+    if _OTHER_CONFIG.search(str(last)):
+        who = f"this process (pid {os.getpid()}) with other settings"
+    else:
+        found = _HOLDER.search(str(last))
+        who = f"{found.group(1)} (pid {found.group(2)})" if found else "another program"
+    raise StoreBusy(f"the store {path} is open in {who}, which blocks {'reading' if read_only else 'writing'}; "
+                    "close the other DuckDB session or retry")
+
+
+def _classify(path: Path, e: duckdb.Error) -> StoreError:
+    if _CORRUPT.search(str(e)):
+        return StoreCorrupt(
+            f"the store {path} cannot be read ({e}); it was left untouched. Move it aside "
+            f"(mv {path} {path}.broken) or restore a backup ({path.name}.bak-v*), then retry, "
+            "or start fresh with --db PATH to a new file")
+    return StoreError(f"could not open the store {path}: {e}")

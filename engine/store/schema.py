@@ -1,0 +1,139 @@
+"""The store's tables, its version and its migrations.
+
+`ensure_schema(conn, path)` runs on every writer open. It applies the migrations the file lacks, in
+order, after copying the file to `<db>.bak-v<old>`, and adds a `runs` column for every RunConfig field
+the table lacks, so the config schema and the store stay one schema: a new field needs no migration.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+import duckdb
+
+from engine.config import config_fields
+from engine.store.errors import StoreVersionError
+from engine.store.tables import BUILTIN_QUERIES, RUN_COLUMNS, SUMMARY_COLUMNS, TABLES
+
+__all__ = ["MIGRATIONS", "RUN_COLUMNS", "SCHEMA_VERSION", "SUMMARY_COLUMNS", "TABLES", "config_columns",
+           "ensure_schema", "needs_upgrade", "schema_version"]
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+
+_SQL_TYPES = {"int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "str": "VARCHAR", "list[str]": "VARCHAR"}
+
+
+def config_columns() -> dict[str, str]:
+    """RunConfig field -> SQL type, in declaration order. list[str] fields hold JSON text."""
+    out = {}
+    for f in config_fields():
+        if f.name in RUN_COLUMNS:
+            raise RuntimeError(f"RunConfig field '{f.name}' collides with the store column of that name; "
+                               "rename the field")
+        out[f.name] = _SQL_TYPES.get(_type_name(f.type), "VARCHAR")
+    return out
+
+
+def _type_name(t: object) -> str:
+    """'int', 'list[str]', ... whether annotations are strings (PEP 563) or real types."""
+    if isinstance(t, str):
+        return t.replace(" ", "")
+    return str(t) if hasattr(t, "__origin__") else getattr(t, "__name__", str(t))
+
+
+def _v1(conn: duckdb.DuckDBPyConnection) -> None:
+    cols = ", ".join(f'"{k}" {v}' for k, v in RUN_COLUMNS.items())
+    conn.execute(f"CREATE TABLE IF NOT EXISTS runs ({cols})")
+    for name, body in TABLES.items():
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {name} ({body})")
+    now = _now()
+    for name, sql in BUILTIN_QUERIES.items():
+        conn.execute("INSERT OR IGNORE INTO saved_queries VALUES (?, ?, true, ?)", [name, sql, now])
+
+
+# (version, migration) in order. A migration gets a writer connection inside a transaction.
+MIGRATIONS: list[tuple[int, Callable[[duckdb.DuckDBPyConnection], None]]] = [(1, _v1)]
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def _table_names(conn: duckdb.DuckDBPyConnection) -> set[str]:
+    rows = conn.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
+                        "AND schema_name = 'main' AND NOT temporary").fetchall()
+    return {r[0] for r in rows}
+
+
+def schema_version(conn: duckdb.DuckDBPyConnection) -> int:
+    """The file's schema version; 0 for a file without LoaderLab tables."""
+    try:  # NOTE: cheaper than looking in duckdb_tables(), which costs ~25 ms on a fresh connection
+        return conn.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchall()[0][0]
+    except duckdb.CatalogException:
+        return 0
+
+
+def _missing_config_columns(conn: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    have = {r[0] for r in conn.execute("SELECT name FROM pragma_table_info('runs')").fetchall()}
+    return {k: v for k, v in config_columns().items() if k not in have}
+
+
+def _check_not_newer(version: int, path: Path | None) -> None:
+    if version > SCHEMA_VERSION:
+        raise StoreVersionError(
+            f"the store {path} was written by a newer LoaderLab (schema v{version}; this one knows "
+            f"v{SCHEMA_VERSION}); upgrade LoaderLab or use --db with another file")
+
+
+def needs_upgrade(conn: duckdb.DuckDBPyConnection, path: Path | None = None) -> bool:
+    """Whether a writer must run ensure_schema first (readers call this; it never writes)."""
+    version = schema_version(conn)
+    _check_not_newer(version, path)
+    return version < SCHEMA_VERSION or bool(_missing_config_columns(conn))
+
+
+def ensure_schema(conn: duckdb.DuckDBPyConnection, path: Path | None = None) -> None:
+    """Bring the file to SCHEMA_VERSION and add missing config columns. Cheap when nothing is missing."""
+    version = schema_version(conn)
+    _check_not_newer(version, path)
+    pending = [(v, fn) for v, fn in MIGRATIONS if v > version]
+    if pending and path is not None and (version > 0 or _table_names(conn)):
+        _backup(conn, path, version)
+    for v, fn in pending:
+        conn.execute("BEGIN TRANSACTION")
+        try:
+            if "schema_version" not in _table_names(conn):
+                conn.execute("CREATE TABLE schema_version (version INTEGER, applied_at TIMESTAMP)")
+            fn(conn)
+            conn.execute("INSERT INTO schema_version VALUES (?, ?)", [v, _now()])
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        log.info("store %s migrated to schema v%d", path, v)
+    missing = _missing_config_columns(conn)
+    for name, sql_type in missing.items():
+        # NOTE: on an existing file, a RunConfig field added since; its old runs get NULL there.
+        conn.execute(f'ALTER TABLE runs ADD COLUMN "{name}" {sql_type}')
+    if missing and not pending:
+        log.info("store %s: added runs columns for new config fields: %s", path, ", ".join(missing))
+
+
+def _backup(conn: duckdb.DuckDBPyConnection, path: Path, version: int) -> Path:
+    """Copy the file before migrating it; an earlier backup of the same version is kept, never overwritten."""
+    conn.execute("CHECKPOINT")  # the WAL folded in, so the copy is the whole database
+    target = path.with_name(f"{path.name}.bak-v{version}")
+    n = 1
+    while target.exists():
+        target = path.with_name(f"{path.name}.bak-v{version}.{n}")
+        n += 1
+    shutil.copy2(path, target)
+    log.warning("store %s is at schema v%d; backed it up to %s before migrating", path, version, target)
+    return target
+

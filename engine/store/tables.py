@@ -1,0 +1,52 @@
+"""The store's tables as DDL text: the fixed `runs` columns, the other tables and the built-in saved queries.
+
+The `runs` table also gets one column per RunConfig field; schema.py adds those from the config schema.
+"""
+
+from __future__ import annotations
+
+__all__ = ["BUILTIN_QUERIES", "RUN_COLUMNS", "SUMMARY_COLUMNS", "TABLES"]
+
+# Run-level figures computed at ingest (or copied from the run's `summary` event).
+SUMMARY_COLUMNS = {
+    "epoch_s": "DOUBLE", "samples_per_s": "DOUBLE", "ttfb_s": "DOUBLE", "data_wait_share": "DOUBLE",
+    "h2d_share": "DOUBLE", "compute_share": "DOUBLE", "bound_s": "DOUBLE", "efficiency": "DOUBLE",
+    "verdict": "VARCHAR", "peak_rss_bytes": "BIGINT", "mean_cpu_pct": "DOUBLE", "n_epochs": "INTEGER",
+    "other_share": "DOUBLE", "data_wait_p50_s": "DOUBLE", "data_wait_p90_s": "DOUBLE", "data_wait_p99_s": "DOUBLE",
+    "loader_only_s": "DOUBLE", "compute_only_s": "DOUBLE", "aggregate_samples_per_s": "DOUBLE",
+}
+# Fixed `runs` columns; config columns follow, generated from RunConfig.
+RUN_COLUMNS = {
+    "run_id": "VARCHAR PRIMARY KEY", "status": "VARCHAR", "error": "VARCHAR", "created_at": "TIMESTAMP",
+    "started_at": "TIMESTAMP", "ended_at": "TIMESTAMP", "sweep_id": "VARCHAR", "config_idx": "INTEGER",
+    "repeat_idx": "INTEGER", "job_id": "VARCHAR", "host": "VARCHAR", "host_fingerprint": "VARCHAR",
+    "host_json": "VARCHAR", "cpu_model": "VARCHAR", "cores": "INTEGER", "gpu_name": "VARCHAR",
+    "torch_version": "VARCHAR", "python_version": "VARCHAR", "git_commit": "VARCHAR", "config_json": "VARCHAR",
+    "tags": "VARCHAR", "notes": "VARCHAR", "deleted": "BOOLEAN DEFAULT false", "summary_json": "VARCHAR",
+    "run_dir": "VARCHAR", "ingested_bytes": "BIGINT", **SUMMARY_COLUMNS,
+}
+_KEYS = "model_idx INTEGER, rank INTEGER, epoch INTEGER"
+TABLES = {
+    "epochs": f"run_id VARCHAR, {_KEYS}, warmup BOOLEAN, wall_s DOUBLE, samples BIGINT, samples_per_s DOUBLE, "
+              "ttfb_s DOUBLE, data_wait_s DOUBLE, h2d_s DOUBLE, compute_s DOUBLE, n_steps INTEGER, "
+              "t_start DOUBLE, t_end DOUBLE, loss DOUBLE, allreduce_s DOUBLE, "
+              "PRIMARY KEY (run_id, model_idx, rank, epoch)",
+    "steps": f"run_id VARCHAR, {_KEYS}, step INTEGER, data_wait_s DOUBLE, h2d_s DOUBLE, compute_s DOUBLE, "
+             "total_s DOUBLE, PRIMARY KEY (run_id, model_idx, rank, epoch, step)",
+    "samples": "run_id VARCHAR, t DOUBLE, cpu_percent DOUBLE, rss_bytes BIGINT, gpu_util DOUBLE, gpu_mem_bytes BIGINT",
+    "calibrations": "run_id VARCHAR, kind VARCHAR, seconds DOUBLE, ttfb_s DOUBLE, cached BOOLEAN",
+    "jobs": "job_id VARCHAR PRIMARY KEY, created_at TIMESTAMP, status VARCHAR, config_json VARCHAR, "
+            "sweep_id VARCHAR, run_id VARCHAR, device VARCHAR, pid INTEGER, error VARCHAR, "
+            "started_at TIMESTAMP, ended_at TIMESTAMP",
+    "views": "view_id VARCHAR PRIMARY KEY, created_at TIMESTAMP, state_json VARCHAR",
+    "saved_queries": "name VARCHAR PRIMARY KEY, sql VARCHAR, builtin BOOLEAN, created_at TIMESTAMP",
+}
+BUILTIN_QUERIES = {
+    "recent runs": "SELECT run_id, status, workload, loader, workers, mode, model, epoch_s, samples_per_s\n"
+                   "FROM runs WHERE NOT deleted ORDER BY created_at DESC LIMIT 50",
+    "fastest loader per workload": "SELECT workload, loader, workers, median(epoch_s) AS epoch_s, count(*) AS runs\n"
+                                   "FROM runs WHERE status = 'done' AND NOT deleted\n"
+                                   "GROUP BY ALL ORDER BY workload, epoch_s",
+    "where the time goes": "SELECT run_id, data_wait_share, h2d_share, compute_share, efficiency, verdict\n"
+                           "FROM runs WHERE status = 'done' AND NOT deleted ORDER BY created_at DESC",
+}

@@ -1,0 +1,186 @@
+"""The SQL sandbox: hostile statements are refused with a message and leave the store file byte-identical;
+good SELECTs come back as DataFrames, bounded in rows and time."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import pytest
+
+from engine.config import RunConfig
+from engine.runlog import RunLog
+from engine.store import QueryRejected, ingest_run, list_runs, run_query
+from engine.store.sandbox import sandbox_connection
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory) -> Path:
+    """A store with one run, shared by the module: no test here may change it."""
+    root = tmp_path_factory.mktemp("sandbox")
+    with RunLog(root / "runs" / "r1") as rl:
+        rl.write("start", run_id="r1", config=RunConfig(loader="threads", workers=2).to_dict(), host={})
+        for ep in range(2):
+            rl.write("epoch", model_idx=0, rank=0, epoch=ep, warmup=ep == 0, wall_s=1.5, samples=10, ttfb_s=0.1,
+                     data_wait_s=0.1, h2d_s=0.0, compute_s=1.0, n_steps=1, steps=[[0, 0.1, 0.0, 1.0, 1.1]])
+        rl.write("end", status="done", error=None)
+    path = root / "loaderlab.duckdb"
+    ingest_run(root / "runs" / "r1", db=path)
+    return path
+
+
+@pytest.fixture
+def unchanged(db, tmp_path):
+    """Asserts after the test that the store file is byte-identical and nothing was written to tmp_path."""
+    before = hashlib.sha256(db.read_bytes()).hexdigest()
+    yield tmp_path
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == before
+    assert list(tmp_path.iterdir()) == []
+
+
+HOSTILE = [
+    "INSERT INTO runs (run_id) VALUES ('x')",
+    "UPDATE runs SET status = 'done'",
+    "DELETE FROM runs",
+    "DROP TABLE runs",
+    "DROP TABLE runs; -- just one statement",
+    "/* hidden */ DELETE FROM epochs",
+    "CREATE TABLE t (a INTEGER)",
+    "CREATE TEMP TABLE t AS SELECT 1",
+    "CREATE MACRO m() AS 1",
+    "ALTER TABLE runs ADD COLUMN x INTEGER",
+    "ATTACH '{tmp}/other.duckdb' AS other",
+    "DETACH loaderlab",
+    "USE memory",
+    "COPY runs TO '{tmp}/x.csv'",
+    "COPY (SELECT 1) TO '{tmp}/y.parquet' (FORMAT parquet)",
+    "COPY runs FROM '/etc/passwd'",
+    "EXPORT DATABASE '{tmp}/dump'",
+    "SELECT * FROM read_csv('/etc/passwd')",
+    "SELECT * FROM READ_CSV_AUTO('/etc/passwd')",
+    'SELECT * FROM "read_csv"(\'/etc/passwd\')',
+    "SELECT * FROM read_text('/etc/passwd')",
+    "SELECT * FROM read_blob('/etc/passwd')",
+    "SELECT * FROM read_json_auto('/etc/passwd')",
+    "SELECT * FROM read_parquet('{tmp}/x.parquet')",
+    "SELECT * FROM parquet_scan('{tmp}/x.parquet')",
+    "SELECT * FROM sniff_csv('/etc/passwd')",
+    "SELECT * FROM glob('/*')",
+    "SELECT * FROM '/etc/passwd'",
+    "SELECT * FROM query('SELECT 1')",
+    "SELECT * FROM duckdb_secrets()",
+    "INSTALL httpfs",
+    "LOAD httpfs",
+    "SET enable_external_access = true",
+    "RESET enable_external_access",
+    "SET lock_configuration = false",
+    "SET threads = 1",
+    "PRAGMA enable_profiling",
+    "SELECT 1; DROP TABLE runs",
+    "SELECT 1; SELECT 2",
+    "CALL pragma_version()",
+    "CHECKPOINT",
+    "VACUUM",
+    "BEGIN TRANSACTION",
+    "PREPARE p AS DELETE FROM runs",
+    "WITH d AS (DELETE FROM runs RETURNING *) SELECT * FROM d",
+    "EXPLAIN ANALYZE COPY runs TO '{tmp}/z.csv'",
+    "MERGE INTO runs USING runs AS s ON (runs.run_id = s.run_id) WHEN MATCHED THEN DELETE",
+    "CREATE SECRET (TYPE s3, KEY_ID 'x', SECRET 'y')",
+    "SELECT 1 INTO t",
+    "",
+    "   -- only a comment",
+]
+
+
+@pytest.mark.parametrize("sql", HOSTILE)
+def test_hostile_statement_is_rejected_and_store_unchanged(db, unchanged, sql):
+    with pytest.raises(QueryRejected) as err:
+        run_query(sql.format(tmp=unchanged), db=db)
+    assert len(str(err.value)) > 10
+
+
+def test_python_variables_are_not_tables(db, unchanged):
+    secret_frame = pd.DataFrame({"password": ["hunter2"]})  # noqa: F841 - what a replacement scan would read
+    with pytest.raises(QueryRejected, match="secret_frame"):
+        run_query("SELECT * FROM secret_frame", db=db)
+
+
+def test_slow_query_is_stopped(db, unchanged):
+    with pytest.raises(QueryRejected, match="took longer than 1 s and was stopped; add a LIMIT or a WHERE"):
+        run_query("SELECT count(*) FROM range(1000000) a, range(1000000) b WHERE a.range + b.range = -1",
+                  db=db, timeout_s=1)
+
+
+def test_rows_are_capped(db, unchanged):
+    result = run_query("SELECT * FROM range(100000000)", db=db, max_rows=1000)
+    assert result.truncated and len(result.df) == 1000
+    assert not run_query("SELECT * FROM range(5)", db=db, max_rows=5).truncated
+
+
+def test_good_queries_return_dataframes(db, unchanged):
+    result = run_query("SELECT run_id, loader, workers, epoch_s FROM runs", db=db)
+    assert isinstance(result.df, pd.DataFrame) and not result.truncated and result.elapsed_s >= 0
+    assert result.df.to_dict("records") == [{"run_id": "r1", "loader": "threads", "workers": 2, "epoch_s": 1.5}]
+    for sql in ("WITH e AS (SELECT * FROM epochs) SELECT count(*) AS n FROM e", "DESCRIBE runs", "SHOW TABLES",
+                "VALUES (1), (2)", "FROM steps", "SUMMARIZE epochs", "EXPLAIN SELECT * FROM runs;"):
+        assert len(run_query(sql, db=db).df) >= 1, sql
+
+
+def test_reader_in_another_thread_waits_for_the_sandbox_instead_of_failing(db, unchanged):
+    errors: list[Exception] = []
+
+    def slow() -> None:
+        try:
+            run_query("SELECT count(*) FROM range(1000000) a, range(1000000) b WHERE a.range + b.range = -1",
+                      db=db, timeout_s=1)
+        except QueryRejected:
+            pass  # stopped by its timeout, as expected
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    thread = threading.Thread(target=slow)
+    thread.start()
+    for _ in range(3):
+        assert len(list_runs(db=db)) == 1  # this process's other reader shares the file, with other settings
+    thread.join(30)
+    assert errors == []
+
+
+def test_sandbox_leaves_other_connections_unlocked(db, unchanged):
+    run_query("SELECT 1", db=db)
+    assert len(list_runs(db=db)) == 1  # a normal reader afterwards is not stuck with the sandbox's settings
+    assert os.access(db, os.R_OK)
+
+
+ENGINE_LEVEL = [  # what the parser check would refuse, sent straight to the locked-down connection
+    "INSERT INTO runs (run_id) VALUES ('x')",
+    "DELETE FROM runs",
+    "DROP TABLE runs",
+    "CREATE TABLE t (a INTEGER)",
+    "COPY runs TO '{tmp}/x.csv'",
+    "EXPORT DATABASE '{tmp}/dump'",
+    "ATTACH '{tmp}/other.duckdb' AS other",
+    "SELECT * FROM read_csv('/etc/passwd')",
+    "SELECT * FROM read_text('/etc/passwd')",
+    "SELECT * FROM glob('/*')",
+    "SELECT * FROM query('SELECT * FROM read_csv(''/etc/passwd'')')",
+    "INSTALL httpfs",
+    "LOAD httpfs",
+    "SET enable_external_access = true",
+    "SET lock_configuration = false",
+    "SELECT * FROM secret_frame",
+]
+
+
+@pytest.mark.parametrize("sql", ENGINE_LEVEL)
+def test_read_only_and_lockdown_hold_without_the_parser_check(db, unchanged, sql):
+    secret_frame = pd.DataFrame({"password": ["hunter2"]})  # noqa: F841
+    with sandbox_connection(db) as conn:
+        with pytest.raises(duckdb.Error):
+            conn.execute(sql.format(tmp=unchanged)).fetchall()
+        assert conn.execute("SELECT current_setting('enable_external_access')").fetchall() == [(False,)]
