@@ -18,7 +18,7 @@ DEMO_SWEEP = {
     "name": "demo",
     "repeats": 1,
     "seed": 0,
-    "base": {"workload": "jpeg", "n_samples": 512, "image_size": 32, "model": "cnn", "width": 16, "depth": 1,
+    "base": {"workload": "jpeg", "n_samples": 256, "image_size": 32, "model": "cnn", "width": 8, "depth": 1,
              "batch_size": 64, "epochs": 2, "warmup_epochs": 1, "tag": "demo"},
     "grid": {"loader": ["sync", "prefetch", "threads", "processes"], "workers": [2]},  # sync, prefetch: workers 0
 }

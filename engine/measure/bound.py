@@ -5,6 +5,8 @@ Two calibration passes, measured after the run in the same process:
   compute-only  the same epoch's batches already on the device, replayed through a fresh model
 
     bound      = max(loader steady, compute) + time to first batch
+                 (the run's own median steady-state TTFB: a fresh loader's TTFB would charge worker
+                 start-up that persistent workers pay only once, and overstate the bound)
     efficiency = bound / median steady-state epoch time          (1.0 = nothing left on the table)
     verdict    = data-bound | compute-bound    when the bound explains >= EXPLAINED of the time,
                  overhead-bound                otherwise (neither pass explains the time)
@@ -51,7 +53,8 @@ def calibrate(cfg: RunConfig, device: torch.device, runlog: RunLog, run_dir: Pat
     """Measure (or reuse) both passes, log them, and return the summary figures for the run row."""
     events = read_events(run_dir)
     start = next(e for e in events if e["type"] == "start")
-    steady = [e["wall_s"] for e in events if e["type"] == "epoch" and not e["warmup"] and e["model_idx"] == 0]
+    steady_events = [e for e in events if e["type"] == "epoch" and not e["warmup"] and e["model_idx"] == 0]
+    steady = [e["wall_s"] for e in steady_events]
     if cfg.mode != "single" or not steady:
         return {"bound_note": f"no lower bound for mode '{cfg.mode}' yet" if cfg.mode != "single" else None}
     scope = start.get("sweep_id") or start["run_id"]
@@ -59,7 +62,8 @@ def calibrate(cfg: RunConfig, device: torch.device, runlog: RunLog, run_dir: Pat
     loader = _cached(cache, scope, "loader", cfg, LOADER_KEYS, lambda: _loader_pass(cfg, device), runlog)
     compute = _cached(cache, scope, "compute", cfg, COMPUTE_KEYS, lambda: _compute_pass(cfg, device), runlog)
     measured = statistics.median(steady)
-    bound_s = max(loader["seconds"], compute["seconds"]) + loader["ttfb_s"]
+    ttfb = statistics.median(e["ttfb_s"] for e in steady_events)
+    bound_s = max(loader["seconds"], compute["seconds"]) + ttfb
     efficiency = bound_s / measured if measured > 0 else None
     return {"bound_s": bound_s, "efficiency": efficiency, "loader_only_s": loader["seconds"],
             "compute_only_s": compute["seconds"], "calib_ttfb_s": loader["ttfb_s"],

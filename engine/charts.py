@@ -1,0 +1,155 @@
+"""Plotly figures as pure functions of DataFrames, so they are testable without Streamlit.
+
+Inputs are the frames the store returns: `explore_summary` (one row per group with median, lo, hi,
+n and run_ids), `get_epochs`, `get_steps`, or any query result. Every figure that shows runs carries
+their ids in `custom_data`, so a click or a box selection in the dashboard hands back run ids.
+
+    fig = metric_chart(summary, x="loader", metric="epoch_s", color="workers")
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.express as px
+import plotly.graph_objects as go
+
+__all__ = ["METRIC_LABELS", "auto_chart", "compare_chart", "epoch_breakdown_chart", "epoch_chart",
+           "metric_chart", "step_timeline_chart"]
+
+METRIC_LABELS = {"epoch_s": "epoch time (s)", "samples_per_s": "samples/s", "data_wait_share": "data-wait share"}
+_PHASES = {"data_wait_s": "data wait", "h2d_s": "copy to device", "compute_s": "compute"}
+_NONE = "(none)"
+_VERDICT = ("bound_s", "efficiency", "verdict")  # shown wherever epoch time is
+_HOVER_IDS = 3  # ids written into the hover box; the rest are counted
+
+
+def _empty(title: str) -> go.Figure:
+    fig = go.Figure()
+    fig.update_layout(title=title, xaxis_visible=False, yaxis_visible=False,
+                      annotations=[{"text": "no data", "showarrow": False, "font": {"size": 16}}])
+    return fig
+
+
+def _hover_ids(ids: str, n: int) -> str:
+    parts = [p for p in str(ids or "").split(",") if p]
+    more = n - len(parts[:_HOVER_IDS])
+    return ", ".join(parts[:_HOVER_IDS]) + (f" (+{more} more)" if more > 0 else "")
+
+
+def metric_chart(summary: pd.DataFrame, *, x: str, metric: str = "epoch_s", color: str | None = None,
+                 facet: str | None = None) -> go.Figure:
+    """Median of `metric` per group with error bars (`lo`..`hi`) where a group has repeats.
+
+    `summary` columns: x, [color], [facet], median, lo, hi, n, run_ids (comma-separated).
+    A numeric x is drawn as lines between points; a categorical one as points.
+    """
+    label = METRIC_LABELS.get(metric, metric)
+    if summary.empty:
+        return _empty(f"{label} by {x}")
+    df = summary.copy()
+    for col in {c for c in (color, facet) if c}:
+        df[col] = df[col].astype("string").fillna(_NONE)  # discrete colours and facets, even for numbers
+    numeric_x = pd.api.types.is_numeric_dtype(df[x]) and not pd.api.types.is_bool_dtype(df[x])
+    if not numeric_x:
+        df[x] = df[x].astype("string").fillna(_NONE)
+    df = df.sort_values([c for c in (facet, color, x) if c])
+    df["err_plus"] = (df["hi"] - df["median"]).clip(lower=0).fillna(0)
+    df["err_minus"] = (df["median"] - df["lo"]).clip(lower=0).fillna(0)
+    df["runs"] = [_hover_ids(ids, n) for ids, n in zip(df["run_ids"], df["n"])]
+    title = f"{label} by {x}" + (f", colour {color}" if color else "") + (f", per {facet}" if facet else "")
+    kwargs = dict(x=x, y="median", color=color, facet_col=facet, error_y="err_plus", error_y_minus="err_minus",
+                  custom_data=["run_ids"], labels={"median": f"median {label}", "runs": "run ids"},
+                  hover_data={"n": True, "runs": True, "err_plus": False, "err_minus": False,
+                              **{c: ":.3f" if c != "verdict" else True for c in _VERDICT if c in df}}, title=title)
+    if facet:
+        kwargs["facet_col_wrap"] = 3
+    if numeric_x:
+        fig = px.line(df, markers=True, **kwargs)
+    else:
+        fig = px.scatter(df, **kwargs)
+        fig.update_xaxes(type="category")
+    fig.update_traces(marker={"size": 10})
+    fig.update_layout(clickmode="event+select", legend_title_text=color or "")
+    return fig
+
+
+def epoch_chart(epochs: pd.DataFrame) -> go.Figure:
+    """Wall time per epoch, one line per model/rank; warm-up epochs are drawn as open markers."""
+    if epochs.empty:
+        return _empty("epoch time")
+    df = epochs.sort_values("epoch").copy()
+    df["series"] = "model " + df["model_idx"].astype(str) + " · rank " + df["rank"].astype(str)
+    df["phase"] = df["warmup"].map({True: "warm-up", False: "measured"}).fillna("measured")
+    fig = px.line(df, x="epoch", y="wall_s", color="series" if df["series"].nunique() > 1 else None,
+                  markers=True, symbol="phase", symbol_map={"warm-up": "circle-open", "measured": "circle"},
+                  hover_data=["samples_per_s", "ttfb_s"], labels={"wall_s": "epoch time (s)"}, title="epoch time")
+    fig.update_xaxes(dtick=1)
+    return fig
+
+
+def epoch_breakdown_chart(epochs: pd.DataFrame) -> go.Figure:
+    """Stacked seconds per epoch: data wait, copy to device, compute, and the rest of the wall time."""
+    if epochs.empty:
+        return _empty("where each epoch's time goes")
+    df = epochs.groupby("epoch", as_index=False)[["wall_s", *_PHASES]].mean()  # mean over models/ranks
+    df["other_s"] = (df["wall_s"] - df[list(_PHASES)].sum(axis=1)).clip(lower=0)
+    long = df.melt(id_vars="epoch", value_vars=[*_PHASES, "other_s"], var_name="phase", value_name="seconds")
+    long["phase"] = long["phase"].map({**_PHASES, "other_s": "other"})
+    fig = px.bar(long, x="epoch", y="seconds", color="phase", barmode="stack",
+                 title="where each epoch's time goes")
+    fig.update_xaxes(dtick=1)
+    return fig
+
+
+def step_timeline_chart(steps: pd.DataFrame, epoch: int | None = None) -> go.Figure:
+    """One epoch's steps laid end to end: each step's data wait, copy and compute as segments in time."""
+    title = "step timeline" + (f", epoch {epoch}" if epoch is not None else "")
+    if steps.empty:
+        return _empty(title)
+    df = steps.sort_values("step").copy()
+    if df[["model_idx", "rank"]].drop_duplicates().shape[0] > 1:
+        first = df.iloc[0]
+        df = df[(df["model_idx"] == first["model_idx"]) & (df["rank"] == first["rank"])]
+        title += f" (model {first['model_idx']}, rank {first['rank']})"
+    # NOTE: a step's total may exceed the sum of its parts (loop overhead): the gap shows as white space.
+    df["start"] = df["total_s"].cumsum().shift(fill_value=0.0)
+    rows = []
+    for col, name in _PHASES.items():
+        offset = sum(df[c] for c in list(_PHASES)[:list(_PHASES).index(col)]) if col != "data_wait_s" else 0.0
+        rows.append(pd.DataFrame({"step": df["step"], "phase": name, "seconds": df[col],
+                                  "base": df["start"] + offset}))
+    long = pd.concat(rows, ignore_index=True)
+    fig = px.bar(long, x="seconds", y="phase", base="base", color="phase", orientation="h",
+                 hover_data=["step"], title=title, labels={"seconds": "time into the epoch (s)"})
+    fig.update_layout(barmode="overlay", showlegend=False)
+    fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(_PHASES.values())))
+    return fig
+
+
+def compare_chart(epochs: pd.DataFrame) -> go.Figure:
+    """Epoch curves of several runs overlaid (frame with a run_id column), model 0 / rank 0 only."""
+    if epochs.empty:
+        return _empty("epoch time, compared")
+    df = epochs[(epochs["model_idx"] == 0) & (epochs["rank"] == 0)].sort_values(["run_id", "epoch"])
+    fig = px.line(df, x="epoch", y="wall_s", color="run_id", markers=True, custom_data=["run_id"],
+                  labels={"wall_s": "epoch time (s)"}, title="epoch time, compared")
+    fig.update_xaxes(dtick=1)
+    return fig
+
+
+def auto_chart(df: pd.DataFrame) -> go.Figure | None:
+    """A first look at a query result: time column → line; categorical + numeric → bar; else None."""
+    if df.empty or len(df.columns) < 2:
+        return None
+    numeric = [c for c in df.columns if pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])]
+    times = [c for c in df.columns if pd.api.types.is_datetime64_any_dtype(df[c])]
+    labels = [c for c in df.columns if c not in numeric and c not in times]
+    if times and numeric:
+        return px.line(df.sort_values(times[0]), x=times[0], y=numeric[0], color=labels[0] if labels else None,
+                       markers=True, title=f"{numeric[0]} over {times[0]}")
+    if labels and numeric:
+        small = df.head(200)  # a bar per row: more than this is unreadable
+        small = small.assign(**{labels[0]: small[labels[0]].astype("string").fillna(_NONE)})
+        return px.bar(small, x=labels[0], y=numeric[0], title=f"{numeric[0]} by {labels[0]}",
+                      color=labels[1] if len(labels) > 1 else None, barmode="group")
+    return None

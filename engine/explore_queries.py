@@ -1,0 +1,120 @@
+"""The dashboard's read queries that aggregate in DuckDB: grouped medians with error bars and filter
+choices for Explore. Nothing here ships raw rows to pandas; results are one row per group. The Runs and
+History pages' reads (engine/_page_queries.py) are re-exported here, so engine.api finds them all.
+
+    df = explore_summary("loader", metric="epoch_s", color="workers", filters={"workload": ["tensor"]})
+
+Filters (all optional): workload, model, host, tag (lists of values), date_from, date_to (ISO dates,
+inclusive). Only finished (status 'done'), not deleted runs are charted.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from typing import Any
+
+import pandas as pd
+
+from engine._page_queries import (HISTORY_QUERIES, RUN_TABLE_COLUMNS, count_runs, delete_saved_query,
+                                  list_saved_queries, search_runs)
+from engine.config import config_fields
+from engine.store.connect import connect
+
+__all__ = ["EXPLORE_FILTERS", "EXPLORE_METRICS", "HISTORY_QUERIES", "RUN_TABLE_COLUMNS", "count_runs",
+           "delete_saved_query", "explore_axes", "explore_filter_options", "explore_summary", "filter_sql",
+           "list_saved_queries", "search_runs"]
+
+EXPLORE_METRICS = ("epoch_s", "samples_per_s", "data_wait_share")
+EXPLORE_FILTERS = ("workload", "model", "host", "tag")
+_EXTRA_AXES = ("host", "gpu_name", "sweep_id")
+_Z = 1.959964  # 95% normal quantile, for the order-statistic CI of a median
+
+def explore_axes() -> list[str]:
+    """Fields a chart can use as x, colour or facet: every scalar RunConfig field, then host columns."""
+    scalar = [f.name for f in config_fields() if "list" not in str(f.type)]
+    return scalar + [c for c in _EXTRA_AXES if c not in scalar]
+
+
+def _q(col: str) -> str:
+    if col not in explore_axes():
+        raise ValueError(f"'{col}' is not a run setting; choose one of: {', '.join(explore_axes())}")
+    return f'"{col}"'
+
+
+def filter_sql(filters: dict[str, Any] | None) -> tuple[str, list[Any]]:
+    """A WHERE clause (finished, not deleted runs) and its parameters. Unknown filter keys raise ValueError."""
+    where, params = ["status = 'done'", "NOT coalesce(deleted, false)"], []
+    for key, value in (filters or {}).items():
+        if value in (None, "", [], ()):
+            continue
+        if key in EXPLORE_FILTERS:
+            values = [str(v) for v in ([value] if isinstance(value, str) else value)]
+            marks = ", ".join("?" * len(values))
+            if key == "tag":  # the config's tag or any of the tags a user gave the run later
+                where.append(f"(tag IN ({marks}) OR list_has_any(string_split(coalesce(tags, ''), ','), [{marks}]))")
+                params.extend(values)
+            else:
+                where.append(f'"{key}" IN ({marks})')
+            params.extend(values)
+        elif key in ("date_from", "date_to"):
+            day = dt.date.fromisoformat(str(value))  # ValueError names the bad date
+            where.append("created_at >= ?" if key == "date_from" else "created_at < ?")
+            params.append(day if key == "date_from" else day + dt.timedelta(days=1))
+        else:
+            raise ValueError(f"unknown filter '{key}'; use: {', '.join((*EXPLORE_FILTERS, 'date_from', 'date_to'))}")
+    return " AND ".join(where), params
+
+
+def explore_summary(x: str, *, metric: str = "epoch_s", color: str | None = None, facet: str | None = None,
+                    filters: dict[str, Any] | None = None, interval: str = "ci", max_ids: int = 50,
+                    db: str | os.PathLike | None = None) -> pd.DataFrame:
+    """One row per (x, colour, facet) group: n, median, lo, hi of `metric`, medians of bound_s and
+    efficiency, the commonest verdict, and up to `max_ids` run ids (newest first, comma-separated).
+
+    interval "ci": 95% CI of the median from order statistics (distribution-free);
+    "quantiles": the 2.5% and 97.5% quantiles of the runs. Groups of one run get lo = hi = median.
+    """
+    if metric not in EXPLORE_METRICS:
+        raise ValueError(f"metric '{metric}' is unknown; choose one of: {', '.join(EXPLORE_METRICS)}")
+    if interval not in ("ci", "quantiles"):
+        raise ValueError("interval must be 'ci' or 'quantiles'")
+    groups = list(dict.fromkeys(c for c in (x, color, facet) if c))
+    cols = ", ".join(_q(c) for c in groups)
+    where, params = filter_sql(filters)
+    if interval == "ci":
+        lo = f"vs[greatest(1, floor(n / 2.0 - {_Z / 2} * sqrt(n))::BIGINT)]"
+        hi = f"vs[least(n, ceil(1 + n / 2.0 + {_Z / 2} * sqrt(n))::BIGINT)]"
+    else:
+        lo, hi = "q_lo", "q_hi"
+    sql = f"""
+        WITH g AS (
+            SELECT {cols}, count(*) AS n, median("{metric}") AS median,
+                   list_sort(list("{metric}")) AS vs,
+                   quantile_cont("{metric}", 0.025) AS q_lo, quantile_cont("{metric}", 0.975) AS q_hi,
+                   median(bound_s) AS bound_s, median(efficiency) AS efficiency, mode(verdict) AS verdict,
+                   list(run_id ORDER BY created_at DESC) AS ids
+            FROM runs WHERE {where} AND "{metric}" IS NOT NULL
+            GROUP BY {cols})
+        SELECT {cols}, n, median,
+               CASE WHEN n > 1 THEN {lo} ELSE median END AS lo,
+               CASE WHEN n > 1 THEN {hi} ELSE median END AS hi,
+               bound_s, efficiency, verdict, array_to_string(ids[1:{int(max_ids)}], ',') AS run_ids
+        FROM g ORDER BY {cols}"""
+    with connect(db, read_only=True) as conn:
+        return conn.execute(sql, params).fetchdf()
+
+
+def explore_filter_options(db: str | os.PathLike | None = None) -> dict[str, Any]:
+    """Distinct values of each filter column among charted runs, plus the first and last run date."""
+    where, _ = filter_sql(None)
+    parts = ", ".join(f'list(DISTINCT "{c}" ORDER BY "{c}") FILTER (WHERE "{c}" IS NOT NULL AND "{c}" <> \'\')'
+                      for c in EXPLORE_FILTERS[:-1])
+    tags = ("list_sort(list_distinct(list_filter(flatten(list(string_split(coalesce(tags, ''), ','))) || list(tag), "
+            "lambda t: t IS NOT NULL AND t <> '')))")
+    with connect(db, read_only=True) as conn:
+        row = conn.execute(f"SELECT {parts}, {tags}, min(created_at)::DATE, max(created_at)::DATE, count(*) "
+                           f"FROM runs WHERE {where}").fetchone()
+    out: dict[str, Any] = {c: list(v or []) for c, v in zip(EXPLORE_FILTERS, row)}
+    out.update(first_date=row[-3], last_date=row[-2], n_runs=row[-1])
+    return out

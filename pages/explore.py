@@ -1,0 +1,35 @@
+"""Explore: epoch time, samples/s or data-wait share against any setting, with filters and share links.
+
+Everything on the page is in the URL (ui.state), so a link reproduces the chart; "Copy share link"
+stores that state and shows a short `/explore?view=<id>` link.
+"""
+
+import streamlit as st
+
+from ui import explore, state
+from ui.cache import cached
+from ui.errors import shown
+
+st.title("Explore")
+
+with shown("Could not read the store"):
+    options = cached("explore_filter_options")
+    spec = explore.spec(options)
+    saved = state.restore_view("explore")
+    warnings = state.bind("explore", spec, params=saved)
+    for w in warnings:
+        st.warning(w)
+
+    explore.controls(spec)
+    args = explore.state()
+    with shown("Could not draw the chart"):
+        explore.chart(args)
+    explore.selected_runs()
+    params = state.publish("explore", spec)
+
+    if st.button("Copy share link", help="Save this view (settings, filters, selected runs) and get a short link"):
+        st.session_state["explore.link"] = (state.share_link("explore", params), params)
+    link, linked = st.session_state.get("explore.link", (None, None))
+    if link and linked == params:
+        st.code(link, language=None)
+        st.caption("Anyone with this link and access to this dashboard sees the same chart.")

@@ -1,0 +1,18 @@
+"""History: SQL over every stored run (read-only, sandboxed), saved queries, the schema, charts and downloads."""
+
+import streamlit as st
+
+from ui import history, state
+from ui.errors import shown
+
+st.title("History")
+st.caption("Query the whole store in SQL. Only one read-only statement runs; nothing you type can change the store.")
+
+with shown("Could not read the store"):
+    for w in state.bind("history", history.SPEC):
+        st.warning(w)
+    history.saved()
+    history.console()
+    history.schema()
+    history.result(st.session_state.get("history.sql") or "")
+    state.publish("history", history.SPEC)

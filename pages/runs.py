@@ -1,0 +1,28 @@
+"""Runs: every stored run in a searchable, sortable table; one run in detail (?run=<id>); 2–4 runs
+side by side (?compare=a,b); tags, notes, soft delete and purge."""
+
+import streamlit as st
+
+from ui import run_detail, runs, state
+from ui.errors import shown
+
+st.title("Runs")
+
+with shown("Could not read the store"):
+    for w in state.bind("runs", runs.SPEC):
+        st.warning(w)
+    ss = st.session_state
+    if ss.get("runs.compare"):
+        picked = run_detail.check_ids(ss["runs.compare"], lo=2, hi=4)
+        if picked:
+            run_detail.compare(picked)
+        st.divider()
+    elif ss.get("runs.run"):
+        picked = run_detail.check_ids(ss["runs.run"])
+        if picked:
+            run_detail.detail(picked[0])
+        st.divider()
+
+    selected = runs.table()
+    runs.actions(selected)
+    state.publish("runs", runs.SPEC)

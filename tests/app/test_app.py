@@ -1,0 +1,32 @@
+"""The router: every page renders on an empty and on a seeded store, and the sidebar names the store."""
+
+from __future__ import annotations
+
+import pytest
+
+PAGES = ("explore", "runs", "history", "launch")
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_renders_on_an_empty_store(store, open_page, page):
+    at = open_page(page)
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    assert at.title, f"page {page} drew no title"
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_renders_on_a_seeded_store(seeded, open_page, no_problems, page):
+    no_problems(open_page(page))
+
+
+def test_sidebar_shows_the_store_and_its_run_count(seeded, open_page):
+    db, ids = seeded
+    captions = " ".join(c.value for c in open_page("explore").sidebar.caption)
+    assert str(db) in captions
+    assert f"{len(ids)} runs" in captions
+
+
+def test_explore_is_the_default_page(store, open_page):
+    at = open_page("explore")
+    assert at.title[0].value == "Explore"

@@ -1,0 +1,103 @@
+"""Explore: the URL restores the view, tampered URLs fall back with a warning, share links round-trip,
+bad view ids are an st.error; the DuckDB aggregation and the chart carry run ids."""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+
+from engine import api
+
+
+def _widgets(at) -> dict:
+    return {w.key: w.value for w in [*at.selectbox, *at.multiselect, *at.date_input] if w.key}
+
+
+def test_query_params_restore_the_widgets(seeded, open_page, no_problems):
+    db, ids = seeded
+    at = open_page("explore", metric="samples_per_s", x="workers", color="loader", facet="host",
+                   interval="quantiles", workload="tensor", tag="seed", date_from="2000-01-01")
+    no_problems(at)
+    w = _widgets(at)
+    assert (w["explore.metric"], w["explore.x"], w["explore.color"], w["explore.facet"]) == \
+        ("samples_per_s", "workers", "loader", "host")
+    assert w["explore.interval"] == "quantiles" and w["explore.workload"] == ["tensor"]
+    assert w["explore.tag"] == ["seed"] and str(w["explore.date_from"]) == "2000-01-01"
+    assert at.query_params["x"] == "workers"  # the URL keeps the state
+    table = at.dataframe[0].value
+    assert set(",".join(table["run_ids"]).split(",")) == set(ids)
+
+
+def test_tampered_params_warn_and_fall_back_to_defaults(seeded, open_page):
+    at = open_page("explore", x="no_such_field", metric="'; DROP TABLE runs; --", workload="nope", bogus="1",
+                   date_from="yesterday", sel="../../etc/passwd")
+    assert not at.exception and not at.error
+    text = " ".join(w.value for w in at.warning)
+    for name in ("x=", "metric=", "workload=", "'bogus'", "date_from=", "sel="):
+        assert name in text
+    w = _widgets(at)
+    assert (w["explore.x"], w["explore.metric"], w["explore.workload"]) == ("loader", "epoch_s", [])
+    assert "bogus" not in at.query_params and "x" not in at.query_params
+
+
+def test_share_link_round_trips_in_a_new_session(seeded, open_page, no_problems):
+    db, ids = seeded
+    at = open_page("explore", x="host", color="loader", workload="tensor", sel=ids[0])
+    [button] = [b for b in at.button if b.label == "Copy share link"]
+    button.click().run()
+    no_problems(at)
+    link = at.code[0].value
+    view_id = re.fullmatch(r"/explore\?view=([A-Za-z0-9_-]+)", link).group(1)
+    assert api.load_view(view_id)["params"]["x"] == "host"
+
+    fresh = open_page("explore", view=view_id)
+    no_problems(fresh)
+    assert _widgets(fresh) == _widgets(at)
+    assert "view" not in fresh.query_params and fresh.query_params["color"] == "loader"
+    assert ids[0] in " ".join(m.value for m in fresh.markdown)  # the selected run came back too
+    pd.testing.assert_frame_equal(fresh.dataframe[0].value, at.dataframe[0].value)
+
+
+def test_malformed_and_unknown_view_ids_are_errors(seeded, open_page):
+    for bad in ("../../x", "'; DROP TABLE views; --", "zzzzzzzz"):
+        at = open_page("explore", view=bad)
+        assert not at.exception
+        assert len(at.error) == 1 and "shared view" in at.error[0].value, bad
+        assert at.dataframe, "the page still draws its default chart"
+
+
+def test_selected_runs_link_to_their_details(seeded, open_page, no_problems):
+    db, ids = seeded
+    at = open_page("explore", sel=f"{ids[0]},{ids[1]}")
+    no_problems(at)
+    text = " ".join(m.value for m in at.markdown)
+    assert f"/runs?run={ids[0]}" in text and f"/runs?compare={ids[0]},{ids[1]}" in text
+
+
+def test_empty_filter_result_says_what_to_do(seeded, open_page):
+    at = open_page("explore", date_to="2000-01-01")
+    assert not at.exception and not at.error
+    assert "No finished runs match" in at.info[0].value
+
+
+def test_summary_aggregates_in_duckdb_with_a_ci_for_repeats(seeded):
+    db, ids = seeded
+    df = api.explore_summary("host", color="loader", filters={"tag": ["seed"]})
+    repeats = df[df["host"] == "other-host"].iloc[0]
+    assert repeats["n"] == 6
+    assert repeats["lo"] <= repeats["median"] <= repeats["hi"] and repeats["lo"] < repeats["hi"]
+    runs = api.list_runs(filters={"host": "other-host"})
+    assert repeats["median"] == runs["epoch_s"].median()
+    assert set(repeats["run_ids"].split(",")) == set(runs["run_id"])
+    single = df[df["n"] == 1]
+    assert (single["lo"] == single["median"]).all() and (single["hi"] == single["median"]).all()
+    assert api.explore_summary("loader", filters={"workload": ["nope"]}).empty
+
+
+def test_chart_points_carry_the_run_ids(seeded):
+    df = api.explore_summary("loader", color="host")
+    fig = api.metric_chart(df, x="loader", color="host")
+    carried = {i for trace in fig.data for row in trace.customdata for i in row[0].split(",")}
+    assert carried == {i for ids in df["run_ids"] for i in ids.split(",")}
+    assert any(trace.error_y.array is not None and max(trace.error_y.array) > 0 for trace in fig.data)

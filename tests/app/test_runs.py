@@ -1,0 +1,96 @@
+"""Runs: the table, ?run=<id> detail, bad ids as st.error, tags/notes editing, delete/restore/purge, compare."""
+
+from __future__ import annotations
+
+import re
+
+from engine import api
+
+
+def _plots(at) -> int:
+    return len(at.get("plotly_chart"))
+
+
+def test_table_lists_runs_and_search_filters_them(seeded, open_page, no_problems):
+    db, ids = seeded
+    at = open_page("runs")
+    no_problems(at)
+    assert set(at.dataframe[0].value["run_id"]) == set(ids)
+    at.text_input(key="runs.q").set_value("syn-").run()
+    assert set(at.dataframe[0].value["run_id"]) == {i for i in ids if i.startswith("syn-")}
+    assert at.query_params["q"] == "syn-"  # the search is in the URL
+
+
+def test_run_param_opens_the_detail_view(seeded, open_page, no_problems):
+    db, ids = seeded
+    at = open_page("runs", run=ids[0])
+    no_problems(at)
+    assert ids[0] in at.subheader[0].value
+    figures = {m.label: m.value for m in at.metric}
+    assert figures["lower bound"].endswith(" s") and figures["efficiency"].endswith("%")
+    assert re.search(r"Verdict: \*\*(data|compute|overhead)-bound\*\*", " ".join(m.value for m in at.markdown))
+    assert _plots(at) == 3  # per-epoch line, stacked breakdown, step timeline
+    assert at.selectbox(key="runs.epoch_pick").value == 1
+    at.selectbox(key="runs.epoch_pick").set_value(0).run()
+    no_problems(at)
+    assert at.query_params["epoch"] == "0"
+
+
+def test_unknown_or_malformed_run_id_is_an_error(seeded, open_page):
+    for bad, words in (("20990101-000000-ffffff", "no run"), ("<script>alert(1)</script>", "not a run id"),
+                       ("../../etc/passwd", "not a run id")):
+        at = open_page("runs", run=bad)
+        assert not at.exception
+        assert len(at.error) == 1 and words in at.error[0].value, at.error
+        assert at.dataframe, "the table is still there to pick a run from"
+
+
+def test_tags_and_notes_edits_persist(seeded, open_page, no_problems):
+    db, ids = seeded
+    at = open_page("runs", run=ids[1])
+    at.text_input(key=f"runs.tags.{ids[1]}").set_value(" fast, keeper ,fast")
+    at.text_area(key=f"runs.notes.{ids[1]}").set_value("threads win here")
+    at.button[[b.label for b in at.button].index("Save tags and notes")].click().run()
+    no_problems(at)
+    run = api.get_run(ids[1])
+    assert (run["tags"], run["notes"]) == ("fast,keeper", "threads win here")
+    again = open_page("runs", run=ids[1])
+    assert again.text_input(key=f"runs.tags.{ids[1]}").value == "fast,keeper"
+    assert "keeper" in set(api.explore_filter_options()["tag"])  # user tags are explore filters too
+
+
+def test_delete_restore_and_purge(seeded, open_page, no_problems):
+    db, ids = seeded
+    victim = ids[-1]
+    at = open_page("runs", run=victim)
+    at.button(key="runs.delete_one").click().run()
+    assert api.get_run(victim)["deleted"] is True
+    assert victim not in set(open_page("runs").dataframe[0].value["run_id"])
+    at = open_page("runs", run=victim)
+    assert "deleted" in at.warning[0].value
+    at.button(key="runs.delete_one").click().run()  # now labelled "Restore this run"
+    assert api.get_run(victim)["deleted"] is False
+    api.soft_delete([victim])
+    at = open_page("runs")
+    at.checkbox(key="runs.purge_sure").check().run()
+    at.button(key="runs.purge").click().run()
+    no_problems(at)
+    assert "Purged 1 runs" in at.success[0].value
+    assert api.get_run(victim) is None and api.get_run(ids[0]) is not None
+
+
+def test_compare_shows_the_config_diff_and_overlaid_curves(seeded, open_page, no_problems):
+    db, ids = seeded
+    at = open_page("runs", compare=f"{ids[0]},{ids[1]}")
+    no_problems(at)
+    diff = at.dataframe[0].value
+    assert {"loader", "workers", "bound"} <= set(diff.index) and "workload" not in diff.index
+    assert list(diff.columns) == ids[:2]
+    assert _plots(at) == 1
+
+
+def test_compare_needs_two_to_four_known_runs(seeded, open_page):
+    db, ids = seeded
+    for bad in (ids[0], ",".join(ids[:5]), f"{ids[0]},nope-123"):
+        at = open_page("runs", compare=bad)
+        assert not at.exception and len(at.error) == 1, bad

@@ -1,0 +1,141 @@
+"""Real-browser fixtures: the dashboard served by `streamlit run` on a free port with a temporary store,
+its job worker, and Debian's chromium driven by Playwright. Screenshots of every open page land in
+test-artifacts/ when a test fails.
+
+Without chromium or playwright the tests skip, unless LOADERLAB_REQUIRE_BROWSER=1 (`make test`), where
+they fail and say how to install them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+
+
+def _missing() -> str | None:
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "playwright is not installed: run `make install` (it is pinned in requirements.txt)"
+    if not shutil.which("chromium"):
+        return "chromium is not installed: run `make browser-deps` (or `sudo apt-get install chromium`)"
+    return None
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """A headless Debian chromium under Playwright (no browser download)."""
+    why = _missing()
+    if why:
+        if os.environ.get("LOADERLAB_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"browser tests required but {why}", pytrace=False)
+        pytest.skip(why)
+    from playwright.sync_api import sync_playwright
+
+    pw = sync_playwright().start()
+    browser = pw.chromium.launch(executable_path=shutil.which("chromium"), args=CHROMIUM_ARGS)
+    yield browser
+    browser.close()
+    pw.stop()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(cmd: list[str], env: dict, log: Path) -> subprocess.Popen:
+    with open(log, "ab") as out:  # the child keeps its own copy of the file descriptor
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                start_new_session=True)  # its own process group: teardown kills it whole
+
+
+def _kill_group(proc: subprocess.Popen, timeout_s: float = 20.0) -> None:
+    for sig, wait in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+@pytest.fixture(scope="module")
+def dashboard(tmp_path_factory, chromium):
+    """(base URL, store path) of a running dashboard with its worker; both process groups killed at the end."""
+    tmp = tmp_path_factory.mktemp("dashboard")
+    db = tmp / "store" / "loaderlab.duckdb"
+    db.parent.mkdir()
+    env = {**os.environ, "LOADERLAB_DB": str(db), "LOADERLAB_DATA": str(tmp / "data"),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    port = _free_port()
+    procs = [_start([sys.executable, "-m", "engine.jobs", "--db", str(db)], env, tmp / "worker.log"),
+             _start([sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
+                     "--server.port", str(port), "--server.address", "127.0.0.1",
+                     "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
+                    env, tmp / "streamlit.log")]
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if urllib.request.urlopen(f"{base}/_stcore/health", timeout=2).read() == b"ok":
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline or procs[1].poll() is not None:
+                pytest.fail(f"streamlit did not come up; its log:\n{(tmp / 'streamlit.log').read_text()[-3000:]}")
+            time.sleep(0.3)
+        yield base, db
+    finally:
+        for proc in reversed(procs):
+            _kill_group(proc)
+        from engine import jobs
+
+        jobs.stop_worker(db)  # a worker the launch page started, if ours had died
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call":
+        item.failed_call = report.failed
+
+
+@pytest.fixture
+def new_page(chromium, request):
+    """new_page() -> a Playwright page in a fresh browser context (no shared cookies or session)."""
+    contexts = []
+
+    def make():
+        ctx = chromium.new_context(viewport={"width": 1400, "height": 1000})
+        contexts.append(ctx)
+        return ctx.new_page()
+
+    yield make
+    if getattr(request.node, "failed_call", False):
+        ARTIFACTS.mkdir(exist_ok=True)
+        for i, ctx in enumerate(contexts):
+            for j, page in enumerate(ctx.pages):
+                page.screenshot(path=str(ARTIFACTS / f"{request.node.name}-{i}-{j}.png"), full_page=True)
+    for ctx in contexts:
+        ctx.close()

@@ -1,0 +1,82 @@
+"""End to end in a real chromium: open every page, queue a tiny run from the Launch form, wait for the
+worker to finish it, copy Explore's share link and open it in a new browser context: same runs charted.
+
+    make test            # runs it (it is marked slow); screenshots of a failure go to test-artifacts/
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+TITLES = {"launch": "Launch", "explore": "Explore", "runs": "Runs", "history": "History"}
+# Every run id the Plotly charts on the page carry in customdata (ui/explore: a group's ids, comma-separated).
+_CHART_IDS = """() => Array.from(document.querySelectorAll('.js-plotly-plot'))
+    .flatMap(g => (g.data || []).flatMap(t => Array.from(t.customdata || [])))
+    .flatMap(row => String(Array.isArray(row) ? row[0] : row).split(',')).filter(s => s.length > 0)"""
+
+
+def _open(page, url: str, title: str) -> None:
+    page.goto(url)
+    page.get_by_role("heading", name=title).first.wait_for(timeout=60_000)
+    page.wait_for_load_state("networkidle")
+    assert page.locator('[data-testid="stException"]').count() == 0, f"{url} raised an exception"
+
+
+def _chart_ids(page) -> set[str]:
+    page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
+    deadline = time.monotonic() + 30
+    while not (ids := set(page.evaluate(_CHART_IDS))) and time.monotonic() < deadline:
+        time.sleep(0.3)  # plotly draws after the element appears
+    return ids
+
+
+def _wait_for_job(db, timeout_s: float = 240.0) -> dict:
+    from engine import api
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        jobs = api.list_jobs(db=db)
+        if not jobs.empty and jobs.iloc[0]["status"] in ("done", "failed", "cancelled"):
+            return jobs.iloc[0].to_dict()
+        time.sleep(1.0)
+    pytest.fail(f"the queued job did not finish within {timeout_s:.0f} s")
+
+
+def test_launch_a_run_then_share_the_explore_view(dashboard, new_page):
+    base, db = dashboard
+    page = new_page()
+    # 1. every page opens without an exception
+    for path, title in TITLES.items():
+        _open(page, f"{base}/{path}", title)
+
+    # 2. queue a tiny run from the form (values come in through the URL, as a shared launch link would)
+    _open(page, f"{base}/launch?n_samples=256&epochs=2&batch_size=64", "Launch")
+    page.get_by_role("button", name="Queue run").click()
+    page.get_by_text(re.compile(r"Queued 1 job")).wait_for(timeout=30_000)
+    job = _wait_for_job(db)
+    assert job["status"] == "done", job
+    run_id = job["run_id"]
+
+    # 3. Explore charts the run; "Copy share link" shows a link
+    _open(page, f"{base}/explore?x=loader&color=workers", "Explore")
+    assert run_id in _chart_ids(page)
+    page.get_by_role("button", name="Copy share link").click()
+    code = page.locator('[data-testid="stCode"]').first
+    code.wait_for(timeout=30_000)
+    link = re.search(r"\S*/explore\?view=[A-Za-z0-9_-]+", code.inner_text()).group(0)
+    before = _chart_ids(page)
+
+    # 4. the link in a new context (no shared session) shows the same runs with the same settings
+    other = new_page()
+    _open(other, link if link.startswith("http") else base + link, "Explore")
+    assert _chart_ids(other) == before
+    other.wait_for_url(re.compile(r"color=workers"), timeout=30_000)  # the view's state is in the URL again
+
+    # 5. the run opens from its link
+    _open(other, f"{base}/runs?run={run_id}", "Runs")
+    other.get_by_text(f"Run {run_id}").wait_for(timeout=30_000)

@@ -1,0 +1,112 @@
+"""Explore page widgets: chart settings and filters bound to the URL, the chart, its selection, share links.
+
+Every setting is a widget keyed "explore.<param>", filled from and written back to the URL by ui.state.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from engine import api
+from ui.cache import cached
+from ui.state import Param
+
+__all__ = ["chart", "controls", "selected_runs", "spec", "state"]
+
+PAGE = "explore"
+_MAX_FACETS = 12
+_LABELS = {"epoch_s": "epoch time", "samples_per_s": "samples/s", "data_wait_share": "data-wait share",
+           "ci": "95% CI of the median", "quantiles": "2.5–97.5% of runs", "": "(none)"}
+
+
+def spec(options: dict[str, Any]) -> dict[str, Param]:
+    """The page's URL parameters; filter values must be among the store's values."""
+    axes = list(api.explore_axes())
+    return {
+        "metric": Param("epoch_s", choices=list(api.EXPLORE_METRICS)),
+        "x": Param("loader", choices=axes),
+        "color": Param("", choices=["", *axes]),
+        "facet": Param("", choices=["", *axes]),
+        "interval": Param("ci", choices=["ci", "quantiles"]),
+        **{f: Param([], "many", choices=list(options.get(f, []))) for f in api.EXPLORE_FILTERS},
+        "date_from": Param("", "date"),
+        "date_to": Param("", "date"),
+        "sel": Param([], "ids"),
+    }
+
+
+def _k(name: str) -> str:
+    return f"{PAGE}.{name}"
+
+
+def controls(sp: dict[str, Param]) -> None:
+    """Chart settings on one row, filters on the next; values come from session state set by bind()."""
+    fmt = lambda v: _LABELS.get(v, v)  # noqa: E731
+    cols = st.columns(5)
+    for col, name, label in zip(cols, ("metric", "x", "color", "facet", "interval"),
+                                ("Metric", "x axis", "Colour", "Facet", "Error bars")):
+        col.selectbox(label, sp[name].allowed(), key=_k(name), format_func=fmt)
+    cols = st.columns(6)
+    for col, name in zip(cols, api.EXPLORE_FILTERS):
+        col.multiselect(name.capitalize(), sp[name].allowed(), key=_k(name), placeholder="all")
+    cols[4].date_input("From", key=_k("date_from"), format="YYYY-MM-DD")
+    cols[5].date_input("To", key=_k("date_to"), format="YYYY-MM-DD")
+
+
+def state() -> dict[str, Any]:
+    """The current widget values as query arguments for explore_summary."""
+    ss = st.session_state
+    filters = {f: ss.get(_k(f)) or [] for f in api.EXPLORE_FILTERS}
+    for name in ("date_from", "date_to"):
+        day = ss.get(_k(name))
+        filters[name] = day.isoformat() if day else ""
+    return {"x": ss[_k("x")], "metric": ss[_k("metric")], "color": ss[_k("color")] or None,
+            "facet": ss[_k("facet")] or None, "interval": ss[_k("interval")], "filters": filters}
+
+
+def chart(args: dict[str, Any]) -> pd.DataFrame:
+    """Draw the chart and the table of its groups; a selection updates explore.sel. Returns the summary."""
+    summary = cached("explore_summary", args["x"], metric=args["metric"], color=args["color"],
+                     facet=args["facet"], filters=args["filters"], interval=args["interval"])
+    if summary.empty:
+        st.info("No finished runs match these filters. Queue some on the Launch page, or widen the filters.")
+        return summary
+    if args["facet"] and summary[args["facet"]].nunique(dropna=False) > _MAX_FACETS:
+        keep = summary[args["facet"]].drop_duplicates().head(_MAX_FACETS)
+        st.warning(f"{args['facet']} has {summary[args['facet']].nunique(dropna=False)} values; the chart shows "
+                   f"the first {_MAX_FACETS} as facets (filter, or facet by a field with fewer values).")
+        summary = summary[summary[args["facet"]].isin(keep)]
+    fig = api.metric_chart(summary, x=args["x"], metric=args["metric"], color=args["color"], facet=args["facet"])
+    event = st.plotly_chart(fig, key=_k("chart"), on_select="rerun", selection_mode=("points", "box", "lasso"))
+    picked = sorted({i for p in (event.selection.points if event else []) or []
+                     for i in str((p.get("customdata") or [""])[0]).split(",") if i})
+    if picked != st.session_state.get("_explore.picked", []):  # a new click/selection, not a replay
+        st.session_state["_explore.picked"] = picked
+        st.session_state[_k("sel")] = picked
+    table = summary.rename(columns={"median": f"median {_LABELS[args['metric']]}"})
+    st.dataframe(table, hide_index=True, key=_k("table"), column_config={
+        "run_ids": st.column_config.TextColumn("run ids (newest first)", width="large"),
+        "efficiency": st.column_config.NumberColumn("efficiency", format="%.2f", help="lower bound ÷ measured"),
+        "bound_s": st.column_config.NumberColumn("bound (s)", format="%.3f", help="median lower bound of an epoch"),
+        "verdict": st.column_config.TextColumn("verdict", help="commonest verdict among the group's runs")})
+    return summary
+
+
+def selected_runs() -> None:
+    """Links to the runs picked in the chart; one run opens directly, 2–4 can be compared."""
+    ids = st.session_state.get(_k("sel")) or []
+    if not ids:
+        st.caption("Click a point or draw a box on the chart to pick runs.")
+        return
+    if len(ids) == 1 and st.session_state.get("_explore.picked") == ids:
+        st.session_state["_explore.picked"] = []  # so coming back does not bounce to the run again
+        st.switch_page("pages/runs.py", query_params={"run": ids[0]})
+    st.markdown(f"**Selected runs ({len(ids)})**: " + " · ".join(f"[{i}](/runs?run={i})" for i in ids[:50]))
+    if 2 <= len(ids) <= 4:
+        st.markdown(f"[Compare these runs](/runs?compare={','.join(ids)})")
+    if st.button("Clear selection"):
+        st.session_state[_k("sel")] = []
+        st.rerun()

@@ -1,0 +1,96 @@
+"""History page widgets: the SQL console, saved queries, the schema browser, results, chart and downloads.
+
+The last query run is in the URL (`?sql=...`), so a link reruns it. Every query goes through the
+store's sandbox (`run_query`): anything refused or failing is an st.error and nothing changes.
+"""
+
+from __future__ import annotations
+
+import io
+
+import pandas as pd
+import streamlit as st
+
+from engine import api
+from ui import cache
+from ui.cache import cached
+from ui.errors import shown
+from ui.state import Param
+
+__all__ = ["SPEC", "console", "result", "saved", "schema"]
+
+SPEC = {"sql": Param("", "text")}
+_EDITOR = "history.editor"
+
+
+def _run() -> None:
+    st.session_state["history.sql"] = st.session_state.get(_EDITOR, "")
+
+
+def _load(queries: pd.DataFrame) -> None:
+    name = st.session_state.get("history.pick")
+    hit = queries[queries["name"] == name]
+    if not hit.empty:
+        st.session_state[_EDITOR] = st.session_state["history.sql"] = hit["sql"].iloc[0]
+
+
+def saved() -> None:
+    """Pick a saved query (built-ins first) to load and run it; save the editor's query under a name."""
+    queries = cached("list_saved_queries")
+    c1, c2 = st.columns([4, 1])
+    c1.selectbox("Saved queries", queries["name"].tolist(), key="history.pick",
+                 format_func=lambda n: n + ("" if queries.loc[queries["name"] == n, "builtin"].all() else " (yours)"))
+    c2.button("Load and run", key="history.load", on_click=_load, args=(queries,))
+
+
+def console() -> None:
+    ss = st.session_state
+    if _EDITOR not in ss or ss.get("_history.synced") != ss.get("history.sql"):  # first visit, or a link's query
+        ss[_EDITOR] = ss.get("history.sql") or ss.get(_EDITOR) or "SELECT * FROM runs LIMIT 20"
+        ss["_history.synced"] = ss.get("history.sql")
+    st.text_area("SQL (one read-only statement; DuckDB dialect)", key=_EDITOR, height=160)
+    c1, c2, c3 = st.columns([1, 3, 1])
+    c1.button("Run", type="primary", key="history.run", on_click=_run)
+    name = c2.text_input("Save as", key="history.name", placeholder="name for this query",
+                         label_visibility="collapsed")
+    if c3.button("Save query", key="history.save"):
+        with shown("Could not save the query"):
+            if name.strip() in api.HISTORY_QUERIES:
+                raise ValueError(f"'{name.strip()}' is a built-in query; save yours under another name")
+            api.save_query(name, st.session_state[_EDITOR])
+            cache.clear()
+            st.success(f"Saved '{name.strip()}'.")
+
+
+def schema() -> None:
+    with st.expander("Schema: tables and columns"):
+        tables = cached("table_schema")
+        rows = [(t, c, typ) for t, cols in tables.items() for c, typ in cols]
+        st.dataframe(pd.DataFrame(rows, columns=["table", "column", "type"]), hide_index=True,
+                     key="history.schema", height=300)
+
+
+def result(sql: str) -> None:
+    """Run the query in the sandbox; show the rows, a chart when the shape suggests one, and downloads."""
+    if not sql.strip():
+        return
+    try:
+        res = cached("run_query", sql)
+    except Exception as e:  # noqa: BLE001 - QueryRejected, or the store being unreadable: show the message
+        st.error(f"Query not run: {e}")
+        return
+    note = " (only the first rows: add a LIMIT or aggregate)" if res.truncated else ""
+    st.caption(f"{len(res.df)} rows in {res.elapsed_s:.3f} s{note}")
+    st.dataframe(res.df, hide_index=True, key="history.result")
+    with shown("No chart for this result"):
+        fig = api.auto_chart(res.df)
+        if fig is not None:
+            st.plotly_chart(fig, key="history.chart")
+    c1, c2 = st.columns(2)
+    c1.download_button("Download CSV", res.df.to_csv(index=False).encode(), "query.csv", "text/csv",
+                       key="history.csv")
+    with shown("Parquet download unavailable"):
+        buf = io.BytesIO()
+        res.df.to_parquet(buf, index=False)
+        c2.download_button("Download Parquet", buf.getvalue(), "query.parquet", "application/vnd.apache.parquet",
+                           key="history.parquet")

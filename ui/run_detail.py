@@ -1,0 +1,131 @@
+"""One run in detail (?run=<id>) and 2–4 runs side by side (?compare=a,b). A bad id is an st.error.
+
+Detail: figures with bound / efficiency / verdict, config, per-epoch chart, where each epoch's time
+goes, a step timeline for one chosen epoch, and the run's tags and notes (editable).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from engine import api
+from ui import cache
+from ui.cache import cached
+
+__all__ = ["check_ids", "compare", "detail"]
+
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_HIDDEN = {"config_json", "summary_json", "host_json", "config", "summary"}
+
+
+def check_ids(raw: str, *, lo: int = 1, hi: int = 1) -> list[dict[str, Any]] | None:
+    """The stored runs for a comma list of ids, or None after an st.error naming what is wrong."""
+    ids = [i.strip() for i in raw.split(",") if i.strip()]
+    if not lo <= len(ids) <= hi:
+        st.error(f"Give {lo}–{hi} run ids separated by commas (got {len(ids)}); pick runs in the table below.")
+        return None
+    runs = []
+    for run_id in ids:
+        if not _ID.match(run_id):
+            st.error(f"'{run_id[:80]}' is not a run id (ids look like 20250101-120000-a1b2c3); "
+                     "pick a run in the table below.")
+            return None
+        run = cached("get_run", run_id)
+        if run is None:
+            st.error(f"There is no run '{run_id}' in this store; it may have been purged. Pick one in the table below.")
+            return None
+        runs.append(run)
+    return runs
+
+
+_FIGURES = {"epoch_s": ("epoch time", "{:.3f} s"), "samples_per_s": ("samples/s", "{:,.0f}"),
+            "ttfb_s": ("first batch", "{:.3f} s"), "bound_s": ("lower bound", "{:.3f} s"),
+            "efficiency": ("efficiency", "{:.0%}"), "verdict": ("verdict", "{}")}
+
+
+def _fmt(key: str, value: Any) -> str:
+    return "–" if value is None or value != value else _FIGURES[key][1].format(value)
+
+
+def _figures(run: dict[str, Any]) -> None:
+    cols = st.columns(5)
+    for col, key in zip(cols, list(_FIGURES)[:5]):
+        col.metric(_FIGURES[key][0], _fmt(key, run.get(key)))
+    st.markdown(f"Verdict: **{_fmt('verdict', run.get('verdict'))}** (efficiency = lower bound ÷ measured epoch; "
+                "below 80% the time goes to overhead, else to the slower of loading and compute)")
+
+
+def detail(run: dict[str, Any]) -> None:
+    run_id = run["run_id"]
+    st.subheader(f"Run {run_id}")
+    st.caption(f"{run.get('status')} · created {run.get('created_at')} · host {run.get('host')} · "
+               f"{run.get('cpu_model') or ''} {run.get('gpu_name') or ''}")
+    if run.get("error"):
+        st.error(f"The run failed: {run['error']}")
+    _figures(run)
+    epochs = cached("get_epochs", run_id)
+    c1, c2 = st.columns(2)
+    c1.plotly_chart(api.epoch_chart(epochs), key="runs.epoch_chart")
+    c2.plotly_chart(api.epoch_breakdown_chart(epochs), key="runs.breakdown")
+    if not epochs.empty:
+        choices = sorted(int(e) for e in epochs["epoch"].unique())
+        if st.session_state.get("runs.epoch_pick") not in choices:
+            wanted = str(st.session_state.get("runs.epoch") or "")
+            st.session_state["runs.epoch_pick"] = int(wanted) if wanted.isdigit() and int(wanted) in choices \
+                else choices[-1]
+        epoch = st.selectbox("Epoch for the step timeline", choices, key="runs.epoch_pick")
+        st.session_state["runs.epoch"] = str(epoch)
+        st.plotly_chart(api.step_timeline_chart(cached("get_steps", run_id, epoch), epoch), key="runs.timeline")
+    with st.expander("Config and host", expanded=False):
+        config = pd.DataFrame({"field": list(run["config"]), "value": [str(v) for v in run["config"].values()]})
+        st.dataframe(config, hide_index=True, key="runs.config")
+        st.json({k: v for k, v in run.items() if k not in _HIDDEN and k not in run["config"]}, expanded=False)
+    _edit(run)
+
+
+def _edit(run: dict[str, Any]) -> None:
+    run_id = run["run_id"]
+    with st.form(f"runs.edit.{run_id}"):
+        tags = st.text_input("Tags (comma-separated)", value=run.get("tags") or "", key=f"runs.tags.{run_id}")
+        notes = st.text_area("Notes", value=run.get("notes") or "", key=f"runs.notes.{run_id}")
+        if st.form_submit_button("Save tags and notes"):
+            api.set_tags(run_id, tags)
+            api.set_notes(run_id, notes)
+            cache.clear()
+            st.success("Saved.")
+    deleted = bool(run.get("deleted"))
+    label = "Restore this run" if deleted else "Delete this run"
+    if st.button(label, key="runs.delete_one", help="deleted runs are hidden from lists and charts until purged"):
+        (api.restore if deleted else api.soft_delete)([run_id])
+        cache.clear()
+        st.rerun()
+    if deleted:
+        st.warning("This run is deleted: it is hidden from lists and charts, and goes for good at the next purge.")
+
+
+def compare(runs: list[dict[str, Any]]) -> None:
+    ids = [r["run_id"] for r in runs]
+    st.subheader("Compare " + ", ".join(ids))
+    keys = list(dict.fromkeys(k for r in runs for k in r["config"]))
+    table = pd.DataFrame({r["run_id"]: [str(r["config"].get(k, "")) for k in keys] for r in runs}, index=keys)
+    differ = table.nunique(axis=1) > 1
+    figures = pd.DataFrame({r["run_id"]: [_fmt(k, r.get(k)) for k in _FIGURES] for r in runs},
+                           index=[label for label, _ in _FIGURES.values()])
+    c1, c2 = st.columns(2)
+    c1.markdown(f"**Config fields that differ** ({int(differ.sum())} of {len(keys)})")
+    diff = table[differ]
+    if diff.empty:
+        c1.info("The configs are identical: these are repeats of one config.")
+    else:
+        base = diff.iloc[:, 0]
+        styled = diff.style.apply(lambda col: ["background-color: #fde68a; font-weight: 600" if v != b else ""
+                                               for v, b in zip(col, base)], axis=0)
+        c1.dataframe(styled, key="runs.diff")
+    c2.markdown("**Results**")
+    c2.dataframe(figures, key="runs.figures")
+    epochs = pd.concat([cached("get_epochs", i) for i in ids], ignore_index=True)
+    st.plotly_chart(api.compare_chart(epochs), key="runs.compare_chart")

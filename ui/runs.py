@@ -1,0 +1,82 @@
+"""Runs page widgets: the searchable, sortable runs table and what can be done to the runs picked in it.
+
+The table's search, status filter and "show deleted" live in the URL (keys "runs.<param>"), as do
+`run` (the detail view) and `compare` (2–4 ids), which ui.run_detail draws.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from engine import api
+from ui import cache
+from ui.cache import cached
+from ui.state import Param
+
+__all__ = ["SPEC", "actions", "table"]
+
+STATUSES = ["queued", "running", "done", "failed", "cancelled", "killed"]
+SPEC = {
+    "q": Param("", "text"),
+    "status": Param([], "many", choices=STATUSES),
+    "deleted": Param("no", choices=["no", "yes"]),
+    "run": Param("", "text"),  # checked by ui.run_detail, which says what is wrong with a bad id
+    "compare": Param("", "text"),
+    "epoch": Param("", "text"),
+}
+
+
+def table() -> list[str]:
+    """Search box, filters and the table; returns the ids of the rows the user selected."""
+    c1, c2, c3 = st.columns([3, 2, 1])
+    c1.text_input("Search", key="runs.q", placeholder="id, tag, note, workload, loader, host…")
+    c2.multiselect("Status", STATUSES, key="runs.status", placeholder="any")
+    c3.selectbox("Show deleted", ["no", "yes"], key="runs.deleted")
+    ss = st.session_state
+    df = cached("search_runs", ss["runs.q"], statuses=ss["runs.status"], include_deleted=ss["runs.deleted"] == "yes")
+    if df.empty:
+        st.info("No runs match. Queue one on the Launch page, or clear the search.")
+        return []
+    df.insert(1, "open", "/runs?run=" + df["run_id"])
+    st.caption(f"{len(df)} runs shown (newest first; click a header to sort, tick rows to act on them)")
+    event = st.dataframe(
+        df, key="runs.table", hide_index=True, on_select="rerun", selection_mode="multi-row",
+        column_config={
+            "open": st.column_config.LinkColumn("open", display_text="details", width="small"),
+            "created_at": st.column_config.DatetimeColumn("created", format="YYYY-MM-DD HH:mm:ss"),
+            "epoch_s": st.column_config.NumberColumn("epoch (s)", format="%.3f"),
+            "samples_per_s": st.column_config.NumberColumn("samples/s", format="%.0f"),
+            "data_wait_share": st.column_config.ProgressColumn("data wait", min_value=0.0, max_value=1.0,
+                                                               format="percent"),
+            "bound_s": st.column_config.NumberColumn("bound (s)", format="%.3f"),
+            "efficiency": st.column_config.NumberColumn("efficiency", format="%.2f"),
+        })
+    rows = event.selection.rows if event else []
+    return [df["run_id"].iloc[i] for i in rows if i < len(df)]
+
+
+def actions(ids: list[str]) -> None:
+    """Buttons for the selected runs: open, compare, delete, restore; and purging deleted runs."""
+    c1, c2, c3, c4 = st.columns(4)
+    if c1.button("Open", disabled=len(ids) != 1, key="runs.open"):
+        st.query_params.update(run=ids[0])
+        st.rerun()
+    if c2.button("Compare", disabled=not 2 <= len(ids) <= 4, key="runs.compare_btn", help="pick 2 to 4 runs"):
+        st.query_params.update(compare=",".join(ids))
+        st.rerun()
+    if c3.button("Delete", disabled=not ids, key="runs.delete", help="hide from lists and charts until purged"):
+        n = api.soft_delete(ids)
+        cache.clear()
+        st.toast(f"Deleted {n} runs (restore them with Show deleted → Restore, or purge them for good).")
+        st.rerun()
+    if c4.button("Restore", disabled=not ids, key="runs.restore"):
+        api.restore(ids)
+        cache.clear()
+        st.rerun()
+    with st.expander("Purge deleted runs"):
+        st.write("Removes soft-deleted runs, their epochs, steps and RunLogs for good.")
+        sure = st.checkbox("I understand this cannot be undone", key="runs.purge_sure")
+        if st.button("Purge", disabled=not sure, key="runs.purge", type="primary"):
+            n = api.purge()
+            cache.clear()
+            st.success(f"Purged {n} runs.")
