@@ -41,5 +41,14 @@ test: install browser-deps
 bench: install
 	$(PY) bench/loaders.py
 
+# Serve on the LAN. Every page and share link then needs the access token: $LOADERLAB_TOKEN if
+# set, else a fresh one printed here. Open http://<this host>:$(PORT)/?token=<token> once per browser.
+share: demo
+	$(PY) -m engine worker --ensure
+	@TOKEN=$${LOADERLAB_TOKEN:-$$($(PY) -c 'import secrets; print(secrets.token_urlsafe(18))')}; \
+	echo "LoaderLab on the LAN: http://$$(hostname -I | cut -d' ' -f1):$(PORT)/?token=$$TOKEN"; \
+	LOADERLAB_TOKEN=$$TOKEN $(PY) -m streamlit run app.py --server.address 0.0.0.0 --server.port $(PORT) \
+		--server.headless true --browser.gatherUsageStats false
+
 clean:
 	rm -rf $(VENV) .pytest_cache

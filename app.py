@@ -6,9 +6,11 @@ The store is $LOADERLAB_DB (default data/loaderlab.duckdb); the sidebar shows wh
 import streamlit as st
 
 from engine.paths import db_path
+from ui.auth import require_token
 from ui.cache import cached
 
 st.set_page_config(page_title="LoaderLab", page_icon=":material/speed:", layout="wide")
+require_token()  # with $LOADERLAB_TOKEN set (make share), nothing below runs without it
 
 explore = st.Page("pages/explore.py", title="Explore", url_path="explore", icon=":material/insights:")
 

@@ -7,8 +7,11 @@ stores that state and shows a short `/explore?view=<id>` link.
 import streamlit as st
 
 from ui import explore, state
+from ui.auth import require_token
 from ui.cache import cached
 from ui.errors import shown
+
+require_token()  # a page opened directly (deep link) is guarded too, not only through app.py
 
 st.title("Explore")
 

@@ -3,7 +3,10 @@
 import streamlit as st
 
 from ui import history, state
+from ui.auth import require_token
 from ui.errors import shown
+
+require_token()  # a page opened directly (deep link) is guarded too, not only through app.py
 
 st.title("History")
 st.caption("Query the whole store in SQL. Only one read-only statement runs; nothing you type can change the store.")

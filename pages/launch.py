@@ -8,8 +8,11 @@ import streamlit as st
 
 from engine import api
 from ui import live
+from ui.auth import require_token
 from ui.errors import shown
 from ui.form import preset_picker, run_form, sweep_builder
+
+require_token()  # a page opened directly (deep link) is guarded too, not only through app.py
 
 st.title("Launch")
 with shown("Could not start the job worker"):

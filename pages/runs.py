@@ -4,7 +4,10 @@ side by side (?compare=a,b); tags, notes, soft delete and purge."""
 import streamlit as st
 
 from ui import run_detail, runs, state
+from ui.auth import require_token
 from ui.errors import shown
+
+require_token()  # a page opened directly (deep link) is guarded too, not only through app.py
 
 st.title("Runs")
 
