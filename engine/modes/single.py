@@ -8,6 +8,7 @@ import torch
 
 from engine.measure.timers import EpochTimer
 from engine.modes._base import ModeSpec, RunContext, to_device
+from engine.modes._common import Recorder, epoch_payload
 
 __all__ = ["SPEC", "run", "train_step"]
 
@@ -30,6 +31,7 @@ def run(ctx: RunContext) -> None:
     from engine.registry import LOADERS, MODELS, WORKLOADS  # noqa: PLC0415
 
     cfg, device = ctx.cfg, ctx.device
+    recorder = Recorder(ctx)
     # --- build: data, model, optimizer (seeded, so the same config gives the same weights) ---
     torch.manual_seed(cfg.seed)
     dataset = WORKLOADS[cfg.workload](cfg)
@@ -51,10 +53,10 @@ def run(ctx: RunContext) -> None:
             record = timer.finish(samples)
             # --- record: flushed before the next epoch starts, so a kill loses at most this one ---
             loss = loss_sum.item() / max(samples, 1)
-            ctx.log.write("epoch", model_idx=0, rank=0, epoch=epoch, warmup=epoch < cfg.warmup_epochs,
-                          loss=loss, **record)
+            recorder.write(epoch_payload(cfg, 0, 0, epoch, {**record, "loss": loss}))
             log.info("epoch %d: %.3f s, %.0f samples/s, loss %.4f", epoch, record["wall_s"],
                      record["samples_per_s"], loss)
+    recorder.finish()
 
 
 SPEC = ModeSpec(run=run, doc="one model trained by one loop; the reference for every other mode")

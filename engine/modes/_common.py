@@ -1,0 +1,133 @@
+"""What the multi-model modes share: model i, one epoch of one model, the epoch record, the run figures.
+
+    model = build_model(cfg, dataset, idx=1, device=device)       # dual-*: model_b / width_b for idx 1
+    record = train_epoch(model, opt, loader.epoch(e), device)     # the single loop's body, for one model
+    recorder.write(epoch_payload(cfg, model_idx, rank, e, record))
+    recorder.finish()                                              # ctx.summary: aggregate figures
+
+Test hook: LOADERLAB_FAIL_AT="<model_idx or rank>:<epoch>" makes that model (or ddp rank) raise at the
+start of that epoch, so tests can prove that one failing thread or process fails the whole run cleanly.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from typing import Any, Iterable
+
+import torch
+
+from engine.config import ConfigError, RunConfig
+from engine.measure.timers import EpochTimer
+from engine.modes._base import RunContext, to_device
+
+__all__ = ["FAIL_AT_ENV", "Recorder", "build_model", "check_devices", "check_model_b", "epoch_payload",
+           "fail_point", "throughput", "train_epoch"]
+
+FAIL_AT_ENV = "LOADERLAB_FAIL_AT"
+
+
+def build_model(cfg: RunConfig, dataset: Any, idx: int, device: torch.device, *, dual: bool = False
+                ) -> torch.nn.Module:
+    """Model idx, seeded with seed + idx (distinct, reproducible weights); with dual, idx 1 is model_b/width_b."""
+    from engine.registry import MODELS  # noqa: PLC0415
+
+    arch, width = cfg.model, cfg.width
+    if dual and idx == 1:
+        arch, width = cfg.model_b or cfg.model, cfg.width_b or cfg.width
+    torch.manual_seed(cfg.seed + idx)
+    return MODELS[arch](dataset.sample_shape, dataset.num_classes, width, cfg.depth).to(device)
+
+
+def train_epoch(model: torch.nn.Module, opt: torch.optim.Optimizer, batches: Iterable, device: torch.device
+                ) -> dict[str, Any]:
+    """One epoch of one model over `batches`, timed like the single loop; the record includes the mean loss."""
+    from engine.modes.single import train_step  # noqa: PLC0415
+
+    timer = EpochTimer(device)
+    loss_sum = torch.zeros((), device=device)
+    samples = 0
+    for batch in timer.batches(batches):
+        with timer.copy():
+            x, y = to_device(batch, device)
+        with timer.compute():
+            loss_sum += train_step(model, opt, x, y) * y.shape[0]
+        samples += y.shape[0]
+    record = timer.finish(samples)
+    record["loss"] = loss_sum.item() / max(samples, 1)
+    return record
+
+
+def epoch_payload(cfg: RunConfig, model_idx: int, rank: int, epoch: int, record: dict[str, Any]) -> dict[str, Any]:
+    """The `epoch` event's fields (see engine/runlog.py)."""
+    return {"model_idx": model_idx, "rank": rank, "epoch": epoch, "warmup": epoch < cfg.warmup_epochs, **record}
+
+
+def fail_point(who: int, epoch: int) -> None:
+    """Raise if LOADERLAB_FAIL_AT names this model (or rank) and epoch: the test hook described above."""
+    target = os.environ.get(FAIL_AT_ENV, "")
+    if target and target == f"{who}:{epoch}":
+        raise RuntimeError(f"injected failure in model/rank {who} at epoch {epoch} ({FAIL_AT_ENV}={target})")
+
+
+def throughput(events: list[dict[str, Any]], per: str = "model") -> dict[str, Any]:
+    """Run figures over steady-state epochs (all epochs if every one is warm-up).
+
+    aggregate_samples_per_s = samples of all models / wall time from the first start to the last end
+    (DESIGN.md); wall_s_total is that wall time; per_<per>_samples_per_s[i] is model (or rank) i's samples
+    over its own first start to last end.
+    """
+    steady = [e for e in events if not e["warmup"]] or events
+    if not steady:
+        return {}
+    wall = max(e["t_end"] for e in steady) - min(e["t_start"] for e in steady)
+    groups: dict[int, list[dict[str, Any]]] = {}
+    for e in steady:
+        groups.setdefault(e["model_idx"] if per == "model" else e["rank"], []).append(e)
+    per_group = []
+    for key in sorted(groups):
+        g = groups[key]
+        span = max(e["t_end"] for e in g) - min(e["t_start"] for e in g)
+        per_group.append(sum(e["samples"] for e in g) / span if span > 0 else 0.0)
+    total = sum(e["samples"] for e in steady)
+    return {"aggregate_samples_per_s": total / wall if wall > 0 else 0.0, "wall_s_total": wall,
+            "aggregate_samples": total, f"per_{per}_samples_per_s": per_group, f"n_{per}s_run": len(groups),
+            f"mean_{per}_samples_per_s": statistics.fmean(per_group)}
+
+
+class Recorder:
+    """Writes a mode's epoch events (thread-safe: RunLog locks) and keeps their timing fields for finish()."""
+
+    _KEEP = ("model_idx", "rank", "epoch", "warmup", "samples", "t_start", "t_end")
+
+    def __init__(self, ctx: RunContext, per: str = "model"):
+        self.ctx, self.per = ctx, per
+        self.events: list[dict[str, Any]] = []
+
+    def write(self, payload: dict[str, Any]) -> None:
+        self.ctx.log.write("epoch", **payload)
+        self.events.append({k: payload[k] for k in self._KEEP})
+
+    def finish(self) -> None:
+        self.ctx.summary.update(throughput(self.events, self.per))
+
+
+# ---------------------------------------------------------------------------- config checks
+
+
+def check_devices(cfg: RunConfig, most: int | None, what: str) -> None:
+    """Each `devices` entry must be a device this machine has; at most `most` of them."""
+    from engine import devices  # noqa: PLC0415
+
+    for d in cfg.devices:
+        devices.check_device("devices", d)
+    if most is not None and len(cfg.devices) > most:
+        raise ConfigError("devices", f"{cfg.mode} takes at most {most} devices ({what}); got {len(cfg.devices)}")
+
+
+def check_model_b(cfg: RunConfig) -> None:
+    from engine.registry import MODELS  # noqa: PLC0415
+
+    if cfg.model_b and cfg.model_b not in MODELS:
+        raise ConfigError("model_b", f"'{cfg.model_b}' is unknown; choose one of: {', '.join(MODELS)} "
+                                     f"(or leave it empty for the same model as `model`)")

@@ -1,0 +1,84 @@
+"""dual-streams: two models on one GPU, one CUDA stream each, both issued from one thread.
+
+Each step: the batch is copied on the default stream; each model's stream waits for that copy, then runs
+its forward, backward and optimizer step; the default stream then waits for both, so one step's two
+models overlap on the GPU while the next step's copy is ordered after them (which also keeps the batch's
+memory safe without record_stream). Per-model compute is timed with CUDA events on that model's stream.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from engine.config import ConfigError, RunConfig
+from engine.measure.timers import EpochTimer
+from engine.modes._base import RunContext, to_device
+from engine.modes._common import Recorder, build_model, check_model_b, epoch_payload, fail_point
+
+__all__ = ["check_streams", "run_streams"]
+
+log = logging.getLogger(__name__)
+
+
+def check_streams(cfg: RunConfig) -> None:
+    from engine import devices  # noqa: PLC0415
+
+    check_model_b(cfg)
+    if not torch.cuda.is_available():
+        raise ConfigError("mode", "dual-streams needs a CUDA GPU (one CUDA stream per model); this machine has "
+                                  "none — use dual-threads or dual-sequential")
+    if devices.resolve(cfg.device).type != "cuda":
+        raise ConfigError("device", f"dual-streams runs on a CUDA device, not '{cfg.device}'; use auto or cuda")
+
+
+def run_streams(ctx: RunContext) -> None:
+    from engine.models._base import make_optimizer  # noqa: PLC0415
+    from engine.modes.single import train_step  # noqa: PLC0415
+    from engine.registry import LOADERS, WORKLOADS  # noqa: PLC0415
+
+    cfg, device = ctx.cfg, ctx.device
+    if device.type != "cuda":
+        raise ConfigError("mode", "dual-streams needs a CUDA device; use dual-threads or dual-sequential on CPU")
+    # --- build: two models, their optimizers, one stream each ---
+    dataset = WORKLOADS[cfg.workload](cfg)
+    models = [build_model(cfg, dataset, i, device, dual=True) for i in range(2)]
+    opts = [make_optimizer(m.parameters(), cfg.optimizer, cfg.lr) for m in models]
+    streams = [torch.cuda.Stream(device) for _ in models]
+    recorder = Recorder(ctx)
+
+    with LOADERS[cfg.loader](dataset, cfg, device) as loader:
+        for epoch in range(cfg.epochs):
+            for i in range(len(models)):
+                fail_point(i, epoch)
+            # --- one epoch: one shared data wait and copy per step, one compute span per model ---
+            timer = EpochTimer(device)
+            spans: list[list[tuple[torch.cuda.Event, torch.cuda.Event]]] = [[] for _ in models]
+            loss_sums = [torch.zeros((), device=device) for _ in models]
+            samples = 0
+            for batch in timer.batches(loader.epoch(epoch)):
+                with timer.copy():
+                    x, y = to_device(batch, device)
+                with timer.compute():
+                    main = torch.cuda.current_stream(device)
+                    for i, (model, opt, stream) in enumerate(zip(models, opts, streams)):
+                        stream.wait_stream(main)  # the batch (and the loss accumulators) are ready
+                        with torch.cuda.stream(stream):
+                            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                            start.record(stream)
+                            loss_sums[i] += train_step(model, opt, x, y) * y.shape[0]
+                            end.record(stream)
+                        spans[i].append((start, end))
+                    for stream in streams:
+                        main.wait_stream(stream)
+                samples += y.shape[0]
+            record = timer.finish(samples)  # synchronizes: every event below has completed
+            # --- record: the shared step timings, with each model's own stream compute time ---
+            for i in range(len(models)):
+                compute = [s.elapsed_time(e) / 1000.0 for s, e in spans[i]]
+                steps = [[*row[:3], compute[k], row[4]] for k, row in enumerate(record["steps"])]
+                recorder.write(epoch_payload(cfg, i, 0, epoch, {
+                    **record, "compute_s": sum(compute), "steps": steps, "loss": loss_sums[i].item() / max(samples, 1),
+                }))
+    recorder.finish()

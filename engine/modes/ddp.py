@@ -1,0 +1,135 @@
+"""`ddp`: data parallel over world_size processes with torch.distributed (gloo on CPU, nccl on CUDA).
+
+Launch: the engine spawns world_size ranks itself (torch.multiprocessing, spawn) that meet at a free
+port on 127.0.0.1 (MASTER_ADDR/MASTER_PORT). Under torchrun (RANK, WORLD_SIZE and LOCAL_RANK set) the
+run joins that group as its rank instead of spawning, and writes its own rank's epochs.
+
+Sharding: rank r owns samples r, r + W, r + 2W, ... (ShardDataset), so every sample of an epoch is
+trained exactly once across ranks; each rank's loader shuffles its shard per epoch. When the shards
+need different step counts, DDP's join() lets the rank that runs out shadow the others' all-reduces.
+
+All-reduce time (allreduce_s in each rank's epoch event): a DDP comm hook runs DDP's default all-reduce
+and times each gradient bucket from launch (during backward) to completion: perf_counter on CPU, CUDA
+events on GPU, read once at epoch end. Buckets overlap backward compute and each other, so the sum is
+the time communication was in flight, not the time it added to the step.
+
+    python -m engine run --mode ddp --world-size 2
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from engine.config import ConfigError, RunConfig
+from engine.measure.timers import EpochTimer
+from engine.modes._base import ModeSpec, RunContext, to_device
+from engine.modes._common import Recorder, epoch_payload, fail_point
+from engine.modes._ddp import AllreduceTimer, ShardDataset, free_port, timed_allreduce, torchrun_env
+from engine.modes._procs import ChildGroup, Link
+
+__all__ = ["SPEC", "run"]
+
+log = logging.getLogger(__name__)
+
+
+def _rank_main(rank: int, cfg_dict: dict[str, Any], world: int, device_name: str, threads: int, port: int | None,
+               emit: Callable[[dict[str, Any]], None], ready: Callable[[], None] = lambda: None) -> None:
+    """One rank: join the group, train its shard, emit one epoch record per epoch."""
+    from engine.models._base import make_optimizer  # noqa: PLC0415
+    from engine.modes.single import train_step  # noqa: PLC0415
+    from engine.registry import LOADERS, MODELS, WORKLOADS  # noqa: PLC0415
+
+    cfg, device = RunConfig(**cfg_dict), torch.device(device_name)
+    torch.set_num_threads(threads)
+    if port is not None:  # spawned by us; torchrun sets these itself
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=world)
+    try:
+        # --- build: this rank's shard; the same seeded weights on every rank (DDP broadcasts rank 0's anyway) ---
+        base = WORKLOADS[cfg.workload](cfg)
+        dataset = ShardDataset(base, rank, world)
+        steps = {math.ceil(len(range(r, len(base), world)) / cfg.batch_size) for r in range(world)}
+        torch.manual_seed(cfg.seed)
+        model = MODELS[cfg.model](dataset.sample_shape, dataset.num_classes, cfg.width, cfg.depth).to(device)
+        ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
+        comm = AllreduceTimer(device)
+        ddp.register_comm_hook(comm, timed_allreduce)
+        opt = make_optimizer(ddp.parameters(), cfg.optimizer, cfg.lr)
+
+        with LOADERS[cfg.loader](dataset, cfg, device) as loader:
+            ready()
+            for epoch in range(cfg.epochs):
+                fail_point(rank, epoch)
+                # --- one epoch of this rank's shard; uneven step counts need join() to avoid a hang ---
+                timer = EpochTimer(device)
+                loss_sum = torch.zeros((), device=device)
+                samples = 0
+                with ddp.join(enable=len(steps) > 1):
+                    for batch in timer.batches(loader.epoch(epoch)):
+                        with timer.copy():
+                            x, y = to_device(batch, device)
+                        with timer.compute():
+                            loss_sum += train_step(ddp, opt, x, y) * y.shape[0]
+                        samples += y.shape[0]
+                record = timer.finish(samples)
+                # --- record: this rank's epoch with its all-reduce time ---
+                record.update(loss=loss_sum.item() / max(samples, 1), allreduce_s=comm.take_seconds())
+                emit(epoch_payload(cfg, 0, rank, epoch, record))
+    finally:
+        dist.destroy_process_group()
+
+
+def _spawned_rank(rank: int, cfg_dict: dict[str, Any], world: int, names: list[str], threads: int, port: int,
+                  link: Link) -> None:
+    _rank_main(rank, cfg_dict, world, names[rank], threads, port, link.emit, link.ready)
+
+
+def run(ctx: RunContext) -> None:
+    cfg, device = ctx.cfg, ctx.device
+    recorder = Recorder(ctx, per="rank")
+    allreduce: list[float] = []
+
+    def write(payload: dict[str, Any]) -> None:
+        allreduce.append(0.0 if payload["warmup"] else payload["allreduce_s"])
+        recorder.write(payload)
+
+    joined = torchrun_env()
+    if joined is not None:
+        rank, world, local = joined
+        if world != cfg.world_size:
+            log.warning("torchrun's WORLD_SIZE=%d overrides world_size=%d", world, cfg.world_size)
+        name = f"cuda:{local}" if device.type == "cuda" else "cpu"
+        _rank_main(rank, cfg.to_dict(), world, name, torch.get_num_threads(), None, write)
+    else:
+        world = cfg.world_size
+        names = [f"cuda:{r}" for r in range(world)] if device.type == "cuda" else ["cpu"] * world
+        # NOTE: ranks on one CPU share its cores: each gets its share of intra-op threads (at least 1)
+        threads = max(1, torch.get_num_threads() // world)
+        with ChildGroup(_spawned_rank, world, (cfg.to_dict(), world, names, threads, free_port()), write,
+                        who="rank") as group:
+            group.wait()
+    recorder.finish()
+    # steady-state all-reduce seconds summed over ranks and epochs
+    ctx.summary.update(allreduce_s_total=sum(allreduce), world_size_run=world)
+
+
+def _check(cfg: RunConfig) -> None:
+    from engine import devices  # noqa: PLC0415
+
+    if devices.resolve(cfg.device).type == "cuda" and cfg.world_size > torch.cuda.device_count():
+        raise ConfigError("world_size", f"ddp on CUDA puts one rank per GPU (NCCL cannot share one); this machine "
+                                        f"has {torch.cuda.device_count()}: lower world_size or use device cpu")
+    if cfg.world_size > cfg.n_samples:
+        raise ConfigError("world_size", f"every rank needs at least one sample: world_size {cfg.world_size} > "
+                                        f"n_samples {cfg.n_samples}")
+
+
+SPEC = ModeSpec(run=run, check=_check, doc="data parallel over world_size processes (torch.distributed DDP)")

@@ -1,0 +1,177 @@
+"""The dual-* modes: two models (model/width and model_b/width_b) trained on the same data, four ways.
+
+    dual-sequential  one after the other in each epoch, one loader: the baseline for every dual mode
+    dual-threads     one Python thread per model, each with its own optimizer; dual_data = shared (one
+                     loader fanned out through bounded queues) or separate (one loader per model)
+    dual-processes   one spawned process per model, each with its own loader, on devices [a, b]
+    dual-streams     one CUDA stream per model, issued from one thread (engine/modes/_streams.py)
+
+Always two models (n_models is fused's and is ignored here). Every mode writes one epoch event per
+(model_idx, epoch) and puts aggregate_samples_per_s, wall_s_total and per_model_samples_per_s in the
+run summary (engine/modes/_common.py).
+
+    python -m engine run --mode dual-threads --dual-data separate --model-b cnn
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import threading
+from typing import Any, Callable, Iterable
+
+import torch
+
+from engine.config import ConfigError, RunConfig
+from engine.modes._base import ModeSpec, RunContext
+from engine.modes._common import Recorder, build_model, check_devices, check_model_b, epoch_payload, fail_point, \
+    train_epoch
+from engine.modes._fanout import FanOut, Stopped, until_stopped
+from engine.modes._procs import ChildGroup, Link
+from engine.modes._streams import check_streams, run_streams
+
+__all__ = ["PROCESSES", "SEQUENTIAL", "STREAMS", "THREADS"]
+
+log = logging.getLogger(__name__)
+N_MODELS = 2
+
+
+def _build(cfg: RunConfig, device: torch.device) -> tuple[Any, list[torch.nn.Module], list[torch.optim.Optimizer]]:
+    from engine.models._base import make_optimizer  # noqa: PLC0415
+    from engine.registry import WORKLOADS  # noqa: PLC0415
+
+    dataset = WORKLOADS[cfg.workload](cfg)
+    models = [build_model(cfg, dataset, i, device, dual=True) for i in range(N_MODELS)]
+    return dataset, models, [make_optimizer(m.parameters(), cfg.optimizer, cfg.lr) for m in models]
+
+
+# ---------------------------------------------------------------------------- dual-sequential
+
+
+def run_sequential(ctx: RunContext) -> None:
+    from engine.registry import LOADERS  # noqa: PLC0415
+
+    cfg, device = ctx.cfg, ctx.device
+    dataset, models, opts = _build(cfg, device)
+    recorder = Recorder(ctx)
+    with LOADERS[cfg.loader](dataset, cfg, device) as loader:
+        for epoch in range(cfg.epochs):
+            # NOTE: models alternate per epoch (not model A's whole run, then B's) so that the steady-state
+            # epochs of both form one contiguous window, the same window the concurrent modes are judged over.
+            for i, (model, opt) in enumerate(zip(models, opts)):
+                fail_point(i, epoch)
+                record = train_epoch(model, opt, loader.epoch(epoch), device)
+                recorder.write(epoch_payload(cfg, i, 0, epoch, record))
+    recorder.finish()
+
+
+# ---------------------------------------------------------------------------- dual-threads
+
+
+def _thread_loop(recorder: Recorder, cfg: RunConfig, i: int, model: torch.nn.Module, opt: torch.optim.Optimizer,
+                 source: Callable[[int], Iterable], device: torch.device, stop: threading.Event) -> None:
+    for epoch in range(cfg.epochs):
+        fail_point(i, epoch)
+        record = train_epoch(model, opt, until_stopped(source(epoch), stop), device)
+        recorder.write(epoch_payload(cfg, i, 0, epoch, record))
+
+
+def _run_to_end(targets: list[Callable[[], None]], stop: threading.Event) -> None:
+    """Run each target in its own thread and wait for all; re-raise the first error (set `stop` on one).
+
+    NOTE: plain threads, not a ThreadPoolExecutor: a loader worker forked from an executor's thread runs
+    the executor's exit hook at its own exit, fails to join itself and exits with status 1, which
+    DataLoader reports as a crashed worker.
+    """
+    errors: list[BaseException] = []
+
+    def guarded(target: Callable[[], None]) -> None:
+        try:
+            target()
+        except BaseException as e:  # noqa: BLE001 - carried to the caller below
+            errors.append(e)
+            stop.set()
+
+    threads = [threading.Thread(target=guarded, args=(t,), name=f"loaderlab-model{i}") for i, t in enumerate(targets)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    real = [e for e in errors if not isinstance(e, Stopped)]
+    if real:
+        raise real[0]
+
+
+def run_threads(ctx: RunContext) -> None:
+    from engine.registry import LOADERS  # noqa: PLC0415
+
+    cfg, device = ctx.cfg, ctx.device
+    dataset, models, opts = _build(cfg, device)
+    recorder = Recorder(ctx)
+    stop = threading.Event()  # set when either thread fails: the other one (and the feeder) stop between batches
+    with contextlib.ExitStack() as stack:
+        # --- data: one loader fanned out to both threads, or one loader each ---
+        if cfg.dual_data == "shared":
+            loader = stack.enter_context(LOADERS[cfg.loader](dataset, cfg, device))
+            fan = stack.enter_context(FanOut(loader, N_MODELS, cfg.epochs, cfg.prefetch_depth, stop))
+            sources = [lambda e, i=i: fan.epoch(i, e) for i in range(N_MODELS)]
+        else:
+            sources = [stack.enter_context(LOADERS[cfg.loader](dataset, cfg, device)).epoch for _ in range(N_MODELS)]
+        # --- train: one thread per model; the first real error wins, the other thread stops ---
+        _run_to_end([functools.partial(_thread_loop, recorder, cfg, i, models[i], opts[i], sources[i], device, stop)
+                     for i in range(N_MODELS)], stop)
+    recorder.finish()
+
+
+# ---------------------------------------------------------------------------- dual-processes
+
+
+def _process_main(i: int, cfg_dict: dict[str, Any], device_names: list[str], threads: int, link: Link) -> None:
+    """Model i's whole run in its own process: its own loader, model and optimizer (a spawned child)."""
+    from engine import devices  # noqa: PLC0415
+    from engine.models._base import make_optimizer  # noqa: PLC0415
+    from engine.registry import LOADERS, WORKLOADS  # noqa: PLC0415
+
+    cfg = RunConfig(**cfg_dict)
+    torch.set_num_threads(threads)
+    device = devices.resolve(device_names[i])
+    dataset = WORKLOADS[cfg.workload](cfg)
+    model = build_model(cfg, dataset, i, device, dual=True)
+    opt = make_optimizer(model.parameters(), cfg.optimizer, cfg.lr)
+    with LOADERS[cfg.loader](dataset, cfg, device) as loader:
+        link.ready()  # both models start training together
+        for epoch in range(cfg.epochs):
+            fail_point(i, epoch)
+            link.emit(epoch_payload(cfg, i, 0, epoch, train_epoch(model, opt, loader.epoch(epoch), device)))
+
+
+def run_processes(ctx: RunContext) -> None:
+    cfg = ctx.cfg
+    names = cfg.devices or [str(ctx.device)] * N_MODELS
+    # NOTE: the children share the cores the run has; each gets its share of intra-op threads (at least 1)
+    threads = max(1, torch.get_num_threads() // N_MODELS)
+    recorder = Recorder(ctx)
+    with ChildGroup(_process_main, N_MODELS, (cfg.to_dict(), names, threads), recorder.write, who="model") as group:
+        group.wait()
+    recorder.finish()
+
+
+# ---------------------------------------------------------------------------- specs
+
+
+def _check(cfg: RunConfig) -> None:
+    check_model_b(cfg)
+
+
+def _check_processes(cfg: RunConfig) -> None:
+    check_model_b(cfg)
+    check_devices(cfg, N_MODELS, "one per model")
+    if len(cfg.devices) == 1:
+        raise ConfigError("devices", "dual-processes takes two devices (one per model) or none (both on `device`)")
+
+
+SEQUENTIAL = ModeSpec(run=run_sequential, check=_check, doc="two models, one after the other: the dual baseline")
+THREADS = ModeSpec(run=run_threads, check=_check, doc="two models, one Python thread each")
+PROCESSES = ModeSpec(run=run_processes, check=_check_processes, doc="two models, one spawned process each")
+STREAMS = ModeSpec(run=run_streams, check=check_streams, doc="two models on one GPU, one CUDA stream each")

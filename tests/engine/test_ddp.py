@@ -1,0 +1,78 @@
+"""ddp mode: disjoint shards that cover each epoch once, real runs over gloo, failures, torchrun's env.
+
+    .venv/bin/python -m pytest tests/engine/test_ddp.py -q
+"""
+
+from __future__ import annotations
+
+import pytest
+from _mode_runs import TINY, assert_no_orphans, epochs_of, launch_mode, summary_of
+
+from engine.config import ConfigError, RunConfig
+from engine.modes._common import FAIL_AT_ENV
+from engine.modes._ddp import ShardDataset, free_port
+
+
+class _Indices:
+    sample_shape, num_classes = (3, 8, 8), 10
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, key):
+        return key
+
+
+@pytest.mark.parametrize(("n", "world"), [(n, w) for n in (1, 7, 128, 129) for w in (1, 2, 3) if w <= n])
+def test_shards_are_disjoint_and_cover_every_sample_once(n, world):
+    base = _Indices(n)
+    seen = [ShardDataset(base, r, world)[(5, i)] for r in range(world) for i in range(len(ShardDataset(base, r, world)))]
+    assert sorted(index for _, index in seen) == list(range(n))
+    assert {epoch for epoch, _ in seen} == {5}
+
+
+def test_ddp_trains_every_sample_once_per_epoch_over_gloo(store):
+    # 65 samples in batches of 32: rank 0 gets 33 (two steps), rank 1 gets 32 (one step), so join() is needed
+    result, events = launch_mode(store, mode="ddp", world_size=2, n_samples=65, loader="threads", workers=1)
+    assert result.status == "done", result.error
+    by_rank = epochs_of(events)
+    assert sorted(by_rank) == [(0, 0), (0, 1)]
+    for epoch in range(TINY["epochs"]):
+        assert sum(rows[epoch]["samples"] for rows in by_rank.values()) == 65
+    assert [e["n_steps"] for e in (by_rank[(0, 0)][0], by_rank[(0, 1)][0])] == [2, 1]
+    assert all(e["allreduce_s"] > 0 for rows in by_rank.values() for e in rows)
+    summary = summary_of(events)
+    assert summary["world_size_run"] == 2 and summary["allreduce_s_total"] > 0
+    assert len(summary["per_rank_samples_per_s"]) == 2
+    assert_no_orphans(result)
+
+
+def test_an_error_in_one_rank_fails_the_run_with_its_message(store, monkeypatch):
+    monkeypatch.setenv(FAIL_AT_ENV, "1:1")  # rank 1 raises at its second epoch; rank 0 waits in an all-reduce
+    result, events = launch_mode(store, mode="ddp", world_size=2, epochs=3)
+    assert result.status == "failed"
+    assert "rank 1 failed" in result.error and "injected failure in model/rank 1 at epoch 1" in result.error
+    assert {e["epoch"] for e in events if e["type"] == "epoch"} == {0}  # finished epochs kept
+    assert_no_orphans(result)
+
+
+def test_under_torchrun_the_run_joins_the_group_instead_of_spawning(store, monkeypatch):
+    # what torchrun sets for a one-process group; the run must use it, not world_size = 2
+    port = free_port()
+    for key, value in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                           MASTER_PORT=str(port)).items():
+        monkeypatch.setenv(key, value)
+    result, events = launch_mode(store, mode="ddp", world_size=2)
+    assert result.status == "done", result.error
+    assert sorted(epochs_of(events)) == [(0, 0)]
+    assert all(e["samples"] == TINY["n_samples"] for e in epochs_of(events)[(0, 0)])
+    assert summary_of(events)["world_size_run"] == 1
+
+
+def test_world_size_beyond_the_samples_is_refused():
+    with pytest.raises(ConfigError) as err:
+        RunConfig.from_dict({**TINY, "mode": "ddp", "world_size": 200})
+    assert err.value.field == "world_size"
