@@ -11,6 +11,13 @@ Two calibration passes, measured after the run in the same process:
     verdict    = data-bound | compute-bound    when the bound explains >= EXPLAINED of the time,
                  overhead-bound                otherwise (neither pass explains the time)
 
+The compute-only pass follows the mode (the same cached batches in every case):
+  single, split     the whole model, one step per batch
+  dual-*            model A then model B on each batch: a bound that assumes the two cannot overlap,
+                    so efficiency above 1 in a dual mode measures real overlap, not noise alone
+  fused             the fused vmapped step of all n_models
+  ddp               one model on 1/world_size of the batches (perfect scaling, no communication)
+
 Calibrations are cached per sweep (`<store dir>/calibrations/`), keyed by the fields each pass
 depends on, so a sweep that varies only the loader pays for the compute pass once.
 """
@@ -39,7 +46,8 @@ _WORKLOAD_KEYS = ("workload", "n_samples", "image_size", "num_classes", "work_us
 LOADER_KEYS = _WORKLOAD_KEYS + ("loader", "workers", "prefetch_depth", "start_method", "persistent_workers",
                                 "pin_memory", "batch_size", "device")
 COMPUTE_KEYS = ("model", "width", "depth", "optimizer", "lr", "batch_size", "device", "image_size", "num_classes",
-                "n_samples", "workload", "folder")
+                "n_samples", "workload", "folder", "mode", "n_models", "lr_spread", "model_b", "width_b",
+                "world_size")
 _MAX_REPLAY_BYTES = 1 << 30  # replay at most 1 GiB of batches, then scale by the batch count
 
 
@@ -53,10 +61,10 @@ def calibrate(cfg: RunConfig, device: torch.device, runlog: RunLog, run_dir: Pat
     """Measure (or reuse) both passes, log them, and return the summary figures for the run row."""
     events = read_events(run_dir)
     start = next(e for e in events if e["type"] == "start")
-    steady_events = [e for e in events if e["type"] == "epoch" and not e["warmup"] and e["model_idx"] == 0]
-    steady = [e["wall_s"] for e in steady_events]
-    if cfg.mode != "single" or not steady:
-        return {"bound_note": f"no lower bound for mode '{cfg.mode}' yet" if cfg.mode != "single" else None}
+    steady_events = [e for e in events if e["type"] == "epoch" and not e["warmup"]]
+    steady = _epoch_walls(steady_events)
+    if not steady:
+        return {}
     scope = start.get("sweep_id") or start["run_id"]
     cache = run_dir.parent.parent / "calibrations"
     loader = _cached(cache, scope, "loader", cfg, LOADER_KEYS, lambda: _loader_pass(cfg, device), runlog)
@@ -68,6 +76,15 @@ def calibrate(cfg: RunConfig, device: torch.device, runlog: RunLog, run_dir: Pat
     return {"bound_s": bound_s, "efficiency": efficiency, "loader_only_s": loader["seconds"],
             "compute_only_s": compute["seconds"], "calib_ttfb_s": loader["ttfb_s"],
             "verdict": verdict(loader["seconds"], compute["seconds"], efficiency or 0.0)}
+
+
+def _epoch_walls(epochs: list[dict[str, Any]]) -> list[float]:
+    """Per epoch: the wall time from the first model/rank's start to the last one's end."""
+    by_epoch: dict[int, list[dict[str, Any]]] = {}
+    for e in epochs:
+        by_epoch.setdefault(e["epoch"], []).append(e)
+    return [max(e["t_end"] for e in group) - min(e["t_start"] for e in group) if len(group) > 1
+            else group[0]["wall_s"] for group in by_epoch.values()]
 
 
 def _cached(cache: Path, scope: str, kind: str, cfg: RunConfig, keys: tuple[str, ...], measure: Any,
@@ -109,9 +126,7 @@ def _loader_pass(cfg: RunConfig, device: torch.device) -> dict[str, float]:
 
 def _compute_pass(cfg: RunConfig, device: torch.device) -> dict[str, float]:
     from engine.loaders._base import epoch_batches  # noqa: PLC0415
-    from engine.models._base import make_optimizer  # noqa: PLC0415
-    from engine.modes.single import train_step  # noqa: PLC0415
-    from engine.registry import LOADERS, MODELS, WORKLOADS  # noqa: PLC0415
+    from engine.registry import LOADERS, WORKLOADS  # noqa: PLC0415
 
     dataset = WORKLOADS[cfg.workload](cfg.replace(latency_ms=0.0, work_us=0))
     n_batches = len(epoch_batches(len(dataset), cfg.batch_size, cfg.seed, 1))
@@ -123,16 +138,38 @@ def _compute_pass(cfg: RunConfig, device: torch.device) -> dict[str, float]:
             if i >= keep:
                 break
             batches.append((x.to(device), y.to(device)))
-    torch.manual_seed(cfg.seed)
-    model = MODELS[cfg.model](dataset.sample_shape, dataset.num_classes, cfg.width, cfg.depth).to(device)
-    opt = make_optimizer(model.parameters(), cfg.optimizer, cfg.lr)
-    train_step(model, opt, *batches[0])  # one untimed step: allocator and kernel selection
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    t0 = time.perf_counter()
-    for x, y in batches:
-        train_step(model, opt, x, y)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    seconds = (time.perf_counter() - t0) * n_batches / len(batches)
+    steps = _mode_steps(cfg, dataset, device)
+    seconds = 0.0
+    for step in steps:  # dual modes: model A's pass, then model B's
+        step(*batches[0])  # one untimed step: allocator and kernel selection
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        for x, y in batches:
+            step(x, y)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        seconds += (time.perf_counter() - t0) * n_batches / len(batches)
+    if cfg.mode == "ddp":
+        seconds /= cfg.world_size
     return {"seconds": seconds, "ttfb_s": 0.0}
+
+
+def _mode_steps(cfg: RunConfig, dataset: Any, device: torch.device) -> list[Any]:
+    """The training step(s) whose cost bounds the mode's compute, as callables of (x, y)."""
+    from engine.models._base import make_optimizer  # noqa: PLC0415
+    from engine.modes._common import build_model  # noqa: PLC0415
+    from engine.modes.single import train_step  # noqa: PLC0415
+
+    if cfg.mode == "fused":
+        from engine.modes.fused import FusedStep, model_lrs  # noqa: PLC0415
+
+        models = [build_model(cfg, dataset, i, device) for i in range(cfg.n_models)]
+        return [FusedStep(models, cfg.optimizer, model_lrs(cfg))]
+    n = 2 if cfg.mode.startswith("dual-") else 1
+    steps = []
+    for i in range(n):
+        model = build_model(cfg, dataset, i, device, dual=n == 2)
+        opt = make_optimizer(model.parameters(), cfg.optimizer, cfg.lr)
+        steps.append(lambda x, y, m=model, o=opt: train_step(m, o, x, y))
+    return steps
