@@ -74,7 +74,7 @@ def calibrate(cfg: RunConfig, device: torch.device, runlog: RunLog, run_dir: Pat
     bound_s = max(loader["seconds"], compute["seconds"]) + ttfb
     efficiency = bound_s / measured if measured > 0 else None
     return {"bound_s": bound_s, "efficiency": efficiency, "loader_only_s": loader["seconds"],
-            "compute_only_s": compute["seconds"], "calib_ttfb_s": loader["ttfb_s"],
+            "compute_only_s": compute["seconds"], "calib_ttfb_s": loader["ttfb_s"], "bound_ttfb_s": ttfb,
             "verdict": verdict(loader["seconds"], compute["seconds"], efficiency or 0.0)}
 
 
