@@ -4,6 +4,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum requirements.txt | cut -d' ' -f1)
+CLUSTER_STAMP := $(VENV)/.cluster-$(shell cat requirements.txt requirements-cluster.txt | cksum | cut -d' ' -f1)
 PORT ?= 8501
 ADDRESS ?= 127.0.0.1
 PYTEST_ARGS ?=
@@ -16,6 +17,11 @@ $(STAMP): requirements.txt
 	@rm -f $(VENV)/.installed-*; touch $(STAMP)
 
 install: $(STAMP)
+
+# Ray (optional for users; the suite exercises the Ray executor on a local instance, so tests need it)
+$(CLUSTER_STAMP): $(STAMP) requirements-cluster.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-cluster.txt
+	@rm -f $(VENV)/.cluster-*; touch $(CLUSTER_STAMP)
 
 # Demo dataset + a small result set, only the first time (the store already has runs after that).
 demo: install
@@ -35,8 +41,8 @@ browser-deps:
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 	@command -v chromium >/dev/null || { echo "chromium is missing and could not be installed"; exit 1; }
 
-test: install browser-deps
-	LOADERLAB_REQUIRE_BROWSER=1 $(PY) -m pytest $(PYTEST_ARGS)
+test: $(CLUSTER_STAMP) browser-deps
+	LOADERLAB_REQUIRE_BROWSER=1 LOADERLAB_REQUIRE_RAY=1 $(PY) -m pytest $(PYTEST_ARGS)
 
 bench: install
 	$(PY) bench/loaders.py

@@ -186,6 +186,22 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 @command
+def cmd_import(args: argparse.Namespace) -> int:
+    """Merge results from another store file or a Parquet bundle, deduplicated by run id."""
+    from engine.merge import import_main  # noqa: PLC0415
+
+    return import_main(args)
+
+
+@command
+def cmd_export_bundle(args: argparse.Namespace) -> int:
+    """Export every table as Parquet into a folder, for `import` on another machine."""
+    from engine.merge import export_bundle_main  # noqa: PLC0415
+
+    return export_bundle_main(args)
+
+
+@command
 def cmd_demo(args: argparse.Namespace) -> int:
     """Generate the demo dataset and a small demo result set, if the store has no runs yet."""
     from engine.demo import ensure_demo  # noqa: PLC0415
@@ -240,6 +256,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("parquet", "csv"), default="parquet")
     p.add_argument("--table", default="runs")
     p.add_argument("--out", help="output file (default: loaderlab-<table>.<format>)")
+    from engine import merge  # noqa: PLC0415 - options of import/export-bundle live with their code
+
+    merge.add_import_args(add("import"))
+    merge.add_export_bundle_args(add("export-bundle"))
     for name in COMMANDS:
         if name not in sub.choices:
             add(name)  # commands registered by other modules with no options of their own
