@@ -186,6 +186,22 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 @command
+def cmd_advise(args: argparse.Namespace) -> int:
+    """The best measured config for a workload and model on this host, and what to try next."""
+    from engine.tune import advise_main  # noqa: PLC0415
+
+    return advise_main(args)
+
+
+@command
+def cmd_tune(args: argparse.Namespace) -> int:
+    """Search loader settings by successive halving within a time budget, with real runs."""
+    from engine.tune import tune_main  # noqa: PLC0415
+
+    return tune_main(args)
+
+
+@command
 def cmd_import(args: argparse.Namespace) -> int:
     """Merge results from another store file or a Parquet bundle, deduplicated by run id."""
     from engine.merge import import_main  # noqa: PLC0415
@@ -256,8 +272,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("parquet", "csv"), default="parquet")
     p.add_argument("--table", default="runs")
     p.add_argument("--out", help="output file (default: loaderlab-<table>.<format>)")
-    from engine import merge  # noqa: PLC0415 - options of import/export-bundle live with their code
+    from engine import merge, tune  # noqa: PLC0415 - these commands' options live with their code
 
+    tune.add_advise_args(add("advise"))
+    tune.add_tune_args(add("tune"))
     merge.add_import_args(add("import"))
     merge.add_export_bundle_args(add("export-bundle"))
     for name in COMMANDS:

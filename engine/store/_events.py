@@ -130,7 +130,14 @@ def summarize(epochs: list[dict], samples: pa.Table) -> dict[str, Any]:
     if walls:
         out["epoch_s"] = statistics.median(walls)
         total = sum(_float(e.get("samples")) or 0.0 for e in steady)
-        out["samples_per_s"] = total / sum(walls) if sum(walls) > 0 else None
+        span = sum(walls)
+        if len({(e["model_idx"], e["rank"]) for e in steady}) > 1:
+            # NOTE: DESIGN's aggregate throughput: all models' samples over ONE span, first start to last
+            # end; summing per-epoch spans would count twice the time two drifting processes overlap.
+            starts = [t for t in (_float(e.get("t_start")) for e in steady) if t is not None]
+            ends = [t for t in (_float(e.get("t_end")) for e in steady) if t is not None]
+            span = max(ends) - min(starts) if starts and ends else span
+        out["samples_per_s"] = total / span if span > 0 else None
     ttfbs = [t for t in (_float(e.get("ttfb_s")) for e in steady) if t is not None]
     out["ttfb_s"] = statistics.median(ttfbs) if ttfbs else None
     # NOTE: shares are of the epochs' wall time, so what no timer explains shows up as `other`

@@ -1,0 +1,325 @@
+"""The advisor: from the runs already stored, the fastest loader setup for a workload + model on this
+host, how much it beats the default, why (the bound verdict), and what to measure next.
+
+    advice = advise("jpeg", "cnn")              # host="this" | "any" | a host fingerprint
+    print(advice.render())
+    Path("next.toml").write_text(advice.next_sweep_toml())   # then: python -m engine sweep next.toml
+
+Only done, single-model runs are ranked, by the median over runs of `epoch_s` (each run's median
+steady-state epoch, warm-up excluded). Runs are compared only within one "problem": the same data
+and model settings (PROBLEM_KEYS). The loader settings and the batch size (KNOB_KEYS) are what varies.
+When several problems were measured, the one with the most runs is advised on (narrow it with `where`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from engine import stats
+
+__all__ = ["Advice", "KNOB_KEYS", "PROBLEM_KEYS", "Suggestion", "advise"]
+
+log = logging.getLogger(__name__)
+
+PROBLEM_KEYS = ("n_samples", "image_size", "num_classes", "work_us", "latency_ms", "folder", "width", "depth",
+                "optimizer", "device")
+KNOB_KEYS = ("loader", "workers", "prefetch_depth", "start_method", "persistent_workers", "pin_memory", "batch_size")
+_POOLED = ("threads", "processes")  # loaders with workers
+
+
+@dataclass
+class Suggestion:
+    changes: dict[str, Any]   # fields to change from the best config (mode/n_models for fused)
+    reason: str
+
+
+@dataclass
+class Advice:
+    workload: str
+    model: str
+    host: str                                   # "this" | "any" | a fingerprint, as asked
+    host_label: str                             # for messages: "this host (abc123)", "any host"
+    message: str | None = None                  # set when there is nothing to advise on
+    n_runs: int = 0
+    problem: dict[str, Any] = field(default_factory=dict)
+    table: pd.DataFrame = field(default_factory=pd.DataFrame)   # stats.summarize_configs over KNOB_KEYS
+    best: dict[str, Any] = field(default_factory=dict)
+    default: dict[str, Any] = field(default_factory=dict)
+    comparison: dict[str, Any] = field(default_factory=dict)    # stats.compare(default, best)
+    verdict: str | None = None
+    efficiency: float | None = None
+    suggestions: list[Suggestion] = field(default_factory=list)
+    warning: str | None = None
+    base_config: dict[str, Any] = field(default_factory=dict)   # a best run's full config
+
+    @property
+    def speedup(self) -> float | None:
+        return self.comparison.get("speedup")
+
+    def render(self) -> str:
+        if self.message:
+            return self.message
+        row = self.table.iloc[0]
+        lines = [f"{self.workload} + {self.model} on {self.host_label}: {self.n_runs} done runs, "
+                 f"{len(self.table)} configs (single-model runs; {_fmt_problem(self.problem)})"]
+        if self.warning:
+            lines.append(f"warning: {self.warning}")
+        lines.append(f"best: {describe(self.best)}: epoch {_fmt_ci(row['median'], row['ci_lo'], row['ci_hi'])}"
+                     f" over {row['n']} run(s){' (noisy: CV over 10%)' if row['noisy'] else ''}")
+        c = self.comparison
+        if self.default == self.best:
+            lines.append("the default is the fastest measured config")
+        else:
+            if c.get("note"):
+                judged = "no interval: fewer than 3 runs on a side"
+            else:
+                judged = (f"95% CI {c['speedup_lo']:.2f}-{c['speedup_hi']:.2f}x, "
+                          + ("a clear difference" if c["verdict"] == "B faster" else c["verdict"]))
+            lines.append(f"vs {describe(self.default)}: epoch {c['median_a']:.3f} s, so {c['speedup']:.2f}x "
+                         f"faster ({judged})")
+        if self.verdict:
+            eff = f", efficiency {self.efficiency:.0%}" if self.efficiency is not None else ""
+            lines.append(f"verdict: {self.verdict}{eff}")
+        if self.suggestions:
+            lines.append("try next:")
+            lines += [f"  {i}. {_fmt_changes(s.changes)}: {s.reason}" for i, s in enumerate(self.suggestions, 1)]
+            host = "" if self.host == "this" else f" --host {self.host}"
+            lines.append(f"  one command: python -m engine advise --workload {self.workload} --model {self.model}"
+                         f"{host} --write-sweep next.toml && python -m engine sweep next.toml")
+        return "\n".join(lines)
+
+    def next_sweep_toml(self, repeats: int = 3) -> str:
+        """A SweepConfig TOML: the best config as base, a grid over it and the suggested neighbours."""
+        if not self.base_config:
+            raise ValueError(self.message or "nothing measured yet: no sweep to propose")
+        from engine.config import RunConfig  # noqa: PLC0415
+
+        defaults = RunConfig().to_dict()
+        base = {k: self.base_config[k] for k in defaults  # in schema order
+                if k in self.base_config and k != "tag"
+                and (self.base_config[k] != defaults[k] or k in ("workload", "model"))}
+        grid: dict[str, list[Any]] = {}
+        for s in self.suggestions:
+            for k, v in s.changes.items():
+                grid.setdefault(k, [base.get(k, defaults[k])])
+                if v not in grid[k]:
+                    grid[k].append(v)
+        if "workers" in grid:  # sync/prefetch normalise workers to 0; 0 is invalid for threads/processes
+            grid["workers"] = [w for w in grid["workers"] if w > 0] or [1]
+        if "mode" in grid:
+            base["n_models"] = max(2, int(base.get("n_models", 2)))
+        for k in grid:
+            base.pop(k, None)
+        out = [f"# next measurements for {self.workload} + {self.model}, proposed by `python -m engine advise`",
+               f"# run: python -m engine sweep <this file>", f'name = "next-{self.workload}-{self.model}"',
+               f"repeats = {repeats}", "seed = 0", "", "[base]"]
+        out += [f"{k} = {_toml(v)}" for k, v in base.items()]
+        out += ["", "[grid]"] + [f"{k} = {_toml(v)}" for k, v in grid.items()]
+        return "\n".join(out) + "\n"
+
+
+def advise(workload: str, model: str, *, host: str = "this", db: str | os.PathLike | None = None,
+           where: dict[str, Any] | None = None) -> Advice:
+    """Advice for workload + model from the done runs in the store (see the module docstring)."""
+    fp, label = _host(host)
+    advice = Advice(workload=workload, model=model, host=host, host_label=label)
+    runs = _load(workload, model, db)
+    others = 0
+    if fp is not None:
+        others = int((runs["host_fingerprint"] != fp).sum())
+        runs = runs[runs["host_fingerprint"] == fp]
+    for k, v in (where or {}).items():
+        if k not in runs.columns:
+            raise ValueError(f"where: '{k}' is not a column of the runs table")
+        runs = runs[runs[k] == v]
+    single = runs[runs["mode"] == "single"].dropna(subset=["epoch_s"])
+    if single.empty:
+        hint = f" ({others} on other hosts: --host any)" if others else ""
+        advice.message = (f"no runs for {workload}+{model} on {label}{hint}; try: "
+                          f"python -m engine sweep examples/loaders.toml (edit its workload and model), or "
+                          f"python -m engine tune --workload {workload} --model {model} --budget 10m")
+        return advice
+    # --- the problem: the most-measured data/model settings ---
+    problems = single.groupby(list(PROBLEM_KEYS), dropna=False).size().sort_values(ascending=False, kind="stable")
+    advice.problem = dict(zip(PROBLEM_KEYS, _native(problems.index[0])))
+    mine = single[_match(single, advice.problem)]
+    advice.n_runs, advice.warning = len(mine), stats.mixed_hosts_warning(mine)
+    advice.table = stats.summarize_configs(mine, list(KNOB_KEYS))
+    # --- best, default, comparison ---
+    advice.best = dict(zip(KNOB_KEYS, _native(advice.table.iloc[0][list(KNOB_KEYS)])))
+    advice.default = _default(advice.table, advice.best)
+    best_runs, default_runs = mine[_match(mine, advice.best)], mine[_match(mine, advice.default)]
+    advice.comparison = stats.compare(default_runs["epoch_s"], best_runs["epoch_s"])
+    verdicts = best_runs["verdict"].dropna()
+    advice.verdict = verdicts.mode().iloc[0] if len(verdicts) else None
+    eff = best_runs["efficiency"].dropna()
+    advice.efficiency = float(eff.median()) if len(eff) else None
+    advice.base_config = json.loads(best_runs.sort_values("created_at").iloc[-1]["config_json"])
+    cores = int(mine["cores"].dropna().max()) if mine["cores"].notna().any() else (os.cpu_count() or 2)
+    measured = runs[_match(runs, advice.problem)]
+    advice.suggestions = _suggest(advice.best, advice.verdict, measured, cores)
+    return advice
+
+
+# ---------------------------------------------------------------------------- what to try next
+
+
+def _candidates(best: dict[str, Any], cores: int) -> dict[str, list[Suggestion]]:
+    """Neighbouring configs by kind; validity only (measured or not is checked later)."""
+    loader, w, depth, bs = best["loader"], int(best["workers"] or 0), int(best["prefetch_depth"]), best["batch_size"]
+    out: dict[str, list[Suggestion]] = {k: [] for k in ("more", "fewer", "depth", "switch", "batch", "persist",
+                                                         "fused")}
+    if loader in _POOLED:
+        if w * 2 <= 2 * cores:
+            out["more"].append(Suggestion({"workers": w * 2}, "more workers produce batches faster"))
+        if w >= 2:
+            out["fewer"].append(Suggestion({"workers": w // 2}, "fewer workers cost less start-up and contention"))
+        other = "processes" if loader == "threads" else "threads"
+        why = ("processes sidestep the GIL" if other == "processes" else "threads skip pickling and start-up")
+        out["switch"].append(Suggestion({"loader": other}, why))
+    else:
+        for other in _POOLED:
+            out["more"].append(Suggestion({"loader": other, "workers": 2}, "move loading off the training thread"))
+    if loader != "sync" and depth * 2 <= 1024:
+        out["depth"].append(Suggestion({"prefetch_depth": depth * 2}, "a deeper queue absorbs slow batches"))
+    if bs * 2 <= 1_000_000:
+        out["batch"].append(Suggestion({"batch_size": bs * 2}, "bigger batches mean fewer steps and per-step costs "
+                                                                "(NOTE: it changes the optimisation too)"))
+    if loader == "processes" and not best["persistent_workers"]:
+        out["persist"].append(Suggestion({"persistent_workers": True}, "keep workers alive between epochs"))
+    out["fused"].append(Suggestion({"mode": "fused"}, "if you train several models (say an lr sweep), train "
+                                                       "them as one vmapped program"))
+    return out
+
+
+_PRIORITY = {
+    "data-bound": ("more", "depth", "switch", "batch"),
+    "compute-bound": ("batch", "fused", "fewer"),
+    "overhead-bound": ("fewer", "persist", "batch", "switch"),
+    None: ("more", "switch", "depth", "batch"),
+}
+
+
+def _suggest(best: dict[str, Any], verdict: str | None, measured: pd.DataFrame, cores: int) -> list[Suggestion]:
+    kinds = _candidates(best, cores)
+    out: list[Suggestion] = []
+    for kind in _PRIORITY.get(verdict, _PRIORITY[None]):
+        for s in kinds[kind]:
+            if len(out) < 3 and not _is_measured(best, s, measured) and _valid(best, s):
+                out.append(s)
+    return out
+
+
+def _is_measured(best: dict[str, Any], s: Suggestion, measured: pd.DataFrame) -> bool:
+    if s.changes.get("mode") == "fused":
+        return bool((measured["mode"] == "fused").any())
+    knobs = {**best, **s.changes}
+    if knobs["loader"] not in _POOLED:
+        knobs["workers"] = 0
+    single = measured[measured["mode"] == "single"]
+    return bool(_match(single, knobs).any())
+
+
+def _valid(best: dict[str, Any], s: Suggestion) -> bool:
+    if s.changes.get("mode") != "fused":
+        return True
+    try:
+        from engine.registry import MODES  # noqa: PLC0415 - modes are written by other modules; may be absent
+    except ImportError:
+        return False
+    return "fused" in MODES
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def _load(workload: str, model: str, db: str | os.PathLike | None) -> pd.DataFrame:
+    from engine.store import connect  # noqa: PLC0415
+
+    with connect(db, read_only=True) as conn:
+        return conn.execute("SELECT * FROM runs WHERE status = 'done' AND NOT coalesce(deleted, false) "
+                            "AND workload = ? AND model = ?", [workload, model]).df()
+
+
+def _host(host: str) -> tuple[str | None, str]:
+    if host == "any":
+        return None, "any host"
+    if host == "this":
+        from engine.measure.host import fingerprint  # noqa: PLC0415 - imports torch
+
+        fp = fingerprint()["fingerprint"]
+        return fp, f"this host ({fp})"
+    return host, f"host {host}"
+
+
+def _default(table: pd.DataFrame, best: dict[str, Any]) -> dict[str, Any]:
+    """The sync loader (at the best's batch size if measured), else the slowest config."""
+    sync = table[table["loader"] == "sync"]
+    if len(sync):
+        same = sync[sync["batch_size"] == best["batch_size"]]
+        row = (same if len(same) else sync).iloc[0]
+    else:
+        row = table.iloc[-1]
+    return dict(zip(KNOB_KEYS, _native(row[list(KNOB_KEYS)])))
+
+
+def _match(df: pd.DataFrame, values: dict[str, Any]) -> pd.Series:
+    mask = pd.Series(True, index=df.index)
+    for k, v in values.items():
+        mask &= df[k].isna() if v is None else (df[k] == v).fillna(False).astype(bool)
+    return mask
+
+
+def _native(values: Any) -> list[Any]:
+    out = []
+    for v in (values if isinstance(values, (tuple, list)) else list(values)):
+        v = v.item() if hasattr(v, "item") else v
+        out.append(None if v is pd.NA or (isinstance(v, float) and math.isnan(v)) else v)
+    return out
+
+
+def describe(knobs: dict[str, Any]) -> str:
+    """'threads, 4 workers, depth 2, batch 64': the knobs that matter for this loader."""
+    parts = [str(knobs["loader"])]
+    if knobs["loader"] in _POOLED:
+        parts.append(f"{knobs['workers']} workers")
+    if knobs["loader"] != "sync":
+        parts.append(f"depth {knobs['prefetch_depth']}")
+    if knobs["loader"] == "processes" and not knobs.get("persistent_workers", True):
+        parts.append("non-persistent")
+    if knobs["loader"] == "processes" and knobs.get("start_method") not in (None, "fork"):
+        parts.append(str(knobs["start_method"]))
+    return ", ".join(parts + [f"batch {knobs['batch_size']}"])
+
+
+def _fmt_ci(value: float, lo: float, hi: float, unit: str = " s") -> str:
+    fmt = "{:.2f}" if unit == "x" else "{:.3f}"
+    text = fmt.format(value) + unit
+    if lo is None or hi is None or math.isnan(lo) or math.isnan(hi):
+        return text + " (no interval: fewer than 3 runs)"
+    return f"{text} (95% CI {fmt.format(lo)}-{fmt.format(hi)}{unit})"
+
+
+def _fmt_changes(changes: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in changes.items())
+
+
+def _fmt_problem(problem: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in problem.items() if v not in (None, ""))
+
+
+def _toml(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml(x) for x in v) + "]"
+    return json.dumps(str(v))  # a JSON string is a valid TOML basic string

@@ -1,0 +1,270 @@
+"""Tune: find the fastest loader setup for a workload + model within a time budget, by real runs.
+
+    python -m engine tune --workload jpeg --model cnn --budget 10m
+    result = tune("jpeg", "cnn", budget_s=600); print(result.render())
+
+Successive halving: every candidate (loader x workers x prefetch_depth, see `candidates`) runs with
+RUNG0_EPOCHS steady epochs; the fastest 1/ETA survive and run again with ETA times as many epochs;
+and so on until one is left or the budget is spent. Each run is a normal run (subprocess, RunLog,
+store), tagged "tune" and grouped under one sweep_id. Before each run the time it will take is
+estimated from the runs so far, and a run that would overrun the budget is not started.
+
+NOTE: batch_size stays fixed (the base's): it changes the optimisation, not just the speed, so it is
+the user's call (`--set batch_size=128`). The lower-bound calibration is off (bound=false) unless the
+base turns it on: it costs two extra passes per run and tuning only needs epoch times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+import re
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+from tqdm import tqdm
+
+from engine import stats
+from engine.config import ConfigError, RunConfig, load_toml
+
+__all__ = ["ETA", "RUNG0_EPOCHS", "TuneResult", "add_advise_args", "add_tune_args", "advise_main", "candidates",
+           "parse_budget", "tune", "tune_main"]
+
+log = logging.getLogger(__name__)
+
+ETA = 3            # keep the best 1/ETA of each rung; survivors run ETA x more epochs
+RUNG0_EPOCHS = 3   # steady epochs in the first rung: 3, so even a first-rung median has an interval
+_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_budget(text: str | float) -> float:
+    """'90s', '10m', '1h', '1h30m' or a bare number of seconds -> seconds (> 0)."""
+    s = str(text).strip().lower()
+    parts = re.findall(r"(\d+(?:\.\d*)?)\s*([hms]?)", s)
+    mixed = len(parts) > 1 and not all(u for _, u in parts)  # "1h 30" is ambiguous
+    if not s or not re.fullmatch(r"(\s*\d+(?:\.\d*)?\s*[hms]?)+", s) or mixed:
+        raise ConfigError("budget", f"'{text}' is not a duration; write e.g. 90s, 10m, 1h or 1h30m")
+    seconds = sum(float(n) * _UNITS[u] for n, u in parts)
+    if seconds <= 0:
+        raise ConfigError("budget", f"must be more than 0 seconds, got '{text}'")
+    return seconds
+
+
+def candidates(base: RunConfig, cores: int | None = None) -> list[RunConfig]:
+    """sync; prefetch and threads/processes x workers {1, 2, 4, ... <= cores (at least 2)}, each with
+    prefetch_depth {2, 8}. Everything else (batch_size included) is the base's."""
+    cores = max(2, cores or os.cpu_count() or 2)
+    workers = [w for w in (1, 2, 4, 8, 16, 32, 64) if w <= cores]
+    out = [base.replace(loader="sync", workers=0)]
+    for depth in (2, 8):
+        out.append(base.replace(loader="prefetch", workers=0, prefetch_depth=depth))
+        out += [base.replace(loader=loader, workers=w, prefetch_depth=depth)
+                for loader in ("threads", "processes") for w in workers]
+    return out
+
+
+@dataclass
+class TuneResult:
+    sweep_id: str
+    budget_s: float
+    spent_s: float = 0.0
+    stop_reason: str = ""
+    rows: list[dict[str, Any]] = field(default_factory=list)   # one per run: candidate, rung, epoch_s, ...
+    configs: list[RunConfig] = field(default_factory=list)
+    best_idx: int | None = None
+    comparison: dict[str, Any] = field(default_factory=dict)    # stats.compare(sync epochs, best epochs)
+
+    @property
+    def table(self) -> pd.DataFrame:
+        return pd.DataFrame(self.rows)
+
+    @property
+    def best(self) -> RunConfig | None:
+        return None if self.best_idx is None else self.configs[self.best_idx]
+
+    @property
+    def speedup(self) -> float | None:
+        return self.comparison.get("speedup")
+
+    def render(self) -> str:
+        from engine.advisor import describe  # noqa: PLC0415
+
+        head = (f"tune {self.sweep_id}: {len(self.rows)} runs in {self.spent_s:.0f} s of {self.budget_s:.0f} s "
+                f"({self.stop_reason})")
+        if self.best is None:
+            return head + "\nno run finished; check the runs with `python -m engine runs`"
+        best_rows = [r for r in self.rows if r["candidate"] == self.best_idx and r["status"] == "done"]
+        c = self.comparison
+        lines = [head, f"best: {describe(self.best.to_dict())}: epoch {best_rows[-1]['epoch_s']:.3f} s "
+                       f"(rung {best_rows[-1]['rung']}, {best_rows[-1]['steady_epochs']} steady epochs)"]
+        if self.best_idx == 0 and self.best.loader == "sync":
+            lines.append("the sync loader (no background loading) was the fastest measured")
+        elif c and not math.isnan(c.get("speedup", math.nan)):
+            ci = ("" if math.isnan(c["speedup_lo"]) else
+                  f" (95% CI {c['speedup_lo']:.2f}-{c['speedup_hi']:.2f}x, over epochs)")
+            lines.append(f"vs sync: {c['median_a']:.3f} s per epoch, so {c['speedup']:.2f}x faster{ci}; "
+                         f"{'a clear difference' if c['verdict'] == 'B faster' else c['verdict']}")
+        flags = f"--loader {self.best.loader}"
+        flags += f" --prefetch-depth {self.best.prefetch_depth}" if self.best.loader != "sync" else ""
+        flags += f" --workers {self.best.workers}" if self.best.workers else ""
+        lines.append(f"use it: python -m engine run --workload {self.best.workload} --model {self.best.model} {flags}")
+        return "\n".join(lines)
+
+
+def tune(workload: str, model: str, *, budget_s: float, db: str | os.PathLike | None = None,
+         base: dict[str, Any] | None = None, progress: bool = True, space: list[dict[str, Any]] | None = None,
+         eta: int = ETA, rung0_epochs: int = RUNG0_EPOCHS) -> TuneResult:
+    """Successive halving within budget_s seconds of wall time (see the module docstring).
+
+    `space` replaces the default candidates: a list of field changes, e.g. [{"loader": "sync"},
+    {"loader": "threads", "workers": 2}]. Put sync first: the speedup is reported over candidate 0.
+    """
+    from engine.sweep import new_sweep_id  # noqa: PLC0415
+
+    fields = {"bound": False, "tag": "tune", **(base or {}), "workload": workload, "model": model}
+    cfg0 = RunConfig.from_dict(fields)
+    configs = [cfg0.replace(**changes) for changes in space] if space else candidates(cfg0)
+    result = TuneResult(sweep_id=new_sweep_id("tune"), budget_s=budget_s, configs=configs)
+    survivors = list(range(len(result.configs)))
+    epochs_of: dict[int, list[float]] = {}   # candidate -> steady epoch walls of its latest run
+    t0 = time.monotonic()
+    bar = tqdm(total=round(budget_s), desc=f"tune {workload}+{model}", unit="s", disable=not progress,
+               file=sys.stderr, dynamic_ncols=True)
+    rung, steady = 0, rung0_epochs
+    try:
+        with bar:
+            while survivors:
+                for idx in survivors:
+                    cfg = result.configs[idx].replace(epochs=cfg0.warmup_epochs + steady)
+                    # the first run always goes: with nothing finished there is nothing to report
+                    if result.rows and time.monotonic() - t0 + _estimate(result.rows, epochs_of.get(idx), cfg) \
+                            > budget_s:
+                        result.stop_reason = "budget spent"
+                        break
+                    result.rows.append(_measure(cfg, db, result.sweep_id, idx, rung, steady, epochs_of))
+                    bar.n = min(round(time.monotonic() - t0), bar.total)
+                    bar.set_postfix_str(f"rung {rung}, {len(result.rows)} runs", refresh=True)
+                if result.stop_reason:
+                    break
+                done = [r for r in result.rows if r["rung"] == rung and not math.isnan(r["epoch_s"])]
+                if len(done) <= 1:
+                    result.stop_reason = "one candidate left" if done else "every run of the rung failed"
+                    break
+                ranked = sorted(done, key=lambda r: r["epoch_s"])
+                survivors = [r["candidate"] for r in ranked[:max(1, math.ceil(len(ranked) / eta))]]
+                if len(survivors) == 1:
+                    result.stop_reason = "one candidate left"
+                    break
+                rung, steady = rung + 1, steady * eta
+    except KeyboardInterrupt:
+        result.stop_reason = "interrupted"
+        log.warning("tune interrupted; reporting the runs finished so far")
+    result.spent_s = time.monotonic() - t0
+    _finish(result, epochs_of)
+    return result
+
+
+def _finish(result: TuneResult, epochs_of: dict[int, list[float]]) -> None:
+    """Best = fastest among candidates measured in the highest rung reached; compare it with sync."""
+    done = [r for r in result.rows if not math.isnan(r["epoch_s"])]
+    if not done:
+        return
+    top = max(r["rung"] for r in done)
+    result.best_idx = min((r for r in done if r["rung"] == top), key=lambda r: r["epoch_s"])["candidate"]
+    sync = epochs_of.get(0)  # candidate 0 is sync
+    if sync and result.configs[0].loader == "sync":
+        result.comparison = stats.compare(sync, epochs_of[result.best_idx])
+
+
+def _measure(cfg: RunConfig, db: Any, sweep_id: str, idx: int, rung: int, steady: int,
+             epochs_of: dict[int, list[float]]) -> dict[str, Any]:
+    """One real run of candidate idx; its row for the result table (epoch_s is nan when it failed)."""
+    from engine.runner import launch  # noqa: PLC0415 - the runner imports the store
+
+    started = time.monotonic()
+    run = launch(cfg, db=db, meta={"sweep_id": sweep_id, "config_idx": idx, "repeat_idx": rung})
+    walls = _steady_walls(run.run_dir) if run.status == "done" else []
+    epochs_of[idx] = walls
+    epoch_s = statistics.median(walls) if walls else math.nan
+    log.info("tune rung %d: %s w=%d depth=%d -> %s %.3f s", rung, cfg.loader, cfg.workers, cfg.prefetch_depth,
+             run.status, epoch_s)
+    return {"candidate": idx, "rung": rung, "steady_epochs": steady, "epochs": cfg.epochs, "loader": cfg.loader,
+            "workers": cfg.workers, "prefetch_depth": cfg.prefetch_depth, "batch_size": cfg.batch_size,
+            "status": run.status, "run_id": run.run_id, "epoch_s": epoch_s, "run_s": time.monotonic() - started}
+
+
+def _steady_walls(run_dir: Any) -> list[float]:
+    from engine.runlog import read_events  # noqa: PLC0415
+
+    return [e["wall_s"] for e in read_events(run_dir)
+            if e["type"] == "epoch" and not e.get("warmup") and e.get("model_idx", 0) == 0]
+
+
+def _estimate(rows: list[dict[str, Any]], walls: list[float] | None, cfg: RunConfig) -> float:
+    """Seconds the next run will take: start-up overhead + epochs x its last epoch time (or a typical one).
+
+    Overhead (process start, imports, dataset build, ingest) is what the finished runs took beyond their epochs."""
+    done = [r for r in rows if not math.isnan(r["epoch_s"])]
+    if not done:
+        return statistics.median(r["run_s"] for r in rows)  # only failures so far: they cost about this much
+    overhead = statistics.median(max(0.0, r["run_s"] - r["epoch_s"] * r["epochs"]) for r in done)
+    epoch = statistics.median(walls) if walls else statistics.median(r["epoch_s"] for r in done)
+    return overhead + epoch * cfg.epochs
+
+
+# ---------------------------------------------------------------------------- CLI entry points
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workload", default="tensor", help="workload to advise on / tune (default: tensor)")
+    p.add_argument("--model", default="mlp", help="model to advise on / tune (default: mlp)")
+    if "--db" not in p._option_string_actions:  # NOTE: the CLI's `add` may already have given every command --db
+        p.add_argument("--db", default=None, help="store file (default: $LOADERLAB_DB or data/loaderlab.duckdb)")
+
+
+def add_advise_args(p: argparse.ArgumentParser) -> None:
+    _add_common(p)
+    p.add_argument("--host", default="this", help="this (default), any, or a host fingerprint")
+    p.add_argument("--write-sweep", metavar="PATH", help="write the proposed next sweep (TOML) to PATH")
+
+
+def add_tune_args(p: argparse.ArgumentParser) -> None:
+    _add_common(p)
+    p.add_argument("--budget", default="10m", help="wall time to spend: 90s, 10m, 1h (default: 10m)")
+    p.add_argument("--config", help="TOML file of RunConfig fields every candidate shares (e.g. n_samples)")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="a RunConfig field every candidate shares (repeatable), e.g. --set batch_size=128")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def advise_main(args: argparse.Namespace) -> int:
+    from engine.advisor import advise  # noqa: PLC0415
+
+    advice = advise(args.workload, args.model, host=args.host, db=args.db)
+    print(advice.render())
+    if args.write_sweep and advice.base_config:
+        with open(args.write_sweep, "w", encoding="utf-8") as fh:
+            fh.write(advice.next_sweep_toml())
+        print(f"wrote {args.write_sweep}; run it: python -m engine sweep {args.write_sweep}")
+    elif args.write_sweep:
+        print("no sweep written: nothing measured yet", file=sys.stderr)
+    return 0
+
+
+def tune_main(args: argparse.Namespace) -> int:
+    budget = parse_budget(args.budget)
+    base: dict[str, Any] = dict(load_toml(args.config)) if args.config else {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError("set", f"'{item}' is not FIELD=VALUE, e.g. --set batch_size=128")
+        base[key.strip()] = value.strip()
+    result = tune(args.workload, args.model, budget_s=budget, db=args.db, base=base, progress=not args.quiet)
+    print(result.render())
+    return 0 if result.best is not None else 1

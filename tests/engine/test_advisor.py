@@ -1,0 +1,112 @@
+"""engine.advisor on a store seeded with synthetic runs of known epoch times."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from datetime import datetime
+
+import pandas as pd
+import pytest
+
+from engine.advisor import advise
+from engine.config import RunConfig
+from engine.store import connect
+
+HOST = "h1"
+
+
+def _rows(epoch_s: list[float], *, host: str = HOST, verdict: str = "data-bound", mode: str = "single",
+          **fields) -> list[dict]:
+    cfg = RunConfig(**{"workload": "tensor", "model": "mlp", "n_samples": 256, "width": 8, "mode": mode,
+                       **fields}).to_dict()
+    cols = {k: (json.dumps(v) if isinstance(v, list) else v) for k, v in cfg.items()}
+    return [{**cols, "run_id": f"{host}-{mode}-{fields}-{i}", "status": "done", "deleted": False,
+             "created_at": datetime(2025, 1, 1, 0, i), "host_fingerprint": host, "torch_version": "2.13",
+             "cores": 8, "config_json": json.dumps(cfg), "epoch_s": t, "verdict": verdict, "efficiency": 0.9}
+            for i, t in enumerate(epoch_s)]
+
+
+def _seed(db, rows: list[dict]) -> None:
+    with connect(db, read_only=False) as conn:
+        conn.register("seed_rows", pd.DataFrame(rows))
+        conn.execute("INSERT INTO runs BY NAME SELECT * FROM seed_rows")
+        conn.unregister("seed_rows")
+
+
+@pytest.fixture
+def seeded(store):
+    _seed(store, _rows([2.00, 2.05, 1.98])                                    # sync: the default
+          + _rows([1.20, 1.22, 1.19], loader="threads", workers=2)
+          + _rows([0.80, 0.81, 0.79], loader="threads", workers=4)            # the best
+          + _rows([1.00, 1.02, 0.99], loader="processes", workers=2)
+          + _rows([0.10, 0.10, 0.10], loader="threads", workers=4, batch_size=512, host="h2")  # other host
+          + _rows([0.30, 0.30, 0.30], loader="threads", workers=4, n_samples=64))  # another problem, fewer runs
+    return store
+
+
+def test_best_config_speedup_and_neighbours(seeded):
+    advice = advise("tensor", "mlp", host=HOST, db=seeded)
+    assert advice.message is None
+    assert advice.best["loader"] == "threads" and advice.best["workers"] == 4
+    assert advice.default["loader"] == "sync"
+    assert advice.problem["n_samples"] == 256 and advice.n_runs == 12
+    c = advice.comparison
+    assert c["speedup"] == pytest.approx(2.0 / 0.8, rel=0.02)
+    assert 1.0 < c["speedup_lo"] <= c["speedup"] <= c["speedup_hi"] and c["verdict"] == "B faster"
+    assert advice.verdict == "data-bound" and advice.efficiency == pytest.approx(0.9)
+    # data-bound: more workers, a deeper queue, the other pool kind; none measured yet
+    assert [s.changes for s in advice.suggestions] == [{"workers": 8}, {"prefetch_depth": 4}, {"loader": "processes"}]
+    text = advice.render()
+    assert "threads, 4 workers" in text and "2.50x" in text and "data-bound" in text and "workers=8" in text
+    assert advice.warning is None
+
+
+def test_measured_neighbours_are_not_proposed(seeded):
+    _seed(seeded, _rows([0.85, 0.86, 0.84], loader="threads", workers=8))
+    advice = advise("tensor", "mlp", host=HOST, db=seeded)
+    assert advice.best["workers"] == 4
+    assert {"workers": 8} not in [s.changes for s in advice.suggestions]
+    assert advice.suggestions[0].changes == {"prefetch_depth": 4}
+
+
+def test_verdict_sets_priorities(store):
+    _seed(store, _rows([2.0, 2.0, 2.0], verdict="compute-bound")
+          + _rows([1.0, 1.0, 1.0], loader="processes", workers=4, verdict="compute-bound"))
+    advice = advise("tensor", "mlp", host=HOST, db=store)
+    changes = [s.changes for s in advice.suggestions]
+    assert changes[0] == {"batch_size": 128}
+    assert {"workers": 2} in changes
+
+
+def test_next_sweep_toml_is_a_valid_sweep(seeded):
+    pytest.importorskip("engine.registry")
+    from engine.config import SweepConfig
+
+    advice = advise("tensor", "mlp", host=HOST, db=seeded)
+    data = tomllib.loads(advice.next_sweep_toml())
+    sweep = SweepConfig.from_dict(data)
+    assert data["base"]["n_samples"] == 256 and data["base"]["width"] == 8
+    assert data["grid"]["workers"] == [4, 8] and data["grid"]["loader"] == ["threads", "processes"]
+    cfgs = sweep.configs()
+    assert {(c.loader, c.workers, c.prefetch_depth) for c in cfgs} >= {("threads", 8, 2), ("threads", 4, 4),
+                                                                        ("processes", 4, 2)}
+
+
+def test_any_host_warns_about_mixing(seeded):
+    advice = advise("tensor", "mlp", host="any", db=seeded)
+    assert advice.best["batch_size"] == 512  # h2's run is in the pool now
+    assert "2 hosts" in advice.warning and "warning: 2 hosts" not in advice.render()
+    assert "warning: these runs mix 2 hosts" in advice.render()
+    narrowed = advise("tensor", "mlp", host="any", db=seeded, where={"host_fingerprint": "h1"})
+    assert narrowed.best["batch_size"] == 64 and narrowed.warning is None
+
+
+def test_this_host_and_empty_store(store):
+    advice = advise("jpeg", "cnn", db=store)
+    assert "no runs for jpeg+cnn on this host" in advice.message
+    assert "python -m engine sweep examples/loaders.toml" in advice.render()
+    with pytest.raises(ValueError, match="no runs"):
+        advice.next_sweep_toml()
+    _seed(store, _rows([1.0, 1.0, 1.0]))  # runs on host h1 only: this host still has none
+    assert "on other hosts: --host any" in advise("tensor", "mlp", db=store).message

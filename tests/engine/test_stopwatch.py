@@ -1,0 +1,91 @@
+"""The engine's epoch time agrees with an independent stopwatch around a plain hand-written loop.
+
+The engine's single-mode loop (EpochTimer, RunLog and all) and a plain `for x, y in DataLoader(...)`
+loop train the same model on the same batches in this process, interleaved five times so machine
+drift hits both alike; per round, the ratio of their median steady epoch times; the median ratio
+must be within 5% of 1.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+
+from engine.config import RunConfig
+from engine.loaders._base import epoch_batches
+from engine.models.mlp import MLP
+from engine.modes import RunContext
+from engine.modes.single import run as run_single
+from engine.runlog import RunLog, read_events
+from engine.workloads.tensor import TensorWorkload
+
+# About half a second per epoch on one idle core, so scheduler noise is a small part; a third of it is data
+# work (work_us), so a stopwatch that missed the data wait would be off by far more than 5%.
+CFG = {"workload": "tensor", "n_samples": 1024, "work_us": 300, "image_size": 32, "model": "mlp", "width": 512,
+       "depth": 3, "batch_size": 64, "epochs": 3, "warmup_epochs": 1, "loader": "sync", "device": "cpu",
+       "sample_hz": 0.0}
+
+
+def engine_epochs(cfg: RunConfig, run_dir) -> list[float]:
+    with RunLog(run_dir) as log:
+        run_single(RunContext(cfg=cfg, log=log, device=torch.device("cpu")))
+    return [e["wall_s"] for e in read_events(run_dir) if e["type"] == "epoch" and not e["warmup"]]
+
+
+class _Plan(torch.utils.data.Sampler):
+    """The engine's batch plan, so both loops see identical batches."""
+
+    def __init__(self, cfg: RunConfig):
+        self.cfg, self.epoch = cfg, 0
+
+    def __iter__(self):
+        return iter(epoch_batches(self.cfg.n_samples, self.cfg.batch_size, self.cfg.seed, self.epoch))
+
+    def __len__(self) -> int:
+        return -(-self.cfg.n_samples // self.cfg.batch_size)
+
+
+def plain_epochs(cfg: RunConfig) -> list[float]:
+    torch.manual_seed(cfg.seed)
+    dataset = TensorWorkload(cfg)
+    model = MLP(dataset.sample_shape, dataset.num_classes, cfg.width, cfg.depth)
+    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9)
+    plan = _Plan(cfg)
+    loader = DataLoader(dataset, batch_sampler=plan, num_workers=0)
+    times = []
+    for epoch in range(cfg.epochs):
+        plan.epoch = epoch
+        t0 = time.perf_counter()
+        for x, y in loader:
+            opt.zero_grad(set_to_none=True)
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+        times.append(time.perf_counter() - t0)
+    return times[cfg.warmup_epochs:]
+
+
+def test_engine_epoch_time_matches_an_independent_stopwatch(tmp_path):
+    cfg = RunConfig.from_dict(CFG)
+    threads = torch.get_num_threads()
+    # NOTE: one intra-op thread: on a busy 2-core machine a 2-thread matmul waits for its slowest thread,
+    # which adds noise to both loops alike but makes it far larger than the 5% being checked.
+    torch.set_num_threads(1)
+    try:
+        rounds = []
+        for i in range(5):
+            if i % 2:  # alternate which loop goes first, so neither always runs on a warmer machine
+                plain = plain_epochs(cfg)
+                engine = engine_epochs(cfg, tmp_path / f"run{i}")
+            else:
+                engine = engine_epochs(cfg, tmp_path / f"run{i}")
+                plain = plain_epochs(cfg)
+            rounds.append((statistics.median(engine), statistics.median(plain)))
+    finally:
+        torch.set_num_threads(threads)
+    # each round's engine and plain epochs ran back to back: their ratio cancels slow drift of the machine
+    ratio = statistics.median(e / p for e, p in rounds)
+    assert 0.95 <= ratio <= 1.05, f"(engine s, plain s) per round {rounds}: ratio {ratio:.3f}"

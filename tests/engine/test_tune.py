@@ -1,0 +1,67 @@
+"""engine.tune: budgets parse or fail by name; a tiny tune on the tensor workload halves and reports a config."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from engine.config import ConfigError
+from engine.store import list_runs
+from engine.tune import add_advise_args, add_tune_args, candidates, parse_budget, tune, tune_main
+
+TINY = {"n_samples": 128, "image_size": 8, "width": 8, "batch_size": 32, "device": "cpu", "sample_hz": 0.0}
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("10m", 600), ("1h", 3600), ("1h30m", 5400),
+                                               ("45", 45), ("1.5m", 90)])
+def test_parse_budget(text, seconds):
+    assert parse_budget(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "soon", "10x", "-5s", "0s", "1h 30"])
+def test_parse_budget_rejects_bad_input_naming_the_field(text):
+    with pytest.raises(ConfigError) as err:
+        parse_budget(text)
+    assert err.value.field == "budget"
+
+
+def test_candidates_keep_batch_size_and_cover_the_loaders():
+    from engine.config import RunConfig
+
+    cands = candidates(RunConfig.from_dict({**TINY, "batch_size": 48}), cores=4)
+    assert {c.batch_size for c in cands} == {48}
+    assert cands[0].loader == "sync"
+    assert {(c.loader, c.workers) for c in cands} >= {("threads", 4), ("processes", 1), ("prefetch", 0)}
+    assert len({c.to_json() for c in cands}) == len(cands)
+
+
+@pytest.mark.slow
+def test_tiny_tune_halves_and_reports_a_config(store):
+    space = [{"loader": "sync"}, {"loader": "prefetch"}, {"loader": "threads", "workers": 2}]
+    result = tune("tensor", "mlp", budget_s=300, db=store, base=TINY, progress=False, space=space, eta=2)
+    assert result.stop_reason == "one candidate left"
+    assert [r["rung"] for r in result.rows] == [0, 0, 0, 1, 1]  # the faster half (2 of 3) runs again
+    first = sorted(result.rows[:3], key=lambda r: r["epoch_s"])
+    assert {r["candidate"] for r in result.rows[3:]} == {first[0]["candidate"], first[1]["candidate"]}
+    assert result.best is not None 
+    assert result.best_idx in {r["candidate"] for r in result.rows[3:]}
+    assert result.rows[-1]["steady_epochs"] == 2 * result.rows[0]["steady_epochs"]
+    assert result.speedup is not None and "best:" in result.render()
+    stored = list_runs(db=store)
+    assert set(stored["run_id"]) == {r["run_id"] for r in result.rows}
+    assert stored["sweep_id"].nunique() == 1 and set(stored["tag"]) == {"tune"}
+
+
+@pytest.mark.slow
+def test_budget_stops_the_tune_after_the_first_run(store, capsys):
+    p = argparse.ArgumentParser()
+    add_tune_args(p)
+    args = p.parse_args(["--workload", "tensor", "--budget", "1s", "--db", str(store), "--quiet"]
+                        + [f"--set={k}={v}" for k, v in TINY.items()])
+    assert tune_main(args) == 0
+    out = capsys.readouterr().out
+    assert "1 runs" in out and "budget spent" in out and "best: sync" in out
+    q = argparse.ArgumentParser()
+    add_advise_args(q)
+    assert q.parse_args(["--host", "any"]).host == "any"
