@@ -19,6 +19,7 @@ import pandas as pd
 from engine._page_queries import (HISTORY_QUERIES, RUN_TABLE_COLUMNS, count_runs, delete_saved_query,
                                   list_saved_queries, search_runs)
 from engine.config import config_fields
+from engine.stats import NOISY_CV
 from engine.store.connect import connect
 
 __all__ = ["EXPLORE_FILTERS", "EXPLORE_METRICS", "HISTORY_QUERIES", "RUN_TABLE_COLUMNS", "count_runs",
@@ -70,7 +71,8 @@ def explore_summary(x: str, *, metric: str = "epoch_s", color: str | None = None
                     filters: dict[str, Any] | None = None, interval: str = "ci", max_ids: int = 50,
                     db: str | os.PathLike | None = None) -> pd.DataFrame:
     """One row per (x, colour, facet) group: n, median, lo, hi of `metric`, medians of bound_s and
-    efficiency, the commonest verdict, and up to `max_ids` run ids (newest first, comma-separated).
+    efficiency, the commonest verdict, the coefficient of variation and its `noisy` flag (CV > 10 %),
+    how many hosts and torch versions the group mixes, and up to `max_ids` run ids (newest first).
 
     interval "ci": 95% CI of the median from order statistics (distribution-free);
     "quantiles": the 2.5% and 97.5% quantiles of the runs. Groups of one run get lo = hi = median.
@@ -93,13 +95,16 @@ def explore_summary(x: str, *, metric: str = "epoch_s", color: str | None = None
                    list_sort(list("{metric}")) AS vs,
                    quantile_cont("{metric}", 0.025) AS q_lo, quantile_cont("{metric}", 0.975) AS q_hi,
                    median(bound_s) AS bound_s, median(efficiency) AS efficiency, mode(verdict) AS verdict,
+                   stddev_samp("{metric}") / nullif(avg("{metric}"), 0) AS cv,
+                   count(DISTINCT host_fingerprint) AS n_hosts, count(DISTINCT torch_version) AS n_torch,
                    list(run_id ORDER BY created_at DESC) AS ids
             FROM runs WHERE {where} AND "{metric}" IS NOT NULL
             GROUP BY {cols})
         SELECT {cols}, n, median,
                CASE WHEN n > 1 THEN {lo} ELSE median END AS lo,
                CASE WHEN n > 1 THEN {hi} ELSE median END AS hi,
-               bound_s, efficiency, verdict, array_to_string(ids[1:{int(max_ids)}], ',') AS run_ids
+               bound_s, efficiency, verdict, cv, coalesce(cv > {NOISY_CV}, false) AS noisy, n_hosts, n_torch,
+               array_to_string(ids[1:{int(max_ids)}], ',') AS run_ids
         FROM g ORDER BY {cols}"""
     with connect(db, read_only=True) as conn:
         return conn.execute(sql, params).fetchdf()

@@ -79,6 +79,13 @@ def chart(args: dict[str, Any]) -> pd.DataFrame:
         st.warning(f"{args['facet']} has {summary[args['facet']].nunique(dropna=False)} values; the chart shows "
                    f"the first {_MAX_FACETS} as facets (filter, or facet by a field with fewer values).")
         summary = summary[summary[args["facet"]].isin(keep)]
+    axes = {args["x"], args["color"], args["facet"]}
+    if not axes & {"host", "host_fingerprint"} and (summary["n_hosts"].max() > 1 or summary["n_torch"].max() > 1):
+        st.warning("Some points mix runs from several hosts or torch versions, which are not like with like: "
+                   "colour or facet by host, or filter to one host.")
+    if summary["noisy"].any():
+        st.caption(f"{int(summary['noisy'].sum())} group(s) are noisy (coefficient of variation over 10 %): "
+                   "add repeats or quiet the machine before trusting small differences.")
     fig = api.metric_chart(summary, x=args["x"], metric=args["metric"], color=args["color"], facet=args["facet"])
     event = st.plotly_chart(fig, key=_k("chart"), on_select="rerun", selection_mode=("points", "box", "lasso"))
     picked = sorted({i for p in (event.selection.points if event else []) or []
@@ -91,7 +98,9 @@ def chart(args: dict[str, Any]) -> pd.DataFrame:
         "run_ids": st.column_config.TextColumn("run ids (newest first)", width="large"),
         "efficiency": st.column_config.NumberColumn("efficiency", format="%.2f", help="lower bound ÷ measured"),
         "bound_s": st.column_config.NumberColumn("bound (s)", format="%.3f", help="median lower bound of an epoch"),
-        "verdict": st.column_config.TextColumn("verdict", help="commonest verdict among the group's runs")})
+        "verdict": st.column_config.TextColumn("verdict", help="commonest verdict among the group's runs"),
+        "cv": st.column_config.NumberColumn("CV", format="%.2f", help="coefficient of variation across runs"),
+        "noisy": st.column_config.CheckboxColumn("noisy", help="CV over 10 %: differences may be noise")})
     return summary
 
 
