@@ -44,7 +44,12 @@ def check_ids(raw: str, *, lo: int = 1, hi: int = 1) -> list[dict[str, Any]] | N
 
 _FIGURES = {"epoch_s": ("epoch time", "{:.3f} s"), "samples_per_s": ("samples/s", "{:,.0f}"),
             "ttfb_s": ("first batch", "{:.3f} s"), "bound_s": ("lower bound", "{:.3f} s"),
-            "efficiency": ("efficiency", "{:.0%}"), "verdict": ("verdict", "{}")}
+            "efficiency": ("efficiency", "{:.0%}"), "verdict": ("verdict", "{}"),
+            "data_wait_share": ("data wait", "{:.0%}"), "h2d_share": ("copy", "{:.0%}"),
+            "compute_share": ("compute", "{:.0%}"), "other_share": ("other", "{:.0%}"),
+            "data_wait_p50_s": ("wait p50", "{:.4f} s"), "data_wait_p90_s": ("wait p90", "{:.4f} s"),
+            "data_wait_p99_s": ("wait p99", "{:.4f} s"), "peak_rss_mib": ("peak RSS", "{:.0f} MiB"),
+            "mean_cpu_pct": ("mean CPU", "{:.0f} %")}
 
 
 def _fmt(key: str, value: Any) -> str:
@@ -57,6 +62,10 @@ def _figures(run: dict[str, Any]) -> None:
         col.metric(_FIGURES[key][0], _fmt(key, run.get(key)))
     st.markdown(f"Verdict: **{_fmt('verdict', run.get('verdict'))}** (efficiency = lower bound ÷ measured epoch; "
                 "below 80% the time goes to overhead, else to the slower of loading and compute)")
+    rss = run.get("peak_rss_bytes")
+    run = {**run, "peak_rss_mib": rss / 2**20 if rss else None}
+    st.caption("Where the steady-state time goes, per-step data wait, and the process tree (workers included): "
+               + " · ".join(f"{_FIGURES[k][0]} {_fmt(k, run.get(k))}" for k in list(_FIGURES)[6:]))
 
 
 def detail(run: dict[str, Any]) -> None:
