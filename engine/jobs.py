@@ -1,12 +1,13 @@
-"""The persistent job queue and its worker: runs launched from the browser outlive the tab and the dashboard.
+"""The persistent job queue: runs launched from the browser outlive the tab and the dashboard.
 
 The queue is the store's `jobs` table (queued -> running -> done | failed | cancelled; `pid` is the worker
 that took the job). The worker is its own process, `python -m engine worker` (or `python -m engine.jobs`),
 one per store, so one per host with the default store: the live worker holds an flock on
-`<jobs_dir>/worker.lock`. It takes the oldest queued job and runs it with engine.runner.launch, whose
-subprocess never opens DuckDB nor imports streamlit.
+`<jobs_dir>/worker.lock`. Its loop is engine/_worker.py. A job is one run (engine.runner.launch, whose
+subprocess never opens DuckDB nor imports streamlit), or a whole sweep on a Ray cluster (kind "ray-sweep").
 
     job_id = submit(cfg); ensure_worker(); job_progress(job_id)   # what the launch page does
+    job_id = submit_ray_sweep(sweep, address=default_ray_address())  # the sweep as ONE job, run through Ray
     python -m engine worker [--db PATH] [--ensure | --once]        # the worker
 
 NOTE: one job at a time on the whole host, not one per device: runs on two GPUs still share the CPU
@@ -14,22 +15,22 @@ cores that load their data, so running them side by side would corrupt both timi
 NOTE: cancelling a running job drops a marker file `<jobs_dir>/<job_id>.cancel` that the worker watches,
 so the page never waits for the writer lock while the worker ingests a run. A sweep job's position
 (config_idx, repeat_idx) waits in `<jobs_dir>/<job_id>.json`, as the jobs table has no columns for it.
+A ray-sweep job keeps its spec in config_json ({"kind", "sweep", "address", "runs"}) and has no run_id:
+its runs are the store's runs with its sweep_id.
 """
 
 from __future__ import annotations
 
 import argparse
-import fcntl
+import dataclasses
 import json
 import logging
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import threading
-import time
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,34 +38,29 @@ import pandas as pd
 import pyarrow as pa
 import psutil
 
+from engine._worker import RAY_SWEEP, job_spec, lock_path, marker, now, run_worker, try_lock, unlock
 from engine.config import ConfigError, RunConfig, SweepConfig
 from engine.paths import ROOT, db_path, jobs_dir, runs_dir
-from engine.runlog import EPOCH_FIELDS, RunLog, iter_events, tail_events
-from engine.store import StoreError, connect, ingest_pending, ingest_run
+from engine.ray_executor import INSTALL_HINT, ray_available
+from engine.runlog import EPOCH_FIELDS, tail_events
+from engine.store import connect
 
-__all__ = ["JOB_STATUSES", "cancel", "ensure_worker", "estimate_duration", "job_progress", "list_jobs",
-           "run_worker", "stop_worker", "submit", "submit_sweep", "worker_alive", "worker_main", "worker_pid"]
+__all__ = ["INSTALL_HINT", "JOB_STATUSES", "RAY_ADDRESS_ENV", "cancel", "default_ray_address", "ensure_worker",
+           "estimate_duration", "job_progress", "list_jobs", "ray_available", "run_worker", "stop_worker", "submit",
+           "submit_ray_sweep", "submit_sweep", "worker_alive", "worker_main", "worker_pid"]
 
 log = logging.getLogger(__name__)
 
 JOB_STATUSES = ("queued", "running", "done", "failed", "cancelled")
-STALE_AFTER_S = 30.0  # a run whose heartbeat is older is marked killed (DESIGN: stale runs)
-SCAN_EVERY_S = 30.0  # how often an idle worker looks for stale or un-ingested RunLogs
+RAY_ADDRESS_ENV = "LOADERLAB_RAY_ADDRESS"  # the launch page's default Ray address; empty: a local instance
 # Duration estimate when the store has no similar run: seconds per sample-epoch (a small CPU MLP step)
 # and the fixed cost of one run (subprocess start, torch import, dataset build).
 DEFAULT_S_PER_SAMPLE = 1e-3
 RUN_OVERHEAD_S = 5.0
+_ENDED = ("done", "failed", "cancelled")
 _SCHEMA = pa.schema([("job_id", pa.string()), ("created_at", pa.timestamp("us")), ("status", pa.string()),
                      ("config_json", pa.string()), ("sweep_id", pa.string()), ("run_id", pa.string()),
                      ("device", pa.string())])
-
-
-def _now() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)  # the store's TIMESTAMPs are naive UTC
-
-
-def _marker(db: Any, job_id: str, suffix: str = ".cancel") -> Path:
-    return jobs_dir(db) / f"{job_id}{suffix}"
 
 
 # ---------------------------------------------------------------------------- queue (the page's side)
@@ -87,41 +83,80 @@ def submit_sweep(sweep: SweepConfig, db: str | os.PathLike | None = None) -> lis
     return _insert(items, new_sweep_id(sweep.name), db)
 
 
+def default_ray_address() -> str:
+    """$LOADERLAB_RAY_ADDRESS ("auto", "host:port" or "ray://host:port"), or "" for a local Ray instance."""
+    return os.environ.get(RAY_ADDRESS_ENV, "").strip()
+
+
+def submit_ray_sweep(sweep: SweepConfig | RunConfig, *, address: str | None = None,
+                     db: str | os.PathLike | None = None) -> str:
+    """Queue a whole sweep (or one run) as ONE job the worker runs on a Ray cluster; returns the job id.
+
+    address: "auto", "host:port" or "ray://host:port"; None or "" starts a local Ray instance (127.0.0.1).
+    """
+    from engine.sweep import new_sweep_id  # noqa: PLC0415
+
+    if not ray_available():
+        raise ConfigError("target", f"a Ray cluster target needs Ray, which is not installed: `{INSTALL_HINT}`")
+    if isinstance(sweep, RunConfig):
+        sweep = SweepConfig.from_dict({"name": "run", "base": sweep.to_dict()})
+    address = (address or "").strip() or None
+    if address and any(c.isspace() for c in address):
+        raise ConfigError("ray_address", f"{address!r} has spaces; use auto, host:port or ray://host:port")
+    spec = {"kind": RAY_SWEEP, "sweep": dataclasses.asdict(sweep), "address": address, "runs": len(sweep.plan())}
+    row = {"job_id": _job_ids(1)[0], "created_at": now(), "status": "queued", "config_json": json.dumps(spec),
+           "sweep_id": new_sweep_id(sweep.name), "run_id": None, "device": f"ray:{address or 'local'}"}
+    _write([row], db)
+    log.info("queued ray-sweep job %s: %d runs of sweep %s", row["job_id"], spec["runs"], row["sweep_id"])
+    return row["job_id"]
+
+
+def _job_ids(n: int) -> list[str]:
+    stamp = f"{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+    return [f"job-{stamp}-{i:04d}" for i in range(n)]  # NOTE: the index orders a sweep's jobs within one created_at
+
+
 def _insert(items: list[tuple[RunConfig, dict | None]], sweep_id: str | None, db: Any) -> list[str]:
     from engine.devices import resolve  # noqa: PLC0415 - imports torch
     from engine.runner import new_run_id  # noqa: PLC0415
 
-    stamp, now, run_ids = f"{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}", _now(), set()
-    rows = []
+    created, run_ids, rows = now(), set(), []
     jobs_dir(db).mkdir(parents=True, exist_ok=True)
-    for i, (cfg, position) in enumerate(items):
-        job_id = f"job-{stamp}-{i:04d}"  # NOTE: the index suffix orders a sweep's jobs within one created_at
+    for job_id, (cfg, position) in zip(_job_ids(len(items)), items):
         while (run_id := new_run_id()) in run_ids:
             pass
         run_ids.add(run_id)
         if position:
-            _marker(db, job_id, ".json").write_text(json.dumps(position))
-        rows.append({"job_id": job_id, "created_at": now, "status": "queued", "config_json": cfg.to_json(),
+            marker(db, job_id, ".json").write_text(json.dumps(position))
+        rows.append({"job_id": job_id, "created_at": created, "status": "queued", "config_json": cfg.to_json(),
                      "sweep_id": sweep_id, "run_id": run_id, "device": str(resolve(cfg.device))})
+    _write(rows, db)
+    log.info("queued %d job(s)%s", len(rows), f" of sweep {sweep_id}" if sweep_id else "")
+    return [r["job_id"] for r in rows]
+
+
+def _write(rows: list[dict[str, Any]], db: Any) -> None:
     table = pa.Table.from_pylist(rows, schema=_SCHEMA)
     with connect(db, read_only=False) as conn:
         conn.register("_new_jobs", table)
         conn.execute("INSERT INTO jobs BY NAME SELECT * FROM _new_jobs")
         conn.unregister("_new_jobs")
-    log.info("queued %d job(s)%s", len(rows), f" of sweep {sweep_id}" if sweep_id else "")
-    return [r["job_id"] for r in rows]
 
 
 def list_jobs(db: str | os.PathLike | None = None, limit: int = 100) -> pd.DataFrame:
-    """Newest first, with a short `label` of the config (workload/loader×workers/model/mode)."""
+    """Newest first, with a `kind` ("run" or "ray-sweep") and a short `label` of the config."""
     with connect(db, read_only=True) as conn:
         df = conn.execute("SELECT * FROM jobs ORDER BY created_at DESC, job_id DESC LIMIT ?", [limit]).df()
-    df["label"] = [_label(c) for c in df["config_json"]]
+    specs = [job_spec(c) for c in df["config_json"]]
+    df["kind"] = [s.get("kind", "run") for s in specs]
+    df["label"] = [_label(s) for s in specs]
     return df
 
 
-def _label(config_json: str) -> str:
-    c = json.loads(config_json)
+def _label(c: dict[str, Any]) -> str:
+    if c.get("kind") == RAY_SWEEP:
+        runs = f"{c.get('runs')} run{'' if c.get('runs') == 1 else 's'}"
+        return f"Ray sweep {c['sweep'].get('name')}: {runs} on {c.get('address') or 'a local instance'}"
     workers = f"×{c.get('workers')}" if c.get("workers") else ""
     return f"{c.get('workload')}/{c.get('loader')}{workers}/{c.get('model')}/{c.get('mode')}"
 
@@ -136,25 +171,50 @@ def _job(conn: Any, job_id: str) -> dict[str, Any]:
 
 def cancel(job_id: str, db: str | os.PathLike | None = None) -> str:
     """Cancel a job; returns its status now. Queued: cancelled at once. Running: the worker kills the
-    run's process group within a second and marks it cancelled (finished epochs kept). Ended: unchanged."""
+    run's process group (or cancels the Ray sweep's trials) within a second and marks it cancelled
+    (finished epochs kept). Ended: unchanged."""
     with connect(db, read_only=True) as conn:
         status = _job(conn, job_id)["status"]
     if status == "queued":
         with connect(db, read_only=False) as conn:
             hit = conn.execute("UPDATE jobs SET status = 'cancelled', ended_at = ?, error = ? WHERE job_id = ? "
                                "AND status = 'queued' RETURNING job_id",
-                               [_now(), "cancelled before it started", job_id]).fetchone()
+                               [now(), "cancelled before it started", job_id]).fetchone()
             status = "cancelled" if hit else _job(conn, job_id)["status"]  # else the worker took it meanwhile
     if status == "running":
-        _marker(db, job_id).touch()
+        marker(db, job_id).touch()
     return status
 
 
 def job_progress(job_id: str, db: str | os.PathLike | None = None) -> dict[str, Any]:
-    """Status, epochs done/total, ETA and per-epoch rows, read from the run's RunLog (live while it runs)."""
+    """Status, ETA and progress. A run: epochs done/total and per-epoch rows from its RunLog (live while it
+    runs). A ray-sweep: runs landed in the store with its sweep_id / runs planned, and counts by status."""
     with connect(db, read_only=True) as conn:
         job = _job(conn, job_id)
-    total = int(json.loads(job["config_json"]).get("epochs") or 0)
+        spec = job_spec(job["config_json"])
+        if spec.get("kind") == RAY_SWEEP:
+            landed = dict(conn.execute("SELECT status, count(*) FROM runs WHERE sweep_id = ? GROUP BY status",
+                                       [job["sweep_id"]]).fetchall())
+    out = {"job_id": job_id, "kind": spec.get("kind", "run"), "status": job["status"], "run_id": job["run_id"],
+           "sweep_id": job["sweep_id"], "error": job["error"],
+           "cancel_requested": job["status"] == "running" and marker(db, job_id).exists()}
+    if out["kind"] == RAY_SWEEP:
+        return {**out, **_sweep_progress(job, spec, landed)}
+    return {**out, **_run_progress(job, spec, db)}
+
+
+def _sweep_progress(job: dict[str, Any], spec: dict[str, Any], landed: dict[str, int]) -> dict[str, Any]:
+    done, total = sum(landed.values()), int(spec.get("runs") or 0)
+    eta = 0.0 if job["status"] in _ENDED else None
+    if job["status"] == "running" and done and job["started_at"] is not None:
+        # runs land at the cluster's pace, several at a time: the mean time per landed run so far
+        eta = max(0, total - done) * (now() - job["started_at"]).total_seconds() / done
+    return {"runs_done": done, "runs_total": total, "run_counts": landed, "eta_s": eta,
+            "address": spec.get("address")}
+
+
+def _run_progress(job: dict[str, Any], spec: dict[str, Any], db: Any) -> dict[str, Any]:
+    total = int(spec.get("epochs") or 0)
     rows = _epoch_rows(runs_dir(db) / job["run_id"])
     per_model: dict[tuple, int] = {}
     for r in rows:
@@ -162,14 +222,12 @@ def job_progress(job_id: str, db: str | os.PathLike | None = None) -> dict[str, 
         per_model[key] = per_model.get(key, 0) + 1
     done = min(per_model.values()) if per_model else 0  # the slowest model/rank sets the pace
     eta = None
-    if job["status"] in ("done", "failed", "cancelled"):
+    if job["status"] in _ENDED:
         eta = 0.0
     elif job["status"] == "running" and done:
         walls = [r["wall_s"] for r in rows if isinstance(r.get("wall_s"), (int, float))]
         eta = max(0, total - done) * sum(walls) / max(1, len(walls))
-    return {"job_id": job_id, "status": job["status"], "run_id": job["run_id"], "error": job["error"],
-            "epochs_done": done, "epochs_total": total, "eta_s": eta, "epochs": rows,
-            "cancel_requested": job["status"] == "running" and _marker(db, job_id).exists()}
+    return {"epochs_done": done, "epochs_total": total, "eta_s": eta, "epochs": rows}
 
 
 _TAILS: dict[Path, tuple[int, list[dict[str, Any]]]] = {}  # run dir -> (bytes read, epoch rows): poll cheaply
@@ -208,33 +266,11 @@ def estimate_duration(configs: list[RunConfig], db: str | os.PathLike | None = N
 # ---------------------------------------------------------------------------- worker process management
 
 
-def _lock_path(db: Any) -> Path:
-    path = jobs_dir(db) / "worker.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def _try_lock(db: Any) -> int | None:
-    """An fd holding the worker lock, or None when a live worker holds it."""
-    fd = os.open(_lock_path(db), os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
-
-
-def _unlock(fd: int) -> None:
-    fcntl.flock(fd, fcntl.LOCK_UN)
-    os.close(fd)
-
-
 def worker_alive(db: str | os.PathLike | None = None) -> bool:
-    fd = _try_lock(db)
+    fd = try_lock(db)
     if fd is None:
         return True
-    _unlock(fd)
+    unlock(fd)
     return False
 
 
@@ -242,7 +278,7 @@ def worker_pid(db: str | os.PathLike | None = None) -> int | None:
     """The live worker's pid (it writes it into the lock file), or None."""
     if not worker_alive(db):
         return None
-    text = _lock_path(db).read_text().strip()
+    text = lock_path(db).read_text().strip()
     return int(text) if text.isdigit() else None
 
 
@@ -251,7 +287,7 @@ def ensure_worker(db: str | os.PathLike | None = None) -> int | None:
 
     NOTE: the lock is taken here and handed to the child (pass_fds), so two quick calls can never start two.
     """
-    fd = _try_lock(db)
+    fd = try_lock(db)
     if fd is None:
         return None
     try:
@@ -283,172 +319,6 @@ def stop_worker(db: str | os.PathLike | None = None, timeout_s: float = 30.0) ->
     except psutil.NoSuchProcess:
         pass
     return True
-
-
-# ---------------------------------------------------------------------------- the worker loop
-
-
-def run_worker(db: str | os.PathLike | None = None, *, once: bool = False, poll_s: float = 1.0,
-               lock_fd: int | None = None) -> int:
-    """Run queued jobs one at a time until SIGTERM (or, with once, until the queue is empty). Exit status 0."""
-    fd = lock_fd if lock_fd is not None else _try_lock(db)
-    if fd is None:
-        log.info("a worker for %s is alive already (pid %s); exiting", db_path(db), worker_pid(db))
-        return 0
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    stop = threading.Event()
-    restore = _on_signals(stop)
-    log.info("job worker pid %d serving %s", os.getpid(), db_path(db))
-    try:
-        _recover(db)
-        last_scan = 0.0
-        while not stop.is_set():
-            try:
-                if time.monotonic() - last_scan > SCAN_EVERY_S:
-                    ingest_pending(db=db, stale_after_s=STALE_AFTER_S)
-                    last_scan = time.monotonic()
-                job = _take(db)
-            except StoreError as e:  # e.g. a user's read-write duckdb shell: wait, never crash the worker
-                log.warning("store busy, retrying: %s", e)
-                stop.wait(5 * poll_s)
-                continue
-            if job is not None:
-                _run_job(job, db, stop, poll_s)
-            elif once:
-                break
-            else:
-                stop.wait(poll_s)
-    finally:
-        restore()
-        _unlock(fd)
-        log.info("job worker pid %d stopped", os.getpid())
-    return 0
-
-
-def _on_signals(stop: threading.Event):
-    """SIGTERM/SIGINT set `stop`: the current run is cancelled and the loop ends. Returns the undo."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-    old = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
-    return lambda: [signal.signal(s, h) for s, h in old.items()]
-
-
-def _take(db: Any) -> dict[str, Any] | None:
-    """Mark the oldest queued job running and return it; a read-only peek first keeps idle polls lock-free."""
-    with connect(db, read_only=True) as conn:
-        if not conn.execute("SELECT count(*) FROM jobs WHERE status = 'queued'").fetchone()[0]:
-            return None
-    with connect(db, read_only=False) as conn:
-        cur = conn.execute(
-            "UPDATE jobs SET status = 'running', pid = ?, started_at = ? WHERE job_id = (SELECT job_id FROM jobs "
-            "WHERE status = 'queued' ORDER BY created_at, job_id LIMIT 1) AND status = 'queued' RETURNING *",
-            [os.getpid(), _now()])
-        row = cur.fetchone()
-        return dict(zip([d[0] for d in cur.description], row)) if row else None
-
-
-def _finish(db: Any, job_id: str, status: str, error: str | None) -> None:
-    with connect(db, read_only=False) as conn:
-        conn.execute("UPDATE jobs SET status = ?, error = ?, ended_at = ? WHERE job_id = ?",
-                     [status, error, _now(), job_id])
-    for suffix in (".cancel", ".json"):
-        _marker(db, job_id, suffix).unlink(missing_ok=True)
-    log.info("job %s %s%s", job_id, status, f": {error}" if error else "")
-
-
-def _job_status(run_status: str) -> str:
-    return run_status if run_status in ("done", "cancelled") else "failed"
-
-
-def _run_job(job: dict[str, Any], db: Any, stop: threading.Event, poll_s: float) -> None:
-    from engine.runner import launch  # noqa: PLC0415
-
-    job_id, marker = job["job_id"], _marker(db, job["job_id"])
-    position = _marker(db, job_id, ".json")
-    meta = {"run_id": job["run_id"], "sweep_id": job["sweep_id"], "job_id": job_id,
-            **(json.loads(position.read_text()) if position.exists() else {})}
-    if marker.exists():
-        return _finish(db, job_id, "cancelled", "cancelled before it started")
-    try:
-        cfg = RunConfig.from_dict(json.loads(job["config_json"]))  # this machine may differ from the submitter's
-        with _CancelWatch(marker, stop, poll_s) as watch:
-            result = launch(cfg, db=db, meta=meta, cancel=watch.event)
-        status, error = _job_status(result.status), result.error
-        if status == "cancelled" and stop.is_set() and not marker.exists():
-            error = "the worker was stopped (SIGTERM); finished epochs kept"
-    except ConfigError as e:
-        status, error = "failed", f"invalid config on this machine: {e}"
-    except Exception as e:  # noqa: BLE001 - recorded on the job; the worker goes on with the next one
-        log.exception("job %s failed", job_id)
-        status, error = "failed", f"{type(e).__name__}: {e}"
-    _finish(db, job_id, status, error)
-
-
-class _CancelWatch:
-    """Sets `event` when the job's cancel marker appears or the worker is told to stop."""
-
-    def __init__(self, marker: Path, stop: threading.Event, poll_s: float):
-        self.marker, self.stop, self.poll_s = marker, stop, min(poll_s, 0.5)
-        self.event, self._done = threading.Event(), threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="loaderlab-cancel-watch", daemon=True)
-
-    def _loop(self) -> None:
-        while not self._done.wait(self.poll_s):
-            if self.stop.is_set() or self.marker.exists():
-                self.event.set()
-                return
-
-    def close(self) -> None:
-        self._done.set()
-        self._thread.join()
-
-    def __enter__(self) -> "_CancelWatch":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def _recover(db: Any) -> None:
-    """Jobs left running by a dead worker: kill their orphaned run, keep its finished epochs, close the job."""
-    with connect(db, read_only=True) as conn:
-        stale = conn.execute("SELECT job_id, run_id FROM jobs WHERE status = 'running'").fetchall()
-    for job_id, run_id in stale:
-        run_dir = runs_dir(db) / run_id
-        end = next((e for e in iter_events(run_dir) if e.get("type") == "end"), None)
-        if end is not None:  # the run ended; only the worker's bookkeeping was lost
-            status, error = _job_status(end.get("status")), end.get("error")
-        else:
-            _kill_orphan(run_dir)
-            status, error = "failed", "worker died; finished epochs kept"
-            if (run_dir / "events.jsonl").exists():
-                with RunLog(run_dir) as runlog:
-                    runlog.write("end", status="killed", error=error)
-        if (run_dir / "events.jsonl").exists():
-            try:
-                ingest_run(run_dir, db=db, job_id=job_id)
-            except ValueError as e:  # a log without a start event: nothing to keep
-                log.warning("run %s of job %s not ingested: %s", run_id, job_id, e)
-        _finish(db, job_id, status, error)
-
-
-def _kill_orphan(run_dir: Path) -> None:
-    from engine.runner import kill_group  # noqa: PLC0415
-
-    try:
-        pid = int((run_dir / "pid").read_text())
-        if str(run_dir) not in " ".join(psutil.Process(pid).cmdline()):
-            return  # the pid was reused by something else
-    except (OSError, ValueError, psutil.Error):
-        return
-    kill_group(pid)
-    deadline = time.monotonic() + 5.0
-    while time.monotonic() < deadline and psutil.pid_exists(pid):
-        if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-            break
-        time.sleep(0.05)
 
 
 def worker_main(argv: list[str]) -> int:

@@ -1,7 +1,8 @@
 """Launch: pick a preset or fill the form generated from RunConfig, queue a run or a sweep, watch jobs live.
 
 Jobs go into the store's queue and a worker process runs them (started here if none is alive), so
-closing the tab or restarting the dashboard does not stop them.
+closing the tab or restarting the dashboard does not stop them. The target is this machine or a Ray
+cluster (address under Settings, default $LOADERLAB_RAY_ADDRESS; empty: a local Ray instance).
 """
 
 import streamlit as st
@@ -20,12 +21,13 @@ with shown("Could not start the job worker"):
 
 form_col, jobs_col = st.columns([3, 2], gap="large")
 with form_col:
+    target = live.target_picker()
     preset_picker("run")
     form = run_form("run")
-    live.queue_run(form)
+    live.queue_run(form, target)
     st.subheader("Sweep")
     st.caption("Vary any fields of the run above; each distinct config runs `repeats` times, in a seeded random order.")
-    live.queue_sweep(sweep_builder("sweep", form.values))
+    live.queue_sweep(sweep_builder("sweep", form.values), target)
 with jobs_col:
     st.subheader("Jobs")
     live.jobs_panel()

@@ -14,6 +14,7 @@ the field that ConfigError names.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +60,8 @@ def _widget_value(f: dataclasses.Field, value: Any) -> Any:
     if kind == "bool":
         return value if isinstance(value, bool) else str(value).strip().lower() in _TRUE
     if kind in ("int", "float"):
+        if not math.isfinite(float(value)):  # "nan", "1e309" from a URL: no widget can hold them
+            raise ValueError(f"{value!r} is not a finite number")
         number = int(float(value)) if kind == "int" else float(value)
         lo, hi = f.metadata.get("min"), f.metadata.get("max")
         return min(max(number, lo if lo is not None else number), hi if hi is not None else number)

@@ -1,14 +1,21 @@
-"""The launch page's queue buttons and its live jobs panel (a fragment that refreshes itself every 2 s).
+"""The launch page's target picker, queue buttons and live jobs panel (a fragment that refreshes every 2 s).
+
+The target is "This machine" (one job per run, run one at a time by the worker) or "Ray cluster" (the
+whole sweep, or the single run, as ONE job that the worker drives through the Ray executor). The Ray
+address comes from $LOADERLAB_RAY_ADDRESS, overridable under Settings; empty means a local Ray instance.
 
 Progress of a running job comes from its RunLog (engine.jobs.job_progress), not the store, so the
-per-epoch chart grows while the run is going. Each job with a run links to `/runs?run=<run_id>`.
+per-epoch chart grows while the run is going; a Ray job's progress is its runs landed in the store.
+Each job with a run links to `/runs?run=<run_id>`.
 
-    queue_run(form); queue_sweep(sweep)   # "Queue run" / "Queue sweep"; the panel then shows the ids queued
-    jobs_panel()                          # status, growing chart, ETA, Cancel per running or queued job
+    target = target_picker()                            # the "Target" radio and the "Settings" expander
+    queue_run(form, target); queue_sweep(sweep, target)  # "Queue run" / "Queue sweep"
+    jobs_panel()                                        # status, growing chart, ETA, Cancel per active job
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -18,10 +25,46 @@ import streamlit as st
 from engine import api
 from ui.errors import shown
 
-__all__ = ["REFRESH_S", "duration_text", "epoch_figure", "jobs_panel", "queue_run", "queue_sweep"]
+__all__ = ["REFRESH_S", "TARGETS", "Target", "duration_text", "epoch_figure", "jobs_panel", "queue_run", "queue_sweep",
+           "target_picker"]
 
 REFRESH_S = 2.0
 MAX_CARDS = 5  # active jobs shown with progress and a Cancel button; the table lists the rest
+TARGETS = ("This machine", "Ray cluster")
+
+
+@dataclass
+class Target:
+    ray: bool = False
+    address: str = ""  # the Ray address; "" is a local Ray instance
+
+    @property
+    def where(self) -> str:
+        return f"the Ray cluster at `{self.address}`" if self.address else "a local Ray instance"
+
+
+def target_picker() -> Target:
+    """The "Target" radio and the "Settings" expander with the Ray address. Without Ray installed the radio
+    is disabled on "This machine" (Streamlit cannot disable one option) with a caption on how to install it."""
+    ss, available = st.session_state, api.ray_available()
+    # NOTE: Streamlit forgets the state of widgets another page did not draw: restore them from shadows
+    ss.setdefault("launch.ray_address", ss.get("launch._ray_address", api.default_ray_address()))
+    ss.setdefault("launch.target", ss.get("launch._target", TARGETS[0]))
+    if not available:
+        ss["launch.target"] = TARGETS[0]
+    address = str(ss["launch.ray_address"]).strip()
+    ray_caption = Target(True, address).where if available else f"not installed: `{api.INSTALL_HINT}`"
+    choice = st.radio("Target", TARGETS, key="launch.target", horizontal=True, disabled=not available,
+                      captions=["one run at a time, here", ray_caption],
+                      help="Ray: the sweep runs as one job, each run with its device (or CPU node) to itself")
+    if not available:
+        st.caption(f"Ray is not installed here, so only this machine can run jobs: `{api.INSTALL_HINT}`")
+    with st.expander("Settings"):
+        address = st.text_input("Ray address", key="launch.ray_address",
+                                help=f"auto, host:port or ray://host:port; empty: a local Ray instance (127.0.0.1). "
+                                     f"Default: ${api.RAY_ADDRESS_ENV}").strip()
+    ss["launch._ray_address"], ss["launch._target"] = address, choice
+    return Target(ray=choice == TARGETS[1], address=address)
 
 
 def duration_text(seconds: float | None) -> str:
@@ -35,28 +78,32 @@ def _remember(job_ids: list[str]) -> None:
     st.session_state["launch.queued"] = job_ids
 
 
-def queue_run(form: Any) -> None:
+def queue_run(form: Any, target: Target | None = None) -> None:
     """The "Queue run" button: queues the form's config; nothing is queued while the form shows an error."""
     if st.button("Queue run", type="primary", key="launch.queue_run"):
         if form.cfg is None:
             st.error(f"Nothing queued: fix **{form.error.field}** first ({form.error.message}).")
         else:
             with shown("Could not queue the run"):
-                _remember([api.submit(form.cfg)])
+                _remember([api.submit_ray_sweep(form.cfg, address=target.address) if target and target.ray
+                           else api.submit(form.cfg)])
 
 
-def queue_sweep(result: Any) -> None:
+def queue_sweep(result: Any, target: Target | None = None) -> None:
     """The sweep summary (runs = distinct configs × repeats, estimated duration) and "Queue sweep"."""
+    ray = target is not None and target.ray
     if result.sweep is not None:
         with shown("Could not estimate the duration"):
             est = api.estimate_duration([cfg for _, cfg in result.sweep.plan()])
             basis = (f"from {est['from_history']} similar past run(s)" if est["from_history"]
                      else "no similar past runs: a default per run")
+            where = f" one run at a time · as one Ray job on {target.where}" if ray else ""
             st.markdown(f"**{result.n_runs} runs** = {result.n_configs} distinct configs × "
-                        f"{result.sweep.repeats} repeats · about **{duration_text(est['seconds'])}** ({basis})")
+                        f"{result.sweep.repeats} repeats · about **{duration_text(est['seconds'])}** ({basis}){where}")
     if st.button("Queue sweep", key="launch.queue_sweep", disabled=result.sweep is None):
         with shown("Could not queue the sweep"):
-            _remember(api.submit_sweep(result.sweep))
+            _remember([api.submit_ray_sweep(result.sweep, address=target.address)] if ray
+                      else api.submit_sweep(result.sweep))
 
 
 def epoch_figure(rows: list[dict[str, Any]]):
@@ -83,10 +130,17 @@ def _job_card(job: pd.Series) -> None:
         p = api.job_progress(job_id)
         state = "cancelling" if p["cancel_requested"] else p["status"]
         head, button = st.columns([5, 1])
-        head.markdown(f"`{job_id}` · **{state}** · {job['label']} · run [{p['run_id']}](/runs?run={p['run_id']})")
+        runs = (f"sweep `{p['sweep_id']}`" if p["kind"] == "ray-sweep"
+                else f"run [{p['run_id']}](/runs?run={p['run_id']})")
+        head.markdown(f"`{job_id}` · **{state}** · {job['label']} · {runs}")
         button.button("Cancel", key=f"launch.cancel.{job_id}", disabled=p["cancel_requested"], on_click=_cancel,
                       args=(job_id,))
-        if p["status"] == "running":
+        if p["status"] == "running" and p["kind"] == "ray-sweep":
+            counts = ", ".join(f"{n} {s}" for s, n in sorted(p["run_counts"].items()))
+            st.progress(min(1.0, p["runs_done"] / max(1, p["runs_total"])),
+                        text=f"{p['runs_done']}/{p['runs_total']} runs landed{f' ({counts})' if counts else ''} "
+                             f"· ETA {duration_text(p['eta_s'])}")
+        elif p["status"] == "running":
             total = max(1, p["epochs_total"])
             st.progress(min(1.0, p["epochs_done"] / total),
                         text=f"epoch {p['epochs_done']}/{p['epochs_total']} · ETA {duration_text(p['eta_s'])}")

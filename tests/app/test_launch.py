@@ -1,16 +1,23 @@
-"""The Launch page through app.py: the generated form, inline validation, presets, URL state, sweeps, the queue."""
+"""The Launch page through app.py: the generated form, inline validation, presets, URL state, sweeps, the queue,
+the target (this machine or a Ray cluster)."""
 
 from __future__ import annotations
 
+import fcntl
+import json
+import os
+import sys
 import time
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from engine import jobs
-from engine.config import RunConfig, config_fields
-from engine.paths import runs_dir
+from engine.config import RunConfig, SweepConfig, config_fields
+from engine.paths import jobs_dir, runs_dir
 from engine.presets import PRESETS
 from engine.runner import kill_group
+from engine.store import connect
 
 
 @pytest.fixture
@@ -39,7 +46,7 @@ def test_every_config_field_has_a_widget_and_the_form_queues_a_job(launch, store
     no_problems(at)
     queued = jobs.list_jobs(store)
     assert len(queued) == 1
-    cfg = RunConfig.from_dict(__import__("json").loads(queued.loc[0, "config_json"]))
+    cfg = RunConfig.from_dict(json.loads(queued.loc[0, "config_json"]))
     assert cfg == PRESETS["tiny_cpu"]().replace(n_samples=128)
     assert any(queued.loc[0, "job_id"] in s.value for s in at.success)
     assert any(f"/runs?run={queued.loc[0, 'run_id']}" in m.value for m in at.markdown)
@@ -117,3 +124,75 @@ def test_jobs_panel_shows_live_progress_and_cancels(launch, store):
     while jobs.job_progress(job_id, store)["status"] != "cancelled":
         assert time.monotonic() < deadline, "the job was never cancelled"
         time.sleep(0.2)
+
+
+def test_ray_target_queues_the_sweep_as_one_job_with_the_address_from_settings(launch, store, monkeypatch):
+    monkeypatch.setenv("LOADERLAB_RAY_ADDRESS", "ray://head.example:10001")
+    at = launch()
+    target = at.radio(key="launch.target")
+    assert target.options == ["This machine", "Ray cluster"] and target.value == "This machine"
+    assert not target.disabled  # Ray is installed here (requirements-cluster.txt)
+    assert at.text_input(key="launch.ray_address").value == "ray://head.example:10001"
+    # NOTE: nothing listens on port 1, so the worker fails the job in seconds instead of waiting for Ray
+    at.text_input(key="launch.ray_address").set_value("127.0.0.1:1")
+    target.set_value("Ray cluster").run()
+    assert "127.0.0.1:1" in at.radio(key="launch.target").proto.captions[1]
+    at.multiselect(key="sweep.axes").set_value(["batch_size"]).run()
+    at.text_input(key="sweep.axis.batch_size").set_value("16, 32")
+    at.number_input(key="sweep.repeats").set_value(2).run()
+    at.button(key="launch.queue_sweep").click().run()
+    assert not at.exception and not at.error
+    queued = jobs.list_jobs(store)
+    assert len(queued) == 1 and queued.loc[0, "kind"] == "ray-sweep"
+    spec = json.loads(queued.loc[0, "config_json"])
+    assert (spec["kind"], spec["address"], spec["runs"]) == ("ray-sweep", "127.0.0.1:1", 4)
+    assert spec["sweep"]["grid"] == {"batch_size": ["16", "32"]} and spec["sweep"]["repeats"] == 2
+    job_id = queued.loc[0, "job_id"]
+    assert any(job_id in s.value for s in at.success)
+    at = queue_run(at)  # a single run to the cluster is a one-run sweep job too
+    run_job = jobs.list_jobs(store).loc[0]
+    spec = json.loads(run_job["config_json"])
+    assert (run_job["kind"], spec["runs"], spec["address"]) == ("ray-sweep", 1, "127.0.0.1:1")
+    assert RunConfig.from_dict(spec["sweep"]["base"]) == RunConfig.from_dict(at.session_state["run._values"])
+    deadline = time.monotonic() + 90
+    while (p := jobs.job_progress(job_id, store))["status"] != "failed":  # the worker ran it: no cluster there
+        assert time.monotonic() < deadline and p["status"] in ("queued", "running"), p
+        time.sleep(0.2)
+    assert "could not connect to the Ray cluster at '127.0.0.1:1'" in p["error"]
+    assert (p["runs_done"], p["runs_total"]) == (0, 4)
+    table = at.run().dataframe[0].value.set_index("job_id")
+    assert table.loc[job_id, "status"] == "failed" and table.loc[job_id, "label"].startswith("Ray sweep ui-sweep")
+
+
+def test_without_ray_the_cluster_target_is_disabled_with_the_install_hint(launch, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # what a missing package looks like to the import system
+    at = launch()
+    target = at.radio(key="launch.target")
+    assert target.disabled and target.value == "This machine"
+    assert "pip install -r requirements-cluster.txt" in target.proto.captions[1]
+    assert any("pip install -r requirements-cluster.txt" in c.value for c in at.caption)
+
+
+def test_a_running_ray_job_shows_its_runs_landed_and_cancels(launch, store):
+    sweep = SweepConfig.from_dict({"name": "rs", "base": {"workload": "tensor"}, "grid": {"batch_size": [8, 16]},
+                                   "repeats": 2})
+    job_id = jobs.submit_ray_sweep(sweep, address="auto", db=store)
+    jobs_dir(store).mkdir(parents=True, exist_ok=True)
+    lock = os.open(jobs_dir(store) / "worker.lock", os.O_RDWR | os.O_CREAT, 0o666)
+    fcntl.flock(lock, fcntl.LOCK_EX)  # no worker: this test plays the worker's part in the store
+    try:
+        with connect(store, read_only=False) as conn:  # one of its 4 runs landed, 10 s after it started
+            started = datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(seconds=10)  # naive UTC, as stored
+            conn.execute("UPDATE jobs SET status = 'running', started_at = ? WHERE job_id = ?", [started, job_id])
+            conn.execute("INSERT INTO runs (run_id, status, sweep_id) SELECT 'r1', 'done', sweep_id FROM jobs")
+        at = launch()
+        card = next(m.value for m in at.markdown if job_id in m.value)
+        assert "**running**" in card and "Ray sweep rs: 4 runs on auto" in card and "sweep `rs-" in card
+        progress = next(p.proto.text for p in at.get("progress"))
+        assert progress.startswith("1/4 runs landed (1 done) · ETA ")
+        at.button(key=f"launch.cancel.{job_id}").click().run()
+        assert "**cancelling**" in next(m.value for m in at.markdown if job_id in m.value)
+        assert (jobs_dir(store) / f"{job_id}.cancel").exists()  # what the worker watches
+    finally:
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        os.close(lock)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -12,7 +13,7 @@ import psutil
 import pytest
 
 from engine import jobs
-from engine.config import RunConfig
+from engine.config import ConfigError, RunConfig, SweepConfig
 from engine.paths import runs_dir
 from engine.runner import kill_group
 from engine.store import connect, get_epochs, get_run
@@ -165,3 +166,23 @@ def test_estimate_uses_history_of_the_same_workload_and_model(store):
     assert after["from_history"] == 1
     mlp = jobs.RUN_OVERHEAD_S + 0.002 * 64 * 2  # the median of the done runs; the failed one is ignored
     assert after["seconds"] == pytest.approx(mlp + before["seconds"] / 2)
+
+
+def test_ray_sweep_job_refused_without_ray_and_failed_when_its_worker_died(store, workers, monkeypatch):
+    sweep = SweepConfig.from_dict({"name": "r", "base": TINY, "grid": {"batch_size": [8, 16]}})
+    with monkeypatch.context() as mp:
+        mp.setitem(sys.modules, "ray", None)  # what a missing package looks like to the import system
+        with pytest.raises(ConfigError, match="requirements-cluster.txt") as err:
+            jobs.submit_ray_sweep(sweep, db=store)
+        assert err.value.field == "target" and jobs.list_jobs(store).empty
+    if not jobs.ray_available():
+        pytest.skip("Ray is not installed: pip install -r requirements-cluster.txt")
+    job_id = jobs.submit_ray_sweep(sweep, address=" auto ", db=store)
+    job = jobs.list_jobs(store).iloc[0]
+    assert (job["kind"], job["device"], json.loads(job["config_json"])["address"]) == ("ray-sweep", "ray:auto", "auto")
+    with connect(store, read_only=False) as conn:  # as a worker killed mid-sweep leaves it
+        conn.execute("UPDATE jobs SET status = 'running', pid = 1 WHERE job_id = ?", [job_id])
+    assert workers("--once").wait(120) == 0
+    progress = jobs.job_progress(job_id, store)
+    assert progress["status"] == "failed" and "worker died during the Ray sweep" in progress["error"]
+    assert (progress["runs_done"], progress["runs_total"], progress["eta_s"]) == (0, 2, 0.0)

@@ -1,0 +1,267 @@
+"""The job worker's loop (engine.jobs holds the queue and starts this): take the oldest queued job, run it, close it.
+
+A job is one run (engine.runner.launch, a subprocess) or, kind "ray-sweep", a whole sweep on a Ray cluster
+(engine.ray_executor.run_sweep_ray, whose driver ingests each run as it lands). Either way Cancel is the
+marker file `<jobs_dir>/<job_id>.cancel`, watched here and turned into the executor's cancel Event.
+
+    python -m engine worker [--db PATH] [--once]     # engine.jobs.worker_main parses the flags
+
+NOTE: the worker holds `<jobs_dir>/worker.lock` (flock) while it lives; its pid is written into the file.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from engine.config import ConfigError, RunConfig, SweepConfig
+from engine.paths import db_path, jobs_dir, runs_dir
+from engine.runlog import RunLog, iter_events
+from engine.store import StoreError, connect, ingest_pending, ingest_run
+
+__all__ = ["RAY_SWEEP", "job_spec", "lock_path", "marker", "now", "run_worker", "try_lock", "unlock"]
+
+log = logging.getLogger(__name__)
+
+RAY_SWEEP = "ray-sweep"  # config_json {"kind": RAY_SWEEP, "sweep": SweepConfig fields, "address", "runs"}
+STALE_AFTER_S = 30.0  # a run whose heartbeat is older is marked killed (DESIGN: stale runs)
+SCAN_EVERY_S = 30.0  # how often an idle worker looks for stale or un-ingested RunLogs
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)  # the store's TIMESTAMPs are naive UTC
+
+
+def marker(db: Any, job_id: str, suffix: str = ".cancel") -> Path:
+    return jobs_dir(db) / f"{job_id}{suffix}"
+
+
+def job_spec(config_json: str) -> dict[str, Any]:
+    """A job's config_json: a RunConfig's fields, or a ray-sweep spec (it has "kind")."""
+    spec = json.loads(config_json)
+    return spec if isinstance(spec, dict) else {}
+
+
+def lock_path(db: Any) -> Path:
+    path = jobs_dir(db) / "worker.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def try_lock(db: Any) -> int | None:
+    """An fd holding the worker lock, or None when a live worker holds it."""
+    fd = os.open(lock_path(db), os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def unlock(fd: int) -> None:
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
+
+
+def run_worker(db: str | os.PathLike | None = None, *, once: bool = False, poll_s: float = 1.0,
+               lock_fd: int | None = None) -> int:
+    """Run queued jobs one at a time until SIGTERM (or, with once, until the queue is empty). Exit status 0."""
+    fd = lock_fd if lock_fd is not None else try_lock(db)
+    if fd is None:
+        log.info("a worker for %s is alive already (see %s); exiting", db_path(db), lock_path(db))
+        return 0
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    stop = threading.Event()
+    restore = _on_signals(stop)
+    log.info("job worker pid %d serving %s", os.getpid(), db_path(db))
+    try:
+        _recover(db)
+        last_scan = 0.0
+        while not stop.is_set():
+            try:
+                if time.monotonic() - last_scan > SCAN_EVERY_S:
+                    ingest_pending(db=db, stale_after_s=STALE_AFTER_S)
+                    last_scan = time.monotonic()
+                job = _take(db)
+            except StoreError as e:  # e.g. a user's read-write duckdb shell: wait, never crash the worker
+                log.warning("store busy, retrying: %s", e)
+                stop.wait(5 * poll_s)
+                continue
+            if job is not None:
+                _run_job(job, db, stop, poll_s)
+            elif once:
+                break
+            else:
+                stop.wait(poll_s)
+    finally:
+        restore()
+        unlock(fd)
+        log.info("job worker pid %d stopped", os.getpid())
+    return 0
+
+
+def _on_signals(stop: threading.Event):
+    """SIGTERM/SIGINT set `stop`: the current job is cancelled and the loop ends. Returns the undo."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    old = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
+    return lambda: [signal.signal(s, h) for s, h in old.items()]
+
+
+def _take(db: Any) -> dict[str, Any] | None:
+    """Mark the oldest queued job running and return it; a read-only peek first keeps idle polls lock-free."""
+    with connect(db, read_only=True) as conn:
+        if not conn.execute("SELECT count(*) FROM jobs WHERE status = 'queued'").fetchone()[0]:
+            return None
+    with connect(db, read_only=False) as conn:
+        cur = conn.execute(
+            "UPDATE jobs SET status = 'running', pid = ?, started_at = ? WHERE job_id = (SELECT job_id FROM jobs "
+            "WHERE status = 'queued' ORDER BY created_at, job_id LIMIT 1) AND status = 'queued' RETURNING *",
+            [os.getpid(), now()])
+        row = cur.fetchone()
+        return dict(zip([d[0] for d in cur.description], row)) if row else None
+
+
+def _finish(db: Any, job_id: str, status: str, error: str | None) -> None:
+    with connect(db, read_only=False) as conn:
+        conn.execute("UPDATE jobs SET status = ?, error = ?, ended_at = ? WHERE job_id = ?",
+                     [status, error, now(), job_id])
+    for suffix in (".cancel", ".json"):
+        marker(db, job_id, suffix).unlink(missing_ok=True)
+    log.info("job %s %s%s", job_id, status, f": {error}" if error else "")
+
+
+def _job_status(run_status: str) -> str:
+    return run_status if run_status in ("done", "cancelled") else "failed"
+
+
+def _run_job(job: dict[str, Any], db: Any, stop: threading.Event, poll_s: float) -> None:
+    job_id, cancel_marker = job["job_id"], marker(db, job["job_id"])
+    if cancel_marker.exists():
+        return _finish(db, job_id, "cancelled", "cancelled before it started")
+    spec = job_spec(job["config_json"])
+    try:
+        with _CancelWatch(cancel_marker, stop, poll_s) as watch:
+            if spec.get("kind") == RAY_SWEEP:
+                status, error = _ray_sweep(job, spec, db, watch.event)
+            else:
+                status, error = _one_run(job, spec, db, watch.event)
+        if status == "cancelled" and stop.is_set() and not cancel_marker.exists():
+            error = "the worker was stopped (SIGTERM); finished epochs kept"
+    except ConfigError as e:  # this machine may differ from the submitter's
+        status, error = "failed", f"invalid config on this machine: {e}"
+    except Exception as e:  # noqa: BLE001 - recorded on the job; the worker goes on with the next one
+        log.exception("job %s failed", job_id)
+        status, error = "failed", f"{type(e).__name__}: {e}"
+    _finish(db, job_id, status, error)
+
+
+def _one_run(job: dict[str, Any], spec: dict[str, Any], db: Any, cancel: threading.Event) -> tuple[str, str | None]:
+    from engine.runner import launch  # noqa: PLC0415
+
+    position = marker(db, job["job_id"], ".json")  # a sweep job's (config_idx, repeat_idx)
+    meta = {"run_id": job["run_id"], "sweep_id": job["sweep_id"], "job_id": job["job_id"],
+            **(json.loads(position.read_text()) if position.exists() else {})}
+    result = launch(RunConfig.from_dict(spec), db=db, meta=meta, cancel=cancel)
+    return _job_status(result.status), result.error
+
+
+def _ray_sweep(job: dict[str, Any], spec: dict[str, Any], db: Any, cancel: threading.Event) -> tuple[str, str | None]:
+    """The whole sweep through the Ray executor; the job is done only when every planned run is."""
+    from engine.ray_executor import run_sweep_ray  # noqa: PLC0415 - imports Ray lazily
+
+    sweep = SweepConfig.from_dict(spec["sweep"])
+    planned = len(sweep.plan())
+    log.info("job %s: %d runs of sweep %s on %s", job["job_id"], planned, job["sweep_id"],
+             spec.get("address") or "a local Ray instance")
+    result = run_sweep_ray(sweep, db=db, address=spec.get("address") or None, progress=False,
+                           sweep_id=job["sweep_id"], meta={"job_id": job["job_id"]}, cancel=cancel)
+    done = result.counts.get("done", 0)
+    if done == planned:
+        return "done", None
+    if cancel.is_set():
+        return "cancelled", f"cancelled after {len(result.results)} of {planned} runs; finished epochs kept"
+    first = next((r for r in result.results if r.status != "done"), None)
+    why = f"; first: run {first.run_id} {first.status}: {first.error}" if first else ""
+    return "failed", f"{planned - done} of {planned} runs did not finish{why}"
+
+
+class _CancelWatch:
+    """Sets `event` when the job's cancel marker appears or the worker is told to stop."""
+
+    def __init__(self, cancel_marker: Path, stop: threading.Event, poll_s: float):
+        self.marker, self.stop, self.poll_s = cancel_marker, stop, min(poll_s, 0.5)
+        self.event, self._done = threading.Event(), threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="loaderlab-cancel-watch", daemon=True)
+
+    def _loop(self) -> None:
+        while not self._done.wait(self.poll_s):
+            if self.stop.is_set() or self.marker.exists():
+                self.event.set()
+                return
+
+    def close(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def __enter__(self) -> "_CancelWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _recover(db: Any) -> None:
+    """Jobs left running by a dead worker: kill their orphaned run, keep its finished epochs, close the job."""
+    with connect(db, read_only=True) as conn:
+        stale = conn.execute("SELECT job_id, run_id FROM jobs WHERE status = 'running'").fetchall()
+    for job_id, run_id in stale:
+        if run_id is None:  # a ray-sweep: its driver died with the worker; the runs that landed are stored
+            _finish(db, job_id, "failed", "worker died during the Ray sweep; the runs that landed are kept")
+            continue
+        run_dir = runs_dir(db) / run_id
+        end = next((e for e in iter_events(run_dir) if e.get("type") == "end"), None)
+        if end is not None:  # the run ended; only the worker's bookkeeping was lost
+            status, error = _job_status(end.get("status")), end.get("error")
+        else:
+            _kill_orphan(run_dir)
+            status, error = "failed", "worker died; finished epochs kept"
+            if (run_dir / "events.jsonl").exists():
+                with RunLog(run_dir) as runlog:
+                    runlog.write("end", status="killed", error=error)
+        if (run_dir / "events.jsonl").exists():
+            try:
+                ingest_run(run_dir, db=db, job_id=job_id)
+            except ValueError as e:  # a log without a start event: nothing to keep
+                log.warning("run %s of job %s not ingested: %s", run_id, job_id, e)
+        _finish(db, job_id, status, error)
+
+
+def _kill_orphan(run_dir: Path) -> None:
+    from engine.runner import kill_group  # noqa: PLC0415
+
+    try:
+        pid = int((run_dir / "pid").read_text())
+        if str(run_dir) not in " ".join(psutil.Process(pid).cmdline()):
+            return  # the pid was reused by something else
+    except (OSError, ValueError, psutil.Error):
+        return
+    kill_group(pid)
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline and psutil.pid_exists(pid):
+        if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+            break
+        time.sleep(0.05)
