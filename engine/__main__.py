@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from engine.config import ConfigError, RunConfig, SweepConfig, config_fields, field_choices, load_toml
+from engine.config import (ConfigError, RunConfig, SweepConfig, config_fields, field_choices, load_toml,
+                           printable)
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 
@@ -300,11 +301,8 @@ def main(argv: list[str] | None = None) -> int:
             _, module, _, main_fn = DELEGATED[args.command]
             return getattr(importlib.import_module(module), main_fn)(args)
         return COMMANDS[args.command](args)
-    except (ConfigError, UsageError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except ValueError as e:  # store/query rejections are ValueErrors with a user-facing message
-        print(f"error: {e}", file=sys.stderr)
+    except (ConfigError, UsageError, ValueError) as e:  # store/query rejections are ValueErrors too
+        print(f"error: {printable(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -12,13 +12,16 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import os
 import random
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ConfigError", "RunConfig", "SweepConfig", "config_fields", "field_choices", "load_toml"]
+__all__ = ["ConfigError", "RunConfig", "SweepConfig", "check_browser_config", "config_fields", "data_roots",
+           "field_choices", "load_toml", "printable"]
 
 
 class ConfigError(ValueError):
@@ -28,6 +31,11 @@ class ConfigError(ValueError):
         super().__init__(f"{field_name}: {message}")
         self.field = field_name
         self.message = message
+
+
+def printable(text: str) -> str:
+    """User text may hold newlines or control characters: escape them so an error stays one line."""
+    return re.sub(r"[\x00-\x1f\x7f]", lambda m: f"\\x{ord(m.group()):02x}", str(text))
 
 
 def _f(default: Any, help: str, group: str, **meta: Any) -> Any:
@@ -135,6 +143,30 @@ class RunConfig:
         devices.check_device("device", self.device)
         from engine.registry import check_config  # noqa: PLC0415
         check_config(self)
+
+
+def data_roots() -> list[Path]:
+    """Folders a config from the browser may read: $LOADERLAB_DATA_ROOTS (os.pathsep-separated), else data/."""
+    from engine.paths import DATA_DIR  # noqa: PLC0415
+
+    raw = os.environ.get("LOADERLAB_DATA_ROOTS", "")
+    return [Path(p).resolve() for p in raw.split(os.pathsep) if p.strip()] or [DATA_DIR.resolve()]
+
+
+def check_browser_config(cfg: RunConfig) -> None:
+    """Extra rules for configs that arrive from the browser: a `folder` must lie under a data root.
+
+    NOTE: the path is resolved (symlinks and `..` included) before the check, so a link inside a root
+    that points outside it is refused too. The CLI is not limited: its user already owns the machine.
+    """
+    if cfg.workload != "folder" and not cfg.folder:
+        return
+    real = Path(cfg.folder).resolve()
+    roots = data_roots()
+    if not any(real == root or root in real.parents for root in roots):
+        raise ConfigError("folder", f"'{cfg.folder}' is outside the folders this dashboard may read "
+                                    f"({', '.join(map(str, roots))}); move the data there or ask whoever runs the "
+                                    "dashboard to add its folder to LOADERLAB_DATA_ROOTS")
 
 
 def config_fields(cls: type = RunConfig) -> list[dataclasses.Field]:

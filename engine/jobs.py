@@ -39,7 +39,7 @@ import pyarrow as pa
 import psutil
 
 from engine._worker import RAY_SWEEP, job_spec, lock_path, marker, now, run_worker, try_lock, unlock
-from engine.config import ConfigError, RunConfig, SweepConfig
+from engine.config import ConfigError, RunConfig, SweepConfig, check_browser_config
 from engine.paths import ROOT, db_path, jobs_dir, runs_dir
 from engine.ray_executor import INSTALL_HINT, ray_available
 from engine.runlog import EPOCH_FIELDS, tail_events
@@ -66,15 +66,29 @@ _SCHEMA = pa.schema([("job_id", pa.string()), ("created_at", pa.timestamp("us"))
 # ---------------------------------------------------------------------------- queue (the page's side)
 
 
-def submit(cfg: RunConfig, *, sweep_id: str | None = None, db: str | os.PathLike | None = None) -> str:
-    """Queue one validated run; returns the job id. The run id is fixed now so the page can link to it."""
+def submit(cfg: RunConfig, *, sweep_id: str | None = None, db: str | os.PathLike | None = None,
+           origin: str = "cli") -> str:
+    """Queue one validated run; returns the job id. The run id is fixed now so the page can link to it.
+
+    origin="browser" adds the browser's rules (engine.config.check_browser_config) before anything is stored.
+    """
+    _check_origin([cfg], origin)
     return _insert([(cfg, None)], sweep_id, db)[0]
 
 
-def submit_sweep(sweep: SweepConfig, db: str | os.PathLike | None = None) -> list[str]:
+def _check_origin(configs: list[RunConfig], origin: str) -> None:
+    if origin == "browser":
+        for cfg in configs:
+            check_browser_config(cfg)
+    elif origin != "cli":
+        raise ValueError(f"origin must be 'cli' or 'browser', not {origin!r}")
+
+
+def submit_sweep(sweep: SweepConfig, db: str | os.PathLike | None = None, origin: str = "cli") -> list[str]:
     """Queue every planned run of a sweep, in its seeded random order; returns the job ids in that order."""
     from engine.sweep import new_sweep_id  # noqa: PLC0415
 
+    _check_origin(sweep.configs(), origin)
     repeats: dict[int, int] = {}
     items = []
     for config_idx, cfg in sweep.plan():
@@ -89,7 +103,7 @@ def default_ray_address() -> str:
 
 
 def submit_ray_sweep(sweep: SweepConfig | RunConfig, *, address: str | None = None,
-                     db: str | os.PathLike | None = None) -> str:
+                     db: str | os.PathLike | None = None, origin: str = "cli") -> str:
     """Queue a whole sweep (or one run) as ONE job the worker runs on a Ray cluster; returns the job id.
 
     address: "auto", "host:port" or "ray://host:port"; None or "" starts a local Ray instance (127.0.0.1).
@@ -100,6 +114,7 @@ def submit_ray_sweep(sweep: SweepConfig | RunConfig, *, address: str | None = No
         raise ConfigError("target", f"a Ray cluster target needs Ray, which is not installed: `{INSTALL_HINT}`")
     if isinstance(sweep, RunConfig):
         sweep = SweepConfig.from_dict({"name": "run", "base": sweep.to_dict()})
+    _check_origin(sweep.configs(), origin)
     address = (address or "").strip() or None
     if address and any(c.isspace() for c in address):
         raise ConfigError("ray_address", f"{address!r} has spaces; use auto, host:port or ray://host:port")

@@ -160,7 +160,9 @@ def run_form(prefix: str) -> FormResult:
     top = st.empty()
     result = FormResult(values)
     try:
-        result.cfg = api.RunConfig.from_dict(values)
+        cfg = api.RunConfig.from_dict(values)
+        api.check_browser_config(cfg)  # a folder from the browser must lie under a data root
+        result.cfg = cfg
     except api.ConfigError as e:
         result.error = e
         (slots.get(e.field) or top).error(f"**{e.field}**: {e.message}")
@@ -192,9 +194,10 @@ def sweep_builder(prefix: str, base: dict[str, Any]) -> SweepResult:
                               help="runs per distinct config, for a median and a 95% CI")
     out = SweepResult()
     try:
-        out.sweep = api.SweepConfig.from_dict({"name": "ui-sweep", "base": base, "grid": grid,
-                                               "repeats": int(repeats)})
-        out.n_configs = len(out.sweep.configs())
+        sweep = api.SweepConfig.from_dict({"name": "ui-sweep", "base": base, "grid": grid, "repeats": int(repeats)})
+        for cfg in sweep.configs():
+            api.check_browser_config(cfg)
+        out.sweep, out.n_configs = sweep, len(sweep.configs())
         out.n_runs = out.n_configs * int(repeats)
     except api.ConfigError as e:
         out.error = e

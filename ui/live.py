@@ -85,8 +85,8 @@ def queue_run(form: Any, target: Target | None = None) -> None:
             st.error(f"Nothing queued: fix **{form.error.field}** first ({form.error.message}).")
         else:
             with shown("Could not queue the run"):
-                _remember([api.submit_ray_sweep(form.cfg, address=target.address) if target and target.ray
-                           else api.submit(form.cfg)])
+                _remember([api.submit_ray_sweep(form.cfg, address=target.address, origin="browser")
+                           if target and target.ray else api.submit(form.cfg, origin="browser")])
 
 
 def queue_sweep(result: Any, target: Target | None = None) -> None:
@@ -102,8 +102,8 @@ def queue_sweep(result: Any, target: Target | None = None) -> None:
                         f"{result.sweep.repeats} repeats · about **{duration_text(est['seconds'])}** ({basis}){where}")
     if st.button("Queue sweep", key="launch.queue_sweep", disabled=result.sweep is None):
         with shown("Could not queue the sweep"):
-            _remember([api.submit_ray_sweep(result.sweep, address=target.address)] if ray
-                      else api.submit_sweep(result.sweep))
+            _remember([api.submit_ray_sweep(result.sweep, address=target.address, origin="browser")] if ray
+                      else api.submit_sweep(result.sweep, origin="browser"))
 
 
 def epoch_figure(rows: list[dict[str, Any]]):
