@@ -36,7 +36,7 @@ def _missing() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium():
     """A headless Debian chromium under Playwright (no browser download)."""
     why = _missing()

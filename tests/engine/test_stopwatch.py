@@ -2,8 +2,8 @@
 
 The engine's single-mode loop (EpochTimer, RunLog and all) and a plain `for x, y in DataLoader(...)`
 loop train the same model on the same batches in this process, interleaved five times so machine
-drift hits both alike; per round, the ratio of their median steady epoch times; the median ratio
-must be within 5% of 1.
+drift hits both alike. The ratio of their fastest steady epochs must be within 5% of 1: a busy
+machine only ever adds time, so each loop's minimum is its least disturbed measurement.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from engine.workloads.tensor import TensorWorkload
 # About half a second per epoch on one idle core, so scheduler noise is a small part; a third of it is data
 # work (work_us), so a stopwatch that missed the data wait would be off by far more than 5%.
 CFG = {"workload": "tensor", "n_samples": 1024, "work_us": 300, "image_size": 32, "model": "mlp", "width": 512,
-       "depth": 3, "batch_size": 64, "epochs": 3, "warmup_epochs": 1, "loader": "sync", "device": "cpu",
+       "depth": 3, "batch_size": 64, "epochs": 4, "warmup_epochs": 1, "loader": "sync", "device": "cpu",
        "sample_hz": 0.0}
 
 
@@ -75,7 +75,7 @@ def test_engine_epoch_time_matches_an_independent_stopwatch(tmp_path):
     # which adds noise to both loops alike but makes it far larger than the 5% being checked.
     torch.set_num_threads(1)
     try:
-        rounds = []
+        rounds, engine_all, plain_all = [], [], []
         for i in range(5):
             if i % 2:  # alternate which loop goes first, so neither always runs on a warmer machine
                 plain = plain_epochs(cfg)
@@ -84,8 +84,9 @@ def test_engine_epoch_time_matches_an_independent_stopwatch(tmp_path):
                 engine = engine_epochs(cfg, tmp_path / f"run{i}")
                 plain = plain_epochs(cfg)
             rounds.append((statistics.median(engine), statistics.median(plain)))
+            engine_all += engine
+            plain_all += plain
     finally:
         torch.set_num_threads(threads)
-    # each round's engine and plain epochs ran back to back: their ratio cancels slow drift of the machine
-    ratio = statistics.median(e / p for e, p in rounds)
+    ratio = min(engine_all) / min(plain_all)
     assert 0.95 <= ratio <= 1.05, f"(engine s, plain s) per round {rounds}: ratio {ratio:.3f}"
