@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from engine.config import (ConfigError, RunConfig, SweepConfig, config_fields, field_choices, load_toml,
                            printable)
+from engine.store.errors import StoreError
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 
@@ -301,8 +302,9 @@ def main(argv: list[str] | None = None) -> int:
             _, module, _, main_fn = DELEGATED[args.command]
             return getattr(importlib.import_module(module), main_fn)(args)
         return COMMANDS[args.command](args)
-    except (ConfigError, UsageError, ValueError) as e:  # store/query rejections are ValueErrors too
-        print(f"error: {printable(str(e))}", file=sys.stderr)
+    except (ConfigError, UsageError, ValueError, StoreError) as e:  # store/query rejections are ValueErrors too;
+        # StoreError: a corrupt, newer or busy store, whose message says how to recover
+        print(f"error: {printable(' '.join(str(e).split()))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

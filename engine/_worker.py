@@ -20,7 +20,7 @@ import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import psutil
 
@@ -152,14 +152,20 @@ def _run_job(job: dict[str, Any], db: Any, stop: threading.Event, poll_s: float)
     if cancel_marker.exists():
         return _finish(db, job_id, "cancelled", "cancelled before it started")
     spec = job_spec(job["config_json"])
+
+    def why() -> str:  # the run row records why it was cancelled, as the job does
+        if stop.is_set() and not cancel_marker.exists():
+            return "the worker was stopped (SIGTERM); finished epochs kept"
+        return "cancelled by the user; finished epochs kept"
+
     try:
         with _CancelWatch(cancel_marker, stop, poll_s) as watch:
             if spec.get("kind") == RAY_SWEEP:
                 status, error = _ray_sweep(job, spec, db, watch.event)
             else:
-                status, error = _one_run(job, spec, db, watch.event)
+                status, error = _one_run(job, spec, db, watch.event, why)
         if status == "cancelled" and stop.is_set() and not cancel_marker.exists():
-            error = "the worker was stopped (SIGTERM); finished epochs kept"
+            error = why()
     except ConfigError as e:  # this machine may differ from the submitter's
         status, error = "failed", f"invalid config on this machine: {e}"
     except Exception as e:  # noqa: BLE001 - recorded on the job; the worker goes on with the next one
@@ -168,13 +174,14 @@ def _run_job(job: dict[str, Any], db: Any, stop: threading.Event, poll_s: float)
     _finish(db, job_id, status, error)
 
 
-def _one_run(job: dict[str, Any], spec: dict[str, Any], db: Any, cancel: threading.Event) -> tuple[str, str | None]:
+def _one_run(job: dict[str, Any], spec: dict[str, Any], db: Any, cancel: threading.Event,
+             why: Callable[[], str]) -> tuple[str, str | None]:
     from engine.runner import launch  # noqa: PLC0415
 
     position = marker(db, job["job_id"], ".json")  # a sweep job's (config_idx, repeat_idx)
     meta = {"run_id": job["run_id"], "sweep_id": job["sweep_id"], "job_id": job["job_id"],
             **(json.loads(position.read_text()) if position.exists() else {})}
-    result = launch(RunConfig.from_dict(spec), db=db, meta=meta, cancel=cancel)
+    result = launch(RunConfig.from_dict(spec), db=db, meta=meta, cancel=cancel, cancel_reason=why)
     return _job_status(result.status), result.error
 
 

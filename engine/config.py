@@ -161,7 +161,10 @@ def check_browser_config(cfg: RunConfig) -> None:
     """
     if cfg.workload != "folder" and not cfg.folder:
         return
-    real = Path(cfg.folder).resolve()
+    try:
+        real = Path(cfg.folder).expanduser().resolve()
+    except (OSError, RuntimeError, ValueError):  # a NUL byte, a symlink loop: no path a root could hold
+        raise ConfigError("folder", f"'{printable(cfg.folder[:200])}' is not a usable path") from None
     roots = data_roots()
     if not any(real == root or root in real.parents for root in roots):
         raise ConfigError("folder", f"'{cfg.folder}' is outside the folders this dashboard may read "

@@ -113,11 +113,13 @@ def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
 
 def launch(cfg: RunConfig, *, db: str | os.PathLike | None = None, meta: dict[str, Any] | None = None,
            on_event: Callable[[dict[str, Any]], None] | None = None, cancel: threading.Event | None = None,
-           poll_s: float = 0.25) -> RunResult:
+           cancel_reason: str | Callable[[], str] = "cancelled by the user; finished epochs kept",
+           poll_s: float = 0.25, exit_grace_s: float = 10.0) -> RunResult:
     """Run cfg in a subprocess, stream its events to on_event, ingest it, and return how it ended.
 
     Ctrl-C or `cancel` kills the whole process group; finished epochs are kept and the run is
-    marked cancelled.
+    marked cancelled with `cancel_reason`. A child that wrote its `end` event but has not exited
+    after exit_grace_s (a worker it cannot reap) is killed: the run is over either way.
     """
     from engine.store import ingest_run  # noqa: PLC0415
 
@@ -132,18 +134,20 @@ def launch(cfg: RunConfig, *, db: str | os.PathLike | None = None, meta: dict[st
         proc = subprocess.Popen([sys.executable, "-m", "engine.runner", str(run_dir)], cwd=ROOT, env=env,
                                 stdin=subprocess.DEVNULL, stdout=err, stderr=err, start_new_session=True)
     (run_dir / "pid").write_text(str(proc.pid))
-    offset, ending = 0, None
+    offset, ending, ended_at = 0, None, None
     try:
         while True:
             done = proc.poll() is not None
             events, offset = tail_events(run_dir, offset)
             for event in events:
+                if event.get("type") == "end":
+                    ended_at = time.monotonic()
                 if on_event:
                     on_event(event)
-            if done:
+            if done or (ended_at is not None and time.monotonic() - ended_at > exit_grace_s):
                 break
             if cancel is not None and cancel.is_set():
-                ending = ("cancelled", "cancelled by the user; finished epochs kept")
+                ending = ("cancelled", cancel_reason() if callable(cancel_reason) else cancel_reason)
                 break
             time.sleep(poll_s)
     except KeyboardInterrupt:
@@ -159,7 +163,8 @@ def launch(cfg: RunConfig, *, db: str | os.PathLike | None = None, meta: dict[st
 
 def _close_log(run_dir: Path, returncode: int, ending: tuple[str, str] | None) -> tuple[str, str | None]:
     """Make sure the log ends with an `end` event, written by the parent when the child could not."""
-    end = next((e for e in reversed(list(iter_events(run_dir))) if e["type"] == "end"), None)
+    events = list(iter_events(run_dir))
+    end = next((e for e in reversed(events) if e["type"] == "end"), None)
     if end is not None:
         return end["status"], end.get("error")
     if ending is None:
@@ -169,6 +174,12 @@ def _close_log(run_dir: Path, returncode: int, ending: tuple[str, str] | None) -
                   f"the run process ended with {how} before finishing; finished epochs kept"
                   + (f". Last output: {' | '.join(tail)}" if tail else ""))
     with RunLog(run_dir) as runlog:
+        if not any(e["type"] == "start" for e in events):
+            # NOTE: it died before its start event (killed while importing, or a crash at start-up): record
+            # the run from what the parent wrote, so it is stored as killed/failed with the reason, not lost
+            meta = json.loads((run_dir / "meta.json").read_text())
+            runlog.write("start", run_id=run_dir.name, config=json.loads((run_dir / "config.json").read_text()),
+                         host={}, pid=None, **{k: v for k, v in meta.items() if k != "run_id"})
         runlog.write("end", status=ending[0], error=ending[1])
     return ending
 

@@ -142,6 +142,11 @@ def _widget(f: dataclasses.Field, key: str) -> Any:
     return st.text_input(label, key=key, help=help_)
 
 
+def _paths_only(values: dict[str, Any]) -> Any:
+    """An unvalidated RunConfig holding only the values that name paths, for the data-root check."""
+    return api.RunConfig(workload=str(values.get("workload") or ""), folder=str(values.get("folder") or ""))
+
+
 def run_form(prefix: str) -> FormResult:
     """Render every RunConfig field, grouped; validate; show a ConfigError under the field it names."""
     for warning in _bind_url(prefix):
@@ -160,6 +165,8 @@ def run_form(prefix: str) -> FormResult:
     top = st.empty()
     result = FormResult(values)
     try:
+        # NOTE: the data-root check first: from_dict's folder check walks the folder and says what it found
+        api.check_browser_config(_paths_only(values))
         cfg = api.RunConfig.from_dict(values)
         api.check_browser_config(cfg)  # a folder from the browser must lie under a data root
         result.cfg = cfg
@@ -194,6 +201,8 @@ def sweep_builder(prefix: str, base: dict[str, Any]) -> SweepResult:
                               help="runs per distinct config, for a median and a 95% CI")
     out = SweepResult()
     try:
+        for folder in [base.get("folder"), *grid.get("folder", [])]:
+            api.check_browser_config(_paths_only({**base, "folder": folder}))  # before anything walks it
         sweep = api.SweepConfig.from_dict({"name": "ui-sweep", "base": base, "grid": grid, "repeats": int(repeats)})
         for cfg in sweep.configs():
             api.check_browser_config(cfg)

@@ -41,18 +41,26 @@ class ProcessLoader(Loader):
 
     def _epoch(self, e: int) -> Iterator[tuple[Tensor, Tensor]]:
         self.sampler.set_epoch(e)
-        self._it = iter(self._dl)  # persistent workers: the same iterator, reset for the new epoch
         try:
+            # NOTE: inside the try: with persistent workers, iter() waits for every worker to resume
+            self._it = iter(self._dl)  # persistent workers: the same iterator, reset for the new epoch
             while True:
                 try:
                     x, y = next(self._it)
                 except StopIteration:
                     return
-                except RuntimeError as err:
-                    if "DataLoader timed out" in str(err):
-                        raise LoaderTimeout.after(self.name, self.cfg.worker_timeout_s) from None
-                    raise
                 yield x, y
+        except RuntimeError as err:
+            if "DataLoader timed out" not in str(err):
+                raise self._worker_death(err) or err
+            # NOTE: stuck or frozen workers are killed at once: DataLoader's shutdown joins each for 5 s,
+            # and one stopped by SIGSTOP never dies of the SIGTERM that follows (its exit would hang)
+            self._kill_workers()
+            raise LoaderTimeout.after(self.name, self.cfg.worker_timeout_s) from None
+        except (EOFError, OSError) as err:
+            # NOTE: a worker killed while handing over a batch's shared memory surfaces as a bare EOFError
+            # or "connection reset" from the pipe: name the dead worker instead
+            raise self._worker_death(err) or err
         finally:
             if not self.cfg.persistent_workers:
                 self._stop_workers()
@@ -61,6 +69,27 @@ class ProcessLoader(Loader):
         """Pids of the live worker processes (best effort: empty between non-persistent epochs)."""
         workers = getattr(self._it, "_workers", None) or []
         return [w.pid for w in workers if w.pid is not None and w.is_alive()]
+
+    def _worker_death(self, err: BaseException) -> RuntimeError | None:
+        """A clear error if a worker process has died (what `err` really means then), else None."""
+        it = self._it or getattr(self._dl, "_iterator", None)
+        for w in getattr(it, "_workers", None) or []:
+            w.join(timeout=0.5)  # reaps a dead worker; a live one costs at most this wait, on an error path
+            if w.exitcode is not None:
+                how = f"signal {-w.exitcode}" if w.exitcode < 0 else f"exit status {w.exitcode}"
+                return RuntimeError(f"processes loader: worker pid {w.pid} died ({how}) while loading "
+                                    f"({type(err).__name__}: {err}); check its memory use, or what killed it")
+        return None
+
+    def _kill_workers(self) -> None:
+        it = self._it or getattr(self._dl, "_iterator", None)
+        if getattr(it, "_worker_pids_set", False):
+            # unregister first, or DataLoader's SIGCHLD handler reports the kill as the error instead
+            torch.utils.data._utils.signal_handling._remove_worker_pids(id(it))
+            it._worker_pids_set = False
+        for w in getattr(it, "_workers", None) or []:
+            if w.is_alive():
+                w.kill()
 
     def _stop_workers(self) -> None:
         it, self._it = self._it, None

@@ -25,7 +25,7 @@ import duckdb
 
 from engine.paths import db_path
 from engine.store._lock import SidecarLock, backoff
-from engine.store.errors import StoreBusy, StoreCorrupt, StoreError
+from engine.store.errors import StoreBusy, StoreCorrupt, StoreError, StoreVersionError
 from engine.store.schema import ensure_schema, needs_upgrade
 
 __all__ = ["DEFAULT_TIMEOUT_S", "connect"]
@@ -40,6 +40,7 @@ _OTHER_CONFIG = re.compile(r"different configuration", re.I)
 # (schema_version would find the function of that name). Inserts use conn.register() instead.
 _BASE_CONFIG = {"python_enable_replacements": False}
 _CORRUPT = re.compile(r"not a valid DuckDB database|corrupt|checksum|deseriali", re.I)
+_NEWER = re.compile(r"created with a newer version of DuckDB|storage version", re.I)
 
 
 @contextmanager
@@ -64,6 +65,10 @@ def connect(db: str | os.PathLike | None = None, *, read_only: bool, timeout_s: 
         lock, conn = _open(path, read_only, deadline, config)
     try:
         yield conn
+    except duckdb.Error as e:
+        if _CORRUPT.search(str(e)):  # a damaged block is found only when a query reads it
+            raise _classify(path, e) from e
+        raise
     finally:
         _close(lock, conn)
 
@@ -127,9 +132,15 @@ def _duckdb_open(path: Path, read_only: bool, deadline: float, config: dict) -> 
 
 
 def _classify(path: Path, e: duckdb.Error) -> StoreError:
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if _NEWER.search(str(e)):
+        return StoreVersionError(
+            f"the store {path} was written by a newer DuckDB than this one ({duckdb.__version__}): {first} "
+            f"It was left untouched. Install that newer duckdb (or a LoaderLab that pins it), or export the data "
+            f"with it (EXPORT DATABASE) and import it here, or start fresh with --db PATH to a new file")
     if _CORRUPT.search(str(e)):
         return StoreCorrupt(
-            f"the store {path} cannot be read ({e}); it was left untouched. Move it aside "
+            f"the store {path} cannot be read ({first}); it was left untouched. Move it aside "
             f"(mv {path} {path}.broken) or restore a backup ({path.name}.bak-v*), then retry, "
             "or start fresh with --db PATH to a new file")
     return StoreError(f"could not open the store {path}: {e}")

@@ -28,7 +28,8 @@ from typing import Iterator
 import duckdb
 import pandas as pd
 
-from engine.store.connect import connect
+from engine.paths import db_path
+from engine.store.connect import _CORRUPT, _classify, connect
 
 __all__ = ["LOCKDOWN", "QueryRejected", "QueryResult", "check_query", "run_query", "sandbox_connection"]
 
@@ -97,11 +98,12 @@ def check_query(sql: str) -> duckdb.Statement:
 
 
 def _check_functions(sql: str) -> None:
-    tokens = duckdb.tokenize(sql)
+    # NOTE: comments dropped first: `read_text /* x */ (...)` is a call of read_text too
+    tokens = [t for t in duckdb.tokenize(sql) if t[1] != duckdb.token_type.comment]
     for (start, typ), (nxt, _) in zip(tokens, tokens[1:]):
         if typ not in (duckdb.token_type.identifier, duckdb.token_type.keyword):
             continue
-        name = sql[start:nxt].strip().strip('"')
+        name = re.match(r'"[^"]*"|[^\s/(-]+', sql[start:]).group().strip('"')
         if sql[nxt:nxt + 1] == "(" and _REFUSED.match(name):
             raise QueryRejected(f"{name}() reads files or runs other SQL, which the SQL page does not allow; "
                                 "query the store's tables (runs, epochs, steps, samples, ...) instead")
@@ -145,6 +147,8 @@ def run_query(sql: str, db: str | os.PathLike | None = None, *, timeout_s: float
             if timed_out.is_set():
                 raise QueryRejected(f"query took longer than {timeout_s:g} s and was stopped; "
                                     "add a LIMIT or a WHERE") from None
+            if _CORRUPT.search(str(e)):
+                raise _classify(db_path(db), e) from None  # a damaged store: say how to recover, not "bad SQL"
             if isinstance(e, duckdb.PermissionException):
                 raise QueryRejected("the query tried to reach files, extensions or the network, which the SQL "
                                     f"page does not allow ({_first_line(e)})") from None

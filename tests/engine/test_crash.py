@@ -1,0 +1,322 @@
+"""Crash safety: 50 kills at seeded random points, then every finished epoch must be in the store and the run
+marked killed, failed or cancelled with the reason. Plus: a stuck or silently dead loader worker fails the
+run within worker_timeout_s (never a hang), and a CUDA OOM fails the run with the OOM message.
+
+Kills, run a few at a time in threads (each is one real run subprocess):
+  28 × SIGKILL of the run process (`python -m engine.runner`): 20 under launch(), whose parent side notices,
+       8 with no parent left (as when the CLI died too), found stale by ingest_pending;
+  12 × SIGKILL of one loader worker process (processes loader);
+  10 × SIGTERM of the job worker (`python -m engine worker`), restarted on the same store after each.
+Epochs take ~0.2-0.4 s (latency_ms), so a kill lands at startup, mid-epoch or between epochs.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from engine import jobs
+from engine.config import RunConfig
+from engine.paths import runs_dir
+from engine.runlog import read_events, tail_events
+from engine.runner import kill_group, launch
+from engine.store import get_epochs, get_run, get_steps, ingest_pending
+
+ROOT = Path(__file__).resolve().parents[2]
+SEED = 20_261_121
+TINY = dict(workload="tensor", n_samples=32, image_size=8, width=8, epochs=12, batch_size=8, latency_ms=8.0,
+            bound=False, sample_hz=2.0)
+LOADER = dict(TINY, loader="processes", workers=2, worker_timeout_s=4.0)
+POOL = 4  # runs at once: a run is mostly its start-up (torch import), so 2 cores take 4 without starving
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def _wait(predicate, timeout_s: float = 120.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}")
+
+
+def _pid(run_dir: Path) -> int:
+    return _wait(lambda: (run_dir / "pid").exists() and (run_dir / "pid").read_text().strip().isdigit()
+                 and int((run_dir / "pid").read_text()), what=f"{run_dir.name}/pid")
+
+
+class _Epochs:
+    """Counts epoch events as the run writes them (tailing its RunLog)."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir, self.offset, self.n = run_dir, 0, 0
+
+    def __call__(self) -> int:
+        events, self.offset = tail_events(self.run_dir, self.offset)
+        self.n += sum(e.get("type") == "epoch" for e in events)
+        return self.n
+
+
+def _kill_point(rng: random.Random, run_dir: Path, startup_share: float = 0.2) -> str:
+    """Wait for a seeded random point in the run: during start-up, or k epochs in plus a fraction of one."""
+    if rng.random() < startup_share:
+        time.sleep(rng.uniform(0.0, 0.8))
+        return "startup"
+    k = rng.randint(0, 6)
+    _wait(lambda: any(e["type"] == "start" for e in read_events(run_dir)), what=f"{run_dir.name} to start")
+    _wait(lambda: _Epochs(run_dir)() >= k, what=f"{k} epochs of {run_dir.name}")
+    time.sleep(rng.uniform(0.0, 0.25))
+    return f"after {k} epochs"
+
+
+def _kept(db: Path, run_dir: Path, statuses: tuple[str, ...], reasons: tuple[str, ...]) -> list[str]:
+    """Problems with how the store recorded this run: missing, wrong status, no reason, lost or extra rows."""
+    run_id, problems = run_dir.name, []
+    logged = [e for e in read_events(run_dir) if e.get("type") == "epoch"]
+    run = get_run(run_id, db=db)
+    if run is None:
+        return [f"{run_id}: not in the store ({len(logged)} finished epochs in its RunLog)"]
+    error = (run["error"] or "").lower()
+    if run["status"] not in statuses or not any(r in error for r in reasons):
+        problems.append(f"{run_id}: status {run['status']!r}, error {run['error']!r}; expected one of {statuses} "
+                        f"with a reason mentioning one of {reasons}")
+    stored = get_epochs(run_id, db=db)
+    keys = sorted((e["model_idx"], e["rank"], e["epoch"]) for e in logged)
+    if sorted(zip(stored["model_idx"], stored["rank"], stored["epoch"])) != keys:
+        problems.append(f"{run_id}: store has epochs {stored['epoch'].tolist()}, RunLog finished {keys}")
+    n_steps = sum(len(e["steps"]) for e in logged)
+    if len(get_steps(run_id, db=db)) != n_steps:
+        problems.append(f"{run_id}: store has {len(get_steps(run_id, db=db))} steps, RunLog {n_steps}")
+    return problems
+
+
+def _cleanup(db: Path) -> None:
+    for pid_file in runs_dir(db).glob("*/pid"):
+        kill_group(int(pid_file.read_text()))
+
+
+def _run_parallel(fn, n: int, pool_size: int = POOL) -> None:
+    """fn(i) for i < n, pool_size at a time; fails listing every problem they returned."""
+    with ThreadPoolExecutor(pool_size) as pool:
+        problems = [p for ps in pool.map(fn, range(n)) for p in ps]
+    assert not problems, f"{len(problems)} problem(s):\n" + "\n".join(problems)
+
+
+# ---------------------------------------------------------------------------- the run process
+
+
+@pytest.mark.slow
+def test_sigkill_of_the_run_process_under_launch(store):
+    def one(i: int) -> list[str]:
+        rng, run_dir = random.Random(SEED + i), runs_dir(store) / f"kill-run-{i:02d}"
+        where = []
+
+        def killer() -> None:
+            pid = _pid(run_dir)
+            where.append(_kill_point(rng, run_dir))
+            os.kill(pid, signal.SIGKILL)
+
+        t = threading.Thread(target=killer)
+        t.start()
+        try:
+            result = launch(RunConfig.from_dict(TINY), db=store, meta={"run_id": run_dir.name})
+        except Exception as e:  # noqa: BLE001 - a kill must never make launch() itself fail
+            t.join()
+            return [f"{run_dir.name} (killed at {where}): launch raised {type(e).__name__}: {e}"]
+        t.join()
+        problems = [] if result.status == "killed" else [f"{run_dir.name}: launch returned {result.status}"]
+        return [f"{p} (killed at {where[0]})" for p in problems + _kept(store, run_dir, ("killed",), ("signal 9",))]
+
+    try:
+        _run_parallel(one, 20)
+    finally:
+        _cleanup(store)
+
+
+@pytest.mark.slow
+def test_sigkill_of_an_orphaned_run_process_is_found_stale(store):
+    """No parent to notice (the CLI died too): ingest_pending marks the run killed once its heartbeat is stale."""
+    stale_after_s = 2.0
+
+    def kept_after_stale(run_dir: Path) -> list[str]:
+        time.sleep(stale_after_s + 0.5)
+        ingest_pending(db=store, stale_after_s=stale_after_s)
+        return _kept(store, run_dir, ("killed",), ("heartbeat",))
+
+    def one(i: int) -> list[str]:
+        rng, run_dir = random.Random(SEED + 100 + i), runs_dir(store) / f"orphan-{i:02d}"
+        run_dir.mkdir(parents=True)
+        (run_dir / "config.json").write_text(RunConfig.from_dict(TINY).to_json())
+        (run_dir / "meta.json").write_text("{}")
+        with open(run_dir / "stderr.log", "wb") as err:  # what launch() starts: the documented child command
+            proc = subprocess.Popen([sys.executable, "-m", "engine.runner", str(run_dir)], cwd=ROOT, env=_env(),
+                                    stdout=err, stderr=err, start_new_session=True)
+        (run_dir / "pid").write_text(str(proc.pid))
+        where = _kill_point(rng, run_dir, startup_share=0.0)  # before its start event there is no run to keep
+        proc.kill()
+        proc.wait()
+        return [f"{p} (killed {where})" for p in kept_after_stale(run_dir)]
+
+    try:
+        _run_parallel(one, 8)
+    finally:
+        _cleanup(store)
+
+
+# ---------------------------------------------------------------------------- a loader worker
+
+
+@pytest.mark.slow
+def test_sigkill_of_a_loader_worker_fails_the_run_with_the_reason(store):
+    def one(i: int) -> list[str]:
+        rng, run_dir = random.Random(SEED + 200 + i), runs_dir(store) / f"kill-worker-{i:02d}"
+        where = []
+
+        def killer() -> None:
+            pid = _pid(run_dir)
+            where.append(_kill_point(rng, run_dir, startup_share=0.0))
+            children = _wait(lambda: psutil.Process(pid).children(), what="loader workers")
+            os.kill(rng.choice(children).pid, signal.SIGKILL)
+
+        t = threading.Thread(target=killer)
+        t.start()
+        try:
+            result = launch(RunConfig.from_dict(LOADER), db=store, meta={"run_id": run_dir.name})
+        finally:
+            t.join()
+        problems = [] if result.status == "failed" else [f"{run_dir.name}: launch returned {result.status}"]
+        return [f"{p} (killed {where})" for p in problems + _kept(store, run_dir, ("failed",), ("worker",))]
+
+    try:
+        _run_parallel(one, 12)
+    finally:
+        _cleanup(store)
+
+
+# ---------------------------------------------------------------------------- the job worker
+
+
+@pytest.mark.slow
+def test_sigterm_of_the_job_worker_keeps_finished_epochs(tmp_path):
+    """5 stores × 2 rounds: start a worker, let its run get to a random point, SIGTERM the worker."""
+
+    def one(i: int) -> list[str]:
+        rng, db, problems = random.Random(SEED + 300 + i), tmp_path / f"s{i}" / "loaderlab.duckdb", []
+        db.parent.mkdir()
+        try:
+            for round_ in range(2):
+                job_id = jobs.submit(RunConfig.from_dict(TINY), db=db)
+                with open(db.parent / "worker.log", "ab") as log:
+                    worker = subprocess.Popen([sys.executable, "-m", "engine", "worker", "--db", str(db),
+                                               "--poll-s", "0.2"], cwd=ROOT, env=_env(), stdout=log, stderr=log,
+                                              start_new_session=True)
+                run_dir = runs_dir(db) / jobs.job_progress(job_id, db)["run_id"]
+                _pid(run_dir)
+                where = _kill_point(rng, run_dir)
+                worker.send_signal(signal.SIGTERM)
+                code = worker.wait(90)
+                job = jobs.job_progress(job_id, db)
+                tag = f"store {i} round {round_} (SIGTERM {where})"
+                if code != 0:
+                    problems.append(f"{tag}: worker exited {code}")
+                if job["status"] not in ("cancelled", "failed") or "sigterm" not in (job["error"] or "").lower():
+                    problems.append(f"{tag}: job {job['status']!r} with error {job['error']!r}")
+                problems += [f"{p} ({tag})" for p in
+                             _kept(db, run_dir, ("cancelled", "killed", "failed"), ("worker", "sigterm"))]
+            log_text = (db.parent / "worker.log").read_text()
+            if "Traceback" in log_text:
+                problems.append(f"store {i}: the worker logged a traceback:\n{log_text[-2000:]}")
+        finally:
+            jobs.stop_worker(db, timeout_s=10)
+            _cleanup(db)
+        return problems
+
+    _run_parallel(one, 5, pool_size=5)
+
+
+# ---------------------------------------------------------------------------- stuck workers, OOM
+
+
+def _ending(run_dir: Path) -> tuple[str, float]:
+    """The run's end error, and seconds from its last sign of progress (start or epoch event) to its end."""
+    events = [e for e in read_events(run_dir) if e["type"] in ("start", "epoch", "end")]
+    if events[-1]["type"] != "end":
+        return "no end event", float("inf")
+    return events[-1]["error"] or "", events[-1]["t"] - events[-2]["t"]
+
+
+@pytest.mark.slow
+def test_stuck_or_frozen_loader_workers_fail_the_run_within_the_timeout(store):
+    """A dataset that sleeps for 10 s per sample, and a worker frozen with SIGSTOP (alive, so DataLoader
+    never reports it): each run must fail with the worker_timeout_s message soon after the timeout."""
+    timeout_s = 2.0
+    stuck = dict(TINY, latency_ms=10_000.0, worker_timeout_s=timeout_s, epochs=2)
+    cases = {
+        "threads": dict(stuck, loader="threads", workers=2),
+        "prefetch": dict(stuck, loader="prefetch"),
+        "processes": dict(stuck, loader="processes", workers=2),
+        "frozen": dict(LOADER, worker_timeout_s=timeout_s),
+    }
+    results: dict[str, str] = {}
+
+    def one(name: str) -> None:
+        run_dir = runs_dir(store) / f"stuck-{name}"
+        if name == "frozen":
+            def freeze() -> None:
+                pid = _pid(run_dir)
+                _wait(lambda: _Epochs(run_dir)() >= 1, what="first epoch")
+                os.kill(_wait(lambda: psutil.Process(pid).children(), what="loader workers")[0].pid, signal.SIGSTOP)
+
+            threading.Thread(target=freeze, daemon=True).start()
+        results[name] = launch(RunConfig.from_dict(cases[name]), db=store, meta={"run_id": run_dir.name}).status
+
+    threads = {name: threading.Thread(target=one, args=(name,), daemon=True) for name in cases}
+    for t in threads.values():
+        t.start()
+    deadline = time.monotonic() + 90
+    hung = []
+    for name, t in threads.items():
+        t.join(max(0.0, deadline - time.monotonic()))
+        if t.is_alive():  # never wait forever: kill the run so launch() returns, and report the hang
+            hung.append(name)
+            kill_group(_pid(runs_dir(store) / f"stuck-{name}"))
+            t.join(30)
+    _cleanup(store)
+    assert hung == [], f"launch() never returned for {hung}"
+    for name in cases:
+        error, seconds = _ending(runs_dir(store) / f"stuck-{name}")
+        assert results[name] == "failed" and "worker_timeout_s" in error and f"within {timeout_s:g} s" in error, \
+            (name, results[name], error)
+        # NOTE: a bound, not a speed test: the run must fail soon after the timeout, not once stuck
+        # workers wake up (10 s per sample) or after a polite 5 s join of each stuck worker
+        assert seconds < timeout_s + 10, f"{name}: failed {seconds:.1f} s after its last progress"
+        assert get_run(f"stuck-{name}", db=store)["status"] == "failed"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_out_of_memory_fails_the_run_with_the_oom_message(store):
+    # the stem's output alone is 16384 × 4096 × 32 × 32 floats = 256 GiB, more than any GPU has; the
+    # model (~300 M parameters) and a batch (0.8 GB) fit in host memory easily
+    cfg = RunConfig.from_dict(dict(workload="tensor", n_samples=16384, image_size=64, model="cnn", width=4096,
+                                   depth=1, batch_size=16384, epochs=2, device="cuda", bound=False))
+    result = launch(cfg, db=store)
+    assert result.status == "failed"
+    assert "out of memory" in result.error.lower(), result.error
+    run = get_run(result.run_id, db=store)
+    assert run["status"] == "failed" and "out of memory" in run["error"].lower()
