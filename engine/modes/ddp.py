@@ -27,9 +27,8 @@ import torch
 import torch.distributed as dist
 
 from engine.config import ConfigError, RunConfig
-from engine.measure.timers import EpochTimer
-from engine.modes._base import ModeSpec, RunContext, to_device
-from engine.modes._common import Recorder, epoch_payload, fail_point
+from engine.modes._base import ModeSpec, RunContext
+from engine.modes._common import Recorder, epoch_payload, fail_point, train_epoch
 from engine.modes._ddp import AllreduceTimer, ShardDataset, free_port, timed_allreduce, torchrun_env
 from engine.modes._procs import ChildGroup, Link
 
@@ -42,7 +41,6 @@ def _rank_main(rank: int, cfg_dict: dict[str, Any], world: int, device_name: str
                emit: Callable[[dict[str, Any]], None], ready: Callable[[], None] = lambda: None) -> None:
     """One rank: join the group, train its shard, emit one epoch record per epoch."""
     from engine.models._base import make_optimizer  # noqa: PLC0415
-    from engine.modes.single import train_step  # noqa: PLC0415
     from engine.registry import LOADERS, MODELS, WORKLOADS  # noqa: PLC0415
 
     cfg, device = RunConfig(**cfg_dict), torch.device(device_name)
@@ -69,19 +67,10 @@ def _rank_main(rank: int, cfg_dict: dict[str, Any], world: int, device_name: str
             for epoch in range(cfg.epochs):
                 fail_point(rank, epoch)
                 # --- one epoch of this rank's shard; uneven step counts need join() to avoid a hang ---
-                timer = EpochTimer(device)
-                loss_sum = torch.zeros((), device=device)
-                samples = 0
                 with ddp.join(enable=len(steps) > 1):
-                    for batch in timer.batches(loader.epoch(epoch)):
-                        with timer.copy():
-                            x, y = to_device(batch, device)
-                        with timer.compute():
-                            loss_sum += train_step(ddp, opt, x, y) * y.shape[0]
-                        samples += y.shape[0]
-                record = timer.finish(samples)
+                    record = train_epoch(ddp, opt, loader.epoch(epoch), device)
                 # --- record: this rank's epoch with its all-reduce time ---
-                record.update(loss=loss_sum.item() / max(samples, 1), allreduce_s=comm.take_seconds())
+                record["allreduce_s"] = comm.take_seconds()
                 emit(epoch_payload(cfg, 0, rank, epoch, record))
     finally:
         dist.destroy_process_group()

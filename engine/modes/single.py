@@ -6,9 +6,8 @@ import logging
 
 import torch
 
-from engine.measure.timers import EpochTimer
-from engine.modes._base import ModeSpec, RunContext, to_device
-from engine.modes._common import Recorder, epoch_payload
+from engine.modes._base import ModeSpec, RunContext
+from engine.modes._common import Recorder, epoch_payload, train_epoch
 
 __all__ = ["SPEC", "run", "train_step"]
 
@@ -40,22 +39,12 @@ def run(ctx: RunContext) -> None:
 
     with LOADERS[cfg.loader](dataset, cfg, device) as loader:
         for epoch in range(cfg.epochs):
-            # --- one epoch: every step split into data wait / copy / compute ---
-            timer = EpochTimer(device)
-            loss_sum = torch.zeros((), device=device)
-            samples = 0
-            for batch in timer.batches(loader.epoch(epoch)):
-                with timer.copy():
-                    x, y = to_device(batch, device)
-                with timer.compute():
-                    loss_sum += train_step(model, opt, x, y) * y.shape[0]
-                samples += y.shape[0]
-            record = timer.finish(samples)
+            # --- one epoch: every step split into data wait / copy / compute (engine/modes/_common.py) ---
+            record = train_epoch(model, opt, loader.epoch(epoch), device)
             # --- record: flushed before the next epoch starts, so a kill loses at most this one ---
-            loss = loss_sum.item() / max(samples, 1)
-            recorder.write(epoch_payload(cfg, 0, 0, epoch, {**record, "loss": loss}))
+            recorder.write(epoch_payload(cfg, 0, 0, epoch, record))
             log.info("epoch %d: %.3f s, %.0f samples/s, loss %.4f", epoch, record["wall_s"],
-                     record["samples_per_s"], loss)
+                     record["samples_per_s"], record["loss"])
     recorder.finish()
 
 
