@@ -7,6 +7,7 @@ Exit status: 0 ok · 2 bad input (one line naming the field) · 1 a run that fai
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import logging
@@ -40,7 +41,7 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
     for f in config_fields():
         group = groups.setdefault(f.metadata["group"], p.add_argument_group(f"{f.metadata['group']} fields"))
         flag = "--" + f.name.replace("_", "-")
-        default = f.default if f.default is not dataclasses_missing() else []
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         choices = field_choices(f)
         help_ = f.metadata["help"] + (f" [{'|'.join(choices)}]" if choices else "") + f" (default: {default!r})"
         help_ = help_.replace("%", "%%")  # argparse formats help with %
@@ -49,12 +50,6 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
         else:
             group.add_argument(flag, dest=f.name, default=None, metavar=f.type.upper().replace("[STR]", ""),
                                help=help_)
-
-
-def dataclasses_missing() -> Any:
-    import dataclasses  # noqa: PLC0415
-
-    return dataclasses.MISSING
 
 
 def _config_from_args(args: argparse.Namespace) -> RunConfig:
