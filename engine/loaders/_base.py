@@ -26,6 +26,8 @@ from torch import Tensor
 from torch._utils import ExceptionWrapper  # NOTE: what DataLoader and torchdata use to carry worker errors
 from torch.utils.data import Sampler, default_collate
 
+from engine.config import ConfigError
+
 __all__ = ["BackgroundIterator", "EpochBatchSampler", "Loader", "LoaderTimeout", "epoch_batches"]
 
 log = logging.getLogger(__name__)
@@ -144,8 +146,11 @@ class Loader:
     """Base class: `epoch(e)` yields collated (x, y) batches; close() releases threads and processes."""
 
     name = "base"
+    uses_workers = False  # threads and processes need cfg.workers >= 1
 
     def __init__(self, dataset: Any, cfg: Any, device: torch.device | str):
+        if self.uses_workers and cfg.workers < 1:
+            raise ConfigError("workers", f"the {self.name} loader needs workers >= 1, got {cfg.workers}")
         self.dataset, self.cfg, self.device = dataset, cfg, torch.device(device)
         self.sampler = EpochBatchSampler(len(dataset), cfg.batch_size, cfg.seed)
         self.pin = bool(cfg.pin_memory) and self.device.type == "cuda"  # pinning only helps a CUDA copy

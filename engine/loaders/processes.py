@@ -14,7 +14,6 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from engine.config import ConfigError
 from engine.loaders._base import Loader, LoaderTimeout
 
 __all__ = ["ProcessLoader"]
@@ -27,10 +26,9 @@ def _init_worker(worker_id: int) -> None:
 
 class ProcessLoader(Loader):
     name = "processes"
+    uses_workers = True
 
     def __init__(self, dataset, cfg, device):
-        if cfg.workers < 1:
-            raise ConfigError("workers", f"the processes loader needs workers >= 1, got {cfg.workers}")
         super().__init__(dataset, cfg, device)
         self._dl = DataLoader(
             dataset, batch_sampler=self.sampler, num_workers=cfg.workers, prefetch_factor=cfg.prefetch_depth,

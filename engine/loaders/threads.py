@@ -16,7 +16,6 @@ from typing import Iterator
 import torchdata.nodes as nodes
 from torch import Tensor
 
-from engine.config import ConfigError
 from engine.loaders._base import EpochBatchSampler, Loader
 
 __all__ = ["ThreadLoader"]
@@ -24,11 +23,7 @@ __all__ = ["ThreadLoader"]
 
 class ThreadLoader(Loader):
     name = "threads"
-
-    def __init__(self, dataset, cfg, device):
-        if cfg.workers < 1:
-            raise ConfigError("workers", f"the threads loader needs workers >= 1, got {cfg.workers}")
-        super().__init__(dataset, cfg, device)
+    uses_workers = True
 
     def _epoch(self, e: int) -> Iterator[tuple[Tensor, Tensor]]:
         # NOTE: the graph is passed straight in (no local name) so that it dies with the producer thread,

@@ -18,12 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from _stores import one_run_store
 from streamlit.testing.v1 import AppTest
 
 from engine.__main__ import main
-from engine.config import RunConfig
-from engine.runlog import RunLog
-from engine.store import ingest_run, save_view
+from engine.store import save_view
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -110,14 +109,7 @@ def _sha(db: Path) -> str:
 def db(tmp_path_factory) -> Path:
     """A store with one run and one saved view, shared by the module (nothing here may change it)."""
     root = tmp_path_factory.mktemp("hostile")
-    with RunLog(root / "runs" / "r1") as rl:
-        rl.write("start", run_id="r1", config=RunConfig(loader="threads", workers=2).to_dict(), host={})
-        for ep in range(2):
-            rl.write("epoch", model_idx=0, rank=0, epoch=ep, warmup=ep == 0, wall_s=1.5, samples=10, ttfb_s=0.1,
-                     data_wait_s=0.1, h2d_s=0.0, compute_s=1.0, n_steps=1, steps=[[0, 0.1, 0.0, 1.0, 1.1]])
-        rl.write("end", status="done", error=None)
-    path = root / "loaderlab.duckdb"
-    ingest_run(root / "runs" / "r1", db=path)
+    path = one_run_store(root)
     save_view({"page": "explore", "params": {}}, db=path)
     return path
 

@@ -11,10 +11,9 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 import pytest
+from _stores import one_run_store
 
-from engine.config import RunConfig
-from engine.runlog import RunLog
-from engine.store import QueryRejected, ingest_run, list_runs, run_query
+from engine.store import QueryRejected, list_runs, run_query
 from engine.store.sandbox import sandbox_connection
 
 
@@ -22,14 +21,7 @@ from engine.store.sandbox import sandbox_connection
 def db(tmp_path_factory) -> Path:
     """A store with one run, shared by the module: no test here may change it."""
     root = tmp_path_factory.mktemp("sandbox")
-    with RunLog(root / "runs" / "r1") as rl:
-        rl.write("start", run_id="r1", config=RunConfig(loader="threads", workers=2).to_dict(), host={})
-        for ep in range(2):
-            rl.write("epoch", model_idx=0, rank=0, epoch=ep, warmup=ep == 0, wall_s=1.5, samples=10, ttfb_s=0.1,
-                     data_wait_s=0.1, h2d_s=0.0, compute_s=1.0, n_steps=1, steps=[[0, 0.1, 0.0, 1.0, 1.1]])
-        rl.write("end", status="done", error=None)
-    path = root / "loaderlab.duckdb"
-    ingest_run(root / "runs" / "r1", db=path)
+    path = one_run_store(root)
     return path
 
 
