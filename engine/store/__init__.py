@@ -11,6 +11,7 @@ from engine.store.connect import DEFAULT_TIMEOUT_S, connect
 from engine.store.edits import export, purge, restore, set_notes, set_tags, soft_delete
 from engine.store.errors import StoreBusy, StoreCorrupt, StoreError, StoreVersionError
 from engine.store.ingest import ingest_pending, ingest_run
+from engine.store.pending import pending_summary
 from engine.store.queries import epoch_time_by, get_epochs, get_run, get_steps, list_runs, table_schema
 from engine.store.sandbox import QueryRejected, QueryResult, check_query, run_query
 from engine.store.schema import SCHEMA_VERSION, ensure_schema
@@ -37,6 +38,7 @@ __all__ = [
     "ingest_run",
     "list_runs",
     "load_view",
+    "pending_summary",
     "purge",
     "restore",
     "run_query",

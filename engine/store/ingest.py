@@ -22,6 +22,7 @@ from engine.runlog import heartbeat_age, read_events
 from engine.store import _events as ev
 from engine.store._runrow import run_row
 from engine.store.connect import connect
+from engine.store.pending import write_marker
 
 __all__ = ["ingest_pending", "ingest_run"]
 
@@ -117,6 +118,7 @@ def _ingest(conn: duckdb.DuckDBPyConnection, run_dir: Path, job_id: str | None,
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+    write_marker(run_dir, size)
     log.info("ingested run %s (%s, %d epochs)", run_id, row["status"], len(epochs))
     return run_id
 

@@ -1,0 +1,134 @@
+"""RunLogs on disk that the store does not hold yet, and who holds the store: cheap, never a write lock.
+
+    store.pending_summary()   # {"count": 2, "holder": "pid 4242 (duckdb)"}
+
+A run goes ahead whatever holds the store (its RunLog is the record); when the store cannot be written
+its log waits here until the next command that can write ingests it. This module answers "how many are
+waiting, and why" for the dashboard and the CLI while a user's DuckDB session holds the file, so it
+never waits: it reads the store's offsets read-only when that opens at once, and otherwise the
+`ingested` marker each ingest leaves in the run's folder (the byte offset it stored).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+from engine.paths import db_path, runs_dir
+from engine.runlog import heartbeat_age
+from engine.store.errors import StoreError
+
+__all__ = ["MARKER", "lock_holders", "pending_runs", "pending_summary", "read_marker", "write_marker"]
+
+log = logging.getLogger(__name__)
+
+MARKER = "ingested"  # <run_dir>/ingested: the byte offset of events.jsonl the store holds
+STALE_AFTER_S = 30.0  # as the job worker: a run silent for longer is over, and waits to be stored as killed
+_PROBE_S = 0.3  # how long the read-only look at the store may wait for a LoaderLab writer
+
+
+def pending_summary(db: str | os.PathLike | None = None) -> dict[str, object]:
+    """{"count": RunLogs of finished (or dead) runs not fully in the store, "holder": who holds the file or None}."""
+    return {"count": len(pending_runs(db)), "holder": holder(db)}
+
+
+def pending_runs(db: str | os.PathLike | None = None, stale_after_s: float = STALE_AFTER_S) -> list[Path]:
+    """Run folders whose run is over (an `end` event, or a stale heartbeat) and whose log the store lacks."""
+    root = runs_dir(db)
+    if not root.is_dir():
+        return []
+    stored = _stored_offsets(db)
+    out = []
+    for d in sorted(root.iterdir()):
+        try:
+            size = (d / "events.jsonl").stat().st_size
+        except OSError:
+            continue
+        have = stored.get(str(d.resolve())) if stored is not None else read_marker(d)
+        if size and have != size and _over(d, stale_after_s):
+            out.append(d)
+    return out
+
+
+def holder(db: str | os.PathLike | None = None) -> str | None:
+    """'pid 1234 (duckdb)' for each other process with the DuckDB file open (Linux /proc/locks), or None."""
+    pids = [p for p in lock_holders(db_path(db)) if p != os.getpid()]
+    if not pids:
+        return None
+    return ", ".join(f"pid {p} ({_comm(p)})" for p in pids)
+
+
+def lock_holders(path: Path) -> list[int]:
+    """Pids with a POSIX lock (DuckDB's) on this file; [] where /proc/locks is unavailable."""
+    try:
+        suffix = f":{path.stat().st_ino}"
+        with open("/proc/locks", encoding="ascii", errors="replace") as fh:
+            lines = fh.readlines()
+    except OSError:
+        return []
+    pids = set()
+    for line in lines:
+        parts = line.split()
+        if "->" in parts or len(parts) < 6 or parts[1] != "POSIX":
+            continue  # "->" marks a waiter, not a holder
+        if parts[5].endswith(suffix) and parts[4].isdigit():
+            pids.add(int(parts[4]))
+    return sorted(pids)
+
+
+def read_marker(run_dir: Path) -> int | None:
+    try:
+        return int((run_dir / MARKER).read_text().strip() or -1)
+    except (OSError, ValueError):
+        return None
+
+
+def write_marker(run_dir: Path, size: int) -> None:
+    """Record the stored offset; written after the commit, so a marker never claims more than the store has."""
+    tmp = run_dir / f".{MARKER}.{os.getpid()}"
+    try:
+        tmp.write_text(str(size))
+        os.replace(tmp, run_dir / MARKER)
+    except OSError as e:  # the marker is only a hint for pending_summary; the store is the truth
+        log.debug("could not write %s: %s", run_dir / MARKER, e)
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() or "?"
+    except OSError:
+        return "?"
+
+
+def _stored_offsets(db: str | os.PathLike | None) -> dict[str, int] | None:
+    """run_dir -> ingested_bytes from the store read-only, or None when it does not open at once."""
+    from engine.store.connect import connect  # noqa: PLC0415 - connect imports this module's users
+
+    if not db_path(db).exists():
+        return {}
+    try:
+        with connect(db, read_only=True, timeout_s=_PROBE_S) as conn:
+            rows = conn.execute("SELECT run_dir, ingested_bytes FROM runs WHERE run_dir IS NOT NULL").fetchall()
+    except StoreError as e:  # an outside writer, or a long LoaderLab write: fall back to the markers
+        log.debug("store not readable now (%s); using the ingested markers", e)
+        return None
+    return {r[0]: r[1] for r in rows}
+
+
+def _over(run_dir: Path, stale_after_s: float) -> bool:
+    """Whether the run has ended: its last whole line is the `end` event, or it stopped beating."""
+    try:
+        with open(run_dir / "events.jsonl", "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - 4096))
+            tail = fh.read()
+    except OSError:
+        return False
+    lines = tail[: tail.rfind(b"\n") + 1].splitlines()
+    try:
+        if lines and json.loads(lines[-1]).get("type") == "end":
+            return True
+    except (json.JSONDecodeError, AttributeError):
+        pass
+    return (heartbeat_age(run_dir) or 0.0) > stale_after_s
