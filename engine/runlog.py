@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-__all__ = ["EPOCH_FIELDS", "STEP_FIELDS", "RunLog", "heartbeat_age", "iter_events", "read_events", "tail_events"]
+__all__ = ["EPOCH_FIELDS", "STEP_FIELDS", "RunLog", "first_event", "heartbeat_age", "iter_events", "read_events",
+           "read_span", "tail_events"]
 
 STEP_FIELDS = ("step", "data_wait_s", "h2d_s", "compute_s", "total_s")
 EPOCH_FIELDS = ("model_idx", "rank", "epoch", "warmup", "wall_s", "samples", "samples_per_s", "ttfb_s",
@@ -40,6 +41,10 @@ class RunLog:
         self.path = self.dir / "events.jsonl"
         self._lock = threading.Lock()
         self._fh = open(self.path, "a", encoding="utf-8")
+        if self._fh.tell() and _torn(self.path):
+            # NOTE: a writer died mid-line (the parent writes the `end` after a killed child): start a fresh
+            # line, else the next event would be glued to the torn one and lost with it
+            self._fh.write("\n")
 
     def write(self, type_: str, **payload: Any) -> None:
         line = json.dumps({"type": type_, "t": time.time(), **payload}, separators=(",", ":"), default=_default)
@@ -97,6 +102,47 @@ def heartbeat_age(run_dir: str | Path) -> float | None:
         if p.exists():
             return max(0.0, time.time() - p.stat().st_mtime)
     return None
+
+
+def _torn(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        fh.seek(-1, os.SEEK_END)
+        return fh.read(1) != b"\n"
+
+
+def read_span(path: str | Path, start: int, stop: int) -> tuple[list[dict[str, Any]], int]:
+    """Events on the whole lines within bytes [start, stop), and the offset just past the last of them.
+
+    Ingest reads from the offset the store holds up to the size it saw, so a line being written now
+    (no newline yet) is left for the next ingest rather than half-read.
+    """
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        chunk = fh.read(max(0, stop - start))
+    end = chunk.rfind(b"\n") + 1
+    events = []
+    for line in chunk[:end].splitlines():
+        try:
+            event = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            continue
+        if isinstance(event, dict):
+            events.append(event)
+    return events, start + end
+
+
+def first_event(path: str | Path) -> dict[str, Any] | None:
+    """The first whole event of a log (the `start` event), read without reading the rest."""
+    try:
+        with open(path, "rb") as fh:
+            line = fh.readline()
+    except OSError:
+        return None
+    try:
+        event = json.loads(line) if line.endswith(b"\n") else None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return event if isinstance(event, dict) else None
 
 
 def tail_events(run_dir: str | Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:

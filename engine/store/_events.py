@@ -11,6 +11,7 @@ import statistics
 from typing import Any, Callable
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from engine.runlog import EPOCH_FIELDS, STEP_FIELDS
 
@@ -66,15 +67,30 @@ def _sql_type(name: str) -> str:
 
 def _table(run_id: str, names: tuple[str, ...], rows: list[tuple | list | dict]) -> pa.Table:
     """Columns from rows (sequences in `names` order, or dicts), coerced to the store's types."""
+    if rows and isinstance(rows[0], dict):
+        raw = [[r.get(name) for r in rows] for name in names]
+    elif rows and len({len(r) for r in rows}) == 1 and len(rows[0]) >= len(names):
+        raw = [list(col) for col in zip(*rows)][: len(names)]  # NOTE: transposed in C; steps are most rows
+    else:
+        raw = [[r[i] if i < len(r) else None for r in rows] for i in range(len(names))]
     cols: dict[str, pa.Array] = {"run_id": pa.array([run_id] * len(rows), pa.string())}
-    for i, name in enumerate(names):
-        fn, typ = _CONVERT[_sql_type(name)]
-        if rows and isinstance(rows[0], dict):
-            values = [fn(r.get(name)) for r in rows]
-        else:
-            values = [fn(r[i]) if i < len(r) else None for r in rows]
-        cols[name] = pa.array(values, typ)
+    for name, values in zip(names, raw):
+        cols[name] = _column(values, *_CONVERT[_sql_type(name)])
     return pa.table(cols)
+
+
+def _column(values: list, fn: Callable[[Any], Any], typ: pa.DataType) -> pa.Array:
+    """Arrow converts well-formed values in C; only a column holding a malformed one is coerced value by value."""
+    if typ != pa.string():
+        try:
+            arr = pa.array(values, typ)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+            pass
+        else:
+            if pa.types.is_floating(typ) and arr.null_count < len(arr) and not pc.all(pc.is_finite(arr)).as_py():
+                arr = pc.if_else(pc.is_finite(arr), arr, pa.scalar(None, typ))  # NaN and inf are NULL, as _float
+            return arr
+    return pa.array([fn(v) for v in values], typ)
 
 
 def unique_epochs(events: list[dict]) -> list[dict]:

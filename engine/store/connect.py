@@ -25,7 +25,7 @@ import duckdb
 
 from engine.paths import db_path
 from engine.store._lock import SidecarLock, backoff
-from engine.store.errors import StoreBusy, StoreCorrupt, StoreError, StoreVersionError
+from engine.store.errors import StoreBusy, StoreCorrupt, StoreError, StoreHeld, StoreVersionError
 from engine.store.schema import ensure_schema, needs_upgrade
 
 __all__ = ["DEFAULT_TIMEOUT_S", "connect"]
@@ -45,17 +45,21 @@ _NEWER = re.compile(r"created with a newer version of DuckDB|storage version", r
 
 @contextmanager
 def connect(db: str | os.PathLike | None = None, *, read_only: bool, timeout_s: float | None = None,
-            config: dict[str, object] | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
+            config: dict[str, object] | None = None,
+            outside_wait_s: float | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
     """Yield a DuckDB connection to the store; it and the lock are released when the block ends.
 
     `config`: DuckDB settings fixed for this connection's database instance (the SQL sandbox locks
     external access this way). NOTE: DuckDB shares one instance per file within a process, so an open
     with other settings waits while this process has the file open with different ones.
+    `outside_wait_s`: how long to wait for a program outside LoaderLab that holds the DuckDB file (a
+    user's notebook may hold it for hours) before raising StoreHeld; by default as long as `timeout_s`.
+    Work that can be deferred (ingesting a RunLog) passes a short wait and tries again later.
     """
     path = db_path(db)
     if timeout_s is None:
         timeout_s = float(os.environ.get("LOADERLAB_LOCK_TIMEOUT") or DEFAULT_TIMEOUT_S)
-    deadline = time.monotonic() + timeout_s
+    deadline = (time.monotonic() + timeout_s, outside_wait_s)
     if read_only and not path.exists():
         _close(*_open(path, False, deadline))  # create it with the schema
     lock, conn = _open(path, read_only, deadline, config)
@@ -73,11 +77,12 @@ def connect(db: str | os.PathLike | None = None, *, read_only: bool, timeout_s: 
         _close(lock, conn)
 
 
-def _open(path: Path, read_only: bool, deadline: float,
+def _open(path: Path, read_only: bool, deadline: tuple[float, float | None],
           config: dict[str, object] | None = None) -> tuple[SidecarLock, duckdb.DuckDBPyConnection]:
+    """deadline: (the monotonic deadline, the seconds a program outside LoaderLab may keep the file or None)."""
     if not read_only:
         path.parent.mkdir(parents=True, exist_ok=True)
-    lock = SidecarLock(path, exclusive=not read_only, deadline=deadline).__enter__()
+    lock = SidecarLock(path, exclusive=not read_only, deadline=deadline[0]).__enter__()
     try:
         conn = _duckdb_open(path, read_only, deadline, {**_BASE_CONFIG, **(config or {})})
     except BaseException:
@@ -107,15 +112,20 @@ def _close(lock: SidecarLock, conn: duckdb.DuckDBPyConnection) -> None:
         lock.close()
 
 
-def _duckdb_open(path: Path, read_only: bool, deadline: float, config: dict) -> duckdb.DuckDBPyConnection:
+def _duckdb_open(path: Path, read_only: bool, deadline: tuple[float, float | None],
+                 config: dict) -> duckdb.DuckDBPyConnection:
     last: duckdb.Error | None = None
-    for _ in backoff(deadline):
+    # NOTE: timed from here, not from connect(): the sidecar wait was for LoaderLab's own short operations
+    outside = deadline[0] if deadline[1] is None else time.monotonic() + deadline[1]
+    for _ in backoff(deadline[0]):
         try:
             conn = duckdb.connect(str(path), read_only=read_only, config=config)
         except duckdb.Error as e:
             if not (_LOCKED.search(str(e)) or _OTHER_CONFIG.search(str(e))):
                 raise _classify(path, e) from e
             last = e  # another program has the file, or this process has it with other settings: wait
+            if _LOCKED.search(str(e)) and time.monotonic() >= outside:
+                raise _held(path, e, read_only) from e
             continue
         try:
             conn.execute("SET enable_progress_bar = false")  # the bar would write to the terminal
@@ -129,6 +139,14 @@ def _duckdb_open(path: Path, read_only: bool, deadline: float, config: dict) -> 
         who = f"{found.group(1)} (pid {found.group(2)})" if found else "another program"
     raise StoreBusy(f"the store {path} is open in {who}, which blocks {'reading' if read_only else 'writing'}; "
                     "close the other DuckDB session or retry")
+
+
+def _held(path: Path, e: duckdb.Error, read_only: bool) -> StoreHeld:
+    found = _HOLDER.search(str(e))
+    holder = f"pid {found.group(2)} ({Path(found.group(1)).name})" if found else None
+    return StoreHeld(f"the store {path} is open in {holder or 'another program'}, which blocks "
+                     f"{'reading' if read_only else 'writing'}; close the other DuckDB session or retry",
+                     holder=holder)
 
 
 def _classify(path: Path, e: duckdb.Error) -> StoreError:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["StoreBusy", "StoreCorrupt", "StoreError", "StoreVersionError"]
+__all__ = ["StoreBusy", "StoreCorrupt", "StoreError", "StoreHeld", "StoreVersionError"]
 
 
 class StoreError(RuntimeError):
@@ -11,6 +11,17 @@ class StoreError(RuntimeError):
 
 class StoreBusy(StoreError):
     """Another process held the store (or its lock) past the timeout. The message names the holder."""
+
+
+class StoreHeld(StoreBusy):
+    """A program outside LoaderLab (a user's DuckDB shell or notebook) holds the file. `holder`: 'pid 1234 (python3)'.
+
+    Raised after `outside_wait_s`; deferrable work (ingest) leaves the RunLog for the next command that can write.
+    """
+
+    def __init__(self, message: str, holder: str | None = None):
+        super().__init__(message)
+        self.holder = holder
 
 
 class StoreCorrupt(StoreError):

@@ -1,4 +1,4 @@
-"""RunLog -> DuckDB. One run per transaction, batched (Arrow tables, never row-by-row), idempotent.
+"""RunLog -> DuckDB. One run per transaction, batched (Arrow tables, never row-by-row), idempotent, incremental.
 
     run_id = ingest_run("data/runs/<run_id>")        # after a run ends (or while it runs)
     ingest_pending()                                  # cheap: only logs that grew, and stale running runs
@@ -6,6 +6,12 @@
 A run without an `end` event is `running` while its heartbeat is fresh, and `killed` once it is older
 than `stale_after_s`; its finished epochs are kept either way. A `cancelled`, `failed` or `done` status
 set by another part of LoaderLab is kept until the log itself says how the run ended.
+
+Incremental: `runs.ingested_bytes` is the offset of the log the store holds; a log that grew is read
+from there, whole lines only (a line being written waits for the next ingest). Rows are keyed on
+(run_id, model_idx, rank, epoch[, step]) and replaced, never appended twice, so re-ingest changes nothing.
+A program outside LoaderLab holding the file (a notebook) makes ingest raise StoreHeld after
+DEFER_AFTER_S instead of waiting: the RunLog is the record, and the next ingest_pending() stores it.
 """
 
 from __future__ import annotations
@@ -18,32 +24,42 @@ from typing import Any
 import duckdb
 
 from engine.paths import runs_dir
-from engine.runlog import heartbeat_age, read_events
+import pyarrow as pa
+
+from engine.runlog import first_event, heartbeat_age, read_span
 from engine.store import _events as ev
 from engine.store._runrow import run_row
+from engine.store._stored import previous, prior_events, stored_epochs, stored_samples
 from engine.store.connect import connect
 from engine.store.pending import write_marker
 
-__all__ = ["ingest_pending", "ingest_run"]
+__all__ = ["DEFER_AFTER_S", "ingest_pending", "ingest_run"]
 
 log = logging.getLogger(__name__)
 
 _TABLES = {"epochs": ev.epochs_table, "steps": ev.steps_table}
 _KEEP_ON_CONFLICT = {"run_id", "tags", "notes", "deleted"}  # the user's edits survive re-ingest
+DEFER_AFTER_S = 1.0  # how long an ingest waits for a program outside LoaderLab before leaving the log for later
 
 
 def ingest_run(run_dir: str | os.PathLike, *, db: str | os.PathLike | None = None, job_id: str | None = None,
-               sweep_meta: dict[str, Any] | None = None, stale_after_s: float | None = None) -> str:
-    """Write one RunLog into the store (one transaction) and return its run_id."""
-    with connect(db, read_only=False) as conn:
-        return _ingest(conn, Path(run_dir), job_id, sweep_meta, stale_after_s)
+               sweep_meta: dict[str, Any] | None = None, stale_after_s: float | None = None,
+               outside_wait_s: float | None = DEFER_AFTER_S) -> str:
+    """Write one RunLog into the store (one transaction) and return its run_id.
+
+    Raises StoreHeld after `outside_wait_s` when a program outside LoaderLab holds the file: the RunLog
+    stays on disk and the next ingest_pending() stores it (None: wait as long as any other write).
+    """
+    with connect(db, read_only=False, outside_wait_s=outside_wait_s) as conn:
+        return _ingest(conn, Path(run_dir), job_id, sweep_meta, stale_after_s)[0]
 
 
 def ingest_pending(runs_root: str | os.PathLike | None = None, *, db: str | os.PathLike | None = None,
-                   stale_after_s: float = 30.0) -> list[str]:
+                   stale_after_s: float = 30.0, outside_wait_s: float | None = DEFER_AFTER_S) -> list[str]:
     """Ingest every RunLog under runs_root that grew since the store saw it, or whose run went stale.
 
-    Cheap when nothing changed: one stat per run directory and one read-only query.
+    Cheap when nothing changed: one stat per run directory and one read-only query. Raises StoreHeld
+    as ingest_run does; what is not stored now is found again by the next call.
     """
     root = Path(runs_root) if runs_root is not None else runs_dir(db)
     if not root.is_dir():
@@ -51,7 +67,7 @@ def ingest_pending(runs_root: str | os.PathLike | None = None, *, db: str | os.P
     dirs = sorted(d.resolve() for d in root.iterdir() if (d / "events.jsonl").is_file())
     if not dirs:
         return []
-    with connect(db, read_only=True) as conn:
+    with connect(db, read_only=True, outside_wait_s=outside_wait_s) as conn:
         seen = {r[0]: (r[1], r[2]) for r in conn.execute(
             "SELECT run_dir, ingested_bytes, status FROM runs WHERE run_dir IS NOT NULL").fetchall()}
     pending = []
@@ -64,10 +80,12 @@ def ingest_pending(runs_root: str | os.PathLike | None = None, *, db: str | os.P
     done: list[str] = []
     if not pending:
         return done
-    with connect(db, read_only=False) as conn:
+    with connect(db, read_only=False, outside_wait_s=outside_wait_s) as conn:
         for d in pending:
             try:
-                done.append(_ingest(conn, d, None, None, stale_after_s))
+                run_id, wrote = _ingest(conn, d, None, None, stale_after_s)
+                if wrote:
+                    done.append(run_id)
             except _NotStarted:
                 log.debug("%s has no start event yet; skipped", d)
             except (duckdb.Error, OSError, ValueError) as e:  # one bad log must not block the others
@@ -80,47 +98,89 @@ class _NotStarted(ValueError):
 
 
 def _ingest(conn: duckdb.DuckDBPyConnection, run_dir: Path, job_id: str | None,
-            sweep_meta: dict[str, Any] | None, stale_after_s: float | None) -> str:
+            sweep_meta: dict[str, Any] | None, stale_after_s: float | None) -> tuple[str, bool]:
+    """Read the RunLog from the byte offset the store holds (or whole), write what is new, update the run row.
+
+    Returns the run_id and whether anything was written."""
     log_file = run_dir / "events.jsonl"
     if not log_file.is_file():
         raise ValueError(f"{run_dir} is not a run log directory: it has no events.jsonl")
-    size = log_file.stat().st_size  # before reading: bytes appended meanwhile trigger the next ingest
-    events = read_events(run_dir)
-    start = next((e for e in events if e.get("type") == "start"), None)
-    if start is None:
-        raise _NotStarted(f"{log_file} has no start event yet; nothing to ingest")
-    run_id = str(start.get("run_id") or run_dir.name)
-    epochs = ev.unique_epochs(events)
+    size = log_file.stat().st_size  # bytes appended after this are for the next ingest
+    prev = previous(conn, str(run_dir.resolve()))  # under the writer lock: no other ingest moves it meanwhile
+    offset = prev["ingested_bytes"] or 0 if prev else 0
+    new, consumed = read_span(log_file, offset, size) if 0 < offset <= size else ([], 0)
+    if not new and 0 < offset <= size and not _went_stale(prev, run_dir, stale_after_s):
+        return prev["run_id"], False  # no whole new line: the store is up to date
+    if new:  # incremental: only the new lines are parsed; the summary reads the rest back from the store
+        start, run_id, events = first_event(log_file) or {}, prev["run_id"], [*prior_events(prev), *new]
+    else:  # first ingest, a log rewritten or cut short, or nothing new (a status to re-check): read it whole
+        events, consumed = read_span(log_file, 0, size)
+        start = next((e for e in events if e.get("type") == "start"), None)
+        if start is None:
+            raise _NotStarted(f"{log_file} has no start event yet; nothing to ingest")
+        run_id = str(start.get("run_id") or run_dir.name)
+    epochs = ev.unique_epochs(new or events)
     tables = {name: fn(run_id, epochs) for name, fn in _TABLES.items()}
-    tables["samples"] = ev.samples_table(run_id, events)
-    tables["calibrations"] = ev.calibrations_table(run_id, events)
-    row = run_row(run_id, run_dir, events, start, epochs, tables["samples"],
-                  job_id=job_id, sweep_meta=sweep_meta, heartbeat_age=heartbeat_age(run_dir),
-                  stale_after_s=stale_after_s)
-    row["ingested_bytes"] = size
+    tables["samples"] = ev.samples_table(run_id, new or events)
+    tables["calibrations"] = ev.calibrations_table(run_id, new or events)
     conn.execute("BEGIN TRANSACTION")
     try:
-        found = conn.execute("SELECT status, error, ended_at FROM runs WHERE run_id = ?", [run_id]).fetchall()
-        before = found[0] if found else None
-        if before and not any(e.get("type") == "end" for e in events):
-            if before[0] in ("cancelled", "failed", "done") or (before[0] == "killed" and row["status"] == "killed"):
-                row["status"], row["error"], row["ended_at"] = before  # keep it: the log says nothing newer
-        for name, table in tables.items():
-            conn.execute(f"DELETE FROM {name} WHERE run_id = ?", [run_id])
-            if table.num_rows:
-                conn.register("_ingest_rows", table)
-                try:
-                    conn.execute(f"INSERT INTO {name} BY NAME SELECT * FROM _ingest_rows")
-                finally:
-                    conn.unregister("_ingest_rows")
+        _write_tables(conn, run_id, tables, replace_all=not new)
+        if new:
+            epochs, samples = stored_epochs(conn, run_id), stored_samples(conn, run_id)
+        else:
+            samples = tables["samples"]
+        row = run_row(run_id, run_dir, [start, *events] if new else events, start, epochs, samples,
+                      job_id=job_id, sweep_meta=sweep_meta, heartbeat_age=heartbeat_age(run_dir),
+                      stale_after_s=stale_after_s)
+        _keep_status(conn, run_id, row, events)
+        # NOTE: a run that is over never completes a torn last line; the whole size is done with
+        row["ingested_bytes"] = consumed if row["status"] == "running" else size
         _upsert_run(conn, row)
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
-    write_marker(run_dir, size)
-    log.info("ingested run %s (%s, %d epochs)", run_id, row["status"], len(epochs))
-    return run_id
+    write_marker(run_dir, row["ingested_bytes"])
+    log.info("ingested run %s (%s, %d new epochs%s)", run_id, row["status"], len(ev.unique_epochs(new or events)),
+             f", from byte {offset}" if new else "")
+    return run_id, True
+
+
+def _went_stale(prev: dict[str, Any], run_dir: Path, stale_after_s: float | None) -> bool:
+    """A run stored as running whose heartbeat stopped: re-read it whole to store it as killed."""
+    age = heartbeat_age(run_dir)
+    return prev["status"] == "running" and stale_after_s is not None and age is not None and age > stale_after_s
+
+
+def _write_tables(conn: duckdb.DuckDBPyConnection, run_id: str, tables: dict[str, pa.Table], *,
+                  replace_all: bool) -> None:
+    """Insert the tables' rows; replace the run's rows (all, or those of the epochs read again)."""
+    for name, table in tables.items():
+        if replace_all:
+            conn.execute(f"DELETE FROM {name} WHERE run_id = ?", [run_id])
+        elif name in _TABLES and table.num_rows:  # an epoch written again: last one wins, as in a full read
+            conn.register("_ingest_keys", table.select(["model_idx", "rank", "epoch"]))
+            try:
+                conn.execute(f"DELETE FROM {name} WHERE run_id = ? AND (model_idx, rank, epoch) IN "
+                             "(SELECT (model_idx, rank, epoch) FROM _ingest_keys)", [run_id])
+            finally:
+                conn.unregister("_ingest_keys")
+        if table.num_rows:
+            conn.register("_ingest_rows", table)
+            try:
+                conn.execute(f"INSERT INTO {name} BY NAME SELECT * FROM _ingest_rows")
+            finally:
+                conn.unregister("_ingest_rows")
+
+
+def _keep_status(conn: duckdb.DuckDBPyConnection, run_id: str, row: dict[str, Any], events: list[dict]) -> None:
+    """A cancelled, failed or done status set elsewhere stands until the log itself says how the run ended."""
+    found = conn.execute("SELECT status, error, ended_at FROM runs WHERE run_id = ?", [run_id]).fetchall()
+    before = found[0] if found else None
+    if before and not any(e.get("type") == "end" for e in events):
+        if before[0] in ("cancelled", "failed", "done") or (before[0] == "killed" and row["status"] == "killed"):
+            row["status"], row["error"], row["ended_at"] = before
 
 
 def _upsert_run(conn: duckdb.DuckDBPyConnection, row: dict[str, Any]) -> None:
