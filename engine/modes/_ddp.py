@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-__all__ = ["AllreduceTimer", "ShardDataset", "free_port", "timed_allreduce", "torchrun_env"]
+__all__ = ["AllreduceTimer", "ShardDataset", "cuda_ranks", "free_port", "timed_allreduce", "torchrun_env"]
 
 
 class ShardDataset(Dataset):
@@ -66,11 +66,31 @@ def timed_allreduce(timer: AllreduceTimer, bucket):  # noqa: ANN001, ANN202
     return allreduce_hook(None, bucket).then(done)
 
 
-def torchrun_env() -> tuple[int, int, int] | None:
-    """(rank, world_size, local_rank) when started by torchrun, else None."""
+def torchrun_env() -> tuple[int, int, int, int] | None:
+    """(rank, world_size, local_rank, local_world_size) when started by torchrun, else None.
+
+    local_world_size is the ranks on this node (torchrun's LOCAL_WORLD_SIZE); without it, one node is assumed.
+    """
     if all(k in os.environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK")):
-        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"])
+        world = int(os.environ["WORLD_SIZE"])
+        return (int(os.environ["RANK"]), world, int(os.environ["LOCAL_RANK"]),
+                int(os.environ.get("LOCAL_WORLD_SIZE", world)))
     return None
+
+
+def cuda_ranks(first: int, local_world: int, count: int, field: str = "world_size") -> list[str]:
+    """The GPUs of this node's ranks: local rank r on cuda:first + r (first from a configured cuda:N, else 0).
+
+    NCCL needs one GPU per rank, so the ranks must fit in the `count` GPUs this process sees; a ConfigError
+    names the field otherwise (world_size for our own launch, WORLD_SIZE for torchrun's).
+    """
+    from engine.config import ConfigError  # noqa: PLC0415
+
+    if first + local_world > count:
+        raise ConfigError(field, f"ddp on CUDA puts one rank per GPU (NCCL cannot share one): {local_world} rank(s) "
+                                 f"from cuda:{first} need {first + local_world} GPUs, this machine sees {count}; "
+                                 f"lower it, pick a lower cuda:N or use device cpu")
+    return [f"cuda:{first + r}" for r in range(local_world)]
 
 
 def free_port() -> int:

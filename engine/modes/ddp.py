@@ -4,6 +4,10 @@ Launch: the engine spawns world_size ranks itself (torch.multiprocessing, spawn)
 port on 127.0.0.1 (MASTER_ADDR/MASTER_PORT). Under torchrun (RANK, WORLD_SIZE and LOCAL_RANK set) the
 run joins that group as its rank instead of spawning, and writes its own rank's epochs.
 
+GPUs: one per rank (NCCL). With device cuda:N, local rank r runs on cuda:N + r (auto and cuda mean N = 0);
+the ranks on this node (world_size, or torchrun's LOCAL_WORLD_SIZE) must fit in the GPUs this process
+sees (after CUDA_VISIBLE_DEVICES), else a ConfigError names world_size (or WORLD_SIZE) before any rank starts.
+
 Sharding: rank r owns samples r, r + W, r + 2W, ... (ShardDataset), so every sample of an epoch is
 trained exactly once across ranks; each rank's loader shuffles its shard per epoch. When the shards
 need different step counts, DDP's join() lets the rank that runs out shadow the others' all-reduces.
@@ -29,7 +33,7 @@ import torch.distributed as dist
 from engine.config import ConfigError, RunConfig
 from engine.modes._base import ModeSpec, RunContext
 from engine.modes._common import Recorder, epoch_payload, fail_point, train_epoch
-from engine.modes._ddp import AllreduceTimer, ShardDataset, free_port, timed_allreduce, torchrun_env
+from engine.modes._ddp import AllreduceTimer, ShardDataset, cuda_ranks, free_port, timed_allreduce, torchrun_env
 from engine.modes._procs import ChildGroup, Link
 
 __all__ = ["SPEC", "run"]
@@ -92,14 +96,16 @@ def run(ctx: RunContext) -> None:
 
     joined = torchrun_env()
     if joined is not None:
-        rank, world, local = joined
+        rank, world, local, local_world = joined
         if world != cfg.world_size:
             log.warning("torchrun's WORLD_SIZE=%d overrides world_size=%d", world, cfg.world_size)
-        name = f"cuda:{local}" if device.type == "cuda" else "cpu"
+        if not 0 <= local < local_world:
+            raise ConfigError("LOCAL_RANK", f"torchrun's LOCAL_RANK={local} is outside 0..{local_world - 1}")
+        name = _rank_devices(device, local_world, "WORLD_SIZE")[local] if device.type == "cuda" else "cpu"
         _rank_main(rank, cfg.to_dict(), world, name, torch.get_num_threads(), None, write)
     else:
         world = cfg.world_size
-        names = [f"cuda:{r}" for r in range(world)] if device.type == "cuda" else ["cpu"] * world
+        names = _rank_devices(device, world, "world_size") if device.type == "cuda" else ["cpu"] * world
         # NOTE: ranks on one CPU share its cores: each gets its share of intra-op threads (at least 1)
         threads = max(1, torch.get_num_threads() // world)
         with ChildGroup(_spawned_rank, world, (cfg.to_dict(), world, names, threads, free_port()), write,
@@ -110,12 +116,19 @@ def run(ctx: RunContext) -> None:
     ctx.summary.update(allreduce_s_total=sum(allreduce), world_size_run=world)
 
 
+def _rank_devices(device: torch.device, local_world: int, field: str) -> list[str]:
+    """This node's rank devices, from the configured GPU on (cuda:N honoured, not always cuda:0)."""
+    return cuda_ranks(device.index or 0, local_world, torch.cuda.device_count(), field)
+
+
 def _check(cfg: RunConfig) -> None:
     from engine import devices  # noqa: PLC0415
 
-    if devices.resolve(cfg.device).type == "cuda" and cfg.world_size > torch.cuda.device_count():
-        raise ConfigError("world_size", f"ddp on CUDA puts one rank per GPU (NCCL cannot share one); this machine "
-                                        f"has {torch.cuda.device_count()}: lower world_size or use device cpu")
+    device = devices.resolve(cfg.device)
+    if device.type == "cuda":
+        # under torchrun its WORLD_SIZE (per node: LOCAL_WORLD_SIZE) is what runs, not world_size
+        joined = torchrun_env()
+        _rank_devices(device, *((joined[3], "WORLD_SIZE") if joined else (cfg.world_size, "world_size")))
     if cfg.world_size > cfg.n_samples:
         raise ConfigError("world_size", f"every rank needs at least one sample: world_size {cfg.world_size} > "
                                         f"n_samples {cfg.n_samples}")

@@ -47,7 +47,7 @@ def test_run_runs_query_export(store, tmp_path):
     (["--loader", "thread"], "loader"),
     (["--workers", "-1"], "workers"),
     (["--batch-size", "0"], "batch_size"),
-    (["--device", "cuda"], "device"),
+    (["--device", "cuda:99"], "device"),
     (["--workload", "folder", "--folder", "/no/such/dir"], "folder"),
     (["--epochs", "many"], "epochs"),
 ])

@@ -17,7 +17,7 @@ def test_defaults_validate():
     ({"loader": "thread"}, "loader"),
     ({"workers": -1}, "workers"),
     ({"batch_size": 0}, "batch_size"),
-    ({"device": "cuda"}, "device"),
+    ({"device": "cuda:99"}, "device"),
     ({"device": "tpu"}, "device"),
     ({"workload": "folder", "folder": "/no/such/folder"}, "folder"),
     ({"workload": "folder"}, "folder"),
