@@ -85,7 +85,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                   f"compute {event['compute_s']:.3f} s{warm}", flush=True)
 
     result = launch(cfg, db=args.db, on_event=on_event)
-    _print_summary(result.run_id, args.db)
+    if result.stored:  # else the store is held: main() says so in one line after the command
+        _print_summary(result.run_id, args.db)
     if result.status != "done":
         print(f"run {result.run_id} {result.status}: {result.error}", file=sys.stderr)
         return 1
@@ -286,6 +287,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_RUNS_FIRST = ("run", "sweep")
+
+
+def _store_pending(db: str | None) -> None:
+    """Store the RunLogs that waited while another session held the store; if one still holds it, say so."""
+    from engine.store import StoreBusy, ingest_pending, pending_summary  # noqa: PLC0415
+
+    try:
+        ingest_pending(db=db)
+        return
+    except StoreBusy as e:
+        holder = getattr(e, "holder", None)
+    pending = pending_summary(db)
+    if pending["count"]:
+        who = pending["holder"] or holder or "another program"
+        print(f"{pending['count']} run(s) waiting to be stored: the results are safe in their RunLogs and will be "
+              f"stored once the other session ({who}) closes the store", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -296,6 +316,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in DELEGATED:
             _, module, _, main_fn = DELEGATED[args.command]
             return getattr(importlib.import_module(module), main_fn)(args)
+        if args.command in _RUNS_FIRST:  # a run never waits for the store: what waited is stored after it
+            status = COMMANDS[args.command](args)
+            if not getattr(args, "dry_run", False):
+                _store_pending(args.db)
+            return status
+        _store_pending(args.db)
         return COMMANDS[args.command](args)
     except (ConfigError, UsageError, ValueError, StoreError) as e:  # store/query rejections are ValueErrors too;
         # StoreError: a corrupt, newer or busy store, whose message says how to recover

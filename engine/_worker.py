@@ -28,6 +28,7 @@ from engine.config import ConfigError, RunConfig, SweepConfig
 from engine.paths import db_path, jobs_dir, runs_dir
 from engine.runlog import RunLog, iter_events
 from engine.store import StoreError, connect, ingest_pending, ingest_run
+from engine.store.ingest import DEFER_AFTER_S
 
 __all__ = ["RAY_SWEEP", "job_spec", "lock_path", "marker", "now", "run_worker", "try_lock", "unlock"]
 
@@ -87,20 +88,25 @@ def run_worker(db: str | os.PathLike | None = None, *, once: bool = False, poll_
     restore = _on_signals(stop)
     log.info("job worker pid %d serving %s", os.getpid(), db_path(db))
     try:
-        _recover(db)
-        last_scan = 0.0
+        recovered, last_scan = False, 0.0
         while not stop.is_set():
             try:
+                if not recovered:  # in the loop: a store held at start-up is waited out like any other
+                    _recover(db)
+                    recovered = True
                 if time.monotonic() - last_scan > SCAN_EVERY_S:
                     ingest_pending(db=db, stale_after_s=STALE_AFTER_S)
                     last_scan = time.monotonic()
                 job = _take(db)
-            except StoreError as e:  # e.g. a user's read-write duckdb shell: wait, never crash the worker
-                log.warning("store busy, retrying: %s", e)
+            except StoreError as e:  # e.g. a user's duckdb shell or notebook: wait, never crash the worker
+                # NOTE: queued jobs live in the store, so none starts until it can be written; RunLogs that
+                # wait are stored by the scan, retried on this loop every 5 polls, as soon as the holder closes
+                log.warning("store not writable now, retrying in %.0f s: %s", 5 * poll_s, e)
                 stop.wait(5 * poll_s)
                 continue
             if job is not None:
                 _run_job(job, db, stop, poll_s)
+                last_scan = 0.0  # its run may have been left in its RunLog (store held): store it next loop
             elif once:
                 break
             else:
@@ -134,10 +140,25 @@ def _take(db: Any) -> dict[str, Any] | None:
         return dict(zip([d[0] for d in cur.description], row)) if row else None
 
 
-def _finish(db: Any, job_id: str, status: str, error: str | None) -> None:
-    with connect(db, read_only=False) as conn:
-        conn.execute("UPDATE jobs SET status = ?, error = ?, ended_at = ? WHERE job_id = ?",
-                     [status, error, now(), job_id])
+def _finish(db: Any, job_id: str, status: str, error: str | None, stop: threading.Event | None = None) -> None:
+    """Close the job in the store; with `stop`, retry while another session holds the store.
+
+    If the worker is stopped first, the job stays `running` and the next worker's _recover closes it
+    from its run's `end` event; the markers are kept for it.
+    """
+    while True:
+        try:
+            with connect(db, read_only=False, outside_wait_s=None if stop is None else DEFER_AFTER_S) as conn:
+                conn.execute("UPDATE jobs SET status = ?, error = ?, ended_at = ? WHERE job_id = ?",
+                             [status, error, now(), job_id])
+            break
+        except StoreError as e:
+            if stop is None:
+                raise
+            log.warning("job %s %s, but the store is not writable now; retrying: %s", job_id, status, e)
+            if stop.wait(5.0):
+                log.warning("job %s left running in the store; the next worker closes it from its RunLog", job_id)
+                return
     for suffix in (".cancel", ".json"):
         marker(db, job_id, suffix).unlink(missing_ok=True)
     log.info("job %s %s%s", job_id, status, f": {error}" if error else "")
@@ -150,7 +171,7 @@ def _job_status(run_status: str) -> str:
 def _run_job(job: dict[str, Any], db: Any, stop: threading.Event, poll_s: float) -> None:
     job_id, cancel_marker = job["job_id"], marker(db, job["job_id"])
     if cancel_marker.exists():
-        return _finish(db, job_id, "cancelled", "cancelled before it started")
+        return _finish(db, job_id, "cancelled", "cancelled before it started", stop)
     spec = job_spec(job["config_json"])
 
     def why() -> str:  # the run row records why it was cancelled, as the job does
@@ -171,7 +192,7 @@ def _run_job(job: dict[str, Any], db: Any, stop: threading.Event, poll_s: float)
     except Exception as e:  # noqa: BLE001 - recorded on the job; the worker goes on with the next one
         log.exception("job %s failed", job_id)
         status, error = "failed", f"{type(e).__name__}: {e}"
-    _finish(db, job_id, status, error)
+    _finish(db, job_id, status, error, stop)
 
 
 def _one_run(job: dict[str, Any], spec: dict[str, Any], db: Any, cancel: threading.Event,

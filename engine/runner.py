@@ -38,6 +38,8 @@ class RunResult:
     status: str
     error: str | None
     run_dir: Path
+    stored: bool = True  # False: another session held the store; the RunLog waits for the next ingest
+    held_by: str | None = None  # who held it, e.g. "pid 1234 (python3)"
 
 
 def new_run_id() -> str:
@@ -121,8 +123,6 @@ def launch(cfg: RunConfig, *, db: str | os.PathLike | None = None, meta: dict[st
     marked cancelled with `cancel_reason`. A child that wrote its `end` event but has not exited
     after exit_grace_s (a worker it cannot reap) is killed: the run is over either way.
     """
-    from engine.store import ingest_run  # noqa: PLC0415
-
     meta = dict(meta or {})
     run_id = meta.pop("run_id", None) or new_run_id()
     run_dir = runs_dir(db) / run_id
@@ -157,8 +157,20 @@ def launch(cfg: RunConfig, *, db: str | os.PathLike | None = None, meta: dict[st
         kill_group(proc.pid)  # the run is over or abandoned: no orphaned loader workers either way
         proc.wait()
         status, error = _close_log(run_dir, proc.returncode, ending)
+        stored, held_by = _store(run_dir, db)
+    return RunResult(run_id, status, error, run_dir, stored, held_by)
+
+
+def _store(run_dir: Path, db: str | os.PathLike | None) -> tuple[bool, str | None]:
+    """Ingest the finished RunLog, unless the store is held: then it waits, safe, for the next ingest."""
+    from engine.store import StoreBusy, ingest_run  # noqa: PLC0415
+
+    try:
         ingest_run(run_dir, db=db)
-    return RunResult(run_id, status, error, run_dir)
+    except StoreBusy as e:  # a user's notebook on the file: the run is not lost, and never waits for it
+        log.info("run %s not stored yet: %s", run_dir.name, e)
+        return False, getattr(e, "holder", None)
+    return True, None
 
 
 def _close_log(run_dir: Path, returncode: int, ending: tuple[str, str] | None) -> tuple[str, str | None]:

@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 _TABLES = {"epochs": ev.epochs_table, "steps": ev.steps_table}
 _KEEP_ON_CONFLICT = {"run_id", "tags", "notes", "deleted"}  # the user's edits survive re-ingest
-DEFER_AFTER_S = 1.0  # how long an ingest waits for a program outside LoaderLab before leaving the log for later
+DEFER_AFTER_S = 2.0  # how long an ingest waits for a program outside LoaderLab before leaving the log for later
 
 
 def ingest_run(run_dir: str | os.PathLike, *, db: str | os.PathLike | None = None, job_id: str | None = None,

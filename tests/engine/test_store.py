@@ -19,9 +19,9 @@ import pytest
 
 from engine.config import RunConfig, config_fields
 from engine.runlog import RunLog
-from engine.store import (StoreBusy, StoreCorrupt, StoreVersionError, connect, epoch_time_by, export, get_epochs,
-                          get_run, get_steps, ingest_pending, ingest_run, list_runs, load_view, purge, restore,
-                          save_view, set_notes, set_tags, soft_delete, table_schema)
+from engine.store import (StoreBusy, StoreCorrupt, StoreHeld, StoreVersionError, connect, epoch_time_by, export,
+                          get_epochs, get_run, get_steps, ingest_pending, ingest_run, list_runs, load_view, purge,
+                          restore, save_view, set_notes, set_tags, soft_delete, table_schema)
 from engine.store import schema
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -198,8 +198,16 @@ def test_external_duckdb_session_makes_writer_wait_then_succeed(store):
             with connect(store, read_only=False, timeout_s=0.3):
                 pass
         assert len(list_runs(db=store)) == 0  # readers share the file with the external reader
+        with pytest.raises(StoreHeld, match=rf"pid {holder.pid}") as held:  # ingest leaves the log for later
+            ingest_run(run_dir, db=store, outside_wait_s=0.2)
+        assert held.value.holder.startswith(f"pid {holder.pid} (")
         done = threading.Event()
-        thread = threading.Thread(target=lambda: (ingest_run(run_dir, db=store), done.set()))
+
+        def write() -> None:
+            with connect(store, read_only=False):  # any other write waits for the session to close
+                done.set()
+
+        thread = threading.Thread(target=write)
         thread.start()
         assert not done.wait(1.0)  # the writer waits while the external session is open ...
         holder.stdin.close()
@@ -208,6 +216,8 @@ def test_external_duckdb_session_makes_writer_wait_then_succeed(store):
     finally:
         holder.kill()
         holder.wait()
+    assert get_run("r1", db=store) is None
+    assert ingest_pending(db=store) == ["r1"]  # the next ingest stores what waited
     assert get_run("r1", db=store)["status"] == "done"
 
 

@@ -1,0 +1,144 @@
+"""A user's DuckDB session holds the store (another process, read-only, as a notebook does): runs, sweeps
+and queued jobs still run, through the real CLI and the real job worker; their results wait in the RunLogs
+and land once the session closes. Real subprocesses and real DuckDB files."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from engine import jobs
+from engine.config import RunConfig
+from engine.runlog import read_events
+from engine.runner import kill_group
+from engine.store import get_run, list_runs, pending_summary
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ["--workload", "tensor", "--n-samples", "64", "--image-size", "8", "--width", "8", "--batch-size", "32",
+        "--epochs", "2", "--no-bound"]
+HOLD = "import duckdb, sys, time; c = duckdb.connect(sys.argv[1], read_only=True); print('holding', flush=True); time.sleep(600)"
+WAITING = "waiting to be stored: the results are safe in their RunLogs"
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def cli(*args: str, db: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "engine", *args, "--db", str(db)], cwd=ROOT, env=_env(),
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def holder(store):
+    """Starts a second process holding the store read-only; yields a function that terminates it."""
+    list_runs(db=store)  # the file exists, so the session opens it as a user would
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(store)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "holding"
+
+    def close() -> None:
+        proc.terminate()
+        proc.wait(30)
+
+    close.pid = proc.pid
+    try:
+        yield close
+    finally:
+        if proc.poll() is None:
+            close()
+
+
+def _stored_ids(store: Path) -> set[str]:
+    with duckdb.connect(str(store), read_only=True) as conn:  # alongside the holder: readers share the file
+        return {r[0] for r in conn.execute("SELECT run_id FROM runs").fetchall()}
+
+
+def test_run_goes_ahead_while_a_session_holds_the_store(store, holder):
+    out = cli("run", *TINY, "--loader", "threads", "--workers", "1", db=store)
+    assert out.returncode == 0, out.stderr
+    assert "epoch 1" in out.stdout  # it ran, from the start, without waiting for the store
+    (line,) = [line for line in out.stderr.splitlines() if WAITING in line]
+    assert line.startswith(f"1 run(s) {WAITING} and will be stored once the other session (pid {holder.pid} (")
+    assert "error" not in out.stderr.lower() and "Traceback" not in out.stderr
+    assert _stored_ids(store) == set()
+    pending = pending_summary(store)
+    assert pending["count"] == 1 and pending["holder"].startswith(f"pid {holder.pid} (python")
+    listing = cli("runs", db=store)  # while held, `runs` still reads, and says what waits
+    assert listing.returncode == 0 and WAITING in listing.stderr and "no runs yet" in listing.stdout
+    holder()
+    listing = cli("runs", db=store)  # the next command that can write stores it
+    assert listing.returncode == 0 and "done" in listing.stdout and WAITING not in listing.stderr
+    (run_id,) = _stored_ids(store)
+    assert get_run(run_id, db=store)["n_epochs"] == 2
+    assert pending_summary(store)["count"] == 0
+
+
+def test_every_sweep_run_lands_after_the_session_closes(store, holder, tmp_path):
+    toml = tmp_path / "sweep.toml"
+    toml.write_text('name = "held"\nrepeats = 1\n[base]\nworkload = "tensor"\nn_samples = 64\nimage_size = 8\n'
+                    'width = 8\nbatch_size = 32\nepochs = 2\nbound = false\n'
+                    '[grid]\nloader = ["sync", "threads"]\nworkers = [1]\n')
+    out = cli("sweep", str(toml), "--quiet", db=store)
+    assert out.returncode == 0, out.stderr
+    assert "2 done" in out.stdout
+    (line,) = [line for line in out.stderr.splitlines() if WAITING in line]  # one line for the whole sweep
+    assert line.startswith(f"2 run(s) {WAITING} and will be stored once the other session (pid {holder.pid} (")
+    assert _stored_ids(store) == set()
+    holder()
+    assert cli("runs", db=store).returncode == 0
+    run_dirs = sorted(d for d in (store.parent / "runs").iterdir() if (d / "events.jsonl").exists())
+    assert len(run_dirs) == 2 and _stored_ids(store) == {d.name for d in run_dirs}
+    for d in run_dirs:
+        run = get_run(d.name, db=store)
+        assert run["status"] == "done" and run["sweep_id"].startswith("held-")
+        assert run["n_epochs"] == len([e for e in read_events(d) if e["type"] == "epoch"])
+
+
+def _wait(predicate, what: str, timeout_s: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def test_a_job_running_when_a_session_opens_lands_when_it_closes(store, tmp_path):
+    cfg = RunConfig.from_dict({"workload": "tensor", "n_samples": 64, "image_size": 8, "width": 8,
+                               "batch_size": 16, "epochs": 3, "latency_ms": 150.0, "bound": False})
+    job_id = jobs.submit(cfg, db=store)
+    log = open(tmp_path / "worker.log", "wb")
+    worker = subprocess.Popen([sys.executable, "-m", "engine", "worker", "--db", str(store), "--poll-s", "0.2"],
+                              cwd=ROOT, env=_env(), stdout=log, stderr=log, start_new_session=True)
+    hold = None
+    try:
+        _wait(lambda: jobs.list_jobs(store).set_index("job_id").loc[job_id, "status"] == "running", "the job to start")
+        run_dir = store.parent / "runs" / jobs.list_jobs(store).set_index("job_id").loc[job_id, "run_id"]
+        _wait(lambda: (run_dir / "events.jsonl").exists(), "the run to start")
+        hold = subprocess.Popen([sys.executable, "-c", HOLD, str(store)], stdout=subprocess.PIPE, text=True)
+        assert hold.stdout.readline().strip() == "holding"
+        _wait(lambda: any(e["type"] == "end" for e in read_events(run_dir)), "the run to end")
+        worker_log = tmp_path / "worker.log"
+        _wait(lambda: "not writable now" in worker_log.read_text(), "the worker to try to close the job")
+        assert _stored_ids(store) == set()
+        assert pending_summary(store)["count"] == 1 and f"pid {hold.pid}" in pending_summary(store)["holder"]
+        assert worker.poll() is None  # the worker waits it out, it does not crash
+        hold.terminate()
+        hold.wait(30)
+        _wait(lambda: jobs.list_jobs(store).set_index("job_id").loc[job_id, "status"] == "done", "the job to close")
+        _wait(lambda: get_run(run_dir.name, db=store) is not None, "the run to be stored", 60)
+        assert get_run(run_dir.name, db=store)["status"] == "done"
+    finally:
+        if hold is not None and hold.poll() is None:
+            hold.kill()
+            hold.wait()
+        if worker.poll() is None:
+            kill_group(worker.pid)
+            worker.wait()
+        log.close()
+    text = (tmp_path / "worker.log").read_text()
+    assert "Traceback" not in text and "not stored yet" in text, text[-3000:]
