@@ -3,12 +3,16 @@
 Pipeline: torchdata.nodes SamplerWrapper(batch keys) -> Mapper(fetch + collate [+ pin]) drained by a
 BackgroundIterator (a bounded queue of prefetch_depth batches that honours worker_timeout_s).
 
-On CUDA the loader also moves batches to the device itself: while the training loop computes on
-batch i, batch i+1 is already being copied (non_blocking, from pinned memory) on a side CUDA
-stream. The compute stream waits on the copy stream only when it takes the batch, and
-record_stream tells the caching allocator the tensors are used on the compute stream. The
-yielded tensors are already on the device, so the training loop's h2d time is ~0: the copy was
-overlapped with the previous step. On CPU it yields CPU tensors.
+On CUDA the loader also moves batches to the device itself, on a side CUDA stream (non_blocking,
+from pinned memory). Batch i is handed out as soon as its copy is issued; the copy of batch i+1 is
+issued when the consumer asks for it, i.e. after it has queued step i's kernels, so the copy runs on
+the GPU while step i computes. (Issuing i+1 before handing out i would make the consumer wait for two
+batches: TTFB would cover two, and every wait would be shifted by one.) At hand-over the consumer's
+current stream waits on the copy stream, which then holds only this batch's copy, and record_stream
+tells the caching allocator the tensors are used on that stream. Each batch is a DeviceBatch that
+carries the copy's span on the copy stream and the compute stream's wait for it (EpochTimer reads
+them: h2d_s is the real copy time, copy_wait_s what of it the compute stream saw). On CPU it yields
+CPU tensors.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import torchdata.nodes as nodes
 from torch import Tensor
 
 from engine.loaders._base import EpochBatchSampler, Loader
+from engine.measure import cuda_events
 
 __all__ = ["PrefetchLoader"]
 
@@ -50,21 +55,26 @@ class PrefetchLoader(Loader):
         return nodes.Mapper(keys, self.fetch)
 
     def _overlap_copy(self, host: Iterable[Batch]) -> Iterator[Batch]:
-        """Yield device batches; the next batch's copy is issued before the current one is handed out."""
-        it = iter(host)
-        current = self._issue_copy(next(it, None))
-        while current is not None:
-            compute = torch.cuda.current_stream(self.device)
-            compute.wait_stream(self._copy_stream)  # only this batch's copy: the next one is not issued yet
-            for t in current:
-                t.record_stream(compute)  # don't let the allocator reuse it while compute still reads it
-            upcoming = self._issue_copy(next(it, None))  # overlaps the step the consumer is about to run
-            yield current
-            current = upcoming
+        """Yield device batches; batch i+1's copy is issued only after batch i has been handed out."""
+        for batch in host:
+            yield self._hand_over(*self._issue_copy(batch))
 
-    def _issue_copy(self, batch: Batch | None) -> Batch | None:
-        if batch is None:
-            return None
+    def _issue_copy(self, batch: Batch) -> tuple[Batch, cuda_events.Span]:
+        span = cuda_events.pool(self.device).span()
         with torch.cuda.stream(self._copy_stream):
+            span.start.record(self._copy_stream)
             x, y = (t.to(self.device, non_blocking=True) for t in batch)  # x [B, ...], y [B]
-        return x, y
+            span.end.record(self._copy_stream)
+        return (x, y), span
+
+    def _hand_over(self, batch: Batch, copy_span: cuda_events.Span) -> cuda_events.DeviceBatch:
+        compute = torch.cuda.current_stream(self.device)
+        wait = cuda_events.pool(self.device).span()
+        wait.start.record(compute)
+        compute.wait_stream(self._copy_stream)  # only this batch's copy: the next one is not issued yet
+        wait.end.record(compute)
+        for t in batch:
+            t.record_stream(compute)  # don't let the allocator reuse it while compute still reads it
+        out = cuda_events.DeviceBatch(batch)
+        out.copy_span, out.wait_span = copy_span, wait
+        return out

@@ -1,9 +1,18 @@
 """Per-step timing: data wait, host-to-device copy, compute, total; per-epoch wall time and TTFB.
 
 On CPU every split is a perf_counter difference. On CUDA the copy and compute splits are CUDA
-events recorded around the work and read once at epoch end (one synchronize per epoch, never per
-step, so timing does not change what is measured). Data wait is always host time: the loop is
-blocked in `next()`.
+events recorded around the work on the run device's current stream (not the current device's), taken
+from a per-device pool (engine/measure/cuda_events.py) and read once at epoch end (one synchronize per
+epoch, never per step, so timing does not change what is measured). Data wait is always host time: the
+loop is blocked in `next()`.
+
+Host and GPU clocks are kept apart. data_wait_s is host time; h2d_s and compute_s are GPU time. Without
+a per-step sync the host runs ahead of the GPU, so a data wait can hide behind queued GPU work: the two
+overlap and must not be stacked as shares of one wall time. What the GPU lost to the loader is
+gpu_idle_s: the compute stream's gaps between one step's compute end and the next step's first event
+(the hand-over), including copy_wait_s, the part where it waited for a loader's side-stream copy. With
+a device-side loader (prefetch on CUDA) h2d_s is that loader's copy time on its copy stream, which
+overlaps compute: it is copy work done, not time added to the step.
 
     timer = EpochTimer(device)
     for batch in timer.batches(loader.epoch(e)):    # times the wait for each batch
@@ -20,6 +29,8 @@ from typing import Any, Iterable, Iterator
 
 import torch
 
+from engine.measure import cuda_events
+
 __all__ = ["EpochTimer"]
 
 
@@ -34,8 +45,9 @@ class EpochTimer:
         self.waits: list[float] = []
         self.totals: list[float] = []
         self.end_wait_s = 0.0  # blocked in the last next() that ended the epoch: still data wait
-        self._copy: list[Any] = []     # seconds (CPU) or (start, end) event pairs (CUDA)
+        self._copy: list[Any] = []     # seconds (CPU) or Spans (CUDA)
         self._compute: list[Any] = []
+        self._loader_spans: list[tuple[Any, Any]] = []  # per step: a DeviceBatch's (copy_span, wait_span)
 
     def batches(self, source: Iterable) -> Iterator:
         it = iter(source)
@@ -50,6 +62,7 @@ class EpochTimer:
             if self.ttfb_s is None:
                 self.ttfb_s = now - self._t0
             self.waits.append(now - t)
+            self._loader_spans.append((getattr(batch, "copy_span", None), getattr(batch, "wait_span", None)))
             self._mark = t
             yield batch
             self.totals.append(time.perf_counter() - self._mark)
@@ -67,11 +80,11 @@ class EpochTimer:
     @contextlib.contextmanager
     def _span(self, into: list) -> Iterator[None]:
         if self.cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
+            span, stream = cuda_events.pool(self.device).span(), torch.cuda.current_stream(self.device)
+            span.start.record(stream)
             yield
-            end.record()
-            into.append((start, end))
+            span.end.record(stream)
+            into.append(span)
         else:
             t = time.perf_counter()
             yield
@@ -80,7 +93,20 @@ class EpochTimer:
     def _seconds(self, spans: list) -> list[float]:
         if not self.cuda:
             return spans
-        return [s.elapsed_time(e) / 1000.0 for s, e in spans]
+        copied = [c for c, _ in self._loader_spans]
+        if spans is self._copy and len(copied) == len(spans) and all(copied):
+            spans = copied  # the loader copied on its own stream: the loop's copy was a no-op
+        return [s.seconds() for s in spans]
+
+    def _gpu_idle(self) -> dict[str, Any]:
+        """gpu_idle_s and copy_wait_s (CUDA; see the module doc): None where they cannot be read."""
+        n = len(self.waits)
+        if not self.cuda or len(self._compute) != n:
+            return {"gpu_idle_s": None, "copy_wait_s": None}
+        firsts = self._copy if len(self._copy) == n else self._compute
+        idle = sum(max(0.0, self._compute[i - 1].end.elapsed_time(firsts[i].start) / 1000.0) for i in range(1, n))
+        waits = [w for _, w in self._loader_spans if w is not None]
+        return {"gpu_idle_s": idle, "copy_wait_s": sum(w.seconds() for w in waits) if waits else None}
 
     def finish(self, samples: int, **extra: Any) -> dict[str, Any]:
         """Close the epoch: one synchronize on CUDA, then the epoch record with its steps."""
@@ -97,5 +123,5 @@ class EpochTimer:
             "wall_s": wall, "samples": samples, "samples_per_s": samples / wall if wall > 0 else 0.0,
             "ttfb_s": self.ttfb_s or 0.0, "data_wait_s": sum(self.waits) + self.end_wait_s, "h2d_s": sum(copies),
             "compute_s": sum(computes), "n_steps": n, "t_start": self.t_start, "t_end": time.time(),
-            "steps": steps, **extra,
+            "steps": steps, **self._gpu_idle(), **extra,
         }

@@ -13,6 +13,7 @@ import logging
 import torch
 
 from engine.config import ConfigError, RunConfig
+from engine.measure import cuda_events
 from engine.measure.timers import EpochTimer
 from engine.modes._base import RunContext, to_device
 from engine.modes._common import Recorder, build_model, check_model_b, epoch_payload, fail_point
@@ -46,6 +47,7 @@ def run_streams(ctx: RunContext) -> None:
     models = [build_model(cfg, dataset, i, device, dual=True) for i in range(2)]
     opts = [make_optimizer(m.parameters(), cfg.optimizer, cfg.lr) for m in models]
     streams = [torch.cuda.Stream(device) for _ in models]
+    pool = cuda_events.pool(device)  # events reused epoch after epoch, not created per step
     recorder = Recorder(ctx)
 
     with LOADERS[cfg.loader](dataset, cfg, device) as loader:
@@ -54,7 +56,7 @@ def run_streams(ctx: RunContext) -> None:
                 fail_point(i, epoch)
             # --- one epoch: one shared data wait and copy per step, one compute span per model ---
             timer = EpochTimer(device)
-            spans: list[list[tuple[torch.cuda.Event, torch.cuda.Event]]] = [[] for _ in models]
+            spans: list[list[cuda_events.Span]] = [[] for _ in models]
             loss_sums = [torch.zeros((), device=device) for _ in models]
             samples = 0
             for batch in timer.batches(loader.epoch(epoch)):
@@ -65,18 +67,18 @@ def run_streams(ctx: RunContext) -> None:
                     for i, (model, opt, stream) in enumerate(zip(models, opts, streams)):
                         stream.wait_stream(main)  # the batch (and the loss accumulators) are ready
                         with torch.cuda.stream(stream):
-                            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                            start.record(stream)
+                            span = pool.span()
+                            span.start.record(stream)
                             loss_sums[i] += train_step(model, opt, x, y) * y.shape[0]
-                            end.record(stream)
-                        spans[i].append((start, end))
+                            span.end.record(stream)
+                        spans[i].append(span)
                     for stream in streams:
                         main.wait_stream(stream)
                 samples += y.shape[0]
             record = timer.finish(samples)  # synchronizes: every event below has completed
             # --- record: the shared step timings, with each model's own stream compute time ---
             for i in range(len(models)):
-                compute = [s.elapsed_time(e) / 1000.0 for s, e in spans[i]]
+                compute = [span.seconds() for span in spans[i]]
                 steps = [[*row[:3], compute[k], row[4]] for k, row in enumerate(record["steps"])]
                 recorder.write(epoch_payload(cfg, i, 0, epoch, {
                     **record, "compute_s": sum(compute), "steps": steps, "loss": loss_sums[i].item() / max(samples, 1),

@@ -70,11 +70,33 @@ def run_sequential(ctx: RunContext) -> None:
 
 
 def _thread_loop(recorder: Recorder, cfg: RunConfig, i: int, model: torch.nn.Module, opt: torch.optim.Optimizer,
-                 source: Callable[[int], Iterable], device: torch.device, stop: threading.Event) -> None:
-    for epoch in range(cfg.epochs):
-        fail_point(i, epoch)
-        record = train_epoch(model, opt, until_stopped(source(epoch), stop), device)
-        recorder.write(epoch_payload(cfg, i, 0, epoch, record))
+                 source: Callable[[int], Iterable], device: torch.device, stop: threading.Event,
+                 stream: torch.cuda.Stream | None = None) -> None:
+    # NOTE: on CUDA each thread queues on its own stream: on one shared stream each model's timing events
+    # would bracket the other's kernels and the two models could never overlap on the GPU.
+    with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+        for epoch in range(cfg.epochs):
+            fail_point(i, epoch)
+            batches = until_stopped(source(epoch), stop)
+            if stream is not None:
+                batches = _on_stream(batches, stream)
+            record = train_epoch(model, opt, batches, device)
+            recorder.write(epoch_payload(cfg, i, 0, epoch, record))
+
+
+def _on_stream(batches: Iterable, stream: torch.cuda.Stream) -> Iterable:
+    """Order device batches (a prefetch loader's, maybe handed over on another thread's stream) before `stream`."""
+    for batch in batches:
+        x, y = batch
+        if x.is_cuda:
+            ready = getattr(batch, "wait_span", None)
+            if ready is not None:  # recorded right after the hand-over: waits for this batch's copy only
+                stream.wait_event(ready.end)
+            else:
+                stream.wait_stream(torch.cuda.default_stream(x.device))
+            for t in (x, y):
+                t.record_stream(stream)  # read on this stream too: the allocator must wait for it
+        yield batch
 
 
 def _run_to_end(targets: list[Callable[[], None]], stop: threading.Event) -> None:
@@ -118,10 +140,20 @@ def run_threads(ctx: RunContext) -> None:
             sources = [lambda e, i=i: fan.epoch(i, e) for i in range(N_MODELS)]
         else:
             sources = [stack.enter_context(LOADERS[cfg.loader](dataset, cfg, device)).epoch for _ in range(N_MODELS)]
-        # --- train: one thread per model; the first real error wins, the other thread stops ---
-        _run_to_end([functools.partial(_thread_loop, recorder, cfg, i, models[i], opts[i], sources[i], device, stop)
-                     for i in range(N_MODELS)], stop)
+        # --- train: one thread per model (one CUDA stream each); the first real error wins, the other stops ---
+        streams = [_thread_stream(device) for _ in range(N_MODELS)]
+        _run_to_end([functools.partial(_thread_loop, recorder, cfg, i, models[i], opts[i], sources[i], device, stop,
+                                       streams[i]) for i in range(N_MODELS)], stop)
     recorder.finish()
+
+
+def _thread_stream(device: torch.device) -> torch.cuda.Stream | None:
+    """A stream for one model's thread, ordered after the models' weights were built on the current stream."""
+    if device.type != "cuda":
+        return None
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    return stream
 
 
 # ---------------------------------------------------------------------------- dual-processes

@@ -77,11 +77,18 @@ class Pipeline:
             if ready is not None:
                 ready.synchronize()  # a CPU stage after a CUDA stage: its input must be finished first
             return self.stages[s](a.to(device)), None
+        cross = a.is_cuda and a.device != device
+        # NOTE: a cross-device copy runs on the SOURCE device's current stream (ATen joins it with ours by a
+        # two-way barrier): waiting on our stream alone would order only the destination, and the copy could
+        # read the activation before the previous stage's stream has written it.
+        reader = torch.cuda.current_stream(a.device) if cross else stream
         with torch.cuda.stream(stream):
             if ready is not None:
                 stream.wait_event(ready)  # the input was produced on the previous stage's stream
+                if cross:
+                    reader.wait_event(ready)
             if a.is_cuda:
-                a.record_stream(stream)  # ...and is read on this one: keep its memory until this stream is done
+                a.record_stream(reader)  # ...and is read there: keep its memory until that stream is done
             out = self.stages[s](a.to(device, non_blocking=True))
         return out, self._event(stream, device)
 
