@@ -73,7 +73,11 @@ def _table(run_id: str, names: tuple[str, ...], rows: list[tuple | list | dict])
         raw = [list(col) for col in zip(*rows)][: len(names)]  # NOTE: transposed in C; steps are most rows
     else:
         raw = [[r[i] if i < len(r) else None for r in rows] for i in range(len(names))]
-    cols: dict[str, pa.Array] = {"run_id": pa.array([run_id] * len(rows), pa.string())}
+    return _columns_table(run_id, names, raw if rows else [[] for _ in names])
+
+
+def _columns_table(run_id: str, names: tuple[str, ...], raw: list[list]) -> pa.Table:
+    cols: dict[str, pa.Array] = {"run_id": pa.array([run_id] * len(raw[0]) if raw else [], pa.string())}
     for name, values in zip(names, raw):
         cols[name] = _column(values, *_CONVERT[_sql_type(name)])
     return pa.table(cols)
@@ -109,15 +113,39 @@ def epochs_table(run_id: str, epochs: list[dict]) -> pa.Table:
 
 
 def steps_table(run_id: str, epochs: list[dict]) -> pa.Table:
-    rows = []
+    """One row per (model_idx, rank, epoch, step). Built column by column: a long run has a million steps."""
+    names = _KEYS + STEP_FIELDS
+    cols: list[list] = [[] for _ in names]
     for e in epochs:
-        steps = {}
-        for s in e.get("steps") or []:
-            if isinstance(s, (list, tuple)) and s and _int(s[0]) is not None:
-                steps[_int(s[0])] = s
-        keys = [e[k] for k in _KEYS]
-        rows.extend([*keys, *steps[n]] for n in sorted(steps))
-    return _table(run_id, _KEYS + STEP_FIELDS, rows)
+        steps = _unique_steps(e.get("steps") or [])
+        for i, k in enumerate(_KEYS):
+            cols[i].extend([e[k]] * len(steps))
+        if steps and all(len(s) == len(STEP_FIELDS) for s in steps):
+            for col, values in zip(cols[len(_KEYS):], zip(*steps)):
+                col.extend(values)
+        else:  # short or long rows: pad or cut to the step fields
+            for j, col in enumerate(cols[len(_KEYS):]):
+                col.extend(s[j] if j < len(s) else None for s in steps)
+    return _columns_table(run_id, names, cols)
+
+
+def _unique_steps(steps: list) -> list:
+    """Steps in step order, one per step number (the last wins); malformed ones dropped."""
+    try:  # NOTE: the common case, checked in two passes over plain ints: already unique and in order
+        nums = [s[0] for s in steps]
+        if all(type(n) is int for n in nums) and all(a < b for a, b in zip(nums, nums[1:])):
+            return steps if all(isinstance(s, (list, tuple)) for s in steps) else _slow_steps(steps)
+    except (TypeError, IndexError, KeyError):
+        pass
+    return _slow_steps(steps)
+
+
+def _slow_steps(steps: list) -> list:
+    out = {}
+    for s in steps:
+        if isinstance(s, (list, tuple)) and s and _int(s[0]) is not None:
+            out[_int(s[0])] = s
+    return [out[n] for n in sorted(out)]
 
 
 def samples_table(run_id: str, events: list[dict]) -> pa.Table:
@@ -163,8 +191,8 @@ def summarize(epochs: list[dict], samples: pa.Table) -> dict[str, Any]:
     for k, v in parts.items():
         out[k.removesuffix("_s") + "_share"] = v / whole if whole > 0 else None
     out["other_share"] = max(0.0, 1.0 - sum(parts.values()) / whole) if whole > 0 else None
-    waits = sorted(w for w in (_float(s[1]) for e in steady for s in e.get("steps") or []
-                               if isinstance(s, (list, tuple)) and len(s) > 1) if w is not None)
+    waits = _finite_sorted([s[1] for e in steady for s in e.get("steps") or []
+                            if isinstance(s, (list, tuple)) and len(s) > 1])
     for q in (50, 90, 99):
         out[f"data_wait_p{q}_s"] = waits[min(len(waits) - 1, int(q / 100 * len(waits)))] if waits else None
     rss = samples.column("rss_bytes").drop_null().to_pylist()
@@ -172,6 +200,13 @@ def summarize(epochs: list[dict], samples: pa.Table) -> dict[str, Any]:
     out["peak_rss_bytes"] = max(rss) if rss else None
     out["mean_cpu_pct"] = statistics.fmean(cpu) if cpu else None
     return out
+
+
+def _finite_sorted(values: list) -> list[float]:
+    """The values as floats, malformed and non-finite ones dropped (as _float does), sorted; in C for a
+    million steps."""
+    arr = _column(values, *_CONVERT["DOUBLE"]).drop_null()
+    return arr.sort().to_pylist()
 
 
 def _epoch_wall(group: list[dict]) -> float | None:

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
 from engine.runlog import STEP_FIELDS
@@ -39,17 +40,24 @@ def prior_events(prev: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def stored_epochs(conn: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[str, Any]]:
-    """Every epoch of the run, shaped as ev.unique_epochs returns them, each with its `steps` rows."""
+    """Every epoch of the run, shaped as ev.unique_epochs returns them, each with its `steps` rows.
+
+    Step values come back as floats (NULL as NaN, which the summary drops as it drops a malformed value).
+    """
     epochs = conn.sql("SELECT * EXCLUDE (run_id) FROM epochs WHERE run_id = ? ORDER BY model_idx, rank, epoch",
                       params=[run_id]).to_arrow_table().to_pylist()
     cols = ", ".join(_KEYS + STEP_FIELDS)
     steps = conn.sql(f"SELECT {cols} FROM steps WHERE run_id = ? ORDER BY model_idx, rank, epoch, step",
                      params=[run_id]).to_arrow_table()
     by_key: dict[tuple, list] = {}
-    keys = zip(*(steps.column(k).to_pylist() for k in _KEYS))
-    rows = zip(*(steps.column(f).to_pylist() for f in STEP_FIELDS))
-    for key, row in zip(keys, rows):
-        by_key.setdefault(key, []).append(list(row))
+    if steps.num_rows:
+        # NOTE: numpy, not a Python loop: a long run's summary reads a million steps back on each ingest
+        keys = np.column_stack([steps.column(k).to_numpy() for k in _KEYS])
+        values = np.column_stack([steps.column(f).to_numpy(zero_copy_only=False).astype(float)
+                                  for f in STEP_FIELDS]).tolist()
+        bounds = [0, *(np.flatnonzero((keys[1:] != keys[:-1]).any(axis=1)) + 1).tolist(), len(values)]
+        for lo, hi in zip(bounds, bounds[1:]):
+            by_key[tuple(keys[lo].tolist())] = values[lo:hi]
     for e in epochs:
         e["warmup"] = bool(e.get("warmup"))
         e["steps"] = by_key.get(tuple(e[k] for k in _KEYS), [])
