@@ -35,19 +35,14 @@ def _cpu_model() -> str:
 
 
 def _gpu() -> dict[str, Any]:
+    from engine.measure.nvml import gpu_facts  # noqa: PLC0415
+
     if not torch.cuda.is_available():
         return {"gpu_name": None, "gpu_count": 0, "driver": None, "cuda_version": None}
-    driver = None
-    try:
-        import pynvml  # noqa: PLC0415 - nvidia-ml-py; only useful with a GPU
-
-        pynvml.nvmlInit()
-        driver = pynvml.nvmlSystemGetDriverVersion()
-        pynvml.nvmlShutdown()
-    except Exception as e:  # noqa: BLE001 - NVML is optional; the fingerprint still stands without it
-        log.debug("NVML unavailable: %s", e)
-    return {"gpu_name": torch.cuda.get_device_name(0), "gpu_count": torch.cuda.device_count(),
-            "driver": driver, "cuda_version": torch.version.cuda}
+    # NVML first: torch.cuda.get_device_name would give this process (the dashboard, the job worker) a context
+    facts = gpu_facts() or {"gpu_name": torch.cuda.get_device_name(0), "gpu_count": torch.cuda.device_count(),
+                            "driver": None}
+    return {**facts, "cuda_version": torch.version.cuda}
 
 
 def _git_commit() -> str | None:

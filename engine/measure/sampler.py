@@ -1,5 +1,13 @@
-"""System sampler: a thread that records CPU % and RSS of the whole process tree (loader workers
+"""System sampler: a thread that records CPU % and memory of the whole process tree (loader workers
 included) and, with a GPU, its utilisation and memory, about `hz` times a second.
+
+Memory is PSS summed over the tree (Linux: each page shared by k processes counts 1/k in each), so
+copy-on-write pages that forked workers share with the parent count once, not once per worker as an
+RSS sum would. Where PSS cannot be read (not Linux, no access), that process counts its RSS and
+summary() says peak_memory_kind = "rss". The stored names stay rss_bytes / peak_rss_bytes.
+
+GPU fields come from engine/measure/nvml.py: the GPU found by UUID, each counter read on its own, so
+one that the GPU lacks (utilisation on a MIG slice) drops that field, never the sampler.
 
 Rows go to the RunLog in batches (`samples` events) so sampling never costs an fsync per row.
 """
@@ -13,6 +21,7 @@ from typing import Any
 
 import psutil
 
+from engine.measure.nvml import Gpu
 from engine.runlog import RunLog
 
 __all__ = ["Sampler"]
@@ -20,28 +29,12 @@ __all__ = ["Sampler"]
 log = logging.getLogger(__name__)
 
 
-class _Gpu:
-    """NVML handle for one GPU, or nothing when there is no GPU or no NVML."""
-
-    def __init__(self, index: int | None):
-        self.handle = None
-        if index is None:
-            return
-        try:
-            import pynvml  # noqa: PLC0415
-
-            pynvml.nvmlInit()
-            self._nvml = pynvml
-            self.handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        except Exception as e:  # noqa: BLE001 - metrics are best effort; the run goes on without them
-            log.debug("no NVML: %s", e)
-
-    def read(self) -> tuple[float | None, int | None]:
-        if self.handle is None:
-            return None, None
-        util = self._nvml.nvmlDeviceGetUtilizationRates(self.handle).gpu
-        mem = self._nvml.nvmlDeviceGetMemoryInfo(self.handle).used
-        return float(util), int(mem)
+def _memory(p: psutil.Process) -> tuple[int, bool]:
+    """(bytes, is_pss): the process's PSS, or its RSS where PSS cannot be read."""
+    full = _safe(p.memory_full_info)
+    if getattr(full, "pss", None) is not None:
+        return int(full.pss), True
+    return int(getattr(_safe(p.memory_info), "rss", 0)), False
 
 
 class Sampler:
@@ -49,7 +42,8 @@ class Sampler:
         self.log, self.period, self.flush_every_s = log_, 1.0 / hz if hz > 0 else 0.0, flush_every_s
         self.gpu_index = gpu_index
         self.rows: list[list[Any]] = []
-        self.peak_rss = 0
+        self.peak_rss = 0  # PSS of the tree (see the module doc); the name stays for the stored column
+        self.all_pss = True
         self.cpu_sum, self.n = 0.0, 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="loaderlab-sampler", daemon=True)
@@ -78,15 +72,17 @@ class Sampler:
         return [known.setdefault(p.pid, p) for p in procs]
 
     def _loop(self) -> None:
-        root, known, gpu = psutil.Process(), {}, _Gpu(self.gpu_index)
+        root, known, gpu = psutil.Process(), {}, Gpu(self.gpu_index)
         last_flush = time.monotonic()
         for p in self._tree(root, known):
             _safe(p.cpu_percent)
         while not self._stop.wait(self.period):
-            cpu = rss = 0.0
+            cpu, rss = 0.0, 0
             for p in self._tree(root, known):
                 cpu += _safe(p.cpu_percent) or 0.0
-                rss += getattr(_safe(p.memory_info), "rss", 0)
+                used, pss = _memory(p)
+                rss += used
+                self.all_pss = self.all_pss and pss
             util, mem = gpu.read()
             self.rows.append([time.time(), cpu, int(rss), util, mem])
             self.peak_rss = max(self.peak_rss, int(rss))
@@ -101,8 +97,8 @@ class Sampler:
             self.log.write("samples", rows=rows)
 
     def summary(self) -> dict[str, Any]:
-        return {"peak_rss_bytes": self.peak_rss or None,
-                "mean_cpu_pct": self.cpu_sum / self.n if self.n else None}
+        return {"peak_rss_bytes": self.peak_rss or None, "mean_cpu_pct": self.cpu_sum / self.n if self.n else None,
+                "peak_memory_kind": ("pss" if self.all_pss else "rss") if self.n else None}
 
 
 def _safe(fn: Any) -> Any:
