@@ -116,3 +116,18 @@ def test_pending_summary_counts_finished_logs_the_store_lacks(tmp_path):
     assert pending_summary(db) == {"count": 1, "holder": None}
     ingest_pending(db=db)
     assert pending_summary(db) == {"count": 0, "holder": None}
+
+
+def test_an_event_appended_after_a_torn_line_is_not_lost(tmp_path):
+    run_dir, db = tmp_path / "runs" / "grow", tmp_path / "loaderlab.duckdb"
+    pieces = _pieces(run_dir)
+    next(pieces)
+    with open(run_dir / "events.jsonl", "a") as fh:
+        fh.write('{"type":"epoch","epoch":1,"wall_s":')  # the run was killed mid-write
+    with RunLog(run_dir) as rl:  # the parent records how it ended, as runner._close_log does
+        rl.write("end", status="killed", error="the run process ended with signal 9")
+    ingest_run(run_dir, db=db)
+    run = get_run("grow", db=db)
+    assert run["status"] == "killed" and "signal 9" in run["error"]
+    assert list(get_epochs("grow", db=db)["epoch"]) == [0]
+    assert pending_summary(db)["count"] == 0
