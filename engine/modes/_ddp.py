@@ -36,13 +36,13 @@ class AllreduceTimer:
     """State of the comm hook below: the launch-to-completion span of every bucket's all-reduce."""
 
     def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
-        self.spans: list[Any] = []  # seconds (CPU) or (start, end) CUDA event pairs
+        self.cuda, self.device = device.type == "cuda", device
+        self.spans: list[Any] = []  # seconds (CPU) or pooled Spans (CUDA: events reused, not made per bucket)
 
     def take_seconds(self) -> float:
         """The epoch's summed spans (call after the epoch's synchronize), and start afresh."""
         spans, self.spans = self.spans, []
-        return sum(s.elapsed_time(e) / 1000.0 for s, e in spans) if self.cuda else sum(spans)
+        return sum(s.seconds() for s in spans) if self.cuda else sum(spans)
 
 
 # NOTE: no annotations on bucket and the result: DDP checks them against real types, and this module's
@@ -50,15 +50,18 @@ class AllreduceTimer:
 def timed_allreduce(timer: AllreduceTimer, bucket):  # noqa: ANN001, ANN202
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook  # noqa: PLC0415
 
-    start: Any = torch.cuda.Event(enable_timing=True) if timer.cuda else time.perf_counter()
+    from engine.measure import cuda_events  # noqa: PLC0415
+
     if timer.cuda:
-        start.record()
+        span = cuda_events.pool(timer.device).span()
+        span.start.record(torch.cuda.current_stream(timer.device))
+    else:
+        start = time.perf_counter()
 
     def done(fut: torch.futures.Future) -> torch.Tensor:
         if timer.cuda:  # runs on streams that wait for the all-reduce, so this event marks its end
-            end = torch.cuda.Event(enable_timing=True)
-            end.record()
-            timer.spans.append((start, end))
+            span.end.record(torch.cuda.current_stream(timer.device))
+            timer.spans.append(span)
         else:
             timer.spans.append(time.perf_counter() - start)
         return fut.value()
