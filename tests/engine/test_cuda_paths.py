@@ -94,6 +94,7 @@ def test_prefetch_on_cuda_times_its_copy_and_reuses_events():
     events = _run_on("single", "cuda:0", loader="prefetch", epochs=3)[(0, 0)]
     assert all(e["h2d_s"] > 0 for e in events)  # the side-stream copy, no longer ~0
     assert all(e["copy_wait_s"] is not None and e["gpu_idle_s"] >= 0 for e in events)
+    gc.collect()
     created = cuda_events.pool(device).created
     _run_on("single", "cuda:0", loader="prefetch", epochs=2)
     assert cuda_events.pool(device).created == created  # pooled: no new event after the first run
@@ -105,9 +106,10 @@ def test_prefetch_on_cuda_times_its_copy_and_reuses_events():
 def test_dual_threads_on_own_streams_train_like_sequential(dual_data, monkeypatch):
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
-    fields = dict(loader="prefetch", model="cnn")
+    fields = dict(loader="prefetch", n_samples=1024, width=256)  # enough work per step for the streams to overlap
     sequential = _run_on("dual-sequential", "cuda:0", **fields)
     threads = _run_on("dual-threads", "cuda:0", dual_data=dual_data, **fields)
+    assert threads.keys() == sequential.keys() == {(0, 0), (1, 0)}
     for key, rows in sequential.items():
         # a missing wait on the shared batch would train on a half-copied batch: the losses would differ
         assert [e["loss"] for e in threads[key]] == pytest.approx([e["loss"] for e in rows], rel=1e-4)
