@@ -12,6 +12,7 @@ NOTE: the worker holds `<jobs_dir>/worker.lock` (flock) while it lives; its pid 
 from __future__ import annotations
 
 import fcntl
+import itertools
 import json
 import logging
 import os
@@ -88,7 +89,7 @@ def run_worker(db: str | os.PathLike | None = None, *, once: bool = False, poll_
     restore = _on_signals(stop)
     log.info("job worker pid %d serving %s", os.getpid(), db_path(db))
     try:
-        recovered, last_scan = False, 0.0
+        recovered, last_scan, last_error = False, 0.0, None
         while not stop.is_set():
             try:
                 if not recovered:  # in the loop: a store held at start-up is waited out like any other
@@ -98,10 +99,13 @@ def run_worker(db: str | os.PathLike | None = None, *, once: bool = False, poll_
                     ingest_pending(db=db, stale_after_s=STALE_AFTER_S)
                     last_scan = time.monotonic()
                 job = _take(db)
+                last_error = None
             except StoreError as e:  # e.g. a user's duckdb shell or notebook: wait, never crash the worker
                 # NOTE: queued jobs live in the store, so none starts until it can be written; RunLogs that
                 # wait are stored by the scan, retried on this loop every 5 polls, as soon as the holder closes
-                log.warning("store not writable now, retrying in %.0f s: %s", 5 * poll_s, e)
+                (log.debug if str(e) == last_error else log.warning)(  # once per holder, not every 5 s for hours
+                    "store not writable now, retrying every %.0f s: %s", 5 * poll_s, e)
+                last_error = str(e)
                 stop.wait(5 * poll_s)
                 continue
             if job is not None:
@@ -146,7 +150,7 @@ def _finish(db: Any, job_id: str, status: str, error: str | None, stop: threadin
     If the worker is stopped first, the job stays `running` and the next worker's _recover closes it
     from its run's `end` event; the markers are kept for it.
     """
-    while True:
+    for attempt in itertools.count():
         try:
             with connect(db, read_only=False, outside_wait_s=None if stop is None else DEFER_AFTER_S) as conn:
                 conn.execute("UPDATE jobs SET status = ?, error = ?, ended_at = ? WHERE job_id = ?",
@@ -155,7 +159,8 @@ def _finish(db: Any, job_id: str, status: str, error: str | None, stop: threadin
         except StoreError as e:
             if stop is None:
                 raise
-            log.warning("job %s %s, but the store is not writable now; retrying: %s", job_id, status, e)
+            (log.debug if attempt else log.warning)(
+                "job %s %s, but the store is not writable now; retrying every 5 s: %s", job_id, status, e)
             if stop.wait(5.0):
                 log.warning("job %s left running in the store; the next worker closes it from its RunLog", job_id)
                 return
