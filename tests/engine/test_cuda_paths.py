@@ -134,3 +134,14 @@ def test_timer_records_on_the_run_device_not_the_current_one():
 def test_split_across_two_gpus_runs_every_sample(monkeypatch):
     rows = _run_on("split", "cuda:0", model="cnn", n_stages=3, micro_batches=4, devices=["cuda:0", "cuda:1"])
     assert all(e["samples"] == TINY["n_samples"] for e in rows[(0, 0)])
+
+
+@pytest.mark.gpu
+@cuda
+def test_gpu_idle_sees_a_slow_loader_that_host_wait_and_gpu_time_cannot_be_stacked_from():
+    # about 64 ms of host work per batch against a tiny model: the GPU sits idle through nearly every wait
+    rows = _run_on("single", "cuda:0", loader="sync", work_us=2000)[(0, 0)]
+    for e in rows:
+        waits_between = sum(step[1] for step in e["steps"][1:])  # idle is counted between steps, not before the first
+        assert e["gpu_idle_s"] > 0.5 * waits_between
+        assert e["compute_s"] < e["gpu_idle_s"]
