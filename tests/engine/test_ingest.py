@@ -4,6 +4,8 @@ and ends up exactly as one ingest of the whole log would store it. Real RunLogs,
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from engine.config import RunConfig
@@ -131,3 +133,26 @@ def test_an_event_appended_after_a_torn_line_is_not_lost(tmp_path):
     assert run["status"] == "killed" and "signal 9" in run["error"]
     assert list(get_epochs("grow", db=db)["epoch"]) == [0]
     assert pending_summary(db)["count"] == 0
+
+
+_WRITER = "import duckdb, sys; c = duckdb.connect(sys.argv[1]); print('holding', flush=True); sys.stdin.read()"
+
+
+def test_pending_summary_names_an_outside_writer_without_waiting_for_it(tmp_path):
+    """A read-write session blocks even readers: the count then comes from the `ingested` markers."""
+    db, root = tmp_path / "loaderlab.duckdb", tmp_path / "runs"
+    for _ in _pieces(root / "grow"):
+        pass
+    ingest_run(root / "grow", db=db)
+    for _ in _pieces(root / "waits"):
+        pass
+    proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline().strip() == "holding"
+        summary = pending_summary(db)
+        assert summary["count"] == 1 and summary["holder"].startswith(f"pid {proc.pid} (")
+    finally:
+        proc.stdin.close()
+        proc.wait(30)
+    assert pending_summary(db) == {"count": 1, "holder": None}

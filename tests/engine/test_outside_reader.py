@@ -142,3 +142,33 @@ def test_a_job_running_when_a_session_opens_lands_when_it_closes(store, tmp_path
         log.close()
     text = (tmp_path / "worker.log").read_text()
     assert "Traceback" not in text and "not stored yet" in text, text[-3000:]
+
+
+def test_a_job_queued_while_a_session_holds_the_store_starts_when_it_closes(store, tmp_path):
+    """The queue lives in the store, so a job cannot be taken while the store cannot be written: the worker
+    says so once and keeps trying; the job stays queued (visible to readers) and runs once the session closes."""
+    cfg = RunConfig.from_dict({"workload": "tensor", "n_samples": 64, "image_size": 8, "width": 8,
+                               "batch_size": 32, "epochs": 2, "bound": False})
+    job_id = jobs.submit(cfg, db=store)  # queued from the browser before the session opened
+    hold = subprocess.Popen([sys.executable, "-c", HOLD, str(store)], stdout=subprocess.PIPE, text=True)
+    assert hold.stdout.readline().strip() == "holding"
+    worker_log = tmp_path / "worker.log"
+    log = open(worker_log, "wb")
+    worker = subprocess.Popen([sys.executable, "-m", "engine", "worker", "--db", str(store), "--poll-s", "0.2"],
+                              cwd=ROOT, env=_env(), stdout=log, stderr=log, start_new_session=True)
+    try:
+        _wait(lambda: "store not writable now" in worker_log.read_text(), "the worker to find the store held")
+        assert jobs.list_jobs(store).set_index("job_id").loc[job_id, "status"] == "queued"
+        assert f"pid {hold.pid}" in worker_log.read_text()
+        hold.terminate()
+        hold.wait(30)
+        _wait(lambda: jobs.list_jobs(store).set_index("job_id").loc[job_id, "status"] == "done", "the job to run")
+    finally:
+        if hold.poll() is None:
+            hold.kill()
+            hold.wait()
+        if worker.poll() is None:
+            kill_group(worker.pid)
+            worker.wait()
+        log.close()
+    assert worker_log.read_text().count("store not writable now") == 1  # said once, not every 5 s
