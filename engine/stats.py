@@ -1,28 +1,33 @@
-"""Statistics for trustworthy numbers: medians with bootstrap intervals, noise flags, A/B comparisons,
+"""Statistics for trustworthy numbers: medians with exact intervals, noise flags, A/B comparisons,
 where the time goes, and speedups of dual/fused modes over their sequential baselines.
 
-Pure functions of numbers and DataFrames (no store, no torch), so pages, the advisor and benchmarks
-share one definition of "faster":
+Pure functions of numbers and DataFrames (no store, no torch), so Explore, the advisor, tune, compare
+and the findings bench share one definition of "interval" and of "faster":
 
-    med, lo, hi = median_ci([1.02, 0.98, 1.01, 1.00])       # 95% bootstrap interval of the median
-    compare(sync_epoch_s, threads_epoch_s)["verdict"]      # "A faster" | "B faster" | "no clear difference"
+    med, lo, hi = median_ci([1.02, 0.98, 1.01, 1.00, 0.99, 1.03])   # exact 95% interval of the median
+    compare(sync_epoch_s, threads_epoch_s)["verdict"]   # "A faster" | "B faster" | "no clear difference"
 
-Values are times (lower is faster) unless a function says otherwise.
+Interval of the median: the binomial order-statistic interval [x_(k), x_(n-k+1)] (distribution-free,
+coverage >= the confidence for any continuous distribution). At 95% it needs n >= 6; below that there is
+no interval (never a min..max range dressed up as one). Values are times (lower is faster) unless a
+function says otherwise.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
 
-__all__ = ["MIN_FOR_CI", "NOISY_CV", "compare", "cv", "median_ci", "mixed_hosts_warning", "speedup_vs_sequential",
-           "summarize_configs", "time_breakdown"]
+__all__ = ["MIN_FOR_CI", "NOISY_CV", "ci_text", "compare", "cv", "median_ci", "median_ci_ranks",
+           "mixed_hosts_warning", "ratio_ci", "speedup_vs_sequential", "summarize_configs", "time_breakdown",
+           "verdict"]
 
 NOISY_CV = 0.10   # DESIGN: a coefficient of variation over 10% flags a config as noisy
-MIN_FOR_CI = 3    # fewer values than this get no interval: a bootstrap of 1 or 2 values only restates them
+MIN_FOR_CI = 6    # the fewest values whose exact interval of the median reaches 95% (n=5 gives 93.75%)
 
 
 def _clean(values: Iterable[float]) -> np.ndarray:
@@ -32,32 +37,59 @@ def _clean(values: Iterable[float]) -> np.ndarray:
     return arr[np.isfinite(arr)]
 
 
-def _boot_medians(arr: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    """n_boot medians of resamples (with replacement) of arr, vectorised: one (n_boot, n) index draw."""
-    idx = rng.integers(0, arr.size, size=(n_boot, arr.size))
-    return np.median(arr[idx], axis=1)
+@functools.lru_cache(maxsize=1024)
+def _binom_half_cdf(n: int) -> tuple[float, ...]:
+    """P(Bin(n, 1/2) <= j) for j = 0..n, exactly (integer counts over 2^n)."""
+    total, acc, out = 2 ** n, 0, []
+    for j in range(n + 1):
+        acc += math.comb(n, j)
+        out.append(acc / total)
+    return tuple(out)
 
 
-def median_ci(values: Iterable[float], confidence: float = 0.95, n_boot: int = 2000,
-              seed: int = 0) -> tuple[float, float, float]:
-    """(median, lo, hi): the percentile-bootstrap interval of the median at `confidence`.
+def _coverage(n: int, k: int) -> float:
+    """Exact coverage of [x_(k), x_(n-k+1)] for the median of n values: 1 - 2 P(Bin(n, 1/2) <= k-1)."""
+    return 1.0 - 2 * _binom_half_cdf(n)[k - 1]
 
-    NaN and infinite values are dropped. With fewer than MIN_FOR_CI (3) values the interval is
-    (nan, nan): one or two repeats say nothing about spread, and a min..max range would look like
-    an interval it is not. No values at all gives (nan, nan, nan). Deterministic for a given seed.
+
+def median_ci_ranks(n: int, confidence: float = 0.95) -> tuple[int, int] | None:
+    """1-based ranks (k, n-k+1) of the exact order-statistic interval of the median of n values: the
+    narrowest symmetric pair whose coverage 1 - 2 P(Bin(n, 1/2) <= k-1) is >= confidence. None when even
+    (1, n), the full range, falls short: n < 6 at 95%, n < 8 at 99%.
     """
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be between 0 and 1, got {confidence}")
-    arr = _clean(values)
+    n = int(n)
+    best = None
+    for k in range(1, (n + 1) // 2 + 1):
+        if _coverage(n, k) < confidence:
+            break
+        best = (k, n - k + 1)
+    return best
+
+
+def median_ci(values: Iterable[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """(median, lo, hi): the exact order-statistic interval of the median (see median_ci_ranks).
+
+    NaN and infinite values are dropped. When the count is too small to reach `confidence` (n < 6 at
+    95%), lo and hi are nan: say "no interval: n runs", not min..max. No values gives (nan, nan, nan).
+    """
+    median_ci_ranks(0, confidence)  # NOTE: validates confidence even when there are no values
+    arr = np.sort(_clean(values))
     if arr.size == 0:
         return math.nan, math.nan, math.nan
+    ranks = median_ci_ranks(arr.size, confidence)
     med = float(np.median(arr))
-    if arr.size < MIN_FOR_CI:
+    if ranks is None:
         return med, math.nan, math.nan
-    boots = _boot_medians(arr, n_boot, np.random.default_rng(seed))
-    alpha = (1 - confidence) / 2
-    lo, hi = np.quantile(boots, [alpha, 1 - alpha])
-    return med, float(lo), float(hi)
+    return med, float(arr[ranks[0] - 1]), float(arr[ranks[1] - 1])
+
+
+def ci_text(lo: float, hi: float, n: int, fmt: str = "{:.3g}", unit: str = "") -> str:
+    """'95% CI lo-hi' for display, or 'no interval: n runs' when there is none."""
+    if lo is None or hi is None or math.isnan(lo) or math.isnan(hi):
+        return f"no interval: {int(n)} run{'s' if int(n) != 1 else ''}"
+    return f"95% CI {fmt.format(lo)}-{fmt.format(hi)}{unit}"
 
 
 def cv(values: Iterable[float]) -> float:
@@ -88,32 +120,70 @@ def summarize_configs(df: pd.DataFrame, group_cols: list[str], value: str = "epo
     return out.sort_values("median", kind="stable").reset_index(drop=True)
 
 
-def compare(a_values: Iterable[float], b_values: Iterable[float], confidence: float = 0.95, n_boot: int = 2000,
-            seed: int = 0) -> dict[str, Any]:
+@functools.lru_cache(maxsize=4096)
+def _ratio_ranks(na: int, nb: int, confidence: float) -> tuple[int, int] | None:
+    """(k_a, k_b): per-side order-statistic ranks whose exact coverages multiply to >= confidence (the two
+    samples are independent, so both medians lie in their intervals with that probability). The
+    narrowest such pair (largest k_a + k_b, then the higher coverage); chosen from the counts alone,
+    never from the data, so the guarantee holds. None when even both full ranges fall short."""
+    best, best_key = None, None
+    for ka in range(1, (na + 1) // 2 + 1):
+        for kb in range(1, (nb + 1) // 2 + 1):
+            cov = _coverage(na, ka) * _coverage(nb, kb)
+            if cov >= confidence and (best_key is None or (ka + kb, cov) > best_key):
+                best, best_key = (ka, kb), (ka + kb, cov)
+    return best
+
+
+def ratio_ci(a_values: Iterable[float], b_values: Iterable[float],
+             confidence: float = 0.95) -> tuple[float, float, float]:
+    """(median_a / median_b, lo, hi) for positive values (times or throughputs).
+
+    Interval: exact order-statistic intervals [a_lo, a_hi] and [b_lo, b_hi] of each median, at levels
+    whose product is >= confidence; when both hold, the true ratio lies in [a_lo / b_hi, a_hi / b_lo].
+    Distribution-free and conservative. Needs n_a + n_b large enough: 6 + 7 runs (or 7 + 6) at 95%;
+    with fewer, lo and hi are nan.
+    """
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be between 0 and 1, got {confidence}")
+    a, b = np.sort(_clean(a_values)), np.sort(_clean(b_values))
+    if a.size == 0 or b.size == 0 or np.median(b) <= 0:
+        return math.nan, math.nan, math.nan
+    ratio = float(np.median(a) / np.median(b))
+    ranks = _ratio_ranks(int(a.size), int(b.size), confidence)
+    if ranks is None or a[0] <= 0 or b[0] <= 0:
+        return ratio, math.nan, math.nan
+    (ka, kb), na, nb = ranks, a.size, b.size
+    return ratio, float(a[ka - 1] / b[nb - kb]), float(a[na - ka] / b[kb - 1])
+
+
+def verdict(lo: float, hi: float) -> str:
+    """The one rule for a ratio median_a / median_b of times: "B faster" when the whole interval is
+    above 1, "A faster" when below, else (or with no interval) "no clear difference"."""
+    if lo is None or hi is None or math.isnan(lo) or math.isnan(hi):
+        return "no clear difference"
+    return "B faster" if lo > 1 else "A faster" if hi < 1 else "no clear difference"
+
+
+def compare(a_values: Iterable[float], b_values: Iterable[float], confidence: float = 0.95,
+            margin: float | None = None) -> dict[str, Any]:
     """A vs B, both times (lower is faster). speedup = median_a / median_b (> 1: B is faster).
 
-    The speedup's interval bootstraps both samples independently and takes percentiles of the
-    ratio of their medians. The verdict is "no clear difference" when the two medians' intervals
-    overlap (or either side has fewer than MIN_FOR_CI values), else "A faster" or "B faster".
+    The speedup's interval is ratio_ci's (exact, distribution-free); the verdict is verdict()'s on it.
+    With `margin` (e.g. 0.05), b_not_slower is True when the interval's low end is >= 1 - margin: B is
+    at most `margin` slower, with 95% confidence; without an interval it is False.
+    Each median's own interval (a_lo..a_hi, b_lo..b_hi) is median_ci's at `confidence`.
     """
     a, b = _clean(a_values), _clean(b_values)
-    ma, a_lo, a_hi = median_ci(a, confidence, n_boot, seed)
-    mb, b_lo, b_hi = median_ci(b, confidence, n_boot, seed + 1)
-    speedup = ma / mb if a.size and b.size and mb > 0 else math.nan
-    s_lo = s_hi = math.nan
-    if a.size >= MIN_FOR_CI and b.size >= MIN_FOR_CI:
-        rng = np.random.default_rng(seed + 2)
-        ratios = _boot_medians(a, n_boot, rng) / _boot_medians(b, n_boot, rng)
-        alpha = (1 - confidence) / 2
-        s_lo, s_hi = (float(q) for q in np.quantile(ratios, [alpha, 1 - alpha]))
-    if any(math.isnan(x) for x in (a_lo, a_hi, b_lo, b_hi)) or (a_lo <= b_hi and b_lo <= a_hi):
-        verdict = "no clear difference"
-    else:
-        verdict = "A faster" if ma < mb else "B faster"
-    note = None if min(a.size, b.size) >= MIN_FOR_CI else f"fewer than {MIN_FOR_CI} values on a side: no interval"
+    ma, a_lo, a_hi = median_ci(a, confidence)
+    mb, b_lo, b_hi = median_ci(b, confidence)
+    speedup, s_lo, s_hi = ratio_ci(a, b, confidence)
+    no_ci = math.isnan(s_lo)
+    note = f"no interval: {a.size} and {b.size} runs (95% needs 6 on one side, 7 on the other)" if no_ci else None
+    not_slower = None if margin is None else (not no_ci and s_lo >= 1 - margin)
     return {"median_a": ma, "a_lo": a_lo, "a_hi": a_hi, "n_a": int(a.size), "median_b": mb, "b_lo": b_lo,
             "b_hi": b_hi, "n_b": int(b.size), "speedup": speedup, "speedup_lo": s_lo, "speedup_hi": s_hi,
-            "verdict": verdict, "note": note}
+            "verdict": verdict(s_lo, s_hi), "b_not_slower": not_slower, "note": note}
 
 
 def mixed_hosts_warning(df: pd.DataFrame) -> str | None:
@@ -192,15 +262,17 @@ def _wait_percentiles(steps: pd.DataFrame | None, run_id: Any, steady: pd.DataFr
 
 # Fields that describe how models share the machine, not the problem: ignored when matching a baseline.
 _MODE_FIELDS = ("mode", "n_models", "lr_spread", "model_b", "width_b", "dual_data", "devices", "n_stages",
-                "micro_batches", "world_size", "tag")
+                "micro_batches", "world_size", "tag", "host_fingerprint")
+# NOTE: matched only between dual-* and dual-sequential: shared vs separate data are different configs
+_DUAL_FIELDS = ("model_b", "width_b", "dual_data")
 
 
 def speedup_vs_sequential(runs_df: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
     """For every dual-* (other than dual-sequential) and fused config, its speedup over training the
     same models one after another, measured in the same sweep_id.
 
-    Baselines, matched on every other config field:
-      dual-*             the dual-sequential run with the same model_b/width_b (both models, in turn)
+    Baselines, matched on every other config field and on host_fingerprint (a Ray sweep spans nodes):
+      dual-*             the dual-sequential run with the same model_b/width_b/dual_data (both models, in turn)
       fused n_models=N   single-mode runs: N models trained in turn take N x the single epoch time
     NOTE: speedups compare throughput (samples of all models per second, the store's samples_per_s),
     so "N x single" needs no separate run: speedup = fused samples/s / single samples/s. Repeats of
@@ -221,14 +293,16 @@ def speedup_vs_sequential(runs_df: pd.DataFrame, confidence: float = 0.95) -> pd
     rows = []
     mode = df["mode"].fillna("").astype(str)
     contenders = df[(mode.str.startswith("dual-") & (mode != "dual-sequential")) | (mode == "fused")]
-    group_cols = ["sweep_id", "mode", "n_models", "model_b", "width_b", *keys]
+    # NOTE: a Ray sweep spans nodes: a speedup never divides one host's time by another's
+    group_cols = ["sweep_id", "host_fingerprint", "mode", "n_models", *_DUAL_FIELDS, *keys]
     group_cols = [c for c in dict.fromkeys(group_cols) if c in df.columns]
     for key, group in contenders.groupby(group_cols, dropna=False, sort=True):
         fixed = dict(zip(group_cols, key))
         base_mode = "single" if fixed["mode"] == "fused" else "dual-sequential"
-        match = (df["mode"] == base_mode) & _same(df, fixed, ["sweep_id", *keys])
+        match = (df["mode"] == base_mode) & _same(df, fixed, [c for c in ("sweep_id", "host_fingerprint")
+                                                              if c in fixed] + keys)
         if base_mode == "dual-sequential":
-            match &= _same(df, fixed, [c for c in ("model_b", "width_b") if c in fixed])
+            match &= _same(df, fixed, [c for c in _DUAL_FIELDS if c in fixed])
         base = df[match]
         c = compare(1 / base["samples_per_s"], 1 / group["samples_per_s"], confidence) if len(base) else None
         row = {**fixed, "n": len(group), "baseline_mode": base_mode, "baseline_n": len(base),
