@@ -4,10 +4,18 @@ The batch plan is the shared EpochBatchSampler, used as DataLoader's batch_sampl
 this process, so set_epoch before iter() reaches it even with persistent workers. DataLoader's
 prefetch_factor is per worker, so up to workers * prefetch_depth batches are in flight.
 DataLoader's own "timed out" error becomes LoaderTimeout; close() shuts the workers down.
+
+A killed worker fails the epoch within POLL_S + 1 s, whatever worker_timeout_s is: the consumer waits for a
+batch in POLL_S slices, and after each empty slice DataLoader checks its workers' liveness itself (it only
+does so when a wait times out, and one wait of worker_timeout_s would hide the death that long). The
+error names the worker id, its pid and the signal. DataLoader's SIGCHLD handler can report it sooner,
+but only when the loop runs in the main thread.
 """
 
 from __future__ import annotations
 
+import signal
+import time
 from typing import Iterator
 
 import torch
@@ -16,7 +24,9 @@ from torch.utils.data import DataLoader
 
 from engine.loaders._base import Loader, LoaderTimeout
 
-__all__ = ["ProcessLoader"]
+__all__ = ["POLL_S", "ProcessLoader"]
+
+POLL_S = 0.5  # how often a waiting consumer checks that the workers are alive (bounds death detection)
 
 
 def _init_worker(worker_id: int) -> None:
@@ -41,10 +51,16 @@ class ProcessLoader(Loader):
         self.sampler.set_epoch(e)
         try:
             # NOTE: inside the try: with persistent workers, iter() waits for every worker to resume
+            prev = getattr(self._dl, "_iterator", None)
+            if prev is not None:
+                prev._timeout = self.cfg.worker_timeout_s  # for the resume handshake iter() waits on
             self._it = iter(self._dl)  # persistent workers: the same iterator, reset for the new epoch
+            # NOTE: private but stable since torch 1.x: the resume handshake in iter() waits the full
+            # worker_timeout_s; batch waits use POLL_S slices (see _next) so a dead worker is seen at once.
+            self._it._timeout = POLL_S
             while True:
                 try:
-                    x, y = next(self._it)
+                    x, y = self._next()
                 except StopIteration:
                     return
                 yield x, y
@@ -63,6 +79,19 @@ class ProcessLoader(Loader):
             if not self.cfg.persistent_workers:
                 self._stop_workers()
 
+    def _next(self) -> tuple[Tensor, Tensor]:
+        """The next batch, waiting at most worker_timeout_s in POLL_S slices.
+
+        Retrying next() after DataLoader's "timed out" is safe: it raises before touching any of the
+        iterator's bookkeeping (nothing was received), and each empty slice runs its liveness check."""
+        deadline = time.monotonic() + self.cfg.worker_timeout_s
+        while True:
+            try:
+                return next(self._it)
+            except RuntimeError as err:
+                if "DataLoader timed out" not in str(err) or time.monotonic() >= deadline:
+                    raise
+
     def worker_pids(self) -> list[int]:
         """Pids of the live worker processes (best effort: empty between non-persistent epochs)."""
         workers = getattr(self._it, "_workers", None) or []
@@ -71,13 +100,20 @@ class ProcessLoader(Loader):
     def _worker_death(self, err: BaseException) -> RuntimeError | None:
         """A clear error if a worker process has died (what `err` really means then), else None."""
         it = self._it or getattr(self._dl, "_iterator", None)
-        for w in getattr(it, "_workers", None) or []:
-            w.join(timeout=0.5)  # reaps a dead worker; a live one costs at most this wait, on an error path
-            if w.exitcode is not None:
-                how = f"signal {-w.exitcode}" if w.exitcode < 0 else f"exit status {w.exitcode}"
-                return RuntimeError(f"processes loader: worker pid {w.pid} died ({how}) while loading "
-                                    f"({type(err).__name__}: {err}); check its memory use, or what killed it")
-        return None
+        workers = list(enumerate(getattr(it, "_workers", None) or []))
+        dead = [(i, w) for i, w in workers if not w.is_alive()]  # is_alive() reaps a dead worker, no wait
+        if not dead:
+            # a worker killed mid-hand-over may break the pipe a moment before it can be reaped
+            deadline = time.monotonic() + 1.0
+            for i, w in workers:
+                w.join(timeout=max(0.0, deadline - time.monotonic()))
+            dead = [(i, w) for i, w in workers if w.exitcode is not None]
+        if not dead:
+            return None
+        i, w = dead[0]
+        return RuntimeError(f"processes loader: worker {i} (pid {w.pid}) {_how(w.exitcode)} while loading "
+                            f"({type(err).__name__}: {err}); check its memory use (the OOM killer sends "
+                            f"SIGKILL), or what killed it")
 
     def _kill_workers(self) -> None:
         it = self._it or getattr(self._dl, "_iterator", None)
@@ -98,3 +134,14 @@ class ProcessLoader(Loader):
 
     def _shutdown(self) -> None:
         self._stop_workers()  # persistent workers: the DataLoader's cached iterator is this same one
+
+
+def _how(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "died"
+    if exitcode < 0:
+        try:
+            return f"was killed by signal {-exitcode} ({signal.Signals(-exitcode).name})"
+        except ValueError:
+            return f"was killed by signal {-exitcode}"
+    return f"exited with status {exitcode}"

@@ -5,7 +5,7 @@ run within worker_timeout_s (never a hang), and a CUDA OOM fails the run with th
 Kills, run a few at a time in threads (each is one real run subprocess):
   28 × SIGKILL of the run process (`python -m engine.runner`): 20 under launch(), whose parent side notices,
        8 with no parent left (as when the CLI died too), found stale by ingest_pending;
-  12 × SIGKILL of one loader worker process (processes loader);
+  12 × SIGKILL of one loader worker process (processes loader, worker_timeout_s=120: found in < 15 s);
   10 × SIGTERM of the job worker (`python -m engine worker`), restarted on the same store after each.
 Epochs take ~0.2-0.4 s (latency_ms), so a kill lands at startup, mid-epoch or between epochs.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -38,6 +39,7 @@ SEED = 20_261_121
 TINY = dict(workload="tensor", n_samples=32, image_size=8, width=8, epochs=12, batch_size=8, latency_ms=8.0,
             bound=False, sample_hz=2.0)
 LOADER = dict(TINY, loader="processes", workers=2, worker_timeout_s=4.0)
+KILLED_WORKER = dict(LOADER, worker_timeout_s=120.0)  # a death must be found by polling, not by the timeout
 POOL = 4  # runs at once: a run is mostly its start-up (torch import), so 2 cores take 4 without starving
 
 
@@ -183,23 +185,38 @@ def test_sigkill_of_an_orphaned_run_process_is_found_stale(store):
 
 @pytest.mark.slow
 def test_sigkill_of_a_loader_worker_fails_the_run_with_the_reason(store):
+    """worker_timeout_s=120, so only the loader's liveness polling (POLL_S = 0.5 s, bound POLL_S + 1 s in the
+    code) can fail the run in time: its end event must name the killed worker's pid and the signal, under 15 s
+    after the kill (room for 4 runs on a loaded 2-core box, far under the 120 s a timeout would take)."""
     def one(i: int) -> list[str]:
         rng, run_dir = random.Random(SEED + 200 + i), runs_dir(store) / f"kill-worker-{i:02d}"
-        where = []
+        where, killed = [], []
 
         def killer() -> None:
             pid = _pid(run_dir)
             where.append(_kill_point(rng, run_dir, startup_share=0.0))
             children = _wait(lambda: psutil.Process(pid).children(), what="loader workers")
-            os.kill(rng.choice(children).pid, signal.SIGKILL)
+            victim = rng.choice(children).pid
+            os.kill(victim, signal.SIGKILL)
+            killed.append((victim, time.time()))
 
         t = threading.Thread(target=killer)
         t.start()
         try:
-            result = launch(RunConfig.from_dict(LOADER), db=store, meta={"run_id": run_dir.name})
+            result = launch(RunConfig.from_dict(KILLED_WORKER), db=store, meta={"run_id": run_dir.name})
         finally:
             t.join()
         problems = [] if result.status == "failed" else [f"{run_dir.name}: launch returned {result.status}"]
+        end = [e for e in read_events(run_dir) if e["type"] == "end"]
+        if killed and end:
+            victim, at = killed[0]
+            # NOTE: ours says "worker 1 (pid N) was killed by signal 9 (SIGKILL)"; DataLoader's SIGCHLD handler,
+            # when it fires in the run's main thread outside the loader, says "(pid(s) N) is killed by signal"
+            if not re.search(rf"\b{victim}\b.*killed by signal", end[0]["error"] or ""):
+                problems.append(f"{run_dir.name}: error does not name worker pid {victim} and its signal: "
+                                f"{end[0]['error']!r}")
+            if end[0]["t"] - at > 15:
+                problems.append(f"{run_dir.name}: failed {end[0]['t'] - at:.1f} s after its worker was killed")
         return [f"{p} (killed {where})" for p in problems + _kept(store, run_dir, ("failed",), ("worker",))]
 
     try:

@@ -7,6 +7,7 @@ and close() leaves no threads or processes behind. Real loaders over a tiny in-m
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 
@@ -174,3 +175,39 @@ def test_prefetch_hands_out_batches_already_on_the_gpu():
         batches = list(loader.epoch(0))
     assert all(x.is_cuda and y.is_cuda for x, y in batches)
     assert ids_of([(x.cpu(), y) for x, y in batches]) == planned(0)
+
+
+@pytest.mark.parametrize("in_thread", [False, True], ids=["main-thread", "other-thread"])
+@pytest.mark.parametrize("persistent", [False, True], ids=["fresh", "persistent"])
+def test_killed_worker_fails_the_epoch_within_seconds_naming_it(in_thread, persistent):
+    """SIGKILL of one worker with worker_timeout_s=120: the epoch fails naming the worker's pid and the signal
+    long before the timeout. The code's bound is POLL_S (0.5 s) + 1 s; 15 s leaves room for a loaded box.
+    In another thread DataLoader's SIGCHLD handler cannot help: only the loader's own polling finds it."""
+    before = set(threading.enumerate())
+    outcome: dict = {}
+    with make("processes", TinyDataset(N, jitter_s=0.05), 2, worker_timeout_s=120.0,
+              persistent_workers=persistent) as loader:
+        def consume() -> None:
+            it = loader.epoch(0)
+            next(it)
+            victim = loader.worker_pids()[0]
+            os.kill(victim, 9)
+            outcome["victim"], outcome["t0"] = victim, time.monotonic()
+            try:
+                for _ in it:
+                    pass
+            except RuntimeError as err:
+                outcome["error"] = str(err)
+            outcome["seconds"] = time.monotonic() - outcome["t0"]
+
+        if in_thread:
+            t = threading.Thread(target=consume)
+            t.start()
+            t.join(60)
+            assert not t.is_alive(), "the epoch never failed"
+        else:
+            consume()
+    assert "error" in outcome, f"the epoch finished although worker {outcome['victim']} was killed"
+    assert re.search(rf"worker.*pid.*\b{outcome['victim']}\b.*killed by signal", outcome["error"]), outcome
+    assert outcome["seconds"] < 15, f"a dead worker was found only after {outcome['seconds']:.1f} s"
+    assert leftovers(before) == ([], [])
