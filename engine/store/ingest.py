@@ -108,11 +108,13 @@ def _ingest(conn: duckdb.DuckDBPyConnection, run_dir: Path, job_id: str | None,
     size = log_file.stat().st_size  # bytes appended after this are for the next ingest
     prev = previous(conn, str(run_dir.resolve()))  # under the writer lock: no other ingest moves it meanwhile
     offset = prev["ingested_bytes"] or 0 if prev else 0
-    new, consumed = read_span(log_file, offset, size) if 0 < offset <= size else ([], 0)
-    if not new and 0 < offset <= size and not _went_stale(prev, run_dir, stale_after_s):
+    start = first_event(log_file) if 0 < offset <= size and _line_start(log_file, offset) else None
+    resumable = start is not None and start.get("type") == "start"
+    new, consumed = read_span(log_file, offset, size) if resumable else ([], 0)
+    if resumable and not new and not _went_stale(prev, run_dir, stale_after_s):
         return prev["run_id"], False  # no whole new line: the store is up to date
     if new:  # incremental: only the new lines are parsed; the summary reads the rest back from the store
-        start, run_id, events = first_event(log_file) or {}, prev["run_id"], [*prior_events(prev), *new]
+        run_id, events = prev["run_id"], [*prior_events(prev), *new]
     else:  # first ingest, a log rewritten or cut short, or nothing new (a status to re-check): read it whole
         events, consumed = read_span(log_file, 0, size)
         start = next((e for e in events if e.get("type") == "start"), None)
@@ -145,6 +147,14 @@ def _ingest(conn: duckdb.DuckDBPyConnection, run_dir: Path, job_id: str | None,
     log.info("ingested run %s (%s, %d new epochs%s)", run_id, row["status"], len(ev.unique_epochs(new or events)),
              f", from byte {offset}" if new else "")
     return run_id, True
+
+
+def _line_start(log_file: Path, offset: int) -> bool:
+    """Whether the stored offset is just past a newline (a store written before offsets were whole lines
+    may hold one in mid-line: that log is read whole once)."""
+    with open(log_file, "rb") as fh:
+        fh.seek(offset - 1)
+        return fh.read(1) == b"\n"
 
 
 def _went_stale(prev: dict[str, Any], run_dir: Path, stale_after_s: float | None) -> bool:

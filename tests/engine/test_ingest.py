@@ -156,3 +156,19 @@ def test_pending_summary_names_an_outside_writer_without_waiting_for_it(tmp_path
         proc.stdin.close()
         proc.wait(30)
     assert pending_summary(db) == {"count": 1, "holder": None}
+
+
+def test_an_offset_in_mid_line_is_not_resumed_from(tmp_path):
+    """A store written before offsets were whole lines may hold one inside a line: that log is read whole."""
+    run_dir, db, whole_db = tmp_path / "runs" / "grow", tmp_path / "loaderlab.duckdb", tmp_path / "whole.duckdb"
+    pieces = _pieces(run_dir)
+    next(pieces)
+    ingest_run(run_dir, db=db)
+    with connect(db, read_only=False) as conn:
+        # as the old ingest could store it: the size seen while the next line was being written
+        conn.execute("UPDATE runs SET ingested_bytes = ingested_bytes + 5")
+    for _ in pieces:
+        pass
+    ingest_run(run_dir, db=db)
+    ingest_run(run_dir, db=whole_db)
+    assert _dump(db) == _dump(whole_db)
