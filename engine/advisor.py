@@ -24,7 +24,7 @@ import pandas as pd
 
 from engine import stats
 
-__all__ = ["Advice", "KNOB_KEYS", "PROBLEM_KEYS", "Suggestion", "advise"]
+__all__ = ["Advice", "CONFIRM_REPEATS", "KNOB_KEYS", "PROBLEM_KEYS", "Suggestion", "advise"]
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +32,8 @@ PROBLEM_KEYS = ("n_samples", "image_size", "num_classes", "work_us", "latency_ms
                 "optimizer", "device")
 KNOB_KEYS = ("loader", "workers", "prefetch_depth", "start_method", "persistent_workers", "pin_memory", "batch_size")
 _POOLED = ("threads", "processes")  # loaders with workers
+# 7 repeats per config: with 6 or more a side stats.ratio_ci has a 95% interval (6 + 7 is the least)
+CONFIRM_REPEATS = 7
 
 
 @dataclass
@@ -53,6 +55,8 @@ class Advice:
     best: dict[str, Any] = field(default_factory=dict)
     default: dict[str, Any] = field(default_factory=dict)
     comparison: dict[str, Any] = field(default_factory=dict)    # stats.compare(default, best)
+    tied: list[dict[str, Any]] = field(default_factory=list)    # configs with no clear difference from the best
+    cores: int | None = None                                    # logical cores of the host the best ran on
     verdict: str | None = None
     efficiency: float | None = None
     suggestions: list[Suggestion] = field(default_factory=list)
@@ -71,14 +75,18 @@ class Advice:
                  f"{len(self.table)} configs (single-model runs; {_fmt_problem(self.problem)})"]
         if self.warning:
             lines.append(f"warning: {self.warning}")
-        lines.append(f"best: {describe(self.best)}: epoch {_fmt_ci(row['median'], row['ci_lo'], row['ci_hi'])}"
+        epoch = _fmt_ci(row["median"], row["ci_lo"], row["ci_hi"], row["n"])
+        lines.append(f"best: {describe(self.best)}: epoch {epoch}"
                      f" over {row['n']} run(s){' (noisy: CV over 10%)' if row['noisy'] else ''}")
+        if self.tied:
+            shown = "; ".join(describe(t) for t in self.tied[:4]) + ("; ..." if len(self.tied) > 4 else "")
+            lines.append(f"tied with the best (no clear difference at 95%, or too few runs to tell): {shown}")
         c = self.comparison
         if self.default == self.best:
             lines.append("the default is the fastest measured config")
         else:
             if c.get("note"):
-                judged = "no interval: fewer than 3 runs on a side"
+                judged = c["note"]
             else:
                 judged = (f"95% CI {c['speedup_lo']:.2f}-{c['speedup_hi']:.2f}x, "
                           + ("a clear difference" if c["verdict"] == "B faster" else c["verdict"]))
@@ -90,13 +98,16 @@ class Advice:
         if self.suggestions:
             lines.append("try next:")
             lines += [f"  {i}. {_fmt_changes(s.changes)}: {s.reason}" for i, s in enumerate(self.suggestions, 1)]
+            lines.append(f"  the sweep repeats the best and each of these {CONFIRM_REPEATS} times: enough runs "
+                         "for a 95% interval of every speedup")
             host = "" if self.host == "this" else f" --host {self.host}"
             lines.append(f"  one command: python -m engine advise --workload {self.workload} --model {self.model}"
                          f"{host} --write-sweep next.toml && python -m engine sweep next.toml")
         return "\n".join(lines)
 
-    def next_sweep_toml(self, repeats: int = 3) -> str:
-        """A SweepConfig TOML: the best config as base, a grid over it and the suggested neighbours."""
+    def next_sweep_toml(self, repeats: int = CONFIRM_REPEATS) -> str:
+        """A SweepConfig TOML: the best config as base, a grid over it and the suggested neighbours, each
+        repeated CONFIRM_REPEATS times so that it also confirms (or not) the best with an interval."""
         if not self.base_config:
             raise ValueError(self.message or "nothing measured yet: no sweep to propose")
         from engine.config import RunConfig  # noqa: PLC0415
@@ -157,14 +168,16 @@ def advise(workload: str, model: str, *, host: str = "this", db: str | os.PathLi
     advice.default = _default(advice.table, advice.best)
     best_runs, default_runs = mine[_match(mine, advice.best)], mine[_match(mine, advice.default)]
     advice.comparison = stats.compare(default_runs["epoch_s"], best_runs["epoch_s"])
+    advice.tied = _tied(mine, advice.table, advice.best, best_runs)
     verdicts = best_runs["verdict"].dropna()
     advice.verdict = verdicts.mode().iloc[0] if len(verdicts) else None
     eff = best_runs["efficiency"].dropna()
     advice.efficiency = float(eff.median()) if len(eff) else None
     advice.base_config = json.loads(best_runs.sort_values("created_at").iloc[-1]["config_json"])
-    cores = int(mine["cores"].dropna().max()) if mine["cores"].notna().any() else (os.cpu_count() or 2)
+    # NOTE: the cores of the host the best ran on (the smallest, if --host any pooled several)
+    advice.cores = int(best_runs["cores"].dropna().min()) if best_runs["cores"].notna().any() else os.cpu_count()
     measured = runs[_match(runs, advice.problem)]
-    advice.suggestions = _suggest(advice.best, advice.verdict, measured, cores)
+    advice.suggestions = _suggest(advice.best, advice.verdict, measured, advice.cores or 2)
     return advice
 
 
@@ -177,7 +190,9 @@ def _candidates(best: dict[str, Any], cores: int) -> dict[str, list[Suggestion]]
     out: dict[str, list[Suggestion]] = {k: [] for k in ("more", "fewer", "depth", "switch", "batch", "persist",
                                                          "fused")}
     if loader in _POOLED:
-        if w * 2 <= 2 * cores:
+        # NOTE: worker processes each want a core (and the training process one more): beyond the cores they
+        # only contend. Threads may usefully outnumber cores when they wait on I/O, up to twice the cores.
+        if w * 2 <= (cores if loader == "processes" else 2 * cores):
             out["more"].append(Suggestion({"workers": w * 2}, "more workers produce batches faster"))
         if w >= 2:
             out["fewer"].append(Suggestion({"workers": w // 2}, "fewer workers cost less start-up and contention"))
@@ -214,6 +229,18 @@ def _suggest(best: dict[str, Any], verdict: str | None, measured: pd.DataFrame, 
         for s in kinds[kind]:
             if len(out) < 3 and not _is_measured(best, s, measured) and _valid(best, s):
                 out.append(s)
+    return out
+
+
+def _tied(mine: pd.DataFrame, table: pd.DataFrame, best: dict[str, Any],
+          best_runs: pd.DataFrame) -> list[dict[str, Any]]:
+    """Configs whose speedup interval against the best contains 1 (stats.compare's "no clear difference")."""
+    out = []
+    for _, row in table.iloc[1:].iterrows():
+        knobs = dict(zip(KNOB_KEYS, _native(row[list(KNOB_KEYS)])))
+        other = mine[_match(mine, knobs)]["epoch_s"]
+        if stats.compare(other, best_runs["epoch_s"])["verdict"] == "no clear difference":
+            out.append(knobs)
     return out
 
 
@@ -299,12 +326,9 @@ def describe(knobs: dict[str, Any]) -> str:
     return ", ".join(parts + [f"batch {knobs['batch_size']}"])
 
 
-def _fmt_ci(value: float, lo: float, hi: float, unit: str = " s") -> str:
+def _fmt_ci(value: float, lo: float, hi: float, n: int, unit: str = " s") -> str:
     fmt = "{:.2f}" if unit == "x" else "{:.3f}"
-    text = fmt.format(value) + unit
-    if lo is None or hi is None or math.isnan(lo) or math.isnan(hi):
-        return text + " (no interval: fewer than 3 runs)"
-    return f"{text} (95% CI {fmt.format(lo)}-{fmt.format(hi)}{unit})"
+    return f"{fmt.format(value)}{unit} ({stats.ci_text(lo, hi, n, fmt, unit)})"
 
 
 def _fmt_changes(changes: dict[str, Any]) -> str:

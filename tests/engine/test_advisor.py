@@ -16,14 +16,19 @@ from engine.store import connect
 HOST = "h1"
 
 
+def _seven(median: float) -> list[float]:
+    """Seven runs around median (+-2%): enough for a 95% interval of a speedup (6 + 7 is the least)."""
+    return [median * (1 + d) for d in (0.0, 0.01, -0.01, 0.02, -0.02, 0.005, -0.005)]
+
+
 def _rows(epoch_s: list[float], *, host: str = HOST, verdict: str = "data-bound", mode: str = "single",
-          **fields) -> list[dict]:
+          cores: int = 8, **fields) -> list[dict]:
     cfg = RunConfig(**{"workload": "tensor", "model": "mlp", "n_samples": 256, "width": 8, "mode": mode,
                        **fields}).to_dict()
     cols = {k: (json.dumps(v) if isinstance(v, list) else v) for k, v in cfg.items()}
     return [{**cols, "run_id": f"{host}-{mode}-{fields}-{i}", "status": "done", "deleted": False,
              "created_at": datetime(2025, 1, 1, 0, i), "host_fingerprint": host, "torch_version": "2.13",
-             "cores": 8, "config_json": json.dumps(cfg), "epoch_s": t, "verdict": verdict, "efficiency": 0.9}
+             "cores": cores, "config_json": json.dumps(cfg), "epoch_s": t, "verdict": verdict, "efficiency": 0.9}
             for i, t in enumerate(epoch_s)]
 
 
@@ -36,10 +41,10 @@ def _seed(db, rows: list[dict]) -> None:
 
 @pytest.fixture
 def seeded(store):
-    _seed(store, _rows([2.00, 2.05, 1.98])                                    # sync: the default
-          + _rows([1.20, 1.22, 1.19], loader="threads", workers=2)
-          + _rows([0.80, 0.81, 0.79], loader="threads", workers=4)            # the best
-          + _rows([1.00, 1.02, 0.99], loader="processes", workers=2)
+    _seed(store, _rows(_seven(2.0))                                           # sync: the default
+          + _rows(_seven(1.2), loader="threads", workers=2)
+          + _rows(_seven(0.8), loader="threads", workers=4)                   # the best
+          + _rows(_seven(1.0), loader="processes", workers=2)
           + _rows([0.10, 0.10, 0.10], loader="threads", workers=4, batch_size=512, host="h2")  # other host
           + _rows([0.30, 0.30, 0.30], loader="threads", workers=4, n_samples=64))  # another problem, fewer runs
     return store
@@ -50,7 +55,7 @@ def test_best_config_speedup_and_neighbours(seeded):
     assert advice.message is None
     assert advice.best["loader"] == "threads" and advice.best["workers"] == 4
     assert advice.default["loader"] == "sync"
-    assert advice.problem["n_samples"] == 256 and advice.n_runs == 12
+    assert advice.problem["n_samples"] == 256 and advice.n_runs == 28
     c = advice.comparison
     assert c["speedup"] == pytest.approx(2.0 / 0.8, rel=0.02)
     assert 1.0 < c["speedup_lo"] <= c["speedup"] <= c["speedup_hi"] and c["verdict"] == "B faster"
@@ -59,7 +64,31 @@ def test_best_config_speedup_and_neighbours(seeded):
     assert [s.changes for s in advice.suggestions] == [{"workers": 8}, {"prefetch_depth": 4}, {"loader": "processes"}]
     text = advice.render()
     assert "threads, 4 workers" in text and "2.50x" in text and "data-bound" in text and "workers=8" in text
-    assert advice.warning is None
+    assert advice.warning is None and advice.tied == []
+    assert "tied with the best" not in text and "7 times" in text
+
+
+def test_configs_tied_with_the_best_are_listed(seeded):
+    _seed(seeded, _rows([0.81, 0.79, 0.80, 0.82, 0.78, 0.80, 0.81], loader="processes", workers=4)
+          + _rows([0.85, 0.95], loader="prefetch"))   # 2 runs: too few to tell apart from the best
+    advice = advise("tensor", "mlp", host=HOST, db=seeded)
+    tied = {(t["loader"], t["workers"]) for t in advice.tied}
+    assert ("processes", 4) in tied and ("prefetch", 0) in tied
+    assert ("threads", 2) not in tied and ("sync", 0) not in tied
+    assert "tied with the best (no clear difference at 95%" in advice.render()
+
+
+def test_two_core_host_already_data_bound_with_two_processes_gets_no_more_workers(store):
+    _seed(store, _rows(_seven(2.0), cores=2)
+          + _rows(_seven(1.0), loader="processes", workers=2, cores=2))
+    advice = advise("tensor", "mlp", host=HOST, db=store)
+    assert advice.best["loader"] == "processes" and advice.verdict == "data-bound" and advice.cores == 2
+    changes = [s.changes for s in advice.suggestions]
+    assert {"workers": 4} not in changes and changes[0] == {"prefetch_depth": 4}
+    assert "workers=4" not in advice.render()
+    # the same runs on an 8-core host: doubling the processes is the first thing to try
+    _seed(store, _rows(_seven(1.0), loader="processes", workers=2, cores=8, host="h8"))
+    assert advise("tensor", "mlp", host="h8", db=store).suggestions[0].changes == {"workers": 4}
 
 
 def test_measured_neighbours_are_not_proposed(seeded):
@@ -80,12 +109,12 @@ def test_verdict_sets_priorities(store):
 
 
 def test_next_sweep_toml_is_a_valid_sweep(seeded):
-    pytest.importorskip("engine.registry")
     from engine.config import SweepConfig
 
     advice = advise("tensor", "mlp", host=HOST, db=seeded)
     data = tomllib.loads(advice.next_sweep_toml())
     sweep = SweepConfig.from_dict(data)
+    assert data["repeats"] == 7   # a confirmation: every config gets enough runs for a 95% interval
     assert data["base"]["n_samples"] == 256 and data["base"]["width"] == 8
     assert data["grid"]["workers"] == [4, 8] and data["grid"]["loader"] == ["threads", "processes"]
     cfgs = sweep.configs()
