@@ -1,0 +1,38 @@
+"""Cached reads are keyed on the store's data version: ingest and the dashboard's edits bump it, the job
+queue's own writes (no result changes) do not, so a running job does not throw every chart away."""
+
+from __future__ import annotations
+
+import shutil
+
+from engine import api
+from engine.config import RunConfig
+from engine.store import ingest_pending, version
+from ui import cache
+
+
+def test_job_queue_writes_keep_the_version_and_ingest_bumps_it(seeded, seeded_template):
+    db, ids = seeded
+    before_data, before_file = cache.data_token(), cache.store_token()
+    assert version.current(db), "the seeded store was ingested, so it has a version"
+    api.submit(RunConfig.from_dict({"workload": "tensor", "n_samples": 64, "epochs": 2}))  # a job-queue write
+    assert cache.store_token() != before_file  # the file changed...
+    assert cache.data_token() == before_data  # ...but no result did: cached charts stay
+
+    counts = cache.cached("count_runs")
+    src = next(p for p in (seeded_template[0].parent / "runs").iterdir() if (p / "events.jsonl").is_file())
+    shutil.copytree(src, db.parent / "runs" / "copied-run")
+    (db.parent / "runs" / "copied-run" / "ingested").unlink(missing_ok=True)
+    assert ingest_pending(db=db)
+    assert cache.data_token() != before_data
+    assert cache.cached("count_runs") == api.count_runs() and counts == api.count_runs()  # same run id: upsert
+
+
+def test_an_edit_from_the_dashboard_refreshes_every_session(seeded):
+    db, ids = seeded
+    tags = lambda: cache.cached("search_runs", ids[0]).set_index("run_id").loc[ids[0], "tags"]  # noqa: E731
+    assert "fast" not in str(tags())
+    api.set_tags(ids[0], "fast")
+    assert "fast" not in str(tags())  # cached: the same version, no query
+    cache.clear()  # what the Runs page does after an edit: a new version for every session's cache
+    assert "fast" in str(tags())
