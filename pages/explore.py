@@ -6,7 +6,7 @@ stores that state and shows a short `/explore?view=<id>` link.
 
 import streamlit as st
 
-from ui import advisor, explore, state
+from ui import advisor, explore, pending, state
 from ui.auth import require_token
 from ui.cache import cached
 from ui.errors import shown
@@ -14,6 +14,7 @@ from ui.errors import shown
 require_token()  # a page opened directly (deep link) is guarded too, not only through app.py
 
 st.title("Explore")
+pending.banner()  # runs waiting to be stored, and who holds the store
 options: dict = {}
 
 with shown("Could not read the store"):

@@ -2,13 +2,14 @@
 
 import streamlit as st
 
-from ui import history, state
+from ui import history, pending, state
 from ui.auth import require_token
 from ui.errors import shown
 
 require_token()  # a page opened directly (deep link) is guarded too, not only through app.py
 
 st.title("History")
+pending.banner()  # runs waiting to be stored, and who holds the store
 st.caption("Query the whole store in SQL. Only one read-only statement runs; nothing you type can change the store.")
 
 with shown("Could not read the store"):

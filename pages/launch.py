@@ -8,7 +8,7 @@ cluster (address under Settings, default $LOADERLAB_RAY_ADDRESS; empty: a local 
 import streamlit as st
 
 from engine import api
-from ui import live
+from ui import live, pending
 from ui.auth import require_token
 from ui.errors import shown
 from ui.form import preset_picker, run_form, sweep_builder
@@ -16,6 +16,7 @@ from ui.form import preset_picker, run_form, sweep_builder
 require_token()  # a page opened directly (deep link) is guarded too, not only through app.py
 
 st.title("Launch")
+pending.banner()  # runs waiting to be stored, and who holds the store
 with shown("Could not start the job worker"):
     api.ensure_worker()
 

@@ -3,13 +3,14 @@ side by side (?compare=a,b); tags, notes, soft delete and purge."""
 
 import streamlit as st
 
-from ui import run_detail, runs, state
+from ui import pending, run_detail, runs, state
 from ui.auth import require_token
 from ui.errors import shown
 
 require_token()  # a page opened directly (deep link) is guarded too, not only through app.py
 
 st.title("Runs")
+pending.banner()  # runs waiting to be stored, and who holds the store
 
 with shown("Could not read the store"):
     for w in state.bind("runs", runs.SPEC):

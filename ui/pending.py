@@ -1,0 +1,50 @@
+"""The banner over every page when finished runs wait to be stored: "N runs waiting to be stored (the
+store is held by pid …)". Every page calls banner() under its title.
+
+Runs go ahead while a program outside LoaderLab (a user's duckdb shell) holds the store; their
+RunLogs wait on disk and the next writer stores them. Without this banner those runs would just be
+missing from the charts, with no word why.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import streamlit as st
+
+from engine import api
+from engine.paths import db_path
+
+__all__ = ["banner", "message"]
+
+log = logging.getLogger(__name__)
+
+
+@st.cache_data(ttl=5, show_spinner=False)  # NOTE: it stats every run folder; 20 sessions share one look per 5 s
+def _summary(path: str) -> dict[str, Any]:
+    return dict(api.pending_summary(path))
+
+
+def message(summary: dict[str, Any]) -> str | None:
+    """The banner's text for a pending_summary(), or None when nothing waits."""
+    count = int(summary.get("count") or 0)
+    if count <= 0:
+        return None
+    runs = "1 run" if count == 1 else f"{count} runs"
+    holder = summary.get("holder")
+    if holder:
+        return (f"{runs} waiting to be stored (the store is held by {holder}). Close that program's connection "
+                "to the store; nothing is lost meanwhile.")
+    return f"{runs} waiting to be stored (the next write stores them)."
+
+
+def banner() -> None:
+    """st.warning with message(); silent when nothing waits or the summary cannot be read."""
+    try:
+        text = message(_summary(str(db_path())))
+    except Exception:  # noqa: BLE001 - a hint must never stop a page from rendering
+        log.debug("pending summary unavailable", exc_info=True)
+        return
+    if text:
+        st.warning(text, icon=":material/hourglass_top:")
