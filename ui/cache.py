@@ -1,5 +1,10 @@
-"""Cached store reads for the pages. Each cache key carries a token of the store file (path, size,
-mtime of the file and its WAL), so any write invalidates every cached read without a timer.
+"""Cached store reads for the pages, shared by every session of the server.
+
+Each cache key carries the store's data version (engine.store.version: a sidecar file that ingest and
+edits bump), so 20 viewers of one chart cost one query per version, and the job queue's own writes
+(status, heartbeats: no result changes) do not throw the charts away. A store never bumped (written by
+an older LoaderLab) falls back to the file's stat. `live=True` keys on the stat instead, for reads
+that may touch tables the version does not cover (the SQL console can read the job queue).
 
     df = cached("explore_summary", "loader", metric="epoch_s")   # api.explore_summary(...), cached
 """
@@ -14,12 +19,15 @@ import streamlit as st
 
 from engine import api
 from engine.paths import db_path
+from engine.store import version
 
-__all__ = ["cached", "clear", "store_token"]
+__all__ = ["cached", "clear", "data_token", "store_token"]
+
+_SAFETY_TTL_S = 300  # NOTE: a writer outside LoaderLab (or an old one) does not bump; it shows within this
 
 
 def store_token() -> str:
-    """Changes whenever the store is written (DuckDB appends to the WAL, then checkpoints the file)."""
+    """Changes whenever the store file is written (DuckDB appends to the WAL, then checkpoints the file)."""
     path = db_path()
     parts = [str(path)]
     for p in (path, path.with_name(path.name + ".wal")):
@@ -31,17 +39,26 @@ def store_token() -> str:
     return "|".join(parts)
 
 
-@st.cache_data(max_entries=256, show_spinner=False)
+def data_token() -> str:
+    """Changes whenever results change (ingest, edits, imports bump the version)."""
+    v = version.current()
+    return f"{db_path()}|v{v}" if v else store_token()
+
+
+@st.cache_data(max_entries=256, show_spinner=False, ttl=_SAFETY_TTL_S)
 def _call(token: str, name: str, args_json: str) -> Any:
     args, kwargs = json.loads(args_json)
     return getattr(api, name)(*args, **kwargs)
 
 
-def cached(name: str, *args: Any, **kwargs: Any) -> Any:
-    """`api.<name>(*args, **kwargs)`, cached until the store changes. Arguments must be JSON-able."""
-    return _call(store_token(), name, json.dumps([args, kwargs], sort_keys=True, default=str))
+def cached(name: str, *args: Any, live: bool = False, **kwargs: Any) -> Any:
+    """`api.<name>(*args, **kwargs)`, cached until the results change (`live`: until any write).
+    Arguments must be JSON-able."""
+    token = store_token() if live else data_token()
+    return _call(token, name, json.dumps([args, kwargs], sort_keys=True, default=str))
 
 
 def clear() -> None:
-    """Forget every cached read (after this session wrote to the store)."""
+    """After this session wrote to the store: a new version, so every session's cached reads refresh."""
+    version.bump()
     _call.clear()

@@ -75,7 +75,7 @@ def result(sql: str) -> None:
     if not sql.strip():
         return
     try:
-        res = cached("run_query", sql)
+        res = cached("run_query", sql, live=True)  # it may read the job queue, which bumps no version
     except Exception as e:  # noqa: BLE001 - QueryRejected, or the store being unreadable: show the message
         st.error(f"Query not run: {e}")
         return

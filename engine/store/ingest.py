@@ -32,6 +32,7 @@ from engine.store._runrow import run_row
 from engine.store._stored import previous, prior_events, stored_epochs, stored_samples
 from engine.store.connect import connect
 from engine.store.pending import write_marker
+from engine.store import version
 
 __all__ = ["DEFER_AFTER_S", "ingest_pending", "ingest_run"]
 
@@ -51,7 +52,10 @@ def ingest_run(run_dir: str | os.PathLike, *, db: str | os.PathLike | None = Non
     stays on disk and the next ingest_pending() stores it (None: wait as long as any other write).
     """
     with connect(db, read_only=False, outside_wait_s=outside_wait_s) as conn:
-        return _ingest(conn, Path(run_dir), job_id, sweep_meta, stale_after_s)[0]
+        run_id, wrote = _ingest(conn, Path(run_dir), job_id, sweep_meta, stale_after_s)
+    if wrote:
+        version.bump(db)  # the dashboard's cached charts are keyed on it
+    return run_id
 
 
 def ingest_pending(runs_root: str | os.PathLike | None = None, *, db: str | os.PathLike | None = None,
@@ -90,6 +94,8 @@ def ingest_pending(runs_root: str | os.PathLike | None = None, *, db: str | os.P
                 log.debug("%s has no start event yet; skipped", d)
             except (duckdb.Error, OSError, ValueError) as e:  # one bad log must not block the others
                 log.warning("could not ingest the run log %s: %s", d, e)
+    if done:
+        version.bump(db)  # the dashboard's cached charts are keyed on it
     return done
 
 
