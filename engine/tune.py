@@ -5,7 +5,11 @@
 
 Successive halving: every candidate (loader x workers x prefetch_depth, see `candidates`) runs with
 RUNG0_EPOCHS steady epochs; the fastest 1/ETA survive and run again with ETA times as many epochs;
-and so on until one is left or the budget is spent. Each run is a normal run (subprocess, RunLog,
+and so on until one is left or the budget is spent. Within a rung the candidates run in a shuffled
+(seeded) order, so a slow spell of the machine does not always hit the same candidate. The search
+gets SEARCH_SHARE of the budget; then the best and sync run CONFIRM_REPEATS times each, interleaved
+(each pair in a random order), and the speedup's 95% interval comes from those runs' medians
+(stats.compare), never from the epochs of one run each. Each run is a normal run (subprocess, RunLog,
 store), tagged "tune" and grouped under one sweep_id. Before each run the time it will take is
 estimated from the runs so far, and a run that would overrun the budget is not started.
 
@@ -20,6 +24,7 @@ import argparse
 import logging
 import math
 import os
+import random
 import re
 import statistics
 import sys
@@ -33,13 +38,15 @@ from tqdm import tqdm
 from engine import stats
 from engine.config import ConfigError, RunConfig, load_toml
 
-__all__ = ["ETA", "RUNG0_EPOCHS", "TuneResult", "add_advise_args", "add_tune_args", "advise_main", "candidates",
+__all__ = ["CONFIRM_REPEATS", "ETA", "RUNG0_EPOCHS", "SEARCH_SHARE", "TuneResult", "add_advise_args", "add_tune_args", "advise_main", "candidates",
            "parse_budget", "tune", "tune_main"]
 
 log = logging.getLogger(__name__)
 
 ETA = 3            # keep the best 1/ETA of each rung; survivors run ETA x more epochs
 RUNG0_EPOCHS = 3   # steady epochs in the first rung: 3, so even a first-rung median has an interval
+SEARCH_SHARE = 0.6   # of the budget for the halving; the rest confirms the best against sync
+CONFIRM_REPEATS = 7  # interleaved runs each of the best and sync: 6 + 7 is the least for a 95% ratio interval
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
@@ -78,7 +85,8 @@ class TuneResult:
     rows: list[dict[str, Any]] = field(default_factory=list)   # one per run: candidate, rung, epoch_s, ...
     configs: list[RunConfig] = field(default_factory=list)
     best_idx: int | None = None
-    comparison: dict[str, Any] = field(default_factory=dict)    # stats.compare(sync epochs, best epochs)
+    comparison: dict[str, Any] = field(default_factory=dict)    # stats.compare(sync runs, best runs), confirmed
+    confirm_rows: list[dict[str, Any]] = field(default_factory=list)   # the interleaved runs of sync and best
 
     @property
     def table(self) -> pd.DataFrame:
@@ -106,10 +114,12 @@ class TuneResult:
         if self.best_idx == 0 and self.best.loader == "sync":
             lines.append("the sync loader (no background loading) was the fastest measured")
         elif c and not math.isnan(c.get("speedup", math.nan)):
-            ci = ("" if math.isnan(c["speedup_lo"]) else
-                  f" (95% CI {c['speedup_lo']:.2f}-{c['speedup_hi']:.2f}x, over epochs)")
-            lines.append(f"vs sync: {c['median_a']:.3f} s per epoch, so {c['speedup']:.2f}x faster{ci}; "
+            ci = stats.ci_text(c["speedup_lo"], c["speedup_hi"], min(c["n_a"], c["n_b"]), "{:.2f}", "x")
+            lines.append(f"vs sync, {c['n_a']} + {c['n_b']} interleaved runs: {c['median_a']:.3f} s per epoch, "
+                         f"so {c['speedup']:.2f}x faster ({ci}); "
                          f"{'a clear difference' if c['verdict'] == 'B faster' else c['verdict']}")
+        elif self.best_idx != 0:
+            lines.append("vs sync: not confirmed (the budget ran out before the interleaved runs)")
         flags = f"--loader {self.best.loader}"
         flags += f" --prefetch-depth {self.best.prefetch_depth}" if self.best.loader != "sync" else ""
         flags += f" --workers {self.best.workers}" if self.best.workers else ""
@@ -119,7 +129,8 @@ class TuneResult:
 
 def tune(workload: str, model: str, *, budget_s: float, db: str | os.PathLike | None = None,
          base: dict[str, Any] | None = None, progress: bool = True, space: list[dict[str, Any]] | None = None,
-         eta: int = ETA, rung0_epochs: int = RUNG0_EPOCHS) -> TuneResult:
+         eta: int = ETA, rung0_epochs: int = RUNG0_EPOCHS, confirm_repeats: int = CONFIRM_REPEATS,
+         seed: int = 0) -> TuneResult:
     """Successive halving within budget_s seconds of wall time (see the module docstring).
 
     `space` replaces the default candidates: a list of field changes, e.g. [{"loader": "sync"},
@@ -136,16 +147,17 @@ def tune(workload: str, model: str, *, budget_s: float, db: str | os.PathLike | 
     t0 = time.monotonic()
     bar = tqdm(total=round(budget_s), desc=f"tune {workload}+{model}", unit="s", disable=not progress,
                file=sys.stderr, dynamic_ncols=True)
-    rung, steady = 0, rung0_epochs
+    rung, steady, rng = 0, rung0_epochs, random.Random(seed)
     try:
         with bar:
             while survivors:
+                rng.shuffle(survivors)
                 for idx in survivors:
                     cfg = result.configs[idx].replace(epochs=cfg0.warmup_epochs + steady)
                     # the first run always goes: with nothing finished there is nothing to report
                     if result.rows and time.monotonic() - t0 + _estimate(result.rows, epochs_of.get(idx), cfg) \
-                            > budget_s:
-                        result.stop_reason = "budget spent"
+                            > budget_s * SEARCH_SHARE:
+                        result.stop_reason = "search share of the budget spent"
                         break
                     result.rows.append(_measure(cfg, db, result.sweep_id, idx, rung, steady, epochs_of))
                     bar.n = min(round(time.monotonic() - t0), bar.total)
@@ -162,24 +174,52 @@ def tune(workload: str, model: str, *, budget_s: float, db: str | os.PathLike | 
                     result.stop_reason = "one candidate left"
                     break
                 rung, steady = rung + 1, steady * eta
+            _pick_best(result)
+            _confirm(result, cfg0.warmup_epochs + rung0_epochs, db, t0, confirm_repeats, rng)
     except KeyboardInterrupt:
         result.stop_reason = "interrupted"
         log.warning("tune interrupted; reporting the runs finished so far")
     result.spent_s = time.monotonic() - t0
-    _finish(result, epochs_of)
+    _pick_best(result)
+    _compare_confirmed(result)
     return result
 
 
-def _finish(result: TuneResult, epochs_of: dict[int, list[float]]) -> None:
-    """Best = fastest among candidates measured in the highest rung reached; compare it with sync."""
+def _pick_best(result: TuneResult) -> None:
+    """Best = fastest among candidates measured in the highest rung reached."""
     done = [r for r in result.rows if not math.isnan(r["epoch_s"])]
-    if not done:
+    if done:
+        top = max(r["rung"] for r in done)
+        result.best_idx = min((r for r in done if r["rung"] == top), key=lambda r: r["epoch_s"])["candidate"]
+
+
+def _confirm(result: TuneResult, epochs: int, db: Any, t0: float, repeats: int, rng: random.Random) -> None:
+    """Sync (candidate 0) and the best, `repeats` runs each, interleaved, each pair in a random order, while
+    the budget lasts: the runs are the samples of the final comparison (like with like, same spell)."""
+    best = result.best_idx
+    if best is None or best == 0 or result.configs[0].loader != "sync":
         return
-    top = max(r["rung"] for r in done)
-    result.best_idx = min((r for r in done if r["rung"] == top), key=lambda r: r["epoch_s"])["candidate"]
-    sync = epochs_of.get(0)  # candidate 0 is sync
-    if sync and result.configs[0].loader == "sync":
-        result.comparison = stats.compare(sync, epochs_of[result.best_idx])
+    scratch: dict[int, list[float]] = {}
+    for rep in range(repeats):
+        for idx in rng.sample([0, best], 2):
+            cfg = result.configs[idx].replace(epochs=epochs)
+            if time.monotonic() - t0 + _estimate(result.rows + result.confirm_rows, None, cfg) > result.budget_s:
+                result.stop_reason += ("; budget spent while confirming" if result.confirm_rows
+                                       else "; no time left to confirm against sync")
+                return
+            row = _measure(cfg, db, result.sweep_id, idx, -1, epochs - cfg.warmup_epochs, scratch)
+            result.confirm_rows.append({**row, "rung": "confirm", "repeat": rep})
+
+
+def _compare_confirmed(result: TuneResult) -> None:
+    """stats.compare over the confirmation runs' medians (one number per run: runs are the samples)."""
+    if result.best_idx in (None, 0) or not result.confirm_rows:
+        return
+    runs = [r for r in result.confirm_rows if not math.isnan(r["epoch_s"])]
+    sync = [r["epoch_s"] for r in runs if r["candidate"] == 0]
+    best = [r["epoch_s"] for r in runs if r["candidate"] == result.best_idx]
+    if sync and best:
+        result.comparison = stats.compare(sync, best)
 
 
 def _measure(cfg: RunConfig, db: Any, sweep_id: str, idx: int, rung: int, steady: int,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import math
+import random
 
 import pytest
 
@@ -36,10 +38,22 @@ def test_candidates_keep_batch_size_and_cover_the_loaders():
     assert len({c.to_json() for c in cands}) == len(cands)
 
 
+def test_confirmation_has_enough_runs_for_an_interval_and_rungs_are_shuffled(monkeypatch):
+    from engine import stats, tune as tune_mod
+
+    assert tune_mod.CONFIRM_REPEATS >= 5
+    assert stats.ratio_ci(range(1, tune_mod.CONFIRM_REPEATS + 1), range(1, tune_mod.CONFIRM_REPEATS + 1))[1] > 0
+    order = list(range(12))
+    random.Random(0).shuffle(order)
+    assert order != sorted(order)   # the seeded shuffle tune applies to each rung does reorder
+
+
 @pytest.mark.slow
 def test_tiny_tune_halves_and_reports_a_config(store):
     space = [{"loader": "sync"}, {"loader": "prefetch"}, {"loader": "threads", "workers": 2}]
-    result = tune("tensor", "mlp", budget_s=300, db=store, base=TINY, progress=False, space=space, eta=2)
+    # NOTE: a per-sample sleep so that loading in the background pays and the confirmation path runs
+    result = tune("tensor", "mlp", budget_s=600, db=store, base={**TINY, "latency_ms": 1.0}, progress=False,
+                  space=space, eta=2, confirm_repeats=3)
     assert result.stop_reason == "one candidate left"
     assert [r["rung"] for r in result.rows] == [0, 0, 0, 1, 1]  # the faster half (2 of 3) runs again
     first = sorted(result.rows[:3], key=lambda r: r["epoch_s"])
@@ -47,9 +61,17 @@ def test_tiny_tune_halves_and_reports_a_config(store):
     assert result.best is not None 
     assert result.best_idx in {r["candidate"] for r in result.rows[3:]}
     assert result.rows[-1]["steady_epochs"] == 2 * result.rows[0]["steady_epochs"]
-    assert result.speedup is not None and "best:" in result.render()
+    assert "best:" in result.render()
+    if result.best_idx == 0:
+        assert "sync loader (no background loading) was the fastest" in result.render() and not result.confirm_rows
+    else:   # the final comparison: interleaved runs of sync and the best, not epochs
+        confirm = result.confirm_rows
+        assert [sorted(r["candidate"] for r in confirm[i:i + 2]) for i in range(0, 6, 2)] == [[0, result.best_idx]] * 3
+        c = result.comparison
+        assert c["n_a"] == c["n_b"] == 3 and math.isnan(c["speedup_lo"])   # 3 + 3 runs: no interval, and it says so
+        assert "no interval: 3 runs" in result.render()
     stored = list_runs(db=store)
-    assert set(stored["run_id"]) == {r["run_id"] for r in result.rows}
+    assert set(stored["run_id"]) == {r["run_id"] for r in result.rows + result.confirm_rows}
     assert stored["sweep_id"].nunique() == 1 and set(stored["tag"]) == {"tune"}
 
 
@@ -61,7 +83,8 @@ def test_budget_stops_the_tune_after_the_first_run(store, capsys):
                         + [f"--set={k}={v}" for k, v in TINY.items()])
     assert tune_main(args) == 0
     out = capsys.readouterr().out
-    assert "1 runs" in out and "budget spent" in out and "best: sync" in out
+    assert "1 runs" in out and "budget spent" in out and "best: " in out   # the first of a shuffled rung
+    assert "vs sync, " not in out   # no interleaved runs, so no speedup claimed
     q = argparse.ArgumentParser()
     add_advise_args(q)
     assert q.parse_args(["--host", "any"]).host == "any"
