@@ -79,6 +79,8 @@ class RunConfig:
     warmup_epochs: int = _f(1, "leading epochs flagged as warm-up (kept, excluded from summaries)", "training",
                             min=0, max=100_000)
     device: str = _f("auto", "auto, cpu, cuda or cuda:N", "training")
+    threads: int = _f(0, "intra-op threads (torch.set_num_threads); 0 = auto: torch's default, and the count it "
+                         "chose is recorded with the run", "training", min=0, max=1024)
     tag: str = _f("", "free-form label to group runs", "training")
     # --- concurrency mode ---
     mode: str = _f("single", "how models share the machine", "mode", choices="modes")
@@ -125,6 +127,28 @@ class RunConfig:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
+
+    def effective(self) -> dict[str, Any]:
+        """The config as it takes effect, for the store: fields the mode ignores get the value that ran.
+
+        NOTE: the RunConfig itself keeps what the user asked for, so `replace(mode=...)` still finds
+        their n_models or world_size; only the stored copy is normalised, in this one place.
+        """
+        out = self.to_dict()
+        dual = self.mode.startswith("dual-")
+        if self.mode != "fused":
+            out.update(n_models=2 if dual else 1, lr_spread=0.0)
+        if not dual:
+            out.update(model_b="", width_b=0)
+        if self.mode not in ("dual-processes", "split"):
+            out["devices"] = []
+        if self.mode != "dual-threads":
+            out["dual_data"] = "shared"
+        if self.mode != "split":
+            out.update(n_stages=1, micro_batches=1)
+        if self.mode != "ddp":
+            out["world_size"] = 1
+        return out
 
     # ------------------------------------------------------------------ validation
     def validate(self) -> None:

@@ -61,8 +61,9 @@ def execute(run_dir: Path) -> int:
     meta = json.loads((run_dir / "meta.json").read_text())
     cfg = RunConfig.from_dict(json.loads((run_dir / "config.json").read_text()))
     device = devices.resolve(cfg.device)
+    _set_threads(cfg.threads)  # before fingerprint(): the thread settings that took effect are part of it
     with RunLog(run_dir) as runlog:
-        runlog.write("start", run_id=run_dir.name, config=cfg.to_dict(), host=fingerprint(), pid=os.getpid(),
+        runlog.write("start", run_id=run_dir.name, config=_stored_config(cfg), host=fingerprint(), pid=os.getpid(),
                      device=str(device), **meta)
         ctx = RunContext(cfg=cfg, log=runlog, device=device)
         heart = _Heartbeat(runlog)
@@ -71,7 +72,7 @@ def execute(run_dir: Path) -> int:
                 MODES[cfg.mode].run(ctx)
             ctx.summary.update(s.summary())
             if cfg.bound:
-                ctx.summary.update(bound.calibrate(cfg, device, runlog, run_dir))
+                ctx.summary.update(_calibrate(bound, ctx, run_dir))
             runlog.write("summary", **ctx.summary)
             runlog.write("end", status="done", error=None)
             return 0
@@ -79,6 +80,34 @@ def execute(run_dir: Path) -> int:
             log.exception("run failed")
             runlog.write("end", status="failed", error=f"{type(e).__name__}: {e}")
             return 1
+
+
+def _set_threads(threads: int) -> None:
+    """0 = auto: torch's default is left alone (fingerprint() records what it chose)."""
+    import torch  # noqa: PLC0415
+
+    if threads > 0:
+        torch.set_num_threads(threads)
+
+
+def _stored_config(cfg: RunConfig) -> dict[str, Any]:
+    """What ran: fields the mode ignores normalised; a folder's real image and class counts."""
+    out = cfg.effective()
+    if cfg.workload == "folder":
+        from engine.registry import WORKLOADS  # noqa: PLC0415
+
+        dataset = WORKLOADS["folder"](cfg)  # NOTE: lists the files once; the mode lists them again (cheap)
+        out.update(n_samples=len(dataset), num_classes=dataset.num_classes)
+    return out
+
+
+def _calibrate(bound: Any, ctx: Any, run_dir: Path) -> dict[str, Any]:
+    """The bound's passes; their failure (e.g. out of memory) leaves the run `done`, with `bound_error`."""
+    try:
+        return bound.calibrate(ctx, run_dir)
+    except Exception as e:  # noqa: BLE001 - the run's own figures stand; the bound is an extra
+        log.warning("lower-bound calibration failed", exc_info=True)
+        return {"bound_error": f"{type(e).__name__}: {e}"[:500]}
 
 
 class _Heartbeat:

@@ -18,7 +18,7 @@ import torch
 
 from engine.paths import ROOT
 
-__all__ = ["fingerprint"]
+__all__ = ["fingerprint", "thread_settings"]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,25 @@ def _git_commit() -> str | None:
         return None
 
 
+def thread_settings() -> dict[str, Any]:
+    """What sets how many cores a run's compute uses: torch's thread pools, the OpenMP/MKL variables, affinity."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    return {"intra_op_threads": torch.get_num_threads(), "inter_op_threads": torch.get_num_interop_threads(),
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "mkl_num_threads": os.environ.get("MKL_NUM_THREADS"),
+            "affinity": len(cpus) or None, "affinity_cpus": _ranges(cpus)}
+
+
+def _ranges(cpus: list[int]) -> str | None:
+    """[0, 1, 2, 5] -> '0-2,5': the affinity set in one short line."""
+    out: list[str] = []
+    for c in cpus:
+        if out and int(out[-1].split("-")[-1]) == c - 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{c}"
+        else:
+            out.append(str(c))
+    return ",".join(out) or None
+
+
 @functools.cache
 def fingerprint() -> dict[str, Any]:
     """Host facts plus `fingerprint`, a short hash of those that change results (not hostname or commit)."""
@@ -62,10 +81,12 @@ def fingerprint() -> dict[str, Any]:
         "physical_cores": psutil.cpu_count(logical=False), "memory_bytes": psutil.virtual_memory().total,
         **_gpu(), "torch_version": torch.__version__, "python_version": platform.python_version(),
         "os": f"{platform.system()} {platform.release()}", "git_commit": _git_commit(),
-        "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "executable": sys.executable,
+        **thread_settings(), "executable": sys.executable,
     }
+    # NOTE: thread settings are keyed: a run on 1 thread and one on torch's default are not like for like.
+    # The runner sets its threads before calling this (cached per process).
     keyed = {k: facts[k] for k in ("cpu_model", "cores", "gpu_name", "driver", "cuda_version", "torch_version",
-                                   "python_version", "os")}
+                                   "python_version", "os", "intra_op_threads", "inter_op_threads",
+                                   "omp_num_threads", "mkl_num_threads", "affinity")}
     facts["fingerprint"] = hashlib.sha1(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:12]
     return facts

@@ -23,9 +23,13 @@ def no_check(cfg: RunConfig) -> None:
 
 @dataclass(frozen=True)
 class ModeSpec:
+    """run: the loop. check: extra config rules. bound: the mode's lower bound, given the run's
+    Calibrator it returns the Phases its epoch runs (engine/measure/bound.py); None = single's."""
+
     run: Callable[["RunContext"], None]
     check: Callable[[RunConfig], None] = no_check
     doc: str = ""
+    bound: Callable[[Any], Any] | None = None
 
 
 @dataclass

@@ -109,7 +109,11 @@ class Recorder:
         self.events.append({k: payload[k] for k in self._KEEP})
 
     def finish(self) -> None:
-        self.ctx.summary.update(throughput(self.events, self.per))
+        figures = throughput(self.events, self.per)
+        # NOTE: one throughput for every mode (the run row's samples_per_s): steady samples of all models and
+        # ranks over the wall from the first steady start to the last end, gaps between epochs included
+        figures["samples_per_s"] = figures.get("aggregate_samples_per_s")
+        self.ctx.summary.update(figures)
 
 
 # ---------------------------------------------------------------------------- config checks

@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 from engine.config import ConfigError, RunConfig
+from engine.measure import _mode_bounds
 from engine.modes._base import ModeSpec, RunContext
 from engine.modes._common import Recorder, epoch_payload, fail_point, train_epoch
 from engine.modes._ddp import AllreduceTimer, ShardDataset, cuda_ranks, free_port, timed_allreduce, torchrun_env
@@ -134,4 +135,5 @@ def _check(cfg: RunConfig) -> None:
                                         f"n_samples {cfg.n_samples}")
 
 
-SPEC = ModeSpec(run=run, check=_check, doc="data parallel over world_size processes (torch.distributed DDP)")
+SPEC = ModeSpec(run=run, check=_check, doc="data parallel over world_size processes (torch.distributed DDP)",
+                bound=_mode_bounds.ddp_bound)

@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable
 import torch
 
 from engine.config import ConfigError, RunConfig
+from engine.measure import _mode_bounds
 from engine.modes._base import ModeSpec, RunContext
 from engine.modes._common import Recorder, build_model, check_devices, check_model_b, epoch_payload, fail_point, \
     train_epoch
@@ -203,7 +204,11 @@ def _check_processes(cfg: RunConfig) -> None:
         raise ConfigError("devices", "dual-processes takes two devices (one per model) or none (both on `device`)")
 
 
-SEQUENTIAL = ModeSpec(run=run_sequential, check=_check, doc="two models, one after the other: the dual baseline")
-THREADS = ModeSpec(run=run_threads, check=_check, doc="two models, one Python thread each")
-PROCESSES = ModeSpec(run=run_processes, check=_check_processes, doc="two models, one spawned process each")
-STREAMS = ModeSpec(run=run_streams, check=check_streams, doc="two models on one GPU, one CUDA stream each")
+SEQUENTIAL = ModeSpec(run=run_sequential, check=_check, doc="two models, one after the other: the dual baseline",
+                      bound=_mode_bounds.dual_sequential_bound)
+THREADS = ModeSpec(run=run_threads, check=_check, doc="two models, one Python thread each",
+                   bound=_mode_bounds.dual_concurrent_bound)
+PROCESSES = ModeSpec(run=run_processes, check=_check_processes, doc="two models, one spawned process each",
+                     bound=_mode_bounds.dual_concurrent_bound)
+STREAMS = ModeSpec(run=run_streams, check=check_streams, doc="two models on one GPU, one CUDA stream each",
+                   bound=_mode_bounds.dual_concurrent_bound)

@@ -24,6 +24,7 @@ import torch
 from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 
 from engine.config import ConfigError, RunConfig
+from engine.measure import _mode_bounds
 from engine.measure.timers import EpochTimer
 from engine.modes._base import ModeSpec, RunContext, to_device
 from engine.modes._common import Recorder, build_model, epoch_payload, fail_point
@@ -130,4 +131,5 @@ def _check(cfg: RunConfig) -> None:
     check_vmappable(MODELS[cfg.model]((3, 8, 8), cfg.num_classes, 8, cfg.depth))
 
 
-SPEC = ModeSpec(run=run, check=_check, doc="n_models copies of one model trained as one torch.func.vmap program")
+SPEC = ModeSpec(run=run, check=_check, doc="n_models copies of one model trained as one torch.func.vmap program",
+                bound=_mode_bounds.fused_bound)

@@ -6,6 +6,7 @@ import logging
 
 import torch
 
+from engine.measure import _mode_bounds
 from engine.modes._base import ModeSpec, RunContext
 from engine.modes._common import Recorder, epoch_payload, train_epoch
 
@@ -48,4 +49,5 @@ def run(ctx: RunContext) -> None:
     recorder.finish()
 
 
-SPEC = ModeSpec(run=run, doc="one model trained by one loop; the reference for every other mode")
+SPEC = ModeSpec(run=run, doc="one model trained by one loop; the reference for every other mode",
+                bound=_mode_bounds.single_bound)

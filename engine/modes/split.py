@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from engine.config import ConfigError, RunConfig
+from engine.measure import _mode_bounds
 from engine.measure.timers import EpochTimer
 from engine.modes._base import ModeSpec, RunContext, to_device
 from engine.modes._common import Recorder, check_devices, epoch_payload, fail_point
@@ -166,4 +167,5 @@ def _check(cfg: RunConfig) -> None:
     split_stages(MODELS[cfg.model]((3, 8, 8), cfg.num_classes, 8, cfg.depth), cfg.n_stages)
 
 
-SPEC = ModeSpec(run=run, check=_check, doc="one model cut into n_stages stages over devices, GPipe micro-batches")
+SPEC = ModeSpec(run=run, check=_check, doc="one model cut into n_stages stages over devices, GPipe micro-batches",
+                bound=_mode_bounds.split_bound)

@@ -175,9 +175,10 @@ def summarize(epochs: list[dict], samples: pa.Table) -> dict[str, Any]:
         out["epoch_s"] = statistics.median(walls)
         total = sum(_float(e.get("samples")) or 0.0 for e in steady)
         span = sum(walls)
-        if len({(e["model_idx"], e["rank"]) for e in steady}) > 1:
-            # NOTE: DESIGN's aggregate throughput: all models' samples over ONE span, first start to last
-            # end; summing per-epoch spans would count twice the time two drifting processes overlap.
+        if steady:
+            # NOTE: DESIGN's aggregate throughput, for every mode (single too, as Recorder.finish): all models'
+            # samples over ONE span, first start to last end; summing per-epoch spans would count twice the
+            # time two drifting processes overlap, and leave out a single run's gaps between epochs.
             starts = [t for t in (_float(e.get("t_start")) for e in steady) if t is not None]
             ends = [t for t in (_float(e.get("t_end")) for e in steady) if t is not None]
             span = max(ends) - min(starts) if starts and ends else span

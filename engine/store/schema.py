@@ -17,14 +17,14 @@ import duckdb
 
 from engine.config import config_fields
 from engine.store.errors import StoreVersionError
-from engine.store.tables import BUILTIN_QUERIES, RUN_COLUMNS, SUMMARY_COLUMNS, TABLES
+from engine.store.tables import BUILTIN_QUERIES, RUN_COLUMNS, SUMMARY_COLUMNS, SUMMARY_COLUMNS_V2, TABLES
 
 __all__ = ["MIGRATIONS", "RUN_COLUMNS", "SCHEMA_VERSION", "SUMMARY_COLUMNS", "TABLES", "config_columns",
            "ensure_schema", "needs_upgrade", "schema_version"]
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SQL_TYPES = {"int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "str": "VARCHAR", "list[str]": "VARCHAR"}
 
@@ -57,8 +57,14 @@ def _v1(conn: duckdb.DuckDBPyConnection) -> None:
         conn.execute("INSERT OR IGNORE INTO saved_queries VALUES (?, ?, true, ?)", [name, sql, now])
 
 
+def _v2(conn: duckdb.DuckDBPyConnection) -> None:
+    """The bound per mode: overlap, serial bound, calibration age, its note and error on the run row."""
+    for name in SUMMARY_COLUMNS_V2:  # a file made at v2 got them from _v1's CREATE already
+        conn.execute(f'ALTER TABLE runs ADD COLUMN IF NOT EXISTS "{name}" {SUMMARY_COLUMNS[name]}')
+
+
 # (version, migration) in order. A migration gets a writer connection inside a transaction.
-MIGRATIONS: list[tuple[int, Callable[[duckdb.DuckDBPyConnection], None]]] = [(1, _v1)]
+MIGRATIONS: list[tuple[int, Callable[[duckdb.DuckDBPyConnection], None]]] = [(1, _v1), (2, _v2)]
 
 
 def _now() -> datetime:

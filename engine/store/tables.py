@@ -5,7 +5,7 @@ The `runs` table also gets one column per RunConfig field; schema.py adds those 
 
 from __future__ import annotations
 
-__all__ = ["BUILTIN_QUERIES", "RUN_COLUMNS", "SUMMARY_COLUMNS", "TABLES"]
+__all__ = ["BUILTIN_QUERIES", "RUN_COLUMNS", "SUMMARY_COLUMNS", "SUMMARY_COLUMNS_V2", "TABLES"]
 
 # Run-level figures computed at ingest (or copied from the run's `summary` event).
 SUMMARY_COLUMNS = {
@@ -14,7 +14,12 @@ SUMMARY_COLUMNS = {
     "verdict": "VARCHAR", "peak_rss_bytes": "BIGINT", "mean_cpu_pct": "DOUBLE", "n_epochs": "INTEGER",
     "other_share": "DOUBLE", "data_wait_p50_s": "DOUBLE", "data_wait_p90_s": "DOUBLE", "data_wait_p99_s": "DOUBLE",
     "loader_only_s": "DOUBLE", "compute_only_s": "DOUBLE", "aggregate_samples_per_s": "DOUBLE",
+    # schema v2: the bound per mode (engine/measure/bound.py)
+    "overlap": "DOUBLE", "serial_bound_s": "DOUBLE", "calib_age_s": "DOUBLE", "bound_note": "VARCHAR",
+    "bound_error": "VARCHAR",
 }
+# Summary columns each schema version added (a migration adds them to an older file).
+SUMMARY_COLUMNS_V2 = ("overlap", "serial_bound_s", "calib_age_s", "bound_note", "bound_error")
 # Fixed `runs` columns; config columns follow, generated from RunConfig.
 RUN_COLUMNS = {
     "run_id": "VARCHAR PRIMARY KEY", "status": "VARCHAR", "error": "VARCHAR", "created_at": "TIMESTAMP",

@@ -72,7 +72,7 @@ def test_round_trip(store):
     assert (run["host"], run["cpu_model"], run["cores"], run["torch_version"]) == ("box", "Test CPU", 8, "2.11")
     assert len(run["host_fingerprint"]) == 12
     assert run["epoch_s"] == pytest.approx(2.5) and run["n_epochs"] == 3  # warm-up epoch 0 excluded
-    assert run["samples_per_s"] == pytest.approx(200 / 5.0)
+    assert run["samples_per_s"] == pytest.approx(200 / (23.0 - 10.0))  # steady samples / first start to last end
     assert run["data_wait_share"] == pytest.approx(0.2) and run["compute_share"] == pytest.approx(0.7)
     assert (run["efficiency"], run["verdict"], run["bound_s"]) == (0.8, "data-bound", 2.0)
     assert run["summary"]["peak_rss"] == 123 and run["peak_rss_bytes"] == 3000  # from the samples
@@ -264,17 +264,18 @@ def test_reader_of_missing_file_creates_schema(store):
 
 def test_migration_backs_up_the_file_first(store, monkeypatch):
     ingest_run(write_run(store.parent / "runs", "r1"), db=store)
-    monkeypatch.setattr(schema, "SCHEMA_VERSION", 2)
+    now = schema.SCHEMA_VERSION
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", now + 1)
     monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS,
-                                               (2, lambda c: c.execute("CREATE TABLE extra (a INTEGER)"))])
+                                               (now + 1, lambda c: c.execute("CREATE TABLE extra (a INTEGER)"))])
     assert "extra" in table_schema(db=store)  # a reader triggers the upgrade too
-    backup = store.with_name(store.name + ".bak-v1")
+    backup = store.with_name(store.name + f".bak-v{now}")
     with duckdb.connect(str(backup), read_only=True) as old:
-        assert old.execute("SELECT max(version) FROM schema_version").fetchall() == [(1,)]
+        assert old.execute("SELECT max(version) FROM schema_version").fetchall() == [(now,)]
         assert old.execute("SELECT run_id FROM runs").fetchall() == [("r1",)]
         assert "extra" not in {r[0] for r in old.execute("SHOW TABLES").fetchall()}
     with connect(store, read_only=True) as conn:
-        assert conn.execute("SELECT max(version) FROM schema_version").fetchall() == [(2,)]
+        assert conn.execute("SELECT max(version) FROM schema_version").fetchall() == [(now + 1,)]
 
 
 def test_newer_schema_version_is_refused(store):

@@ -1,0 +1,90 @@
+"""The two calibration passes behind engine/measure/bound.py, measured in the run's process after the run."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import torch
+
+from engine.config import RunConfig
+
+__all__ = ["compute_pass", "loader_pass"]
+
+_MAX_REPLAY_BYTES = 1 << 30  # replay at most 1 GiB of batches, then scale by the batch count
+_REPLAYS, _REPLAY_BUDGET_S = 3, 2.0
+
+
+def loader_pass(cfg: RunConfig, device: torch.device, shard: tuple[int, int] | None = None) -> dict[str, float]:
+    """One epoch of the run's loader with no model: seconds after the first batch, and the TTFB."""
+    from engine.modes._base import to_device  # noqa: PLC0415
+    from engine.registry import LOADERS, WORKLOADS  # noqa: PLC0415
+
+    dataset = WORKLOADS[cfg.workload](cfg)
+    if shard is not None:
+        from engine.modes._ddp import ShardDataset  # noqa: PLC0415
+
+        dataset = ShardDataset(dataset, *shard)
+    with LOADERS[cfg.loader](dataset, cfg, device) as loader:
+        # epoch 1 (not 0) so persistent workers and generated files are already warm, like steady epochs
+        t0 = time.perf_counter()
+        first, samples = None, 0
+        for batch in loader.epoch(1):
+            x, _ = to_device(batch, device)  # the copy is the loader's to hide, so it counts here
+            samples += x.shape[0]
+            if first is None:
+                first = time.perf_counter()
+        _sync(device)
+        end = time.perf_counter()
+    first = first or end
+    return {"seconds": end - first, "ttfb_s": first - t0, "samples": samples}
+
+
+def compute_pass(cfg: RunConfig, device: torch.device, build: Callable[[Any], list[Callable]],
+                 fraction: float = 1.0) -> dict[str, Any]:
+    """The epoch's batches already on `device`, replayed through each step of build(dataset) in turn.
+
+    fraction: the share of the epoch's batches the step sees (ddp: one rank's 1/world).
+    """
+    from engine.loaders._base import epoch_batches  # noqa: PLC0415
+    from engine.registry import LOADERS, WORKLOADS  # noqa: PLC0415
+
+    dataset = WORKLOADS[cfg.workload](cfg.replace(latency_ms=0.0, work_us=0))
+    n_batches = len(epoch_batches(len(dataset), cfg.batch_size, cfg.seed, 1)) * fraction
+    c, h, w = dataset.sample_shape
+    keep = max(1, min(int(n_batches) or 1, _MAX_REPLAY_BYTES // (cfg.batch_size * 4 * (1 + c * h * w))))
+    batches = []
+    with LOADERS["sync"](dataset, cfg.replace(loader="sync", workers=0), torch.device("cpu")) as loader:
+        for i, (x, y) in enumerate(loader.epoch(1)):
+            if i >= keep:
+                break
+            batches.append((x.to(device), y.to(device)))
+    per_step = []
+    for step in build(dataset):
+        # a split stage's inputs are the earlier stages' outputs, made here, untimed
+        inputs = step.prepare(batches) if hasattr(step, "prepare") else batches
+        step(*inputs[0])  # one untimed step: allocator and kernel selection
+        per_step.append(_fastest_replay(step, inputs, device) * n_batches / len(batches))
+    return {"seconds": sum(per_step), "per_step": per_step, "ttfb_s": 0.0, "batches": n_batches}
+
+
+def _fastest_replay(step: Callable, inputs: list, device: torch.device) -> float:
+    """The fastest of up to _REPLAYS replays of the batches (while they take < _REPLAY_BUDGET_S in all).
+
+    NOTE: the fastest, because a bound is what the step allows: a replay slowed by another process
+    on the machine would raise the bound and pass the slowdown off as the run's efficiency.
+    """
+    times: list[float] = []
+    while len(times) < _REPLAYS and (not times or sum(times) < _REPLAY_BUDGET_S):
+        _sync(device)
+        t0 = time.perf_counter()
+        for x, y in inputs:
+            step(x, y)
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
