@@ -88,6 +88,7 @@ def run_worker(db: str | os.PathLike | None = None, *, once: bool = False, poll_
     stop = threading.Event()
     restore = _on_signals(stop)
     log.info("job worker pid %d serving %s", os.getpid(), db_path(db))
+    _reap_ray(db)
     try:
         recovered, last_scan, last_error = False, 0.0, None
         while not stop.is_set():
@@ -120,6 +121,16 @@ def run_worker(db: str | os.PathLike | None = None, *, once: bool = False, poll_
         unlock(fd)
         log.info("job worker pid %d stopped", os.getpid())
     return 0
+
+
+def _reap_ray(db: Any) -> None:
+    """Stop what a killed worker's local Ray instance left running (it logs what it stopped); never fatal."""
+    from engine.ray_executor._session import reap_leftovers  # noqa: PLC0415 - psutil only, no Ray import
+
+    try:
+        reap_leftovers(db)
+    except Exception:  # noqa: BLE001 - a leftover must not keep the queue from running
+        log.exception("could not check for leftover Ray processes")
 
 
 def _on_signals(stop: threading.Event):

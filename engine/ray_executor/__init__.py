@@ -34,9 +34,11 @@ from tqdm import tqdm
 from engine.config import SweepConfig
 from engine.ray_executor._cluster import INSTALL_HINT, connect_ray, ray_available, require_ray
 from engine.ray_executor._driver import Driver, Trial, gpus_needed
+from engine.ray_executor._session import reap_leftovers, sessions_dir
 from engine.sweep import SweepResult, new_sweep_id
 
-__all__ = ["INSTALL_HINT", "connect_ray", "gpus_needed", "ray_available", "require_ray", "run_sweep_ray"]
+__all__ = ["INSTALL_HINT", "connect_ray", "gpus_needed", "ray_available", "reap_leftovers", "require_ray",
+           "run_sweep_ray"]
 
 
 def run_sweep_ray(sweep: SweepConfig, *, db: str | os.PathLike | None = None, address: str | None = None,
@@ -56,7 +58,8 @@ def run_sweep_ray(sweep: SweepConfig, *, db: str | os.PathLike | None = None, ad
         repeats[config_idx] = repeats.get(config_idx, -1) + 1
         trials.append(Trial(cfg, {**(meta or {}), "sweep_id": result.sweep_id, "config_idx": config_idx,
                                   "repeat_idx": repeats[config_idx], "executor": "ray"}))
-    with connect_ray(address, num_cpus=num_cpus) as ray, tqdm(
+    # a local instance is recorded next to the store: the next job worker stops it if this process is killed
+    with connect_ray(address, num_cpus=num_cpus, record_in=sessions_dir(db)) as ray, tqdm(
             total=len(trials), desc=f"sweep {sweep.name} (ray)", unit="run", disable=not progress, file=sys.stderr,
             dynamic_ncols=True) as bar:
         Driver(ray, db, result, bar, cancel).run(trials)

@@ -8,9 +8,11 @@ import os
 import socket
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterator
 
 from engine.config import ConfigError
+from engine.ray_executor._session import forget_session, record_session
 
 __all__ = ["INSTALL_HINT", "Node", "alive_nodes", "connect_ray", "ray_available", "require_ray"]
 
@@ -33,23 +35,28 @@ def require_ray() -> Any:
 
 
 @contextmanager
-def connect_ray(address: str | None = None, *, num_cpus: int | None = None) -> Iterator[Any]:
+def connect_ray(address: str | None = None, *, num_cpus: int | None = None,
+                record_in: Path | None = None) -> Iterator[Any]:
     """Yield `ray`, connected: this process's connection if it has one (left open), else a new one that is
     closed on exit. address None starts a local instance listening on 127.0.0.1 only, with num_cpus
     (default: all); "auto" joins the cluster `ray start` runs on this machine; "host:port" a cluster's
-    head; "ray://host:port" goes through Ray Client."""
+    head; "ray://host:port" goes through Ray Client. record_in: a folder where a local instance is recorded
+    while it runs, so that the next job worker can stop its leftovers if this process is killed (_session)."""
     ray = require_ray()
     if ray.is_initialized():
         yield ray
         return
+    record = None
     try:
         if address is None:
             _init_local(ray, num_cpus)
+            record = record_session(record_in, ray) if record_in is not None else None
         else:
             _probe(address)
             ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
     except (ConnectionError, RuntimeError, ValueError, TimeoutError) as e:
         ray.shutdown()
+        forget_session(record)
         where = "start a local Ray instance" if address is None else f"connect to the Ray cluster at {address!r}"
         first = (str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__).rstrip(".")
         hint = "" if address is None else (" (a cluster with token auth also needs RAY_AUTH_MODE=token and its "
@@ -60,6 +67,7 @@ def connect_ray(address: str | None = None, *, num_cpus: int | None = None) -> I
         yield ray
     finally:
         ray.shutdown()
+        forget_session(record)
 
 
 def _probe(address: str) -> None:

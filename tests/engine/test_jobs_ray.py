@@ -20,6 +20,7 @@ from engine.config import SweepConfig
 from engine.paths import jobs_dir
 from engine.ray_executor import ray_available
 from engine.ray_executor._node import scratch_dir
+from engine.ray_executor._session import sessions_dir
 from engine.runner import kill_group
 from engine.store import get_epochs, list_runs
 
@@ -39,6 +40,18 @@ def _tagged(token: str) -> set[int]:
         try:
             if p.environ().get("RAY_AUTH_TOKEN") == token and p.status() != psutil.STATUS_ZOMBIE:
                 out.add(p.pid)
+        except psutil.Error:
+            continue
+    return out
+
+
+def _alive(procs: list[psutil.Process]) -> list[str]:
+    """Those of `procs` still running (the same process: psutil checks its start time), named."""
+    out = []
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(f"{p.pid} {p.name()}")
         except psutil.Error:
             continue
     return out
@@ -108,3 +121,43 @@ def test_ray_sweep_jobs_run_through_the_worker_and_cancel(store):
     (run_id,) = runs.index[runs["sweep_id"] == cancelled["sweep_id"]]
     assert len(get_epochs(run_id, db=store)) >= 1  # its finished epochs were kept
     assert not list(jobs_dir(store).glob("*.cancel"))  # the worker cleared the job's cancel marker
+
+
+def test_kill_9_of_the_worker_mid_sweep_leaves_no_ray_process_after_the_next_start(store, tmp_path):
+    """SIGKILL of the job worker while its local Ray instance runs a trial: Ray's head dies with it, but agents
+    and busy workers live on. The next worker start must stop every process of that session (and only it),
+    say so in its log, and close the job."""
+    job = jobs.submit_ray_sweep(SweepConfig.from_dict({"name": "doomed", "base": SLOW}), db=store)
+    token = "loaderlab-test-" + os.urandom(16).hex()  # marks this test's Ray processes (see the test above)
+    env = {**os.environ, "RAY_AUTH_TOKEN": token}
+    cmd = [sys.executable, "-m", "engine.jobs", "--db", str(store), "--once", "--poll-s", "0.2"]
+    first = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not _first_epoch_of(jobs.job_progress(job, store)["sweep_id"]):
+            assert first.poll() is None and time.monotonic() < deadline, "the sweep never ran"
+            time.sleep(0.2)
+        (record,) = sessions_dir(store).glob("*.json")  # the worker recorded the instance it started
+        session = json.loads(record.read_text())
+        assert session["owner_pid"] == first.pid
+        # NOTE: every process of its Ray instance descends from the worker now; their environments cannot
+        # tag them (Ray's agents overwrite theirs with their process title), so they are listed by ancestry
+        tree = psutil.Process(first.pid).children(recursive=True)
+        os.kill(first.pid, signal.SIGKILL)  # the worker only, as the OOM killer would
+        first.wait()
+        time.sleep(2)  # NOTE: give Ray's fate-sharing its moment, so that what is left really is left
+        assert _alive(tree), "nothing of the killed worker's Ray instance was left: this test tests nothing"
+        log_file = tmp_path / "second.log"
+        with open(log_file, "wb") as out:
+            second = subprocess.run(cmd, cwd=ROOT, env=env, stderr=out, timeout=120)
+    finally:
+        kill_group(first.pid, signal.SIGKILL)
+    said = log_file.read_text()
+    assert second.returncode == 0, said
+    assert f"Ray session {Path(session['session_dir']).name} of dead pid {first.pid}: cleaned up, not reattached" \
+        in said, said
+    assert not (left := _alive(tree)), f"processes of the killed worker's Ray session still alive: {left}\n{said}"
+    assert not _tagged(token)
+    assert not list(sessions_dir(store).glob("*.json"))  # the record went with its leftovers
+    progress = jobs.job_progress(job, store)
+    assert progress["status"] == "failed" and "worker died during the Ray sweep" in progress["error"]
