@@ -1,0 +1,104 @@
+"""Every mode family's own lower bound (ModeSpec.bound), through real runs with bound=True.
+
+The checks are on structure, not speed: which passes ran, on what share of the data, and how the
+mode combined them (phases in series, the slower model for concurrent duals, stages summed).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.runlog import read_events
+from tests.engine._mode_runs import launch_mode, summary_of
+
+
+def _cals(events: list[dict]) -> list[dict]:
+    return [e for e in events if e["type"] == "calibration"]
+
+
+def _run(tmp_path, **fields):
+    result, events = launch_mode(tmp_path / "s.duckdb", bound=True, device="cpu", threads=1, **fields)
+    assert result.status == "done", result.error
+    summary = summary_of(events)
+    assert "bound_error" not in summary and summary["bound_s"] > 0
+    return summary, _cals(events)
+
+
+def _compute(cals: list[dict]) -> list[float]:
+    return [c["seconds"] for c in cals if c["kind"] == "compute"]
+
+
+def _loader(cals: list[dict]) -> dict:
+    return next(c for c in cals if c["kind"] == "loader")
+
+
+def test_single_bounds_one_phase_of_loader_against_the_step(tmp_path):
+    summary, cals = _run(tmp_path, mode="single")
+    assert summary["bound_phases"] == 1 and _loader(cals)["samples"] == 128
+    assert summary["bound_s"] == pytest.approx(max(summary["loader_only_s"], summary["compute_only_s"])
+                                               + summary["bound_ttfb_s"])
+
+
+def test_dual_sequential_loads_the_epoch_once_per_model(tmp_path):
+    summary, cals = _run(tmp_path, mode="dual-sequential")
+    a, b = _compute(cals)
+    loader = _loader(cals)["seconds"]
+    assert summary["bound_phases"] == 2 and "overlap" not in summary
+    assert summary["loader_only_s"] == pytest.approx(2 * loader)
+    assert summary["bound_s"] == pytest.approx(max(loader, a) + max(loader, b) + 2 * summary["bound_ttfb_s"])
+
+
+@pytest.mark.parametrize("mode", ["dual-threads", "dual-processes"])
+def test_concurrent_duals_bound_by_the_slower_model_and_report_overlap(tmp_path, mode):
+    summary, cals = _run(tmp_path, mode=mode)
+    a, b = _compute(cals)
+    assert summary["compute_only_s"] == pytest.approx(max(a, b))
+    assert summary["serial_bound_s"] >= summary["bound_s"]
+    assert "overlap" in summary  # its own figure: how much of A + B the concurrency hid
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="dual-streams needs CUDA")
+def test_dual_streams_reports_overlap(tmp_path):
+    result, events = launch_mode(tmp_path / "s.duckdb", bound=True, device="cuda", mode="dual-streams")
+    assert result.status == "done", result.error
+    assert "overlap" in summary_of(events) and len(_compute(_cals(events))) == 2
+
+
+def test_fused_bounds_by_the_vmapped_step_of_all_models(tmp_path):
+    summary, cals = _run(tmp_path, mode="fused", n_models=3)
+    assert len(_compute(cals)) == 1 and summary["bound_phases"] == 1
+
+
+def test_split_calibrates_each_stage_and_sums_them_without_micro_batches(tmp_path):
+    summary, cals = _run(tmp_path, mode="split", n_stages=2, depth=2)
+    stages = _compute(cals)
+    assert len(stages) == 2 and summary["compute_only_s"] == pytest.approx(sum(stages))
+    assert "serial_bound_s" not in summary
+
+
+def test_split_pipeline_bounds_by_the_busiest_device(tmp_path):
+    summary, cals = _run(tmp_path, mode="split", n_stages=2, depth=2, micro_batches=2)
+    stages = _compute(cals)
+    # both stages on the one CPU: that device's sum; the serial bound is the same sum
+    assert summary["compute_only_s"] == pytest.approx(sum(stages))
+    assert summary["serial_bound_s"] == pytest.approx(summary["bound_s"])
+
+
+def test_ddp_calibrates_one_ranks_shard_at_the_world_size_that_ran(tmp_path):
+    summary, cals = _run(tmp_path, mode="ddp", world_size=2)
+    assert _loader(cals)["samples"] == 64  # 128 samples over 2 ranks: rank 0's shard
+    compute = next(c for c in cals if c["kind"] == "compute")
+    assert compute["batches"] == pytest.approx(2)  # 64 samples / batch 32, of the epoch's 4 batches
+    assert summary["world_size_run"] == 2
+
+
+def test_the_run_row_keeps_the_bound_figures(tmp_path):
+    from engine.store import get_run  # noqa: PLC0415
+
+    result, events = launch_mode(tmp_path / "s.duckdb", bound=True, device="cpu", threads=1, mode="dual-threads")
+    row = get_run(result.run_id, db=tmp_path / "s.duckdb")
+    summary = summary_of(events)
+    assert row["serial_bound_s"] == pytest.approx(summary["serial_bound_s"])
+    assert row["calib_age_s"] == pytest.approx(summary["calib_age_s"])
+    assert [e for e in read_events(result.run_dir) if e["type"] == "calibration"]
