@@ -38,7 +38,8 @@ from tqdm import tqdm
 from engine import stats
 from engine.config import ConfigError, RunConfig, load_toml
 
-__all__ = ["CONFIRM_REPEATS", "ETA", "RUNG0_EPOCHS", "SEARCH_SHARE", "TuneResult", "add_advise_args", "add_tune_args", "advise_main", "candidates",
+__all__ = ["CONFIRM_REPEATS", "ETA", "RUNG0_EPOCHS", "SEARCH_SHARE", "TuneResult", "add_advise_args",
+           "add_tune_args", "advise_main", "candidates",
            "parse_budget", "tune", "tune_main"]
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,5 @@
-"""engine.stats: exact intervals of the median and of ratios, noise flags, comparisons, time breakdowns and mode speedups."""
+"""engine.stats: exact intervals of the median and of ratios (coverage checked by simulation), noise flags,
+comparisons, time breakdowns and mode speedups."""
 
 from __future__ import annotations
 
