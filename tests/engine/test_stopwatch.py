@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 import time
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
@@ -90,3 +91,29 @@ def test_engine_epoch_time_matches_an_independent_stopwatch(tmp_path):
         torch.set_num_threads(threads)
     ratio = min(engine_all) / min(plain_all)
     assert 0.95 <= ratio <= 1.05, f"(engine s, plain s) per round {rounds}: ratio {ratio:.3f}"
+
+
+def test_stored_epoch_times_fit_inside_a_clock_around_the_runner(tmp_path):
+    """The path that produces stored numbers: launch() (subprocess, sampler on), ingest, the store. An
+    independent clock around it must contain every stored epoch, and their walls must add up to less
+    than it: an epoch timer that started late or ran on after the epoch would show here."""
+    from engine.runner import launch  # noqa: PLC0415
+    from engine.store import get_epochs, get_run  # noqa: PLC0415
+
+    cfg = RunConfig.from_dict({**CFG, "n_samples": 256, "epochs": 3, "sample_hz": 20.0, "bound": False,
+                               "threads": 1})
+    db = tmp_path / "s.duckdb"
+    wall_t0, perf_t0 = time.time(), time.perf_counter()
+    result = launch(cfg, db=db)
+    elapsed, wall_t1 = time.perf_counter() - perf_t0, time.time()
+    assert result.status == "done", result.error
+    epochs = get_epochs(result.run_id, db=db)
+    assert len(epochs) == cfg.epochs
+    assert (epochs["t_start"] >= wall_t0).all() and (epochs["t_end"] <= wall_t1).all()
+    assert ((epochs["t_end"] - epochs["t_start"]) - epochs["wall_s"]).abs().max() < 0.01
+    assert epochs["wall_s"].sum() < elapsed
+    assert (epochs["t_start"].iloc[1:].to_numpy() >= epochs["t_end"].iloc[:-1].to_numpy()).all()  # no overlap
+    row = get_run(result.run_id, db=db)
+    assert row["mean_cpu_pct"] is not None  # the sampler was on
+    assert row["samples_per_s"] * (epochs["t_end"].iloc[-1] - epochs["t_start"].iloc[1]) == pytest.approx(
+        cfg.n_samples * (cfg.epochs - cfg.warmup_epochs))

@@ -1,0 +1,44 @@
+"""Schema v2 (the bound per mode): a v1 file is backed up, then gains the new run columns, data kept."""
+
+from __future__ import annotations
+
+import duckdb
+
+from engine.store import schema
+from engine.store.tables import SUMMARY_COLUMNS_V2
+
+
+def _v1_file(path) -> None:
+    """A store as LoaderLab v1 wrote it: the v1 migration only, without the columns v2 adds."""
+    with duckdb.connect(str(path)) as conn:
+        conn.execute("CREATE TABLE schema_version (version INTEGER, applied_at TIMESTAMP)")
+        schema._v1(conn)
+        conn.execute("INSERT INTO schema_version VALUES (1, now())")
+        for name in SUMMARY_COLUMNS_V2:
+            conn.execute(f'ALTER TABLE runs DROP COLUMN "{name}"')
+        conn.execute("INSERT INTO runs (run_id, status, efficiency) VALUES ('old', 'done', 0.9)")
+
+
+def test_a_v1_store_is_backed_up_and_gains_the_bound_columns(tmp_path):
+    path = tmp_path / "loaderlab.duckdb"
+    _v1_file(path)
+    with duckdb.connect(str(path)) as conn:
+        assert schema.needs_upgrade(conn, path)
+        schema.ensure_schema(conn, path)
+        cols = {r[0] for r in conn.execute("SELECT name FROM pragma_table_info('runs')").fetchall()}
+        assert set(SUMMARY_COLUMNS_V2) <= cols
+        assert conn.execute("SELECT max(version) FROM schema_version").fetchall() == [(2,)]
+        assert conn.execute("SELECT efficiency, overlap, bound_error FROM runs").fetchall() == [(0.9, None, None)]
+    with duckdb.connect(str(tmp_path / "loaderlab.duckdb.bak-v1"), read_only=True) as old:
+        cols = {r[0] for r in old.execute("SELECT name FROM pragma_table_info('runs')").fetchall()}
+        assert not set(SUMMARY_COLUMNS_V2) & cols
+
+
+def test_a_new_store_is_made_at_v2_directly(tmp_path):
+    path = tmp_path / "new.duckdb"
+    with duckdb.connect(str(path)) as conn:
+        conn.execute("SET python_enable_replacements = false")  # as the store's connect() does
+        schema.ensure_schema(conn, path)
+        assert conn.execute("SELECT max(version) FROM schema_version").fetchall() == [(2,)]
+        assert not schema.needs_upgrade(conn, path)
+    assert not list(tmp_path.glob("*.bak-v*"))

@@ -1,0 +1,83 @@
+"""The stored config and host facts say what ran: fields a mode ignores are normalised, a folder's real
+counts are stored, and the thread settings are recorded and part of the fingerprint comparisons group on."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from PIL import Image
+
+from engine.config import ConfigError, RunConfig
+from engine.runner import launch
+from engine.store import get_run
+
+TINY = {"workload": "tensor", "n_samples": 64, "image_size": 8, "width": 8, "batch_size": 32, "epochs": 2,
+        "device": "cpu", "sample_hz": 0.0, "bound": False}
+
+
+def test_threads_is_a_checked_field_with_auto_as_default():
+    assert RunConfig().threads == 0
+    with pytest.raises(ConfigError, match="^threads: must be >= 0"):
+        RunConfig.from_dict({"threads": -1})
+
+
+@pytest.mark.parametrize("mode, kept", [
+    ("single", {"n_models": 1, "world_size": 1, "n_stages": 1, "model_b": "", "lr_spread": 0.0}),
+    ("fused", {"n_models": 5, "lr_spread": 0.5, "world_size": 1}),
+    ("dual-threads", {"n_models": 2, "model_b": "cnn", "dual_data": "separate", "world_size": 1}),
+    ("dual-sequential", {"n_models": 2, "dual_data": "shared"}),
+    ("ddp", {"n_models": 1, "world_size": 3, "n_stages": 1}),
+    ("split", {"n_stages": 2, "micro_batches": 2, "world_size": 1})])
+def test_effective_config_normalises_what_the_mode_ignores(mode, kept):
+    cfg = RunConfig.from_dict({"mode": mode, "n_models": 5, "lr_spread": 0.5, "model_b": "cnn",
+                               "dual_data": "separate", "world_size": 3, "n_stages": 2, "micro_batches": 2})
+    out = cfg.effective()
+    assert {k: out[k] for k in kept} == kept
+    assert cfg.n_models == 5  # the config itself keeps what was asked: replace(mode="fused") still finds it
+
+
+def test_a_single_run_is_stored_with_what_ran(tmp_path):
+    db = tmp_path / "s.duckdb"
+    result = launch(RunConfig.from_dict({**TINY, "n_models": 4, "world_size": 3}), db=db)
+    row = get_run(result.run_id, db=db)
+    assert (row["n_models"], row["world_size"]) == (1, 1)
+    assert json.loads(row["config_json"])["n_models"] == 1
+
+
+def test_a_folder_run_is_stored_with_the_images_it_found(tmp_path):
+    for cls, n in (("cat", 3), ("dog", 2)):
+        (tmp_path / "imgs" / cls).mkdir(parents=True)
+        for i in range(n):
+            Image.new("RGB", (8, 8), (i * 40, 0, 0)).save(tmp_path / "imgs" / cls / f"{i}.png")
+    db = tmp_path / "s.duckdb"
+    cfg = RunConfig.from_dict({**TINY, "workload": "folder", "folder": str(tmp_path / "imgs"), "batch_size": 2})
+    result = launch(cfg, db=db)
+    assert result.status == "done", result.error
+    row = get_run(result.run_id, db=db)
+    assert (row["n_samples"], row["num_classes"]) == (5, 2)
+
+
+def test_thread_settings_are_recorded_and_split_the_fingerprint(tmp_path, monkeypatch):
+    db = tmp_path / "s.duckdb"
+    monkeypatch.setenv("MKL_NUM_THREADS", "1")
+    one = get_run(launch(RunConfig.from_dict({**TINY, "threads": 1}), db=db).run_id, db=db)
+    two = get_run(launch(RunConfig.from_dict({**TINY, "threads": 2}), db=db).run_id, db=db)
+    facts = json.loads(one["host_json"]), json.loads(two["host_json"])
+    assert [f["intra_op_threads"] for f in facts] == [1, 2]
+    assert facts[0]["mkl_num_threads"] == "1" and facts[0]["inter_op_threads"] >= 1
+    assert facts[0]["affinity"] >= 1 and facts[0]["affinity_cpus"]
+    assert one["host_fingerprint"] != two["host_fingerprint"]  # comparisons do not pool them
+
+
+def test_auto_threads_records_what_torch_chose(tmp_path):
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    db = tmp_path / "s.duckdb"
+    row = get_run(launch(RunConfig.from_dict(TINY), db=db).run_id, db=db)
+    assert row["threads"] == 0
+    # torch's default in a fresh interpreter under the same environment, as the run's process was
+    default = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    assert json.loads(row["host_json"])["intra_op_threads"] == int(default)
