@@ -36,11 +36,27 @@ def _hover_ids(ids: str, n: int) -> str:
     return ", ".join(parts[:_HOVER_IDS]) + (f" (+{more} more)" if more > 0 else "")
 
 
+def _interval_text(df: pd.DataFrame) -> list[str]:
+    """The hover's interval: "lo – hi", or the store's note ("no interval: 3 runs") where there is none."""
+    notes = df["interval_note"] if "interval_note" in df else pd.Series([None] * len(df), index=df.index)
+    return [str(note) if isinstance(note, str) and note else
+            (f"{lo:.4g} – {hi:.4g}" if pd.notna(lo) and pd.notna(hi) else f"no interval: {n} runs")
+            for note, lo, hi, n in zip(notes, df["lo"], df["hi"], df["n"])]
+
+
+def _configs_text(n_configs: int, differs: str | None) -> str:
+    """"1" for a point of one config; "4, POOLED: differ in mode, n_models" for a point that pools several."""
+    if pd.isna(n_configs) or int(n_configs) <= 1:
+        return "1"
+    return f"{int(n_configs)}, POOLED: differ in {differs or '?'}"
+
+
 def metric_chart(summary: pd.DataFrame, *, x: str, metric: str = "epoch_s", color: str | None = None,
                  facet: str | None = None) -> go.Figure:
     """Median of `metric` per group with error bars (`lo`..`hi`) where a group has repeats.
 
-    `summary` columns: x, [color], [facet], median, lo, hi, n, run_ids (comma-separated).
+    `summary` columns: x, [color], [facet], median, lo, hi, n, run_ids (comma-separated), and where
+    present interval_note, n_configs and differs (the hover then says how many configs a point pools).
     A numeric x is drawn as lines between points; a categorical one as points.
     """
     label = METRIC_LABELS.get(metric, metric)
@@ -56,10 +72,15 @@ def metric_chart(summary: pd.DataFrame, *, x: str, metric: str = "epoch_s", colo
     df["err_plus"] = (df["hi"] - df["median"]).clip(lower=0).fillna(0)
     df["err_minus"] = (df["median"] - df["lo"]).clip(lower=0).fillna(0)
     df["runs"] = [_hover_ids(ids, n) for ids, n in zip(df["run_ids"], df["n"])]
+    df["interval"] = _interval_text(df)
+    pooled = "n_configs" in df
+    if pooled:
+        df["configs"] = [_configs_text(k, d) for k, d in zip(df["n_configs"], df.get("differs", [""] * len(df)))]
     title = f"{label} by {x}" + (f", colour {color}" if color else "") + (f", per {facet}" if facet else "")
     kwargs = dict(x=x, y="median", color=color, facet_col=facet, error_y="err_plus", error_y_minus="err_minus",
                   custom_data=["run_ids"], labels={"median": f"median {label}", "runs": "run ids"},
-                  hover_data={"n": True, "runs": True, "err_plus": False, "err_minus": False,
+                  hover_data={"n": True, "interval": True, **({"configs": True} if pooled else {}), "runs": True,
+                              "err_plus": False, "err_minus": False,
                               **{c: ":.3f" if c != "verdict" else True for c in _VERDICT if c in df}}, title=title)
     if facet:
         kwargs["facet_col_wrap"] = 3

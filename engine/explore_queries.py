@@ -18,6 +18,7 @@ import pandas as pd
 
 from engine._page_queries import (HISTORY_QUERIES, RUN_TABLE_COLUMNS, count_runs, delete_saved_query,
                                   list_saved_queries, search_runs)
+from engine._explore_sql import ci_ranks, pool_sql
 from engine.config import config_fields
 from engine.stats import NOISY_CV
 from engine.store.connect import connect
@@ -29,7 +30,6 @@ __all__ = ["EXPLORE_FILTERS", "EXPLORE_METRICS", "HISTORY_QUERIES", "RUN_TABLE_C
 EXPLORE_METRICS = ("epoch_s", "samples_per_s", "data_wait_share")
 EXPLORE_FILTERS = ("workload", "model", "host", "tag")
 _EXTRA_AXES = ("host", "gpu_name", "sweep_id")
-_Z = 1.959964  # 95% normal quantile, for the order-statistic CI of a median
 
 def explore_axes() -> list[str]:
     """Fields a chart can use as x, colour or facet: every scalar RunConfig field, then host columns."""
@@ -72,10 +72,12 @@ def explore_summary(x: str, *, metric: str = "epoch_s", color: str | None = None
                     db: str | os.PathLike | None = None) -> pd.DataFrame:
     """One row per (x, colour, facet) group: n, median, lo, hi of `metric`, medians of bound_s and
     efficiency, the commonest verdict, the coefficient of variation and its `noisy` flag (CV > 10 %),
-    how many hosts and torch versions the group mixes, and up to `max_ids` run ids (newest first).
+    how many hosts and torch versions the group mixes, how many distinct configs it pools (`n_configs`)
+    and which fields differ among them (`differs`), and up to `max_ids` run ids (newest first).
 
-    interval "ci": 95% CI of the median from order statistics (distribution-free);
-    "quantiles": the 2.5% and 97.5% quantiles of the runs. Groups of one run get lo = hi = median.
+    interval "ci": the exact 95% CI of the median from binomial order statistics (distribution-free);
+    "quantiles": the 2.5% and 97.5% quantiles of the runs. Either needs n >= 6: smaller groups get
+    lo = hi = NULL and `interval_note` "no interval: n runs" (never their min..max).
     """
     if metric not in EXPLORE_METRICS:
         raise ValueError(f"metric '{metric}' is unknown; choose one of: {', '.join(EXPLORE_METRICS)}")
@@ -84,11 +86,8 @@ def explore_summary(x: str, *, metric: str = "epoch_s", color: str | None = None
     groups = list(dict.fromkeys(c for c in (x, color, facet) if c))
     cols = ", ".join(_q(c) for c in groups)
     where, params = filter_sql(filters)
-    if interval == "ci":
-        lo = f"vs[greatest(1, floor(n / 2.0 - {_Z / 2} * sqrt(n))::BIGINT)]"
-        hi = f"vs[least(n, ceil(1 + n / 2.0 + {_Z / 2} * sqrt(n))::BIGINT)]"
-    else:
-        lo, hi = "q_lo", "q_hi"
+    lo, hi = ("vs[r.lo]", "vs[r.hi]") if interval == "ci" else ("q_lo", "q_hi")
+    pool_inner, pool_outer = pool_sql(groups)
     sql = f"""
         WITH g AS (
             SELECT {cols}, count(*) AS n, median("{metric}") AS median,
@@ -97,17 +96,27 @@ def explore_summary(x: str, *, metric: str = "epoch_s", color: str | None = None
                    median(bound_s) AS bound_s, median(efficiency) AS efficiency, mode(verdict) AS verdict,
                    stddev_samp("{metric}") / nullif(avg("{metric}"), 0) AS cv,
                    count(DISTINCT host_fingerprint) AS n_hosts, count(DISTINCT torch_version) AS n_torch,
+                   {pool_inner},
                    list(run_id ORDER BY created_at DESC) AS ids
             FROM runs WHERE {where} AND "{metric}" IS NOT NULL
             GROUP BY {cols})
-        SELECT {cols}, n, median,
-               CASE WHEN n > 1 THEN {lo} ELSE median END AS lo,
-               CASE WHEN n > 1 THEN {hi} ELSE median END AS hi,
+        SELECT {cols}, g.n, median,
+               CASE WHEN r.lo IS NOT NULL THEN {lo} END AS lo, CASE WHEN r.lo IS NOT NULL THEN {hi} END AS hi,
+               CASE WHEN r.lo IS NULL THEN 'no interval: ' || g.n || (CASE WHEN g.n = 1 THEN ' run' ELSE ' runs' END)
+                    END AS interval_note,
                bound_s, efficiency, verdict, cv, coalesce(cv > {NOISY_CV}, false) AS noisy, n_hosts, n_torch,
+               {pool_outer},
                array_to_string(ids[1:{int(max_ids)}], ',') AS run_ids
-        FROM g ORDER BY {cols}"""
+        FROM g LEFT JOIN _ci_ranks r ON r.n = g.n ORDER BY {cols}"""
     with connect(db, read_only=True) as conn:
-        return conn.execute(sql, params).fetchdf()
+        sizes = conn.execute(f'SELECT DISTINCT count(*) FROM runs WHERE {where} AND "{metric}" IS NOT NULL '
+                             f"GROUP BY {cols}", params).fetchall()
+        ranks = [(n, *r) for (n,) in sizes if (r := ci_ranks(n))]
+        conn.register("_ci_ranks", pd.DataFrame(ranks or None, columns=["n", "lo", "hi"]).astype("int64"))
+        try:
+            return conn.execute(sql, params).fetchdf()
+        finally:
+            conn.unregister("_ci_ranks")
 
 
 def explore_filter_options(db: str | os.PathLike | None = None) -> dict[str, Any]:

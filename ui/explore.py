@@ -5,13 +5,14 @@ Every setting is a widget keyed "explore.<param>", filled from and written back 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pandas as pd
 import streamlit as st
 
 from engine import api
-from ui.cache import cached
+from ui.cache import cached, data_token
 from ui.state import Param
 
 __all__ = ["chart", "controls", "selected_runs", "spec", "state"]
@@ -86,7 +87,8 @@ def chart(args: dict[str, Any]) -> pd.DataFrame:
     if summary["noisy"].any():
         st.caption(f"{int(summary['noisy'].sum())} group(s) are noisy (coefficient of variation over 10 %): "
                    "add repeats or quiet the machine before trusting small differences.")
-    fig = api.metric_chart(summary, x=args["x"], metric=args["metric"], color=args["color"], facet=args["facet"])
+    _pooling_banner(summary)
+    fig = _figure(data_token(), json.dumps(args, sort_keys=True, default=str), summary)
     event = st.plotly_chart(fig, key=_k("chart"), on_select="rerun", selection_mode=("points", "box", "lasso"))
     picked = sorted({i for p in (event.selection.points if event else []) or []
                      for i in str((p.get("customdata") or [""])[0]).split(",") if i})
@@ -100,8 +102,34 @@ def chart(args: dict[str, Any]) -> pd.DataFrame:
         "bound_s": st.column_config.NumberColumn("bound (s)", format="%.3f", help="median lower bound of an epoch"),
         "verdict": st.column_config.TextColumn("verdict", help="commonest verdict among the group's runs"),
         "cv": st.column_config.NumberColumn("CV", format="%.2f", help="coefficient of variation across runs"),
-        "noisy": st.column_config.CheckboxColumn("noisy", help="CV over 10 %: differences may be noise")})
+        "noisy": st.column_config.CheckboxColumn("noisy", help="CV over 10 %: differences may be noise"),
+        "interval_note": st.column_config.TextColumn("interval", help="why a group has no interval (n < 6)"),
+        "n_configs": st.column_config.NumberColumn("configs", help="distinct configs pooled into this point"),
+        "differs": st.column_config.TextColumn("fields that differ", help="settings that vary within the point")})
     return summary
+
+
+def _pooling_banner(summary: pd.DataFrame) -> None:
+    """Say so when a point's median pools distinct configs (issue 11): which points, and the fields to split on."""
+    if "n_configs" not in summary:
+        return
+    pooled = summary[summary["n_configs"] > 1]
+    if pooled.empty:
+        return
+    fields = sorted({f.strip() for d in pooled["differs"].fillna("") for f in d.split(",") if f.strip()})
+    st.warning(f"{len(pooled)} of {len(summary)} point(s) pool several distinct configs (up to "
+               f"{int(pooled['n_configs'].max())} in one point), so their median and interval mix unlike runs. "
+               f"Fields that differ within a point: {', '.join(fields) or '?'}. Colour or facet by one of them, "
+               "or filter, to get one config per point; the table's 'configs' column says which points pool.",
+               icon=":material/call_merge:")
+
+
+@st.cache_resource(max_entries=64, ttl=300, show_spinner=False)
+def _figure(token: str, args_json: str, _summary: pd.DataFrame) -> Any:
+    """The chart for (store version, settings), built once and shared by every session: Plotly's figure
+    building is most of a faceted view's server time. NOTE: never mutated after this, so sharing is safe."""
+    args = json.loads(args_json)
+    return api.metric_chart(_summary, x=args["x"], metric=args["metric"], color=args["color"], facet=args["facet"])
 
 
 def selected_runs() -> None:

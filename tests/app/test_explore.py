@@ -90,8 +90,10 @@ def test_summary_aggregates_in_duckdb_with_a_ci_for_repeats(seeded):
     runs = api.list_runs(filters={"host": "other-host"})
     assert repeats["median"] == runs["epoch_s"].median()
     assert set(repeats["run_ids"].split(",")) == set(runs["run_id"])
+    assert pd.isna(repeats["interval_note"])
     single = df[df["n"] == 1]
-    assert (single["lo"] == single["median"]).all() and (single["hi"] == single["median"]).all()
+    assert not single.empty and single["lo"].isna().all() and single["hi"].isna().all()  # never [min, max]
+    assert (single["interval_note"] == "no interval: 1 run").all()
     assert api.explore_summary("loader", filters={"workload": ["nope"]}).empty
 
 
@@ -101,3 +103,56 @@ def test_chart_points_carry_the_run_ids(seeded):
     carried = {i for trace in fig.data for row in trace.customdata for i in row[0].split(",")}
     assert carried == {i for ids in df["run_ids"] for i in ids.split(",")}
     assert any(trace.error_y.array is not None and max(trace.error_y.array) > 0 for trace in fig.data)
+
+
+def test_the_interval_is_the_exact_binomial_one_from_six_runs(seeded):
+    """n = 6 takes ranks (1, 6); fewer runs get no interval, whatever the error-bar setting."""
+    from engine.store import connect
+
+    db, ids = seeded
+    with connect(db, read_only=False) as conn:  # one of the six repeats gone: five is too few for 95 %
+        conn.execute("UPDATE runs SET deleted = true WHERE run_id = ?", [ids[-1]])
+    for interval in ("ci", "quantiles"):
+        row = api.explore_summary("host", filters={"tag": ["seed"]}, interval=interval)
+        row = row[row["host"] == "other-host"].iloc[0]
+        assert row["n"] == 5 and pd.isna(row["lo"]) and pd.isna(row["hi"])
+        assert row["interval_note"] == "no interval: 5 runs"
+    with connect(db, read_only=False) as conn:
+        conn.execute("UPDATE runs SET deleted = false")
+    row = api.explore_summary("host", filters={"tag": ["seed"]}).set_index("host").loc["other-host"]
+    times = sorted(api.list_runs(filters={"host": "other-host"})["epoch_s"])
+    assert (row["lo"], row["hi"]) == (times[0], times[5])
+
+
+def test_a_point_that_pools_configs_says_so_in_table_hover_and_banner(seeded, open_page, no_problems):
+    """x = workload puts the sync and threads runs of `tensor` in one point: two configs, loader differs."""
+    df = api.explore_summary("workload")
+    row = df.set_index("workload").loc["tensor"]
+    assert row["n_configs"] == 2 and "loader" in row["differs"].split(", ")
+    assert "workers" in row["differs"] and "tag" not in row["differs"]
+    fig = api.metric_chart(df, x="workload")
+    hover = [str(v) for trace in fig.data for v in trace.customdata.ravel()]
+    assert any(v.startswith("2, POOLED: differ in") and "loader" in v for v in hover)
+    by_loader = api.metric_chart(api.explore_summary("loader"), x="loader")
+    hover = [str(v) for trace in by_loader.data for v in trace.customdata.ravel()]
+    assert "no interval: 1 run" in hover  # the threads run's point: no [min, max] posing as an interval
+
+    at = open_page("explore", x="workload")
+    no_problems(at)
+    assert any("pool several distinct configs" in w.value and "loader" in w.value for w in at.warning)
+    table = at.dataframe[0].value
+    assert table.set_index("workload").loc["tensor", "n_configs"] == 2
+
+    apart = open_page("explore", x="workload", color="loader", facet="workers")  # one config per point
+    no_problems(apart)
+    assert not any("pool several" in w.value for w in apart.warning)
+    assert (apart.dataframe[0].value["n_configs"] == 1).all()
+
+
+def test_explore_ranks_are_the_stats_modules_ranks():
+    """One CI method everywhere: Explore's fast ranks for big groups equal engine.stats' exact ones."""
+    from engine._explore_sql import _exact_ranks
+    from engine.stats import median_ci_ranks
+
+    for n in (*range(1, 60), 99, 100, 257, 400, 401, 777):
+        assert _exact_ranks(n, 0.95) == median_ci_ranks(n, 0.95), n
