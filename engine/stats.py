@@ -22,6 +22,8 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from engine.measure.waits import wait_percentiles
+
 __all__ = ["MIN_FOR_CI", "NOISY_CV", "ci_text", "compare", "cv", "median_ci", "median_ci_ranks",
            "mixed_hosts_warning", "ratio_ci", "speedup_vs_sequential", "summarize_configs", "time_breakdown",
            "verdict"]
@@ -255,7 +257,7 @@ def _wait_percentiles(steps: pd.DataFrame | None, run_id: Any, steady: pd.DataFr
     waits = mine["data_wait_s"].dropna().to_numpy(dtype=float)
     if waits.size == 0:
         return {**dict.fromkeys(names, math.nan), "n_steps": 0}
-    return {**dict(zip(names, (float(q) for q in np.quantile(waits, [0.5, 0.9, 0.99])))), "n_steps": int(waits.size)}
+    return {**wait_percentiles(np.sort(waits).tolist()), "n_steps": int(waits.size)}  # one definition with the store
 
 
 # ---------------------------------------------------------------------------- modes vs sequential

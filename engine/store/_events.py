@@ -13,6 +13,7 @@ from typing import Any, Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from engine.measure.waits import wait_percentiles
 from engine.runlog import EPOCH_FIELDS, STEP_FIELDS
 
 __all__ = ["calibrations_table", "coerce", "epochs_table", "samples_table", "steps_table", "summarize",
@@ -192,10 +193,10 @@ def summarize(epochs: list[dict], samples: pa.Table) -> dict[str, Any]:
     for k, v in parts.items():
         out[k.removesuffix("_s") + "_share"] = v / whole if whole > 0 else None
     out["other_share"] = max(0.0, 1.0 - sum(parts.values()) / whole) if whole > 0 else None
+    # one definition with engine.stats (engine/measure/waits.py): each epoch's first step is its TTFB, left out
     waits = _finite_sorted([s[1] for e in steady for s in e.get("steps") or []
-                            if isinstance(s, (list, tuple)) and len(s) > 1])
-    for q in (50, 90, 99):
-        out[f"data_wait_p{q}_s"] = waits[min(len(waits) - 1, int(q / 100 * len(waits)))] if waits else None
+                            if isinstance(s, (list, tuple)) and len(s) > 1 and s[0] != 0])
+    out.update(wait_percentiles(waits))
     rss = samples.column("rss_bytes").drop_null().to_pylist()
     cpu = samples.column("cpu_percent").drop_null().to_pylist()
     out["peak_rss_bytes"] = max(rss) if rss else None

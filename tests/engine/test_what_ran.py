@@ -81,3 +81,20 @@ def test_auto_threads_records_what_torch_chose(tmp_path):
     default = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
                              capture_output=True, text=True, check=True).stdout.strip()
     assert json.loads(row["host_json"])["intra_op_threads"] == int(default)
+
+
+def test_wait_percentiles_have_one_definition_in_the_store_and_in_stats(tmp_path):
+    """The runs table and run detail read the stored p50/p90/p99; engine.stats recomputes them from the
+    stored steps: the same numbers, so no page can show two different p99s for one run."""
+    from engine.stats import time_breakdown  # noqa: PLC0415
+    from engine.store import get_epochs, get_steps  # noqa: PLC0415
+
+    db = tmp_path / "s.duckdb"
+    result = launch(RunConfig.from_dict({**TINY, "n_samples": 256, "batch_size": 8, "epochs": 3,
+                                         "loader": "threads", "workers": 1, "latency_ms": 0.5}), db=db)
+    row = get_run(result.run_id, db=db)
+    steps = get_steps(result.run_id, db=db).assign(run_id=result.run_id)
+    figures = time_breakdown(get_epochs(result.run_id, db=db).assign(run_id=result.run_id), steps)[result.run_id]
+    for q in (50, 90, 99):
+        assert row[f"data_wait_p{q}_s"] == pytest.approx(figures[f"data_wait_p{q}_s"], rel=1e-6)
+    assert figures["n_steps"] == 2 * (256 // 8 - 1)  # steady epochs, each epoch's first step left out
