@@ -1,4 +1,4 @@
-# LoaderLab: `make run` serves the dashboard with demo results; `make test` runs the whole suite.
+# LoaderLab: `make run` serves the dashboard (queuing a demo sweep the first time); `make test` runs the whole suite.
 # Both create .venv if missing and install the pinned requirements first.
 SHELL := /bin/bash
 VENV ?= .venv
@@ -23,11 +23,12 @@ $(CLUSTER_STAMP): $(STAMP) requirements-cluster.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-cluster.txt
 	@rm -f $(VENV)/.cluster-*; touch $(CLUSTER_STAMP)
 
-# Demo dataset + a small result set, only the first time (the store already has runs after that).
+# The first time (an empty store), queue the demo sweep as jobs; the worker runs it (~2 min on 2 cores)
+# while the dashboard already serves, and the Launch page shows it live.
 demo: install
 	$(PY) -m engine demo
 
-# Serves on 127.0.0.1 only; see `make share` for the LAN.
+# Serves on 127.0.0.1 only; see `make share` for the LAN. .streamlit/config.toml hides the Deploy button.
 run: demo
 	$(PY) -m engine worker --ensure
 	$(PY) -m streamlit run app.py --server.address $(ADDRESS) --server.port $(PORT) \

@@ -217,11 +217,12 @@ def cmd_export_bundle(args: argparse.Namespace) -> int:
 
 @command
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Generate the demo dataset and a small demo result set, if the store has no runs yet."""
+    """Queue the demo sweep as jobs for the worker, if the store has no runs and no jobs yet."""
     from engine.demo import ensure_demo  # noqa: PLC0415
 
     ran = ensure_demo(db=args.db)
-    print("demo results stored" if ran else "store already has runs; demo skipped")
+    print("demo sweep queued: the job worker runs it; watch it on the Launch page" if ran
+          else "store already has runs or jobs; demo skipped")
     return 0
 
 
