@@ -6,11 +6,15 @@ salvage task sent to the same node after the trial's worker died finds the orpha
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
+
+import psutil
 
 __all__ = ["salvage", "scratch_dir", "trial"]
 
@@ -43,13 +47,35 @@ def _collect(run_id: str, kill: bool) -> dict[str, Any] | None:
             "stderr": _read(run_dir / "stderr.log", _STDERR_TAIL_BYTES), "host": socket.gethostname()}
 
 
+@contextmanager
+def _node_thread_env() -> Iterator[None]:
+    """The run sees the node's own OMP_NUM_THREADS, as a local run would, not the one Ray sets in its workers.
+
+    Ray sets it (to the task's CPU count) when the node did not; the fingerprint keys thread settings, so a
+    Ray run would otherwise never match a local run of the same machine. The raylet's environment is the
+    node's: when it has no OMP_NUM_THREADS, Ray's is dropped for the run, and put back after it."""
+    ours = os.environ.get("OMP_NUM_THREADS")
+    try:
+        node_env = psutil.Process(int(os.environ["RAY_RAYLET_PID"])).environ()
+    except (KeyError, ValueError, psutil.Error):
+        node_env = {"OMP_NUM_THREADS": ours}  # unknown: leave it as it is
+    if ours is not None and "OMP_NUM_THREADS" not in node_env:
+        del os.environ["OMP_NUM_THREADS"]
+    try:
+        yield
+    finally:
+        if ours is not None:
+            os.environ["OMP_NUM_THREADS"] = ours
+
+
 def trial(cfg: dict[str, Any], meta: dict[str, Any], run_id: str) -> dict[str, Any] | None:
     """One run through engine.runner.launch on this node, returned as {"events", "stderr", "host"}."""
     from engine.config import RunConfig  # noqa: PLC0415
     from engine.runner import launch  # noqa: PLC0415
 
     scratch = scratch_dir(run_id)
-    launch(RunConfig.from_dict(cfg), db=scratch / "scratch.duckdb", meta={**meta, "run_id": run_id})
+    with _node_thread_env():
+        launch(RunConfig.from_dict(cfg), db=scratch / "scratch.duckdb", meta={**meta, "run_id": run_id})
     payload = _collect(run_id, kill=False)
     shutil.rmtree(scratch, ignore_errors=True)
     return payload
