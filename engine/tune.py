@@ -104,8 +104,9 @@ class TuneResult:
     def render(self) -> str:
         from engine.advisor import describe  # noqa: PLC0415
 
-        head = (f"tune {self.sweep_id}: {len(self.rows)} runs in {self.spent_s:.0f} s of {self.budget_s:.0f} s "
-                f"({self.stop_reason})")
+        confirming = f" + {len(self.confirm_rows)} confirming runs" if self.confirm_rows else ""
+        head = (f"tune {self.sweep_id}: {len(self.rows)} runs{confirming} in {self.spent_s:.0f} s of "
+                f"{self.budget_s:.0f} s ({self.stop_reason})")
         if self.best is None:
             return head + "\nno run finished; check the runs with `python -m engine runs`"
         best_rows = [r for r in self.rows if r["candidate"] == self.best_idx and r["status"] == "done"]
