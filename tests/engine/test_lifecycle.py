@@ -26,6 +26,7 @@ from engine.__main__ import main
 from engine.config import RunConfig
 from engine.runlog import RunLog
 from engine.store import ingest_run
+from engine.store.schema import SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCK, HEADERS = 262_144, 3 * 4096  # DuckDB's block size and its three file headers
@@ -99,6 +100,11 @@ def _process(args: list[str], db: Path) -> tuple[int, str, str]:
     return p.returncode, p.stdout, p.stderr
 
 
+def _beside(db: Path) -> list[str]:
+    """What lies beside the store, less its locks (the data version sidecar is the fixture's own ingest's)."""
+    return sorted(p.name for p in db.parent.iterdir() if not p.name.endswith((".lock", ".lock.queue")))
+
+
 def _one_line(code: int, stdout: str, stderr: str) -> str:
     assert code == 2, (code, stdout[-300:], stderr[-3000:])
     lines = [line for line in stderr.splitlines() if line.strip()]
@@ -137,8 +143,7 @@ def test_broken_store_is_one_line_exit_2_and_left_untouched(broken, command, tmp
         assert word in line, f"{kind}: '{word}' missing from: {line}"
     assert _sha(db) == before
     assert not (tmp_path / "x.parquet").exists()
-    assert sorted(p.name for p in db.parent.iterdir() if not p.name.endswith((".lock", ".lock.queue"))) == \
-        ["loaderlab.duckdb", "runs"]  # no WAL, no backup, no replacement written beside it
+    assert _beside(db) == ["loaderlab.duckdb", "loaderlab.duckdb.version", "runs"]  # no WAL, no backup, no replacement
 
 
 def test_real_cli_processes_on_broken_stores(tmp_path):
@@ -188,7 +193,7 @@ def test_migration_through_the_cli_backs_up_first_and_keeps_every_backup(tmp_pat
         assert old.execute("SELECT run_id FROM runs").fetchall() == [("r1",)]
         assert old.execute("SELECT count(*) FROM epochs").fetchall() == [(3,)]
     with duckdb.connect(str(db), read_only=True) as new:
-        assert new.execute("SELECT max(version) FROM schema_version").fetchall() == [(1,)]
+        assert new.execute("SELECT max(version) FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
         assert new.execute("SELECT count(*) FROM epochs").fetchall() == [(3,)]
     kept = _sha(first)
     _downgrade(db)

@@ -141,9 +141,11 @@ def test_cancel_stops_the_sweep_and_keeps_epochs(cluster, tmp_path):
     cancel = threading.Event()
     sweep = SweepConfig.from_dict({"name": "cancel", "base": SLOW, "repeats": 2})
 
+    earlier = set(scratch_dir("x").parent.glob("*/runs/*"))  # another session's leftovers are not this sweep's
+
     def watch() -> None:  # cancel once this sweep's first run has finished two epochs
         while not cancel.wait(0.1):
-            for run_dir in scratch_dir("x").parent.glob("*/runs/*"):
+            for run_dir in set(scratch_dir("x").parent.glob("*/runs/*")) - earlier:
                 try:
                     ours = json.loads((run_dir / "meta.json").read_text())["sweep_id"].startswith("cancel-")
                     if ours and (run_dir / "events.jsonl").read_text().count('"type":"epoch"') >= 2:
