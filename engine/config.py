@@ -38,8 +38,13 @@ def printable(text: str) -> str:
     return re.sub(r"[\x00-\x1f\x7f]", lambda m: f"\\x{ord(m.group()):02x}", str(text))
 
 
+# A plugin spec, "module.path:callable" (engine.plugins.SPEC_RE; here so that config needs no torch).
+_PLUGIN_SPEC = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")
+
+
 def _f(default: Any, help: str, group: str, **meta: Any) -> Any:
-    """A config field. meta keys: choices (a registry name or a tuple), min, max, ui ("hidden")."""
+    """A config field. meta keys: choices (a registry name or a tuple), min, max, ui ("hidden"), plugin (a
+    'module.path:callable' spec is accepted besides the choices; an empty plugin field means the default)."""
     if isinstance(default, list):
         return field(default_factory=lambda d=default: list(d), metadata={"help": help, "group": group, **meta})
     return field(default=default, metadata={"help": help, "group": group, **meta})
@@ -48,7 +53,8 @@ def _f(default: Any, help: str, group: str, **meta: Any) -> Any:
 @dataclass(kw_only=True)
 class RunConfig:
     # --- workload ---
-    workload: str = _f("tensor", "dataset to load", "workload", choices="workloads")
+    workload: str = _f("tensor", "dataset to load: a built-in name, or your own as 'module.path:callable' "
+                                 "(see engine/plugins.py)", "workload", choices="workloads", plugin=True)
     n_samples: int = _f(2048, "samples per epoch", "workload", min=1, max=10_000_000)
     image_size: int = _f(32, "side of the square images the model sees", "workload", min=8, max=1024)
     num_classes: int = _f(10, "label classes", "workload", min=2, max=100_000)
@@ -68,11 +74,16 @@ class RunConfig:
     worker_timeout_s: float = _f(120.0, "fail the run if no batch arrives for this long", "loader",
                                  min=1.0, max=86_400.0)
     # --- model ---
-    model: str = _f("mlp", "architecture", "model", choices="models")
+    model: str = _f("mlp", "architecture: a built-in name, or your own as 'module.path:callable'", "model",
+                    choices="models", plugin=True)
     width: int = _f(64, "hidden width (channels for cnn, d_model for transformer)", "model", min=1, max=65_536)
     depth: int = _f(2, "hidden layers / residual blocks / encoder layers", "model", min=1, max=256)
     optimizer: str = _f("sgd", "optimizer", "model", choices=("sgd", "adamw"))
     lr: float = _f(0.05, "learning rate", "model", min=1e-8, max=10.0)
+    collate: str = _f("", "batch collate function as 'module.path:callable' (empty: torch's default_collate)",
+                      "model", plugin=True, ui="hidden")
+    loss: str = _f("", "loss(logits, y) as 'module.path:callable' (empty: cross-entropy)", "model", plugin=True,
+                   ui="hidden")
     # --- training ---
     batch_size: int = _f(64, "samples per step", "training", min=1, max=1_000_000)
     epochs: int = _f(3, "epochs, warm-up included", "training", min=1, max=100_000)
@@ -274,9 +285,15 @@ def _check_field(f: dataclasses.Field, value: Any) -> None:
         raise ConfigError(f.name, f"must be <= {hi}, got {value}")
     if typ is str and len(value) > 4096:
         raise ConfigError(f.name, "is longer than 4096 characters")
+    if f.metadata.get("plugin") and _PLUGIN_SPEC.match(value):
+        return  # NOTE: only the spelling is checked here; engine.plugins.preflight imports and tries it
     choices = field_choices(f)
     if choices is not None and value not in choices:
-        raise ConfigError(f.name, f"'{value}' is unknown; choose one of: {', '.join(choices)}")
+        own = ", or your own as 'module.path:callable'" if f.metadata.get("plugin") else ""
+        raise ConfigError(f.name, f"'{printable(value[:200])}' is unknown; choose one of: {', '.join(choices)}{own}")
+    if f.metadata.get("plugin") and value and choices is None:
+        raise ConfigError(f.name, f"'{printable(value[:200])}' is not a plugin spec; write 'module.path:callable', "
+                                  "e.g. 'mypkg.data:build', or leave it empty for the default")
 
 
 # ---------------------------------------------------------------------------- sweeps

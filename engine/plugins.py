@@ -7,6 +7,7 @@ or the user's module until a run or a check asks for it.
     fn = resolve("mypkg.data:build", "workload")      # ConfigError("workload", ...) if it cannot be imported
     code_hash(["mypkg.data:build", "mypkg.nets:net"])  # sha256 of the modules' source files
     registered()                                       # {"my_images": {"workload": "mypkg.data:build"}, ...}
+    preflight(cfg)                                     # one batch tried before launch -> {"code_hash": ...}
 
 What the server's owner registers for the dashboard lives in a TOML file, `$LOADERLAB_PLUGINS`, else
 `plugins.toml` beside the store (data/plugins.toml by default); the browser only ever picks a name:
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import inspect
 import os
 import re
 import sys
@@ -30,7 +32,8 @@ from typing import Any, Callable, Iterable
 
 from engine.config import ConfigError, printable
 
-__all__ = ["KINDS", "SPEC_RE", "code_hash", "is_spec", "plugins_file", "registered", "resolve"]
+__all__ = ["KINDS", "SPEC_RE", "build_dataset", "build_model", "call_factory", "code_hash", "is_spec", "item_rng",
+           "plugins_file", "preflight", "registered", "resolve", "specs_of"]
 
 SPEC_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")
 KINDS = ("workload", "model", "collate", "loss")
@@ -51,9 +54,10 @@ def resolve(spec: str, field: str) -> Callable[..., Any]:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as e:
-        where = "the current directory or PYTHONPATH"
-        raise ConfigError(field, f"module '{module_name}' cannot be imported ({e}); run from the folder that "
-                                 f"holds it or add that folder to PYTHONPATH ({where})") from None
+        if e.name and (module_name == e.name or module_name.startswith(e.name + ".")):
+            raise ConfigError(field, f"module '{module_name}' cannot be imported ({e}); run from the folder that "
+                                     "holds it, or add that folder to PYTHONPATH") from None
+        raise ConfigError(field, f"module '{module_name}' failed to import: {e}; install what it needs") from None
     except Exception as e:  # noqa: BLE001 - the user's module failing at import is bad input, not our crash
         raise ConfigError(field, f"module '{module_name}' failed to import: "
                                  f"{type(e).__name__}: {printable(str(e)[:300])}") from None
@@ -61,7 +65,7 @@ def resolve(spec: str, field: str) -> Callable[..., Any]:
     if fn is None:
         raise ConfigError(field, f"module '{module_name}' has no '{attr}'; check the name after the colon")
     if not callable(fn):
-        raise ConfigError(field, f"'{spec}' is a {type(fn).__name__}, not a callable; name a function or class")
+        raise ConfigError(field, f"'{spec}' is not callable (type {type(fn).__name__}); name a function or class")
     return fn
 
 
@@ -72,12 +76,108 @@ def _cwd_on_path() -> None:
         sys.path.insert(0, cwd)
 
 
+def call_factory(fn: Callable[..., Any], spec: str, field: str, kwargs: dict[str, Any]) -> Any:
+    """Call a user's factory with the keyword arguments it accepts: all of them if it takes **kwargs.
+
+    So `def build(**cfg)` and `def build(seed, n_samples, **_)` both work, and so does `def build(seed)`.
+    Whatever the factory raises is a ConfigError on `field`: bad input, reported on one line.
+    """
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C callable without a signature: give it everything
+        params = [inspect.Parameter("kw", inspect.Parameter.VAR_KEYWORD)]
+    if not any(p.kind is p.VAR_KEYWORD for p in params):
+        missing = [p.name for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+                   and p.name not in kwargs]
+        if missing:
+            passed = ", ".join(sorted(kwargs)) if len(kwargs) < 8 else "every config field (seed, n_samples, ...)"
+            raise ConfigError(field, f"'{spec}' needs argument(s) {', '.join(missing)}, which LoaderLab does not pass; "
+                                     f"it passes {passed} as keywords: give the rest defaults")
+        names = {p.name for p in params}
+        kwargs = {k: v for k, v in kwargs.items() if k in names}
+    try:
+        return fn(**kwargs)
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the user's factory failing is bad input to report, not our crash
+        raise ConfigError(field, f"'{spec}' raised {type(e).__name__}: {printable(str(e)[:300])}") from None
+
+
+def build_dataset(cfg: Any) -> Any:
+    """The run's dataset: a built-in workload, or the user's factory called with every config field, wrapped."""
+    from engine.registry import WORKLOADS  # noqa: PLC0415
+
+    if not is_spec(cfg.workload):
+        return WORKLOADS[cfg.workload](cfg)
+    from torch.utils.data import IterableDataset  # noqa: PLC0415
+
+    from engine.workloads.plugin import PluginDataset  # noqa: PLC0415
+
+    inner = call_factory(resolve(cfg.workload, "workload"), cfg.workload, "workload", cfg.to_dict())
+    if isinstance(inner, IterableDataset) or not hasattr(inner, "__getitem__"):
+        raise ConfigError("workload", f"'{cfg.workload}' returned type {type(inner).__name__}, not a map-style "
+                                      "Dataset; return an object with __len__ and __getitem__(index) -> (x, y)")
+    return PluginDataset(inner, cfg, cfg.workload)
+
+
+def build_model(cfg: Any, in_shape: tuple[int, ...], num_classes: int, *, arch: str | None = None,
+                width: int | None = None, field: str = "model") -> Any:
+    """A built-in model, or the user's factory called with in_shape, num_classes, width, depth and seed.
+
+    Also makes cfg.loss this process's loss (engine.models._base.set_loss): every process that trains
+    builds its model here, so the loss follows the model into threads, spawned processes and ranks.
+    """
+    from torch import nn  # noqa: PLC0415
+
+    from engine.models._base import set_loss  # noqa: PLC0415
+    from engine.registry import MODELS  # noqa: PLC0415
+
+    arch, width = arch or cfg.model, width or cfg.width
+    set_loss(cfg.loss)
+    if not is_spec(arch):
+        return MODELS[arch](in_shape, num_classes, width, cfg.depth)
+    kwargs = {"in_shape": tuple(in_shape), "num_classes": int(num_classes), "width": width, "depth": cfg.depth,
+              "seed": cfg.seed}
+    model = call_factory(resolve(arch, field), arch, field, kwargs)
+    if not isinstance(model, nn.Module):
+        raise ConfigError(field, f"'{arch}' returned type {type(model).__name__}, not a torch.nn.Module; return the "
+                                 "model (batch -> logits)")
+    return model
+
+
+def item_rng() -> Any:
+    """A numpy Generator seeded for the item being loaded in this thread (per seed, epoch, index).
+
+    For datasets that set `thread_safe = True`: unlike the global generators, it is the thread's own.
+    """
+    import numpy as np  # noqa: PLC0415
+
+    from engine.workloads.plugin import current_seed  # noqa: PLC0415
+
+    return np.random.default_rng(current_seed())
+
+
+def preflight(cfg: Any, cwd: str | None = None) -> dict[str, Any]:
+    """Try cfg's plugins on one small batch before a run is launched; returns {"code_hash": ...} or {}.
+
+    A bad plugin raises a one-line ConfigError naming its field. See engine/_plugin_check.py.
+    """
+    from engine._plugin_check import preflight as check  # noqa: PLC0415
+
+    return check(cfg, cwd)
+
+
+def specs_of(cfg: Any) -> list[str]:
+    """The plugin specs a config names (workload, model, model_b, collate, loss)."""
+    return [v for v in (cfg.workload, cfg.model, cfg.model_b, cfg.collate, cfg.loss) if v and is_spec(v)]
+
+
 def code_hash(specs: Iterable[str]) -> str | None:
     """sha256 over the source of the modules the specs come from; None when no spec is a plugin.
 
-    NOTE: for a module inside a package, every .py file of its top-level package is hashed (sorted by
-    relative path), since a helper module the factory imports changes results as much as the factory's
-    own file. A lone module hashes just its file.
+    NOTE: for a module inside a package, every .py file of its outermost regular package is hashed
+    (sorted by relative path), since a helper module the factory imports changes results as much as the
+    factory's own file. A lone module hashes just its file.
     """
     files: dict[str, Path] = {}
     for spec in sorted({s for s in specs if s and is_spec(s)}):
@@ -94,12 +194,13 @@ def code_hash(specs: Iterable[str]) -> str | None:
 
 
 def _source_files(module_name: str, module: Any) -> list[tuple[str, Path]]:
-    top = sys.modules.get(module_name.split(".")[0])
-    top_file = getattr(top, "__file__", None)
-    if top is not None and top_file and Path(top_file).name == "__init__.py":
-        root = Path(top_file).parent
-        return [(f"{root.name}/{p.relative_to(root).as_posix()}", p) for p in sorted(root.rglob("*.py"))
-                if "__pycache__" not in p.parts]
+    parts = module_name.split(".")
+    for i in range(1, len(parts) + 1):  # the outermost regular package (namespace packages have no __init__)
+        package_file = getattr(sys.modules.get(".".join(parts[:i])), "__file__", None)
+        if package_file and Path(package_file).name == "__init__.py":
+            root = Path(package_file).parent
+            return [(f"{root.name}/{p.relative_to(root).as_posix()}", p) for p in sorted(root.rglob("*.py"))
+                    if "__pycache__" not in p.parts]
     path = getattr(module, "__file__", None)
     return [(module_name, Path(path))] if path else []
 

@@ -6,6 +6,8 @@
     MODES[name]                                -> ModeSpec(run, check)  (see engine/modes/_base.py)
 
 The CLI's choices, the launch form's select boxes and config validation all read these dicts.
+A config's workload or model may instead be the user's own, "module.path:callable": runs build both
+through engine.plugins.build_dataset / build_model, which fall back to these dicts for built-in names.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def names(kind: str) -> list[str]:
 
 def check_config(cfg: Any) -> None:
     """Cross-field checks that belong to one workload or mode (e.g. a folder that must exist)."""
-    check = getattr(WORKLOADS[cfg.workload], "check", None)
+    check = getattr(WORKLOADS.get(cfg.workload), "check", None)  # a plugin spec has none: preflight tries it
     if check is not None:
         check(cfg)
     MODES[cfg.mode].check(cfg)

@@ -93,10 +93,10 @@ def _set_threads(threads: int) -> None:
 def _stored_config(cfg: RunConfig) -> dict[str, Any]:
     """What ran: fields the mode ignores normalised; a folder's real image and class counts."""
     out = cfg.effective()
-    if cfg.workload == "folder":
-        from engine.registry import WORKLOADS  # noqa: PLC0415
+    from engine.plugins import build_dataset, is_spec  # noqa: PLC0415
 
-        dataset = WORKLOADS["folder"](cfg)  # NOTE: lists the files once; the mode lists them again (cheap)
+    if cfg.workload == "folder" or is_spec(cfg.workload):  # a user's dataset may hold other counts than asked
+        dataset = build_dataset(cfg)  # NOTE: lists the files once; the mode lists them again (cheap)
         out.update(n_samples=len(dataset), num_classes=dataset.num_classes)
     return out
 
@@ -153,6 +153,9 @@ def launch(cfg: RunConfig, *, db: str | os.PathLike | None = None, meta: dict[st
     after exit_grace_s (a worker it cannot reap) is killed: the run is over either way.
     """
     meta = dict(meta or {})
+    from engine.plugins import preflight  # noqa: PLC0415
+
+    meta.update(preflight(cfg, cwd=meta.get("cwd")))  # a bad plugin fails here, before any RunLog: its code_hash
     run_id = meta.pop("run_id", None) or new_run_id()
     run_dir = runs_dir(db) / run_id
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -44,7 +44,11 @@ def new_sweep_id(name: str) -> str:
 def run_sweep(sweep: SweepConfig, *, db: str | os.PathLike | None = None, progress: bool = True,
               sweep_id: str | None = None, meta: dict[str, Any] | None = None) -> SweepResult:
     """Run every planned config locally; a failed run is recorded and the sweep goes on."""
+    from engine.plugins import preflight  # noqa: PLC0415
+
     plan = sweep.plan()
+    for cfg in sweep.configs():  # a bad plugin anywhere in the grid fails before the first run is stored
+        preflight(cfg, cwd=(meta or {}).get("cwd"))
     result = SweepResult(sweep_id or new_sweep_id(sweep.name))
     repeats_seen: dict[int, int] = {}
     bar = tqdm(total=len(plan), desc=f"sweep {sweep.name}", unit="run", disable=not progress, file=sys.stderr,

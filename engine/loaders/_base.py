@@ -142,6 +142,16 @@ class BackgroundIterator:
             log.warning("%s loader: producer thread still busy after %.1f s; leaving it to finish", self.who, wait_s)
 
 
+def _collate_for(cfg: Any) -> Any:
+    """The run's `collate` (a user's 'module:callable'), else torch's default_collate."""
+    spec = getattr(cfg, "collate", "")
+    if not spec:
+        return default_collate
+    from engine.plugins import resolve  # noqa: PLC0415
+
+    return resolve(spec, "collate")
+
+
 class Loader:
     """Base class: `epoch(e)` yields collated (x, y) batches; close() releases threads and processes."""
 
@@ -154,6 +164,7 @@ class Loader:
         self.dataset, self.cfg, self.device = dataset, cfg, torch.device(device)
         self.sampler = EpochBatchSampler(len(dataset), cfg.batch_size, cfg.seed)
         self.pin = bool(cfg.pin_memory) and self.device.type == "cuda"  # pinning only helps a CUDA copy
+        self.collate = _collate_for(cfg)
         self._active: weakref.ref | None = None  # the epoch generator in flight, if any
         self._producers: list[BackgroundIterator] = []  # finished epochs' producers, joined at close()
         self._closed = False
@@ -182,8 +193,8 @@ class Loader:
 
     def fetch(self, keys: list[Key]) -> tuple[Tensor, Tensor]:
         """One batch: the samples of `keys`, collated (pinned when it will be copied to CUDA)."""
-        x, y = default_collate([self.dataset[k] for k in keys])
-        y = y.long()
+        x, y = self.collate([self.dataset[k] for k in keys])
+        y = y if y.is_floating_point() else y.long()  # NOTE: float labels are a user's soft targets: keep them
         if self.pin:
             x, y = x.pin_memory(), y.pin_memory()
         return x, y

@@ -44,6 +44,7 @@ class ProcessLoader(Loader):
             dataset, batch_sampler=self.sampler, num_workers=cfg.workers, prefetch_factor=cfg.prefetch_depth,
             persistent_workers=cfg.persistent_workers, pin_memory=self.pin,
             multiprocessing_context=cfg.start_method, timeout=cfg.worker_timeout_s, worker_init_fn=_init_worker,
+            collate_fn=self.collate,
         )
         self._it = None  # the DataLoader iterator that owns the worker processes
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, Callable
 
@@ -18,9 +19,10 @@ _REPLAYS, _REPLAY_BUDGET_S = 3, 2.0
 def loader_pass(cfg: RunConfig, device: torch.device, shard: tuple[int, int] | None = None) -> dict[str, float]:
     """One epoch of the run's loader with no model: seconds after the first batch, and the TTFB."""
     from engine.modes._base import to_device  # noqa: PLC0415
-    from engine.registry import LOADERS, WORKLOADS  # noqa: PLC0415
+    from engine.plugins import build_dataset  # noqa: PLC0415
+    from engine.registry import LOADERS  # noqa: PLC0415
 
-    dataset = WORKLOADS[cfg.workload](cfg)
+    dataset = build_dataset(cfg)
     if shard is not None:
         from engine.modes._ddp import ShardDataset  # noqa: PLC0415
 
@@ -47,12 +49,13 @@ def compute_pass(cfg: RunConfig, device: torch.device, build: Callable[[Any], li
     fraction: the share of the epoch's batches the step sees (ddp: one rank's 1/world).
     """
     from engine.loaders._base import epoch_batches  # noqa: PLC0415
-    from engine.registry import LOADERS, WORKLOADS  # noqa: PLC0415
+    from engine.plugins import build_dataset  # noqa: PLC0415
+    from engine.registry import LOADERS  # noqa: PLC0415
 
-    dataset = WORKLOADS[cfg.workload](cfg.replace(latency_ms=0.0, work_us=0))
+    dataset = build_dataset(cfg.replace(latency_ms=0.0, work_us=0))
     n_batches = len(epoch_batches(len(dataset), cfg.batch_size, cfg.seed, 1)) * fraction
-    c, h, w = dataset.sample_shape
-    keep = max(1, min(int(n_batches) or 1, _MAX_REPLAY_BYTES // (cfg.batch_size * 4 * (1 + c * h * w))))
+    per_sample = math.prod(dataset.sample_shape)  # NOTE: any item shape, not only CHW images (user datasets)
+    keep = max(1, min(int(n_batches) or 1, _MAX_REPLAY_BYTES // (cfg.batch_size * 4 * (1 + per_sample))))
     batches = []
     with LOADERS["sync"](dataset, cfg.replace(loader="sync", workers=0), torch.device("cpu")) as loader:
         for i, (x, y) in enumerate(loader.epoch(1)):

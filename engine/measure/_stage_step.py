@@ -49,9 +49,9 @@ class StageStep:
 def stage_builder(cfg: RunConfig, devices: list[torch.device], s: int) -> Callable[[Any], list[Callable]]:
     def build(dataset: Any) -> list[Callable]:
         from engine.models._base import split_stages  # noqa: PLC0415
-        from engine.registry import MODELS  # noqa: PLC0415
+        from engine.plugins import build_model  # noqa: PLC0415
 
         torch.manual_seed(cfg.seed)  # seeded like the run's model
-        model = MODELS[cfg.model](dataset.sample_shape, dataset.num_classes, cfg.width, cfg.depth)
+        model = build_model(cfg, dataset.sample_shape, dataset.num_classes)
         return [StageStep(split_stages(model, cfg.n_stages), devices, s, cfg)]
     return build

@@ -6,6 +6,9 @@ so the split mode can cut it with `split_stages(model, n)` and the fused mode ca
 
     opt = make_optimizer(model.parameters(), "sgd", lr=0.05)
     stages = split_stages(model, 2)          # stages[1](stages[0](x)) == model(x)
+
+A user's model (engine/plugins.py) that is not an nn.Sequential can still be split: its `stages()`
+method returns its blocks in forward order (`as_sequential`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from torch import nn
 
 from engine.config import ConfigError
 
-__all__ = ["check_vmappable", "loss_fn", "make_optimizer", "split_stages"]
+__all__ = ["as_sequential", "check_vmappable", "loss_fn", "make_optimizer", "set_loss", "split_stages"]
 
 log = logging.getLogger(__name__)
 
@@ -36,17 +39,44 @@ def make_optimizer(params: Iterable[torch.Tensor], name: str, lr: float) -> torc
     raise ConfigError("optimizer", f"'{name}' is unknown; choose one of: {', '.join(OPTIMIZERS)}")
 
 
+_LOSS: list = [F.cross_entropy]  # NOTE: one run per process, so the run's loss is process state (set_loss)
+
+
+def set_loss(spec: str) -> None:
+    """Make the run's `loss` field the loss of every step in this process: cross-entropy when empty."""
+    from engine.plugins import resolve  # noqa: PLC0415
+
+    _LOSS[0] = resolve(spec, "loss") if spec else F.cross_entropy
+
+
 def loss_fn(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy of logits [B, num_classes] against integer labels [B]."""
-    return F.cross_entropy(logits, y)
+    """The run's loss (set_loss); by default mean cross-entropy of logits [B, num_classes] against labels [B]."""
+    return _LOSS[0](logits, y)
 
 
-def split_stages(model: nn.Sequential, n_stages: int) -> list[nn.Sequential]:
+def as_sequential(model: nn.Module) -> nn.Sequential:
+    """The blocks split can cut: the model itself if it is an nn.Sequential, else what its stages() returns."""
+    if isinstance(model, nn.Sequential):
+        return model
+    stages = getattr(model, "stages", None)
+    name = type(model).__name__
+    if not callable(stages):
+        raise ConfigError("model", f"split cuts a model into stages, and {name} is not an nn.Sequential and has no "
+                                   "stages() method; return an nn.Sequential of blocks, give the model a stages() "
+                                   "method that returns its blocks in forward order, or pick another mode")
+    blocks = list(stages())
+    if not blocks or not all(isinstance(b, nn.Module) for b in blocks):
+        raise ConfigError("model", f"{name}.stages() must return a non-empty list of nn.Modules (its blocks in "
+                                   "forward order)")
+    return nn.Sequential(*blocks)
+
+
+def split_stages(model: nn.Module, n_stages: int) -> list[nn.Sequential]:
     """Cut the model's children into n_stages contiguous, non-empty groups balanced by parameter count.
 
     The stages hold the model's own module objects (not copies), so training the stages trains the model.
     """
-    blocks = list(model.named_children())
+    blocks = list(as_sequential(model).named_children())
     if not 1 <= n_stages <= len(blocks):
         raise ConfigError("n_stages", f"must be from 1 to {len(blocks)} for this model ({len(blocks)} blocks: "
                                       f"stem, body, head); lower n_stages or raise depth")

@@ -30,13 +30,13 @@ FAIL_AT_ENV = "LOADERLAB_FAIL_AT"
 def build_model(cfg: RunConfig, dataset: Any, idx: int, device: torch.device, *, dual: bool = False
                 ) -> torch.nn.Module:
     """Model idx, seeded with seed + idx (distinct, reproducible weights); with dual, idx 1 is model_b/width_b."""
-    from engine.registry import MODELS  # noqa: PLC0415
+    from engine.plugins import build_model as build  # noqa: PLC0415
 
-    arch, width = cfg.model, cfg.width
+    arch, width, field = cfg.model, cfg.width, "model"
     if dual and idx == 1:
-        arch, width = cfg.model_b or cfg.model, cfg.width_b or cfg.width
+        arch, width, field = cfg.model_b or cfg.model, cfg.width_b or cfg.width, "model_b"
     torch.manual_seed(cfg.seed + idx)
-    return MODELS[arch](dataset.sample_shape, dataset.num_classes, width, cfg.depth).to(device)
+    return build(cfg, dataset.sample_shape, dataset.num_classes, arch=arch, width=width, field=field).to(device)
 
 
 def train_epoch(model: torch.nn.Module, opt: torch.optim.Optimizer, batches: Iterable, device: torch.device
@@ -130,8 +130,9 @@ def check_devices(cfg: RunConfig, most: int | None, what: str) -> None:
 
 
 def check_model_b(cfg: RunConfig) -> None:
+    from engine.plugins import is_spec  # noqa: PLC0415
     from engine.registry import MODELS  # noqa: PLC0415
 
-    if cfg.model_b and cfg.model_b not in MODELS:
-        raise ConfigError("model_b", f"'{cfg.model_b}' is unknown; choose one of: {', '.join(MODELS)} "
-                                     f"(or leave it empty for the same model as `model`)")
+    if cfg.model_b and cfg.model_b not in MODELS and not is_spec(cfg.model_b):
+        raise ConfigError("model_b", f"'{cfg.model_b}' is unknown; choose one of: {', '.join(MODELS)}, your own "
+                                     "as 'module.path:callable', or leave it empty for the same model as `model`")

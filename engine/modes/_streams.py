@@ -37,13 +37,14 @@ def check_streams(cfg: RunConfig) -> None:
 def run_streams(ctx: RunContext) -> None:
     from engine.models._base import make_optimizer  # noqa: PLC0415
     from engine.modes.single import train_step  # noqa: PLC0415
-    from engine.registry import LOADERS, WORKLOADS  # noqa: PLC0415
+    from engine.plugins import build_dataset  # noqa: PLC0415
+    from engine.registry import LOADERS  # noqa: PLC0415
 
     cfg, device = ctx.cfg, ctx.device
     if device.type != "cuda":
         raise ConfigError("mode", "dual-streams needs a CUDA device; use dual-threads or dual-sequential on CPU")
     # --- build: two models, their optimizers, one stream each ---
-    dataset = WORKLOADS[cfg.workload](cfg)
+    dataset = build_dataset(cfg)
     models = [build_model(cfg, dataset, i, device, dual=True) for i in range(2)]
     opts = [make_optimizer(m.parameters(), cfg.optimizer, cfg.lr) for m in models]
     streams = [torch.cuda.Stream(device) for _ in models]

@@ -46,7 +46,8 @@ def _rank_main(rank: int, cfg_dict: dict[str, Any], world: int, device_name: str
                emit: Callable[[dict[str, Any]], None], ready: Callable[[], None] = lambda: None) -> None:
     """One rank: join the group, train its shard, emit one epoch record per epoch."""
     from engine.models._base import make_optimizer  # noqa: PLC0415
-    from engine.registry import LOADERS, MODELS, WORKLOADS  # noqa: PLC0415
+    from engine.plugins import build_dataset, build_model  # noqa: PLC0415
+    from engine.registry import LOADERS  # noqa: PLC0415
 
     cfg, device = RunConfig(**cfg_dict), torch.device(device_name)
     torch.set_num_threads(threads)
@@ -57,11 +58,11 @@ def _rank_main(rank: int, cfg_dict: dict[str, Any], world: int, device_name: str
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=world)
     try:
         # --- build: this rank's shard; the same seeded weights on every rank (DDP broadcasts rank 0's anyway) ---
-        base = WORKLOADS[cfg.workload](cfg)
+        base = build_dataset(cfg)
         dataset = ShardDataset(base, rank, world)
         steps = {math.ceil(len(range(r, len(base), world)) / cfg.batch_size) for r in range(world)}
         torch.manual_seed(cfg.seed)
-        model = MODELS[cfg.model](dataset.sample_shape, dataset.num_classes, cfg.width, cfg.depth).to(device)
+        model = build_model(cfg, dataset.sample_shape, dataset.num_classes).to(device)
         ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
         comm = AllreduceTimer(device)
         ddp.register_comm_hook(comm, timed_allreduce)

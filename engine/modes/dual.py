@@ -40,9 +40,9 @@ N_MODELS = 2
 
 def _build(cfg: RunConfig, device: torch.device) -> tuple[Any, list[torch.nn.Module], list[torch.optim.Optimizer]]:
     from engine.models._base import make_optimizer  # noqa: PLC0415
-    from engine.registry import WORKLOADS  # noqa: PLC0415
+    from engine.plugins import build_dataset  # noqa: PLC0415
 
-    dataset = WORKLOADS[cfg.workload](cfg)
+    dataset = build_dataset(cfg)
     models = [build_model(cfg, dataset, i, device, dual=True) for i in range(N_MODELS)]
     return dataset, models, [make_optimizer(m.parameters(), cfg.optimizer, cfg.lr) for m in models]
 
@@ -164,12 +164,13 @@ def _process_main(i: int, cfg_dict: dict[str, Any], device_names: list[str], thr
     """Model i's whole run in its own process: its own loader, model and optimizer (a spawned child)."""
     from engine import devices  # noqa: PLC0415
     from engine.models._base import make_optimizer  # noqa: PLC0415
-    from engine.registry import LOADERS, WORKLOADS  # noqa: PLC0415
+    from engine.plugins import build_dataset  # noqa: PLC0415
+    from engine.registry import LOADERS  # noqa: PLC0415
 
     cfg = RunConfig(**cfg_dict)
     torch.set_num_threads(threads)
     device = devices.resolve(device_names[i])
-    dataset = WORKLOADS[cfg.workload](cfg)
+    dataset = build_dataset(cfg)
     model = build_model(cfg, dataset, i, device, dual=True)
     opt = make_optimizer(model.parameters(), cfg.optimizer, cfg.lr)
     with LOADERS[cfg.loader](dataset, cfg, device) as loader:

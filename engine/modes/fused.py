@@ -88,11 +88,12 @@ class FusedStep:
 
 
 def run(ctx: RunContext) -> None:
-    from engine.registry import LOADERS, WORKLOADS  # noqa: PLC0415
+    from engine.plugins import build_dataset  # noqa: PLC0415
+    from engine.registry import LOADERS  # noqa: PLC0415
 
     cfg, device = ctx.cfg, ctx.device
     # --- build: N seeded models stacked into one program ---
-    dataset = WORKLOADS[cfg.workload](cfg)
+    dataset = build_dataset(cfg)
     step = FusedStep([build_model(cfg, dataset, i, device) for i in range(cfg.n_models)], cfg.optimizer,
                      model_lrs(cfg))
     recorder = Recorder(ctx)
@@ -122,11 +123,14 @@ def run(ctx: RunContext) -> None:
 
 def _check(cfg: RunConfig) -> None:
     from engine.models._base import check_vmappable  # noqa: PLC0415
+    from engine.plugins import is_spec  # noqa: PLC0415
     from engine.registry import MODELS  # noqa: PLC0415
 
     if cfg.n_models < 2:
         raise ConfigError("n_models", f"fused trains n_models >= 2 models as one program, got {cfg.n_models}; "
                                       "use mode single for one model")
+    if is_spec(cfg.model):
+        return  # a user's model is built for its data: engine.plugins.preflight trains two copies under vmap
     # the vmap check is structural, so a tiny instance of the architecture is enough
     check_vmappable(MODELS[cfg.model]((3, 8, 8), cfg.num_classes, 8, cfg.depth))
 

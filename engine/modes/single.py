@@ -28,14 +28,15 @@ def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tens
 
 def run(ctx: RunContext) -> None:
     from engine.models._base import make_optimizer  # noqa: PLC0415
-    from engine.registry import LOADERS, MODELS, WORKLOADS  # noqa: PLC0415
+    from engine.plugins import build_dataset, build_model  # noqa: PLC0415
+    from engine.registry import LOADERS  # noqa: PLC0415
 
     cfg, device = ctx.cfg, ctx.device
     recorder = Recorder(ctx)
     # --- build: data, model, optimizer (seeded, so the same config gives the same weights) ---
     torch.manual_seed(cfg.seed)
-    dataset = WORKLOADS[cfg.workload](cfg)
-    model = MODELS[cfg.model](dataset.sample_shape, dataset.num_classes, cfg.width, cfg.depth).to(device)
+    dataset = build_dataset(cfg)  # a built-in workload, or the user's own (engine/plugins.py)
+    model = build_model(cfg, dataset.sample_shape, dataset.num_classes).to(device)
     opt = make_optimizer(model.parameters(), cfg.optimizer, cfg.lr)
 
     with LOADERS[cfg.loader](dataset, cfg, device) as loader:

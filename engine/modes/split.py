@@ -118,13 +118,14 @@ class Pipeline:
 
 def run(ctx: RunContext) -> None:
     from engine.models._base import make_optimizer, split_stages  # noqa: PLC0415
-    from engine.registry import LOADERS, MODELS, WORKLOADS  # noqa: PLC0415
+    from engine.plugins import build_dataset, build_model  # noqa: PLC0415
+    from engine.registry import LOADERS  # noqa: PLC0415
 
     cfg = ctx.cfg
     # --- build: the model (seeded like single), cut into stages placed on their devices ---
     torch.manual_seed(cfg.seed)
-    dataset = WORKLOADS[cfg.workload](cfg)
-    model = MODELS[cfg.model](dataset.sample_shape, dataset.num_classes, cfg.width, cfg.depth)
+    dataset = build_dataset(cfg)
+    model = build_model(cfg, dataset.sample_shape, dataset.num_classes)
     devices = stage_devices(cfg, ctx.device)
     pipe = Pipeline(split_stages(model, cfg.n_stages), devices, cfg.micro_batches)
     opt = make_optimizer(model.parameters(), cfg.optimizer, cfg.lr)
@@ -157,12 +158,15 @@ def run(ctx: RunContext) -> None:
 
 def _check(cfg: RunConfig) -> None:
     from engine.models._base import split_stages  # noqa: PLC0415
+    from engine.plugins import is_spec  # noqa: PLC0415
     from engine.registry import MODELS  # noqa: PLC0415
 
     check_devices(cfg, cfg.n_stages, "stages are placed on devices in contiguous blocks")
     if cfg.micro_batches > cfg.batch_size:
         raise ConfigError("micro_batches", f"must be at most batch_size ({cfg.batch_size}): each micro-batch needs "
                                            f"a sample")
+    if is_spec(cfg.model):
+        return  # a user's model is built for its data: engine.plugins.preflight cuts it on one real batch
     # how many blocks there are to cut depends on the architecture and depth only: a tiny instance says
     split_stages(MODELS[cfg.model]((3, 8, 8), cfg.num_classes, 8, cfg.depth), cfg.n_stages)
 

@@ -1,0 +1,179 @@
+"""Preflight for the user's own pipeline: try one small batch in the launching process, before anything is stored.
+
+A bad plugin then fails at once with a one-line ConfigError naming the field (CLI exit 2), instead of
+as a `failed` run minutes later: a missing module or callable, a factory that raises or returns the
+wrong type, items that are not tensors, a collate or loss that breaks, labels out of range for the
+logits, and a model that lacks what its mode needs (split: stages; fused: vmap).
+
+    extra_meta = preflight(cfg)          # {"code_hash": "..."} for a plugin run, {} for built-ins
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import sys
+from typing import Any
+
+from engine.config import ConfigError, RunConfig, printable
+
+__all__ = ["preflight"]
+
+log = logging.getLogger(__name__)
+
+# Fields that change how batches are delivered or measured, not what a batch or the model is.
+_DELIVERY = ("loader", "workers", "prefetch_depth", "start_method", "persistent_workers", "pin_memory",
+             "worker_timeout_s", "epochs", "warmup_epochs", "device", "threads", "tag", "bound", "sample_hz",
+             "trace")
+_PASSED: set[str] = set()  # configs (and code hashes) whose preflight passed in this process
+_MAX_ITEMS = 8  # a preflight batch: enough to exercise collate and the model, cheap for any dataset
+
+
+def preflight(cfg: RunConfig, cwd: str | None = None) -> dict[str, Any]:
+    """Check cfg's plugins on one small batch on the CPU; returns the run's extra meta (its code_hash)."""
+    from engine.plugins import code_hash, specs_of  # noqa: PLC0415
+
+    specs = specs_of(cfg)
+    if not specs:
+        return {}
+    if cwd and cwd not in sys.path:
+        sys.path.insert(0, cwd)  # the submitter's folder (job worker, Ray): where its module is importable
+    digest = _hash(cfg, code_hash, specs)
+    key = json.dumps([digest, {k: v for k, v in cfg.to_dict().items() if k not in _DELIVERY}], sort_keys=True)
+    if key not in _PASSED:
+        from engine.models import _base  # noqa: PLC0415
+
+        saved = _base._LOSS[0]
+        try:
+            _try_batch(cfg)
+        finally:
+            _base._LOSS[0] = saved  # NOTE: the launching process keeps its own loss; only runs set theirs
+        _PASSED.add(key)
+    return {"code_hash": digest}
+
+
+def _hash(cfg: RunConfig, code_hash: Any, specs: list[str]) -> str:
+    from engine.plugins import is_spec, resolve  # noqa: PLC0415
+
+    for field in ("workload", "model", "model_b", "collate", "loss"):
+        value = getattr(cfg, field)
+        if value and is_spec(value):
+            resolve(value, field)  # imports it: a missing module or callable is reported on its own field
+    return code_hash(specs)
+
+
+def _try_batch(cfg: RunConfig) -> None:
+    import torch  # noqa: PLC0415
+
+    from engine.loaders._base import epoch_batches  # noqa: PLC0415
+    from engine.plugins import build_dataset, build_model, resolve  # noqa: PLC0415
+
+    torch.manual_seed(cfg.seed)
+    dataset = build_dataset(cfg)
+    keys = epoch_batches(len(dataset), min(cfg.batch_size, _MAX_ITEMS), cfg.seed, 0)[0]
+    items = [_item(dataset, k) for k in keys]
+    collate = resolve(cfg.collate, "collate") if cfg.collate else torch.utils.data.default_collate
+    x, y = _collate(collate, items, "collate" if cfg.collate else "workload")
+    models = [("model", cfg.model, cfg.width)]
+    if cfg.mode.startswith("dual-"):
+        models.append(("model_b", cfg.model_b or cfg.model, cfg.width_b or cfg.width))
+    for field, arch, width in models:
+        model = build_model(cfg, dataset.sample_shape, dataset.num_classes, arch=arch, width=width, field=field)
+        logits = _forward(model, x, field, arch)
+        _check_labels(cfg, logits, y)
+        _step(model, x, y, "loss" if cfg.loss else field)
+    _check_mode(cfg, build_model(cfg, dataset.sample_shape, dataset.num_classes), x, y)
+
+
+def _item(dataset: Any, key: tuple[int, int]) -> Any:
+    from engine.workloads.plugin import BadItem  # noqa: PLC0415
+
+    try:
+        return dataset[key]
+    except ConfigError:
+        raise
+    except BadItem as e:
+        raise ConfigError("workload", str(e)) from None
+    except Exception as e:  # noqa: BLE001 - the user's __getitem__ failing is bad input
+        raise ConfigError("workload", f"item {key[1]} failed: {type(e).__name__}: {printable(str(e)[:300])}") from None
+
+
+def _collate(collate: Any, items: list, field: str) -> tuple[Any, Any]:
+    try:
+        batch = collate(items)
+    except Exception as e:  # noqa: BLE001
+        raise ConfigError(field, f"collating {len(items)} items failed: {type(e).__name__}: "
+                                 f"{printable(str(e)[:300])}; items must share one shape, or name a collate") from None
+    import torch  # noqa: PLC0415
+
+    if not (isinstance(batch, (tuple, list)) and len(batch) == 2 and all(isinstance(t, torch.Tensor) for t in batch)):
+        raise ConfigError(field, f"a batch must be an (x, y) pair of tensors, got {type(batch).__name__}")
+    x, y = batch
+    if not x.shape or not y.shape or x.shape[0] != y.shape[0]:
+        raise ConfigError(field, f"x {tuple(x.shape)} and y {tuple(y.shape)} must share their first (batch) dimension")
+    return x, (y if y.is_floating_point() else y.long())
+
+
+def _forward(model: Any, x: Any, field: str, arch: str) -> Any:
+    import torch  # noqa: PLC0415
+
+    try:
+        logits = model(x)
+    except Exception as e:  # noqa: BLE001
+        raise ConfigError(field, f"'{arch}' failed on a batch x of shape {tuple(x.shape)}: {type(e).__name__}: "
+                                 f"{printable(str(e)[:300])}") from None
+    if not isinstance(logits, torch.Tensor) or logits.dim() < 2 or logits.shape[0] != x.shape[0]:
+        got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise ConfigError(field, f"'{arch}' must map a batch [B, ...] to logits [B, classes], got {got}")
+    return logits
+
+
+def _check_labels(cfg: RunConfig, logits: Any, y: Any) -> None:
+    """With cross-entropy, integer labels index the logits: each must be in [0, classes)."""
+    if cfg.loss or y.is_floating_point():
+        return
+    classes = logits.shape[1]
+    lo, hi = int(y.min()), int(y.max())
+    if lo < 0 or hi >= classes:
+        raise ConfigError("workload", f"labels {lo}..{hi} are out of range for the model's {classes} logits; "
+                                      f"labels must be in [0, {classes}): set num_classes or fix the labels")
+
+
+def _step(model: Any, x: Any, y: Any, what: str) -> None:
+    """Forward, loss, backward on the batch; a failure names the loss if the user gave one, else the model."""
+    from engine.models._base import loss_fn  # noqa: PLC0415
+
+    try:
+        loss = loss_fn(model(x), y)
+        loss.backward()
+    except Exception as e:  # noqa: BLE001
+        raise ConfigError(what, f"the loss and backward on one batch failed: {type(e).__name__}: "
+                                f"{printable(str(e)[:300])}") from None
+    if loss.dim() != 0:
+        raise ConfigError(what, f"the loss must be a scalar tensor, got shape {tuple(loss.shape)}")
+
+
+def _check_mode(cfg: RunConfig, model: Any, x: Any, y: Any) -> None:
+    """split: the blocks must cut into n_stages and reproduce forward; fused: copies must train under vmap."""
+    if cfg.mode == "split":
+        from engine.models._base import split_stages  # noqa: PLC0415
+
+        out = x
+        for stage in split_stages(model, cfg.n_stages):
+            out = stage(out)
+        if tuple(out.shape) != tuple(model(x).shape):
+            raise ConfigError("model", f"split runs the model's stages() in order, which gives {tuple(out.shape)} "
+                                       f"instead of forward's {tuple(model(x).shape)}; return every block of forward")
+    elif cfg.mode == "fused":
+        from engine.modes.fused import FusedStep  # noqa: PLC0415
+
+        try:
+            FusedStep([model, copy.deepcopy(model)], cfg.optimizer, [cfg.lr, cfg.lr])(x, y)
+        except ConfigError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise ConfigError("model", f"fused trains copies of the model as one torch.func.vmap program, and "
+                                       f"'{cfg.model}' cannot be vmapped ({type(e).__name__}: "
+                                       f"{printable(str(e)[:200])}); avoid .item(), in-place buffer updates and "
+                                       "data-dependent Python branches in forward, or pick another mode") from None
