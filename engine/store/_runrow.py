@@ -90,6 +90,7 @@ def run_row(run_id: str, run_dir: Path, events: list[dict], start: dict, epochs:
         **_host_columns(start), "config_json": json.dumps(cfg, sort_keys=True, default=str),
         "tags": str(cfg.get("tag")) if cfg.get("tag") else None,
         "summary_json": json.dumps(summary_event, sort_keys=True, default=str) if summary_event else None,
-        "run_dir": str(run_dir.resolve()), **_config_columns(cfg),
+        "run_dir": str(run_dir.resolve()), "code_hash": ev.coerce(start.get("code_hash"), "VARCHAR"),
+        **_config_columns(cfg),
         **{k: summary.get(k) for k in SUMMARY_COLUMNS},
     }

@@ -24,7 +24,7 @@ __all__ = ["MIGRATIONS", "RUN_COLUMNS", "SCHEMA_VERSION", "SUMMARY_COLUMNS", "TA
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _SQL_TYPES = {"int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "str": "VARCHAR", "list[str]": "VARCHAR"}
 
@@ -63,8 +63,13 @@ def _v2(conn: duckdb.DuckDBPyConnection) -> None:
         conn.execute(f'ALTER TABLE runs ADD COLUMN IF NOT EXISTS "{name}" {SUMMARY_COLUMNS[name]}')
 
 
+def _v3(conn: duckdb.DuckDBPyConnection) -> None:
+    """The fingerprint of a plugin run's code, so results of changed code never pool with the old ones."""
+    conn.execute(f'ALTER TABLE runs ADD COLUMN IF NOT EXISTS code_hash {RUN_COLUMNS["code_hash"]}')
+
+
 # (version, migration) in order. A migration gets a writer connection inside a transaction.
-MIGRATIONS: list[tuple[int, Callable[[duckdb.DuckDBPyConnection], None]]] = [(1, _v1), (2, _v2)]
+MIGRATIONS: list[tuple[int, Callable[[duckdb.DuckDBPyConnection], None]]] = [(1, _v1), (2, _v2), (3, _v3)]
 
 
 def _now() -> datetime:

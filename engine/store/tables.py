@@ -29,6 +29,8 @@ RUN_COLUMNS = {
     "torch_version": "VARCHAR", "python_version": "VARCHAR", "git_commit": "VARCHAR", "config_json": "VARCHAR",
     "tags": "VARCHAR", "notes": "VARCHAR", "deleted": "BOOLEAN DEFAULT false", "summary_json": "VARCHAR",
     "run_dir": "VARCHAR", "ingested_bytes": "BIGINT", **SUMMARY_COLUMNS,
+    # schema v3: sha256 of the user's plugin source (engine/plugins.py); NULL for built-in workloads and models
+    "code_hash": "VARCHAR",
 }
 _KEYS = "model_idx INTEGER, rank INTEGER, epoch INTEGER"
 TABLES = {

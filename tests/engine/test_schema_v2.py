@@ -27,7 +27,7 @@ def test_a_v1_store_is_backed_up_and_gains_the_bound_columns(tmp_path):
         schema.ensure_schema(conn, path)
         cols = {r[0] for r in conn.execute("SELECT name FROM pragma_table_info('runs')").fetchall()}
         assert set(SUMMARY_COLUMNS_V2) <= cols
-        assert conn.execute("SELECT max(version) FROM schema_version").fetchall() == [(2,)]
+        assert conn.execute("SELECT max(version) FROM schema_version").fetchall() == [(schema.SCHEMA_VERSION,)]
         assert conn.execute("SELECT efficiency, overlap, bound_error FROM runs").fetchall() == [(0.9, None, None)]
     with duckdb.connect(str(tmp_path / "loaderlab.duckdb.bak-v1"), read_only=True) as old:
         cols = {r[0] for r in old.execute("SELECT name FROM pragma_table_info('runs')").fetchall()}
@@ -39,6 +39,6 @@ def test_a_new_store_is_made_at_v2_directly(tmp_path):
     with duckdb.connect(str(path)) as conn:
         conn.execute("SET python_enable_replacements = false")  # as the store's connect() does
         schema.ensure_schema(conn, path)
-        assert conn.execute("SELECT max(version) FROM schema_version").fetchall() == [(2,)]
+        assert conn.execute("SELECT max(version) FROM schema_version").fetchall() == [(schema.SCHEMA_VERSION,)]
         assert not schema.needs_upgrade(conn, path)
     assert not list(tmp_path.glob("*.bak-v*"))
