@@ -5,8 +5,8 @@ Interval: the binomial order-statistic interval [x_(k), x_(n-k+1)] of the median
 engine.stats (`median_ci_ranks`), needing n >= 6 at 95 %; below that a group has no interval.
 The ranks are computed here in Python for the group sizes present and joined into the query.
 
-Pooling: two runs are the same config when every RunConfig field that shapes the timing is equal;
-tag, seed and the measurement knobs below do not count.
+Pooling: two runs are the same config when every RunConfig field that shapes the timing is equal,
+and so is `code_hash` (the user's plugin code); tag, seed and the measurement knobs below do not count.
 """
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ def config_columns(skip: tuple[str, ...] | list[str] = ()) -> list[str]:
 def pool_sql(groups: list[str]) -> tuple[str, str]:
     """(aggregates for the grouped CTE, columns for the outer SELECT): `n_configs`, the number of distinct
     configs in the group, and `differs`, the comma-separated fields whose values vary within it."""
-    cols = config_columns(groups)
+    # NOTE: code_hash is not a RunConfig field but separates configs too: a user's changed plugin code
+    cols = config_columns(groups) + ([] if "code_hash" in groups else ["code_hash"])
     # NOTE: min/max and one hash per row, not a count(DISTINCT) per field: ~30 of those cost seconds at 50k runs
     inner = [f"count(DISTINCT hash({', '.join(f'{chr(34)}{c}{chr(34)}' for c in cols)})) AS n_configs"]
     inner += [f'(min("{c}") <> max("{c}") OR count("{c}") NOT IN (0, count(*))) AS "_d_{c}"' for c in cols]

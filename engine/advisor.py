@@ -29,7 +29,7 @@ __all__ = ["Advice", "CONFIRM_REPEATS", "KNOB_KEYS", "PROBLEM_KEYS", "Suggestion
 log = logging.getLogger(__name__)
 
 PROBLEM_KEYS = ("n_samples", "image_size", "num_classes", "work_us", "latency_ms", "folder", "width", "depth",
-                "optimizer", "device")
+                "optimizer", "device", "code_hash")  # code_hash: a changed plugin is another problem (NULL: built-in)
 KNOB_KEYS = ("loader", "workers", "prefetch_depth", "start_method", "persistent_workers", "pin_memory", "batch_size")
 _POOLED = ("threads", "processes")  # loaders with workers
 # 7 repeats per config: with 6 or more a side stats.ratio_ci has a 95% interval (6 + 7 is the least)

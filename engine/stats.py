@@ -193,7 +193,8 @@ def mixed_hosts_warning(df: pd.DataFrame) -> str | None:
     if df is None or df.empty:
         return None
     parts = []
-    for col, what in (("host_fingerprint", "hosts"), ("torch_version", "torch versions")):
+    for col, what in (("host_fingerprint", "hosts"), ("torch_version", "torch versions"),
+                      ("code_hash", "versions of the plugin code")):
         if col in df.columns:
             seen = sorted(str(v) for v in df[col].dropna().unique())
             if len(seen) > 1:
@@ -296,13 +297,14 @@ def speedup_vs_sequential(runs_df: pd.DataFrame, confidence: float = 0.95) -> pd
     mode = df["mode"].fillna("").astype(str)
     contenders = df[(mode.str.startswith("dual-") & (mode != "dual-sequential")) | (mode == "fused")]
     # NOTE: a Ray sweep spans nodes: a speedup never divides one host's time by another's
-    group_cols = ["sweep_id", "host_fingerprint", "mode", "n_models", *_DUAL_FIELDS, *keys]
+    # NOTE: code_hash too: a user's changed dataset or model is another config (NULL for built-ins)
+    group_cols = ["sweep_id", "host_fingerprint", "code_hash", "mode", "n_models", *_DUAL_FIELDS, *keys]
     group_cols = [c for c in dict.fromkeys(group_cols) if c in df.columns]
     for key, group in contenders.groupby(group_cols, dropna=False, sort=True):
         fixed = dict(zip(group_cols, key))
         base_mode = "single" if fixed["mode"] == "fused" else "dual-sequential"
-        match = (df["mode"] == base_mode) & _same(df, fixed, [c for c in ("sweep_id", "host_fingerprint")
-                                                              if c in fixed] + keys)
+        match = (df["mode"] == base_mode) & _same(df, fixed, [c for c in ("sweep_id", "host_fingerprint",
+                                                                        "code_hash") if c in fixed] + keys)
         if base_mode == "dual-sequential":
             match &= _same(df, fixed, [c for c in _DUAL_FIELDS if c in fixed])
         base = df[match]

@@ -1,0 +1,377 @@
+"""The user's own dataset and model ('module.path:callable' specs): the contract, every guarantee, bad plugins.
+
+    .venv/bin/python -m pytest tests/engine/test_plugins.py -q
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+import duckdb
+import pytest
+import torch
+
+from engine.__main__ import main
+from engine.config import ConfigError, RunConfig
+from engine.plugins import build_dataset, code_hash, preflight, registered
+
+from tests.engine._mode_runs import launch_mode, run_in_process
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = {"workload": "examples.own_pipeline.data:build", "model": "examples.own_pipeline.nets:resnet",
+           "n_samples": 32, "num_classes": 4, "image_size": 16, "width": 8, "depth": 1, "batch_size": 16}
+
+PLUGIN = '''
+import random
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import Dataset, default_collate
+
+
+class Noisy(Dataset):
+    """Random transforms from all three global generators: only per-item seeding makes them repeatable."""
+
+    def __init__(self, n, size, classes, labels=None):
+        self.n, self.size, self.labels = n, size, labels
+        if classes:
+            self.num_classes = classes
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        x = torch.rand(3, self.size, self.size) + float(np.random.rand()) + random.random()
+        return x, (self.labels(i) if self.labels else i % 3)
+
+
+def data(**cfg):
+    return Noisy(cfg["n_samples"], cfg["image_size"], 3)
+
+def data_few(seed, n_samples, **_):
+    return Noisy(n_samples, 8, 3)
+
+def data_strict(seed, image_size):
+    return Noisy(8, image_size, 3)
+
+def needs_more(seed, colour):
+    return Noisy(8, 8, 3)
+
+def raises(**_):
+    raise RuntimeError("disk on fire")
+
+def not_a_dataset(**_):
+    return 42
+
+def numpy_items(**_):
+    return [(np.zeros((3, 8, 8), np.float32), 0)] * 8
+
+def big_labels(**_):
+    return Noisy(8, 8, 0, labels=lambda i: i)  # no num_classes: the config's 2, but labels reach 7
+
+BROKEN = 3  # not callable
+
+def net(in_shape, num_classes, width, depth, seed):
+    return nn.Sequential(nn.Flatten(), nn.Linear(in_shape[0] * in_shape[1] * in_shape[2], num_classes))
+
+def not_a_module(**_):
+    return "a model"
+
+class Tree(nn.Module):
+    def __init__(self, n, k):
+        super().__init__()
+        self.a, self.b = nn.Flatten(), nn.Linear(n, k)
+
+    def forward(self, x):
+        return self.b(self.a(x))
+
+class Staged(Tree):
+    def stages(self):
+        return [self.a, self.b]
+
+def tree(in_shape, num_classes, **_):
+    return Tree(in_shape[0] * in_shape[1] * in_shape[2], num_classes)
+
+def staged(in_shape, num_classes, **_):
+    return Staged(in_shape[0] * in_shape[1] * in_shape[2], num_classes)
+
+def batchnorm(in_shape, num_classes, **_):
+    return nn.Sequential(nn.Flatten(), nn.Linear(in_shape[0] * in_shape[1] * in_shape[2], 8), nn.BatchNorm1d(8),
+                         nn.Linear(8, num_classes))
+
+class ItemNet(Tree):
+    def forward(self, x):
+        out = self.b(self.a(x))
+        if out.sum().item() > 1e9:  # a branch on the weights' output: fine eagerly, impossible under vmap
+            return out * 2
+        return out
+
+def item_net(in_shape, num_classes, **_):
+    return ItemNet(in_shape[0] * in_shape[1] * in_shape[2], num_classes)
+
+def bad_collate(items):
+    raise ValueError("cannot stack these")
+
+def tuple_collate(items):
+    x, y = default_collate(items)
+    return x * 1.0, y
+
+def per_sample_loss(logits, y):
+    return F.cross_entropy(logits, y, reduction="none")
+
+def half_loss(logits, y):
+    return F.cross_entropy(logits, y) * 0.5
+'''
+
+
+@pytest.fixture
+def plug(tmp_path, monkeypatch) -> str:
+    """A fresh, importable plugin module (unique name: no stale sys.modules entry); the run child finds it too."""
+    name = f"plug_{secrets.token_hex(4)}"
+    (tmp_path / f"{name}.py").write_text(PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{ROOT}")
+    return name
+
+
+def fields_of(plug: str, **fields) -> dict:
+    return {"workload": f"{plug}:data", "model": f"{plug}:net", "n_samples": 24, "image_size": 8, "batch_size": 8,
+            "epochs": 2, "bound": False, "sample_hz": 2.0, **fields}
+
+
+def tiny(plug: str, **fields) -> RunConfig:
+    return RunConfig.from_dict(fields_of(plug, **fields))
+
+
+# ---------------------------------------------------------------------------- the contract
+
+
+def test_config_takes_specs_and_names_the_field_for_garbage():
+    cfg = RunConfig.from_dict({"workload": "mypkg.data:build", "model": "mypkg.nets:Net", "loss": "m:f"})
+    assert (cfg.workload, cfg.model, cfg.collate, cfg.loss) == ("mypkg.data:build", "mypkg.nets:Net", "", "m:f")
+    for field, value in (("workload", "mypkg.data"), ("model", "a:b:c"), ("collate", "no spaces: x"),
+                         ("loss", "1pkg:f")):
+        with pytest.raises(ConfigError) as err:
+            RunConfig.from_dict({field: value})
+        assert err.value.field == field and "module.path:callable" in err.value.message
+
+
+def test_the_factory_gets_the_config_fields_it_asks_for(plug):
+    assert len(build_dataset(tiny(plug))) == 24  # def data(**cfg): every field
+    assert len(build_dataset(tiny(plug, workload=f"{plug}:data_few", n_samples=5))) == 5  # named + **_
+    ds = build_dataset(tiny(plug, workload=f"{plug}:data_strict", image_size=12))  # only what it names
+    assert ds.sample_shape == (3, 12, 12) and ds.num_classes == 3
+    x, y = ds[(0, 1)]
+    assert isinstance(y, int) and x.shape == (3, 12, 12)
+
+
+def _batches(cfg: RunConfig, loader: str, epoch: int) -> list:
+    from engine.registry import LOADERS  # noqa: PLC0415
+
+    cfg = cfg.replace(loader=loader, workers=2 if loader in ("threads", "processes") else 0)
+    with LOADERS[loader](build_dataset(cfg), cfg, torch.device("cpu")) as it:
+        return list(it.epoch(epoch))
+
+
+@pytest.mark.parametrize("which", ["global generators", "example (item_rng, thread-safe)"])
+def test_random_user_transforms_give_the_same_batches_on_every_loader(plug, which):
+    cfg = tiny(plug) if which == "global generators" else RunConfig.from_dict({**EXAMPLE, "bound": False})
+    ref = _batches(cfg, "sync", 1)
+    assert len(ref) >= 2 and all(x.shape[0] > 0 for x, _ in ref)
+    for loader in ("prefetch", "threads", "processes"):
+        got = _batches(cfg, loader, 1)
+        assert len(got) == len(ref)
+        for (x, y), (rx, ry) in zip(got, ref):
+            assert torch.equal(x, rx) and torch.equal(y, ry), loader
+    # the transforms are random: another epoch augments the same samples differently
+    other = sorted(_batches(cfg, "sync", 2), key=lambda b: b[1].tolist())
+    assert not all(torch.equal(a[0], b[0]) for a, b in zip(other, sorted(ref, key=lambda b: b[1].tolist())))
+
+
+# ---------------------------------------------------------------------------- bad plugins
+
+
+@pytest.mark.parametrize("fields, field, words", [
+    ({"workload": "no_such_module_xyz:build"}, "workload", "cannot be imported"),
+    ({"workload": "{p}:nope"}, "workload", "has no 'nope'"),
+    ({"workload": "{p}:BROKEN"}, "workload", "not a callable"),
+    ({"workload": "{p}:raises"}, "workload", "disk on fire"),
+    ({"workload": "{p}:needs_more"}, "workload", "colour"),
+    ({"workload": "{p}:not_a_dataset"}, "workload", "map-style"),
+    ({"workload": "{p}:numpy_items"}, "workload", "not a tensor"),
+    ({"workload": "{p}:big_labels", "num_classes": 2}, "workload", "out of range"),
+    ({"model": "{p}:not_a_module"}, "model", "nn.Module"),
+    ({"collate": "{p}:bad_collate"}, "collate", "cannot stack"),
+    ({"loss": "{p}:per_sample_loss"}, "loss", "scalar"),
+    ({"model": "{p}:tree", "mode": "split"}, "model", "stages()"),
+    ({"model": "{p}:batchnorm", "mode": "fused"}, "model", "running statistics"),
+    ({"model": "{p}:item_net", "mode": "fused"}, "model", "vmap"),
+])
+def test_a_bad_plugin_exits_2_naming_the_field_and_stores_nothing(plug, store, capsys, fields, field, words):
+    args = ["run", "--workload", f"{plug}:data", "--model", f"{plug}:net", "--n-samples", "8", "--image-size", "8",
+            "--batch-size", "4", "--epochs", "2", "--db", str(store)]
+    for k, v in fields.items():
+        args += ["--" + k.replace("_", "-"), str(v).format(p=plug)]
+    assert main(args) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {field}: ") and words in lines[0], lines
+    assert not (store.parent / "runs").exists() or not any((store.parent / "runs").iterdir())
+    if store.exists():
+        with duckdb.connect(str(store), read_only=True) as conn:
+            assert conn.execute("SELECT count(*) FROM runs").fetchone() == (0,)
+
+
+def test_a_bad_grid_point_fails_the_sweep_before_any_run(plug, store, tmp_path, capsys):
+    toml = tmp_path / "s.toml"
+    toml.write_text(f'name = "bad"\n[base]\nn_samples = 8\nimage_size = 8\nbatch_size = 4\nepochs = 2\n'
+                    f'workload = "{plug}:data"\n[grid]\nmodel = ["{plug}:net", "{plug}:not_a_module"]\n')
+    assert main(["sweep", str(toml), "--quiet", "--db", str(store)]) == 2
+    assert "model: " in capsys.readouterr().err
+    assert not (store.parent / "runs").exists() or not any((store.parent / "runs").iterdir())
+
+
+# ---------------------------------------------------------------------------- modes, losses, stages
+
+
+def test_custom_collate_and_loss_and_stages_run(plug):
+    from engine.models._base import _LOSS  # noqa: PLC0415
+
+    events, _ = run_in_process("single", **fields_of(plug, collate=f"{plug}:tuple_collate", loss=f"{plug}:half_loss"))
+    assert [e["samples"] for e in events] == [24, 24] and _LOSS[0].__name__ == "half_loss"
+    events, _ = run_in_process("split", **fields_of(plug, model=f"{plug}:staged", n_stages=2))
+    assert [e["samples"] for e in events] == [24, 24]
+    assert _LOSS[0] is torch.nn.functional.cross_entropy  # a run without `loss` is back to cross-entropy
+
+
+@pytest.mark.parametrize("mode, extra", [
+    ("single", {}), ("fused", {"n_models": 2}), ("dual-sequential", {}), ("dual-threads", {}),
+    ("split", {"n_stages": 2}),
+])
+def test_the_example_runs_in_every_mode_that_applies(mode, extra):
+    events, summary = run_in_process(mode, **{**EXAMPLE, "epochs": 2, **extra})
+    models = {e["model_idx"] for e in events}
+    assert len(models) == (2 if mode != "single" and mode != "split" else 1)
+    assert all(e["samples"] == 32 for e in events) and summary["samples_per_s"] > 0
+
+
+def test_the_example_under_ddp_shares_every_sample_once(store):
+    result, events = launch_mode(store, **EXAMPLE, mode="ddp", device="cpu", world_size=2)
+    assert result.status == "done", result.error
+    per_epoch = {}
+    for e in events:
+        if e["type"] == "epoch":
+            per_epoch[e["epoch"]] = per_epoch.get(e["epoch"], 0) + e["samples"]
+    assert per_epoch == {0: 32, 1: 32}
+
+
+def test_a_plugin_run_is_stored_with_its_bound_and_code_hash(store):
+    result, _ = launch_mode(store, **EXAMPLE, bound=True, loader="threads", workers=2)
+    assert result.status == "done", result.error
+    with duckdb.connect(str(store), read_only=True) as conn:
+        row = conn.execute("SELECT workload, n_samples, num_classes, bound_s, efficiency, bound_error, code_hash "
+                           "FROM runs").fetchone()
+    assert row[:3] == (EXAMPLE["workload"], 32, 4)
+    assert row[3] > 0 and row[4] > 0 and row[5] is None  # (no verdict assertion: a busy machine may flag it stale)
+    assert row[6] == code_hash([EXAMPLE["workload"], EXAMPLE["model"]]) and len(row[6]) == 64
+
+
+# ---------------------------------------------------------------------------- code_hash
+
+
+def test_code_hash_covers_the_package_and_changes_with_it(tmp_path, monkeypatch):
+    pkg = tmp_path / f"pkg_{secrets.token_hex(4)}"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "data.py").write_text("def build(**_):\n    return []\n")
+    (pkg / "helpers.py").write_text("SCALE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = f"{pkg.name}.sub.data:build"
+    first = code_hash([spec])
+    assert first == code_hash([spec, "tensor", ""]) and code_hash(["tensor", "mlp"]) is None
+    (pkg / "helpers.py").write_text("SCALE = 2\n")  # not the factory's file, but in its package
+    assert code_hash([spec]) != first
+
+
+def _stored_run(runs: Path, run_id: str, digest: str | None, db: Path) -> None:
+    from engine.runlog import RunLog  # noqa: PLC0415
+    from engine.store import ingest_run  # noqa: PLC0415
+
+    cfg = RunConfig(workload="mypkg.data:build", model="mypkg.nets:net").to_dict()
+    with RunLog(runs / run_id) as rl:
+        rl.write("start", run_id=run_id, config=cfg, host={"hostname": "h"}, code_hash=digest)
+        for ep in range(2):
+            rl.write("epoch", model_idx=0, rank=0, epoch=ep, warmup=ep == 0, wall_s=1.0, samples=10, ttfb_s=0.1,
+                     data_wait_s=0.1, h2d_s=0.0, compute_s=0.8, n_steps=1, steps=[[0, 0.1, 0.0, 0.8, 0.9]])
+        rl.write("end", status="done", error=None)
+    ingest_run(runs / run_id, db=db)
+
+
+def test_explore_tells_runs_of_changed_code_apart(store):
+    from engine.explore_queries import explore_summary  # noqa: PLC0415
+
+    _stored_run(store.parent / "runs", "a", "1" * 64, store)
+    _stored_run(store.parent / "runs", "b", "2" * 64, store)
+    row = explore_summary("loader", db=store).iloc[0]
+    assert row["n"] == 2 and row["n_configs"] == 2 and "code_hash" in row["differs"]
+
+
+def test_speedups_never_pair_runs_of_different_code():
+    import pandas as pd  # noqa: PLC0415
+
+    from engine.stats import speedup_vs_sequential  # noqa: PLC0415
+
+    base = RunConfig(workload="m:d", model="m:n").to_dict()
+    rows = [{**base, "run_id": f"{mode}{h}{i}", "sweep_id": "s", "host_fingerprint": "h", "status": "done",
+             "mode": mode, "n_models": 2 if mode == "fused" else 1, "code_hash": h, "devices": "[]",
+             "samples_per_s": 100.0 * (2 if mode == "fused" else 1)}
+            for mode in ("single", "fused") for h in ("x", "y") for i in range(2)]
+    rows = [r for r in rows if not (r["mode"] == "single" and r["code_hash"] == "y")]  # code y has no baseline
+    out = speedup_vs_sequential(pd.DataFrame(rows)).set_index("code_hash")
+    assert out.loc["x", "baseline_n"] == 2 and out.loc["y", "baseline_n"] == 0
+
+
+def test_a_v2_store_gains_code_hash_with_a_backup(tmp_path):
+    from engine.store import schema  # noqa: PLC0415
+
+    path = tmp_path / "old.duckdb"
+    with duckdb.connect(str(path)) as conn:
+        conn.execute("CREATE TABLE schema_version (version INTEGER, applied_at TIMESTAMP)")
+        schema._v1(conn)
+        schema._v2(conn)
+        conn.execute("INSERT INTO schema_version VALUES (1, now()), (2, now())")
+        conn.execute("ALTER TABLE runs DROP COLUMN code_hash")
+        conn.execute("INSERT INTO runs (run_id, status) VALUES ('old', 'done')")
+        schema.ensure_schema(conn, path)
+        assert conn.execute("SELECT run_id, code_hash FROM runs").fetchall() == [("old", None)]
+        assert conn.execute("SELECT max(version) FROM schema_version").fetchone() == (3,)
+    assert (tmp_path / "old.duckdb.bak-v2").exists()
+
+
+# ---------------------------------------------------------------------------- the server's registered plugins
+
+
+def test_registered_plugins_come_from_the_servers_file_only(tmp_path, monkeypatch):
+    path = tmp_path / "plugins.toml"
+    monkeypatch.setenv("LOADERLAB_PLUGINS", str(path))
+    assert registered() == {}
+    path.write_text('[my_images]\nworkload = "mypkg.data:build"\n[small-resnet]\nmodel = "mypkg.nets:resnet"\n')
+    assert registered() == {"my_images": {"workload": "mypkg.data:build"},
+                            "small-resnet": {"model": "mypkg.nets:resnet"}}
+    for bad in ('[x]\nworkload = "not a spec"\n', '[x]\nloader = "a:b"\n', '[x]\nworkload = "a:b"\nmodel = "c:d"\n'):
+        path.write_text(bad)
+        with pytest.raises(ConfigError) as err:
+            registered()
+        assert err.value.field == "plugins" and str(path) in err.value.message
+
+
+def test_preflight_is_silent_for_built_ins_and_the_example_sweep_is_valid():
+    from engine.config import SweepConfig, load_toml  # noqa: PLC0415
+
+    assert preflight(RunConfig()) == {}
+    sweep = SweepConfig.from_dict(load_toml(ROOT / "examples" / "own_pipeline" / "sweep.toml"))
+    assert {c.loader for c in sweep.configs()} == {"sync", "prefetch", "threads", "processes"}
+    assert all(c.workload == EXAMPLE["workload"] for c in sweep.configs())
