@@ -159,12 +159,14 @@ def calibrations_table(run_id: str, events: list[dict]) -> pa.Table:
     return _table(run_id, ("kind", "seconds", "ttfb_s", "cached"), cals)
 
 
-def summarize(epochs: list[dict], samples: pa.Table) -> dict[str, Any]:
+def summarize(epochs: list[dict], samples: pa.Table, waits: list[float] | None = None) -> dict[str, Any]:
     """Run-level figures over steady-state (non-warm-up) epochs.
 
     epoch_s: median over epochs of the epoch's wall time; with several models or ranks in an epoch,
     the wall time from the first start to the last end. samples_per_s: all samples / all that wall time.
     Shares: each part of the summed data_wait + h2d + compute. n_epochs counts finished epochs, warm-up included.
+    `waits`: the steady steps' sorted data waits, when the caller already has them (an incremental ingest reads
+    them from the store in SQL instead of a million steps into Python); else they come from the epochs' `steps`.
     """
     out: dict[str, Any] = {"n_epochs": len({e["epoch"] for e in epochs})}
     steady = [e for e in epochs if not e["warmup"]]
@@ -194,8 +196,9 @@ def summarize(epochs: list[dict], samples: pa.Table) -> dict[str, Any]:
         out[k.removesuffix("_s") + "_share"] = v / whole if whole > 0 else None
     out["other_share"] = max(0.0, 1.0 - sum(parts.values()) / whole) if whole > 0 else None
     # one definition with engine.stats (engine/measure/waits.py): each epoch's first step is its TTFB, left out
-    waits = _finite_sorted([s[1] for e in steady for s in e.get("steps") or []
-                            if isinstance(s, (list, tuple)) and len(s) > 1 and s[0] != 0])
+    if waits is None:
+        waits = _finite_sorted([s[1] for e in steady for s in e.get("steps") or []
+                                if isinstance(s, (list, tuple)) and len(s) > 1 and s[0] != 0])
     out.update(wait_percentiles(waits))
     rss = samples.column("rss_bytes").drop_null().to_pylist()
     cpu = samples.column("cpu_percent").drop_null().to_pylist()

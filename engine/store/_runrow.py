@@ -61,7 +61,7 @@ def _config_columns(cfg: dict) -> dict[str, Any]:
 
 def run_row(run_id: str, run_dir: Path, events: list[dict], start: dict, epochs: list[dict], samples: pa.Table,
             *, job_id: str | None, sweep_meta: dict[str, Any] | None, heartbeat_age: float | None,
-            stale_after_s: float | None) -> dict[str, Any]:
+            stale_after_s: float | None, waits: list[float] | None = None) -> dict[str, Any]:
     end = next((e for e in reversed(events) if e.get("type") == "end"), None)
     if end is not None:
         status = end.get("status") if end.get("status") in _STATUSES else "failed"
@@ -80,7 +80,7 @@ def run_row(run_id: str, run_dir: Path, events: list[dict], start: dict, epochs:
     for e in events:
         if e.get("type") == "summary":
             summary_event.update({k: v for k, v in e.items() if k != "type"})
-    summary = ev.summarize(epochs, samples)
+    summary = ev.summarize(epochs, samples, waits)
     summary.update({k: ev.coerce(v, SUMMARY_COLUMNS[k]) for k, v in summary_event.items() if k in SUMMARY_COLUMNS})
     return {
         "run_id": run_id, "status": status, "error": None if error is None else str(error),

@@ -1,7 +1,7 @@
 """What the store already holds of one run, read back inside an ingest's transaction.
 
 Incremental ingest reads only the RunLog's new lines; the run-level summary still needs every epoch,
-its steps and the run's samples, so those come from the store rather than from re-reading the file.
+its steps' waits and the run's samples, so those come from the store rather than from re-reading the file.
 """
 
 from __future__ import annotations
@@ -10,15 +10,11 @@ import json
 from typing import Any
 
 import duckdb
-import numpy as np
 import pyarrow as pa
 
-from engine.runlog import STEP_FIELDS
 from engine.store._events import SAMPLE_FIELDS
 
-__all__ = ["previous", "prior_events", "stored_epochs", "stored_samples"]
-
-_KEYS = ("model_idx", "rank", "epoch")
+__all__ = ["previous", "prior_events", "stored_epochs", "stored_samples", "stored_waits"]
 
 
 def previous(conn: duckdb.DuckDBPyConnection, run_dir: str) -> dict[str, Any] | None:
@@ -40,28 +36,25 @@ def prior_events(prev: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def stored_epochs(conn: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[str, Any]]:
-    """Every epoch of the run, shaped as ev.unique_epochs returns them, each with its `steps` rows.
-
-    Step values come back as floats (NULL as NaN, which the summary drops as it drops a malformed value).
-    """
+    """Every epoch of the run, shaped as ev.unique_epochs returns them but without their steps: the summary
+    needs of the steps only their waits, which stored_waits() reads in SQL."""
     epochs = conn.sql("SELECT * EXCLUDE (run_id) FROM epochs WHERE run_id = ? ORDER BY model_idx, rank, epoch",
                       params=[run_id]).to_arrow_table().to_pylist()
-    cols = ", ".join(_KEYS + STEP_FIELDS)
-    steps = conn.sql(f"SELECT {cols} FROM steps WHERE run_id = ? ORDER BY model_idx, rank, epoch, step",
-                     params=[run_id]).to_arrow_table()
-    by_key: dict[tuple, list] = {}
-    if steps.num_rows:
-        # NOTE: numpy, not a Python loop: a long run's summary reads a million steps back on each ingest
-        keys = np.column_stack([steps.column(k).to_numpy() for k in _KEYS])
-        values = np.column_stack([steps.column(f).to_numpy(zero_copy_only=False).astype(float)
-                                  for f in STEP_FIELDS]).tolist()
-        bounds = [0, *(np.flatnonzero((keys[1:] != keys[:-1]).any(axis=1)) + 1).tolist(), len(values)]
-        for lo, hi in zip(bounds, bounds[1:]):
-            by_key[tuple(keys[lo].tolist())] = values[lo:hi]
     for e in epochs:
         e["warmup"] = bool(e.get("warmup"))
-        e["steps"] = by_key.get(tuple(e[k] for k in _KEYS), [])
+        e["steps"] = []
     return epochs
+
+
+def stored_waits(conn: duckdb.DuckDBPyConnection, run_id: str) -> list[float]:
+    """The sorted data waits of the run's steady steps, each epoch's first step left out (engine/measure/waits.py).
+
+    NOTE: in DuckDB, not Python: a long run's summary needs a million steps on each ingest, and reading them
+    back as Python rows cost a quarter of the first ingest for every 1% the log grew."""
+    rows = conn.sql("SELECT s.data_wait_s FROM steps s JOIN epochs e USING (run_id, model_idx, rank, epoch) "
+                    "WHERE s.run_id = ? AND NOT e.warmup AND s.step <> 0 AND isfinite(s.data_wait_s) "
+                    "ORDER BY 1", params=[run_id]).fetchnumpy()
+    return rows["data_wait_s"].tolist()
 
 
 def stored_samples(conn: duckdb.DuckDBPyConnection, run_id: str) -> pa.Table:

@@ -29,7 +29,7 @@ import pyarrow as pa
 from engine.runlog import first_event, heartbeat_age, read_span
 from engine.store import _events as ev
 from engine.store._runrow import run_row
-from engine.store._stored import previous, prior_events, stored_epochs, stored_samples
+from engine.store._stored import previous, prior_events, stored_epochs, stored_samples, stored_waits
 from engine.store.connect import connect
 from engine.store.pending import write_marker
 from engine.store import version
@@ -134,13 +134,14 @@ def _ingest(conn: duckdb.DuckDBPyConnection, run_dir: Path, job_id: str | None,
     conn.execute("BEGIN TRANSACTION")
     try:
         _write_tables(conn, run_id, tables, replace_all=not new)
+        waits = None
         if new:
-            epochs, samples = stored_epochs(conn, run_id), stored_samples(conn, run_id)
+            epochs, samples, waits = stored_epochs(conn, run_id), stored_samples(conn, run_id), stored_waits(conn, run_id)
         else:
             samples = tables["samples"]
         row = run_row(run_id, run_dir, [start, *events] if new else events, start, epochs, samples,
                       job_id=job_id, sweep_meta=sweep_meta, heartbeat_age=heartbeat_age(run_dir),
-                      stale_after_s=stale_after_s)
+                      stale_after_s=stale_after_s, waits=waits)
         _keep_status(conn, run_id, row, events)
         # NOTE: a run that is over never completes a torn last line; the whole size is done with
         row["ingested_bytes"] = consumed if row["status"] == "running" else size
