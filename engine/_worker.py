@@ -28,7 +28,8 @@ import psutil
 from engine.config import ConfigError, RunConfig, SweepConfig
 from engine.paths import db_path, jobs_dir, runs_dir
 from engine.runlog import RunLog, iter_events
-from engine.store import StoreError, connect, ingest_pending, ingest_run
+from engine import _spool
+from engine.store import StoreBusy, StoreError, connect, ingest_pending, ingest_run
 from engine.store.ingest import DEFER_AFTER_S
 
 __all__ = ["RAY_SWEEP", "job_spec", "lock_path", "marker", "now", "run_worker", "try_lock", "unlock"]
@@ -93,6 +94,7 @@ def run_worker(db: str | os.PathLike | None = None, *, once: bool = False, poll_
         recovered, last_scan, last_error = False, 0.0, None
         while not stop.is_set():
             try:
+                _flush(db)  # jobs queued or closed while the store was held; before _recover, which may close them
                 if not recovered:  # in the loop: a store held at start-up is waited out like any other
                     _recover(db)
                     recovered = True
@@ -101,14 +103,16 @@ def run_worker(db: str | os.PathLike | None = None, *, once: bool = False, poll_
                     last_scan = time.monotonic()
                 job = _take(db)
                 last_error = None
-            except StoreError as e:  # e.g. a user's duckdb shell or notebook: wait, never crash the worker
-                # NOTE: queued jobs live in the store, so none starts until it can be written; RunLogs that
-                # wait are stored by the scan, retried on this loop every 5 polls, as soon as the holder closes
-                (log.debug if str(e) == last_error else log.warning)(  # once per holder, not every 5 s for hours
-                    "store not writable now, retrying every %.0f s: %s", 5 * poll_s, e)
+            except StoreError as e:  # e.g. a user's duckdb shell or notebook: never wait for it, never crash
+                # NOTE: jobs still run: from the spool, or from the store while it can be read; their RunLogs
+                # and statuses wait beside the store and are stored by this loop as soon as the holder closes
+                job = _take_held(db) if isinstance(e, StoreBusy) else None
+                if str(e) != last_error:  # once per holder, not every 5 s for hours
+                    log.warning("store not writable now (jobs still run; results are stored when it is): %s", e)
                 last_error = str(e)
-                stop.wait(5 * poll_s)
-                continue
+                if job is None:
+                    stop.wait(5 * poll_s)
+                    continue
             if job is not None:
                 _run_job(job, db, stop, poll_s)
                 last_scan = 0.0  # its run may have been left in its RunLog (store held): store it next loop
@@ -141,12 +145,18 @@ def _on_signals(stop: threading.Event):
     return lambda: [signal.signal(s, h) for s, h in old.items()]
 
 
+def _flush(db: Any) -> None:
+    if _spool.rows(db):
+        with connect(db, read_only=False, outside_wait_s=DEFER_AFTER_S) as conn:
+            _spool.flush(conn, db)
+
+
 def _take(db: Any) -> dict[str, Any] | None:
     """Mark the oldest queued job running and return it; a read-only peek first keeps idle polls lock-free."""
-    with connect(db, read_only=True) as conn:
+    with connect(db, read_only=True, outside_wait_s=DEFER_AFTER_S) as conn:
         if not conn.execute("SELECT count(*) FROM jobs WHERE status = 'queued'").fetchone()[0]:
             return None
-    with connect(db, read_only=False) as conn:
+    with connect(db, read_only=False, outside_wait_s=DEFER_AFTER_S) as conn:
         cur = conn.execute(
             "UPDATE jobs SET status = 'running', pid = ?, started_at = ? WHERE job_id = (SELECT job_id FROM jobs "
             "WHERE status = 'queued' ORDER BY created_at, job_id LIMIT 1) AND status = 'queued' RETURNING *",
@@ -155,12 +165,39 @@ def _take(db: Any) -> dict[str, Any] | None:
         return dict(zip([d[0] for d in cur.description], row)) if row else None
 
 
-def _finish(db: Any, job_id: str, status: str, error: str | None, stop: threading.Event | None = None) -> None:
-    """Close the job in the store; with `stop`, retry while another session holds the store.
+def _take_held(db: Any) -> dict[str, Any] | None:
+    """While the store cannot be written: the oldest queued job of the spool, or of the store if it can still be
+    read (a read-only notebook), marked running in the spool. None when there is none."""
+    spooled = _spool.rows(db)
+    queued = [r for r in spooled if r["status"] == "queued"]
+    if not queued:
+        try:
+            with connect(db, read_only=True, outside_wait_s=0.0) as conn:
+                cur = conn.execute("SELECT * FROM jobs WHERE status = 'queued' ORDER BY created_at, job_id")
+                names = [d[0] for d in cur.description]
+                known = {r["job_id"] for r in spooled}  # e.g. cancelled while held: the spool is the newer
+                queued = [r for r in (dict(zip(names, t)) for t in cur.fetchall()) if r["job_id"] not in known]
+        except StoreError:
+            return None
+    if not queued:
+        return None
+    job = {**queued[0], "status": "running", "pid": os.getpid(), "started_at": now()}
+    _spool.put(db, job)
+    log.info("job %s taken while the store is held; it runs now and is stored later", job["job_id"])
+    return job
+
+
+def _finish(db: Any, job_id: str, status: str, error: str | None, stop: threading.Event | None = None,
+            job: dict[str, Any] | None = None) -> None:
+    """Close the job in the store. With `job` (its row) and the store held by another program, close it in the
+    spool instead, which the loop stores later; with `stop` and no row, retry while the store is held.
 
     If the worker is stopped first, the job stays `running` and the next worker's _recover closes it
     from its run's `end` event; the markers are kept for it.
     """
+    if job is not None and (_spool.row(db, job_id) is not None or _held(db)):
+        _spool.put(db, {**job, "status": status, "error": error, "ended_at": now()})
+        return _closed(db, job_id, status, error)
     for attempt in itertools.count():
         try:
             with connect(db, read_only=False, outside_wait_s=None if stop is None else DEFER_AFTER_S) as conn:
@@ -175,9 +212,22 @@ def _finish(db: Any, job_id: str, status: str, error: str | None, stop: threadin
             if stop.wait(5.0):
                 log.warning("job %s left running in the store; the next worker closes it from its RunLog", job_id)
                 return
+    _closed(db, job_id, status, error)
+
+
+def _closed(db: Any, job_id: str, status: str, error: str | None) -> None:
     for suffix in (".cancel", ".json"):
         marker(db, job_id, suffix).unlink(missing_ok=True)
     log.info("job %s %s%s", job_id, status, f": {error}" if error else "")
+
+
+def _held(db: Any) -> bool:
+    """Whether a program outside LoaderLab holds the store now (a quick writer open; closed at once)."""
+    try:
+        with connect(db, read_only=False, outside_wait_s=DEFER_AFTER_S):
+            return False
+    except StoreBusy:
+        return True
 
 
 def _job_status(run_status: str) -> str:
@@ -187,7 +237,7 @@ def _job_status(run_status: str) -> str:
 def _run_job(job: dict[str, Any], db: Any, stop: threading.Event, poll_s: float) -> None:
     job_id, cancel_marker = job["job_id"], marker(db, job["job_id"])
     if cancel_marker.exists():
-        return _finish(db, job_id, "cancelled", "cancelled before it started", stop)
+        return _finish(db, job_id, "cancelled", "cancelled before it started", stop, job)
     spec = job_spec(job["config_json"])
 
     def why() -> str:  # the run row records why it was cancelled, as the job does
@@ -208,7 +258,7 @@ def _run_job(job: dict[str, Any], db: Any, stop: threading.Event, poll_s: float)
     except Exception as e:  # noqa: BLE001 - recorded on the job; the worker goes on with the next one
         log.exception("job %s failed", job_id)
         status, error = "failed", f"{type(e).__name__}: {e}"
-    _finish(db, job_id, status, error, stop)
+    _finish(db, job_id, status, error, stop, job)
 
 
 def _one_run(job: dict[str, Any], spec: dict[str, Any], db: Any, cancel: threading.Event,

@@ -22,6 +22,7 @@ its runs are the store's runs with its sweep_id.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import logging
@@ -43,7 +44,9 @@ from engine.config import ConfigError, RunConfig, SweepConfig, check_browser_con
 from engine.paths import ROOT, db_path, jobs_dir, runs_dir
 from engine.ray_executor import INSTALL_HINT, ray_available
 from engine.runlog import EPOCH_FIELDS, tail_events
-from engine.store import connect
+from engine import _spool
+from engine.store import StoreHeld, connect
+from engine.store.ingest import DEFER_AFTER_S
 
 __all__ = ["INSTALL_HINT", "JOB_STATUSES", "RAY_ADDRESS_ENV", "cancel", "default_ray_address", "ensure_worker",
            "estimate_duration", "job_progress", "list_jobs", "ray_available", "run_worker", "stop_worker", "submit",
@@ -151,17 +154,35 @@ def _insert(items: list[tuple[RunConfig, dict | None]], sweep_id: str | None, db
 
 
 def _write(rows: list[dict[str, Any]], db: Any) -> None:
+    """Into the jobs table; while a program outside LoaderLab holds the store, into the spool (engine/_spool.py),
+    which the worker runs from at once and moves into the store when it can: a launch never waits for a notebook."""
     table = pa.Table.from_pylist(rows, schema=_SCHEMA)
-    with connect(db, read_only=False) as conn:
-        conn.register("_new_jobs", table)
-        conn.execute("INSERT INTO jobs BY NAME SELECT * FROM _new_jobs")
-        conn.unregister("_new_jobs")
+    try:
+        with connect(db, read_only=False, outside_wait_s=DEFER_AFTER_S) as conn:
+            conn.register("_new_jobs", table)
+            conn.execute("INSERT INTO jobs BY NAME SELECT * FROM _new_jobs")
+            conn.unregister("_new_jobs")
+    except StoreHeld as e:
+        for row in rows:
+            _spool.put(db, row)
+        log.info("the store is held (%s): %d job(s) queued beside it; they run now and are stored later",
+                 e.holder or "another program", len(rows))
 
 
 def list_jobs(db: str | os.PathLike | None = None, limit: int = 100) -> pd.DataFrame:
-    """Newest first, with a `kind` ("run" or "ray-sweep") and a short `label` of the config."""
-    with connect(db, read_only=True) as conn:
-        df = conn.execute("SELECT * FROM jobs ORDER BY created_at DESC, job_id DESC LIMIT ?", [limit]).df()
+    """Newest first, with a `kind` ("run" or "ray-sweep") and a short `label` of the config.
+
+    Jobs spooled while the store was held (engine/_spool.py) are laid over the store's rows."""
+    try:
+        with connect(db, read_only=True, outside_wait_s=DEFER_AFTER_S) as conn:
+            df = conn.execute("SELECT * FROM jobs ORDER BY created_at DESC, job_id DESC LIMIT ?", [limit]).df()
+    except StoreHeld:  # held for writing by another program: the spool is all that can be read
+        df = pd.DataFrame(columns=_spool.COLUMNS.names)
+    spooled = _spool.rows(db)
+    if spooled:
+        extra = pd.DataFrame(spooled, columns=_spool.COLUMNS.names)
+        df = pd.concat([df[~df["job_id"].isin(extra["job_id"])], extra], ignore_index=True) if len(df) else extra
+        df = df.sort_values(["created_at", "job_id"], ascending=False).head(limit).reset_index(drop=True)
     specs = [job_spec(c) for c in df["config_json"]]
     df["kind"] = [s.get("kind", "run") for s in specs]
     df["label"] = [_label(s) for s in specs]
@@ -176,9 +197,21 @@ def _label(c: dict[str, Any]) -> str:
     return f"{c.get('workload')}/{c.get('loader')}{workers}/{c.get('model')}/{c.get('mode')}"
 
 
-def _job(conn: Any, job_id: str) -> dict[str, Any]:
-    cur = conn.execute("SELECT * FROM jobs WHERE job_id = ?", [job_id])
-    row = cur.fetchone()
+def _reader(stack: contextlib.ExitStack, db: Any) -> Any:
+    """A read-only connection kept open by `stack`, or None while another program holds the store for writing."""
+    try:
+        return stack.enter_context(connect(db, read_only=True, outside_wait_s=DEFER_AFTER_S))
+    except StoreHeld:
+        return None
+
+
+def _job(conn: Any, job_id: str, db: Any) -> dict[str, Any]:
+    """The job's row: its spooled row if it has one (the newer), else the store's (conn may be None: held)."""
+    spooled = _spool.row(db, job_id)
+    if spooled is not None:
+        return spooled
+    cur = conn.execute("SELECT * FROM jobs WHERE job_id = ?", [job_id]) if conn is not None else None
+    row = cur.fetchone() if cur is not None else None
     if row is None:
         raise ValueError(f"job '{job_id}' does not exist; list_jobs() shows the queue")
     return dict(zip([d[0] for d in cur.description], row))
@@ -188,14 +221,21 @@ def cancel(job_id: str, db: str | os.PathLike | None = None) -> str:
     """Cancel a job; returns its status now. Queued: cancelled at once. Running: the worker kills the
     run's process group (or cancels the Ray sweep's trials) within a second and marks it cancelled
     (finished epochs kept). Ended: unchanged."""
-    with connect(db, read_only=True) as conn:
-        status = _job(conn, job_id)["status"]
+    with contextlib.ExitStack() as stack:
+        job = _job(_reader(stack, db), job_id, db)
+    status = job["status"]
     if status == "queued":
-        with connect(db, read_only=False) as conn:
-            hit = conn.execute("UPDATE jobs SET status = 'cancelled', ended_at = ?, error = ? WHERE job_id = ? "
-                               "AND status = 'queued' RETURNING job_id",
-                               [now(), "cancelled before it started", job_id]).fetchone()
-            status = "cancelled" if hit else _job(conn, job_id)["status"]  # else the worker took it meanwhile
+        try:
+            if _spool.row(db, job_id) is not None:
+                raise StoreHeld("spooled")  # it lives in the spool until the worker can store it
+            with connect(db, read_only=False, outside_wait_s=DEFER_AFTER_S) as conn:
+                hit = conn.execute("UPDATE jobs SET status = 'cancelled', ended_at = ?, error = ? WHERE job_id = ? "
+                                   "AND status = 'queued' RETURNING job_id",
+                                   [now(), "cancelled before it started", job_id]).fetchone()
+                status = "cancelled" if hit else _job(conn, job_id, db)["status"]  # else the worker took it
+        except StoreHeld:
+            _spool.put(db, {**job, "status": "cancelled", "ended_at": now(), "error": "cancelled before it started"})
+            status = "cancelled"
     if status == "running":
         marker(db, job_id).touch()
     return status
@@ -204,12 +244,13 @@ def cancel(job_id: str, db: str | os.PathLike | None = None) -> str:
 def job_progress(job_id: str, db: str | os.PathLike | None = None) -> dict[str, Any]:
     """Status, ETA and progress. A run: epochs done/total and per-epoch rows from its RunLog (live while it
     runs). A ray-sweep: runs landed in the store with its sweep_id / runs planned, and counts by status."""
-    with connect(db, read_only=True) as conn:
-        job = _job(conn, job_id)
+    with contextlib.ExitStack() as stack:
+        conn = _reader(stack, db)
+        job = _job(conn, job_id, db)
         spec = job_spec(job["config_json"])
         if spec.get("kind") == RAY_SWEEP:
             landed = dict(conn.execute("SELECT status, count(*) FROM runs WHERE sweep_id = ? GROUP BY status",
-                                       [job["sweep_id"]]).fetchall())
+                                       [job["sweep_id"]]).fetchall()) if conn is not None else {}
     out = {"job_id": job_id, "kind": spec.get("kind", "run"), "status": job["status"], "run_id": job["run_id"],
            "sweep_id": job["sweep_id"], "error": job["error"],
            "cancel_requested": job["status"] == "running" and marker(db, job_id).exists()}

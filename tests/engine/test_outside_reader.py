@@ -17,7 +17,7 @@ from engine import jobs
 from engine.config import RunConfig
 from engine.runlog import read_events
 from engine.runner import kill_group
-from engine.store import get_run, list_runs, pending_summary
+from engine.store import connect, get_run, list_runs, pending_summary
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--workload", "tensor", "--n-samples", "64", "--image-size", "8", "--width", "8", "--batch-size", "32",
@@ -144,31 +144,74 @@ def test_a_job_running_when_a_session_opens_lands_when_it_closes(store, tmp_path
     assert "Traceback" not in text and "not stored yet" in text, text[-3000:]
 
 
-def test_a_job_queued_while_a_session_holds_the_store_starts_when_it_closes(store, tmp_path):
-    """The queue lives in the store, so a job cannot be taken while the store cannot be written: the worker
-    says so once and keeps trying; the job stays queued (visible to readers) and runs once the session closes."""
+def _worker(store: Path, log_path: Path) -> tuple[subprocess.Popen, object]:
+    log = open(log_path, "wb")
+    return subprocess.Popen([sys.executable, "-m", "engine", "worker", "--db", str(store), "--poll-s", "0.2"],
+                            cwd=ROOT, env=_env(), stdout=log, stderr=log, start_new_session=True), log
+
+
+def _job(store: Path, job_id: str) -> dict:
+    return jobs.list_jobs(store).set_index("job_id").loc[job_id].to_dict()
+
+
+def _stop(worker: subprocess.Popen, log) -> None:
+    if worker.poll() is None:
+        kill_group(worker.pid)
+        worker.wait()
+    log.close()
+
+
+def test_a_job_queued_before_a_session_opened_runs_while_it_holds_the_store(store, holder, tmp_path):
+    """The queue lives in the store, which the worker can still read: it takes the job at once, runs it, and
+    keeps the job's status beside the store (the spool) and its results in the RunLog until the session closes."""
     cfg = RunConfig.from_dict({"workload": "tensor", "n_samples": 64, "image_size": 8, "width": 8,
                                "batch_size": 32, "epochs": 2, "bound": False})
-    job_id = jobs.submit(cfg, db=store)  # queued from the browser before the session opened
+    holder()  # queue first, as a browser did before the notebook opened ...
+    job_id = jobs.submit(cfg, db=store)
     hold = subprocess.Popen([sys.executable, "-c", HOLD, str(store)], stdout=subprocess.PIPE, text=True)
-    assert hold.stdout.readline().strip() == "holding"
-    worker_log = tmp_path / "worker.log"
-    log = open(worker_log, "wb")
-    worker = subprocess.Popen([sys.executable, "-m", "engine", "worker", "--db", str(store), "--poll-s", "0.2"],
-                              cwd=ROOT, env=_env(), stdout=log, stderr=log, start_new_session=True)
+    assert hold.stdout.readline().strip() == "holding"  # ... then the notebook holds the store
+    worker, log = _worker(store, tmp_path / "worker.log")
     try:
-        _wait(lambda: "store not writable now" in worker_log.read_text(), "the worker to find the store held")
-        assert jobs.list_jobs(store).set_index("job_id").loc[job_id, "status"] == "queued"
-        assert f"pid {hold.pid}" in worker_log.read_text()
+        _wait(lambda: _job(store, job_id)["status"] == "done", "the job to run while the store is held", 120)
+        assert _stored_ids(store) == set()  # nothing written while held: its run waits in the RunLog
+        assert pending_summary(store)["count"] == 1
         hold.terminate()
         hold.wait(30)
-        _wait(lambda: jobs.list_jobs(store).set_index("job_id").loc[job_id, "status"] == "done", "the job to run")
+        run_id = _job(store, job_id)["run_id"]
+        _wait(lambda: get_run(run_id, db=store) is not None, "the run to be stored", 60)
+        _wait(lambda: not list((store.parent / "jobs" / "spool").glob("job-*")), "the spool to empty", 30)
+        with connect(store, read_only=True) as conn:  # LoaderLab's own lock: the worker may be writing
+            assert conn.execute("SELECT status FROM jobs WHERE job_id = ?", [job_id]).fetchall() == [("done",)]
     finally:
         if hold.poll() is None:
             hold.kill()
             hold.wait()
-        if worker.poll() is None:
-            kill_group(worker.pid)
-            worker.wait()
-        log.close()
-    assert worker_log.read_text().count("store not writable now") == 1  # said once, not every 5 s
+        _stop(worker, log)
+    text = (tmp_path / "worker.log").read_text()
+    assert "Traceback" not in text and text.count("store not writable now") == 1, text[-3000:]  # said once
+
+
+def test_a_job_launched_while_a_session_holds_the_store_runs_and_lands_when_it_closes(store, holder, tmp_path):
+    """Launch from the browser while a notebook holds the store: the job is queued beside it, runs at once, and
+    the job row and the run land in the store when the session closes. A second one, cancelled while held, never runs."""
+    cfg = RunConfig.from_dict({"workload": "tensor", "n_samples": 64, "image_size": 8, "width": 8,
+                               "batch_size": 32, "epochs": 2, "bound": False})
+    job_id = jobs.submit(cfg, db=store, origin="browser")
+    dropped = jobs.submit(cfg, db=store, origin="browser")
+    assert set(jobs.list_jobs(store).set_index("job_id").loc[[job_id, dropped], "status"]) == {"queued"}
+    assert jobs.cancel(dropped, db=store) == "cancelled"
+    worker, log = _worker(store, tmp_path / "worker.log")
+    try:
+        _wait(lambda: _job(store, job_id)["status"] == "done", "the job to run while the store is held", 120)
+        run_id = _job(store, job_id)["run_id"]
+        assert jobs.job_progress(job_id, db=store)["epochs_done"] == 2  # live progress reads the RunLog
+        assert _stored_ids(store) == set()
+        holder()
+        _wait(lambda: get_run(run_id, db=store) is not None, "the run to be stored", 60)
+        _wait(lambda: not list((store.parent / "jobs" / "spool").glob("job-*")), "the spool to empty", 30)
+        with connect(store, read_only=True) as conn:
+            stored = dict(conn.execute("SELECT job_id, status FROM jobs").fetchall())
+        assert stored == {job_id: "done", dropped: "cancelled"}
+        assert not (store.parent / "runs" / _job(store, dropped)["run_id"]).exists()  # never started
+    finally:
+        _stop(worker, log)
