@@ -1,18 +1,24 @@
-"""Dashboard under load: N concurrent browser sessions on Explore and History against a big store.
+"""Dashboard under load: N concurrent sessions on Explore and History against a big store.
 
 Seeds the store with bench/dashboard.py's seed() (synthetic runs and epochs made in DuckDB), serves the
-dashboard with `streamlit run app.py`, then opens N real sessions in Debian's chromium (Playwright, one
-browser context each) that load Explore and History in turns, all at the same time. A page's time is from
-navigation until its main element is visible: Explore's chart, History's result table. Prints p50 and p95.
+dashboard with `streamlit run app.py`, then drives N sessions at the same time, each loading Explore and
+History in turns. Prints p50 and p95 per page view. Drivers:
 
-    .venv/bin/python bench/load.py                               # 20 sessions × 3 rounds, 50,000 runs
-    .venv/bin/python bench/load.py --sessions 5 --rounds 2 --runs 5000
+  websocket (default)  each session speaks Streamlit's own protocol on /_stcore/stream, as the browser's
+                       JavaScript does: a rerun_script message with the page and its query string, then every
+                       ForwardMsg until script_finished. A view counts when its main element came (Explore's
+                       plotly chart, History's dataframe) with no exception. This is all the server's work per
+                       view, with none of a browser's rendering.
+  browser              one Debian chromium (Playwright), one context per session; a view counts when the main
+                       element is visible. On 2 cores, 20 rendering browsers beside the server mostly measure
+                       chromium itself (load average above 30).
+  apptest              AppTest sessions, one process each, each with its own cold cache: a worst case.
+
+    .venv/bin/python bench/load.py                               # 20 websocket sessions × 3 rounds, 50,000 runs
+    .venv/bin/python bench/load.py --driver browser --sessions 5
     .venv/bin/python bench/load.py --db /tmp/big.duckdb --keep    # reuse a seeded store next time
-    .venv/bin/python bench/load.py --driver apptest               # no browsers: AppTest sessions, a process each
 
-Target: p95 < 2 s on 2 cores. Note the browsers share the machine with the server: on a small machine
-the figure includes chromium's own rendering time for N pages at once; `--driver apptest` measures the
-server side only (each session in its own process, so with its own cold cache: a worst case).
+Target: p95 < 2 s on 2 cores.
 """
 
 from __future__ import annotations
@@ -144,6 +150,72 @@ async def drive(base: str, sessions: int, rounds: int, timeout_s: float) -> tupl
     return times, failures
 
 
+MAIN_ELEMENT = {"explore": "plotly_chart", "history": "dataframe"}  # what the page must have sent to count
+
+
+async def _ws_view(ws, name: str, timeout_s: float) -> None:
+    """One page view over Streamlit's own protocol, as the browser does it: a rerun_script BackMsg with the page
+    and its query string, then ForwardMsgs until script_finished. Raises if the page's main element never came."""
+    from streamlit.proto.BackMsg_pb2 import BackMsg
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+    page, _, query = PAGES[name][0].lstrip("/").partition("?")
+    msg = BackMsg()
+    msg.rerun_script.query_string = query
+    msg.rerun_script.page_name = page
+    await ws.send(msg.SerializeToString())
+    seen: set[str] = set()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        fm = ForwardMsg()
+        fm.ParseFromString(await asyncio.wait_for(ws.recv(), max(0.1, deadline - time.monotonic())))
+        kind = fm.WhichOneof("type")
+        if kind == "delta" and fm.delta.WhichOneof("type") == "new_element":
+            seen.add(fm.delta.new_element.WhichOneof("type"))
+        elif kind == "script_finished" and fm.script_finished != ForwardMsg.FINISHED_EARLY_FOR_RERUN:
+            break
+    if "exception" in seen or MAIN_ELEMENT[name] not in seen:
+        raise RuntimeError(f"the page finished without its {MAIN_ELEMENT[name]} (elements: {sorted(seen)})")
+
+
+async def _ws_session(base: str, i: int, rounds: int, start: asyncio.Event, times: dict[str, list[float]],
+                      failures: list[str], timeout_s: float) -> None:
+    """One user as a websocket session: Explore and History in turns, `rounds` times each."""
+    import websockets
+
+    order = list(PAGES) if i % 2 == 0 else list(reversed(PAGES))
+    async with websockets.connect(base.replace("http", "ws", 1) + "/_stcore/stream", subprotocols=["streamlit"],
+                                  max_size=None, open_timeout=timeout_s) as ws:
+        await start.wait()
+        for _ in range(rounds):
+            for name in order:
+                t0 = time.perf_counter()
+                try:
+                    await _ws_view(ws, name, timeout_s)
+                    times[name].append(time.perf_counter() - t0)
+                except Exception as e:  # noqa: BLE001 - a page that never showed is counted, not fatal
+                    failures.append(f"session {i} {name}: {type(e).__name__}: {str(e)[:200]}")
+
+
+async def drive_ws(base: str, sessions: int, rounds: int, timeout_s: float) -> tuple[dict[str, list[float]], list[str]]:
+    """N sessions over Streamlit's websocket protocol against the running server: everything a browser makes the
+    server do (one script run per view, every delta sent), without N browsers' rendering on the same cores."""
+    times: dict[str, list[float]] = {name: [] for name in PAGES}
+    failures: list[str] = []
+    warm = asyncio.Event()
+    warm.set()
+    await _ws_session(base, -1, 1, warm, {name: [] for name in PAGES}, failures, 120.0)  # first imports: not a wait
+    if failures:
+        return times, failures
+    start = asyncio.Event()
+    tasks = [asyncio.create_task(_ws_session(base, i, rounds, start, times, failures, timeout_s))
+             for i in range(sessions)]
+    await asyncio.sleep(0.5)
+    start.set()  # every session starts at once
+    await asyncio.gather(*tasks)
+    return times, failures
+
+
 def _apptest_user(i: int, rounds: int, timeout_s: float, barrier, out) -> None:
     """One session in its own process: open app.py, wait for the others, then load the pages in turns."""
     from streamlit.logger import set_log_level
@@ -210,10 +282,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=50_000, help="synthetic runs in the store (default 50,000)")
     p.add_argument("--epochs", type=int, default=20, help="epoch rows per run (default 20)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds before a page counts as failed")
-    p.add_argument("--driver", choices=("browser", "apptest"), default="browser",
-                   help="browser: chromium sessions against `streamlit run`; apptest: AppTest sessions, one "
-                        "process each (server-side time only, for machines too small to run N browsers beside "
-                        "the server)")
+    p.add_argument("--driver", choices=("websocket", "browser", "apptest"), default="websocket",
+                   help="websocket: sessions speaking Streamlit's own protocol to `streamlit run` (the server's "
+                        "whole work per view, no rendering); browser: chromium contexts in one browser (on a small "
+                        "machine this mostly measures chromium); apptest: AppTest sessions, one process each, "
+                        "cold caches (a worst case)")
     p.add_argument("--db", type=Path, default=None, help="store to seed (default: a temporary file)")
     p.add_argument("--keep", action="store_true", help="reuse --db if it already has runs, and keep it afterwards")
     args = p.parse_args(argv)
@@ -237,15 +310,17 @@ def main(argv: list[str] | None = None) -> int:
         else:
             with Server(db, Path(tmp.name) / "streamlit.log") as server:
                 t0 = time.perf_counter()
-                times, failures = asyncio.run(drive(server.url, args.sessions, args.rounds, args.timeout))
+                driver = drive_ws if args.driver == "websocket" else drive
+                times, failures = asyncio.run(driver(server.url, args.sessions, args.rounds, args.timeout))
         wall = time.perf_counter() - t0
     finally:
         if not args.keep:
             tmp.cleanup()
-    who = "chromium sessions" if args.driver == "browser" else "AppTest sessions (a process each; server side only)"
+    who = {"browser": "chromium sessions", "websocket": "websocket sessions (Streamlit's protocol, no rendering)",
+           "apptest": "AppTest sessions (a process each; server side only)"}[args.driver]
     print(f"\nDashboard under load: {args.sessions} concurrent {who} × {args.rounds} rounds of "
           f"Explore + History; {n_runs:,} runs, {n_runs * args.epochs:,} epoch rows; {wall:.1f} s in all")
-    shared = " · server and browsers on the same machine" if args.driver == "browser" else ""
+    shared = " · server and clients on the same machine" if args.driver != "apptest" else ""
     print(f"machine: {platform.node()} · {platform.processor() or platform.machine()} · {os.cpu_count()} cores · "
           f"Python {platform.python_version()}{shared}")
     print(f"{'page':<10}{'loads':>6}{'p50':>9}{'p95':>9}{'max':>9}   p95 < 2 s")

@@ -7,6 +7,7 @@ gets temporary RunLogs too. Datasets are shared: `$LOADERLAB_DATA/datasets`, def
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -17,7 +18,15 @@ DATA_DIR = ROOT / "data"
 
 
 def db_path(db: str | os.PathLike | None = None) -> Path:
-    return Path(db or os.environ.get("LOADERLAB_DB") or DATA_DIR / "loaderlab.duckdb").resolve()
+    path = os.fspath(db or os.environ.get("LOADERLAB_DB") or DATA_DIR / "loaderlab.duckdb")
+    return _resolved(path, "" if os.path.isabs(path) else os.getcwd())
+
+
+@functools.lru_cache(maxsize=256)
+def _resolved(path: str, cwd: str) -> Path:
+    # NOTE: cached: Path.resolve() stats every component, and a dashboard view asks for the store's path a
+    # dozen times (an eighth of the server's CPU with 20 viewers); keyed on the cwd a relative path depends on
+    return Path(path).resolve()
 
 
 def runs_dir(db: str | os.PathLike | None = None) -> Path:

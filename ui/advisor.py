@@ -9,6 +9,7 @@ from typing import Any
 import streamlit as st
 
 from engine import api
+from ui.cache import cached
 from ui.errors import shown
 
 __all__ = ["panel"]
@@ -27,7 +28,7 @@ def panel(options: dict[str, Any]) -> None:
         host = cols[2].selectbox("Host", ["this", "any"], key="advisor.host",
                                  help="this: runs measured on this machine only")
         with shown("The advisor could not read the store"):
-            advice = api.advise(workload, model, host=host)
+            advice = cached("advise", workload, model, host=host)  # once per store version, not per rerun
             st.code(advice.render(), language=None)
             if advice.warning:
                 st.warning(advice.warning)

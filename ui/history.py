@@ -7,6 +7,7 @@ store's sandbox (`run_query`): anything refused or failing is an st.error and no
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import pandas as pd
 import streamlit as st
@@ -37,9 +38,9 @@ def _load(queries: pd.DataFrame) -> None:
 def saved() -> None:
     """Pick a saved query (built-ins first) to load and run it; save the editor's query under a name."""
     queries = cached("list_saved_queries")
+    labels = {n: n + ("" if b else " (yours)") for n, b in zip(queries["name"], queries["builtin"])}
     c1, c2 = st.columns([4, 1])
-    c1.selectbox("Saved queries", queries["name"].tolist(), key="history.pick",
-                 format_func=lambda n: n + ("" if queries.loc[queries["name"] == n, "builtin"].all() else " (yours)"))
+    c1.selectbox("Saved queries", list(labels), key="history.pick", format_func=labels.__getitem__)
     c2.button("Load and run", key="history.load", on_click=_load, args=(queries,))
 
 
@@ -75,22 +76,41 @@ def result(sql: str) -> None:
     if not sql.strip():
         return
     try:
-        res = cached("run_query", sql, live=True)  # it may read the job queue, which bumps no version
+        # it may read the job queue, which bumps no version: keyed on any write to the file
+        res, fig, files = _result(cache.store_token(), sql)
     except Exception as e:  # noqa: BLE001 - QueryRejected, or the store being unreadable: show the message
         st.error(f"Query not run: {e}")
         return
     note = " (only the first rows: add a LIMIT or aggregate)" if res.truncated else ""
     st.caption(f"{len(res.df)} rows in {res.elapsed_s:.3f} s{note}")
     st.dataframe(res.df, hide_index=True, key="history.result")
-    with shown("No chart for this result"):
-        fig = api.auto_chart(res.df)
-        if fig is not None:
-            st.plotly_chart(fig, key="history.chart")
+    if isinstance(fig, str):
+        st.error(f"No chart for this result: {fig}")
+    elif fig is not None:
+        st.plotly_chart(fig, key="history.chart")
     c1, c2 = st.columns(2)
-    c1.download_button("Download CSV", res.df.to_csv(index=False).encode(), "query.csv", "text/csv",
-                       key="history.csv")
-    with shown("Parquet download unavailable"):
+    c1.download_button("Download CSV", files["csv"], "query.csv", "text/csv", key="history.csv")
+    if isinstance(files["parquet"], str):
+        c2.error(f"Parquet download unavailable: {files['parquet']}")
+    else:
+        c2.download_button("Download Parquet", files["parquet"], "query.parquet", "application/vnd.apache.parquet",
+                           key="history.parquet")
+
+
+@st.cache_data(max_entries=64, show_spinner=False, ttl=300)
+def _result(token: str, sql: str) -> tuple[Any, Any, dict[str, Any]]:
+    """The query's result, its chart and its files, once per (store state, query): many viewers of one
+    shared link cost one query, one figure and one CSV/Parquet encoding, not one per rerun each."""
+    res = api.run_query(sql)
+    try:
+        fig = api.auto_chart(res.df)
+    except Exception as e:  # noqa: BLE001 - a chart is a nicety: say why there is none
+        fig = f"{type(e).__name__}: {e}"
+    files: dict[str, Any] = {"csv": res.df.to_csv(index=False).encode()}
+    try:
         buf = io.BytesIO()
         res.df.to_parquet(buf, index=False)
-        c2.download_button("Download Parquet", buf.getvalue(), "query.parquet", "application/vnd.apache.parquet",
-                           key="history.parquet")
+        files["parquet"] = buf.getvalue()
+    except Exception as e:  # noqa: BLE001 - e.g. a column type Parquet cannot hold
+        files["parquet"] = f"{type(e).__name__}: {e}"
+    return res, fig, files
