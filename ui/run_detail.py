@@ -48,7 +48,7 @@ _FIGURES = {"epoch_s": ("epoch time", "{:.3f} s"), "samples_per_s": ("samples/s"
             "data_wait_share": ("data wait", "{:.0%}"), "h2d_share": ("copy", "{:.0%}"),
             "compute_share": ("compute", "{:.0%}"), "other_share": ("other", "{:.0%}"),
             "data_wait_p50_s": ("wait p50", "{:.4f} s"), "data_wait_p90_s": ("wait p90", "{:.4f} s"),
-            "data_wait_p99_s": ("wait p99", "{:.4f} s"), "peak_rss_mib": ("peak RSS", "{:.0f} MiB"),
+            "data_wait_p99_s": ("wait p99", "{:.4f} s"), "peak_rss_mib": ("peak memory (PSS)", "{:.0f} MiB"),
             "mean_cpu_pct": ("mean CPU", "{:.0f} %")}
 
 
@@ -64,7 +64,8 @@ def _figures(run: dict[str, Any]) -> None:
                 "below 80% the time goes to overhead, else to the slower of loading and compute)")
     rss = run.get("peak_rss_bytes")
     run = {**run, "peak_rss_mib": rss / 2**20 if rss else None}
-    st.caption("Where the steady-state time goes, per-step data wait, and the process tree (workers included): "
+    st.caption("Where the steady-state time goes, per-step data wait, and the process tree (workers included; memory "
+               "is PSS, so pages workers share copy-on-write count once): "
                + " · ".join(f"{_FIGURES[k][0]} {_fmt(k, run.get(k))}" for k in list(_FIGURES)[6:]))
 
 
