@@ -197,7 +197,7 @@ def test_random_user_transforms_give_the_same_batches_on_every_loader(plug, whic
 @pytest.mark.parametrize("fields, field, words", [
     ({"workload": "no_such_module_xyz:build"}, "workload", "cannot be imported"),
     ({"workload": "{p}:nope"}, "workload", "has no 'nope'"),
-    ({"workload": "{p}:BROKEN"}, "workload", "not a callable"),
+    ({"workload": "{p}:BROKEN"}, "workload", "not callable"),
     ({"workload": "{p}:raises"}, "workload", "disk on fire"),
     ({"workload": "{p}:needs_more"}, "workload", "colour"),
     ({"workload": "{p}:not_a_dataset"}, "workload", "map-style"),
