@@ -336,7 +336,8 @@ def _fmt_changes(changes: dict[str, Any]) -> str:
 
 
 def _fmt_problem(problem: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in problem.items() if v not in (None, ""))
+    short = {**problem, "code_hash": str(problem.get("code_hash") or "")[:12]}  # a sha256: its head is enough
+    return ", ".join(f"{k}={v}" for k, v in short.items() if v not in (None, ""))
 
 
 def _toml(v: Any) -> str:
