@@ -9,35 +9,26 @@ or the user's module until a run or a check asks for it.
     registered()                                       # {"my_images": {"workload": "mypkg.data:build"}, ...}
     preflight(cfg)                                     # one batch tried before launch -> {"code_hash": ...}
 
-What the server's owner registers for the dashboard lives in a TOML file, `$LOADERLAB_PLUGINS`, else
-`plugins.toml` beside the store (data/plugins.toml by default); the browser only ever picks a name:
-
-    [my_images]
-    workload = "mypkg.data:build"
-    [small_resnet]
-    model = "mypkg.nets:resnet"
+What the server's owner registers for the dashboard lives in a TOML file (engine/_plugin_registry.py);
+the browser only ever picks a name. code_hash is in engine/_plugin_hash.py.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import inspect
 import os
-import re
 import sys
-import tomllib
-from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
-from engine.config import ConfigError, printable
+from engine._plugin_hash import code_hash
+from engine._plugin_registry import KINDS, plugins_file, registered
+from engine.config import _PLUGIN_SPEC, ConfigError, printable
 
 __all__ = ["KINDS", "SPEC_RE", "build_dataset", "build_model", "call_factory", "code_hash", "is_spec", "item_rng",
            "plugins_file", "preflight", "registered", "resolve", "specs_of"]
 
-SPEC_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")
-KINDS = ("workload", "model", "collate", "loss")
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+SPEC_RE = _PLUGIN_SPEC  # "module.path:callable"; one regex, declared with the config fields
 
 
 def is_spec(value: str) -> bool:
@@ -170,70 +161,3 @@ def preflight(cfg: Any, cwd: str | None = None) -> dict[str, Any]:
 def specs_of(cfg: Any) -> list[str]:
     """The plugin specs a config names (workload, model, model_b, collate, loss)."""
     return [v for v in (cfg.workload, cfg.model, cfg.model_b, cfg.collate, cfg.loss) if v and is_spec(v)]
-
-
-def code_hash(specs: Iterable[str]) -> str | None:
-    """sha256 over the source of the modules the specs come from; None when no spec is a plugin.
-
-    NOTE: for a module inside a package, every .py file of its outermost regular package is hashed
-    (sorted by relative path), since a helper module the factory imports changes results as much as the
-    factory's own file. A lone module hashes just its file.
-    """
-    files: dict[str, Path] = {}
-    for spec in sorted({s for s in specs if s and is_spec(s)}):
-        module_name = spec.split(":")[0]
-        module = sys.modules.get(module_name) or importlib.import_module(module_name)
-        for key, path in _source_files(module_name, module):
-            files[key] = path
-    if not files:
-        return None
-    h = hashlib.sha256()
-    for key in sorted(files):
-        h.update(key.encode() + b"\0" + files[key].read_bytes() + b"\0")
-    return h.hexdigest()
-
-
-def _source_files(module_name: str, module: Any) -> list[tuple[str, Path]]:
-    parts = module_name.split(".")
-    for i in range(1, len(parts) + 1):  # the outermost regular package (namespace packages have no __init__)
-        package_file = getattr(sys.modules.get(".".join(parts[:i])), "__file__", None)
-        if package_file and Path(package_file).name == "__init__.py":
-            root = Path(package_file).parent
-            return [(f"{root.name}/{p.relative_to(root).as_posix()}", p) for p in sorted(root.rglob("*.py"))
-                    if "__pycache__" not in p.parts]
-    path = getattr(module, "__file__", None)
-    return [(module_name, Path(path))] if path else []
-
-
-def plugins_file(db: str | os.PathLike | None = None) -> Path:
-    """`$LOADERLAB_PLUGINS`, else plugins.toml beside the store (data/plugins.toml by default)."""
-    from engine.paths import db_path  # noqa: PLC0415
-
-    raw = os.environ.get("LOADERLAB_PLUGINS", "")
-    return Path(raw).expanduser() if raw else db_path(db).parent / "plugins.toml"
-
-
-def registered(db: str | os.PathLike | None = None) -> dict[str, dict[str, str]]:
-    """Plugins the server's owner registered: name -> {kind: spec}, one kind per name. {} without a file.
-
-    A bad file is a ConfigError("plugins", ...) naming the file and the entry, so the owner can fix it.
-    """
-    path = plugins_file(db)
-    if not path.is_file():
-        return {}
-    try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise ConfigError("plugins", f"'{path}' cannot be read as TOML ({e}); fix or remove it") from None
-    out: dict[str, dict[str, str]] = {}
-    for name, entry in data.items():
-        where = f"'{path}' entry [{printable(name)}]"
-        if not _NAME_RE.match(name):
-            raise ConfigError("plugins", f"{where}: a name is letters, digits, '_', '.', '-' (at most 64)")
-        if not isinstance(entry, dict) or len(entry) != 1 or next(iter(entry)) not in KINDS:
-            raise ConfigError("plugins", f"{where}: give exactly one of {', '.join(KINDS)} = \"module:callable\"")
-        kind, spec = next(iter(entry.items()))
-        if not isinstance(spec, str) or not is_spec(spec):
-            raise ConfigError("plugins", f"{where}: {kind} must be a 'module.path:callable' string")
-        out[name] = {kind: spec}
-    return out

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import secrets
 from pathlib import Path
 
@@ -294,6 +295,9 @@ def test_code_hash_covers_the_package_and_changes_with_it(tmp_path, monkeypatch)
     assert first == code_hash([spec, "tensor", ""]) and code_hash(["tensor", "mlp"]) is None
     (pkg / "helpers.py").write_text("SCALE = 2\n")  # not the factory's file, but in its package
     assert code_hash([spec]) != first
+    from engine._plugin_hash import _sources  # noqa: PLC0415 - an installed library counts by its version
+
+    assert _sources("torch.nn.functional", torch.nn.functional) == {f"torch@{importlib.metadata.version('torch')}": b""}
 
 
 def _stored_run(runs: Path, run_id: str, digest: str | None, db: Path) -> None:
