@@ -379,3 +379,21 @@ def test_preflight_is_silent_for_built_ins_and_the_example_sweep_is_valid():
     sweep = SweepConfig.from_dict(load_toml(ROOT / "examples" / "own_pipeline" / "sweep.toml"))
     assert {c.loader for c in sweep.configs()} == {"sync", "prefetch", "threads", "processes"}
     assert all(c.workload == EXAMPLE["workload"] for c in sweep.configs())
+
+
+@pytest.mark.parametrize("where", ["PYTHONPATH"])  # "current directory": once the runner child gets the CWD (H10)
+def test_the_users_module_is_found_from_pythonpath_or_the_current_directory(store, tmp_path, where):
+    import os  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    name = f"mine_{secrets.token_hex(4)}"
+    (tmp_path / f"{name}.py").write_text(PLUGIN)
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}" if where == "PYTHONPATH" else str(ROOT)}
+    out = subprocess.run([sys.executable, "-m", "engine", "run", "--workload", f"{name}:data", "--model", f"{name}:net",
+                          "--n-samples", "16", "--image-size", "8", "--batch-size", "8", "--epochs", "2", "--no-bound",
+                          "--db", str(store)], cwd=tmp_path if where == "current directory" else ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    with duckdb.connect(str(store), read_only=True) as conn:
+        assert conn.execute("SELECT status, workload FROM runs").fetchall() == [("done", f"{name}:data")]
