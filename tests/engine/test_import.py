@@ -25,7 +25,8 @@ def _dump(db, exclude=HOST_ONLY) -> dict[str, list]:
             cols = [r[0] for r in conn.execute(f"SELECT name FROM pragma_table_info('{t}')").fetchall()
                     if r[0] not in exclude]
             where = "WHERE NOT deleted" if t == "runs" else "WHERE run_id IN (SELECT run_id FROM runs WHERE NOT deleted)"
-            out[t] = conn.execute(f"SELECT {', '.join(cols)} FROM {t} {where} ORDER BY ALL").fetchall()
+            quoted = ", ".join(f'"{c}"' for c in cols)  # quoted: a config field may be an SQL keyword (collate)
+            out[t] = conn.execute(f"SELECT {quoted} FROM {t} {where} ORDER BY ALL").fetchall()
     return out
 
 
