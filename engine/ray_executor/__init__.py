@@ -52,6 +52,10 @@ def run_sweep_ray(sweep: SweepConfig, *, db: str | os.PathLike | None = None, ad
     Ctrl-C does the same, then re-raises. Returns the same SweepResult as engine.sweep.run_sweep.
     """
     require_ray()
+    from engine.plugins import preflight  # noqa: PLC0415
+
+    for cfg in sweep.configs():  # a bad plugin fails here, on the submitter's machine, before any trial is sent
+        preflight(cfg, cwd=(meta or {}).get("cwd"))
     result = SweepResult(sweep_id or new_sweep_id(sweep.name))
     trials, repeats = [], {}
     for config_idx, cfg in sweep.plan():
