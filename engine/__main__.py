@@ -73,6 +73,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     cfg = _config_from_args(args)
     if args.dry_run:
+        from engine.plugins import preflight  # noqa: PLC0415
+
+        preflight(cfg)  # a plugin's one-batch check is validation too: --dry-run is how to try your plugin
         print(json.dumps(cfg.to_dict(), indent=2))
         return 0
 

@@ -225,6 +225,13 @@ def test_a_bad_plugin_exits_2_naming_the_field_and_stores_nothing(plug, store, c
             assert conn.execute("SELECT count(*) FROM runs").fetchone() == (0,)
 
 
+def test_dry_run_tries_the_plugin_without_running(plug, store, capsys):
+    args = ["run", "--dry-run", "--workload", f"{plug}:data", "--n-samples", "8", "--image-size", "8", "--db", str(store)]
+    assert main([*args, "--model", f"{plug}:net"]) == 0 and f"{plug}:net" in capsys.readouterr().out
+    assert main([*args, "--model", f"{plug}:not_a_module"]) == 2 and "model: " in capsys.readouterr().err
+    assert not (store.parent / "runs").exists()
+
+
 def test_a_bad_grid_point_fails_the_sweep_before_any_run(plug, store, tmp_path, capsys):
     toml = tmp_path / "s.toml"
     toml.write_text(f'name = "bad"\n[base]\nn_samples = 8\nimage_size = 8\nbatch_size = 4\nepochs = 2\n'
