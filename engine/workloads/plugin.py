@@ -17,6 +17,7 @@ the background can still shift torch draws in the loader thread; `sync` and `pro
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 from typing import Any
@@ -58,6 +59,7 @@ class PluginDataset(SeededDataset):
         if isinstance(classes, int) and not isinstance(classes, bool) and classes > 0:
             self.num_classes = classes  # NOTE: the dataset knows its classes better than the config's default
         self._lock: threading.Lock | None = None if getattr(inner, "thread_safe", False) else threading.Lock()
+        self._pid = os.getpid()
         self.sample_shape = self._probe()  # what the model is built for; items must all share it
 
     def _probe(self) -> tuple[int, ...]:
@@ -83,6 +85,9 @@ class PluginDataset(SeededDataset):
         seed = sample_seed(self.seed, epoch, index)
         if self._lock is None:
             return self._item(seed, index)
+        if self._pid != os.getpid():
+            # NOTE: a forked worker inherits the lock as it was, maybe held by a thread that does not exist there
+            self._lock, self._pid = threading.Lock(), os.getpid()
         with self._lock:
             return self._item(seed, index)
 
