@@ -93,7 +93,7 @@ class PluginDataset(SeededDataset):
 
     def _item(self, seed: int, index: int) -> tuple[torch.Tensor, Any]:
         _ITEM.seed = seed
-        torch.manual_seed(seed)
+        torch.default_generator.manual_seed(seed)  # NOTE: the CPU generator only: CUDA's stay the training's
         np.random.seed(seed & 0xFFFFFFFF)  # NOTE: numpy's legacy seed takes 32 bits
         random.seed(seed)
         try:
