@@ -59,6 +59,8 @@ def execute(run_dir: Path) -> int:
     from engine.registry import MODES  # noqa: PLC0415
 
     meta = json.loads((run_dir / "meta.json").read_text())
+    if meta.get("cwd") and meta["cwd"] not in sys.path:
+        sys.path.insert(1, meta["cwd"])  # the launcher's folder, after ours: a user's module there imports, as with -m
     cfg = RunConfig.from_dict(json.loads((run_dir / "config.json").read_text()))
     device = devices.resolve(cfg.device)
     _set_threads(cfg.threads)  # before fingerprint(): the thread settings that took effect are part of it
@@ -153,6 +155,7 @@ def launch(cfg: RunConfig, *, db: str | os.PathLike | None = None, meta: dict[st
     after exit_grace_s (a worker it cannot reap) is killed: the run is over either way.
     """
     meta = dict(meta or {})
+    meta.setdefault("cwd", os.getcwd())  # the child runs in the checkout; a user's module may be here (plugins)
     from engine.plugins import preflight  # noqa: PLC0415
 
     meta.update(preflight(cfg, cwd=meta.get("cwd")))  # a bad plugin fails here, before any RunLog: its code_hash

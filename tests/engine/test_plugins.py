@@ -388,7 +388,7 @@ def test_preflight_is_silent_for_built_ins_and_the_example_sweep_is_valid():
     assert all(c.workload == EXAMPLE["workload"] for c in sweep.configs())
 
 
-@pytest.mark.parametrize("where", ["PYTHONPATH"])  # "current directory": once the runner child gets the CWD (H10)
+@pytest.mark.parametrize("where", ["PYTHONPATH", "current directory"])
 def test_the_users_module_is_found_from_pythonpath_or_the_current_directory(store, tmp_path, where):
     import os  # noqa: PLC0415
     import subprocess  # noqa: PLC0415
