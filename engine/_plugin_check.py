@@ -73,6 +73,8 @@ def _try_batch(cfg: RunConfig) -> None:
     dataset = build_dataset(cfg)
     keys = epoch_batches(len(dataset), min(cfg.batch_size, _MAX_ITEMS), cfg.seed, 0)[0]
     items = [_item(dataset, k) for k in keys]
+    if cfg.loader == "processes" and cfg.start_method != "fork":
+        _check_picklable(cfg, dataset)
     collate = resolve(cfg.collate, "collate") if cfg.collate else torch.utils.data.default_collate
     x, y = _collate(collate, items, "collate" if cfg.collate else "workload")
     models = [("model", cfg.model, cfg.width)]
@@ -97,6 +99,21 @@ def _item(dataset: Any, key: tuple[int, int]) -> Any:
         raise ConfigError("workload", str(e)) from None
     except Exception as e:  # noqa: BLE001 - the user's __getitem__ failing is bad input
         raise ConfigError("workload", f"item {key[1]} failed: {type(e).__name__}: {printable(str(e)[:300])}") from None
+
+
+def _check_picklable(cfg: RunConfig, dataset: Any) -> None:
+    """spawn/forkserver workers get the dataset (and collate) pickled; fork copies them instead."""
+    import pickle  # noqa: PLC0415
+
+    from engine.plugins import resolve  # noqa: PLC0415
+
+    for field, obj in (("workload", dataset), ("collate", resolve(cfg.collate, "collate") if cfg.collate else None)):
+        try:
+            pickle.dumps(obj)
+        except Exception as e:  # noqa: BLE001 - pickling raises many kinds (PicklingError, TypeError, AttributeError)
+            raise ConfigError(field, f"the processes loader with start_method {cfg.start_method} pickles it for its "
+                                     f"workers, and that failed ({type(e).__name__}: {printable(str(e)[:200])}); "
+                                     "make it picklable (no lambdas or open files) or use start_method fork") from None
 
 
 def _collate(collate: Any, items: list, field: str) -> tuple[Any, Any]:

@@ -204,6 +204,8 @@ def test_random_user_transforms_give_the_same_batches_on_every_loader(plug, whic
     ({"workload": "{p}:not_a_dataset"}, "workload", "map-style"),
     ({"workload": "{p}:numpy_items"}, "workload", "not a tensor"),
     ({"workload": "{p}:big_labels", "num_classes": 2}, "workload", "out of range"),
+    ({"workload": "{p}:big_labels", "loader": "processes", "workers": 1, "start_method": "spawn"}, "workload",
+     "pickle"),
     ({"model": "{p}:not_a_module"}, "model", "nn.Module"),
     ({"collate": "{p}:bad_collate"}, "collate", "cannot stack"),
     ({"loss": "{p}:per_sample_loss"}, "loss", "scalar"),
