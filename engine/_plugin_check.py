@@ -40,7 +40,9 @@ def preflight(cfg: RunConfig, cwd: str | None = None) -> dict[str, Any]:
     if cwd and cwd not in sys.path:
         sys.path.insert(0, cwd)  # the submitter's folder (job worker, Ray): where its module is importable
     digest = _hash(cfg, code_hash, specs)
-    key = json.dumps([digest, {k: v for k, v in cfg.to_dict().items() if k not in _DELIVERY}], sort_keys=True)
+    pickled = cfg.loader == "processes" and cfg.start_method != "fork"  # the one delivery setting checked
+    key = json.dumps([digest, pickled, {k: v for k, v in cfg.to_dict().items() if k not in _DELIVERY}],
+                     sort_keys=True)
     if key not in _PASSED:
         from engine.models import _base  # noqa: PLC0415
 
@@ -73,7 +75,7 @@ def _try_batch(cfg: RunConfig) -> None:
     dataset = build_dataset(cfg)
     keys = epoch_batches(len(dataset), min(cfg.batch_size, _MAX_ITEMS), cfg.seed, 0)[0]
     items = [_item(dataset, k) for k in keys]
-    if cfg.loader == "processes" and cfg.start_method != "fork":
+    if cfg.loader == "processes" and cfg.start_method != "fork":  # (part of preflight's cache key)
         _check_picklable(cfg, dataset)
     collate = resolve(cfg.collate, "collate") if cfg.collate else torch.utils.data.default_collate
     x, y = _collate(collate, items, "collate" if cfg.collate else "workload")
