@@ -374,6 +374,9 @@ def test_registered_plugins_come_from_the_servers_file_only(tmp_path, monkeypatc
     path.write_text('[my_images]\nworkload = "mypkg.data:build"\n[small-resnet]\nmodel = "mypkg.nets:resnet"\n')
     assert registered() == {"my_images": {"workload": "mypkg.data:build"},
                             "small-resnet": {"model": "mypkg.nets:resnet"}}
+    monkeypatch.setenv("LOADERLAB_PLUGINS", str(ROOT / "examples" / "own_pipeline" / "plugins.toml"))
+    assert registered() == {"own_images": {"workload": EXAMPLE["workload"]}, "own_resnet": {"model": EXAMPLE["model"]}}
+    monkeypatch.setenv("LOADERLAB_PLUGINS", str(path))
     for bad in ('[x]\nworkload = "not a spec"\n', '[x]\nloader = "a:b"\n', '[x]\nworkload = "a:b"\nmodel = "c:d"\n'):
         path.write_text(bad)
         with pytest.raises(ConfigError) as err:
