@@ -78,8 +78,8 @@ def call_factory(fn: Callable[..., Any], spec: str, field: str, kwargs: dict[str
     except (TypeError, ValueError):  # a builtin or C callable without a signature: give it everything
         params = [inspect.Parameter("kw", inspect.Parameter.VAR_KEYWORD)]
     if not any(p.kind is p.VAR_KEYWORD for p in params):
-        missing = [p.name for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-                   and p.name not in kwargs]
+        named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        missing = [p.name for p in params if p.default is p.empty and p.kind in named and p.name not in kwargs]
         if missing:
             passed = ", ".join(sorted(kwargs)) if len(kwargs) < 8 else "every config field (seed, n_samples, ...)"
             raise ConfigError(field, f"'{spec}' needs argument(s) {', '.join(missing)}, which LoaderLab does not pass; "

@@ -228,7 +228,8 @@ def test_a_bad_plugin_exits_2_naming_the_field_and_stores_nothing(plug, store, c
 
 
 def test_dry_run_tries_the_plugin_without_running(plug, store, capsys):
-    args = ["run", "--dry-run", "--workload", f"{plug}:data", "--n-samples", "8", "--image-size", "8", "--db", str(store)]
+    args = ["run", "--dry-run", "--workload", f"{plug}:data", "--n-samples", "8", "--image-size", "8",
+            "--db", str(store)]
     assert main([*args, "--model", f"{plug}:net"]) == 0 and f"{plug}:net" in capsys.readouterr().out
     assert main([*args, "--model", f"{plug}:not_a_module"]) == 2 and "model: " in capsys.readouterr().err
     assert not (store.parent / "runs").exists()
