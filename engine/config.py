@@ -312,18 +312,22 @@ class SweepConfig:
         [grid]            # field -> list of values; the product is the set of configs
         loader = ["sync", "threads"]
         workers = [1, 2]
+        [[points]]        # optional: explicit configs (over base) instead of / besides the grid product,
+        loader = "processes"   # e.g. your setup vs the best, without the 2^k configs of a grid over both
+        workers = 4
     """
 
     name: str = "sweep"
     base: dict[str, Any] = field(default_factory=dict)
     grid: dict[str, list[Any]] = field(default_factory=dict)
+    points: list[dict[str, Any]] = field(default_factory=list)
     repeats: int = 1
     seed: int = 0
     shuffle: bool = True
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "SweepConfig":
-        allowed = {"name", "base", "grid", "repeats", "seed", "shuffle"}
+        allowed = {"name", "base", "grid", "points", "repeats", "seed", "shuffle"}
         for key in data:
             if key not in allowed:
                 raise ConfigError(f"sweep.{key}", f"unknown sweep key; choose from: {', '.join(sorted(allowed))}")
@@ -337,14 +341,19 @@ class SweepConfig:
         for key, values in sweep.grid.items():
             if not isinstance(values, list) or not values:
                 raise ConfigError(f"grid.{key}", "must be a non-empty list of values")
+        if not isinstance(sweep.points, list) or not all(isinstance(p, dict) for p in sweep.points):
+            raise ConfigError("sweep.points", "must be a list of tables of RunConfig fields ([[points]])")
         sweep.configs()  # validates every combination up front: nothing runs if one is bad
         return sweep
 
     def configs(self) -> list[RunConfig]:
         """Distinct configs of the grid (no repeats), each validated; duplicates after normalising are dropped."""
-        keys = list(self.grid)
+        grid_keys = list(self.grid)
         out: list[RunConfig] = []
-        for combo in itertools.product(*(self.grid[k] for k in keys)):
+        # NOTE: with points and no grid the bare base is not a config of its own
+        product = itertools.product(*self.grid.values()) if grid_keys or not self.points else []
+        points = [(grid_keys, combo) for combo in product] + [(list(p), list(p.values())) for p in self.points]
+        for keys, combo in points:
             data = {**self.base, **dict(zip(keys, combo))}
             try:
                 cfg = RunConfig.from_dict(data)
