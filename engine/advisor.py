@@ -9,6 +9,10 @@ Only done, single-model runs are ranked, by the median over runs of `epoch_s` (e
 steady-state epoch, warm-up excluded). Runs are compared only within one "problem": the same data
 and model settings (PROBLEM_KEYS). The loader settings and the batch size (KNOB_KEYS) are what varies.
 When several problems were measured, the one with the most runs is advised on (narrow it with `where`).
+
+The best is compared with sync, or with the user's own setup when they give one (`baseline`, see
+engine/baseline.py): the speedup's 95% interval needs 6 + 7 stored runs of the two; with fewer, the
+advice proposes the sweep that measures both (`confirm_sweep_toml`).
 """
 
 from __future__ import annotations
@@ -62,6 +66,23 @@ class Advice:
     suggestions: list[Suggestion] = field(default_factory=list)
     warning: str | None = None
     base_config: dict[str, Any] = field(default_factory=dict)   # a best run's full config
+    baseline: dict[str, Any] = field(default_factory=dict)      # the user's setup as given; default is its knobs
+
+    @property
+    def needs_confirmation(self) -> bool:
+        """A baseline was given, it is not the best, and the stored runs give no interval for the speedup."""
+        return bool(self.baseline and self.base_config and self.default != self.best
+                    and math.isnan(self.comparison.get("speedup_lo", math.nan)))
+
+    def confirm_sweep_toml(self, repeats: int = CONFIRM_REPEATS) -> str:
+        """Your setup and the best, `repeats` runs each in a random order: the runs a 95% interval needs."""
+        if not self.base_config:
+            raise ValueError(self.message or "nothing measured yet: no sweep to propose")
+        from engine.baseline import confirm_sweep_toml  # noqa: PLC0415
+
+        return confirm_sweep_toml(self.base_config, self.default, self.best, repeats=repeats,
+                                  title=f"your setup vs the best for {self.workload} + {self.model}, "
+                                        "proposed by `python -m engine advise`")
 
     @property
     def speedup(self) -> float | None:
@@ -82,7 +103,11 @@ class Advice:
             shown = "; ".join(describe(t) for t in self.tied[:4]) + ("; ..." if len(self.tied) > 4 else "")
             lines.append(f"tied with the best (no clear difference at 95%, or too few runs to tell): {shown}")
         c = self.comparison
-        if self.default == self.best:
+        if self.baseline:
+            from engine.baseline import vs_baseline_lines  # noqa: PLC0415
+
+            lines += vs_baseline_lines(self)
+        elif self.default == self.best:
             lines.append("the default is the fastest measured config")
         else:
             if c.get("note"):
@@ -137,10 +162,14 @@ class Advice:
 
 
 def advise(workload: str, model: str, *, host: str = "this", db: str | os.PathLike | None = None,
-           where: dict[str, Any] | None = None) -> Advice:
-    """Advice for workload + model from the done runs in the store (see the module docstring)."""
+           where: dict[str, Any] | None = None, baseline: str | dict[str, Any] | None = None) -> Advice:
+    """Advice for workload + model from the done runs in the store (see the module docstring).
+    `baseline`: the user's setup, e.g. "loader=processes,workers=4,batch_size=64" (engine.baseline.parse)."""
+    from engine import baseline as yours  # noqa: PLC0415
+
+    given = yours.parse(baseline)  # bad input fails before the store is read
     fp, label = _host(host)
-    advice = Advice(workload=workload, model=model, host=host, host_label=label)
+    advice = Advice(workload=workload, model=model, host=host, host_label=label, baseline=given)
     runs = _load(workload, model, db)
     others = 0
     if fp is not None:
@@ -155,7 +184,8 @@ def advise(workload: str, model: str, *, host: str = "this", db: str | os.PathLi
         hint = f" ({others} on other hosts: --host any)" if others else ""
         advice.message = (f"no runs for {workload}+{model} on {label}{hint}; try: "
                           f"python -m engine sweep examples/loaders.toml (edit its workload and model), or "
-                          f"python -m engine tune --workload {workload} --model {model} --budget 10m")
+                          f"python -m engine tune --workload {workload} --model {model} --budget 10m"
+                          + (f" --baseline {yours.describe_baseline(given)}" if given else ""))
         return advice
     # --- the problem: the most-measured data/model settings ---
     problems = single.groupby(list(PROBLEM_KEYS), dropna=False).size().sort_values(ascending=False, kind="stable")
@@ -165,9 +195,10 @@ def advise(workload: str, model: str, *, host: str = "this", db: str | os.PathLi
     advice.table = stats.summarize_configs(mine, list(KNOB_KEYS))
     # --- best, default, comparison ---
     advice.best = dict(zip(KNOB_KEYS, _native(advice.table.iloc[0][list(KNOB_KEYS)])))
-    advice.default = _default(advice.table, advice.best)
+    advice.default = yours.knobs(given) if given else _default(advice.table, advice.best)
     best_runs, default_runs = mine[_match(mine, advice.best)], mine[_match(mine, advice.default)]
-    advice.comparison = stats.compare(default_runs["epoch_s"], best_runs["epoch_s"])
+    advice.comparison = stats.compare(default_runs["epoch_s"], best_runs["epoch_s"]) if len(default_runs) else {
+        "n_a": 0, "n_b": len(best_runs), "speedup": math.nan, "speedup_lo": math.nan, "note": "not measured"}
     advice.tied = _tied(mine, advice.table, advice.best, best_runs)
     verdicts = best_runs["verdict"].dropna()
     advice.verdict = verdicts.mode().iloc[0] if len(verdicts) else None

@@ -7,7 +7,8 @@ Successive halving: every candidate (loader x workers x prefetch_depth, see `can
 RUNG0_EPOCHS steady epochs; the fastest 1/ETA survive and run again with ETA times as many epochs;
 and so on until one is left or the budget is spent. Within a rung the candidates run in a shuffled
 (seeded) order, so a slow spell of the machine does not always hit the same candidate. The search
-gets SEARCH_SHARE of the budget; then the best and sync run CONFIRM_REPEATS times each, interleaved
+gets SEARCH_SHARE of the budget; then the best and sync (or the user's own setup, `baseline`: it is
+candidate 0 then, and sync stays a candidate) run CONFIRM_REPEATS times each, interleaved
 (each pair in a random order), and the speedup's 95% interval comes from those runs' medians
 (stats.compare), never from the epochs of one run each. Each run is a normal run (subprocess, RunLog,
 store), tagged "tune" and grouped under one sweep_id. Before each run the time it will take is
@@ -86,7 +87,8 @@ class TuneResult:
     rows: list[dict[str, Any]] = field(default_factory=list)   # one per run: candidate, rung, epoch_s, ...
     configs: list[RunConfig] = field(default_factory=list)
     best_idx: int | None = None
-    comparison: dict[str, Any] = field(default_factory=dict)    # stats.compare(sync runs, best runs), confirmed
+    comparison: dict[str, Any] = field(default_factory=dict)    # stats.compare(candidate 0's runs, best's), confirmed
+    baseline: dict[str, Any] = field(default_factory=dict)      # the user's setup as given: candidate 0
     confirm_rows: list[dict[str, Any]] = field(default_factory=list)   # the interleaved runs of sync and best
 
     @property
@@ -101,6 +103,18 @@ class TuneResult:
     def speedup(self) -> float | None:
         return self.comparison.get("speedup")
 
+    def confirm_sweep_toml(self, repeats: int = CONFIRM_REPEATS) -> str:
+        """Candidate 0 (your setup, or sync) and the best, `repeats` runs each in a random order, as a sweep."""
+        from engine.baseline import BASELINE_KEYS, confirm_sweep_toml  # noqa: PLC0415
+
+        if self.best is None or self.best_idx == 0:
+            raise ValueError("nothing to confirm: " + ("no run finished" if self.best is None
+                                                       else "candidate 0 was the fastest"))
+        ref, best = self.configs[0].to_dict(), self.best.to_dict()
+        return confirm_sweep_toml(best, {k: ref[k] for k in BASELINE_KEYS}, {k: best[k] for k in BASELINE_KEYS},
+                                  repeats=repeats, title=f"{'your setup' if self.baseline else 'sync'} vs the best "
+                                                         f"found by `python -m engine tune` {self.sweep_id}")
+
     def render(self) -> str:
         from engine.advisor import describe  # noqa: PLC0415
 
@@ -113,15 +127,20 @@ class TuneResult:
         c = self.comparison
         lines = [head, f"best: {describe(self.best.to_dict())}: epoch {best_rows[-1]['epoch_s']:.3f} s "
                        f"(rung {best_rows[-1]['rung']}, {best_rows[-1]['steady_epochs']} steady epochs)"]
-        if self.best_idx == 0 and self.best.loader == "sync":
-            lines.append("the sync loader (no background loading) was the fastest measured")
+        ref = f"your setup ({describe(self.configs[0].to_dict())})" if self.baseline else "sync"
+        if self.best_idx == 0 and (self.baseline or self.best.loader == "sync"):
+            lines.append(f"{ref} was the fastest measured" if self.baseline
+                         else "the sync loader (no background loading) was the fastest measured")
         elif c and not math.isnan(c.get("speedup", math.nan)):
             ci = stats.ci_text(c["speedup_lo"], c["speedup_hi"], min(c["n_a"], c["n_b"]), "{:.2f}", "x")
-            lines.append(f"vs sync, {c['n_a']} + {c['n_b']} interleaved runs: {c['median_a']:.3f} s per epoch, "
-                         f"so {c['speedup']:.2f}x faster ({ci}); "
-                         f"{'a clear difference' if c['verdict'] == 'B faster' else c['verdict']}")
+            lines.append(f"best is {c['speedup']:.2f}x faster than {ref} ({ci}; {c['n_a']} + {c['n_b']} "
+                         f"interleaved runs, {c['median_a']:.3f} s per epoch for {ref.split(' (')[0]}; "
+                         f"{'a clear difference' if c['verdict'] == 'B faster' else c['verdict']})")
         elif self.best_idx != 0:
-            lines.append("vs sync: not confirmed (the budget ran out before the interleaved runs)")
+            lines.append(f"vs {ref}: not confirmed (the budget ran out before the interleaved runs)")
+        if self.best_idx != 0 and (not c or math.isnan(c.get("speedup_lo", math.nan))):
+            lines.append(f"confirm it ({CONFIRM_REPEATS} runs of each, in a random order): add --write-confirm "
+                         "confirm.toml, then python -m engine sweep confirm.toml")
         flags = f"--loader {self.best.loader}"
         flags += f" --prefetch-depth {self.best.prefetch_depth}" if self.best.loader != "sync" else ""
         flags += f" --workers {self.best.workers}" if self.best.workers else ""
@@ -132,18 +151,26 @@ class TuneResult:
 def tune(workload: str, model: str, *, budget_s: float, db: str | os.PathLike | None = None,
          base: dict[str, Any] | None = None, progress: bool = True, space: list[dict[str, Any]] | None = None,
          eta: int = ETA, rung0_epochs: int = RUNG0_EPOCHS, confirm_repeats: int = CONFIRM_REPEATS,
-         seed: int = 0) -> TuneResult:
+         seed: int = 0, baseline: str | dict[str, Any] | None = None) -> TuneResult:
     """Successive halving within budget_s seconds of wall time (see the module docstring).
 
     `space` replaces the default candidates: a list of field changes, e.g. [{"loader": "sync"},
     {"loader": "threads", "workers": 2}]. Put sync first: the speedup is reported over candidate 0.
+    `baseline`: the user's setup, e.g. "loader=processes,workers=4,batch_size=64": it becomes candidate 0,
+    the side the best is confirmed against; its batch_size is every candidate's unless `base` sets one.
     """
+    from engine import baseline as yours  # noqa: PLC0415
     from engine.sweep import new_sweep_id  # noqa: PLC0415
 
-    fields = {"bound": False, "tag": "tune", **(base or {}), "workload": workload, "model": model}
+    given = yours.parse(baseline)
+    batch = {"batch_size": given["batch_size"]} if "batch_size" in given else {}
+    fields = {"bound": False, "tag": "tune", **batch, **(base or {}), "workload": workload, "model": model}
     cfg0 = RunConfig.from_dict(fields)
     configs = [cfg0.replace(**changes) for changes in space] if space else candidates(cfg0)
-    result = TuneResult(sweep_id=new_sweep_id("tune"), budget_s=budget_s, configs=configs)
+    if given:
+        ref = cfg0.replace(**given)
+        configs = [ref] + [c for c in configs if c != ref]
+    result = TuneResult(sweep_id=new_sweep_id("tune"), budget_s=budget_s, configs=configs, baseline=given)
     survivors = list(range(len(result.configs)))
     epochs_of: dict[int, list[float]] = {}   # candidate -> steady epoch walls of its latest run
     t0 = time.monotonic()
@@ -196,10 +223,10 @@ def _pick_best(result: TuneResult) -> None:
 
 
 def _confirm(result: TuneResult, epochs: int, db: Any, t0: float, repeats: int, rng: random.Random) -> None:
-    """Sync (candidate 0) and the best, `repeats` runs each, interleaved, each pair in a random order, while
+    """Candidate 0 (sync, or the user's baseline) and the best, `repeats` runs each, interleaved, each pair in a random order, while
     the budget lasts: the runs are the samples of the final comparison (like with like, same spell)."""
     best = result.best_idx
-    if best is None or best == 0 or result.configs[0].loader != "sync":
+    if best is None or best == 0 or (result.configs[0].loader != "sync" and not result.baseline):
         return
     scratch: dict[int, list[float]] = {}
     for rep in range(repeats):
@@ -266,6 +293,11 @@ def _estimate(rows: list[dict[str, Any]], walls: list[float] | None, cfg: RunCon
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workload", default="tensor", help="workload to advise on / tune (default: tensor)")
     p.add_argument("--model", default="mlp", help="model to advise on / tune (default: mlp)")
+    p.add_argument("--baseline", default=None, metavar="FIELD=VALUE,...",
+                   help="your current loader setup, the side the best is compared with (default: sync), "
+                        "e.g. --baseline loader=processes,workers=4,batch_size=64")
+    p.add_argument("--write-confirm", metavar="PATH", help="write the confirmation sweep (TOML) to PATH: your setup "
+                   "(or sync) and the best, 7 runs each in a random order")
     if "--db" not in p._option_string_actions:  # NOTE: the CLI's `add` may already have given every command --db
         p.add_argument("--db", default=None, help="store file (default: $LOADERLAB_DB or data/loaderlab.duckdb)")
 
@@ -288,8 +320,10 @@ def add_tune_args(p: argparse.ArgumentParser) -> None:
 def advise_main(args: argparse.Namespace) -> int:
     from engine.advisor import advise  # noqa: PLC0415
 
-    advice = advise(args.workload, args.model, host=args.host, db=args.db)
+    advice = advise(args.workload, args.model, host=args.host, db=args.db, baseline=args.baseline)
     print(advice.render())
+    if args.write_confirm:
+        _write_confirm(args.write_confirm, advice.confirm_sweep_toml if advice.default != advice.best else None)
     if args.write_sweep and advice.base_config:
         with open(args.write_sweep, "w", encoding="utf-8") as fh:
             fh.write(advice.next_sweep_toml())
@@ -307,6 +341,19 @@ def tune_main(args: argparse.Namespace) -> int:
         if not sep or not key.strip():
             raise ConfigError("set", f"'{item}' is not FIELD=VALUE, e.g. --set batch_size=128")
         base[key.strip()] = value.strip()
-    result = tune(args.workload, args.model, budget_s=budget, db=args.db, base=base, progress=not args.quiet)
+    result = tune(args.workload, args.model, budget_s=budget, db=args.db, base=base, progress=not args.quiet,
+                  baseline=args.baseline)
     print(result.render())
+    if args.write_confirm:
+        _write_confirm(args.write_confirm, result.confirm_sweep_toml if result.best_idx else None)
     return 0 if result.best is not None else 1
+
+
+def _write_confirm(path: str, make_toml: Any) -> None:
+    if make_toml is None:
+        print("no confirmation sweep written: the reference is the fastest measured, or nothing ran",
+              file=sys.stderr)
+        return
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(make_toml())
+    print(f"wrote {path}; run it: python -m engine sweep {path}")

@@ -139,3 +139,55 @@ def test_this_host_and_empty_store(store):
         advice.next_sweep_toml()
     _seed(store, _rows([1.0, 1.0, 1.0]))  # runs on host h1 only: this host still has none
     assert "on other hosts: --host any" in advise("tensor", "mlp", db=store).message
+
+
+# ---------------------------------------------------------------------------- the user's own setup as the baseline
+
+
+def test_baseline_is_the_comparison_side_with_an_interval(seeded):
+    advice = advise("tensor", "mlp", host=HOST, db=seeded, baseline="loader=processes,workers=2")
+    assert advice.default["loader"] == "processes" and advice.default["workers"] == 2
+    c = advice.comparison
+    assert c["n_a"] == c["n_b"] == 7 and c["speedup"] == pytest.approx(1.0 / 0.8, rel=0.02)
+    assert 1.0 < c["speedup_lo"] and c["verdict"] == "B faster" and not advice.needs_confirmation
+    text = advice.render()
+    assert "best is 1.25x faster than your setup (processes, 2 workers, depth 2, batch 64) (95% CI" in text
+    assert "vs sync" not in text and "confirm it" not in text
+
+
+def test_baseline_with_too_few_runs_proposes_the_confirmation_sweep(seeded):
+    from engine.config import SweepConfig
+
+    _seed(seeded, _rows([1.5, 1.6], loader="processes", workers=4, batch_size=64))
+    advice = advise("tensor", "mlp", host=HOST, db=seeded, baseline={"loader": "processes", "workers": 4})
+    assert advice.comparison["n_a"] == 2 and advice.needs_confirmation
+    text = advice.render()
+    assert "no interval: 2 runs" in text and "--baseline loader=processes,workers=4 --write-confirm" in text
+    sweep = SweepConfig.from_dict(tomllib.loads(advice.confirm_sweep_toml()))
+    assert sweep.repeats == 7 and sweep.base["n_samples"] == 256
+    assert [(c.loader, c.workers) for c in sweep.configs()] == [("processes", 4), ("threads", 4)]  # only those two
+    # never measured at all: said so, and the same sweep measures it
+    unmeasured = advise("tensor", "mlp", host=HOST, db=seeded, baseline="loader=threads,workers=16")
+    assert "no stored runs for this problem yet" in unmeasured.render() and unmeasured.needs_confirmation
+
+
+def test_baseline_that_is_the_best_says_so(seeded):
+    advice = advise("tensor", "mlp", host=HOST, db=seeded, baseline="loader=threads,workers=4,batch_size=64")
+    assert advice.default == advice.best and not advice.needs_confirmation
+    assert "your setup (threads, 4 workers, depth 2, batch 64) is the fastest measured config" in advice.render()
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("loader=processes,workers", "is not FIELD=VALUE"),
+    ("workers=4", "name your loader"),
+    ("loader=processes,model=mypkg.nets:net", "'model' is not a loader setting"),
+    ("loader=procs", "loader: 'procs' is unknown"),
+    ("loader=threads,workers=0", "workers: loader 'threads' needs workers >= 1"),
+    ("loader=sync,batch_size=lots", "batch_size: expected int"),
+])
+def test_bad_baseline_is_one_error_naming_baseline(store, text, says):
+    from engine.config import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        advise("tensor", "mlp", db=store, baseline=text)
+    assert err.value.field == "baseline" and says in str(err.value)
