@@ -88,3 +88,47 @@ def test_budget_stops_the_tune_after_the_first_run(store, capsys):
     q = argparse.ArgumentParser()
     add_advise_args(q)
     assert q.parse_args(["--host", "any"]).host == "any"
+
+
+# ---------------------------------------------------------------------------- the user's setup as the baseline
+
+
+def test_baseline_keys_are_the_advisors_knobs():
+    from engine.advisor import KNOB_KEYS
+    from engine.baseline import BASELINE_KEYS
+
+    assert BASELINE_KEYS == KNOB_KEYS
+
+
+def test_bad_baseline_exits_2_naming_it_and_stores_nothing(store, capsys):
+    from engine.__main__ import main
+
+    for argv in (["tune", "--budget", "1s"], ["advise"]):
+        assert main([*argv, "--baseline", "workers=4", "--db", str(store)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: baseline: name your loader") and "\n" not in err
+    assert not store.exists() or list_runs(db=store).empty
+
+
+@pytest.mark.slow
+def test_tune_with_a_baseline_confirms_the_best_against_it(store, tmp_path):
+    from engine.config import SweepConfig
+    import tomllib
+
+    space = [{"loader": "sync"}, {"loader": "prefetch"}]
+    result = tune("tensor", "mlp", budget_s=600, db=store, base={**TINY, "latency_ms": 1.0}, progress=False,
+                  space=space, confirm_repeats=1, baseline="loader=threads,workers=1,batch_size=16")
+    yours = result.configs[0]
+    assert (yours.loader, yours.workers, yours.batch_size) == ("threads", 1, 16)
+    assert [c.loader for c in result.configs] == ["threads", "sync", "prefetch"]
+    assert {c.batch_size for c in result.configs[1:]} == {32}   # the base's batch_size wins over the baseline's
+    assert 0 in {r["candidate"] for r in result.rows}           # your setup is measured in the search too
+    text = result.render()
+    if result.best_idx == 0:
+        assert "your setup (threads, 1 workers, depth 2, batch 16) was the fastest measured" in text
+    else:   # the confirmation runs are your setup's and the best's, and the answer names your setup
+        assert sorted(r["candidate"] for r in result.confirm_rows) == [0, result.best_idx]
+        assert "faster than your setup (threads, 1 workers, depth 2, batch 16) (no interval: 1 run" in text
+        assert "--write-confirm" in text
+        sweep = SweepConfig.from_dict(tomllib.loads(result.confirm_sweep_toml()))
+        assert [c.loader for c in sweep.configs()] == ["threads", result.best.loader] and sweep.repeats == 7
