@@ -21,6 +21,7 @@ from engine.loaders.threads import ThreadLoader
 from engine.models.cnn import CNN
 from engine.models.mlp import MLP
 from engine.models.transformer import Transformer
+from engine.measure import trace
 from engine.modes import MODE_SPECS
 from engine.workloads.folder import FolderWorkload
 from engine.workloads.jpeg import JpegWorkload
@@ -61,3 +62,4 @@ def check_config(cfg: Any) -> None:
     if check is not None:
         check(cfg)
     MODES[cfg.mode].check(cfg)
+    trace.check(cfg)  # --trace only in the modes one in-process profiler sees whole

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable
 import torch
 
 from engine.config import ConfigError, RunConfig
-from engine.measure import _mode_bounds
+from engine.measure import _mode_bounds, trace
 from engine.modes._base import ModeSpec, RunContext
 from engine.modes._common import Recorder, build_model, check_devices, check_model_b, epoch_payload, fail_point, \
     train_epoch
@@ -64,6 +64,8 @@ def run_sequential(ctx: RunContext) -> None:
                 fail_point(i, epoch)
                 record = train_epoch(model, opt, loader.epoch(epoch), device)
                 recorder.write(epoch_payload(cfg, i, 0, epoch, record))
+        # --trace: one extra, unstored epoch of both models in turn, as the measured ones ran
+        trace.extra_epoch(ctx, lambda e: [train_epoch(m, o, loader.epoch(e), device) for m, o in zip(models, opts)])
     recorder.finish()
 
 

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import copy
 import logging
+from typing import Any
 
 import torch
 from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 
 from engine.config import ConfigError, RunConfig
-from engine.measure import _mode_bounds
+from engine.measure import _mode_bounds, trace
 from engine.measure.timers import EpochTimer
 from engine.modes._base import ModeSpec, RunContext, to_device
 from engine.modes._common import Recorder, build_model, epoch_payload, fail_point
@@ -101,24 +102,28 @@ def run(ctx: RunContext) -> None:
     with LOADERS[cfg.loader](dataset, cfg, device) as loader:
         for epoch in range(cfg.epochs):
             fail_point(0, epoch)
-            # --- one epoch: every step trains all N models at once ---
-            timer = EpochTimer(device)
-            loss_sums = torch.zeros(cfg.n_models, device=device)
-            samples = 0
-            for batch in timer.batches(loader.epoch(epoch)):
-                with timer.copy():
-                    x, y = to_device(batch, device)
-                with timer.compute():
-                    loss_sums += step(x, y) * y.shape[0]
-                samples += y.shape[0]
-            record = timer.finish(samples)
+            record, losses = _epoch(step, loader.epoch(epoch), cfg.n_models, device)
             # --- record: one event per model; they share the program's timings ---
-            losses = (loss_sums / max(samples, 1)).tolist()
             for i in range(cfg.n_models):
                 recorder.write(epoch_payload(cfg, i, 0, epoch, {**record, "loss": losses[i]}))
             log.info("epoch %d: %.3f s for %d models, %.0f samples/s each", epoch, record["wall_s"],
                      cfg.n_models, record["samples_per_s"])
+        trace.extra_epoch(ctx, lambda e: _epoch(step, loader.epoch(e), cfg.n_models, device))  # --trace: unstored
     recorder.finish()
+
+
+def _epoch(step: Any, batches: Any, n_models: int, device: torch.device) -> tuple[dict[str, Any], list[float]]:
+    """One epoch: every step trains all N models at once. Returns the timer's record and each model's mean loss."""
+    timer = EpochTimer(device)
+    loss_sums = torch.zeros(n_models, device=device)
+    samples = 0
+    for batch in timer.batches(batches):
+        with timer.copy():
+            x, y = to_device(batch, device)
+        with timer.compute():
+            loss_sums += step(x, y) * y.shape[0]
+        samples += y.shape[0]
+    return timer.finish(samples), (loss_sums / max(samples, 1)).tolist()
 
 
 def _check(cfg: RunConfig) -> None:

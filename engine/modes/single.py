@@ -6,7 +6,7 @@ import logging
 
 import torch
 
-from engine.measure import _mode_bounds
+from engine.measure import _mode_bounds, trace
 from engine.modes._base import ModeSpec, RunContext
 from engine.modes._common import Recorder, epoch_payload, train_epoch
 
@@ -47,6 +47,7 @@ def run(ctx: RunContext) -> None:
             recorder.write(epoch_payload(cfg, 0, 0, epoch, record))
             log.info("epoch %d: %.3f s, %.0f samples/s, loss %.4f", epoch, record["wall_s"],
                      record["samples_per_s"], record["loss"])
+        trace.extra_epoch(ctx, lambda e: train_epoch(model, opt, loader.epoch(e), device))  # --trace: unstored
     recorder.finish()
 
 
