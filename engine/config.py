@@ -110,6 +110,9 @@ class RunConfig:
     bound: bool = _f(True, "measure a loader-only and a compute-only pass for the lower bound and efficiency",
                      "measure")
     sample_hz: float = _f(10.0, "system-metrics sampling rate (CPU %, RSS, GPU)", "measure", min=0.0, max=100.0)
+    trace: bool = _f(False, "record a torch.profiler trace of one extra steady-state epoch after the measured ones "
+                            "into the run's folder (trace.json.gz, opens in Perfetto); stored epochs are unchanged",
+                     "measure")
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -189,11 +192,15 @@ def data_roots() -> list[Path]:
 
 
 def check_browser_config(cfg: RunConfig) -> None:
-    """Extra rules for configs that arrive from the browser: a `folder` must lie under a data root.
+    """Extra rules for configs that arrive from the browser: plugins only as registered on the server (specs
+    the owner listed, see engine._browser), and a `folder` must lie under a data root.
 
     NOTE: the path is resolved (symlinks and `..` included) before the check, so a link inside a root
     that points outside it is refused too. The CLI is not limited: its user already owns the machine.
     """
+    from engine._browser import check_plugins  # noqa: PLC0415  (it imports this module)
+
+    check_plugins(cfg)  # a module path only as a plugin the server's owner registered by name
     if cfg.workload != "folder" and not cfg.folder:
         return
     try:
