@@ -40,6 +40,7 @@ class RunResult:
     run_dir: Path
     stored: bool = True  # False: another session held the store; the RunLog waits for the next ingest
     held_by: str | None = None  # who held it, e.g. "pid 1234 (python3)"
+    warm: bool = False  # forked from a warm parent (engine.warm), not started cold
 
 
 def new_run_id() -> str:
@@ -147,12 +148,13 @@ def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
 def launch(cfg: RunConfig, *, db: str | os.PathLike | None = None, meta: dict[str, Any] | None = None,
            on_event: Callable[[dict[str, Any]], None] | None = None, cancel: threading.Event | None = None,
            cancel_reason: str | Callable[[], str] = "cancelled by the user; finished epochs kept",
-           poll_s: float = 0.25, exit_grace_s: float = 10.0) -> RunResult:
+           poll_s: float = 0.25, exit_grace_s: float = 10.0, warm: Any = None) -> RunResult:
     """Run cfg in a subprocess, stream its events to on_event, ingest it, and return how it ended.
 
     Ctrl-C or `cancel` kills the whole process group; finished epochs are kept and the run is
     marked cancelled with `cancel_reason`. A child that wrote its `end` event but has not exited
-    after exit_grace_s (a worker it cannot reap) is killed: the run is over either way.
+    after exit_grace_s (a worker it cannot reap) is killed: the run is over either way. `warm`, an
+    engine.warm.WarmParent, forks the child from a parent that has imported torch already (else: cold).
     """
     meta = dict(meta or {})
     meta.setdefault("cwd", os.getcwd())  # the child runs in the checkout; a user's module may be here (plugins)
@@ -164,10 +166,7 @@ def launch(cfg: RunConfig, *, db: str | os.PathLike | None = None, meta: dict[st
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.json").write_text(cfg.to_json())
     (run_dir / "meta.json").write_text(json.dumps(meta))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    with open(run_dir / "stderr.log", "wb") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "engine.runner", str(run_dir)], cwd=ROOT, env=env,
-                                stdin=subprocess.DEVNULL, stdout=err, stderr=err, start_new_session=True)
+    proc = _start(run_dir, warm)
     (run_dir / "pid").write_text(str(proc.pid))
     offset, ending, ended_at = 0, None, None
     try:
@@ -193,7 +192,21 @@ def launch(cfg: RunConfig, *, db: str | os.PathLike | None = None, meta: dict[st
         proc.wait()
         status, error = _close_log(run_dir, proc.returncode, ending)
         stored, held_by = _store(run_dir, db)
-    return RunResult(run_id, status, error, run_dir, stored, held_by)
+    return RunResult(run_id, status, error, run_dir, stored, held_by, warm=not isinstance(proc, subprocess.Popen))
+
+
+def _start(run_dir: Path, warm: Any) -> Any:
+    """The child: forked by the warm parent when there is one that can, else `python -m engine.runner` (cold)."""
+    from engine.warm import run_env  # noqa: PLC0415
+
+    env = run_env()
+    (run_dir / "stderr.log").write_bytes(b"")
+    child = warm.start(run_dir, env) if warm is not None else None
+    if child is not None:
+        return child
+    with open(run_dir / "stderr.log", "wb") as err:
+        return subprocess.Popen([sys.executable, "-m", "engine.runner", str(run_dir)], cwd=ROOT, env=env,
+                                stdin=subprocess.DEVNULL, stdout=err, stderr=err, start_new_session=True)
 
 
 def _store(run_dir: Path, db: str | os.PathLike | None) -> tuple[bool, str | None]:

@@ -1,0 +1,127 @@
+"""The warm parent: `python -m engine._warm_server`, started and spoken to by engine.warm.WarmParent.
+
+It imports torch and the engine's run-side modules once, then forks one child per run on request. Protocol:
+JSON lines on its stdin/stdout, one run in flight at a time:
+    -> {"op": "fork", "run_dir": "...", "env": {...}}   <- {"pid": 123} ... when it exits: {"exit": -9}
+    -> {"op": "status"}                                 <- {"threads": 1, "cuda_initialized": false, ...}
+Before every fork it checks it is single-threaded with CUDA uninitialised, else it refuses (the run starts cold).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, BinaryIO
+
+__all__ = ["PRELOAD", "parent_state", "serve"]
+
+# what engine.runner's child imports: torch first (most of the time), then the engine's run-side modules
+PRELOAD = ("torch", "engine.runner", "engine.devices", "engine.measure.bound", "engine.measure.host",
+           "engine.measure.sampler", "engine.modes", "engine.registry", "engine.plugins")
+
+
+_BASELINE: dict[str, int] = {}  # native threads once the imports are done: library pools made at load time
+
+
+def parent_state() -> dict[str, Any]:
+    """What makes forking safe, as this process sees it (asked before every fork, and by the tests)."""
+    import threading  # noqa: PLC0415
+
+    import torch  # noqa: PLC0415 - already loaded: a dict lookup
+
+    task = Path("/proc/self/task")
+    threads = len(os.listdir(task)) if task.exists() else threading.active_count()
+    return {"pid": os.getpid(), "threads": threads, "baseline_threads": _BASELINE.get("threads", 1),
+            "python_threads": threading.active_count(), "cuda_initialized": torch.cuda.is_initialized(),
+            "torch_loaded": "torch" in sys.modules}
+
+
+def _refusal(state: dict[str, Any]) -> str | None:
+    if state["cuda_initialized"]:
+        return "CUDA is initialised in the warm parent"
+    # NOTE: numpy's OpenBLAS starts its pool when it loads (1 thread on 2 cores); OpenBLAS stops it around fork
+    # (pthread_atfork), as with DataLoader's fork workers. Any thread beyond that baseline (an OpenMP pool
+    # started by an op, a Python thread) could hold a lock the child inherits held: refuse.
+    if state["python_threads"] > 1 or state["threads"] > state["baseline_threads"]:
+        return f"the warm parent has {state['threads']} threads, {state['baseline_threads']} after its imports"
+    return None
+
+
+def _child(run_dir: str, env: dict[str, str], ready_w: int, proto: BinaryIO) -> None:
+    """In the forked child: become a cold child's equal, then run. Never returns."""
+    rc = 1
+    try:
+        os.setsid()  # before the launcher learns the pid: kill_group(pid) must always find the group
+        os.write(ready_w, b"1")
+        os.close(ready_w)
+        proto.close()  # the launcher must see EOF when the parent dies, not wait on this copy
+        null = os.open(os.devnull, os.O_RDONLY)
+        err = os.open(Path(run_dir) / "stderr.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        for fd, to in ((null, 0), (err, 1), (err, 2)):
+            os.dup2(fd, to)
+        os.environ.clear()
+        os.environ.update(env)
+        os.chdir(Path(__file__).resolve().parent.parent)  # the checkout, as a cold child's cwd
+        sys.argv = [sys.argv[0], run_dir]
+        from engine.runner import main  # noqa: PLC0415 - preloaded
+
+        rc = main([run_dir])
+    except SystemExit as e:
+        rc = 0 if e.code is None else e.code if isinstance(e.code, int) else 1
+    except BaseException:  # noqa: BLE001 - reported in stderr.log like a cold child's traceback
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        os._exit(rc)
+
+
+def _fork(req: dict[str, Any], proto: BinaryIO) -> None:
+    refusal = _refusal(parent_state())
+    if refusal:
+        _reply(proto, refused=refusal)
+        return
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(ready_r)
+        _child(req["run_dir"], req["env"], ready_w, proto)
+    os.close(ready_w)
+    os.read(ready_r, 1)  # the child is in its own session (or already dead: EOF)
+    os.close(ready_r)
+    _reply(proto, pid=pid)
+    _, status = os.waitpid(pid, 0)
+    _reply(proto, exit=os.waitstatus_to_exitcode(status))
+
+
+def _reply(proto: BinaryIO, **msg: Any) -> None:
+    proto.write(json.dumps(msg).encode() + b"\n")  # one write under PIPE_BUF: the reader sees whole lines
+
+
+def serve() -> None:
+    """The warm parent's loop; it ends when the launcher closes its stdin (or dies)."""
+    proto = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)  # a stray print from an import must not land in the protocol
+    t0, error = time.perf_counter(), None
+    try:
+        for name in PRELOAD:
+            importlib.import_module(name)
+    except Exception as e:  # noqa: BLE001 - the launcher logs it and starts its runs cold
+        error = f"{type(e).__name__}: {e}"
+    _BASELINE["threads"] = parent_state()["threads"]
+    _reply(proto, ready=error is None, error=error, preload_s=round(time.perf_counter() - t0, 3))
+    for line in sys.stdin.buffer:
+        req = json.loads(line)
+        if req.get("op") == "fork":
+            _fork(req, proto)
+        else:
+            _reply(proto, **parent_state())
+
+
+if __name__ == "__main__":
+    serve()

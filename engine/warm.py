@@ -1,0 +1,181 @@
+"""Warm start: a sweep's runs forked from a parent that has already imported torch and the engine.
+
+A cold run pays the interpreter's start, `import torch` and the engine's imports (seconds) before its first
+batch. A sweep (and the job worker) keeps one WarmParent (engine/_warm_server.py), which imports them once and
+forks a child per run. The child is what a cold child is: its own session (kill_group(pid) kills it and its
+loader workers), stdout and stderr to <run_dir>/stderr.log, stdin /dev/null, the launcher's environment, the
+checkout as its folder, engine.runner's main. launch() stays in charge: pid file, tailing, cancel, kills, ingest.
+
+    with WarmParent() as warm:
+        launch(cfg, warm=warm)      # forked warm; cold (with a log line) whenever warm cannot be had
+
+Cold instead, each with one log line: LOADERLAB_WARM=0; the parent failed to start or died; it refused to
+fork (it must be single-threaded, with CUDA uninitialised: checked before every fork); or a variable read when
+libraries load (LOAD_TIME: OMP_*, MKL_*, LD_*, PYTHON*, ...) differs from the one the parent started with.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from engine.paths import ROOT
+
+__all__ = ["LOAD_TIME", "WarmChild", "WarmParent", "run_env", "warm_enabled"]
+
+log = logging.getLogger(__name__)
+
+LOAD_TIME = ("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "LD_", "PYTHON", "TORCH_", "MALLOC_")
+
+
+def warm_enabled() -> bool:
+    return os.environ.get("LOADERLAB_WARM", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def run_env() -> dict[str, str]:
+    """A run child's environment, cold or warm: ours, with the checkout first on PYTHONPATH."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+
+
+def _load_time(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith(LOAD_TIME)}
+
+
+class WarmChild:
+    """A forked run, with the part of Popen's interface launch() uses: pid, poll(), wait(), returncode."""
+
+    def __init__(self, parent: "WarmParent", pid: int):
+        self.parent, self.pid, self.returncode = parent, pid, None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self._take(self.parent._read(timeout=0))
+        return self.returncode
+
+    def wait(self) -> int:
+        while self.returncode is None:
+            self._take(self.parent._read(timeout=None))
+        return self.returncode
+
+    def _take(self, msg: dict[str, Any] | None) -> None:
+        if msg is None:
+            return
+        if "exit" in msg:
+            self.returncode = msg["exit"]
+        else:  # the parent died: its child (ours) lives on unwatched; end it, as launch() would have
+            log.warning("warm parent died during run pid %d; the run is killed, later runs start cold", self.pid)
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(self.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            self.returncode = -signal.SIGKILL
+        self.parent._busy.release()
+
+
+class WarmParent:
+    """One warm parent for a sweep or a job worker; start() forks a run, or returns None: start it cold."""
+
+    def __init__(self, enabled: bool = True, ready_timeout_s: float = 180.0):
+        self.ready_timeout_s, self._proc, self._dead = ready_timeout_s, None, None
+        self._busy = threading.Lock()  # one run in flight: a second launch at once starts cold
+        if not warm_enabled():
+            self._dead = "LOADERLAB_WARM=0"
+            log.info("LOADERLAB_WARM=0: runs start cold")
+        elif enabled:
+            self._env = run_env()
+            self._proc = subprocess.Popen([sys.executable, "-m", "engine._warm_server"], cwd=ROOT, env=self._env,
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                          start_new_session=True, bufsize=0)
+            self._ready: dict[str, Any] | None = None
+        else:
+            self._dead = "not wanted"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def start(self, run_dir: Path, env: dict[str, str]) -> WarmChild | None:
+        """Fork the run in run_dir with env, or say in one log line why it starts cold and return None."""
+        if self._dead or not self._busy.acquire(blocking=False):
+            return None
+        why = self._unfit(env)
+        if why is None:
+            self._send(op="fork", run_dir=str(run_dir), env=env)
+            reply = self._read(timeout=60.0) or {"refused": "it did not answer"}
+            if "pid" in reply:
+                return WarmChild(self, reply["pid"])
+            why = self._dead if "eof" in reply else f"the warm parent refused: {reply.get('refused')}"
+        self._busy.release()
+        log.warning("run %s starts cold: %s", Path(run_dir).name, why)
+        return None
+
+    def _unfit(self, env: dict[str, str]) -> str | None:
+        if self._ready is None:
+            self._ready = self._read(timeout=self.ready_timeout_s) or {"error": "it did not start in time"}
+            if not self._ready.get("ready"):
+                self._fail(f"the warm parent failed to start: {self._ready.get('error')}")
+                return self._dead
+            log.info("warm parent pid %d ready (imports took %.1f s)", self.pid, self._ready["preload_s"])
+        if self._proc.poll() is not None:
+            self._fail(f"the warm parent exited ({self._proc.returncode})")
+            return self._dead
+        changed = sorted(set(_load_time(env).items()) ^ set(_load_time(self._env).items()))
+        return f"{', '.join(sorted({k for k, _ in changed}))} changed since the warm parent started" if changed else None
+
+    def status(self) -> dict[str, Any]:
+        """The parent's own view: pid, threads, cuda_initialized, torch_loaded (asked while no run is in flight)."""
+        with self._busy:
+            if self._dead or self._unfit(self._env):
+                raise RuntimeError(self._dead or "the warm parent is not usable")
+            self._send(op="status")
+            return self._read(timeout=30.0) or {}
+
+    def _send(self, **msg: Any) -> None:
+        try:
+            self._proc.stdin.write(json.dumps(msg).encode() + b"\n")
+        except OSError:
+            pass  # it died: the read that follows sees EOF
+
+    def _read(self, timeout: float | None) -> dict[str, Any] | None:
+        """The next message; None when none came within timeout; {"eof": True} when the parent is gone."""
+        out = self._proc.stdout
+        if timeout is not None and not select.select([out], [], [], timeout)[0]:
+            return None
+        line = out.readline()  # unbuffered: whole lines, written in one write() each
+        if not line:
+            self._fail("the warm parent died")
+            return {"eof": True}
+        return json.loads(line)
+
+    def _fail(self, why: str) -> None:
+        if not self._dead:
+            log.warning("%s; runs start cold", why)
+        self._dead = why
+
+    def close(self) -> None:
+        """Stop the parent (it exits when its stdin closes) and reap it: nothing is left behind."""
+        if self._proc is None:
+            return
+        self._proc.stdin.close()
+        try:
+            self._proc.wait(timeout=10.0)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        self._proc.stdout.close()
+        self._dead = self._dead or "closed"
+
+    def __enter__(self) -> "WarmParent":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
