@@ -224,7 +224,8 @@ def _pick_best(result: TuneResult) -> None:
 
 def _confirm(result: TuneResult, epochs: int, db: Any, t0: float, repeats: int, rng: random.Random) -> None:
     """Candidate 0 (sync, or the user's baseline) and the best, `repeats` runs each, interleaved, each pair in a
-    random order, while    the budget lasts: the runs are the samples of the final comparison (like with like, same spell)."""
+    random order, while the budget lasts: the runs are the samples of the final comparison (like with like, same
+    spell)."""
     best = result.best_idx
     if best is None or best == 0 or (result.configs[0].loader != "sync" and not result.baseline):
         return
