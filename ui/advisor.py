@@ -1,5 +1,6 @@
-"""The advisor panel: the best measured config for a workload and model, its speedup over sync with an
-interval, the verdict, and a one-click sweep of the neighbours most worth trying next."""
+"""The advisor panel: the best measured config for a workload and model, its speedup over sync (or over the
+user's own setup, said once in "Your current setup") with an interval, the verdict, and one-click sweeps: the
+neighbours most worth trying next, and the confirmation of the best against your setup."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 import streamlit as st
 
 from engine import api
+from engine.baseline import EXAMPLE, parse as parse_baseline
 from ui.cache import cached
 from ui.errors import shown
 
@@ -27,8 +29,17 @@ def panel(options: dict[str, Any]) -> None:
         model = cols[1].selectbox("Model", models, key="advisor.model")
         host = cols[2].selectbox("Host", ["this", "any"], key="advisor.host",
                                  help="this: runs measured on this machine only")
+        typed = st.text_input("Your current setup (optional)", key="advisor.baseline", placeholder=EXAMPLE,
+                              help="What your DataLoader uses today, as FIELD=VALUE pairs of loader settings: the "
+                                   "best is compared with it instead of sync (CLI: --baseline)")
+        baseline = None
+        with shown("Your current setup"):
+            baseline = parse_baseline(typed)   # only loader settings pass: never a module path
+        if baseline is None:
+            return
         with shown("The advisor could not read the store"):
-            advice = cached("advise", workload, model, host=host)  # once per store version, not per rerun
+            # once per store version, not per rerun
+            advice = cached("advise", workload, model, host=host, baseline=baseline or None)
             st.code(advice.render(), language=None)
             if advice.warning:
                 st.warning(advice.warning)
@@ -37,3 +48,8 @@ def panel(options: dict[str, Any]) -> None:
                 jobs = api.submit_sweep(sweep)
                 api.ensure_worker()
                 st.success(f"Queued {len(jobs)} runs; watch them on the Launch page.")
+            if advice.needs_confirmation and st.button("Queue the confirmation: your setup vs the best, "
+                                                       f"{api.CONFIRM_REPEATS} runs each", key="advisor.confirm"):
+                jobs = api.submit_sweep(api.SweepConfig.from_dict(tomllib.loads(advice.confirm_sweep_toml())))
+                api.ensure_worker()
+                st.success(f"Queued {len(jobs)} runs; when they are done the advisor shows the interval.")

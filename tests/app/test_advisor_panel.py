@@ -18,3 +18,27 @@ def test_advisor_panel_advises_and_queues_the_sweep(seeded, open_page, no_proble
     button.click().run()
     no_problems(at)
     assert len(api.list_jobs()) > before
+
+
+def test_your_setup_is_the_baseline_and_its_confirmation_can_be_queued(seeded, open_page, no_problems):
+    at = open_page("explore")
+    at.selectbox(key="advisor.workload").select("tensor").run()
+    at.selectbox(key="advisor.host").select("any").run()
+    at.text_input(key="advisor.baseline").input("loader=processes,workers=2").run()
+    no_problems(at)
+    [advice] = [c.value for c in at.code if "best:" in c.value]
+    assert "your setup (processes, 2 workers, depth 2, batch" in advice and "no stored runs" in advice
+    [button] = [b for b in at.button if b.key == "advisor.confirm"]
+    before = len(api.list_jobs())
+    button.click().run()
+    no_problems(at)
+    assert len(api.list_jobs()) - before == 2 * api.CONFIRM_REPEATS   # your setup and the best, 7 runs each
+
+
+def test_a_bad_setup_is_one_error_naming_the_field_and_no_advice(seeded, open_page):
+    at = open_page("explore")
+    at.text_input(key="advisor.baseline").input("loader=processes,module=evil.mod:fn").run()
+    assert [e.value for e in at.error] == ["Your current setup: baseline: 'module' is not a loader setting; use: "
+                                           "loader, workers, prefetch_depth, start_method, persistent_workers, "
+                                           "pin_memory, batch_size"]
+    assert not [c.value for c in at.code if "best:" in c.value]
