@@ -11,6 +11,7 @@ must be one the owner registered for that field's kind. Nothing here imports a u
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from engine.config import ConfigError, RunConfig, field_choices, printable
@@ -22,9 +23,23 @@ PLUGIN_FIELDS = {"workload": "workload", "model": "model", "model_b": "model", "
 
 
 def _registered() -> dict[str, dict[str, str]]:
-    from engine._plugin_registry import registered  # noqa: PLC0415  (it imports engine.config)
+    """The owner's registrations, read again only when the file changes (a form asks many times per rerun)."""
+    from engine._plugin_registry import plugins_file  # noqa: PLC0415  (it imports engine.config)
 
-    return registered()
+    path = plugins_file()
+    try:
+        st = path.stat()
+        stamp = (st.st_mtime_ns, st.st_size)
+    except OSError:
+        stamp = None
+    return _read(str(path), stamp)
+
+
+@functools.lru_cache(maxsize=4)
+def _read(path: str, stamp: tuple[int, int] | None) -> dict[str, dict[str, str]]:
+    from engine._plugin_registry import registered  # noqa: PLC0415
+
+    return registered() if stamp is not None else {}
 
 
 def _builtins(name: str) -> list[str]:

@@ -21,12 +21,17 @@ from typing import Any
 import streamlit as st
 
 from engine import api
+from engine._browser import PLUGIN_FIELDS, browser_sweep, browser_values
+from engine._browser import choices as plugin_choices
 from engine.config import field_choices  # NOTE: not in engine.config.__all__, so not in engine.api
 
 __all__ = ["FormResult", "SweepResult", "apply_values", "preset_picker", "run_form", "sweep_builder"]
 
 _OPEN_GROUPS = ("workload", "loader", "model", "training")  # the rest start collapsed
 _TRUE = ("1", "true", "yes", "on")
+_PLUGIN_HELP = {"workload": "dataset to load", "model": "architecture", "model_b": "dual-*: second model's "
+                "architecture (empty: same as model)", "collate": "batch collate (empty: torch's default_collate)",
+                "loss": "loss(logits, y) (empty: cross-entropy)"}
 
 
 @dataclass
@@ -45,7 +50,14 @@ class SweepResult:
 
 
 def _fields() -> list[dataclasses.Field]:
-    return [f for f in api.config_fields() if f.metadata.get("ui") != "hidden"]
+    """Visible fields; collate and loss only when the server's owner registered one (by name, never a path)."""
+    return [f for f in api.config_fields() if f.metadata.get("ui") != "hidden"
+            or (f.name in PLUGIN_FIELDS and len(plugin_choices(f.name)) > 1)]
+
+
+def _choices(f: dataclasses.Field) -> tuple[str, ...] | None:
+    """A select box's options: plugin fields offer built-ins plus the registered names of their kind."""
+    return tuple(plugin_choices(f.name)) if f.name in PLUGIN_FIELDS else field_choices(f)
 
 
 def _defaults() -> dict[str, Any]:
@@ -122,12 +134,14 @@ def _publish_url(prefix: str, values: dict[str, Any]) -> None:
 
 def _widget(f: dataclasses.Field, key: str) -> Any:
     label, help_ = f.name, f.metadata.get("help")
-    choices = field_choices(f)
+    if f.name in PLUGIN_FIELDS:  # NOTE: the help must not invite a module path the browser may not give
+        help_ = f"{_PLUGIN_HELP[f.name]}: a built-in, or a plugin the server's owner registered by name"
+    choices = _choices(f)
     if choices is not None:
         options = list(choices)
         if st.session_state.get(key) not in options:  # e.g. from a URL: shown, then rejected inline
             options.append(st.session_state[key])
-        return st.selectbox(label, options, key=key, help=help_)
+        return st.selectbox(label, options, key=key, help=help_, format_func=lambda v: v if v != "" else "(default)")
     kind = str(f.type)
     if kind == "bool":
         return st.checkbox(label, key=key, help=help_)
@@ -165,9 +179,10 @@ def run_form(prefix: str) -> FormResult:
     top = st.empty()
     result = FormResult(values)
     try:
+        mapped = browser_values(values)  # registered names -> specs; any other plugin value stops here
         # NOTE: the data-root check first: from_dict's folder check walks the folder and says what it found
-        api.check_browser_config(_paths_only(values))
-        cfg = api.RunConfig.from_dict(values)
+        api.check_browser_config(_paths_only(mapped))
+        cfg = api.RunConfig.from_dict(mapped)
         api.check_browser_config(cfg)  # a folder from the browser must lie under a data root
         result.cfg = cfg
     except api.ConfigError as e:
@@ -179,7 +194,7 @@ def run_form(prefix: str) -> FormResult:
 
 
 def _axis_help(f: dataclasses.Field, sep: str) -> str:
-    choices = field_choices(f)
+    choices = _choices(f)
     among = f"; choose from: {', '.join(choices)}" if choices is not None else ""
     return f"{f.metadata.get('help')} — values separated by '{sep}'{among}"
 
@@ -201,6 +216,7 @@ def sweep_builder(prefix: str, base: dict[str, Any]) -> SweepResult:
                               help="runs per distinct config, for a median and a 95% CI")
     out = SweepResult()
     try:
+        base, grid = browser_sweep(base, grid)  # registered names -> specs; any other plugin value stops here
         for folder in [base.get("folder"), *grid.get("folder", [])]:
             api.check_browser_config(_paths_only({**base, "folder": folder}))  # before anything walks it
         sweep = api.SweepConfig.from_dict({"name": "ui-sweep", "base": base, "grid": grid, "repeats": int(repeats)})

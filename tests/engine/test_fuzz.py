@@ -22,7 +22,9 @@ from hypothesis import strategies as st
 
 from engine import jobs
 from engine.__main__ import main
-from engine.config import ConfigError, RunConfig, config_fields
+from engine import _browser
+from engine.config import ConfigError, RunConfig, SweepConfig, config_fields
+from tests.engine._browser_plugins import HOSTILE, imported, register
 
 ROOT = Path(__file__).resolve().parents[2]
 FIELDS = {f.name: f for f in config_fields()}
@@ -210,7 +212,8 @@ def test_browser_jobs_may_read_only_folders_under_the_data_roots(store, roots):
 # ---------------------------------------------------------------------------- nothing is imported or evaluated
 
 BROWSER_FACING = [*sorted((ROOT / "pages").glob("*.py")), *sorted((ROOT / "ui").glob("*.py")),
-                  ROOT / "engine" / "jobs.py", ROOT / "engine" / "store" / "views.py", ROOT / "app.py"]
+                  ROOT / "engine" / "jobs.py", ROOT / "engine" / "store" / "views.py", ROOT / "engine" / "_browser.py",
+                  ROOT / "app.py"]
 FORBIDDEN = re.compile(r"(?<![.\w])(eval|exec|compile|__import__)\s*\(|\bimportlib\b|\bpickle\b|\bmarshal\b|\bdill\b|"
                        r"\bshelve\b|yaml\.(unsafe_)?load\b|shell\s*=\s*True|\bos\.system\b")
 
@@ -229,3 +232,51 @@ def test_config_fields_are_plain_data():
     """What a form or URL can set is a str, int, float, bool or list of str: nothing callable or importable."""
     for f in dataclasses.fields(RunConfig):
         assert str(f.type) in ("str", "int", "float", "bool", "list[str]"), f.name
+
+
+# ---------------------------------------------------------------------------- plugins from the browser
+
+PLUGIN_FIELDS = ("workload", "model", "model_b", "collate", "loss")
+hostile = st.one_of(st.sampled_from(HOSTILE), st.text(max_size=40),
+                    st.from_regex(r"[A-Za-z_][A-Za-z0-9_.]{0,20}:[A-Za-z_][A-Za-z0-9_]{0,10}", fullmatch=True))
+
+
+def test_browser_input_names_registered_plugins_only_and_never_imports_them(store, tmp_path, monkeypatch):
+    """Form, URL and sweep values go through browser_values/browser_sweep, then submit(origin="browser"):
+    a registered name becomes its spec; a module path or anything else is a ConfigError naming the field,
+    nothing is queued and the sentinel module is never imported."""
+    specs = register(tmp_path, monkeypatch)
+    tiny = dict(n_samples=64, image_size=8, width=8, epochs=2, bound=False)
+
+    @FUZZ
+    @given(field=st.sampled_from(PLUGIN_FIELDS), value=hostile)
+    def fuzz(field, value):
+        assume(value not in _browser.choices(field))
+        attempts = [lambda: _browser.browser_values({**tiny, field: value}),
+                    lambda: _browser.browser_sweep(tiny, {field: ["", value]})]
+        if value != specs.get(_browser.PLUGIN_FIELDS[field]):  # the owner's own spec may reach submit (by name)
+            attempts += [lambda: jobs.submit(RunConfig.from_dict({**tiny, field: value}), db=store, origin="browser"),
+                         lambda: jobs.submit_sweep(SweepConfig.from_dict({"base": tiny, "grid": {field: [value]}}),
+                                                   db=store, origin="browser")]
+        for attempt in attempts:
+            with pytest.raises(ConfigError) as err:
+                attempt()
+            assert err.value.field == field or err.value.field.startswith("grid."), err.value
+        assert jobs.list_jobs(store).empty and not imported(tmp_path)
+
+    fuzz()
+    mapped = _browser.browser_values({**tiny, "workload": "mydata", "model": "mynet", "collate": "mycollate"})
+    assert (mapped["workload"], mapped["model"], mapped["collate"]) == (specs["workload"], specs["model"],
+                                                                        specs["collate"])
+    with pytest.raises(ConfigError, match="^model: "):  # a registered name of another kind is no model
+        _browser.browser_values({"model": "mydata"})
+    assert jobs.submit(RunConfig.from_dict(mapped), db=store, origin="browser")  # queued, still not imported
+    assert len(jobs.list_jobs(store)) == 1 and not imported(tmp_path)
+
+
+def test_browser_submit_refuses_a_spec_the_owner_did_not_register_for_that_field(store, tmp_path, monkeypatch):
+    specs = register(tmp_path, monkeypatch)
+    for field, spec in [("workload", specs["model"]), ("model_b", specs["workload"]), ("loss", "os:system")]:
+        with pytest.raises(ConfigError, match=f"^{field}: .*not a plugin registered"):
+            jobs.submit(RunConfig.from_dict({field: spec}), db=store, origin="browser")
+    assert jobs.list_jobs(store).empty and not imported(tmp_path)
