@@ -121,6 +121,8 @@ def run_worker(db: str | os.PathLike | None = None, *, once: bool = False, poll_
             else:
                 stop.wait(poll_s)
     finally:
+        while _WARM:  # the warm parent goes with the worker: no process left behind
+            _WARM.pop().close()
         restore()
         unlock(fd)
         log.info("job worker pid %d stopped", os.getpid())
@@ -268,8 +270,15 @@ def _one_run(job: dict[str, Any], spec: dict[str, Any], db: Any, cancel: threadi
     position = marker(db, job["job_id"], ".json")  # a sweep job's (config_idx, repeat_idx)
     meta = {"run_id": job["run_id"], "sweep_id": job["sweep_id"], "job_id": job["job_id"],
             **(json.loads(position.read_text()) if position.exists() else {})}
-    result = launch(RunConfig.from_dict(spec), db=db, meta=meta, cancel=cancel, cancel_reason=why)
+    if not _WARM:  # started at the first run job, kept for the next: each run forks from it (engine/warm.py)
+        from engine.warm import WarmParent  # noqa: PLC0415
+
+        _WARM.append(WarmParent())
+    result = launch(RunConfig.from_dict(spec), db=db, meta=meta, cancel=cancel, cancel_reason=why, warm=_WARM[0])
     return _job_status(result.status), result.error
+
+
+_WARM: list[Any] = []  # this worker's warm parent, if it has run a job
 
 
 def _ray_sweep(job: dict[str, Any], spec: dict[str, Any], db: Any, cancel: threading.Event) -> tuple[str, str | None]:
@@ -349,7 +358,9 @@ def _kill_orphan(run_dir: Path) -> None:
 
     try:
         pid = int((run_dir / "pid").read_text())
-        if str(run_dir) not in " ".join(psutil.Process(pid).cmdline()):
+        proc = psutil.Process(pid)  # a cold run names run_dir in its command; a warm-forked one has its stderr.log open
+        if str(run_dir) not in " ".join(proc.cmdline()) and not any(
+                f.path.startswith(str(run_dir)) for f in proc.open_files()):
             return  # the pid was reused by something else
     except (OSError, ValueError, psutil.Error):
         return

@@ -1,7 +1,8 @@
 """Sweeps: a grid × repeats, run one at a time in a seeded random order, with a progress bar.
 
 Random order so slow drift of the machine (thermal, other tenants) does not favour one config.
-Executors: `local` (this machine, one run at a time). The Ray executor lives in engine/ray_executor.py.
+Executors: `local` (this machine, one run at a time, each forked from one warm parent: engine/warm.py).
+The Ray executor lives in engine/ray_executor.py.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from tqdm import tqdm
 
 from engine.config import SweepConfig
 from engine.runner import RunResult, launch
+from engine.warm import WarmParent
 
 __all__ = ["SweepResult", "new_sweep_id", "run_sweep"]
 
@@ -53,13 +55,14 @@ def run_sweep(sweep: SweepConfig, *, db: str | os.PathLike | None = None, progre
     repeats_seen: dict[int, int] = {}
     bar = tqdm(total=len(plan), desc=f"sweep {sweep.name}", unit="run", disable=not progress, file=sys.stderr,
                dynamic_ncols=True)
-    with bar:
+    # one warm parent for the sweep: each run forks from it instead of importing torch again (engine/warm.py)
+    with bar, WarmParent(enabled=len(plan) > 1) as warm:
         for config_idx, cfg in plan:
             repeat_idx = repeats_seen.get(config_idx, 0)
             repeats_seen[config_idx] = repeat_idx + 1
             bar.set_postfix_str(f"{cfg.loader} w={cfg.workers} {cfg.mode} {cfg.model}", refresh=True)
             run = launch(cfg, db=db, meta={**(meta or {}), "sweep_id": result.sweep_id, "config_idx": config_idx,
-                                           "repeat_idx": repeat_idx})
+                                           "repeat_idx": repeat_idx}, warm=warm)
             result.results.append(run)
             if run.status != "done":
                 log.warning("run %s %s: %s", run.run_id, run.status, run.error)

@@ -1,0 +1,154 @@
+"""Warm start (engine/warm.py): runs forked from one parent that imported torch are the runs a cold start makes.
+
+Real processes throughout: a real warm parent, real forked runs with real loader workers, a real store.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import duckdb
+import psutil
+import pytest
+
+from engine.config import RunConfig, SweepConfig
+from engine.paths import runs_dir
+from engine.runner import launch
+from engine.sweep import run_sweep
+from engine.warm import WarmParent
+
+TINY = dict(workload="tensor", n_samples=32, image_size=8, width=8, epochs=2, batch_size=8, bound=False,
+            sample_hz=2.0)
+SLOW = dict(TINY, loader="processes", workers=2, epochs=12, latency_ms=8.0)  # long enough to be killed mid-run
+PLUGIN = """
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+def data(n_samples, image_size, **_):
+    return TensorDataset(torch.zeros(n_samples, 3, image_size, image_size), torch.arange(n_samples) % 2)
+
+def net(in_shape, num_classes, **_):
+    return nn.Sequential(nn.Flatten(), nn.Linear(in_shape[0] * in_shape[1] * in_shape[2], num_classes))
+"""
+
+
+@pytest.fixture(scope="module")
+def warm():
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("LOADERLAB_WARM", raising=False)
+        parent = WarmParent()
+    with parent:
+        yield parent
+    assert _gone(parent.pid), "the warm parent outlived close()"
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _rows(db: Path, sweep_id: str) -> list[tuple]:
+    with duckdb.connect(str(db), read_only=True) as conn:
+        return conn.execute(
+            "SELECT r.loader, r.config_idx, r.status, r.config_json, count(e.epoch), sum(e.samples) FROM runs r "
+            "JOIN epochs e USING (run_id) WHERE r.sweep_id = ? GROUP BY ALL ORDER BY r.config_idx",
+            [sweep_id]).fetchall()
+
+
+def test_a_warm_sweep_stores_the_rows_a_cold_one_does(store, monkeypatch, caplog):
+    monkeypatch.delenv("LOADERLAB_WARM", raising=False)
+    sweep = SweepConfig.from_dict({"name": "w", "base": TINY, "points": [{"loader": "sync"}, {"loader": "processes", "workers": 2}]})
+    hot = run_sweep(sweep, db=store, progress=False)
+    monkeypatch.setenv("LOADERLAB_WARM", "0")
+    with caplog.at_level(logging.INFO, logger="engine.warm"):
+        cold = run_sweep(sweep, db=store, progress=False)
+    assert [r.warm for r in hot.results] == [True, True] and [r.warm for r in cold.results] == [False, False]
+    assert "LOADERLAB_WARM=0: runs start cold" in caplog.text
+    assert _rows(store, hot.sweep_id) == _rows(store, cold.sweep_id)
+    assert [r[2] for r in _rows(store, hot.sweep_id)] == ["done", "done"]
+
+
+def test_the_warm_parent_forks_single_threaded_without_cuda(warm, store):
+    before = warm.status()
+    assert before["torch_loaded"] and before["cuda_initialized"] is False and before["python_threads"] == 1
+    # its only threads are those numpy's BLAS makes on load: importing torch and the engine started no pool
+    plain = subprocess.run([sys.executable, "-c", "import numpy, os; print(len(os.listdir('/proc/self/task')))"],
+                           capture_output=True, text=True, check=True)
+    assert before["baseline_threads"] == int(plain.stdout)
+    result = launch(RunConfig.from_dict(dict(TINY, threads=1)), db=store, warm=warm)
+    assert result.warm and result.status == "done", result.error
+    start = json.loads((result.run_dir / "events.jsonl").read_text().splitlines()[0])
+    assert start["host"]["intra_op_threads"] == 1 and start["pid"] != warm.pid  # its own process, its own threads
+    after = warm.status()
+    assert after["cuda_initialized"] is False and after["pid"] == before["pid"]
+
+
+def test_kill_9_of_a_warm_runs_group_leaves_no_orphans_and_stores_it_killed(warm, store):
+    run_dir, group = runs_dir(store) / f"warm-kill-{secrets.token_hex(2)}", []
+
+    def killer() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # once an epoch is logged its loader workers are up
+            events = run_dir / "events.jsonl"
+            if events.exists() and '"epoch"' in events.read_text():
+                pid = int((run_dir / "pid").read_text())
+                group.extend(p.pid for p in psutil.process_iter() if _pgid(p.pid) == pid)
+                os.killpg(pid, signal.SIGKILL)
+                return
+            time.sleep(0.05)
+
+    t = threading.Thread(target=killer)
+    t.start()
+    result = launch(RunConfig.from_dict(SLOW), db=store, meta={"run_id": run_dir.name}, warm=warm)
+    t.join()
+    assert result.warm and result.status == "killed" and "signal 9" in result.error
+    assert len(group) >= 3, f"expected the run and its 2 loader workers in its group, saw {group}"
+    deadline = time.monotonic() + 10
+    while not all(_gone(p) for p in group) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert all(_gone(p) for p in group), [p for p in group if not _gone(p)]
+    with duckdb.connect(str(store), read_only=True) as conn:
+        assert conn.execute("SELECT status FROM runs").fetchall() == [("killed",)]
+        assert conn.execute("SELECT count(*) FROM epochs").fetchone()[0] >= 1  # finished epochs kept
+    assert warm.status()["cuda_initialized"] is False  # and the parent serves on
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def test_a_users_module_in_the_launch_folder_imports_in_a_warm_run(warm, store, tmp_path, monkeypatch):
+    name = f"mine_{secrets.token_hex(4)}"
+    (tmp_path / f"{name}.py").write_text(PLUGIN)
+    monkeypatch.chdir(tmp_path)  # importable only from here: not on the parent's sys.path nor on PYTHONPATH
+    assert str(tmp_path) not in os.environ.get("PYTHONPATH", "")
+    result = launch(RunConfig.from_dict(dict(TINY, workload=f"{name}:data", model=f"{name}:net")), db=store,
+                    warm=warm)
+    assert result.warm and result.status == "done", (result.error, (result.run_dir / "stderr.log").read_text())
+
+
+def test_a_dead_warm_parent_means_cold_runs_with_a_log_line(store, caplog, monkeypatch):
+    monkeypatch.delenv("LOADERLAB_WARM", raising=False)
+    with WarmParent() as parent:
+        parent.status()
+        os.kill(parent.pid, signal.SIGKILL)
+        with caplog.at_level(logging.WARNING, logger="engine.warm"):
+            result = launch(RunConfig.from_dict(TINY), db=store, warm=parent)
+    assert not result.warm and result.status == "done", result.error
+    assert "runs start cold" in caplog.text
+    assert _gone(parent.pid)
