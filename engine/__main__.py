@@ -241,7 +241,8 @@ DELEGATED = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m engine", description="LoaderLab: which data-loading and concurrency "
+    prog = "loaderlab" if Path(sys.argv[0]).name == "loaderlab" else "python -m engine"  # the installed command
+    parser = _Parser(prog=prog, description="LoaderLab: which data-loading and concurrency "
                      "setup trains your model fastest on this machine, why, and by how much.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
