@@ -15,6 +15,7 @@ import streamlit as st
 from engine import api
 from ui import cache
 from ui.cache import cached
+from ui.trace import trace_download
 
 __all__ = ["check_ids", "compare", "detail"]
 
@@ -90,6 +91,7 @@ def detail(run: dict[str, Any]) -> None:
         epoch = st.selectbox("Epoch for the step timeline", choices, key="runs.epoch_pick")
         st.session_state["runs.epoch"] = str(epoch)
         st.plotly_chart(api.step_timeline_chart(cached("get_steps", run_id, epoch), epoch), key="runs.timeline")
+    trace_download(run)  # the --trace file, when the run recorded one
     with st.expander("Config and host", expanded=False):
         config = pd.DataFrame({"field": list(run["config"]), "value": [str(v) for v in run["config"].values()]})
         st.dataframe(config, hide_index=True, key="runs.config")
