@@ -45,11 +45,12 @@ def panel(options: dict[str, Any]) -> None:
                 st.warning(advice.warning)
             if advice.suggestions and st.button("Queue the suggested sweep", key="advisor.queue"):
                 sweep = api.SweepConfig.from_dict(tomllib.loads(advice.next_sweep_toml()))
-                jobs = api.submit_sweep(sweep)
+                jobs = api.submit_sweep(sweep, origin="browser")  # a stored plugin spec: only if registered
                 api.ensure_worker()
                 st.success(f"Queued {len(jobs)} runs; watch them on the Launch page.")
             if advice.needs_confirmation and st.button("Queue the confirmation: your setup vs the best, "
                                                        f"{api.CONFIRM_REPEATS} runs each", key="advisor.confirm"):
-                jobs = api.submit_sweep(api.SweepConfig.from_dict(tomllib.loads(advice.confirm_sweep_toml())))
+                jobs = api.submit_sweep(api.SweepConfig.from_dict(tomllib.loads(advice.confirm_sweep_toml())),
+                                        origin="browser")
                 api.ensure_worker()
                 st.success(f"Queued {len(jobs)} runs; when they are done the advisor shows the interval.")
