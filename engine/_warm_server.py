@@ -20,12 +20,12 @@ from typing import Any, BinaryIO
 
 __all__ = ["PRELOAD", "parent_state", "serve"]
 
-# what engine.runner's child imports: torch first (most of the time), then the engine's run-side modules
-PRELOAD = ("torch", "engine.runner", "engine.devices", "engine.measure.bound", "engine.measure.host",
-           "engine.measure.sampler", "engine.modes", "engine.registry", "engine.plugins")
-
-
-_BASELINE: dict[str, int] = {}  # native threads once the imports are done: library pools made at load time
+# what a run child imports: numpy (its BLAS pool is the baseline of threads allowed), torch, torch._dynamo (torch
+# imports it lazily at a run's first optimizer step: seconds, sympy included), the engine's run-side modules
+PRELOAD = ("numpy", "torch", "torch._dynamo", "torch.profiler", "engine.runner", "engine.devices",
+           "engine.measure.bound", "engine.measure.host", "engine.measure.sampler", "engine.modes", "engine.registry",
+           "engine.plugins")
+_BASELINE: dict[str, int] = {}  # native threads once numpy is loaded: its BLAS pool, made at load time
 
 
 def parent_state() -> dict[str, Any]:
@@ -34,11 +34,16 @@ def parent_state() -> dict[str, Any]:
 
     import torch  # noqa: PLC0415 - already loaded: a dict lookup
 
-    task = Path("/proc/self/task")
-    threads = len(os.listdir(task)) if task.exists() else threading.active_count()
-    return {"pid": os.getpid(), "threads": threads, "baseline_threads": _BASELINE.get("threads", 1),
+    return {"pid": os.getpid(), "threads": _threads(), "baseline_threads": _BASELINE.get("threads", 1),
             "python_threads": threading.active_count(), "cuda_initialized": torch.cuda.is_initialized(),
             "torch_loaded": "torch" in sys.modules}
+
+
+def _threads() -> int:
+    import threading  # noqa: PLC0415
+
+    task = Path("/proc/self/task")  # native threads too (OpenMP, BLAS), which threading does not list
+    return len(os.listdir(task)) if task.exists() else threading.active_count()
 
 
 def _refusal(state: dict[str, Any]) -> str | None:
@@ -111,9 +116,9 @@ def serve() -> None:
     try:
         for name in PRELOAD:
             importlib.import_module(name)
+            _BASELINE.setdefault("threads", _threads())  # after numpy: its BLAS pool, and no more after
     except Exception as e:  # noqa: BLE001 - the launcher logs it and starts its runs cold
         error = f"{type(e).__name__}: {e}"
-    _BASELINE["threads"] = parent_state()["threads"]
     _reply(proto, ready=error is None, error=error, preload_s=round(time.perf_counter() - t0, 3))
     for line in sys.stdin.buffer:
         req = json.loads(line)

@@ -183,7 +183,7 @@ def launch(cfg: RunConfig, *, db: str | os.PathLike | None = None, meta: dict[st
             if cancel is not None and cancel.is_set():
                 ending = ("cancelled", cancel_reason() if callable(cancel_reason) else cancel_reason)
                 break
-            time.sleep(poll_s)
+            _nap(proc, poll_s)
     except KeyboardInterrupt:
         ending = ("cancelled", "interrupted (Ctrl-C); finished epochs kept")
         raise
@@ -193,6 +193,14 @@ def launch(cfg: RunConfig, *, db: str | os.PathLike | None = None, meta: dict[st
         status, error = _close_log(run_dir, proc.returncode, ending)
         stored, held_by = _store(run_dir, db)
     return RunResult(run_id, status, error, run_dir, stored, held_by, warm=not isinstance(proc, subprocess.Popen))
+
+
+def _nap(proc: Any, poll_s: float) -> None:
+    """Wait up to poll_s, but wake when the child exits: a run's end is not left waiting for the next poll."""
+    try:
+        proc.wait(timeout=poll_s)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def _start(run_dir: Path, warm: Any) -> Any:

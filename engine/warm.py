@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -60,9 +61,13 @@ class WarmChild:
             self._take(self.parent._read(timeout=0))
         return self.returncode
 
-    def wait(self) -> int:
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
         while self.returncode is None:
-            self._take(self.parent._read(timeout=None))
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(f"warm run {self.pid}", timeout)
+            self._take(self.parent._read(timeout=left))
         return self.returncode
 
     def _take(self, msg: dict[str, Any] | None) -> None:
@@ -128,8 +133,8 @@ class WarmParent:
         if self._proc.poll() is not None:
             self._fail(f"the warm parent exited ({self._proc.returncode})")
             return self._dead
-        changed = sorted(set(_load_time(env).items()) ^ set(_load_time(self._env).items()))
-        return f"{', '.join(sorted({k for k, _ in changed}))} changed since the warm parent started" if changed else None
+        changed = sorted({k for k, _ in set(_load_time(env).items()) ^ set(_load_time(self._env).items())})
+        return f"{', '.join(changed)} changed since the warm parent started" if changed else None
 
     def status(self) -> dict[str, Any]:
         """The parent's own view: pid, threads, cuda_initialized, torch_loaded (asked while no run is in flight)."""

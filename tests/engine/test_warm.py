@@ -69,7 +69,8 @@ def _rows(db: Path, sweep_id: str) -> list[tuple]:
 
 def test_a_warm_sweep_stores_the_rows_a_cold_one_does(store, monkeypatch, caplog):
     monkeypatch.delenv("LOADERLAB_WARM", raising=False)
-    sweep = SweepConfig.from_dict({"name": "w", "base": TINY, "points": [{"loader": "sync"}, {"loader": "processes", "workers": 2}]})
+    points = [{"loader": "sync"}, {"loader": "processes", "workers": 2}]
+    sweep = SweepConfig.from_dict({"name": "w", "base": TINY, "points": points})
     hot = run_sweep(sweep, db=store, progress=False)
     monkeypatch.setenv("LOADERLAB_WARM", "0")
     with caplog.at_level(logging.INFO, logger="engine.warm"):

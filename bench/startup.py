@@ -1,0 +1,91 @@
+"""Start-up benchmark: what a run costs beyond its epochs, started cold vs forked from a warm parent.
+
+    .venv/bin/python bench/startup.py [--runs 20] [--workers 0]
+
+A sweep of N tiny runs (tensor workload, 32 samples, 1 epoch, no warm-up epoch, no bound) through the real
+engine.runner.launch, cold and warm interleaved (cold, warm, warm, cold, ...) in this one process so that drift
+of the machine hits both alike, into a temporary store. Per run: overhead = launch()'s wall time minus the
+wall time of the epochs it stored, split by the RunLog's timestamps into
+    spawn   launch() called -> the child's start event (interpreter + imports, or fork + reading the config)
+    setup   start event -> the first epoch begins (dataset, model, loader)
+    finish  last epoch -> end event (sampler stop, summary)
+    reap    end event -> launch() returns (the child exits, the parent tails, ingests into DuckDB)
+Prints p50/p95 of each for cold and warm and the ratio of median overheads. Target (issue 12): warm <= 0.5 s.
+The warm parent's own start (once per sweep) is printed apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from engine.config import RunConfig  # noqa: E402
+from engine.runner import launch  # noqa: E402
+from engine.warm import WarmParent  # noqa: E402
+
+PHASES = ("overhead", "spawn", "setup", "finish", "reap")
+
+
+def one(cfg: RunConfig, db: Path, warm: WarmParent | None) -> dict[str, float]:
+    t0 = time.time()
+    result = launch(cfg, db=db, warm=warm)
+    t_back = time.time()
+    if result.status != "done" or result.warm != (warm is not None):
+        raise SystemExit(f"run {result.run_id}: {result.status} warm={result.warm}: {result.error}")
+    events = [json.loads(line) for line in (result.run_dir / "events.jsonl").read_text().splitlines()]
+    epochs = [e for e in events if e["type"] == "epoch"]
+    start = next(e["t"] for e in events if e["type"] == "start")
+    end = next(e["t"] for e in events if e["type"] == "end")
+    return {"overhead": t_back - t0 - sum(e["wall_s"] for e in epochs), "spawn": start - t0,
+            "setup": epochs[0]["t"] - epochs[0]["wall_s"] - start, "finish": end - epochs[-1]["t"],
+            "reap": t_back - end}
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", type=int, default=20, help="runs of each kind (default 20)")
+    p.add_argument("--workers", type=int, default=0, help="loader workers (0: the sync loader)")
+    args = p.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(name)s %(levelname)s %(message)s")
+    os.environ.pop("LOADERLAB_WARM", None)
+    cfg = RunConfig.from_dict(dict(workload="tensor", n_samples=32, image_size=8, width=8, epochs=1, warmup_epochs=0,
+                                   batch_size=8, bound=False, loader="processes" if args.workers else "sync",
+                                   workers=args.workers))
+    times: dict[str, list[dict[str, float]]] = {"cold": [], "warm": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "startup.duckdb"
+        t0 = time.perf_counter()
+        with WarmParent() as warm:
+            ready = warm.status()  # waits for its imports: the once-per-sweep cost
+            print(f"warm parent pid {ready['pid']} ready in {time.perf_counter() - t0:.2f} s "
+                  f"({ready['threads']} threads, cuda_initialized={ready['cuda_initialized']})")
+            for i in range(2 * args.runs):
+                kind = "warm" if i % 4 in (1, 2) else "cold"  # cold, warm, warm, cold: neither always goes first
+                times[kind].append(one(cfg, db, warm if kind == "warm" else None))
+    print(f"{args.runs} runs each, tensor 32 samples, 1 epoch, {args.workers} workers, {os.cpu_count()} cores")
+    print(f"{'seconds':10}" + "".join(f"{k + ' p50':>11}{k + ' p95':>11}" for k in ("cold", "warm")))
+    for phase in PHASES:
+        row = "".join(f"{pct([r[phase] for r in times[k]], 0.5):11.3f}{pct([r[phase] for r in times[k]], 0.95):11.3f}"
+                      for k in ("cold", "warm"))
+        print(f"{phase:10}{row}")
+    med = {k: statistics.median(r["overhead"] for r in times[k]) for k in times}
+    print(f"overhead p50: cold {med['cold']:.3f} s, warm {med['warm']:.3f} s, "
+          f"cold/warm {med['cold'] / med['warm']:.1f}x; target warm <= 0.5 s: {'met' if med['warm'] <= 0.5 else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()
