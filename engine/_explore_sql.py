@@ -19,7 +19,7 @@ from engine.config import config_fields
 __all__ = ["NOT_CONFIG", "ci_ranks", "config_columns", "pool_sql"]
 
 # NOTE: fields that label a run or tune the measurement, not the config whose time is measured
-NOT_CONFIG = ("tag", "seed", "bound", "sample_hz", "worker_timeout_s")
+NOT_CONFIG = ("tag", "seed", "bound", "sample_hz", "worker_timeout_s", "trace")  # trace: an extra, unstored epoch
 _EXACT_INTS_UP_TO = 400  # the two computations agree (tests/app/test_explore.py); this one is O(n^2) in bits
 
 
