@@ -51,8 +51,7 @@ def one(cfg: RunConfig, db: Path, warm: WarmParent | None) -> dict[str, float]:
 
 
 def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))]
+    return statistics.quantiles(xs, n=100, method="inclusive")[round(q * 100) - 1] if len(xs) > 1 else xs[0]
 
 
 def main() -> None:

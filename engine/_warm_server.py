@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import os
 import sys
 import time
@@ -81,6 +82,7 @@ def _child(run_dir: str, env: dict[str, str], ready_w: int, proto: BinaryIO) -> 
     except BaseException:  # noqa: BLE001 - reported in stderr.log like a cold child's traceback
         traceback.print_exc()
     finally:
+        logging.shutdown()
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
         os._exit(rc)

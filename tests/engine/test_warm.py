@@ -59,6 +59,17 @@ def _gone(pid: int) -> bool:
         return True
 
 
+def _warm_parents() -> set[int]:
+    found = set()
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if "engine._warm_server" in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE:
+                found.add(p.pid)
+        except psutil.Error:
+            pass
+    return found
+
+
 def _rows(db: Path, sweep_id: str) -> list[tuple]:
     with duckdb.connect(str(db), read_only=True) as conn:
         return conn.execute(
@@ -71,7 +82,9 @@ def test_a_warm_sweep_stores_the_rows_a_cold_one_does(store, monkeypatch, caplog
     monkeypatch.delenv("LOADERLAB_WARM", raising=False)
     points = [{"loader": "sync"}, {"loader": "processes", "workers": 2}]
     sweep = SweepConfig.from_dict({"name": "w", "base": TINY, "points": points})
+    before = _warm_parents()
     hot = run_sweep(sweep, db=store, progress=False)
+    assert _warm_parents() == before  # the sweep's warm parent ended with the sweep
     monkeypatch.setenv("LOADERLAB_WARM", "0")
     with caplog.at_level(logging.INFO, logger="engine.warm"):
         cold = run_sweep(sweep, db=store, progress=False)
@@ -153,3 +166,14 @@ def test_a_dead_warm_parent_means_cold_runs_with_a_log_line(store, caplog, monke
     assert not result.warm and result.status == "done", result.error
     assert "runs start cold" in caplog.text
     assert _gone(parent.pid)
+
+
+def test_ddp_runs_forked_warm_each_get_their_own_process_group(warm, store):
+    """Each run spawns its ranks, which meet at a port of their own: two in a row from one warm parent both work."""
+    cfg = RunConfig.from_dict(dict(TINY, mode="ddp", device="cpu", world_size=2))
+    for _ in range(2):
+        result = launch(cfg, db=store, warm=warm)
+        assert result.warm and result.status == "done", (result.error, (result.run_dir / "stderr.log").read_text())
+    with duckdb.connect(str(store), read_only=True) as conn:
+        rows = conn.execute("SELECT status, summary_json FROM runs").fetchall()
+    assert [(status, json.loads(summary)["world_size_run"]) for status, summary in rows] == [("done", 2)] * 2
