@@ -290,7 +290,8 @@ def _ray_sweep(job: dict[str, Any], spec: dict[str, Any], db: Any, cancel: threa
     log.info("job %s: %d runs of sweep %s on %s", job["job_id"], planned, job["sweep_id"],
              spec.get("address") or "a local Ray instance")
     result = run_sweep_ray(sweep, db=db, address=spec.get("address") or None, progress=False,
-                           sweep_id=job["sweep_id"], meta={"job_id": job["job_id"]}, cancel=cancel)
+                           sweep_id=job["sweep_id"], meta={"job_id": job["job_id"], "cwd": spec.get("cwd")},
+                           cancel=cancel)
     done = result.counts.get("done", 0)
     if done == planned:
         return "done", None

@@ -121,7 +121,8 @@ def submit_ray_sweep(sweep: SweepConfig | RunConfig, *, address: str | None = No
     address = (address or "").strip() or None
     if address and any(c.isspace() for c in address):
         raise ConfigError("ray_address", f"{address!r} has spaces; use auto, host:port or ray://host:port")
-    spec = {"kind": RAY_SWEEP, "sweep": dataclasses.asdict(sweep), "address": address, "runs": len(sweep.plan())}
+    spec = {"kind": RAY_SWEEP, "sweep": dataclasses.asdict(sweep), "address": address, "runs": len(sweep.plan()),
+            "cwd": os.getcwd()}  # the submitter's folder: its runs import a user's module from there
     row = {"job_id": _job_ids(1)[0], "created_at": now(), "status": "queued", "config_json": json.dumps(spec),
            "sweep_id": new_sweep_id(sweep.name), "run_id": None, "device": f"ray:{address or 'local'}"}
     _write([row], db)
@@ -144,8 +145,8 @@ def _insert(items: list[tuple[RunConfig, dict | None]], sweep_id: str | None, db
         while (run_id := new_run_id()) in run_ids:
             pass
         run_ids.add(run_id)
-        if position:
-            marker(db, job_id, ".json").write_text(json.dumps(position))
+        # the submitter's folder too: the run imports a user's module from there, as a CLI run would (meta cwd)
+        marker(db, job_id, ".json").write_text(json.dumps({"cwd": os.getcwd(), **(position or {})}))
         rows.append({"job_id": job_id, "created_at": created, "status": "queued", "config_json": cfg.to_json(),
                      "sweep_id": sweep_id, "run_id": run_id, "device": str(resolve(cfg.device))})
     _write(rows, db)

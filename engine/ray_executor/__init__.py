@@ -52,6 +52,7 @@ def run_sweep_ray(sweep: SweepConfig, *, db: str | os.PathLike | None = None, ad
     Ctrl-C does the same, then re-raises. Returns the same SweepResult as engine.sweep.run_sweep.
     """
     require_ray()
+    meta = {**(meta or {}), "cwd": (meta or {}).get("cwd") or os.getcwd()}  # each run imports user modules from here
     from engine.plugins import preflight  # noqa: PLC0415
 
     for cfg in sweep.configs():  # a bad plugin fails here, on the submitter's machine, before any trial is sent
