@@ -99,8 +99,9 @@ def vs_baseline_lines(advice: Any) -> list[str]:
         lines = [f"{mine}: no stored runs for this problem yet, so no speedup to report"]
     else:
         ci = stats.ci_text(c["speedup_lo"], c["speedup_hi"], min(c["n_a"], c["n_b"]), "{:.2f}", "x")
-        judged = "a clear difference" if c["verdict"] == "B faster" else c["verdict"]
-        lines = [f"best is {c['speedup']:.2f}x faster than {mine} ({ci}; {c['n_a']} + {c['n_b']} runs; {judged})"]
+        said = (f"best is {c['speedup']:.2f}x faster than {mine}" if c["verdict"] == "B faster"
+                else f"best vs {mine}: {c['speedup']:.2f}x by the medians, {c['verdict']}")
+        lines = [f"{said} ({ci}; {c['n_a']} + {c['n_b']} runs)"]
     if advice.needs_confirmation:
         host = "" if advice.host == "this" else f" --host {advice.host}"
         lines.append(f"  confirm it ({CONFIRM_REPEATS} runs of each, in a random order): python -m engine advise "

@@ -162,7 +162,8 @@ def test_baseline_with_too_few_runs_proposes_the_confirmation_sweep(seeded):
     advice = advise("tensor", "mlp", host=HOST, db=seeded, baseline={"loader": "processes", "workers": 4})
     assert advice.comparison["n_a"] == 2 and advice.needs_confirmation
     text = advice.render()
-    assert "no interval: 2 runs" in text and "--baseline loader=processes,workers=4 --write-confirm" in text
+    assert "by the medians, no clear difference (no interval: 2 runs" in text
+    assert "--baseline loader=processes,workers=4 --write-confirm" in text
     sweep = SweepConfig.from_dict(tomllib.loads(advice.confirm_sweep_toml()))
     assert sweep.repeats == 7 and sweep.base["n_samples"] == 256
     assert [(c.loader, c.workers) for c in sweep.configs()] == [("processes", 4), ("threads", 4)]  # only those two

@@ -128,7 +128,7 @@ def test_tune_with_a_baseline_confirms_the_best_against_it(store, tmp_path):
         assert "your setup (threads, 1 workers, depth 2, batch 16) was the fastest measured" in text
     else:   # the confirmation runs are your setup's and the best's, and the answer names your setup
         assert sorted(r["candidate"] for r in result.confirm_rows) == [0, result.best_idx]
-        assert "faster than your setup (threads, 1 workers, depth 2, batch 16) (no interval: 1 run" in text
+        assert "vs your setup (threads, 1 workers, depth 2, batch 16): " in text and "no interval: 1 run" in text
         assert "--write-confirm" in text
         sweep = SweepConfig.from_dict(tomllib.loads(result.confirm_sweep_toml()))
         assert [c.loader for c in sweep.configs()] == ["threads", result.best.loader] and sweep.repeats == 7
