@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from engine.config import RunConfig, SweepConfig
-from engine.paths import runs_dir
+from engine.paths import ROOT, runs_dir
 from engine.runner import launch
 from engine.sweep import run_sweep
 from engine.warm import WarmParent
@@ -177,3 +177,22 @@ def test_ddp_runs_forked_warm_each_get_their_own_process_group(warm, store):
     with duckdb.connect(str(store), read_only=True) as conn:
         rows = conn.execute("SELECT status, summary_json FROM runs").fetchall()
     assert [(status, json.loads(summary)["world_size_run"]) for status, summary in rows] == [("done", 2)] * 2
+
+
+def test_a_job_runs_warm_in_the_worker_and_imports_from_the_submitters_folder(store, tmp_path, monkeypatch, caplog):
+    from engine import jobs  # noqa: PLC0415
+    from engine._worker import run_worker  # noqa: PLC0415
+
+    monkeypatch.delenv("LOADERLAB_WARM", raising=False)
+    name = f"mine_{secrets.token_hex(4)}"
+    (tmp_path / f"{name}.py").write_text(PLUGIN)
+    monkeypatch.chdir(tmp_path)
+    job_id = jobs.submit(RunConfig.from_dict(dict(TINY, workload=f"{name}:data", model=f"{name}:net")), db=store)
+    monkeypatch.chdir(ROOT)  # the worker runs elsewhere, as one started by ensure_worker() does
+    before = _warm_parents()
+    with caplog.at_level(logging.INFO, logger="engine.warm"):
+        assert run_worker(store, once=True) == 0
+    progress = jobs.job_progress(job_id, store)
+    assert progress["status"] == "done", progress
+    assert "ready" in caplog.text and "starts cold" not in caplog.text, caplog.text
+    assert _warm_parents() == before  # its warm parent ended with the worker
