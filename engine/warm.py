@@ -115,7 +115,11 @@ class WarmParent:
         why = self._unfit(env)
         if why is None:
             self._send(op="fork", run_dir=str(run_dir), env=env)
-            reply = self._read(timeout=60.0) or {"refused": "it did not answer"}
+            reply = self._read(timeout=60.0)
+            if reply is None:  # a late answer would be read as the next one's: stop using it
+                self._fail("the warm parent did not answer in 60 s")
+                self._proc.kill()
+                reply = {"eof": True}
             if "pid" in reply:
                 return WarmChild(self, reply["pid"])
             why = self._dead if "eof" in reply else f"the warm parent refused: {reply.get('refused')}"
