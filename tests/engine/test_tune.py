@@ -111,24 +111,27 @@ def test_bad_baseline_exits_2_naming_it_and_stores_nothing(store, capsys):
 
 
 @pytest.mark.slow
-def test_tune_with_a_baseline_confirms_the_best_against_it(store, tmp_path):
-    from engine.config import SweepConfig
+def test_tune_with_a_baseline_confirms_the_best_against_it(store):
+    """Through engine.lab.tune, the notebook's way in, which returns engine.tune's answer as data."""
     import tomllib
 
-    space = [{"loader": "sync"}, {"loader": "prefetch"}]
-    result = tune("tensor", "mlp", budget_s=600, db=store, base={**TINY, "latency_ms": 1.0}, progress=False,
-                  space=space, confirm_repeats=1, baseline="loader=threads,workers=1,batch_size=16")
-    yours = result.configs[0]
-    assert (yours.loader, yours.workers, yours.batch_size) == ("threads", 1, 16)
-    assert [c.loader for c in result.configs] == ["threads", "sync", "prefetch"]
-    assert {c.batch_size for c in result.configs[1:]} == {32}   # the base's batch_size wins over the baseline's
-    assert 0 in {r["candidate"] for r in result.rows}           # your setup is measured in the search too
-    text = result.render()
-    if result.best_idx == 0:
-        assert "your setup (threads, 1 workers, depth 2, batch 16) was the fastest measured" in text
+    from engine import lab
+    from engine.config import SweepConfig
+
+    t = lab.tune(workload="tensor", model="mlp", budget="10m", db=store, base={**TINY, "latency_ms": 1.0},
+                 progress=False, space=[{"loader": "sync"}, {"loader": "prefetch"}], confirm_repeats=1,
+                 baseline="loader=threads,workers=1,batch_size=16")
+    yours = t["reference"]
+    assert (yours["loader"], yours["workers"], yours["batch_size"]) == ("threads", 1, 16) and t["baseline"]
+    runs = t["runs"]
+    assert set(runs["loader"]) == {"threads", "sync", "prefetch"}   # your setup is measured in the search too
+    assert set(runs[runs.loader != "threads"]["batch_size"]) == {32}   # the base's batch_size wins over yours
+    best = t["best"]
+    if best == {**yours, "epochs": best["epochs"]}:
+        assert "your setup (threads, 1 workers, depth 2, batch 16) was the fastest measured" in t["text"]
     else:   # the confirmation runs are your setup's and the best's, and the answer names your setup
-        assert sorted(r["candidate"] for r in result.confirm_rows) == [0, result.best_idx]
-        assert "vs your setup (threads, 1 workers, depth 2, batch 16): " in text and "no interval: 1 run" in text
-        assert "--write-confirm" in text
-        sweep = SweepConfig.from_dict(tomllib.loads(result.confirm_sweep_toml()))
-        assert [c.loader for c in sweep.configs()] == ["threads", result.best.loader] and sweep.repeats == 7
+        assert sorted(r["loader"] for r in t["confirm_runs"]) == sorted(["threads", best["loader"]])
+        assert "vs your setup (threads, 1 workers, depth 2, batch 16): " in t["text"]
+        assert "no interval: 1 run" in t["text"] and "--write-confirm" in t["text"] and t["speedup_lo"] is None
+        sweep = SweepConfig.from_dict(tomllib.loads(t["confirm_sweep_toml"]))
+        assert [c.loader for c in sweep.configs()] == ["threads", best["loader"]] and sweep.repeats == 7
