@@ -38,6 +38,7 @@ from tqdm import tqdm
 
 from engine import stats
 from engine.config import ConfigError, RunConfig, load_toml
+from engine.warm import WarmParent
 
 __all__ = ["CONFIRM_REPEATS", "ETA", "RUNG0_EPOCHS", "SEARCH_SHARE", "TuneResult", "add_advise_args",
            "add_tune_args", "advise_main", "candidates",
@@ -179,7 +180,8 @@ def tune(workload: str, model: str, *, budget_s: float, db: str | os.PathLike | 
                file=sys.stderr, dynamic_ncols=True)
     rung, steady, rng = 0, rung0_epochs, random.Random(seed)
     try:
-        with bar:
+        # one warm parent for all of tune's runs, as a sweep keeps: each forks instead of importing torch again
+        with bar, WarmParent() as warm:
             while survivors:
                 rng.shuffle(survivors)
                 for idx in survivors:
@@ -189,7 +191,7 @@ def tune(workload: str, model: str, *, budget_s: float, db: str | os.PathLike | 
                             > budget_s * SEARCH_SHARE:
                         result.stop_reason = "search share of the budget spent"
                         break
-                    result.rows.append(_measure(cfg, db, result.sweep_id, idx, rung, steady, epochs_of))
+                    result.rows.append(_measure(cfg, db, result.sweep_id, idx, rung, steady, epochs_of, warm))
                     bar.n = min(round(time.monotonic() - t0), bar.total)
                     bar.set_postfix_str(f"rung {rung}, {len(result.rows)} runs", refresh=True)
                 if result.stop_reason:
@@ -205,7 +207,7 @@ def tune(workload: str, model: str, *, budget_s: float, db: str | os.PathLike | 
                     break
                 rung, steady = rung + 1, steady * eta
             _pick_best(result)
-            _confirm(result, cfg0.warmup_epochs + rung0_epochs, db, t0, confirm_repeats, rng)
+            _confirm(result, cfg0.warmup_epochs + rung0_epochs, db, t0, confirm_repeats, rng, warm)
     except KeyboardInterrupt:
         result.stop_reason = "interrupted"
         log.warning("tune interrupted; reporting the runs finished so far")
@@ -223,7 +225,8 @@ def _pick_best(result: TuneResult) -> None:
         result.best_idx = min((r for r in done if r["rung"] == top), key=lambda r: r["epoch_s"])["candidate"]
 
 
-def _confirm(result: TuneResult, epochs: int, db: Any, t0: float, repeats: int, rng: random.Random) -> None:
+def _confirm(result: TuneResult, epochs: int, db: Any, t0: float, repeats: int, rng: random.Random,
+             warm: Any = None) -> None:
     """Candidate 0 (sync, or the user's baseline) and the best, `repeats` runs each, interleaved, each pair in a
     random order, while the budget lasts: the runs are the samples of the final comparison (like with like, same
     spell)."""
@@ -238,7 +241,7 @@ def _confirm(result: TuneResult, epochs: int, db: Any, t0: float, repeats: int, 
                 result.stop_reason += ("; budget spent while confirming" if result.confirm_rows
                                        else "; no time left to confirm against sync")
                 return
-            row = _measure(cfg, db, result.sweep_id, idx, -1, epochs - cfg.warmup_epochs, scratch)
+            row = _measure(cfg, db, result.sweep_id, idx, -1, epochs - cfg.warmup_epochs, scratch, warm)
             result.confirm_rows.append({**row, "rung": "confirm", "repeat": rep})
 
 
@@ -254,12 +257,13 @@ def _compare_confirmed(result: TuneResult) -> None:
 
 
 def _measure(cfg: RunConfig, db: Any, sweep_id: str, idx: int, rung: int, steady: int,
-             epochs_of: dict[int, list[float]]) -> dict[str, Any]:
-    """One real run of candidate idx; its row for the result table (epoch_s is nan when it failed)."""
+             epochs_of: dict[int, list[float]], warm: Any = None) -> dict[str, Any]:
+    """One real run of candidate idx (forked from `warm`, an engine.warm.WarmParent, when it can); its row for the
+    result table (epoch_s is nan when it failed)."""
     from engine.runner import launch  # noqa: PLC0415 - the runner imports the store
 
     started = time.monotonic()
-    run = launch(cfg, db=db, meta={"sweep_id": sweep_id, "config_idx": idx, "repeat_idx": rung})
+    run = launch(cfg, db=db, meta={"sweep_id": sweep_id, "config_idx": idx, "repeat_idx": rung}, warm=warm)
     walls = _steady_walls(run.run_dir) if run.status == "done" else []
     epochs_of[idx] = walls
     epoch_s = statistics.median(walls) if walls else math.nan
@@ -267,7 +271,8 @@ def _measure(cfg: RunConfig, db: Any, sweep_id: str, idx: int, rung: int, steady
              run.status, epoch_s)
     return {"candidate": idx, "rung": rung, "steady_epochs": steady, "epochs": cfg.epochs, "loader": cfg.loader,
             "workers": cfg.workers, "prefetch_depth": cfg.prefetch_depth, "batch_size": cfg.batch_size,
-            "status": run.status, "run_id": run.run_id, "epoch_s": epoch_s, "run_s": time.monotonic() - started}
+            "status": run.status, "run_id": run.run_id, "epoch_s": epoch_s, "run_s": time.monotonic() - started,
+            "warm": run.warm}
 
 
 def _steady_walls(run_dir: Any) -> list[float]:

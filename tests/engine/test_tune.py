@@ -55,10 +55,11 @@ def test_tiny_tune_halves_and_reports_a_config(store):
     result = tune("tensor", "mlp", budget_s=600, db=store, base={**TINY, "latency_ms": 1.0}, progress=False,
                   space=space, eta=2, confirm_repeats=3)
     assert result.stop_reason == "one candidate left"
+    assert all(r["warm"] for r in result.rows + result.confirm_rows)  # forked from tune's one warm parent
     assert [r["rung"] for r in result.rows] == [0, 0, 0, 1, 1]  # the faster half (2 of 3) runs again
     first = sorted(result.rows[:3], key=lambda r: r["epoch_s"])
     assert {r["candidate"] for r in result.rows[3:]} == {first[0]["candidate"], first[1]["candidate"]}
-    assert result.best is not None 
+    assert result.best is not None
     assert result.best_idx in {r["candidate"] for r in result.rows[3:]}
     assert result.rows[-1]["steady_epochs"] == 2 * result.rows[0]["steady_epochs"]
     assert "best:" in result.render()
