@@ -27,7 +27,8 @@ from engine.loaders._base import epoch_batches  # noqa: E402
 from engine.measure.host import fingerprint  # noqa: E402
 from engine.models._base import make_optimizer  # noqa: E402
 from engine.modes import RunContext  # noqa: E402
-from engine.modes.single import run as run_single, train_step  # noqa: E402
+from engine.modes._common import train_step  # noqa: E402
+from engine.modes.single import run as run_single  # noqa: E402
 from engine.registry import MODELS, WORKLOADS  # noqa: E402
 from engine.runlog import RunLog, read_events  # noqa: E402
 

@@ -15,9 +15,17 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from engine.config import (ConfigError, RunConfig, SweepConfig, config_fields, field_choices, load_toml,
-                           printable)
-from engine.store.errors import StoreError
+from engine import merge, tune
+from engine.config import RunConfig, SweepConfig, config_fields, field_choices, load_toml
+from engine.demo import ensure_demo
+from engine.errors import ConfigError, StoreError, printable
+from engine.merge import export_bundle_main, import_main
+from engine.plugins import preflight
+from engine.ray_executor import run_sweep_ray
+from engine.runner import launch
+from engine.store import StoreBusy, export, get_epochs, get_run, ingest_pending, list_runs, pending_summary, run_query
+from engine.sweep import run_sweep
+from engine.tune import advise_main, tune_main
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 
@@ -69,12 +77,8 @@ def _config_from_args(args: argparse.Namespace) -> RunConfig:
 @command
 def cmd_run(args: argparse.Namespace) -> int:
     """Run one config (flags, or --config FILE.toml with flags overriding it)."""
-    from engine.runner import launch  # noqa: PLC0415
-
     cfg = _config_from_args(args)
     if args.dry_run:
-        from engine.plugins import preflight  # noqa: PLC0415
-
         preflight(cfg)  # a plugin's one-batch check is validation too: --dry-run is how to try your plugin
         print(json.dumps(cfg.to_dict(), indent=2))
         return 0
@@ -97,8 +101,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _print_summary(run_id: str, db: str | None) -> None:
-    from engine.store import get_run  # noqa: PLC0415
-
     run = get_run(run_id, db=db)
     if run is None:
         return
@@ -115,15 +117,11 @@ def _print_summary(run_id: str, db: str | None) -> None:
 @command
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Run a grid of configs × repeats from a TOML file, in a seeded random order."""
-    from engine.sweep import run_sweep  # noqa: PLC0415
-
     data = load_toml(args.file)
     if args.repeats is not None:
         data["repeats"] = int(args.repeats)
     sweep = SweepConfig.from_dict(data)
     if args.executor == "ray":
-        from engine.ray_executor import run_sweep_ray  # noqa: PLC0415
-
         result = run_sweep_ray(sweep, db=args.db, address=args.address, progress=not args.quiet)
     else:
         print(f"sweep {sweep.name}: {len(sweep.plan())} runs ({len(sweep.configs())} configs × {sweep.repeats})",
@@ -137,8 +135,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 @command
 def cmd_runs(args: argparse.Namespace) -> int:
     """A table of recent runs."""
-    from engine.store import list_runs  # noqa: PLC0415
-
     df = list_runs(db=args.db, limit=args.limit)
     cols = [c for c in ("run_id", "status", "workload", "model", "loader", "workers", "mode", "batch_size",
                         "epoch_s", "samples_per_s", "efficiency", "verdict", "tag") if c in df.columns]
@@ -149,8 +145,6 @@ def cmd_runs(args: argparse.Namespace) -> int:
 @command
 def cmd_show(args: argparse.Namespace) -> int:
     """One run: config, summary and epochs."""
-    from engine.store import get_epochs, get_run  # noqa: PLC0415
-
     run = get_run(args.run_id, db=args.db)
     if run is None:
         raise UsageError(f"run_id: no run '{args.run_id}' in the store; list them with `python -m engine runs`")
@@ -162,8 +156,6 @@ def cmd_show(args: argparse.Namespace) -> int:
 @command
 def cmd_query(args: argparse.Namespace) -> int:
     """Read-only SQL over the store (one SELECT; 10 s limit; row cap)."""
-    from engine.store import run_query  # noqa: PLC0415
-
     result = run_query(args.sql, db=args.db, max_rows=args.max_rows)
     if args.format == "json":
         print(result.df.to_json(orient="records"))
@@ -179,8 +171,6 @@ def cmd_query(args: argparse.Namespace) -> int:
 @command
 def cmd_export(args: argparse.Namespace) -> int:
     """Export a table to Parquet or CSV."""
-    from engine.store import export  # noqa: PLC0415
-
     out = export(args.out or f"loaderlab-{args.table}.{args.format}", args.format, db=args.db, table=args.table)
     print(out)
     return 0
@@ -189,40 +179,30 @@ def cmd_export(args: argparse.Namespace) -> int:
 @command
 def cmd_advise(args: argparse.Namespace) -> int:
     """The best measured config for a workload and model on this host, and what to try next."""
-    from engine.tune import advise_main  # noqa: PLC0415
-
     return advise_main(args)
 
 
 @command
 def cmd_tune(args: argparse.Namespace) -> int:
     """Search loader settings by successive halving within a time budget, with real runs."""
-    from engine.tune import tune_main  # noqa: PLC0415
-
     return tune_main(args)
 
 
 @command
 def cmd_import(args: argparse.Namespace) -> int:
     """Merge results from another store file or a Parquet bundle, deduplicated by run id."""
-    from engine.merge import import_main  # noqa: PLC0415
-
     return import_main(args)
 
 
 @command
 def cmd_export_bundle(args: argparse.Namespace) -> int:
     """Export every table as Parquet into a folder, for `import` on another machine."""
-    from engine.merge import export_bundle_main  # noqa: PLC0415
-
     return export_bundle_main(args)
 
 
 @command
 def cmd_demo(args: argparse.Namespace) -> int:
     """Queue the demo sweep as jobs for the worker, if the store has no runs and no jobs yet."""
-    from engine.demo import ensure_demo  # noqa: PLC0415
-
     ran = ensure_demo(db=args.db)
     print("demo sweep queued: the job worker runs it; watch it on the Launch page" if ran
           else "store already has runs or jobs; demo skipped")
@@ -275,7 +255,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("parquet", "csv"), default="parquet")
     p.add_argument("--table", default="runs")
     p.add_argument("--out", help="output file (default: loaderlab-<table>.<format>)")
-    from engine import merge, tune  # noqa: PLC0415 - these commands' options live with their code
 
     tune.add_advise_args(add("advise"))
     tune.add_tune_args(add("tune"))
@@ -297,8 +276,6 @@ _RUNS_FIRST = ("run", "sweep")
 
 def _store_pending(db: str | None) -> None:
     """Store the RunLogs that waited while another session held the store; if one still holds it, say so."""
-    from engine.store import StoreBusy, ingest_pending, pending_summary  # noqa: PLC0415
-
     try:
         ingest_pending(db=db)
         return

@@ -1,10 +1,12 @@
-"""Plugins from the browser: by registered name only, never as a module path.
+"""What a config from the browser may hold: plugins by registered name only, never as a module path,
+and a `folder` only under the data roots.
 
 The server's owner registers plugins in a TOML file (engine._plugin_registry). A config that comes
 from the browser (the Launch form, its URL, the sweep builder) names a built-in or a registered plugin;
 `browser_values` maps a registered name to its spec and refuses everything else, before RunConfig
 sees the value. `check_plugins` is the last gate at submit(origin="browser"): any spec left in a config
-must be one the owner registered for that field's kind. Nothing here imports a user's module.
+must be one the owner registered for that field's kind. `check_browser_config` is that gate plus the
+data roots. Nothing here imports a user's module.
 
     values = browser_values({"workload": "my_images", "loader": "threads"})   # workload -> "mypkg.data:build"
 """
@@ -12,11 +14,17 @@ must be one the owner registered for that field's kind. Nothing here imports a u
 from __future__ import annotations
 
 import functools
+import os
+from pathlib import Path
 from typing import Any
 
-from engine.config import ConfigError, RunConfig, field_choices, printable
+from engine._plugin_registry import plugins_file, registered
+from engine.config import RunConfig, field_choices
+from engine.errors import ConfigError, printable
+from engine.paths import DATA_DIR
 
-__all__ = ["PLUGIN_FIELDS", "browser_sweep", "browser_values", "check_plugins", "choices"]
+__all__ = ["PLUGIN_FIELDS", "browser_sweep", "browser_values", "check_browser_config", "check_plugins", "choices",
+           "data_roots"]
 
 # Fields that may hold a plugin spec -> the registered kind that may fill them (model_b is a second model).
 PLUGIN_FIELDS = {"workload": "workload", "model": "model", "model_b": "model", "collate": "collate", "loss": "loss"}
@@ -24,8 +32,6 @@ PLUGIN_FIELDS = {"workload": "workload", "model": "model", "model_b": "model", "
 
 def _registered() -> dict[str, dict[str, str]]:
     """The owner's registrations, read again only when the file changes (a form asks many times per rerun)."""
-    from engine._plugin_registry import plugins_file  # noqa: PLC0415  (it imports engine.config)
-
     path = plugins_file()
     try:
         st = path.stat()
@@ -37,19 +43,13 @@ def _registered() -> dict[str, dict[str, str]]:
 
 @functools.lru_cache(maxsize=4)
 def _read(path: str, stamp: tuple[int, int] | None) -> dict[str, dict[str, str]]:
-    from engine._plugin_registry import registered  # noqa: PLC0415
-
     return registered() if stamp is not None else {}
 
 
 def _builtins(name: str) -> list[str]:
     """The non-plugin values a browser may give: the field's registry choices, or empty (= the default)."""
-    if name == "model_b":
-        from engine.registry import names  # noqa: PLC0415
-
-        return ["", *names("models")]
-    fld = next(f for f in RunConfig.__dataclass_fields__.values() if f.name == name)
-    return list(field_choices(fld) or [""])
+    fld = RunConfig.__dataclass_fields__["model" if name == "model_b" else name]
+    return ["", *field_choices(fld)] if name == "model_b" else list(field_choices(fld) or [""])
 
 
 def choices(name: str, plugins: dict[str, dict[str, str]] | None = None) -> list[str]:
@@ -99,3 +99,30 @@ def check_plugins(cfg: RunConfig) -> None:
             raise ConfigError(name, f"'{printable(value[:80])}' is not a plugin registered on this server; the "
                                     "dashboard runs only plugins its owner registered by name (LOADERLAB_PLUGINS or "
                                     "plugins.toml beside the store)")
+
+
+def data_roots() -> list[Path]:
+    """Folders a config from the browser may read: $LOADERLAB_DATA_ROOTS (os.pathsep-separated), else data/."""
+    raw = os.environ.get("LOADERLAB_DATA_ROOTS", "")
+    return [Path(p).resolve() for p in raw.split(os.pathsep) if p.strip()] or [DATA_DIR.resolve()]
+
+
+def check_browser_config(cfg: RunConfig) -> None:
+    """Extra rules for configs that arrive from the browser: plugins only as registered on the server (specs
+    the owner listed, check_plugins above), and a `folder` must lie under a data root.
+
+    NOTE: the path is resolved (symlinks and `..` included) before the check, so a link inside a root
+    that points outside it is refused too. The CLI is not limited: its user already owns the machine.
+    """
+    check_plugins(cfg)  # a module path only as a plugin the server's owner registered by name
+    if cfg.workload != "folder" and not cfg.folder:
+        return
+    try:
+        real = Path(cfg.folder).expanduser().resolve()
+    except (OSError, RuntimeError, ValueError):  # a NUL byte, a symlink loop: no path a root could hold
+        raise ConfigError("folder", f"'{printable(cfg.folder[:200])}' is not a usable path") from None
+    roots = data_roots()
+    if not any(real == root or root in real.parents for root in roots):
+        raise ConfigError("folder", f"'{cfg.folder}' is outside the folders this dashboard may read "
+                                    f"({', '.join(map(str, roots))}); move the data there or ask whoever runs the "
+                                    "dashboard to add its folder to LOADERLAB_DATA_ROOTS")

@@ -15,6 +15,7 @@ import functools
 import math
 
 from engine.config import config_fields
+from engine.stats import median_ci_ranks
 
 __all__ = ["NOT_CONFIG", "ci_ranks", "config_columns", "pool_sql"]
 
@@ -43,11 +44,7 @@ def ci_ranks(n: int, confidence: float = 0.95) -> tuple[int, int] | None:
     n = int(n)
     if n > _EXACT_INTS_UP_TO:
         return _exact_ranks(n, confidence)
-    try:
-        from engine.stats import median_ci_ranks  # noqa: PLC0415 - one method everywhere
-    except ImportError:
-        return _exact_ranks(n, confidence)
-    return median_ci_ranks(n, confidence)
+    return median_ci_ranks(n, confidence)  # one method everywhere
 
 
 def config_columns(skip: tuple[str, ...] | list[str] = ()) -> list[str]:

@@ -13,10 +13,20 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import pickle
 import sys
 from typing import Any
 
-from engine.config import ConfigError, RunConfig, printable
+import torch
+
+from engine.config import RunConfig
+from engine.errors import ConfigError, printable
+from engine.loaders import epoch_batches
+from engine.models import _base, build_model, loss_fn, split_stages
+from engine.modes.fused import FusedStep
+from engine.plugins import code_hash, is_spec, resolve, specs_of
+from engine.workloads import build_dataset
+from engine.workloads.plugin import BadItem
 
 __all__ = ["preflight"]
 
@@ -32,20 +42,16 @@ _MAX_ITEMS = 8  # a preflight batch: enough to exercise collate and the model, c
 
 def preflight(cfg: RunConfig, cwd: str | None = None) -> dict[str, Any]:
     """Check cfg's plugins on one small batch on the CPU; returns the run's extra meta (its code_hash)."""
-    from engine.plugins import code_hash, specs_of  # noqa: PLC0415
-
     specs = specs_of(cfg)
     if not specs:
         return {}
     if cwd and cwd not in sys.path:
         sys.path.insert(0, cwd)  # the submitter's folder (job worker, Ray): where its module is importable
-    digest = _hash(cfg, code_hash, specs)
+    digest = _hash(cfg, specs)
     pickled = cfg.loader == "processes" and cfg.start_method != "fork"  # the one delivery setting checked
     key = json.dumps([digest, pickled, {k: v for k, v in cfg.to_dict().items() if k not in _DELIVERY}],
                      sort_keys=True)
     if key not in _PASSED:
-        from engine.models import _base  # noqa: PLC0415
-
         saved = _base._LOSS[0]
         try:
             _try_batch(cfg)
@@ -55,9 +61,7 @@ def preflight(cfg: RunConfig, cwd: str | None = None) -> dict[str, Any]:
     return {"code_hash": digest}
 
 
-def _hash(cfg: RunConfig, code_hash: Any, specs: list[str]) -> str:
-    from engine.plugins import is_spec, resolve  # noqa: PLC0415
-
+def _hash(cfg: RunConfig, specs: list[str]) -> str:
     for field in ("workload", "model", "model_b", "collate", "loss"):
         value = getattr(cfg, field)
         if value and is_spec(value):
@@ -66,11 +70,6 @@ def _hash(cfg: RunConfig, code_hash: Any, specs: list[str]) -> str:
 
 
 def _try_batch(cfg: RunConfig) -> None:
-    import torch  # noqa: PLC0415
-
-    from engine.loaders._base import epoch_batches  # noqa: PLC0415
-    from engine.plugins import build_dataset, build_model, resolve  # noqa: PLC0415
-
     torch.manual_seed(cfg.seed)
     dataset = build_dataset(cfg)
     keys = epoch_batches(len(dataset), min(cfg.batch_size, _MAX_ITEMS), cfg.seed, 0)[0]
@@ -91,8 +90,6 @@ def _try_batch(cfg: RunConfig) -> None:
 
 
 def _item(dataset: Any, key: tuple[int, int]) -> Any:
-    from engine.workloads.plugin import BadItem  # noqa: PLC0415
-
     try:
         return dataset[key]
     except ConfigError:
@@ -105,10 +102,6 @@ def _item(dataset: Any, key: tuple[int, int]) -> Any:
 
 def _check_picklable(cfg: RunConfig, dataset: Any) -> None:
     """spawn/forkserver workers get the dataset (and collate) pickled; fork copies them instead."""
-    import pickle  # noqa: PLC0415
-
-    from engine.plugins import resolve  # noqa: PLC0415
-
     for field, obj in (("workload", dataset), ("collate", resolve(cfg.collate, "collate") if cfg.collate else None)):
         try:
             pickle.dumps(obj)
@@ -124,8 +117,6 @@ def _collate(collate: Any, items: list, field: str) -> tuple[Any, Any]:
     except Exception as e:  # noqa: BLE001
         raise ConfigError(field, f"collating {len(items)} items failed: {type(e).__name__}: "
                                  f"{printable(str(e)[:300])}; items must share one shape, or name a collate") from None
-    import torch  # noqa: PLC0415
-
     if not (isinstance(batch, (tuple, list)) and len(batch) == 2 and all(isinstance(t, torch.Tensor) for t in batch)):
         raise ConfigError(field, f"a batch must be an (x, y) pair of tensors, got {type(batch).__name__}")
     x, y = batch
@@ -135,8 +126,6 @@ def _collate(collate: Any, items: list, field: str) -> tuple[Any, Any]:
 
 
 def _forward(model: Any, x: Any, field: str, arch: str) -> Any:
-    import torch  # noqa: PLC0415
-
     try:
         logits = model(x)
     except Exception as e:  # noqa: BLE001
@@ -161,8 +150,6 @@ def _check_labels(cfg: RunConfig, logits: Any, y: Any) -> None:
 
 def _step(model: Any, x: Any, y: Any, what: str) -> None:
     """Forward, loss, backward on the batch; a failure names the loss if the user gave one, else the model."""
-    from engine.models._base import loss_fn  # noqa: PLC0415
-
     try:
         loss = loss_fn(model(x), y)
         loss.backward()
@@ -176,8 +163,6 @@ def _step(model: Any, x: Any, y: Any, what: str) -> None:
 def _check_mode(cfg: RunConfig, model: Any, x: Any, y: Any) -> None:
     """split: the blocks must cut into n_stages and reproduce forward; fused: copies must train under vmap."""
     if cfg.mode == "split":
-        from engine.models._base import split_stages  # noqa: PLC0415
-
         out = x
         for stage in split_stages(model, cfg.n_stages):
             out = stage(out)
@@ -185,8 +170,6 @@ def _check_mode(cfg: RunConfig, model: Any, x: Any, y: Any) -> None:
             raise ConfigError("model", f"split runs the model's stages() in order, which gives {tuple(out.shape)} "
                                        f"instead of forward's {tuple(model(x).shape)}; return every block of forward")
     elif cfg.mode == "fused":
-        from engine.modes.fused import FusedStep  # noqa: PLC0415
-
         try:
             FusedStep([model, copy.deepcopy(model)], cfg.optimizer, [cfg.lr, cfg.lr])(x, y)
         except ConfigError:

@@ -17,7 +17,9 @@ import re
 import tomllib
 from pathlib import Path
 
-from engine.config import _PLUGIN_SPEC, ConfigError, printable
+from engine.config import _PLUGIN_SPEC
+from engine.errors import ConfigError, printable
+from engine.paths import db_path
 
 __all__ = ["KINDS", "plugins_file", "registered"]
 
@@ -27,8 +29,6 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 def plugins_file(db: str | os.PathLike | None = None) -> Path:
     """`$LOADERLAB_PLUGINS`, else plugins.toml beside the store (data/plugins.toml by default)."""
-    from engine.paths import db_path  # noqa: PLC0415
-
     raw = os.environ.get("LOADERLAB_PLUGINS", "")
     return Path(raw).expanduser() if raw else db_path(db).parent / "plugins.toml"
 

@@ -14,10 +14,13 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
 from typing import Any, BinaryIO
+
+from engine.runner import main
 
 __all__ = ["PRELOAD", "parent_state", "serve"]
 
@@ -31,9 +34,9 @@ _BASELINE: dict[str, int] = {}  # native threads once numpy is loaded: its BLAS 
 
 def parent_state() -> dict[str, Any]:
     """What makes forking safe, as this process sees it (asked before every fork, and by the tests)."""
-    import threading  # noqa: PLC0415
-
-    import torch  # noqa: PLC0415 - already loaded: a dict lookup
+    # NOTE: imported here, not at the top: serve() imports torch itself, timed, and takes the thread baseline
+    # in between (PRELOAD); by the time this runs torch is loaded and this is a dict lookup
+    import torch  # noqa: PLC0415
 
     return {"pid": os.getpid(), "threads": _threads(), "baseline_threads": _BASELINE.get("threads", 1),
             "python_threads": threading.active_count(), "cuda_initialized": torch.cuda.is_initialized(),
@@ -41,8 +44,6 @@ def parent_state() -> dict[str, Any]:
 
 
 def _threads() -> int:
-    import threading  # noqa: PLC0415
-
     task = Path("/proc/self/task")  # native threads too (OpenMP, BLAS), which threading does not list
     return len(os.listdir(task)) if task.exists() else threading.active_count()
 
@@ -74,8 +75,6 @@ def _child(run_dir: str, env: dict[str, str], ready_w: int, proto: BinaryIO) -> 
         os.environ.update(env)
         os.chdir(Path(__file__).resolve().parent.parent)  # the checkout, as a cold child's cwd
         sys.argv = [sys.argv[0], run_dir]
-        from engine.runner import main  # noqa: PLC0415 - preloaded
-
         rc = main([run_dir])
     except SystemExit as e:
         rc = 0 if e.code is None else e.code if isinstance(e.code, int) else 1

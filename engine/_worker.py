@@ -25,12 +25,17 @@ from typing import Any, Callable
 
 import psutil
 
-from engine.config import ConfigError, RunConfig, SweepConfig
-from engine.paths import db_path, jobs_dir, runs_dir
-from engine.runlog import RunLog, iter_events
 from engine import _spool
+from engine.config import RunConfig, SweepConfig
+from engine.errors import ConfigError
+from engine.paths import db_path, jobs_dir, runs_dir
+from engine.ray_executor import run_sweep_ray
+from engine.ray_executor._session import reap_leftovers
+from engine.runlog import RunLog, iter_events
+from engine.runner import kill_group, launch
 from engine.store import StoreBusy, StoreError, connect, ingest_pending, ingest_run
 from engine.store.ingest import DEFER_AFTER_S
+from engine.warm import WarmParent
 
 __all__ = ["RAY_SWEEP", "job_spec", "lock_path", "marker", "now", "run_worker", "try_lock", "unlock"]
 
@@ -131,8 +136,6 @@ def run_worker(db: str | os.PathLike | None = None, *, once: bool = False, poll_
 
 def _reap_ray(db: Any) -> None:
     """Stop what a killed worker's local Ray instance left running (it logs what it stopped); never fatal."""
-    from engine.ray_executor._session import reap_leftovers  # noqa: PLC0415 - psutil only, no Ray import
-
     try:
         reap_leftovers(db)
     except Exception:  # noqa: BLE001 - a leftover must not keep the queue from running
@@ -265,13 +268,10 @@ def _run_job(job: dict[str, Any], db: Any, stop: threading.Event, poll_s: float)
 
 def _one_run(job: dict[str, Any], spec: dict[str, Any], db: Any, cancel: threading.Event,
              why: Callable[[], str]) -> tuple[str, str | None]:
-    from engine.runner import launch  # noqa: PLC0415
-
     position = marker(db, job["job_id"], ".json")  # a sweep job's (config_idx, repeat_idx)
     meta = {"run_id": job["run_id"], "sweep_id": job["sweep_id"], "job_id": job["job_id"],
             **(json.loads(position.read_text()) if position.exists() else {})}
     if not _WARM:  # started at the first run job, kept for the next: each run forks from it (engine/warm.py)
-        from engine.warm import WarmParent  # noqa: PLC0415
 
         _WARM.append(WarmParent())
     result = launch(RunConfig.from_dict(spec), db=db, meta=meta, cancel=cancel, cancel_reason=why, warm=_WARM[0])
@@ -283,8 +283,6 @@ _WARM: list[Any] = []  # this worker's warm parent, if it has run a job
 
 def _ray_sweep(job: dict[str, Any], spec: dict[str, Any], db: Any, cancel: threading.Event) -> tuple[str, str | None]:
     """The whole sweep through the Ray executor; the job is done only when every planned run is."""
-    from engine.ray_executor import run_sweep_ray  # noqa: PLC0415 - imports Ray lazily
-
     sweep = SweepConfig.from_dict(spec["sweep"])
     planned = len(sweep.plan())
     log.info("job %s: %d runs of sweep %s on %s", job["job_id"], planned, job["sweep_id"],
@@ -355,8 +353,6 @@ def _recover(db: Any) -> None:
 
 
 def _kill_orphan(run_dir: Path) -> None:
-    from engine.runner import kill_group  # noqa: PLC0415
-
     try:
         pid = int((run_dir / "pid").read_text())
         proc = psutil.Process(pid)  # a cold run names run_dir in its command; a warm-forked one has its stderr.log open

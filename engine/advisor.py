@@ -26,7 +26,10 @@ from typing import Any
 
 import pandas as pd
 
+from engine import baseline as yours
 from engine import stats
+from engine.config import RunConfig
+from engine.store import connect
 
 __all__ = ["Advice", "CONFIRM_REPEATS", "KNOB_KEYS", "PROBLEM_KEYS", "Suggestion", "advise"]
 
@@ -34,7 +37,9 @@ log = logging.getLogger(__name__)
 
 PROBLEM_KEYS = ("n_samples", "image_size", "num_classes", "work_us", "latency_ms", "folder", "width", "depth",
                 "optimizer", "device", "code_hash")  # code_hash: a changed plugin is another problem (NULL: built-in)
-KNOB_KEYS = ("loader", "workers", "prefetch_depth", "start_method", "persistent_workers", "pin_memory", "batch_size")
+# The loader settings (and batch size) ranked against each other: loader, workers, prefetch_depth, start_method,
+# persistent_workers, pin_memory, batch_size; a user's baseline names the same ones
+KNOB_KEYS = yours.BASELINE_KEYS
 _POOLED = ("threads", "processes")  # loaders with workers
 # 7 repeats per config: with 6 or more a side stats.ratio_ci has a 95% interval (6 + 7 is the least)
 CONFIRM_REPEATS = 7
@@ -78,9 +83,7 @@ class Advice:
         """Your setup and the best, `repeats` runs each in a random order: the runs a 95% interval needs."""
         if not self.base_config:
             raise ValueError(self.message or "nothing measured yet: no sweep to propose")
-        from engine.baseline import confirm_sweep_toml  # noqa: PLC0415
-
-        return confirm_sweep_toml(self.base_config, self.default, self.best, repeats=repeats,
+        return yours.confirm_sweep_toml(self.base_config, self.default, self.best, repeats=repeats,
                                   title=f"your setup vs the best for {self.workload} + {self.model}, "
                                         "proposed by `python -m engine advise`")
 
@@ -104,9 +107,7 @@ class Advice:
             lines.append(f"tied with the best (no clear difference at 95%, or too few runs to tell): {shown}")
         c = self.comparison
         if self.baseline:
-            from engine.baseline import vs_baseline_lines  # noqa: PLC0415
-
-            lines += vs_baseline_lines(self)
+            lines += _vs_baseline_lines(self)
         elif self.default == self.best:
             lines.append("the default is the fastest measured config")
         else:
@@ -135,8 +136,6 @@ class Advice:
         repeated CONFIRM_REPEATS times so that it also confirms (or not) the best with an interval."""
         if not self.base_config:
             raise ValueError(self.message or "nothing measured yet: no sweep to propose")
-        from engine.config import RunConfig  # noqa: PLC0415
-
         defaults = RunConfig().to_dict()
         base = {k: self.base_config[k] for k in defaults  # in schema order
                 if k in self.base_config and k != "tag"
@@ -156,8 +155,8 @@ class Advice:
         out = [f"# next measurements for {self.workload} + {self.model}, proposed by `python -m engine advise`",
                f"# run: python -m engine sweep <this file>", f'name = "next-{self.workload}-{self.model}"',
                f"repeats = {repeats}", "seed = 0", "", "[base]"]
-        out += [f"{k} = {_toml(v)}" for k, v in base.items()]
-        out += ["", "[grid]"] + [f"{k} = {_toml(v)}" for k, v in grid.items()]
+        out += [f"{k} = {yours.toml_value(v)}" for k, v in base.items()]
+        out += ["", "[grid]"] + [f"{k} = {yours.toml_value(v)}" for k, v in grid.items()]
         return "\n".join(out) + "\n"
 
 
@@ -165,8 +164,6 @@ def advise(workload: str, model: str, *, host: str = "this", db: str | os.PathLi
            where: dict[str, Any] | None = None, baseline: str | dict[str, Any] | None = None) -> Advice:
     """Advice for workload + model from the done runs in the store (see the module docstring).
     `baseline`: the user's setup, e.g. "loader=processes,workers=4,batch_size=64" (engine.baseline.parse)."""
-    from engine import baseline as yours  # noqa: PLC0415
-
     given = yours.parse(baseline)  # bad input fails before the store is read
     fp, label = _host(host)
     advice = Advice(workload=workload, model=model, host=host, host_label=label, baseline=given)
@@ -210,6 +207,28 @@ def advise(workload: str, model: str, *, host: str = "this", db: str | os.PathLi
     measured = runs[_match(runs, advice.problem)]
     advice.suggestions = _suggest(advice.best, advice.verdict, measured, advice.cores or 2)
     return advice
+
+
+def _vs_baseline_lines(advice: Advice) -> list[str]:
+    """The advisor's answer for the user's setup: the best's speedup over it with its interval, or the
+    sweep that would give one. `advice` has a baseline."""
+    c, mine = advice.comparison, f"your setup ({describe(advice.default)})"
+    if advice.default == advice.best:
+        return [f"{mine} is the fastest measured config ({c.get('n_b', 0)} runs)"]
+    if not c.get("n_a"):
+        lines = [f"{mine}: no stored runs for this problem yet, so no speedup to report"]
+    else:
+        ci = stats.ci_text(c["speedup_lo"], c["speedup_hi"], min(c["n_a"], c["n_b"]), "{:.2f}", "x")
+        said = (f"best is {c['speedup']:.2f}x faster than {mine}" if c["verdict"] == "B faster"
+                else f"best vs {mine}: {c['speedup']:.2f}x by the medians, {c['verdict']}")
+        lines = [f"{said} ({ci}; {c['n_a']} + {c['n_b']} runs)"]
+    if advice.needs_confirmation:
+        host = "" if advice.host == "this" else f" --host {advice.host}"
+        lines.append(f"  confirm it ({CONFIRM_REPEATS} runs of each, in a random order): python -m engine advise "
+                     f"--workload {advice.workload} --model {advice.model}{host} --baseline "
+                     f"{yours.describe_baseline(advice.baseline)} --write-confirm confirm.toml && "
+                     "python -m engine sweep confirm.toml")
+    return lines
 
 
 # ---------------------------------------------------------------------------- what to try next
@@ -258,7 +277,7 @@ def _suggest(best: dict[str, Any], verdict: str | None, measured: pd.DataFrame, 
     out: list[Suggestion] = []
     for kind in _PRIORITY.get(verdict, _PRIORITY[None]):
         for s in kinds[kind]:
-            if len(out) < 3 and not _is_measured(best, s, measured) and _valid(best, s):
+            if len(out) < 3 and not _is_measured(best, s, measured):
                 out.append(s)
     return out
 
@@ -285,22 +304,10 @@ def _is_measured(best: dict[str, Any], s: Suggestion, measured: pd.DataFrame) ->
     return bool(_match(single, knobs).any())
 
 
-def _valid(best: dict[str, Any], s: Suggestion) -> bool:
-    if s.changes.get("mode") != "fused":
-        return True
-    try:
-        from engine.registry import MODES  # noqa: PLC0415 - modes are written by other modules; may be absent
-    except ImportError:
-        return False
-    return "fused" in MODES
-
-
 # ---------------------------------------------------------------------------- helpers
 
 
 def _load(workload: str, model: str, db: str | os.PathLike | None) -> pd.DataFrame:
-    from engine.store import connect  # noqa: PLC0415
-
     with connect(db, read_only=True) as conn:
         return conn.execute("SELECT * FROM runs WHERE status = 'done' AND NOT coalesce(deleted, false) "
                             "AND workload = ? AND model = ?", [workload, model]).df()
@@ -310,7 +317,9 @@ def _host(host: str) -> tuple[str | None, str]:
     if host == "any":
         return None, "any host"
     if host == "this":
-        from engine.measure.host import fingerprint  # noqa: PLC0415 - imports torch
+        # NOTE: imported here: the fingerprint reads torch's thread settings, and the dashboard and the
+        # notebook API import this module without loading torch until advice for "this" host is asked
+        from engine.measure.host import fingerprint  # noqa: PLC0415
 
         fp = fingerprint()["fingerprint"]
         return fp, f"this host ({fp})"
@@ -369,13 +378,3 @@ def _fmt_changes(changes: dict[str, Any]) -> str:
 def _fmt_problem(problem: dict[str, Any]) -> str:
     short = {**problem, "code_hash": str(problem.get("code_hash") or "")[:12]}  # a sha256: its head is enough
     return ", ".join(f"{k}={v}" for k, v in short.items() if v not in (None, ""))
-
-
-def _toml(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml(x) for x in v) + "]"
-    return json.dumps(str(v))  # a JSON string is a valid TOML basic string

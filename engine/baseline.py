@@ -12,15 +12,15 @@ problem) is the run's, so the comparison is like with like.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from engine.config import ConfigError, RunConfig, printable
+from engine.config import RunConfig
+from engine.errors import ConfigError, printable
 
-__all__ = ["BASELINE_KEYS", "EXAMPLE", "confirm_sweep_toml", "describe_baseline", "knobs", "parse",
-           "vs_baseline_lines"]
+__all__ = ["BASELINE_KEYS", "EXAMPLE", "confirm_sweep_toml", "describe_baseline", "knobs", "parse", "toml_value"]
 
-# NOTE: the advisor's KNOB_KEYS, typed here too so that parsing needs neither pandas nor the store;
-# tests/engine/test_tune.py checks the two agree
+# The loader settings a baseline may name; the advisor ranks configs over the same keys (its KNOB_KEYS)
 BASELINE_KEYS = ("loader", "workers", "prefetch_depth", "start_method", "persistent_workers", "pin_memory",
                  "batch_size")
 EXAMPLE = "loader=processes,workers=4,batch_size=64"
@@ -73,39 +73,23 @@ def confirm_sweep_toml(base_config: dict[str, Any], yours: dict[str, Any], best:
                        repeats: int, title: str) -> str:
     """A sweep of exactly two configs, your setup and the best, `repeats` runs each in a seeded random order:
     enough runs (7 + 7) for a 95% interval of the speedup. Base: every non-default field of base_config."""
-    from engine.advisor import _toml  # noqa: PLC0415 - one TOML writer
-
     defaults = RunConfig().to_dict()
     base = {k: v for k, v in base_config.items() if k in defaults and k not in BASELINE_KEYS and k != "tag"
             and (v != defaults[k] or k in ("workload", "model"))}
     out = [f"# {title}", "# run: python -m engine sweep <this file>; then advise with the same --baseline",
            'name = "confirm"', f"repeats = {repeats}", "seed = 0", "", "[base]"]
-    out += [f"{k} = {_toml(v)}" for k, v in base.items()]
+    out += [f"{k} = {toml_value(v)}" for k, v in base.items()]
     for point in (yours, best):
-        out += ["", "[[points]]"] + [f"{k} = {_toml(v)}" for k, v in point.items()]
+        out += ["", "[[points]]"] + [f"{k} = {toml_value(v)}" for k, v in point.items()]
     return "\n".join(out) + "\n"
 
 
-def vs_baseline_lines(advice: Any) -> list[str]:
-    """The advisor's answer for the user's setup: the best's speedup over it with its interval, or the
-    sweep that would give one. `advice` is an engine.advisor.Advice with a baseline."""
-    from engine import stats  # noqa: PLC0415
-    from engine.advisor import CONFIRM_REPEATS, describe  # noqa: PLC0415
-
-    c, mine = advice.comparison, f"your setup ({describe(advice.default)})"
-    if advice.default == advice.best:
-        return [f"{mine} is the fastest measured config ({c.get('n_b', 0)} runs)"]
-    if not c.get("n_a"):
-        lines = [f"{mine}: no stored runs for this problem yet, so no speedup to report"]
-    else:
-        ci = stats.ci_text(c["speedup_lo"], c["speedup_hi"], min(c["n_a"], c["n_b"]), "{:.2f}", "x")
-        said = (f"best is {c['speedup']:.2f}x faster than {mine}" if c["verdict"] == "B faster"
-                else f"best vs {mine}: {c['speedup']:.2f}x by the medians, {c['verdict']}")
-        lines = [f"{said} ({ci}; {c['n_a']} + {c['n_b']} runs)"]
-    if advice.needs_confirmation:
-        host = "" if advice.host == "this" else f" --host {advice.host}"
-        lines.append(f"  confirm it ({CONFIRM_REPEATS} runs of each, in a random order): python -m engine advise "
-                     f"--workload {advice.workload} --model {advice.model}{host} --baseline "
-                     f"{describe_baseline(advice.baseline)} --write-confirm confirm.toml && "
-                     "python -m engine sweep confirm.toml")
-    return lines
+def toml_value(v: Any) -> str:
+    """A TOML value for a config field's value: the one writer of the advisor's and tune's sweep files."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    return json.dumps(str(v))  # a JSON string is a valid TOML basic string

@@ -12,30 +12,17 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-import os
 import random
 import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-__all__ = ["ConfigError", "RunConfig", "SweepConfig", "check_browser_config", "config_fields", "data_roots",
-           "field_choices", "load_toml", "printable"]
+from engine.errors import ConfigError, printable
 
-
-class ConfigError(ValueError):
-    """Bad user input. `field` names the offending field so forms can show the error inline."""
-
-    def __init__(self, field_name: str, message: str):
-        super().__init__(f"{field_name}: {message}")
-        self.field = field_name
-        self.message = message
-
-
-def printable(text: str) -> str:
-    """User text may hold newlines or control characters: escape them so an error stays one line."""
-    return re.sub(r"[\x00-\x1f\x7f]", lambda m: f"\\x{ord(m.group()):02x}", str(text))
+__all__ = ["ConfigError", "RunConfig", "SweepConfig", "config_fields", "field_choices", "load_toml", "printable"]
 
 
 # A plugin spec, "module.path:callable" (engine.plugins.SPEC_RE; here so that config needs no torch).
@@ -175,43 +162,16 @@ class RunConfig:
             raise ConfigError("workers", f"loader '{self.loader}' needs workers >= 1")
         if self.workload == "folder" and not self.folder:
             raise ConfigError("folder", "the folder workload needs --folder PATH to a directory of class subfolders")
-        if self.workload == "pyloop" and self.loader == "processes" and self.start_method != "fork":
-            pass  # fine: pyloop is picklable
-        from engine import devices  # noqa: PLC0415 - keeps config importable without torch at module load
-        devices.check_device("device", self.device)
-        from engine.registry import check_config  # noqa: PLC0415
-        check_config(self)
+        _registry().check_config(self)  # the device, and the rules of the workload, the mode and --trace
 
 
-def data_roots() -> list[Path]:
-    """Folders a config from the browser may read: $LOADERLAB_DATA_ROOTS (os.pathsep-separated), else data/."""
-    from engine.paths import DATA_DIR  # noqa: PLC0415
+def _registry() -> ModuleType:
+    """engine.registry, which imports torch and every loader, model, workload and mode."""
+    # NOTE: imported here, not at the top: the dashboard and the notebook API import this module and must
+    # not load torch until a config is validated or a select box lists the registry's names
+    from engine import registry  # noqa: PLC0415
 
-    raw = os.environ.get("LOADERLAB_DATA_ROOTS", "")
-    return [Path(p).resolve() for p in raw.split(os.pathsep) if p.strip()] or [DATA_DIR.resolve()]
-
-
-def check_browser_config(cfg: RunConfig) -> None:
-    """Extra rules for configs that arrive from the browser: plugins only as registered on the server (specs
-    the owner listed, see engine._browser), and a `folder` must lie under a data root.
-
-    NOTE: the path is resolved (symlinks and `..` included) before the check, so a link inside a root
-    that points outside it is refused too. The CLI is not limited: its user already owns the machine.
-    """
-    from engine._browser import check_plugins  # noqa: PLC0415  (it imports this module)
-
-    check_plugins(cfg)  # a module path only as a plugin the server's owner registered by name
-    if cfg.workload != "folder" and not cfg.folder:
-        return
-    try:
-        real = Path(cfg.folder).expanduser().resolve()
-    except (OSError, RuntimeError, ValueError):  # a NUL byte, a symlink loop: no path a root could hold
-        raise ConfigError("folder", f"'{printable(cfg.folder[:200])}' is not a usable path") from None
-    roots = data_roots()
-    if not any(real == root or root in real.parents for root in roots):
-        raise ConfigError("folder", f"'{cfg.folder}' is outside the folders this dashboard may read "
-                                    f"({', '.join(map(str, roots))}); move the data there or ask whoever runs the "
-                                    "dashboard to add its folder to LOADERLAB_DATA_ROOTS")
+    return registry
 
 
 def config_fields(cls: type = RunConfig) -> list[dataclasses.Field]:
@@ -224,9 +184,7 @@ def field_choices(f: dataclasses.Field) -> tuple[str, ...] | None:
     if choices is None:
         return None
     if isinstance(choices, str):
-        from engine import registry  # noqa: PLC0415
-
-        return tuple(registry.names(choices))
+        return tuple(_registry().names(choices))
     return tuple(choices)
 
 

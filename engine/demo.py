@@ -11,6 +11,8 @@ import logging
 import os
 
 from engine.config import SweepConfig
+from engine.jobs import list_jobs, submit_sweep
+from engine.store import list_runs
 
 __all__ = ["DEMO_REPEATS", "DEMO_SWEEP", "demo_sweep", "ensure_demo"]
 
@@ -39,9 +41,6 @@ def ensure_demo(db: str | os.PathLike | None = None, progress: bool = True, **ba
 
     Never waits for the runs: the job worker (`make run` starts it) runs them while the dashboard serves.
     `progress` is kept for callers of the old synchronous demo; nothing is printed here."""
-    from engine.jobs import list_jobs, submit_sweep  # noqa: PLC0415
-    from engine.store import list_runs  # noqa: PLC0415
-
     if len(list_runs(db=db, limit=1, include_deleted=True)) or len(list_jobs(db=db, limit=1)):
         return False
     ids = submit_sweep(demo_sweep(**base_overrides), db=db)

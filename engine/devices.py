@@ -9,14 +9,14 @@ import re
 
 import torch
 
-__all__ = ["check_device", "resolve"]
+from engine.errors import ConfigError
+
+__all__ = ["check_device", "resolve", "set_threads"]
 
 _PATTERN = re.compile(r"^(auto|cpu|cuda(:\d{1,3})?)$")
 
 
 def check_device(field_name: str, name: str) -> None:
-    from engine.config import ConfigError  # noqa: PLC0415
-
     if not _PATTERN.match(name):
         raise ConfigError(field_name, f"'{name}' is not a device; use auto, cpu, cuda or cuda:N")
     if name.startswith("cuda"):
@@ -33,3 +33,9 @@ def resolve(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
     return torch.device("cuda:0" if name == "cuda" else name)
+
+
+def set_threads(threads: int) -> None:
+    """A run's intra-op threads; 0 = auto: torch's default is left alone (the host fingerprint records it)."""
+    if threads > 0:
+        torch.set_num_threads(threads)

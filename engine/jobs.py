@@ -39,14 +39,18 @@ import pandas as pd
 import pyarrow as pa
 import psutil
 
+from engine import _spool
+from engine._browser import check_browser_config
 from engine._worker import RAY_SWEEP, job_spec, lock_path, marker, now, run_worker, try_lock, unlock
-from engine.config import ConfigError, RunConfig, SweepConfig, check_browser_config
+from engine.config import RunConfig, SweepConfig
+from engine.errors import ConfigError
 from engine.paths import ROOT, db_path, jobs_dir, runs_dir
 from engine.ray_executor import INSTALL_HINT, ray_available
 from engine.runlog import EPOCH_FIELDS, tail_events
-from engine import _spool
+from engine.runner import new_run_id
 from engine.store import StoreHeld, connect
 from engine.store.ingest import DEFER_AFTER_S
+from engine.sweep import new_sweep_id
 
 __all__ = ["INSTALL_HINT", "JOB_STATUSES", "RAY_ADDRESS_ENV", "cancel", "default_ray_address", "ensure_worker",
            "estimate_duration", "job_progress", "list_jobs", "ray_available", "run_worker", "stop_worker", "submit",
@@ -89,8 +93,6 @@ def _check_origin(configs: list[RunConfig], origin: str) -> None:
 
 def submit_sweep(sweep: SweepConfig, db: str | os.PathLike | None = None, origin: str = "cli") -> list[str]:
     """Queue every planned run of a sweep, in its seeded random order; returns the job ids in that order."""
-    from engine.sweep import new_sweep_id  # noqa: PLC0415
-
     _check_origin(sweep.configs(), origin)
     repeats: dict[int, int] = {}
     items = []
@@ -111,8 +113,6 @@ def submit_ray_sweep(sweep: SweepConfig | RunConfig, *, address: str | None = No
 
     address: "auto", "host:port" or "ray://host:port"; None or "" starts a local Ray instance (127.0.0.1).
     """
-    from engine.sweep import new_sweep_id  # noqa: PLC0415
-
     if not ray_available():
         raise ConfigError("target", f"a Ray cluster target needs Ray, which is not installed: `{INSTALL_HINT}`")
     if isinstance(sweep, RunConfig):
@@ -136,8 +136,8 @@ def _job_ids(n: int) -> list[str]:
 
 
 def _insert(items: list[tuple[RunConfig, dict | None]], sweep_id: str | None, db: Any) -> list[str]:
-    from engine.devices import resolve  # noqa: PLC0415 - imports torch
-    from engine.runner import new_run_id  # noqa: PLC0415
+    # NOTE: imported here: engine.devices imports torch, which the dashboard loads only once a job is queued
+    from engine.devices import resolve  # noqa: PLC0415
 
     created, run_ids, rows = now(), set(), []
     jobs_dir(db).mkdir(parents=True, exist_ok=True)

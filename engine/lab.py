@@ -18,10 +18,19 @@ from __future__ import annotations
 
 import math
 import os
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable
 
-if TYPE_CHECKING:
-    import pandas as pd
+import pandas as pd
+
+from engine import paths
+from engine._lab_compare import compare_runs
+from engine.advisor import advise as _advise
+from engine.config import RunConfig, SweepConfig
+from engine.runner import launch
+from engine.store import get_run, list_runs, run_query
+from engine.sweep import run_sweep
+from engine.tune import parse_budget
+from engine.tune import tune as _tune
 
 __all__ = ["advise", "compare", "db_path", "run", "runs", "sweep", "tune"]
 
@@ -33,9 +42,7 @@ _SUMMARY = ("run_id", "status", "error", "workload", "model", "loader", "workers
 
 def db_path(db: Db = None) -> str:
     """The store these functions use: `db`, else $LOADERLAB_DB, else the checkout's data/loaderlab.duckdb."""
-    from engine.paths import db_path as resolve  # noqa: PLC0415
-
-    return str(resolve(db))
+    return str(paths.db_path(db))
 
 
 def run(*, db: Db = None, **fields: Any) -> dict[str, Any]:
@@ -45,10 +52,6 @@ def run(*, db: Db = None, **fields: Any) -> dict[str, Any]:
         s["epoch_s"], s["samples_per_s"], s["efficiency"], s["verdict"]
 
     A run that fails returns status "failed" and its error; it does not raise."""
-    from engine.config import RunConfig  # noqa: PLC0415
-    from engine.runner import launch  # noqa: PLC0415
-    from engine.store import get_run  # noqa: PLC0415
-
     result = launch(RunConfig.from_dict(fields), db=db)
     row = get_run(result.run_id, db=db) if result.stored else None
     out = {k: row.get(k) for k in _SUMMARY if k in row} if row else {"run_id": result.run_id}
@@ -57,31 +60,26 @@ def run(*, db: Db = None, **fields: Any) -> dict[str, Any]:
 
 
 def sweep(grid: dict[str, list[Any]], repeats: int = 1, base: dict[str, Any] | None = None, progress: bool = True,
-          *, name: str = "lab", seed: int = 0, db: Db = None) -> "pd.DataFrame":
+          *, name: str = "lab", seed: int = 0, db: Db = None) -> pd.DataFrame:
     """The product of `grid` (field -> values) over `base`, each config `repeats` times in a seeded random order
     (the CLI's sweep), with a progress bar. Returns the sweep's runs, one row each.
 
         df = lab.sweep({"loader": ["sync", "threads"]}, repeats=7, base={"workload": "tensor"})"""
-    from engine.config import SweepConfig  # noqa: PLC0415
-    from engine.sweep import run_sweep  # noqa: PLC0415
-
     cfg = SweepConfig.from_dict({"name": name, "grid": grid, "base": base or {}, "repeats": repeats, "seed": seed})
     result = run_sweep(cfg, db=db, progress=progress)
     return runs(db=db, sweep_id=result.sweep_id)
 
 
-def runs(*, db: Db = None, limit: int = 10_000, **filters: Any) -> "pd.DataFrame":
+def runs(*, db: Db = None, limit: int = 10_000, **filters: Any) -> pd.DataFrame:
     """Stored runs, newest first, as a DataFrame; `filters` are columns of the runs table:
     a value, a list of values, or None for NULL.
 
         lab.runs(workload="tensor", loader=["threads", "processes"], status="done")"""
-    from engine.store import list_runs  # noqa: PLC0415
-
     return list_runs(db=db, limit=limit, filters=filters or None)
 
 
-def compare(what: "Iterable[str] | str | pd.DataFrame", *, by: list[str] | None = None,
-            db: Db = None) -> "pd.DataFrame":
+def compare(what: Iterable[str] | str | pd.DataFrame, *, by: list[str] | None = None,
+            db: Db = None) -> pd.DataFrame:
     """Each distinct config among the runs: n, median epoch_s with its exact 95% interval, and its speedup over
     the slowest config with the interval and verdict of engine.stats.compare (the CLI's and the advisor's).
 
@@ -91,8 +89,6 @@ def compare(what: "Iterable[str] | str | pd.DataFrame", *, by: list[str] | None 
 
         lab.compare(lab.runs(workload="tensor", status="done"))
         lab.compare("SELECT run_id FROM runs WHERE sweep_id = 'lab-...'")"""
-    from engine._lab_compare import compare_runs  # noqa: PLC0415
-
     return compare_runs(_runs_of(what, db), by)
 
 
@@ -103,8 +99,6 @@ def advise(*, workload: str, model: str, baseline: str | dict[str, Any] | None =
 
         a = lab.advise(workload="tensor", model="mlp", baseline="loader=processes,workers=4,batch_size=64")
         a["speedup"], a["speedup_lo"], a["speedup_hi"], a["tied"], a["confirm_sweep_toml"]"""
-    from engine.advisor import advise as _advise  # noqa: PLC0415
-
     a = _advise(workload, model, host=host, db=db, where=where, baseline=baseline)
     c = a.comparison
     return {"workload": workload, "model": model, "message": a.message, "n_runs": a.n_runs, "problem": a.problem,
@@ -126,8 +120,6 @@ def tune(*, workload: str, model: str, budget: str | float = "10m", baseline: st
 
         t = lab.tune(workload="tensor", model="mlp", budget="5m", baseline="loader=processes,workers=4")
         t["best"], t["speedup"], (t["speedup_lo"], t["speedup_hi"]), t["runs"]"""
-    from engine.tune import parse_budget, tune as _tune  # noqa: PLC0415
-
     r = _tune(workload, model, budget_s=parse_budget(budget), db=db, base=base, progress=progress,
               baseline=baseline, **options)
     c = r.comparison
@@ -141,11 +133,7 @@ def tune(*, workload: str, model: str, budget: str | float = "10m", baseline: st
 # ---------------------------------------------------------------------------- helpers
 
 
-def _runs_of(what: Any, db: Db) -> "pd.DataFrame":
-    import pandas as pd  # noqa: PLC0415
-
-    from engine.store import list_runs, run_query  # noqa: PLC0415
-
+def _runs_of(what: Any, db: Db) -> pd.DataFrame:
     if isinstance(what, pd.DataFrame):
         return what
     if isinstance(what, str) and len(what.split()) > 1:   # a query: run ids hold no spaces

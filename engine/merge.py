@@ -27,6 +27,7 @@ import duckdb
 
 from engine.paths import db_path
 from engine.store import connect, export
+from engine.store._lock import SidecarLock
 
 __all__ = ["RUN_TABLES", "ImportResult", "add_export_bundle_args", "add_import_args", "export_bundle",
            "export_bundle_main", "import_main", "import_results"]
@@ -130,8 +131,6 @@ def import_results(paths: str | os.PathLike | list, *, db: str | os.PathLike | N
 def _attach(conn: duckdb.DuckDBPyConnection, stack: ExitStack, src: Path, alias: str) -> dict[str, str]:
     """Attach another store read-only; while a LoaderLab writer on this host holds it, wait via its lock."""
     if src.with_name(src.name + ".lock").exists():
-        from engine.store._lock import SidecarLock  # noqa: PLC0415
-
         stack.enter_context(SidecarLock(src, exclusive=False, deadline=time.monotonic() + 30.0))
     try:
         conn.execute(f"ATTACH {_lit(src)} AS {alias} (READ_ONLY)")

@@ -1,8 +1,9 @@
 """Where things live: the store file, RunLogs, generated datasets. One place so every command agrees.
 
-The store is `--db PATH`, else `$LOADERLAB_DB`, else `data/loaderlab.duckdb`. RunLogs and the job
-queue sit beside the store (`<store dir>/runs`, `<store dir>/jobs`) so a temporary store in a test
-gets temporary RunLogs too. Datasets are shared: `$LOADERLAB_DATA/datasets`, default `data/datasets`.
+The store is `--db PATH`, else `$LOADERLAB_DB`, else `data/loaderlab.duckdb`; every function that takes
+one types it `db: Db`. RunLogs and the job queue sit beside the store (`<store dir>/runs`, `<store dir>/jobs`)
+so a temporary store in a test gets temporary RunLogs too. Datasets are shared: `$LOADERLAB_DATA/datasets`,
+default `data/datasets`. A run's profiler trace (`--trace`) is `<run_dir>/trace.json.gz`.
 """
 
 from __future__ import annotations
@@ -11,13 +12,16 @@ import functools
 import os
 from pathlib import Path
 
-__all__ = ["DATA_DIR", "datasets_dir", "db_path", "jobs_dir", "runs_dir"]
+__all__ = ["DATA_DIR", "Db", "ROOT", "TRACE_FILE", "datasets_dir", "db_path", "jobs_dir", "runs_dir"]
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = ROOT / "data"
+TRACE_FILE = "trace.json.gz"  # in the run's folder; engine/measure/trace.py writes it
+
+Db = str | os.PathLike | None  # a store path: --db PATH, else $LOADERLAB_DB, else data/loaderlab.duckdb
 
 
-def db_path(db: str | os.PathLike | None = None) -> Path:
+def db_path(db: Db = None) -> Path:
     path = os.fspath(db or os.environ.get("LOADERLAB_DB") or DATA_DIR / "loaderlab.duckdb")
     return _resolved(path, "" if os.path.isabs(path) else os.getcwd())
 
@@ -29,11 +33,11 @@ def _resolved(path: str, cwd: str) -> Path:
     return Path(path).resolve()
 
 
-def runs_dir(db: str | os.PathLike | None = None) -> Path:
+def runs_dir(db: Db = None) -> Path:
     return db_path(db).parent / "runs"
 
 
-def jobs_dir(db: str | os.PathLike | None = None) -> Path:
+def jobs_dir(db: Db = None) -> Path:
     return db_path(db).parent / "jobs"
 
 

@@ -10,7 +10,8 @@ or the user's module until a run or a check asks for it.
     preflight(cfg)                                     # one batch tried before launch -> {"code_hash": ...}
 
 What the server's owner registers for the dashboard lives in a TOML file (engine/_plugin_registry.py);
-the browser only ever picks a name. code_hash is in engine/_plugin_hash.py.
+the browser only ever picks a name. code_hash is in engine/_plugin_hash.py. Runs build a plugin's dataset
+and model with engine.workloads.build_dataset and engine.models.build_model.
 """
 
 from __future__ import annotations
@@ -21,12 +22,15 @@ import os
 import sys
 from typing import Any, Callable
 
+import numpy as np
+
 from engine._plugin_hash import code_hash
 from engine._plugin_registry import KINDS, plugins_file, registered
-from engine.config import _PLUGIN_SPEC, ConfigError, printable
+from engine.config import _PLUGIN_SPEC
+from engine.errors import ConfigError, printable
 
-__all__ = ["KINDS", "SPEC_RE", "build_dataset", "build_model", "call_factory", "code_hash", "is_spec", "item_rng",
-           "plugins_file", "preflight", "registered", "resolve", "specs_of"]
+__all__ = ["KINDS", "SPEC_RE", "call_factory", "code_hash", "is_spec", "item_rng", "plugins_file", "preflight",
+           "registered", "resolve", "specs_of"]
 
 SPEC_RE = _PLUGIN_SPEC  # "module.path:callable"; one regex, declared with the config fields
 
@@ -94,55 +98,13 @@ def call_factory(fn: Callable[..., Any], spec: str, field: str, kwargs: dict[str
         raise ConfigError(field, f"'{spec}' raised {type(e).__name__}: {printable(str(e)[:300])}") from None
 
 
-def build_dataset(cfg: Any) -> Any:
-    """The run's dataset: a built-in workload, or the user's factory called with every config field, wrapped."""
-    from engine.registry import WORKLOADS  # noqa: PLC0415
-
-    if not is_spec(cfg.workload):
-        return WORKLOADS[cfg.workload](cfg)
-    from torch.utils.data import IterableDataset  # noqa: PLC0415
-
-    from engine.workloads.plugin import PluginDataset  # noqa: PLC0415
-
-    inner = call_factory(resolve(cfg.workload, "workload"), cfg.workload, "workload", cfg.to_dict())
-    if isinstance(inner, IterableDataset) or not hasattr(inner, "__getitem__"):
-        raise ConfigError("workload", f"'{cfg.workload}' returned type {type(inner).__name__}, not a map-style "
-                                      "Dataset; return an object with __len__ and __getitem__(index) -> (x, y)")
-    return PluginDataset(inner, cfg, cfg.workload)
-
-
-def build_model(cfg: Any, in_shape: tuple[int, ...], num_classes: int, *, arch: str | None = None,
-                width: int | None = None, field: str = "model") -> Any:
-    """A built-in model, or the user's factory called with in_shape, num_classes, width, depth and seed.
-
-    Also makes cfg.loss this process's loss (engine.models._base.set_loss): every process that trains
-    builds its model here, so the loss follows the model into threads, spawned processes and ranks.
-    """
-    from torch import nn  # noqa: PLC0415
-
-    from engine.models._base import set_loss  # noqa: PLC0415
-    from engine.registry import MODELS  # noqa: PLC0415
-
-    arch, width = arch or cfg.model, width or cfg.width
-    set_loss(cfg.loss)
-    if not is_spec(arch):
-        return MODELS[arch](in_shape, num_classes, width, cfg.depth)
-    kwargs = {"in_shape": tuple(in_shape), "num_classes": int(num_classes), "width": width, "depth": cfg.depth,
-              "seed": cfg.seed}
-    model = call_factory(resolve(arch, field), arch, field, kwargs)
-    if not isinstance(model, nn.Module):
-        raise ConfigError(field, f"'{arch}' returned type {type(model).__name__}, not a torch.nn.Module; return the "
-                                 "model (batch -> logits)")
-    return model
-
-
 def item_rng() -> Any:
     """A numpy Generator seeded for the item being loaded in this thread (per seed, epoch, index).
 
     For datasets that set `thread_safe = True`: unlike the global generators, it is the thread's own.
     """
-    import numpy as np  # noqa: PLC0415
-
+    # NOTE: imported here: engine.workloads imports torch, and this module is imported by the launchers
+    # (CLI, dashboard, notebook), which must not load it; a dataset calls this inside a run, where it is loaded
     from engine.workloads.plugin import current_seed  # noqa: PLC0415
 
     return np.random.default_rng(current_seed())
@@ -153,6 +115,10 @@ def preflight(cfg: Any, cwd: str | None = None) -> dict[str, Any]:
 
     A bad plugin raises a one-line ConfigError naming its field. See engine/_plugin_check.py.
     """
+    if not specs_of(cfg):
+        return {}  # built-ins only: nothing to try, and torch stays out of the launching process
+    # NOTE: imported here: the check builds the dataset and model with torch, which the launchers (CLI,
+    # dashboard, notebook) load only when a config names a plugin
     from engine._plugin_check import preflight as check  # noqa: PLC0415
 
     return check(cfg, cwd)

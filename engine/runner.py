@@ -24,8 +24,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from engine.config import RunConfig
-from engine.paths import ROOT, runs_dir
+from engine.paths import ROOT, Db, runs_dir
+from engine.plugins import is_spec, preflight
 from engine.runlog import RunLog, iter_events, tail_events
+from engine.warm import run_env
 
 __all__ = ["RunResult", "execute", "kill_group", "launch", "new_run_id"]
 
@@ -52,30 +54,30 @@ def new_run_id() -> str:
 
 def execute(run_dir: Path) -> int:
     """Run the config in run_dir/config.json, writing events. Returns the exit status (0 done, 1 failed)."""
-    from engine import devices  # noqa: PLC0415 - torch is imported only in the child
-    from engine.measure import bound  # noqa: PLC0415
-    from engine.measure.host import fingerprint  # noqa: PLC0415
-    from engine.measure.sampler import Sampler  # noqa: PLC0415
-    from engine.modes import RunContext  # noqa: PLC0415
-    from engine.registry import MODES  # noqa: PLC0415
+    # NOTE: imported here: torch and the run side are imported only in the child; the launchers import this
+    # module for launch() (CLI, dashboard's job worker, notebook) and must not load them
+    from engine import devices, modes, workloads  # noqa: PLC0415
+    from engine.measure import bound, host, sampler  # noqa: PLC0415
 
     meta = json.loads((run_dir / "meta.json").read_text())
     if meta.get("cwd") and meta["cwd"] not in sys.path:
         sys.path.insert(1, meta["cwd"])  # the launcher's folder, after ours: a user's module there imports, as with -m
     cfg = RunConfig.from_dict(json.loads((run_dir / "config.json").read_text()))
     device = devices.resolve(cfg.device)
-    _set_threads(cfg.threads)  # before fingerprint(): the thread settings that took effect are part of it
+    devices.set_threads(cfg.threads)  # before fingerprint(): the thread settings that took effect are part of it
+    spec = modes.MODES[cfg.mode]
     with RunLog(run_dir) as runlog:
-        runlog.write("start", run_id=run_dir.name, config=_stored_config(cfg), host=fingerprint(), pid=os.getpid(),
-                     device=str(device), **meta)
-        ctx = RunContext(cfg=cfg, log=runlog, device=device)
+        runlog.write("start", run_id=run_dir.name, config=_stored_config(cfg, workloads.build_dataset),
+                     host=host.fingerprint(), pid=os.getpid(), device=str(device), **meta)
+        ctx = modes.RunContext(cfg=cfg, log=runlog, device=device)
         heart = _Heartbeat(runlog)
+        gpu = device.index or 0 if device.type == "cuda" else None
         try:
-            with heart, Sampler(runlog, cfg.sample_hz, device.index or 0 if device.type == "cuda" else None) as s:
-                MODES[cfg.mode].run(ctx)
+            with heart, sampler.Sampler(runlog, cfg.sample_hz, gpu) as s:
+                spec.run(ctx)
             ctx.summary.update(s.summary())
             if cfg.bound:
-                ctx.summary.update(_calibrate(bound, ctx, run_dir))
+                ctx.summary.update(_calibrate(bound.calibrate, ctx, run_dir, spec.bound))
             runlog.write("summary", **ctx.summary)
             runlog.write("end", status="done", error=None)
             return 0
@@ -85,29 +87,19 @@ def execute(run_dir: Path) -> int:
             return 1
 
 
-def _set_threads(threads: int) -> None:
-    """0 = auto: torch's default is left alone (fingerprint() records what it chose)."""
-    import torch  # noqa: PLC0415
-
-    if threads > 0:
-        torch.set_num_threads(threads)
-
-
-def _stored_config(cfg: RunConfig) -> dict[str, Any]:
+def _stored_config(cfg: RunConfig, build_dataset: Callable[[RunConfig], Any]) -> dict[str, Any]:
     """What ran: fields the mode ignores normalised; a folder's real image and class counts."""
     out = cfg.effective()
-    from engine.plugins import build_dataset, is_spec  # noqa: PLC0415
-
     if cfg.workload == "folder" or is_spec(cfg.workload):  # a user's dataset may hold other counts than asked
         dataset = build_dataset(cfg)  # NOTE: lists the files once; the mode lists them again (cheap)
         out.update(n_samples=len(dataset), num_classes=dataset.num_classes)
     return out
 
 
-def _calibrate(bound: Any, ctx: Any, run_dir: Path) -> dict[str, Any]:
+def _calibrate(calibrate: Callable[..., dict[str, Any]], ctx: Any, run_dir: Path, hook: Any) -> dict[str, Any]:
     """The bound's passes; their failure (e.g. out of memory) leaves the run `done`, with `bound_error`."""
     try:
-        return bound.calibrate(ctx, run_dir)
+        return calibrate(ctx, run_dir, hook)
     except Exception as e:  # noqa: BLE001 - the run's own figures stand; the bound is an extra
         log.warning("lower-bound calibration failed", exc_info=True)
         return {"bound_error": f"{type(e).__name__}: {e}"[:500]}
@@ -145,7 +137,7 @@ def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
         pass
 
 
-def launch(cfg: RunConfig, *, db: str | os.PathLike | None = None, meta: dict[str, Any] | None = None,
+def launch(cfg: RunConfig, *, db: Db = None, meta: dict[str, Any] | None = None,
            on_event: Callable[[dict[str, Any]], None] | None = None, cancel: threading.Event | None = None,
            cancel_reason: str | Callable[[], str] = "cancelled by the user; finished epochs kept",
            poll_s: float = 0.25, exit_grace_s: float = 10.0, warm: Any = None) -> RunResult:
@@ -158,8 +150,6 @@ def launch(cfg: RunConfig, *, db: str | os.PathLike | None = None, meta: dict[st
     """
     meta = dict(meta or {})
     meta.setdefault("cwd", os.getcwd())  # the child runs in the checkout; a user's module may be here (plugins)
-    from engine.plugins import preflight  # noqa: PLC0415
-
     meta.update(preflight(cfg, cwd=meta.get("cwd")))  # a bad plugin fails here, before any RunLog: its code_hash
     run_id = meta.pop("run_id", None) or new_run_id()
     run_dir = runs_dir(db) / run_id
@@ -205,8 +195,6 @@ def _nap(proc: Any, poll_s: float) -> None:
 
 def _start(run_dir: Path, warm: Any) -> Any:
     """The child: forked by the warm parent when there is one that can, else `python -m engine.runner` (cold)."""
-    from engine.warm import run_env  # noqa: PLC0415
-
     env = run_env()
     (run_dir / "stderr.log").write_bytes(b"")
     child = warm.start(run_dir, env) if warm is not None else None
@@ -217,8 +205,10 @@ def _start(run_dir: Path, warm: Any) -> Any:
                                 stdin=subprocess.DEVNULL, stdout=err, stderr=err, start_new_session=True)
 
 
-def _store(run_dir: Path, db: str | os.PathLike | None) -> tuple[bool, str | None]:
+def _store(run_dir: Path, db: Db) -> tuple[bool, str | None]:
     """Ingest the finished RunLog, unless the store is held: then it waits, safe, for the next ingest."""
+    # NOTE: imported here: the run child imports this module too, and duckdb, pandas and pyarrow must not
+    # join the process tree whose memory and start-up the run measures
     from engine.store import StoreBusy, ingest_run  # noqa: PLC0415
 
     try:

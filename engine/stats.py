@@ -22,6 +22,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from engine.config import config_fields
 from engine.measure.waits import wait_percentiles
 
 __all__ = ["MIN_FOR_CI", "NOISY_CV", "ci_text", "compare", "cv", "median_ci", "median_ci_ranks",
@@ -290,8 +291,6 @@ def speedup_vs_sequential(runs_df: pd.DataFrame, confidence: float = 0.95) -> pd
     df = runs_df[runs_df["samples_per_s"].fillna(0) > 0]
     if "status" in df.columns:
         df = df[df["status"] == "done"]
-    from engine.config import config_fields  # noqa: PLC0415 - the schema names the fields to match on
-
     keys = [f.name for f in config_fields() if f.name not in _MODE_FIELDS and f.name in df.columns]
     rows = []
     mode = df["mode"].fillna("").astype(str)

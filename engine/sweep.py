@@ -18,6 +18,7 @@ from typing import Any
 from tqdm import tqdm
 
 from engine.config import SweepConfig
+from engine.plugins import preflight
 from engine.runner import RunResult, launch
 from engine.warm import WarmParent
 
@@ -46,8 +47,6 @@ def new_sweep_id(name: str) -> str:
 def run_sweep(sweep: SweepConfig, *, db: str | os.PathLike | None = None, progress: bool = True,
               sweep_id: str | None = None, meta: dict[str, Any] | None = None) -> SweepResult:
     """Run every planned config locally; a failed run is recorded and the sweep goes on."""
-    from engine.plugins import preflight  # noqa: PLC0415
-
     plan = sweep.plan()
     for cfg in sweep.configs():  # a bad plugin anywhere in the grid fails before the first run is stored
         preflight(cfg, cwd=(meta or {}).get("cwd"))

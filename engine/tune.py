@@ -36,8 +36,14 @@ from typing import Any
 import pandas as pd
 from tqdm import tqdm
 
+from engine import baseline as yours
 from engine import stats
-from engine.config import ConfigError, RunConfig, load_toml
+from engine.advisor import advise, describe
+from engine.config import RunConfig, load_toml
+from engine.errors import ConfigError
+from engine.runlog import read_events
+from engine.runner import launch
+from engine.sweep import new_sweep_id
 from engine.warm import WarmParent
 
 __all__ = ["CONFIRM_REPEATS", "ETA", "RUNG0_EPOCHS", "SEARCH_SHARE", "TuneResult", "add_advise_args",
@@ -106,19 +112,17 @@ class TuneResult:
 
     def confirm_sweep_toml(self, repeats: int = CONFIRM_REPEATS) -> str:
         """Candidate 0 (your setup, or sync) and the best, `repeats` runs each in a random order, as a sweep."""
-        from engine.baseline import BASELINE_KEYS, confirm_sweep_toml  # noqa: PLC0415
-
         if self.best is None or self.best_idx == 0:
             raise ValueError("nothing to confirm: " + ("no run finished" if self.best is None
                                                        else "candidate 0 was the fastest"))
         ref, best = self.configs[0].to_dict(), self.best.to_dict()
-        return confirm_sweep_toml(best, {k: ref[k] for k in BASELINE_KEYS}, {k: best[k] for k in BASELINE_KEYS},
-                                  repeats=repeats, title=f"{'your setup' if self.baseline else 'sync'} vs the best "
-                                                         f"found by `python -m engine tune` {self.sweep_id}")
+        keys = yours.BASELINE_KEYS
+        title = (f"{'your setup' if self.baseline else 'sync'} vs the best found by `python -m engine tune` "
+                 f"{self.sweep_id}")
+        return yours.confirm_sweep_toml(best, {k: ref[k] for k in keys}, {k: best[k] for k in keys}, repeats=repeats,
+                                        title=title)
 
     def render(self) -> str:
-        from engine.advisor import describe  # noqa: PLC0415
-
         confirming = f" + {len(self.confirm_rows)} confirming runs" if self.confirm_rows else ""
         head = (f"tune {self.sweep_id}: {len(self.rows)} runs{confirming} in {self.spent_s:.0f} s of "
                 f"{self.budget_s:.0f} s ({self.stop_reason})")
@@ -161,9 +165,6 @@ def tune(workload: str, model: str, *, budget_s: float, db: str | os.PathLike | 
     `baseline`: the user's setup, e.g. "loader=processes,workers=4,batch_size=64": it becomes candidate 0,
     the side the best is confirmed against; its batch_size is every candidate's unless `base` sets one.
     """
-    from engine import baseline as yours  # noqa: PLC0415
-    from engine.sweep import new_sweep_id  # noqa: PLC0415
-
     given = yours.parse(baseline)
     batch = {"batch_size": given["batch_size"]} if "batch_size" in given else {}
     fields = {"bound": False, "tag": "tune", **batch, **(base or {}), "workload": workload, "model": model}
@@ -260,8 +261,6 @@ def _measure(cfg: RunConfig, db: Any, sweep_id: str, idx: int, rung: int, steady
              epochs_of: dict[int, list[float]], warm: Any = None) -> dict[str, Any]:
     """One real run of candidate idx (forked from `warm`, an engine.warm.WarmParent, when it can); its row for the
     result table (epoch_s is nan when it failed)."""
-    from engine.runner import launch  # noqa: PLC0415 - the runner imports the store
-
     started = time.monotonic()
     run = launch(cfg, db=db, meta={"sweep_id": sweep_id, "config_idx": idx, "repeat_idx": rung}, warm=warm)
     walls = _steady_walls(run.run_dir) if run.status == "done" else []
@@ -276,8 +275,6 @@ def _measure(cfg: RunConfig, db: Any, sweep_id: str, idx: int, rung: int, steady
 
 
 def _steady_walls(run_dir: Any) -> list[float]:
-    from engine.runlog import read_events  # noqa: PLC0415
-
     return [e["wall_s"] for e in read_events(run_dir)
             if e["type"] == "epoch" and not e.get("warmup") and e.get("model_idx", 0) == 0]
 
@@ -325,8 +322,6 @@ def add_tune_args(p: argparse.ArgumentParser) -> None:
 
 
 def advise_main(args: argparse.Namespace) -> int:
-    from engine.advisor import advise  # noqa: PLC0415
-
     advice = advise(args.workload, args.model, host=args.host, db=args.db, baseline=args.baseline)
     print(advice.render())
     if args.write_confirm:

@@ -5,16 +5,22 @@
     threads    N threads (torchdata.nodes.ParallelMapper) build batches in parallel
     processes  N worker processes (torch DataLoader)
 
-All take (dataset, cfg, device), yield the same batches in the same order for a given seed and
-epoch via `loader.epoch(e)`, raise LoaderTimeout when no batch arrives within
+LOADERS maps each name to its class. All take (dataset, cfg, device), yield the same batches in the same
+order for a given seed and epoch via `loader.epoch(e)`, raise LoaderTimeout when no batch arrives within
 cfg.worker_timeout_s, and are context managers whose close() stops their threads and processes.
+`to_device(batch, device)` is the copy every mode makes (a no-op for batches a loader already placed).
 """
 
-from engine.loaders._base import Loader, LoaderTimeout, epoch_batches
+from engine._unique import unique
+from engine.loaders._base import Loader, LoaderTimeout, epoch_batches, to_device
 from engine.loaders.prefetch import PrefetchLoader
 from engine.loaders.processes import ProcessLoader
 from engine.loaders.sync import SyncLoader
 from engine.loaders.threads import ThreadLoader
 
-__all__ = ["Loader", "LoaderTimeout", "PrefetchLoader", "ProcessLoader", "SyncLoader", "ThreadLoader",
-           "epoch_batches"]
+__all__ = ["LOADERS", "Loader", "LoaderTimeout", "PrefetchLoader", "ProcessLoader", "SyncLoader", "ThreadLoader",
+           "epoch_batches", "to_device"]
+
+LOADERS = unique("loader", [
+    ("sync", SyncLoader), ("prefetch", PrefetchLoader), ("threads", ThreadLoader), ("processes", ProcessLoader),
+])

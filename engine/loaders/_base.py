@@ -26,9 +26,10 @@ from torch import Tensor
 from torch._utils import ExceptionWrapper  # NOTE: what DataLoader and torchdata use to carry worker errors
 from torch.utils.data import Sampler, default_collate
 
-from engine.config import ConfigError
+from engine.errors import ConfigError
+from engine.plugins import resolve
 
-__all__ = ["BackgroundIterator", "EpochBatchSampler", "Loader", "LoaderTimeout", "epoch_batches"]
+__all__ = ["BackgroundIterator", "EpochBatchSampler", "Loader", "LoaderTimeout", "epoch_batches", "to_device"]
 
 log = logging.getLogger(__name__)
 Key = tuple[int, int]  # (epoch, index): what a dataset's __getitem__ takes
@@ -52,6 +53,15 @@ def epoch_batches(n: int, batch_size: int, seed: int, epoch: int) -> list[list[K
     g = torch.Generator().manual_seed(mixed)
     order = torch.randperm(n, generator=g).tolist()
     return [[(epoch, i) for i in order[s:s + batch_size]] for s in range(0, n, batch_size)]
+
+
+def to_device(batch: tuple[Tensor, Tensor], device: torch.device) -> tuple[Tensor, Tensor]:
+    """Copy a batch to the device; a no-op for batches a prefetching loader already placed there."""
+    x, y = batch
+    if x.device == device:
+        return x, y
+    non_blocking = device.type == "cuda"
+    return x.to(device, non_blocking=non_blocking), y.to(device, non_blocking=non_blocking)
 
 
 class EpochBatchSampler(Sampler[list[Key]]):
@@ -147,8 +157,6 @@ def _collate_for(cfg: Any) -> Any:
     spec = getattr(cfg, "collate", "")
     if not spec:
         return default_collate
-    from engine.plugins import resolve  # noqa: PLC0415
-
     return resolve(spec, "collate")
 
 

@@ -9,6 +9,8 @@ from typing import Any, Callable
 import torch
 
 from engine.config import RunConfig
+from engine.loaders import LOADERS, epoch_batches, to_device
+from engine.workloads import ShardDataset, build_dataset
 
 __all__ = ["compute_pass", "loader_pass"]
 
@@ -18,14 +20,8 @@ _REPLAYS, _REPLAY_BUDGET_S = 3, 2.0
 
 def loader_pass(cfg: RunConfig, device: torch.device, shard: tuple[int, int] | None = None) -> dict[str, float]:
     """One epoch of the run's loader with no model: seconds after the first batch, and the TTFB."""
-    from engine.modes._base import to_device  # noqa: PLC0415
-    from engine.plugins import build_dataset  # noqa: PLC0415
-    from engine.registry import LOADERS  # noqa: PLC0415
-
     dataset = build_dataset(cfg)
     if shard is not None:
-        from engine.modes._ddp import ShardDataset  # noqa: PLC0415
-
         dataset = ShardDataset(dataset, *shard)
     with LOADERS[cfg.loader](dataset, cfg, device) as loader:
         # epoch 1 (not 0) so persistent workers and generated files are already warm, like steady epochs
@@ -48,10 +44,6 @@ def compute_pass(cfg: RunConfig, device: torch.device, build: Callable[[Any], li
 
     fraction: the share of the epoch's batches the step sees (ddp: one rank's 1/world).
     """
-    from engine.loaders._base import epoch_batches  # noqa: PLC0415
-    from engine.plugins import build_dataset  # noqa: PLC0415
-    from engine.registry import LOADERS  # noqa: PLC0415
-
     dataset = build_dataset(cfg.replace(latency_ms=0.0, work_us=0))
     n_batches = len(epoch_batches(len(dataset), cfg.batch_size, cfg.seed, 1)) * fraction
     per_sample = math.prod(dataset.sample_shape)  # NOTE: any item shape, not only CHW images (user datasets)

@@ -12,14 +12,13 @@ from typing import Any, Callable
 import torch
 
 from engine.config import RunConfig
+from engine.models import build_model, loss_fn, make_optimizer, split_stages
 
 __all__ = ["StageStep", "stage_builder"]
 
 
 class StageStep:
     def __init__(self, stages: list[torch.nn.Module], devices: list[torch.device], s: int, cfg: RunConfig):
-        from engine.models._base import make_optimizer  # noqa: PLC0415
-
         self.before = [(stage.to(d), d) for stage, d in zip(stages[:s], devices[:s])]
         self.stage, self.device, self.last = stages[s].to(devices[s]), devices[s], s == len(stages) - 1
         self.opt = make_optimizer(self.stage.parameters(), cfg.optimizer, cfg.lr)
@@ -35,8 +34,6 @@ class StageStep:
         return out
 
     def __call__(self, a: torch.Tensor, y: torch.Tensor) -> None:
-        from engine.models._base import loss_fn  # noqa: PLC0415
-
         self.opt.zero_grad(set_to_none=True)
         out = self.stage(a.requires_grad_() if a.is_floating_point() and self.before else a)
         if self.last:
@@ -48,9 +45,6 @@ class StageStep:
 
 def stage_builder(cfg: RunConfig, devices: list[torch.device], s: int) -> Callable[[Any], list[Callable]]:
     def build(dataset: Any) -> list[Callable]:
-        from engine.models._base import split_stages  # noqa: PLC0415
-        from engine.plugins import build_model  # noqa: PLC0415
-
         torch.manual_seed(cfg.seed)  # seeded like the run's model
         model = build_model(cfg, dataset.sample_shape, dataset.num_classes)
         return [StageStep(split_stages(model, cfg.n_stages), devices, s, cfg)]

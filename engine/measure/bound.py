@@ -1,8 +1,20 @@
 """Lower bound and efficiency: how close a run came to what its loader and its model allow.
 
-Each mode owns its bound (`ModeSpec.bound`, engine/measure/_mode_bounds.py): it says which passes to
-measure and how they combine, as a list of Phases run one after another. This module keeps the shared
-passes and the arithmetic:
+Each mode owns its bound (`ModeSpec.bound`, a function `bound(cal)` in its file in engine/modes/): it says
+which passes to measure and how they combine, as a list of Phases run one after another (or None: no bound
+from this process). What can overlap in a mode decides its phases:
+
+  single, fused       one phase: the loader against the step (fused: the vmapped step of all models)
+  dual-sequential     two phases, model A's epoch then model B's, each loading the epoch once
+  dual-threads, -processes, -streams
+                      one phase: the loader against the slower model's compute, A + B kept as the
+                      serial compute so `overlap` says how much of the concurrency was realised
+  split               per stage, on the stage's device: naive (1 micro-batch) is the sum of the stages;
+                      a pipeline is the busiest device's sum (the rest can overlap)
+  ddp                 rank 0 only: its shard through the loader, its share of the batches through one
+                      model, at the world size that ran (torchrun's); all-reduce is not in the bound
+
+This module keeps the shared passes (engine/measure/_passes.py) and the arithmetic:
 
   loader-only   iterate one epoch of the loader, no model (steady time after the first batch)
   compute-only  the epoch's batches already on the device, replayed through the mode's step(s)
@@ -33,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from engine.measure._passes import compute_pass, loader_pass
 from engine.runlog import read_events
 
 __all__ = ["COMPUTE_KEYS", "EXPLAINED", "FAIL_ENV", "LOADER_KEYS", "STALE", "Calibrator", "Phase", "calibrate", "verdict"]
@@ -78,15 +91,11 @@ class Calibrator:
 
     def loader(self, shard: tuple[int, int] | None = None) -> dict[str, float]:
         """One epoch of the run's loader; shard (rank, world): that rank's share only (ddp)."""
-        from engine.measure._passes import loader_pass  # noqa: PLC0415
-
         return self._cached("loader", LOADER_KEYS, [shard], lambda: loader_pass(self.cfg, self.device, shard))
 
     def compute(self, name: str, steps: Callable[[], list[Callable]], fraction: float = 1.0,
                 device: Any = None) -> list[float]:
         """Seconds per step callable over one epoch of cached batches (x fraction of the epoch's batches)."""
-        from engine.measure._passes import compute_pass  # noqa: PLC0415
-
         dev = device or self.device
         result = self._cached("compute", COMPUTE_KEYS, [name, fraction, str(dev)],
                               lambda: compute_pass(self.cfg, dev, steps, fraction))
@@ -110,11 +119,9 @@ class Calibrator:
         return result
 
 
-def calibrate(ctx: Any, run_dir: Path) -> dict[str, Any]:
-    """Measure (or reuse) the mode's passes, log them, and return the summary figures for the run row."""
-    from engine.measure._mode_bounds import single_bound  # noqa: PLC0415
-    from engine.registry import MODES  # noqa: PLC0415
-
+def calibrate(ctx: Any, run_dir: Path, bound: Callable[[Calibrator], list[Phase] | None]) -> dict[str, Any]:
+    """Measure (or reuse) the passes of the mode's `bound`, log them, and return the summary figures for the
+    run row."""
     if os.environ.get(FAIL_ENV):
         raise RuntimeError(f"injected calibration failure ({FAIL_ENV} is set)")
     events = read_events(run_dir)
@@ -125,7 +132,7 @@ def calibrate(ctx: Any, run_dir: Path) -> dict[str, Any]:
         return {}
     scope = f"{start.get('sweep_id') or start['run_id']}:{start.get('repeat_idx') or 0}"
     cal = Calibrator(ctx, scope, run_dir.parent.parent / "calibrations")
-    phases = (MODES[ctx.cfg.mode].bound or single_bound)(cal)
+    phases = bound(cal)
     if not phases:  # e.g. a ddp rank other than 0: rank 0 calibrates
         return {}
     measured = statistics.median(steady)

@@ -16,6 +16,7 @@ from typing import Any
 import psutil
 import torch
 
+from engine.measure.nvml import gpu_facts
 from engine.paths import ROOT
 
 __all__ = ["fingerprint", "thread_settings"]
@@ -35,8 +36,6 @@ def _cpu_model() -> str:
 
 
 def _gpu() -> dict[str, Any]:
-    from engine.measure.nvml import gpu_facts  # noqa: PLC0415
-
     if not torch.cuda.is_available():
         return {"gpu_name": None, "gpu_count": 0, "driver": None, "cuda_version": None}
     # NVML first: torch.cuda.get_device_name would give this process (the dashboard, the job worker) a context

@@ -11,6 +11,9 @@ import logging
 import os
 from typing import Any
 
+import pynvml  # nvidia-ml-py: torch imports it too; NVML itself is only opened where a GPU is
+import torch
+
 __all__ = ["Gpu", "gpu_facts"]
 
 log = logging.getLogger(__name__)
@@ -19,8 +22,6 @@ log = logging.getLogger(__name__)
 def _cuda_uuid(index: int) -> str | None:
     """The UUID of CUDA device `index` as this process numbers it (after CUDA_VISIBLE_DEVICES)."""
     try:
-        import torch  # noqa: PLC0415
-
         return str(torch.cuda.get_device_properties(index).uuid)
     except Exception as e:  # noqa: BLE001 - no CUDA or an old torch: no UUID, no GPU fields
         log.debug("no CUDA UUID for device %s: %s", index, e)
@@ -35,8 +36,6 @@ class Gpu:
         if index is None:
             return
         try:
-            import pynvml  # noqa: PLC0415
-
             pynvml.nvmlInit()
             self._nvml = pynvml
             self.handle = self._find(index, _cuda_uuid(index))
@@ -80,8 +79,6 @@ def gpu_facts() -> dict[str, Any] | None:
     which only want the host fingerprint, would then hold a CUDA context (and its GPU memory) for life.
     """
     try:
-        import pynvml  # noqa: PLC0415 - nvidia-ml-py; only useful with a GPU
-
         pynvml.nvmlInit()
         try:
             first, count = _first_visible(pynvml)

@@ -20,13 +20,16 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from engine.config import ConfigError
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from engine.errors import ConfigError
+from engine.paths import TRACE_FILE
 
 __all__ = ["TRACE_FILE", "TRACED_MODES", "check", "extra_epoch", "trace_path"]
 
 log = logging.getLogger(__name__)
 
-TRACE_FILE = "trace.json.gz"
 # The modes whose whole epoch runs in the run's main thread, where the profiler sees it.
 TRACED_MODES = ("single", "dual-sequential", "fused")
 
@@ -48,9 +51,6 @@ def extra_epoch(ctx: Any, run_epoch: Callable[[int], Any]) -> None:
     """With cfg.trace: run_epoch(cfg.epochs) once more under torch.profiler; write the trace to the run folder."""
     if not ctx.cfg.trace:
         return
-    import torch  # noqa: PLC0415
-    from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
-
     activities = [ProfilerActivity.CPU]
     if ctx.device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)

@@ -21,7 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.config import ConfigError
+from engine.errors import ConfigError
+from engine.plugins import resolve
 
 __all__ = ["as_sequential", "check_vmappable", "loss_fn", "make_optimizer", "set_loss", "split_stages"]
 
@@ -44,8 +45,6 @@ _LOSS: list = [F.cross_entropy]  # NOTE: one run per process, so the run's loss 
 
 def set_loss(spec: str) -> None:
     """Make the run's `loss` field the loss of every step in this process: cross-entropy when empty."""
-    from engine.plugins import resolve  # noqa: PLC0415
-
     _LOSS[0] = resolve(spec, "loss") if spec else F.cross_entropy
 
 

@@ -1,18 +1,24 @@
-"""Training-loop families, one file each. MODE_SPECS lists (name, ModeSpec) in registry order.
+"""Training-loop families, one file each. MODES maps a mode's name to its ModeSpec (run, check, bound).
 
     single.py   one model, the reference loop
     dual.py     two models: sequential (the baseline), threads, processes, streams (_streams.py)
     fused.py    n_models copies trained as one torch.func.vmap program
     split.py    one model cut into pipeline stages over devices (GPipe micro-batches)
     ddp.py      data parallel over world_size processes (torch.distributed)
+
+Each file holds its loop and its lower bound (the passes engine/measure/bound.py measures for it).
 """
 
-from engine.modes import ddp, dual, fused, split
-from engine.modes._base import ModeSpec, RunContext
-from engine.modes.single import SPEC as SINGLE
+from __future__ import annotations
 
-MODE_SPECS = [
-    ("single", SINGLE),
+from engine._unique import unique
+from engine.modes import ddp, dual, fused, single, split
+from engine.modes._base import ModeSpec, RunContext
+
+__all__ = ["MODES", "ModeSpec", "RunContext"]
+
+MODES = unique("mode", [
+    ("single", single.SPEC),
     ("dual-sequential", dual.SEQUENTIAL),
     ("dual-threads", dual.THREADS),
     ("dual-processes", dual.PROCESSES),
@@ -20,6 +26,4 @@ MODE_SPECS = [
     ("fused", fused.SPEC),
     ("split", split.SPEC),
     ("ddp", ddp.SPEC),
-]
-
-__all__ = ["MODE_SPECS", "ModeSpec", "RunContext"]
+])

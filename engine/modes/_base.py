@@ -1,7 +1,8 @@
-"""What every mode gets (RunContext) and what it registers (ModeSpec), plus the shared step.
+"""What every mode gets (RunContext) and what it registers (ModeSpec).
 
 A mode is one function `run(ctx)` that builds its model(s), loops over epochs and writes one
-`epoch` event per (model, rank, epoch) to ctx.log. The step is factored out here; loops are not.
+`epoch` event per (model, rank, epoch) to ctx.log. The step is factored out (engine/modes/_common.py);
+loops are not.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import torch
 from engine.config import RunConfig
 from engine.runlog import RunLog
 
-__all__ = ["ModeSpec", "RunContext", "no_check", "to_device"]
+__all__ = ["ModeSpec", "RunContext", "no_check"]
 
 
 def no_check(cfg: RunConfig) -> None:
@@ -23,13 +24,14 @@ def no_check(cfg: RunConfig) -> None:
 
 @dataclass(frozen=True)
 class ModeSpec:
-    """run: the loop. check: extra config rules. bound: the mode's lower bound, given the run's
-    Calibrator it returns the Phases its epoch runs (engine/measure/bound.py); None = single's."""
+    """run: the loop. check: extra config rules. bound: the mode's lower bound: given the run's
+    Calibrator it returns the Phases its epoch runs, or None for no bound from this process
+    (engine/measure/bound.py)."""
 
     run: Callable[["RunContext"], None]
+    bound: Callable[[Any], Any]
     check: Callable[[RunConfig], None] = no_check
     doc: str = ""
-    bound: Callable[[Any], Any] | None = None
 
 
 @dataclass
@@ -39,12 +41,3 @@ class RunContext:
     device: torch.device
     # summary figures a mode wants on the run row (merged into the `summary` event by the runner)
     summary: dict[str, Any] = field(default_factory=dict)
-
-
-def to_device(batch: tuple[torch.Tensor, torch.Tensor], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Copy a batch to the device; a no-op for batches a prefetching loader already placed there."""
-    x, y = batch
-    if x.device == device:
-        return x, y
-    non_blocking = device.type == "cuda"
-    return x.to(device, non_blocking=non_blocking), y.to(device, non_blocking=non_blocking)

@@ -1,5 +1,6 @@
-"""What the multi-model modes share: model i, one epoch of one model, the epoch record, the run figures.
+"""What the modes share: the step, model i, one epoch of one model, the epoch record, the run figures.
 
+    loss = train_step(model, opt, x, y)                            # forward, backward, step
     model = build_model(cfg, dataset, idx=1, device=device)       # dual-*: model_b / width_b for idx 1
     record = train_epoch(model, opt, loader.epoch(e), device)     # the single loop's body, for one model
     recorder.write(epoch_payload(cfg, model_idx, rank, e, record))
@@ -13,37 +14,57 @@ from __future__ import annotations
 
 import os
 import statistics
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import torch
 
-from engine.config import ConfigError, RunConfig
+from engine import devices, models
+from engine.config import RunConfig
+from engine.errors import ConfigError
+from engine.loaders import to_device
 from engine.measure.timers import EpochTimer
-from engine.modes._base import RunContext, to_device
+from engine.modes._base import RunContext
+from engine.plugins import is_spec
 
 __all__ = ["FAIL_AT_ENV", "Recorder", "build_model", "check_devices", "check_model_b", "epoch_payload",
-           "fail_point", "throughput", "train_epoch"]
+           "fail_point", "step_builder", "throughput", "train_epoch", "train_step"]
 
 FAIL_AT_ENV = "LOADERLAB_FAIL_AT"
+
+
+def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Forward, backward, step. Returns the detached loss (no .item(): that would sync CUDA per step)."""
+    opt.zero_grad(set_to_none=True)
+    loss = models.loss_fn(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss.detach()
 
 
 def build_model(cfg: RunConfig, dataset: Any, idx: int, device: torch.device, *, dual: bool = False
                 ) -> torch.nn.Module:
     """Model idx, seeded with seed + idx (distinct, reproducible weights); with dual, idx 1 is model_b/width_b."""
-    from engine.plugins import build_model as build  # noqa: PLC0415
-
     arch, width, field = cfg.model, cfg.width, "model"
     if dual and idx == 1:
         arch, width, field = cfg.model_b or cfg.model, cfg.width_b or cfg.width, "model_b"
     torch.manual_seed(cfg.seed + idx)
-    return build(cfg, dataset.sample_shape, dataset.num_classes, arch=arch, width=width, field=field).to(device)
+    return models.build_model(cfg, dataset.sample_shape, dataset.num_classes, arch=arch, width=width,
+                              field=field).to(device)
+
+
+def step_builder(cfg: RunConfig, idx: int, device: torch.device, *, dual: bool = False
+                 ) -> Callable[[Any], list[Callable]]:
+    """For a mode's lower bound (engine/measure/bound.py): dataset -> [model idx's train_step on device]."""
+    def build(dataset: Any) -> list[Callable]:
+        model = build_model(cfg, dataset, idx, device, dual=dual)
+        opt = models.make_optimizer(model.parameters(), cfg.optimizer, cfg.lr)
+        return [lambda x, y: train_step(model, opt, x, y)]
+    return build
 
 
 def train_epoch(model: torch.nn.Module, opt: torch.optim.Optimizer, batches: Iterable, device: torch.device
                 ) -> dict[str, Any]:
     """One epoch of one model over `batches`, timed like the single loop; the record includes the mean loss."""
-    from engine.modes.single import train_step  # noqa: PLC0415
-
     timer = EpochTimer(device)
     loss_sum = torch.zeros((), device=device)
     samples = 0
@@ -121,8 +142,6 @@ class Recorder:
 
 def check_devices(cfg: RunConfig, most: int | None, what: str) -> None:
     """Each `devices` entry must be a device this machine has; at most `most` of them."""
-    from engine import devices  # noqa: PLC0415
-
     for d in cfg.devices:
         devices.check_device("devices", d)
     if most is not None and len(cfg.devices) > most:
@@ -130,9 +149,6 @@ def check_devices(cfg: RunConfig, most: int | None, what: str) -> None:
 
 
 def check_model_b(cfg: RunConfig) -> None:
-    from engine.plugins import is_spec  # noqa: PLC0415
-    from engine.registry import MODELS  # noqa: PLC0415
-
-    if cfg.model_b and cfg.model_b not in MODELS and not is_spec(cfg.model_b):
-        raise ConfigError("model_b", f"'{cfg.model_b}' is unknown; choose one of: {', '.join(MODELS)}, your own "
+    if cfg.model_b and cfg.model_b not in models.MODELS and not is_spec(cfg.model_b):
+        raise ConfigError("model_b", f"'{cfg.model_b}' is unknown; choose one of: {', '.join(models.MODELS)}, your own "
                                      "as 'module.path:callable', or leave it empty for the same model as `model`")

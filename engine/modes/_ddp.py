@@ -1,6 +1,7 @@
-"""The pieces of ddp mode around the training loop: the rank's shard, the timed all-reduce hook, the launch env.
+"""The pieces of ddp mode around the training loop: the timed all-reduce hook and the launch env.
 
-    ShardDataset(workload, rank, world)   rank r's samples: r, r + world, r + 2 * world, ...
+(Each rank's shard of the data is engine.workloads.ShardDataset: rank r's samples r, r + world, ...)
+
     ddp.register_comm_hook(AllreduceTimer(device), timed_allreduce)
 """
 
@@ -12,24 +13,12 @@ import time
 from typing import Any
 
 import torch
-from torch.utils.data import Dataset
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
-__all__ = ["AllreduceTimer", "ShardDataset", "cuda_ranks", "free_port", "timed_allreduce", "torchrun_env"]
+from engine.errors import ConfigError
+from engine.measure import cuda_events
 
-
-class ShardDataset(Dataset):
-    """Rank `rank`'s share of a workload: global samples rank, rank + world, ... Keys are (epoch, index)."""
-
-    def __init__(self, base: Any, rank: int, world: int):
-        self.base, self.rank, self.world = base, rank, world
-        self.sample_shape, self.num_classes = base.sample_shape, base.num_classes
-
-    def __len__(self) -> int:
-        return len(range(self.rank, len(self.base), self.world))
-
-    def __getitem__(self, key: Any) -> Any:
-        epoch, index = key if isinstance(key, tuple) else (0, key)
-        return self.base[(epoch, self.rank + index * self.world)]
+__all__ = ["AllreduceTimer", "cuda_ranks", "free_port", "timed_allreduce", "torchrun_env"]
 
 
 class AllreduceTimer:
@@ -48,10 +37,6 @@ class AllreduceTimer:
 # NOTE: no annotations on bucket and the result: DDP checks them against real types, and this module's
 # `from __future__ import annotations` turns them into strings, which it rejects.
 def timed_allreduce(timer: AllreduceTimer, bucket):  # noqa: ANN001, ANN202
-    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook  # noqa: PLC0415
-
-    from engine.measure import cuda_events  # noqa: PLC0415
-
     if timer.cuda:
         span = cuda_events.pool(timer.device).span()
         span.start.record(torch.cuda.current_stream(timer.device))
@@ -87,8 +72,6 @@ def cuda_ranks(first: int, local_world: int, count: int, field: str = "world_siz
     NCCL needs one GPU per rank, so the ranks must fit in the `count` GPUs this process sees; a ConfigError
     names the field otherwise (world_size for our own launch, WORLD_SIZE for torchrun's).
     """
-    from engine.config import ConfigError  # noqa: PLC0415
-
     if first + local_world > count:
         raise ConfigError(field, f"ddp on CUDA puts one rank per GPU (NCCL cannot share one): {local_world} rank(s) "
                                  f"from cuda:{first} need {first + local_world} GPUs, this machine sees {count}; "

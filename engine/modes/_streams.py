@@ -12,11 +12,16 @@ import logging
 
 import torch
 
-from engine.config import ConfigError, RunConfig
+from engine import devices
+from engine.config import RunConfig
+from engine.errors import ConfigError
+from engine.loaders import LOADERS, to_device
 from engine.measure import cuda_events
 from engine.measure.timers import EpochTimer
-from engine.modes._base import RunContext, to_device
-from engine.modes._common import Recorder, build_model, check_model_b, epoch_payload, fail_point
+from engine.models import make_optimizer
+from engine.modes._base import RunContext
+from engine.modes._common import Recorder, build_model, check_model_b, epoch_payload, fail_point, train_step
+from engine.workloads import build_dataset
 
 __all__ = ["check_streams", "run_streams"]
 
@@ -24,8 +29,6 @@ log = logging.getLogger(__name__)
 
 
 def check_streams(cfg: RunConfig) -> None:
-    from engine import devices  # noqa: PLC0415
-
     check_model_b(cfg)
     if not torch.cuda.is_available():
         raise ConfigError("mode", "dual-streams needs a CUDA GPU (one CUDA stream per model); this machine has "
@@ -35,11 +38,6 @@ def check_streams(cfg: RunConfig) -> None:
 
 
 def run_streams(ctx: RunContext) -> None:
-    from engine.models._base import make_optimizer  # noqa: PLC0415
-    from engine.modes.single import train_step  # noqa: PLC0415
-    from engine.plugins import build_dataset  # noqa: PLC0415
-    from engine.registry import LOADERS  # noqa: PLC0415
-
     cfg, device = ctx.cfg, ctx.device
     if device.type != "cuda":
         raise ConfigError("mode", "dual-streams needs a CUDA device; use dual-threads or dual-sequential on CPU")

@@ -30,14 +30,19 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from engine.config import ConfigError, RunConfig
-from engine.measure import _mode_bounds
+from engine import devices
+from engine.config import RunConfig
+from engine.errors import ConfigError
+from engine.loaders import LOADERS, epoch_batches
+from engine.measure.bound import Calibrator, Phase
+from engine.models import build_model, make_optimizer
 from engine.modes._base import ModeSpec, RunContext
-from engine.modes._common import Recorder, epoch_payload, fail_point, train_epoch
-from engine.modes._ddp import AllreduceTimer, ShardDataset, cuda_ranks, free_port, timed_allreduce, torchrun_env
+from engine.modes._common import Recorder, epoch_payload, fail_point, step_builder, train_epoch
+from engine.modes._ddp import AllreduceTimer, cuda_ranks, free_port, timed_allreduce, torchrun_env
 from engine.modes._procs import ChildGroup, Link
+from engine.workloads import ShardDataset, build_dataset
 
-__all__ = ["SPEC", "run"]
+__all__ = ["SPEC", "bound", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +50,6 @@ log = logging.getLogger(__name__)
 def _rank_main(rank: int, cfg_dict: dict[str, Any], world: int, device_name: str, threads: int, port: int | None,
                emit: Callable[[dict[str, Any]], None], ready: Callable[[], None] = lambda: None) -> None:
     """One rank: join the group, train its shard, emit one epoch record per epoch."""
-    from engine.models._base import make_optimizer  # noqa: PLC0415
-    from engine.plugins import build_dataset, build_model  # noqa: PLC0415
-    from engine.registry import LOADERS  # noqa: PLC0415
-
     cfg, device = RunConfig(**cfg_dict), torch.device(device_name)
     torch.set_num_threads(threads)
     if port is not None:  # spawned by us; torchrun sets these itself
@@ -123,9 +124,21 @@ def _rank_devices(device: torch.device, local_world: int, field: str) -> list[st
     return cuda_ranks(device.index or 0, local_world, torch.cuda.device_count(), field)
 
 
-def _check(cfg: RunConfig) -> None:
-    from engine import devices  # noqa: PLC0415
+def bound(cal: Calibrator) -> list[Phase] | None:
+    """Rank 0 only: its shard through the loader, its share of the batches through one model, at the world
+    size that ran (torchrun's); all-reduce is not in the bound."""
+    joined = torchrun_env()
+    if joined is not None and joined[0] != 0:
+        return None
+    world = int(cal.ctx.summary.get("world_size_run") or (joined[1] if joined else cal.cfg.world_size))
+    n = cal.cfg.n_samples
+    full = len(epoch_batches(n, cal.cfg.batch_size, cal.cfg.seed, 1))
+    fraction = math.ceil(len(range(0, n, world)) / cal.cfg.batch_size) / full
+    compute = cal.compute(f"ddp-{world}", step_builder(cal.cfg, 0, cal.device), fraction=fraction)[0]
+    return [Phase(cal.loader(shard=(0, world))["seconds"], compute)]
 
+
+def _check(cfg: RunConfig) -> None:
     device = devices.resolve(cfg.device)
     if device.type == "cuda":
         # under torchrun its WORLD_SIZE (per node: LOCAL_WORLD_SIZE) is what runs, not world_size
@@ -137,4 +150,4 @@ def _check(cfg: RunConfig) -> None:
 
 
 SPEC = ModeSpec(run=run, check=_check, doc="data parallel over world_size processes (torch.distributed DDP)",
-                bound=_mode_bounds.ddp_bound)
+                bound=bound)

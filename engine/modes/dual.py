@@ -23,25 +23,28 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from engine.config import ConfigError, RunConfig
-from engine.measure import _mode_bounds, trace
+from engine import devices
+from engine.config import RunConfig
+from engine.errors import ConfigError
+from engine.loaders import LOADERS
+from engine.measure import trace
+from engine.measure.bound import Calibrator, Phase
+from engine.models import make_optimizer
 from engine.modes._base import ModeSpec, RunContext
 from engine.modes._common import Recorder, build_model, check_devices, check_model_b, epoch_payload, fail_point, \
-    train_epoch
+    step_builder, train_epoch
 from engine.modes._fanout import FanOut, Stopped, until_stopped
 from engine.modes._procs import ChildGroup, Link
 from engine.modes._streams import check_streams, run_streams
+from engine.workloads import build_dataset
 
-__all__ = ["PROCESSES", "SEQUENTIAL", "STREAMS", "THREADS"]
+__all__ = ["PROCESSES", "SEQUENTIAL", "STREAMS", "THREADS", "concurrent_bound", "sequential_bound"]
 
 log = logging.getLogger(__name__)
 N_MODELS = 2
 
 
 def _build(cfg: RunConfig, device: torch.device) -> tuple[Any, list[torch.nn.Module], list[torch.optim.Optimizer]]:
-    from engine.models._base import make_optimizer  # noqa: PLC0415
-    from engine.plugins import build_dataset  # noqa: PLC0415
-
     dataset = build_dataset(cfg)
     models = [build_model(cfg, dataset, i, device, dual=True) for i in range(N_MODELS)]
     return dataset, models, [make_optimizer(m.parameters(), cfg.optimizer, cfg.lr) for m in models]
@@ -51,8 +54,6 @@ def _build(cfg: RunConfig, device: torch.device) -> tuple[Any, list[torch.nn.Mod
 
 
 def run_sequential(ctx: RunContext) -> None:
-    from engine.registry import LOADERS  # noqa: PLC0415
-
     cfg, device = ctx.cfg, ctx.device
     dataset, models, opts = _build(cfg, device)
     recorder = Recorder(ctx)
@@ -129,8 +130,6 @@ def _run_to_end(targets: list[Callable[[], None]], stop: threading.Event) -> Non
 
 
 def run_threads(ctx: RunContext) -> None:
-    from engine.registry import LOADERS  # noqa: PLC0415
-
     cfg, device = ctx.cfg, ctx.device
     dataset, models, opts = _build(cfg, device)
     recorder = Recorder(ctx)
@@ -164,11 +163,6 @@ def _thread_stream(device: torch.device) -> torch.cuda.Stream | None:
 
 def _process_main(i: int, cfg_dict: dict[str, Any], device_names: list[str], threads: int, link: Link) -> None:
     """Model i's whole run in its own process: its own loader, model and optimizer (a spawned child)."""
-    from engine import devices  # noqa: PLC0415
-    from engine.models._base import make_optimizer  # noqa: PLC0415
-    from engine.plugins import build_dataset  # noqa: PLC0415
-    from engine.registry import LOADERS  # noqa: PLC0415
-
     cfg = RunConfig(**cfg_dict)
     torch.set_num_threads(threads)
     device = devices.resolve(device_names[i])
@@ -193,7 +187,29 @@ def run_processes(ctx: RunContext) -> None:
     recorder.finish()
 
 
-# ---------------------------------------------------------------------------- specs
+# ---------------------------------------------------------------------------- bounds and specs
+
+
+def _computes(cal: Calibrator) -> list[float]:
+    """Each model's compute-only epoch, on its own device (dual-processes with `devices`) or the run's."""
+    names = cal.cfg.devices if cal.cfg.mode == "dual-processes" and cal.cfg.devices else [None, None]
+    out = []
+    for i, name in enumerate(names):
+        dev = devices.resolve(name) if name else cal.device
+        out.append(cal.compute(f"dual-{i}", step_builder(cal.cfg, i, dev, dual=True), device=dev)[0])
+    return out
+
+
+def sequential_bound(cal: Calibrator) -> list[Phase]:
+    """Two phases, model A's epoch then model B's, each loading the epoch once."""
+    loader = cal.loader()["seconds"]
+    return [Phase(loader, c) for c in _computes(cal)]
+
+
+def concurrent_bound(cal: Calibrator) -> list[Phase]:
+    """One phase: the loader against the slower model, A + B kept as the serial compute (for `overlap`)."""
+    a, b = _computes(cal)
+    return [Phase(cal.loader()["seconds"], max(a, b), serial_compute_s=a + b)]
 
 
 def _check(cfg: RunConfig) -> None:
@@ -208,10 +224,9 @@ def _check_processes(cfg: RunConfig) -> None:
 
 
 SEQUENTIAL = ModeSpec(run=run_sequential, check=_check, doc="two models, one after the other: the dual baseline",
-                      bound=_mode_bounds.dual_sequential_bound)
-THREADS = ModeSpec(run=run_threads, check=_check, doc="two models, one Python thread each",
-                   bound=_mode_bounds.dual_concurrent_bound)
+                      bound=sequential_bound)
+THREADS = ModeSpec(run=run_threads, check=_check, doc="two models, one Python thread each", bound=concurrent_bound)
 PROCESSES = ModeSpec(run=run_processes, check=_check_processes, doc="two models, one spawned process each",
-                     bound=_mode_bounds.dual_concurrent_bound)
+                     bound=concurrent_bound)
 STREAMS = ModeSpec(run=run_streams, check=check_streams, doc="two models on one GPU, one CUDA stream each",
-                   bound=_mode_bounds.dual_concurrent_bound)
+                   bound=concurrent_bound)

@@ -24,13 +24,19 @@ from typing import Any
 import torch
 from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 
-from engine.config import ConfigError, RunConfig
-from engine.measure import _mode_bounds, trace
+from engine.config import RunConfig
+from engine.errors import ConfigError
+from engine.loaders import LOADERS, to_device
+from engine.measure import trace
+from engine.measure.bound import Calibrator, Phase
 from engine.measure.timers import EpochTimer
-from engine.modes._base import ModeSpec, RunContext, to_device
+from engine.models import MODELS, check_vmappable, loss_fn, make_optimizer
+from engine.modes._base import ModeSpec, RunContext
 from engine.modes._common import Recorder, build_model, epoch_payload, fail_point
+from engine.plugins import is_spec
+from engine.workloads import build_dataset
 
-__all__ = ["FusedStep", "SPEC", "model_lrs", "run"]
+__all__ = ["FusedStep", "SPEC", "bound", "model_lrs", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +49,6 @@ class FusedStep:
     """models (same architecture) -> stacked parameters; calling it with (x, y) trains all of them one step."""
 
     def __init__(self, models: list[torch.nn.Module], optimizer: str, lrs: list[float]):
-        from engine.models._base import check_vmappable, loss_fn, make_optimizer  # noqa: PLC0415
-
         check_vmappable(models[0])
         # a stateless skeleton: functional_call swaps each model's slice of the stack into it
         self.skeleton = copy.deepcopy(models[0]).to("meta")
@@ -89,9 +93,6 @@ class FusedStep:
 
 
 def run(ctx: RunContext) -> None:
-    from engine.plugins import build_dataset  # noqa: PLC0415
-    from engine.registry import LOADERS  # noqa: PLC0415
-
     cfg, device = ctx.cfg, ctx.device
     # --- build: N seeded models stacked into one program ---
     dataset = build_dataset(cfg)
@@ -126,11 +127,15 @@ def _epoch(step: Any, batches: Any, n_models: int, device: torch.device) -> tupl
     return timer.finish(samples), (loss_sums / max(samples, 1)).tolist()
 
 
-def _check(cfg: RunConfig) -> None:
-    from engine.models._base import check_vmappable  # noqa: PLC0415
-    from engine.plugins import is_spec  # noqa: PLC0415
-    from engine.registry import MODELS  # noqa: PLC0415
+def bound(cal: Calibrator) -> list[Phase]:
+    """One phase: the loader against the vmapped step of all models."""
+    def build(dataset: Any) -> list[FusedStep]:
+        models = [build_model(cal.cfg, dataset, i, cal.device) for i in range(cal.cfg.n_models)]
+        return [FusedStep(models, cal.cfg.optimizer, model_lrs(cal.cfg))]
+    return [Phase(cal.loader()["seconds"], cal.compute("fused", build)[0])]
 
+
+def _check(cfg: RunConfig) -> None:
     if cfg.n_models < 2:
         raise ConfigError("n_models", f"fused trains n_models >= 2 models as one program, got {cfg.n_models}; "
                                       "use mode single for one model")
@@ -141,4 +146,4 @@ def _check(cfg: RunConfig) -> None:
 
 
 SPEC = ModeSpec(run=run, check=_check, doc="n_models copies of one model trained as one torch.func.vmap program",
-                bound=_mode_bounds.fused_bound)
+                bound=bound)

@@ -6,31 +6,20 @@ import logging
 
 import torch
 
-from engine.measure import _mode_bounds, trace
+from engine.loaders import LOADERS
+from engine.measure import trace
+from engine.measure.bound import Calibrator, Phase
+from engine.models import build_model, make_optimizer
 from engine.modes._base import ModeSpec, RunContext
-from engine.modes._common import Recorder, epoch_payload, train_epoch
+from engine.modes._common import Recorder, epoch_payload, step_builder, train_epoch
+from engine.workloads import build_dataset
 
-__all__ = ["SPEC", "run", "train_step"]
+__all__ = ["SPEC", "bound", "run"]
 
 log = logging.getLogger(__name__)
 
 
-def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Forward, backward, step. Returns the detached loss (no .item(): that would sync CUDA per step)."""
-    from engine.models._base import loss_fn  # noqa: PLC0415
-
-    opt.zero_grad(set_to_none=True)
-    loss = loss_fn(model(x), y)
-    loss.backward()
-    opt.step()
-    return loss.detach()
-
-
 def run(ctx: RunContext) -> None:
-    from engine.models._base import make_optimizer  # noqa: PLC0415
-    from engine.plugins import build_dataset, build_model  # noqa: PLC0415
-    from engine.registry import LOADERS  # noqa: PLC0415
-
     cfg, device = ctx.cfg, ctx.device
     recorder = Recorder(ctx)
     # --- build: data, model, optimizer (seeded, so the same config gives the same weights) ---
@@ -51,5 +40,10 @@ def run(ctx: RunContext) -> None:
     recorder.finish()
 
 
-SPEC = ModeSpec(run=run, doc="one model trained by one loop; the reference for every other mode",
-                bound=_mode_bounds.single_bound)
+def bound(cal: Calibrator) -> list[Phase]:
+    """One phase: the loader against the step."""
+    compute = cal.compute("single", step_builder(cal.cfg, 0, cal.device))[0]
+    return [Phase(cal.loader()["seconds"], compute)]
+
+
+SPEC = ModeSpec(run=run, doc="one model trained by one loop; the reference for every other mode", bound=bound)

@@ -23,23 +23,28 @@ import logging
 import torch
 from torch import nn
 
-from engine.config import ConfigError, RunConfig
-from engine.measure import _mode_bounds
+from engine.devices import resolve as resolve_device
+from engine.config import RunConfig
+from engine.errors import ConfigError
+from engine.loaders import LOADERS, to_device
+from engine.measure._stage_step import stage_builder
+from engine.measure.bound import Calibrator, Phase
 from engine.measure.timers import EpochTimer
-from engine.modes._base import ModeSpec, RunContext, to_device
+from engine.models import MODELS, build_model, loss_fn, make_optimizer, split_stages
+from engine.modes._base import ModeSpec, RunContext
 from engine.modes._common import Recorder, check_devices, epoch_payload, fail_point
+from engine.plugins import is_spec
+from engine.workloads import build_dataset
 
-__all__ = ["Pipeline", "SPEC", "run", "stage_devices"]
+__all__ = ["Pipeline", "SPEC", "bound", "run", "stage_devices"]
 
 log = logging.getLogger(__name__)
 
 
 def stage_devices(cfg: RunConfig, default: torch.device) -> list[torch.device]:
-    from engine import devices  # noqa: PLC0415
-
     if not cfg.devices:
         return [default] * cfg.n_stages
-    return [devices.resolve(cfg.devices[s * len(cfg.devices) // cfg.n_stages]) for s in range(cfg.n_stages)]
+    return [resolve_device(cfg.devices[s * len(cfg.devices) // cfg.n_stages]) for s in range(cfg.n_stages)]
 
 
 class Pipeline:
@@ -52,8 +57,6 @@ class Pipeline:
 
     def forward_backward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """GPipe step without the optimizer: all forwards, then one backward. Returns the batch's mean loss."""
-        from engine.models._base import loss_fn  # noqa: PLC0415
-
         xs, ys = x.chunk(self.micro_batches), y.chunk(self.micro_batches)  # the last chunk may be smaller
         acts: list[torch.Tensor] = list(xs)
         ready: list[torch.cuda.Event | None] = [self._event(None, self.devices[0]) for _ in xs]
@@ -117,10 +120,6 @@ class Pipeline:
 
 
 def run(ctx: RunContext) -> None:
-    from engine.models._base import make_optimizer, split_stages  # noqa: PLC0415
-    from engine.plugins import build_dataset, build_model  # noqa: PLC0415
-    from engine.registry import LOADERS  # noqa: PLC0415
-
     cfg = ctx.cfg
     # --- build: the model (seeded like single), cut into stages placed on their devices ---
     torch.manual_seed(cfg.seed)
@@ -156,11 +155,20 @@ def run(ctx: RunContext) -> None:
     recorder.finish()
 
 
-def _check(cfg: RunConfig) -> None:
-    from engine.models._base import split_stages  # noqa: PLC0415
-    from engine.plugins import is_spec  # noqa: PLC0415
-    from engine.registry import MODELS  # noqa: PLC0415
+def bound(cal: Calibrator) -> list[Phase]:
+    """Per stage, on the stage's device: naive (1 micro-batch) is the sum of the stages; a pipeline is the
+    busiest device's sum (the rest can overlap)."""
+    devs = stage_devices(cal.cfg, cal.device)
+    stages = [cal.compute(f"stage-{s}", stage_builder(cal.cfg, devs, s), device=devs[s])[0] for s in range(len(devs))]
+    if cal.cfg.micro_batches == 1:
+        return [Phase(cal.loader()["seconds"], sum(stages))]
+    per_device: dict[str, float] = {}
+    for s, d in enumerate(devs):
+        per_device[str(d)] = per_device.get(str(d), 0.0) + stages[s]
+    return [Phase(cal.loader()["seconds"], max(per_device.values()), serial_compute_s=sum(stages))]
 
+
+def _check(cfg: RunConfig) -> None:
     check_devices(cfg, cfg.n_stages, "stages are placed on devices in contiguous blocks")
     if cfg.micro_batches > cfg.batch_size:
         raise ConfigError("micro_batches", f"must be at most batch_size ({cfg.batch_size}): each micro-batch needs "
@@ -172,4 +180,4 @@ def _check(cfg: RunConfig) -> None:
 
 
 SPEC = ModeSpec(run=run, check=_check, doc="one model cut into n_stages stages over devices, GPipe micro-batches",
-                bound=_mode_bounds.split_bound)
+                bound=bound)

@@ -32,6 +32,7 @@ from typing import Any
 from tqdm import tqdm
 
 from engine.config import SweepConfig
+from engine.plugins import preflight
 from engine.ray_executor._cluster import INSTALL_HINT, connect_ray, ray_available, require_ray
 from engine.ray_executor._driver import Driver, Trial, gpus_needed
 from engine.ray_executor._session import reap_leftovers, sessions_dir
@@ -53,8 +54,6 @@ def run_sweep_ray(sweep: SweepConfig, *, db: str | os.PathLike | None = None, ad
     """
     require_ray()
     meta = {**(meta or {}), "cwd": (meta or {}).get("cwd") or os.getcwd()}  # each run imports user modules from here
-    from engine.plugins import preflight  # noqa: PLC0415
-
     for cfg in sweep.configs():  # a bad plugin fails here, on the submitter's machine, before any trial is sent
         preflight(cfg, cwd=(meta or {}).get("cwd"))
     result = SweepResult(sweep_id or new_sweep_id(sweep.name))

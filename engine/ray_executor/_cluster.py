@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from engine.config import ConfigError
+from engine.errors import ConfigError
 from engine.ray_executor._session import forget_session, record_session
 
 __all__ = ["INSTALL_HINT", "Node", "alive_nodes", "connect_ray", "ray_available", "require_ray"]
@@ -27,7 +27,9 @@ def ray_available() -> bool:
 def require_ray() -> Any:
     """The `ray` module, or a ConfigError on `executor` saying how to install it."""
     try:
-        import ray  # noqa: PLC0415 - optional dependency
+        # NOTE: imported here: Ray is optional (requirements-cluster.txt), and the CLI, the dashboard and the
+        # job worker import this package to offer or refuse a cluster target
+        import ray  # noqa: PLC0415
     except ImportError as e:
         raise ConfigError("executor", f"the Ray executor needs Ray, which is not installed ({e}); "
                                       f"install it with `{INSTALL_HINT}` or use --executor local") from None
@@ -75,6 +77,7 @@ def _probe(address: str) -> None:
     target = address.removeprefix("ray://")
     if not address.startswith("ray://"):
         try:  # NOTE: "auto" and localhost are resolved the way ray.init resolves them (private API, pinned Ray)
+            # NOTE: Ray is optional: imported only once a cluster is asked for
             from ray._private.services import canonicalize_bootstrap_address_or_die  # noqa: PLC0415
 
             target = canonicalize_bootstrap_address_or_die(address)
@@ -90,6 +93,7 @@ def _probe(address: str) -> None:
 
 
 def _init_local(ray: Any, num_cpus: int | None) -> None:
+    # NOTE: Ray is optional: imported only once a cluster is asked for
     from ray._private import ray_constants  # noqa: PLC0415
 
     # NOTE: on Linux Ray turns "127.0.0.1" into the host's LAN address and listens on every interface

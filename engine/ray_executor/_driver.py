@@ -16,6 +16,7 @@ from engine.ray_executor import _node
 from engine.ray_executor._cluster import Node, alive_nodes
 from engine.runlog import RunLog, read_events
 from engine.runner import RunResult, new_run_id
+from engine.store import ingest_run
 from engine.sweep import SweepResult
 
 __all__ = ["Driver", "Trial", "gpus_needed"]
@@ -49,6 +50,7 @@ def gpus_needed(cfg: RunConfig, cluster_has_gpus: bool) -> int:
 
 class Driver:
     def __init__(self, ray: Any, db: Any, result: SweepResult, bar: tqdm, cancel: threading.Event | None):
+        # NOTE: Ray is optional: imported only when a Ray sweep runs
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: PLC0415
 
         self.ray, self.db, self.result, self.bar = ray, db, result, bar
@@ -144,8 +146,6 @@ class Driver:
 
     def _land(self, trial: Trial, payload: dict[str, Any] | None, status: str, reason: str) -> None:
         """Write the trial's RunLog under this store's runs/, end it if the trial could not, and ingest it."""
-        from engine.store import ingest_run  # noqa: PLC0415
-
         run_dir = runs_dir(self.db) / trial.run_id
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "events.jsonl").write_text((payload or {}).get("events", ""), encoding="utf-8")

@@ -16,6 +16,9 @@ from typing import Any, Iterator
 
 import psutil
 
+from engine.config import RunConfig
+from engine.runner import kill_group, launch
+
 __all__ = ["salvage", "scratch_dir", "trial"]
 
 _STDERR_TAIL_BYTES = 8192
@@ -34,8 +37,6 @@ def _read(path: Path, tail: int | None = None) -> str:
 
 def _collect(run_id: str, kill: bool) -> dict[str, Any] | None:
     """The trial's RunLog as text; kill=True first kills the run's process group if it outlived its worker."""
-    from engine.runner import kill_group  # noqa: PLC0415
-
     run_dir = scratch_dir(run_id) / "runs" / run_id
     if not run_dir.is_dir():
         return None
@@ -70,9 +71,6 @@ def _node_thread_env() -> Iterator[None]:
 
 def trial(cfg: dict[str, Any], meta: dict[str, Any], run_id: str) -> dict[str, Any] | None:
     """One run through engine.runner.launch on this node, returned as {"events", "stderr", "host"}."""
-    from engine.config import RunConfig  # noqa: PLC0415
-    from engine.runner import launch  # noqa: PLC0415
-
     scratch = scratch_dir(run_id)
     with _node_thread_env():
         launch(RunConfig.from_dict(cfg), db=scratch / "scratch.duckdb", meta={**meta, "run_id": run_id})

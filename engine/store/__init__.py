@@ -9,7 +9,7 @@ queries for the dashboard and the CLI, share links, and the SQL sandbox.
 
 from engine.store.connect import DEFAULT_TIMEOUT_S, connect
 from engine.store.edits import export, purge, restore, set_notes, set_tags, soft_delete
-from engine.store.errors import StoreBusy, StoreCorrupt, StoreError, StoreHeld, StoreVersionError
+from engine.errors import StoreBusy, StoreCorrupt, StoreError, StoreHeld, StoreVersionError
 from engine.store.ingest import ingest_pending, ingest_run
 from engine.store.pending import pending_summary
 from engine.store.queries import epoch_time_by, get_epochs, get_run, get_steps, list_runs, table_schema

@@ -16,7 +16,7 @@ import os
 import time
 from pathlib import Path
 
-from engine.store.errors import StoreBusy
+from engine.errors import StoreBusy
 
 __all__ = ["SidecarLock", "backoff"]
 

@@ -25,7 +25,7 @@ import duckdb
 
 from engine.paths import db_path
 from engine.store._lock import SidecarLock, backoff
-from engine.store.errors import StoreBusy, StoreCorrupt, StoreError, StoreHeld, StoreVersionError
+from engine.errors import StoreBusy, StoreCorrupt, StoreError, StoreHeld, StoreVersionError
 from engine.store.schema import ensure_schema, needs_upgrade
 
 __all__ = ["DEFAULT_TIMEOUT_S", "connect"]

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from engine.paths import db_path, runs_dir
 from engine.runlog import heartbeat_age
-from engine.store.errors import StoreError
+from engine.store.connect import connect
+from engine.errors import StoreError
 
 __all__ = ["MARKER", "lock_holders", "pending_runs", "pending_summary", "read_marker", "write_marker"]
 
@@ -104,8 +105,6 @@ def _comm(pid: int) -> str:
 
 def _stored_offsets(db: str | os.PathLike | None) -> dict[str, int] | None:
     """run_dir -> ingested_bytes from the store read-only, or None when it does not open at once."""
-    from engine.store.connect import connect  # noqa: PLC0415 - connect imports this module's users
-
     if not db_path(db).exists():
         return {}
     try:

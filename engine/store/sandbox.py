@@ -28,6 +28,7 @@ from typing import Iterator
 import duckdb
 import pandas as pd
 
+from engine.errors import QueryRejected
 from engine.paths import db_path
 from engine.store.connect import _CORRUPT, _classify, connect
 
@@ -48,10 +49,6 @@ _REFUSED = re.compile(r"^(read_\w+|\w+_scan|glob|sniff_csv|parquet_\w+|query|que
                       r"postgres_\w+|mysql_\w+|sqlite_\w+)$", re.I)
 _EXPLAIN = re.compile(r"^\s*EXPLAIN(\s+ANALY[SZ]E)?\s+", re.I)
 _MAX_SQL = 100_000
-
-
-class QueryRejected(ValueError):
-    """The SQL was refused or failed; the message says why and what to write instead."""
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Callable
 import duckdb
 
 from engine.config import config_fields
-from engine.store.errors import StoreVersionError
+from engine.errors import StoreVersionError
 from engine.store.tables import BUILTIN_QUERIES, RUN_COLUMNS, SUMMARY_COLUMNS, SUMMARY_COLUMNS_V2, TABLES
 
 __all__ = ["MIGRATIONS", "RUN_COLUMNS", "SCHEMA_VERSION", "SUMMARY_COLUMNS", "TABLES", "config_columns",

@@ -1,4 +1,5 @@
-"""The common base of every workload: key parsing, per-sample seeds, the latency sleep, and the tensor bank.
+"""The common base of every workload: key parsing, per-sample seeds, the latency sleep, the tensor bank, and
+one rank's shard of a workload (ddp).
 
 A workload is a map-style torch Dataset built from a RunConfig. A key is an index or an
 `(epoch, index)` pair; the same (seed, epoch, index) always gives the same `(x, y)`, in any process,
@@ -19,7 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-__all__ = ["BankWorkload", "SeededDataset", "best_seconds", "sample_seed"]
+__all__ = ["BankWorkload", "SeededDataset", "ShardDataset", "best_seconds", "sample_seed"]
 
 _MASK64 = (1 << 64) - 1
 
@@ -148,3 +149,18 @@ class BankWorkload(SeededDataset):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+
+
+class ShardDataset(Dataset):
+    """Rank `rank`'s share of a workload: global samples rank, rank + world, ... Keys are (epoch, index)."""
+
+    def __init__(self, base: Any, rank: int, world: int):
+        self.base, self.rank, self.world = base, rank, world
+        self.sample_shape, self.num_classes = base.sample_shape, base.num_classes
+
+    def __len__(self) -> int:
+        return len(range(self.rank, len(self.base), self.world))
+
+    def __getitem__(self, key: Any) -> Any:
+        epoch, index = key if isinstance(key, tuple) else (0, key)
+        return self.base[(epoch, self.rank + index * self.world)]

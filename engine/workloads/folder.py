@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.config import ConfigError
+from engine.errors import ConfigError
 from engine.workloads._base import SeededDataset, sample_seed
 from engine.workloads._image import IMAGE_EXTENSIONS, load_rgb, train_transform
 

@@ -34,7 +34,7 @@ import torch
 from tqdm import tqdm
 
 from engine import paths
-from engine.config import ConfigError
+from engine.errors import ConfigError
 from engine.workloads._base import SeededDataset, sample_seed
 from engine.workloads._image import load_rgb, render_jpeg, train_transform
 

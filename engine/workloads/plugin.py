@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.config import ConfigError, printable
+from engine.errors import ConfigError, printable
 from engine.workloads._base import SeededDataset, sample_seed
 
 __all__ = ["BadItem", "PluginDataset", "current_seed"]

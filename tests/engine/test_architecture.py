@@ -43,3 +43,134 @@ def test_pages_use_the_engine_api_not_torch_or_duckdb():
 
 def test_app_only_routes():
     assert _imports(ROOT / "app.py") <= {"streamlit", "engine", "ui"}
+
+
+# ---------------------------------------------------------------------------- the import graph
+
+ENGINE = ROOT / "engine"
+MAX_FUNCTION_IMPORTS = 30
+
+
+def _engine_modules() -> dict[str, Path]:
+    out = {}
+    for path in ENGINE.rglob("*.py"):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def _top_level(body: list[ast.stmt]) -> list[ast.stmt]:
+    """Import statements that run when the module is imported: not in functions, nor under TYPE_CHECKING."""
+    out: list[ast.stmt] = []
+    for node in body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            out.append(node)
+        elif isinstance(node, ast.If) and not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
+            out += _top_level(node.body) + _top_level(node.orelse)
+        elif isinstance(node, ast.Try):
+            out += _top_level(node.body) + [n for h in node.handlers for n in _top_level(h.body)]
+            out += _top_level(node.orelse) + _top_level(node.finalbody)
+        elif isinstance(node, (ast.ClassDef, ast.With)):
+            out += _top_level(node.body)
+    return out
+
+
+def _targets(module: str, node: ast.stmt, modules: dict[str, Path]) -> set[str]:
+    """The engine modules an import statement loads, package __init__s included: importing engine.modes.fused
+    from outside engine.modes runs engine/modes/__init__.py first (a cycle through it is as real as any)."""
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    else:
+        base = node.module or ""
+        if node.level:
+            package = module.split(".") if modules[module].name == "__init__.py" else module.split(".")[:-1]
+            package = package[:len(package) - node.level + 1]
+            base = ".".join(package + ([node.module] if node.module else []))
+        names = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+    out = set()
+    for name in names:
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):
+            target = ".".join(parts[:i])
+            inside = module.split(".")[:i] == parts[:i]  # the importer's own package: already being imported
+            if target in modules and target != module and (i == len(parts) or not inside):
+                out.add(target)
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _engine_modules()
+    return {m: {t for node in _top_level(ast.parse(p.read_text()).body) for t in _targets(m, node, modules)}
+            for m, p in modules.items()}
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        path.append(m)
+        for t in sorted(graph[m]):
+            if state.get(t) == 1:
+                return path[path.index(t):] + [t]
+            if t not in state and (found := visit(t)):
+                return found
+        path.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(graph):
+        if m not in state and (found := visit(m)):
+            return found
+    return None
+
+
+def test_the_engine_import_graph_has_no_cycle():
+    """Top-level imports only (what runs at import time), package __init__s included: no module may need
+    itself, through any chain, before it has finished loading."""
+    graph = _graph()
+    assert "engine.loaders" in graph["engine.modes.single"]  # the graph sees what it should
+    assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
+
+
+def test_the_cycle_finder_finds_a_package_cycle():
+    assert _cycle({"a": {"a.b"}, "a.b": {"c"}, "c": {"a"}}) == ["a", "a.b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def _function_imports() -> list[tuple[str, int, bool]]:
+    """(file, line, explained) for every import inside a function in engine/: explained when a `# NOTE:` is
+    on its line or in the comment block just above it (the block may cover several imports)."""
+    out = []
+    for path in sorted(ENGINE.rglob("*.py")):
+        lines = path.read_text().splitlines()
+        seen: set[int] = set()
+        for fn in ast.walk(ast.parse("\n".join(lines))):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, (ast.Import, ast.ImportFrom)) and node.lineno not in seen:
+                    seen.add(node.lineno)
+                    i = node.lineno - 1
+                    explained = "# NOTE:" in lines[i]
+                    while not explained and i > 0 and lines[i - 1].strip().startswith(("#", "from ", "import ")):
+                        i -= 1
+                        explained = "# NOTE:" in lines[i]
+                    out.append((str(path.relative_to(ROOT)), node.lineno, explained))
+    return out
+
+
+def test_imports_inside_functions_are_few_and_each_says_why():
+    """They stay only where they keep torch (or optional Ray, or the parent's store) out of a process that must
+    not load it; each says so in a `# NOTE:`."""
+    found = _function_imports()
+    assert len(found) <= MAX_FUNCTION_IMPORTS, [f"{f}:{n}" for f, n, _ in found]
+    assert [f"{f}:{n}" for f, n, explained in found if not explained] == []
+
+
+def test_the_dashboard_and_notebook_facades_import_no_torch():
+    code = "import sys, engine.api, engine.lab, engine.__main__; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

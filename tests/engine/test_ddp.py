@@ -11,7 +11,8 @@ from _mode_runs import TINY, assert_no_orphans, epochs_of, launch_mode, summary_
 
 from engine.config import ConfigError, RunConfig
 from engine.modes._common import FAIL_AT_ENV
-from engine.modes._ddp import ShardDataset, cuda_ranks, free_port, torchrun_env
+from engine.modes._ddp import cuda_ranks, free_port, torchrun_env
+from engine.workloads import ShardDataset
 
 
 class _Indices:

@@ -15,7 +15,7 @@ from _mode_runs import TINY, assert_no_orphans, epochs_of, launch_mode, our_chil
 
 from engine.config import ConfigError, RunConfig
 from engine.models import CNN, MLP
-from engine.modes import MODE_SPECS
+from engine.modes import MODES
 from engine.modes._common import FAIL_AT_ENV, build_model
 from engine.modes._fanout import FanOut, Stopped
 
@@ -24,8 +24,8 @@ LOADERS = [dict(loader="sync"), dict(loader="prefetch"), dict(loader="threads", 
 
 
 def test_registry_order():
-    assert [name for name, _ in MODE_SPECS] == ["single", "dual-sequential", "dual-threads", "dual-processes",
-                                                "dual-streams", "fused", "split", "ddp"]
+    assert list(MODES) == ["single", "dual-sequential", "dual-threads", "dual-processes", "dual-streams", "fused",
+                           "split", "ddp"]
 
 
 def _assert_two_models_trained(events, n_samples=TINY["n_samples"], epochs=TINY["epochs"]):

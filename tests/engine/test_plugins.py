@@ -15,7 +15,8 @@ import torch
 
 from engine.__main__ import main
 from engine.config import ConfigError, RunConfig
-from engine.plugins import build_dataset, code_hash, preflight, registered
+from engine.plugins import code_hash, preflight, registered
+from engine.workloads import build_dataset
 
 from tests.engine._mode_runs import launch_mode, run_in_process
 

@@ -109,7 +109,7 @@ def _fake_nvml(monkeypatch, **overrides):
         nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used=123 * MB),
         nvmlDeviceGetCount=lambda: 2, nvmlDeviceGetName=lambda h: b"Fake H100",
         nvmlSystemGetDriverVersion=lambda: "550.1"), **overrides})
-    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setattr(nvml, "pynvml", fake)
     monkeypatch.setattr(nvml, "_cuda_uuid", lambda index: "1234")
     return calls
 

@@ -1,0 +1,63 @@
+"""The errors a user sees, in one module that imports nothing from the engine, so every module can raise them.
+
+Each message says what happened and what the user can do about it. The CLI prints them on one line with
+exit status 2; the pages show them with st.error; ConfigError names the field, so forms show it inline.
+
+    raise ConfigError("workers", "loader 'threads' needs workers >= 1")
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["ConfigError", "QueryRejected", "StoreBusy", "StoreCorrupt", "StoreError", "StoreHeld",
+           "StoreVersionError", "UsageError", "printable"]
+
+
+def printable(text: str) -> str:
+    """User text may hold newlines or control characters: escape them so an error stays one line."""
+    return re.sub(r"[\x00-\x1f\x7f]", lambda m: f"\\x{ord(m.group()):02x}", str(text))
+
+
+class ConfigError(ValueError):
+    """Bad user input. `field` names the offending field so forms can show the error inline."""
+
+    def __init__(self, field_name: str, message: str):
+        super().__init__(f"{field_name}: {message}")
+        self.field = field_name
+        self.message = message
+
+
+class UsageError(Exception):
+    """Bad command-line usage: one line, exit status 2."""
+
+
+class QueryRejected(ValueError):
+    """The SQL was refused or failed; the message says why and what to write instead."""
+
+
+class StoreError(RuntimeError):
+    """Base class: any problem opening or using the DuckDB store."""
+
+
+class StoreBusy(StoreError):
+    """Another process held the store (or its lock) past the timeout. The message names the holder."""
+
+
+class StoreHeld(StoreBusy):
+    """A program outside LoaderLab (a user's DuckDB shell or notebook) holds the file. `holder`: 'pid 1234 (python3)'.
+
+    Raised after `outside_wait_s`; deferrable work (ingest) leaves the RunLog for the next command that can write.
+    """
+
+    def __init__(self, message: str, holder: str | None = None):
+        super().__init__(message)
+        self.holder = holder
+
+
+class StoreCorrupt(StoreError):
+    """The file is not a readable DuckDB database. It is left untouched; the message says how to recover."""
+
+
+class StoreVersionError(StoreError):
+    """The file was written by a newer LoaderLab schema than this code knows."""
