@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import json
 import logging
 import sys
@@ -19,6 +18,7 @@ from engine import merge, tune
 from engine.config import RunConfig, SweepConfig, config_fields, field_choices, load_toml
 from engine.demo import ensure_demo
 from engine.errors import ConfigError, StoreError, printable
+from engine.jobs import ensure_worker, run_worker, worker_pid
 from engine.merge import export_bundle_main, import_main
 from engine.plugins import preflight
 from engine.ray_executor import run_sweep_ray
@@ -209,12 +209,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-# Commands whose options live with their module: name -> (help, module, add_args fn or None, main fn).
-# The main fn takes the parsed Namespace, except `worker`, which parses its own argv.
-DELEGATED = {
-    "worker": ("run queued dashboard jobs one at a time (--ensure: start one in the background if none is alive)",
-               "engine.jobs", None, "worker_main"),
-}
+@command
+def cmd_worker(args: argparse.Namespace) -> int:
+    """Run queued dashboard jobs one at a time (--ensure: start one in the background if none is alive)."""
+    # NOTE: force: the worker's log (worker.log when ensure_worker starts it) has timestamps and INFO lines
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", force=True)
+    logging.getLogger("engine").setLevel(logging.INFO)
+    if args.ensure:
+        pid = ensure_worker(args.db)
+        print(f"worker started (pid {pid})" if pid else f"worker already running (pid {worker_pid(args.db)})")
+        return 0
+    return run_worker(args.db, once=args.once, poll_s=args.poll_s, lock_fd=args.lock_fd)
 
 
 # ---------------------------------------------------------------------------- wiring
@@ -260,18 +265,19 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_tune_args(add("tune"))
     merge.add_import_args(add("import"))
     merge.add_export_bundle_args(add("export-bundle"))
+    p = add("worker")
+    p.add_argument("--ensure", action="store_true", help="start a detached worker if none is alive, then return")
+    p.add_argument("--once", action="store_true", help="run the queued jobs, then exit")
+    p.add_argument("--poll-s", type=float, default=1.0, help="seconds between looks at an empty queue")
+    p.add_argument("--lock-fd", type=int, default=None, help=argparse.SUPPRESS)  # handed over by ensure_worker
     for name in COMMANDS:
         if name not in sub.choices:
-            add(name)  # commands registered by other modules with no options of their own
-    for name, (help_, module, add_args, _) in DELEGATED.items():
-        p = sub.add_parser(name, help=help_, description=help_)
-        if add_args is not None:
-            p.add_argument("--db", default=None, help="store file (default: $LOADERLAB_DB or data/loaderlab.duckdb)")
-            getattr(importlib.import_module(module), add_args)(p)
+            add(name)  # commands with no options of their own
     return parser
 
 
 _RUNS_FIRST = ("run", "sweep")
+_NO_PENDING = ("worker",)  # it stores what waits itself, in its loop
 
 
 def _store_pending(db: str | None) -> None:
@@ -292,12 +298,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         argv = sys.argv[1:] if argv is None else argv
-        if argv and argv[0] in DELEGATED and DELEGATED[argv[0]][2] is None:
-            return getattr(importlib.import_module(DELEGATED[argv[0]][1]), DELEGATED[argv[0]][3])(argv[1:])
         args = build_parser().parse_args(argv)
-        if args.command in DELEGATED:
-            _, module, _, main_fn = DELEGATED[args.command]
-            return getattr(importlib.import_module(module), main_fn)(args)
+        if args.command in _NO_PENDING:
+            return COMMANDS[args.command](args)
         if args.command in _RUNS_FIRST:  # a run never waits for the store: what waited is stored after it
             status = COMMANDS[args.command](args)
             if not getattr(args, "dry_run", False):

@@ -10,7 +10,8 @@ import importlib
 from typing import Any
 
 _MODULES = ("engine.store", "engine.jobs", "engine.charts", "engine.explore_queries", "engine.stats", "engine.advisor", "engine.config",
-            "engine.registry", "engine.presets", "engine.sweep", "engine.runner", "engine._browser")
+            "engine.registry", "engine.presets", "engine.sweep", "engine.runner", "engine._browser",
+            "engine.ray_executor")
 
 
 def __getattr__(name: str) -> Any:

@@ -43,6 +43,6 @@ def ensure_demo(db: str | os.PathLike | None = None, progress: bool = True, **ba
     `progress` is kept for callers of the old synchronous demo; nothing is printed here."""
     if len(list_runs(db=db, limit=1, include_deleted=True)) or len(list_jobs(db=db, limit=1)):
         return False
-    ids = submit_sweep(demo_sweep(**base_overrides), db=db)
+    ids = submit_sweep(demo_sweep(**base_overrides), db=db, origin="cli")
     log.info("demo sweep queued: %d runs; watch it on the Launch page", len(ids))
     return True

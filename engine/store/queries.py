@@ -17,7 +17,7 @@ import pandas as pd
 
 from engine.store.connect import connect
 
-__all__ = ["epoch_time_by", "get_epochs", "get_run", "get_steps", "list_runs", "table_schema"]
+__all__ = ["epoch_time_by", "get_epochs", "get_run", "get_steps", "list_runs", "seconds_per_sample", "table_schema"]
 
 Db = str | os.PathLike | None
 
@@ -125,3 +125,11 @@ def table_schema(db: Db = None) -> dict[str, list[tuple[str, str]]]:
     for table, column, typ in rows:
         out.setdefault(table, []).append((column, typ))
     return out
+
+
+def seconds_per_sample(db: Db = None) -> dict[tuple[str, str], float]:
+    """(workload, model) -> the median epoch_s / n_samples of its finished runs: what a new run's epochs cost."""
+    with connect(db, read_only=True) as conn:
+        return {(w, m): s for w, m, s in conn.execute(
+            "SELECT workload, model, median(epoch_s / n_samples) FROM runs WHERE status = 'done' AND NOT "
+            "coalesce(deleted, false) AND epoch_s > 0 AND n_samples > 0 GROUP BY ALL").fetchall()}

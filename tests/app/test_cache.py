@@ -15,7 +15,8 @@ def test_job_queue_writes_keep_the_version_and_ingest_bumps_it(seeded, seeded_te
     db, ids = seeded
     before_data, before_file = cache.data_token(), cache.store_token()
     assert version.current(db), "the seeded store was ingested, so it has a version"
-    api.submit(RunConfig.from_dict({"workload": "tensor", "n_samples": 64, "epochs": 2}))  # a job-queue write
+    cfg = RunConfig.from_dict({"workload": "tensor", "n_samples": 64, "epochs": 2})
+    api.submit(cfg, origin="cli")  # a job-queue write
     assert cache.store_token() != before_file  # the file changed...
     assert cache.data_token() == before_data  # ...but no result did: cached charts stay
 

@@ -108,7 +108,7 @@ def test_sweep_builder_counts_distinct_configs_times_repeats_and_queues_them(lau
 def test_jobs_panel_shows_live_progress_and_cancels(launch, store):
     long = dict(workload="tensor", n_samples=32, image_size=8, width=8, batch_size=8, epochs=1000, latency_ms=10.0,
                 bound=False, sample_hz=0.0)
-    job_id = jobs.submit(RunConfig.from_dict(long), db=store)
+    job_id = jobs.submit(RunConfig.from_dict(long), db=store, origin="cli")
     at = launch()  # starts the worker
     deadline = time.monotonic() + 90
     while jobs.job_progress(job_id, store)["epochs_done"] < 2:
@@ -176,7 +176,7 @@ def test_without_ray_the_cluster_target_is_disabled_with_the_install_hint(launch
 def test_a_running_ray_job_shows_its_runs_landed_and_cancels(launch, store):
     sweep = SweepConfig.from_dict({"name": "rs", "base": {"workload": "tensor"}, "grid": {"batch_size": [8, 16]},
                                    "repeats": 2})
-    job_id = jobs.submit_ray_sweep(sweep, address="auto", db=store)
+    job_id = jobs.submit_ray_sweep(sweep, address="auto", db=store, origin="cli")
     jobs_dir(store).mkdir(parents=True, exist_ok=True)
     lock = os.open(jobs_dir(store) / "worker.lock", os.O_RDWR | os.O_CREAT, 0o666)
     fcntl.flock(lock, fcntl.LOCK_EX)  # no worker: this test plays the worker's part in the store

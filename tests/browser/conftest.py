@@ -87,7 +87,7 @@ def dashboard(tmp_path_factory, chromium):
     env = {**os.environ, "LOADERLAB_DB": str(db), "LOADERLAB_DATA": str(tmp / "data"),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     port = _free_port()
-    procs = [_start([sys.executable, "-m", "engine.jobs", "--db", str(db)], env, tmp / "worker.log"),
+    procs = [_start([sys.executable, "-m", "engine", "worker", "--db", str(db)], env, tmp / "worker.log"),
              _start([sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
                      "--server.port", str(port), "--server.address", "127.0.0.1",
                      "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],

@@ -107,7 +107,8 @@ def everything(store, tmp_path):
         procs.append(external)
         worker = _popen(["-m", "engine", "worker", "--db", str(store), "--poll-s", "0.2"], tmp_path / "worker.log")
         procs.append(worker)
-        job_ids = [jobs.submit(RunConfig.from_dict({**BASE, "loader": "threads", "workers": 1, "seed": i}), db=store)
+        job_ids = [jobs.submit(RunConfig.from_dict({**BASE, "loader": "threads", "workers": 1, "seed": i}), db=store,
+                               origin="cli")
                    for i in range(N_JOBS)]
         readers = _Readers(store)
         readers.start()

@@ -237,7 +237,7 @@ def test_sigterm_of_the_job_worker_keeps_finished_epochs(tmp_path):
         db.parent.mkdir()
         try:
             for round_ in range(2):
-                job_id = jobs.submit(RunConfig.from_dict(TINY), db=db)
+                job_id = jobs.submit(RunConfig.from_dict(TINY), db=db, origin="cli")
                 with open(db.parent / "worker.log", "ab") as log:
                     worker = subprocess.Popen([sys.executable, "-m", "engine", "worker", "--db", str(db),
                                                "--poll-s", "0.2"], cwd=ROOT, env=_env(), stdout=log, stderr=log,

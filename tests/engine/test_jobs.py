@@ -15,11 +15,12 @@ import pytest
 from engine import jobs
 from engine.config import ConfigError, RunConfig, SweepConfig
 from engine.paths import runs_dir
+from engine.ray_executor import ray_available
 from engine.runner import kill_group
 from engine.store import connect, get_epochs, get_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-WORKER = "import sys; from engine.jobs import worker_main; sys.exit(worker_main(sys.argv[1:]))"
+WORKER = ["-m", "engine", "worker"]
 TINY = dict(workload="tensor", n_samples=64, image_size=8, width=8, epochs=2, batch_size=32, loader="sync",
             bound=False, sample_hz=0.0)
 # ~0.3 s per epoch for 1000 epochs; a process loader so the run's group has more than one process
@@ -53,11 +54,12 @@ def group_members(pgid):
 
 @pytest.fixture
 def workers(store):
-    """start(*args) runs `worker_main` in its own process group; teardown kills every worker and run left."""
+    """start(*args) runs `python -m engine worker` in its own process group; teardown kills every worker and run
+    left."""
     started = []
 
     def start(*args):
-        proc = subprocess.Popen([sys.executable, "-c", WORKER, "--db", str(store), "--poll-s", "0.2", *args],
+        proc = subprocess.Popen([sys.executable, *WORKER, "--db", str(store), "--poll-s", "0.2", *args],
                                 cwd=ROOT, start_new_session=True)
         started.append(proc)
         return proc
@@ -81,7 +83,7 @@ def run_pid(job_id, db):
 
 
 def test_cancel_running_job_kills_its_group_and_keeps_finished_epochs(store, workers):
-    job_id = jobs.submit(RunConfig.from_dict(LONG), db=store)
+    job_id = jobs.submit(RunConfig.from_dict(LONG), db=store, origin="cli")
     workers()
     wait_for(lambda: jobs.job_progress(job_id, store)["epochs_done"] >= 2, what="two epochs")
     pgid = run_pid(job_id, store)
@@ -98,9 +100,9 @@ def test_cancel_running_job_kills_its_group_and_keeps_finished_epochs(store, wor
 
 
 def test_queue_survives_worker_restarts(store, workers):
-    long_job = jobs.submit(RunConfig.from_dict(LONG), db=store)
-    dropped = jobs.submit(RunConfig.from_dict(TINY), db=store)
-    later = jobs.submit(RunConfig.from_dict(TINY), db=store)
+    long_job = jobs.submit(RunConfig.from_dict(LONG), db=store, origin="cli")
+    dropped = jobs.submit(RunConfig.from_dict(TINY), db=store, origin="cli")
+    later = jobs.submit(RunConfig.from_dict(TINY), db=store, origin="cli")
     assert jobs.cancel(dropped, store) == "cancelled"  # queued: cancelled at once, no worker needed
     first = workers()
     wait_for(lambda: jobs.job_progress(long_job, store)["epochs_done"] >= 1, what="first epoch")
@@ -122,7 +124,7 @@ def test_queue_survives_worker_restarts(store, workers):
 
 
 def test_job_left_running_by_a_dead_worker_is_failed_and_its_run_kept(store, workers):
-    job_id = jobs.submit(RunConfig.from_dict(LONG), db=store)
+    job_id = jobs.submit(RunConfig.from_dict(LONG), db=store, origin="cli")
     worker = workers()
     wait_for(lambda: jobs.job_progress(job_id, store)["epochs_done"] >= 1, what="first epoch")
     pgid = run_pid(job_id, store)
@@ -143,9 +145,9 @@ def test_ensure_worker_starts_exactly_one(store):
         assert isinstance(first, int)
         assert jobs.ensure_worker(store) is None
         assert jobs.worker_alive(store) and jobs.worker_pid(store) == first
-        wait_for(lambda: "engine.jobs" in " ".join(psutil.Process(first).cmdline()), what="worker started")
+        wait_for(lambda: "engine worker" in " ".join(psutil.Process(first).cmdline()), what="worker started")
         alive = [p for p in psutil.process_iter(["cmdline"])
-                 if "engine.jobs" in (p.info["cmdline"] or []) and str(store) in (p.info["cmdline"] or [])]
+                 if "worker" in (p.info["cmdline"] or []) and str(store) in (p.info["cmdline"] or [])]
         assert [p.pid for p in alive] == [first]
     finally:
         jobs.stop_worker(store, timeout_s=30)
@@ -173,13 +175,13 @@ def test_ray_sweep_job_refused_without_ray_and_failed_when_its_worker_died(store
     with monkeypatch.context() as mp:
         mp.setitem(sys.modules, "ray", None)  # what a missing package looks like to the import system
         with pytest.raises(ConfigError, match="requirements-cluster.txt") as err:
-            jobs.submit_ray_sweep(sweep, db=store)
+            jobs.submit_ray_sweep(sweep, db=store, origin="cli")
         assert err.value.field == "target" and jobs.list_jobs(store).empty
-    if not jobs.ray_available():
+    if not ray_available():
         # NOTE: as in test_ray.py: where Ray is required (LOADERLAB_REQUIRE_RAY=1, CI) its absence fails the test
         assert os.environ.get("LOADERLAB_REQUIRE_RAY") != "1", "LOADERLAB_REQUIRE_RAY=1 but Ray is not installed"
         pytest.skip("Ray is not installed: pip install -r requirements-cluster.txt")
-    job_id = jobs.submit_ray_sweep(sweep, address=" auto ", db=store)
+    job_id = jobs.submit_ray_sweep(sweep, address=" auto ", db=store, origin="cli")
     job = jobs.list_jobs(store).iloc[0]
     assert (job["kind"], job["device"], json.loads(job["config_json"])["address"]) == ("ray-sweep", "ray:auto", "auto")
     with connect(store, read_only=False) as conn:  # as a worker killed mid-sweep leaves it

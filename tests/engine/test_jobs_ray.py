@@ -77,16 +77,17 @@ def _needs_ray():
 
 def test_ray_sweep_jobs_run_through_the_worker_and_cancel(store):
     two = jobs.submit_ray_sweep(SweepConfig.from_dict({"name": "two", "base": TINY, "grid": {"batch_size": [8, 16]}}),
-                                address=None, db=store)
-    slow = jobs.submit_ray_sweep(SweepConfig.from_dict({"name": "slow", "base": SLOW, "repeats": 2}), db=store)
+                                address=None, db=store, origin="cli")
+    slow = jobs.submit_ray_sweep(SweepConfig.from_dict({"name": "slow", "base": SLOW, "repeats": 2}), db=store,
+                                 origin="cli")
     queued = jobs.list_jobs(store).set_index("job_id")
     assert list(queued["kind"]) == ["ray-sweep", "ray-sweep"] and queued["run_id"].isna().all()
     assert jobs.job_progress(two, store)["runs_total"] == 2
     # NOTE: a token in the environment keeps Ray's token auth on without writing ~/.ray/auth_token, and marks
     # every process of this worker's Ray instance, so that the leftover check ignores other tests' Ray
     token = "loaderlab-test-" + os.urandom(16).hex()
-    worker = subprocess.Popen([sys.executable, "-m", "engine.jobs", "--db", str(store), "--once", "--poll-s", "0.2"],
-                              cwd=ROOT, env={**os.environ, "RAY_AUTH_TOKEN": token}, start_new_session=True)
+    worker = subprocess.Popen([sys.executable, "-m", "engine", "worker", "--db", str(store), "--once", "--poll-s",
+                               "0.2"], cwd=ROOT, env={**os.environ, "RAY_AUTH_TOKEN": token}, start_new_session=True)
     seen: set[int] = set()
     try:
         deadline = time.monotonic() + 300
@@ -127,10 +128,10 @@ def test_kill_9_of_the_worker_mid_sweep_leaves_no_ray_process_after_the_next_sta
     """SIGKILL of the job worker while its local Ray instance runs a trial: Ray's head dies with it, but agents
     and busy workers live on. The next worker start must stop every process of that session (and only it),
     say so in its log, and close the job."""
-    job = jobs.submit_ray_sweep(SweepConfig.from_dict({"name": "doomed", "base": SLOW}), db=store)
+    job = jobs.submit_ray_sweep(SweepConfig.from_dict({"name": "doomed", "base": SLOW}), db=store, origin="cli")
     token = "loaderlab-test-" + os.urandom(16).hex()  # marks this test's Ray processes (see the test above)
     env = {**os.environ, "RAY_AUTH_TOKEN": token}
-    cmd = [sys.executable, "-m", "engine.jobs", "--db", str(store), "--once", "--poll-s", "0.2"]
+    cmd = [sys.executable, "-m", "engine", "worker", "--db", str(store), "--once", "--poll-s", "0.2"]
     first = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120

@@ -110,7 +110,7 @@ def _wait(predicate, what: str, timeout_s: float = 180.0) -> None:
 def test_a_job_running_when_a_session_opens_lands_when_it_closes(store, tmp_path):
     cfg = RunConfig.from_dict({"workload": "tensor", "n_samples": 64, "image_size": 8, "width": 8,
                                "batch_size": 16, "epochs": 3, "latency_ms": 150.0, "bound": False})
-    job_id = jobs.submit(cfg, db=store)
+    job_id = jobs.submit(cfg, db=store, origin="cli")
     log = open(tmp_path / "worker.log", "wb")
     worker = subprocess.Popen([sys.executable, "-m", "engine", "worker", "--db", str(store), "--poll-s", "0.2"],
                               cwd=ROOT, env=_env(), stdout=log, stderr=log, start_new_session=True)
@@ -167,7 +167,7 @@ def test_a_job_queued_before_a_session_opened_runs_while_it_holds_the_store(stor
     cfg = RunConfig.from_dict({"workload": "tensor", "n_samples": 64, "image_size": 8, "width": 8,
                                "batch_size": 32, "epochs": 2, "bound": False})
     holder()  # queue first, as a browser did before the notebook opened ...
-    job_id = jobs.submit(cfg, db=store)
+    job_id = jobs.submit(cfg, db=store, origin="cli")
     hold = subprocess.Popen([sys.executable, "-c", HOLD, str(store)], stdout=subprocess.PIPE, text=True)
     assert hold.stdout.readline().strip() == "holding"  # ... then the notebook holds the store
     worker, log = _worker(store, tmp_path / "worker.log")

@@ -181,13 +181,14 @@ def test_ddp_runs_forked_warm_each_get_their_own_process_group(warm, store):
 
 def test_a_job_runs_warm_in_the_worker_and_imports_from_the_submitters_folder(store, tmp_path, monkeypatch, caplog):
     from engine import jobs  # noqa: PLC0415
-    from engine._worker import run_worker  # noqa: PLC0415
+    from engine.jobs import run_worker  # noqa: PLC0415
 
     monkeypatch.delenv("LOADERLAB_WARM", raising=False)
     name = f"mine_{secrets.token_hex(4)}"
     (tmp_path / f"{name}.py").write_text(PLUGIN)
     monkeypatch.chdir(tmp_path)
-    job_id = jobs.submit(RunConfig.from_dict(dict(TINY, workload=f"{name}:data", model=f"{name}:net")), db=store)
+    cfg = RunConfig.from_dict(dict(TINY, workload=f"{name}:data", model=f"{name}:net"))
+    job_id = jobs.submit(cfg, db=store, origin="cli")
     monkeypatch.chdir(ROOT)  # the worker runs elsewhere, as one started by ensure_worker() does
     before = _warm_parents()
     with caplog.at_level(logging.INFO, logger="engine.warm"):

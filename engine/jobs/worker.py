@@ -1,12 +1,18 @@
-"""The job worker's loop (engine.jobs holds the queue and starts this): take the oldest queued job, run it, close it.
+"""The job worker: its own process, `python -m engine worker`, that takes the oldest queued job, runs it and
+closes it, one at a time; and how the dashboard starts, finds and stops it.
 
-A job is one run (engine.runner.launch, a subprocess) or, kind "ray-sweep", a whole sweep on a Ray cluster
-(engine.ray_executor.run_sweep_ray, whose driver ingests each run as it lands). Either way Cancel is the
-marker file `<jobs_dir>/<job_id>.cancel`, watched here and turned into the executor's cancel Event.
+One worker per store, so one per host with the default store: the live worker holds an flock on
+`<jobs_dir>/worker.lock` (its pid is written into the file). A job is one run (engine.runner.launch, a
+subprocess that never opens DuckDB nor imports streamlit, forked from the worker's warm parent) or, kind
+"ray-sweep", a whole sweep on a Ray cluster (engine.ray_executor.run_sweep_ray, whose driver ingests each
+run as it lands). Either way Cancel is the marker file `<jobs_dir>/<job_id>.cancel`, watched here and
+turned into the executor's cancel Event.
 
-    python -m engine worker [--db PATH] [--once]     # engine.jobs.worker_main parses the flags
+    python -m engine worker [--db PATH] [--ensure | --once]     # engine/cli.py parses the flags
+    ensure_worker(db); worker_alive(db); stop_worker(db)          # what `make run` and the dashboard do
 
-NOTE: the worker holds `<jobs_dir>/worker.lock` (flock) while it lives; its pid is written into the file.
+NOTE: one job at a time on the whole host, not one per device: runs on two GPUs still share the CPU
+cores that load their data, so running them side by side would corrupt both timings.
 """
 
 from __future__ import annotations
@@ -17,56 +23,43 @@ import json
 import logging
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
 import psutil
 
-from engine import _spool
 from engine.config import RunConfig, SweepConfig
-from engine.errors import ConfigError
-from engine.paths import db_path, jobs_dir, runs_dir
-from engine.ray_executor import run_sweep_ray
-from engine.ray_executor._session import reap_leftovers
+from engine.errors import ConfigError, StoreBusy, StoreError
+from engine.jobs import spool
+from engine.jobs.queue import RAY_SWEEP, job_spec, marker, now
+from engine.paths import ROOT, Db, db_path, jobs_dir, runs_dir
+from engine.ray_executor import reap_leftovers, run_sweep_ray
 from engine.runlog import RunLog, iter_events
 from engine.runner import kill_group, launch
-from engine.store import StoreBusy, StoreError, connect, ingest_pending, ingest_run
+from engine.store import ingest_pending, ingest_run
+from engine.store import jobs as job_table
 from engine.store.ingest import DEFER_AFTER_S
-from engine.warm import WarmParent
+from engine.warm import WarmParent, run_env
 
-__all__ = ["RAY_SWEEP", "job_spec", "lock_path", "marker", "now", "run_worker", "try_lock", "unlock"]
+__all__ = ["ensure_worker", "lock_path", "run_worker", "stop_worker", "worker_alive", "worker_pid"]
 
 log = logging.getLogger(__name__)
 
-RAY_SWEEP = "ray-sweep"  # config_json {"kind": RAY_SWEEP, "sweep": SweepConfig fields, "address", "runs"}
 STALE_AFTER_S = 30.0  # a run whose heartbeat is older is marked killed (DESIGN: stale runs)
 SCAN_EVERY_S = 30.0  # how often an idle worker looks for stale or un-ingested RunLogs
 
 
-def now() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)  # the store's TIMESTAMPs are naive UTC
-
-
-def marker(db: Any, job_id: str, suffix: str = ".cancel") -> Path:
-    return jobs_dir(db) / f"{job_id}{suffix}"
-
-
-def job_spec(config_json: str) -> dict[str, Any]:
-    """A job's config_json: a RunConfig's fields, or a ray-sweep spec (it has "kind")."""
-    spec = json.loads(config_json)
-    return spec if isinstance(spec, dict) else {}
-
-
-def lock_path(db: Any) -> Path:
+def lock_path(db: Db) -> Path:
     path = jobs_dir(db) / "worker.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
 
 
-def try_lock(db: Any) -> int | None:
+def _try_lock(db: Db) -> int | None:
     """An fd holding the worker lock, or None when a live worker holds it."""
     fd = os.open(lock_path(db), os.O_RDWR | os.O_CREAT, 0o666)
     try:
@@ -77,15 +70,14 @@ def try_lock(db: Any) -> int | None:
     return fd
 
 
-def unlock(fd: int) -> None:
+def _unlock(fd: int) -> None:
     fcntl.flock(fd, fcntl.LOCK_UN)
     os.close(fd)
 
 
-def run_worker(db: str | os.PathLike | None = None, *, once: bool = False, poll_s: float = 1.0,
-               lock_fd: int | None = None) -> int:
+def run_worker(db: Db = None, *, once: bool = False, poll_s: float = 1.0, lock_fd: int | None = None) -> int:
     """Run queued jobs one at a time until SIGTERM (or, with once, until the queue is empty). Exit status 0."""
-    fd = lock_fd if lock_fd is not None else try_lock(db)
+    fd = lock_fd if lock_fd is not None else _try_lock(db)
     if fd is None:
         log.info("a worker for %s is alive already (see %s); exiting", db_path(db), lock_path(db))
         return 0
@@ -99,7 +91,7 @@ def run_worker(db: str | os.PathLike | None = None, *, once: bool = False, poll_
         recovered, last_scan, last_error = False, 0.0, None
         while not stop.is_set():
             try:
-                _flush(db)  # jobs queued or closed while the store was held; before _recover, which may close them
+                spool.flush(db)  # jobs queued or closed while the store was held; before _recover, which may close them
                 if not recovered:  # in the loop: a store held at start-up is waited out like any other
                     _recover(db)
                     recovered = True
@@ -129,12 +121,12 @@ def run_worker(db: str | os.PathLike | None = None, *, once: bool = False, poll_
         while _WARM:  # the warm parent goes with the worker: no process left behind
             _WARM.pop().close()
         restore()
-        unlock(fd)
+        _unlock(fd)
         log.info("job worker pid %d stopped", os.getpid())
     return 0
 
 
-def _reap_ray(db: Any) -> None:
+def _reap_ray(db: Db) -> None:
     """Stop what a killed worker's local Ray instance left running (it logs what it stopped); never fatal."""
     try:
         reap_leftovers(db)
@@ -150,49 +142,31 @@ def _on_signals(stop: threading.Event):
     return lambda: [signal.signal(s, h) for s, h in old.items()]
 
 
-def _flush(db: Any) -> None:
-    if _spool.rows(db):
-        with connect(db, read_only=False, outside_wait_s=DEFER_AFTER_S) as conn:
-            _spool.flush(conn, db)
+def _take(db: Db) -> dict[str, Any] | None:
+    """Mark the oldest queued job running and return it (None when the queue is empty)."""
+    return job_table.take_next_job(os.getpid(), now(), db)
 
 
-def _take(db: Any) -> dict[str, Any] | None:
-    """Mark the oldest queued job running and return it; a read-only peek first keeps idle polls lock-free."""
-    with connect(db, read_only=True, outside_wait_s=DEFER_AFTER_S) as conn:
-        if not conn.execute("SELECT count(*) FROM jobs WHERE status = 'queued'").fetchone()[0]:
-            return None
-    with connect(db, read_only=False, outside_wait_s=DEFER_AFTER_S) as conn:
-        cur = conn.execute(
-            "UPDATE jobs SET status = 'running', pid = ?, started_at = ? WHERE job_id = (SELECT job_id FROM jobs "
-            "WHERE status = 'queued' ORDER BY created_at, job_id LIMIT 1) AND status = 'queued' RETURNING *",
-            [os.getpid(), now()])
-        row = cur.fetchone()
-        return dict(zip([d[0] for d in cur.description], row)) if row else None
-
-
-def _take_held(db: Any) -> dict[str, Any] | None:
+def _take_held(db: Db) -> dict[str, Any] | None:
     """While the store cannot be written: the oldest queued job of the spool, or of the store if it can still be
     read (a read-only notebook), marked running in the spool. None when there is none."""
-    spooled = _spool.rows(db)
+    spooled = spool.rows(db)
     queued = [r for r in spooled if r["status"] == "queued"]
     if not queued:
         try:
-            with connect(db, read_only=True, outside_wait_s=0.0) as conn:
-                cur = conn.execute("SELECT * FROM jobs WHERE status = 'queued' ORDER BY created_at, job_id")
-                names = [d[0] for d in cur.description]
-                known = {r["job_id"] for r in spooled}  # e.g. cancelled while held: the spool is the newer
-                queued = [r for r in (dict(zip(names, t)) for t in cur.fetchall()) if r["job_id"] not in known]
+            known = {r["job_id"] for r in spooled}  # e.g. cancelled while held: the spool is the newer
+            queued = [r for r in job_table.queued_jobs(db) if r["job_id"] not in known]
         except StoreError:
             return None
     if not queued:
         return None
     job = {**queued[0], "status": "running", "pid": os.getpid(), "started_at": now()}
-    _spool.put(db, job)
+    spool.put(db, job)
     log.info("job %s taken while the store is held; it runs now and is stored later", job["job_id"])
     return job
 
 
-def _finish(db: Any, job_id: str, status: str, error: str | None, stop: threading.Event | None = None,
+def _finish(db: Db, job_id: str, status: str, error: str | None, stop: threading.Event | None = None,
             job: dict[str, Any] | None = None) -> None:
     """Close the job in the store. With `job` (its row) and the store held by another program, close it in the
     spool instead, which the loop stores later; with `stop` and no row, retry while the store is held.
@@ -200,14 +174,13 @@ def _finish(db: Any, job_id: str, status: str, error: str | None, stop: threadin
     If the worker is stopped first, the job stays `running` and the next worker's _recover closes it
     from its run's `end` event; the markers are kept for it.
     """
-    if job is not None and (_spool.row(db, job_id) is not None or _held(db)):
-        _spool.put(db, {**job, "status": status, "error": error, "ended_at": now()})
+    if job is not None and (spool.row(db, job_id) is not None or job_table.store_held(db)):
+        spool.put(db, {**job, "status": status, "error": error, "ended_at": now()})
         return _closed(db, job_id, status, error)
     for attempt in itertools.count():
         try:
-            with connect(db, read_only=False, outside_wait_s=None if stop is None else DEFER_AFTER_S) as conn:
-                conn.execute("UPDATE jobs SET status = ?, error = ?, ended_at = ? WHERE job_id = ?",
-                             [status, error, now(), job_id])
+            job_table.close_job(job_id, status, error, now(), db,
+                                outside_wait_s=None if stop is None else DEFER_AFTER_S)
             break
         except StoreError as e:
             if stop is None:
@@ -220,26 +193,17 @@ def _finish(db: Any, job_id: str, status: str, error: str | None, stop: threadin
     _closed(db, job_id, status, error)
 
 
-def _closed(db: Any, job_id: str, status: str, error: str | None) -> None:
+def _closed(db: Db, job_id: str, status: str, error: str | None) -> None:
     for suffix in (".cancel", ".json"):
         marker(db, job_id, suffix).unlink(missing_ok=True)
     log.info("job %s %s%s", job_id, status, f": {error}" if error else "")
-
-
-def _held(db: Any) -> bool:
-    """Whether a program outside LoaderLab holds the store now (a quick writer open; closed at once)."""
-    try:
-        with connect(db, read_only=False, outside_wait_s=DEFER_AFTER_S):
-            return False
-    except StoreBusy:
-        return True
 
 
 def _job_status(run_status: str) -> str:
     return run_status if run_status in ("done", "cancelled") else "failed"
 
 
-def _run_job(job: dict[str, Any], db: Any, stop: threading.Event, poll_s: float) -> None:
+def _run_job(job: dict[str, Any], db: Db, stop: threading.Event, poll_s: float) -> None:
     job_id, cancel_marker = job["job_id"], marker(db, job["job_id"])
     if cancel_marker.exists():
         return _finish(db, job_id, "cancelled", "cancelled before it started", stop, job)
@@ -266,7 +230,7 @@ def _run_job(job: dict[str, Any], db: Any, stop: threading.Event, poll_s: float)
     _finish(db, job_id, status, error, stop, job)
 
 
-def _one_run(job: dict[str, Any], spec: dict[str, Any], db: Any, cancel: threading.Event,
+def _one_run(job: dict[str, Any], spec: dict[str, Any], db: Db, cancel: threading.Event,
              why: Callable[[], str]) -> tuple[str, str | None]:
     position = marker(db, job["job_id"], ".json")  # a sweep job's (config_idx, repeat_idx)
     meta = {"run_id": job["run_id"], "sweep_id": job["sweep_id"], "job_id": job["job_id"],
@@ -281,7 +245,7 @@ def _one_run(job: dict[str, Any], spec: dict[str, Any], db: Any, cancel: threadi
 _WARM: list[Any] = []  # this worker's warm parent, if it has run a job
 
 
-def _ray_sweep(job: dict[str, Any], spec: dict[str, Any], db: Any, cancel: threading.Event) -> tuple[str, str | None]:
+def _ray_sweep(job: dict[str, Any], spec: dict[str, Any], db: Db, cancel: threading.Event) -> tuple[str, str | None]:
     """The whole sweep through the Ray executor; the job is done only when every planned run is."""
     sweep = SweepConfig.from_dict(spec["sweep"])
     planned = len(sweep.plan())
@@ -326,11 +290,9 @@ class _CancelWatch:
         self.close()
 
 
-def _recover(db: Any) -> None:
+def _recover(db: Db) -> None:
     """Jobs left running by a dead worker: kill their orphaned run, keep its finished epochs, close the job."""
-    with connect(db, read_only=True) as conn:
-        stale = conn.execute("SELECT job_id, run_id FROM jobs WHERE status = 'running'").fetchall()
-    for job_id, run_id in stale:
+    for job_id, run_id in job_table.running_jobs(db):
         if run_id is None:  # a ray-sweep: its driver died with the worker; the runs that landed are stored
             _finish(db, job_id, "failed", "worker died during the Ray sweep; the runs that landed are kept")
             continue
@@ -367,3 +329,61 @@ def _kill_orphan(run_dir: Path) -> None:
         if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
             break
         time.sleep(0.05)
+
+
+# ---------------------------------------------------------------------------- the worker process, from outside
+
+
+def worker_alive(db: Db = None) -> bool:
+    fd = _try_lock(db)
+    if fd is None:
+        return True
+    _unlock(fd)
+    return False
+
+
+def worker_pid(db: Db = None) -> int | None:
+    """The live worker's pid (it writes it into the lock file), or None."""
+    if not worker_alive(db):
+        return None
+    text = lock_path(db).read_text().strip()
+    return int(text) if text.isdigit() else None
+
+
+def ensure_worker(db: Db = None) -> int | None:
+    """Start a detached worker (`python -m engine worker`) if none is alive; returns its pid, or None if one was
+    alive already.
+
+    NOTE: the lock is taken here and handed to the child (pass_fds), so two quick calls can never start two.
+    """
+    fd = _try_lock(db)
+    if fd is None:
+        return None
+    try:
+        path = db_path(db)
+        with open(jobs_dir(db) / "worker.log", "ab") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "engine", "worker", "--db", str(path), "--lock-fd", str(fd)],
+                                    cwd=ROOT, env=run_env(), stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                    pass_fds=(fd,), start_new_session=True)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{proc.pid}\n".encode(), 0)
+    finally:
+        os.close(fd)  # the child's copy keeps the lock
+    log.info("started job worker pid %d for %s (log: %s)", proc.pid, path, jobs_dir(db) / "worker.log")
+    return proc.pid
+
+
+def stop_worker(db: Db = None, timeout_s: float = 30.0) -> bool:
+    """SIGTERM the worker (it cancels its run and exits); SIGKILL it past timeout_s. True if one was stopped."""
+    pid = worker_pid(db)
+    if pid is None:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        proc.terminate()
+        proc.wait(timeout_s)
+    except psutil.TimeoutExpired:
+        proc.kill()
+    except psutil.NoSuchProcess:
+        pass
+    return True

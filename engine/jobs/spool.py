@@ -10,7 +10,8 @@ wait for them. Instead a job never waits for a program outside LoaderLab:
     flush()     moves every row into the jobs table as soon as the store can be written (the worker's loop)
     rows()      what readers (list_jobs, job_progress, cancel) lay over the store's rows
 
-A spooled row is a whole jobs row; the file is replaced atomically, so a reader never sees half of one.
+A spooled row is a whole jobs row (engine.store.jobs.JOB_COLUMNS); the file is replaced atomically, so a
+reader never sees half of one.
 """
 
 from __future__ import annotations
@@ -22,30 +23,25 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
+from engine.paths import Db, jobs_dir
+from engine.store.jobs import JOB_COLUMNS, upsert_jobs
 
-from engine.paths import jobs_dir
-
-__all__ = ["COLUMNS", "flush", "put", "row", "rows", "spool_dir"]
+__all__ = ["flush", "put", "row", "rows", "spool_dir"]
 
 log = logging.getLogger(__name__)
 
-COLUMNS = pa.schema([("job_id", pa.string()), ("created_at", pa.timestamp("us")), ("status", pa.string()),
-                     ("config_json", pa.string()), ("sweep_id", pa.string()), ("run_id", pa.string()),
-                     ("device", pa.string()), ("pid", pa.int32()), ("error", pa.string()),
-                     ("started_at", pa.timestamp("us")), ("ended_at", pa.timestamp("us"))])
 _TIMES = ("created_at", "started_at", "ended_at")
 
 
-def spool_dir(db: Any) -> Path:
+def spool_dir(db: Db) -> Path:
     return jobs_dir(db) / "spool"
 
 
-def put(db: Any, job: dict[str, Any]) -> None:
+def put(db: Db, job: dict[str, Any]) -> None:
     """Write (or replace) one job's row."""
     folder = spool_dir(db)
     folder.mkdir(parents=True, exist_ok=True)
-    data = {name: job.get(name) for name in COLUMNS.names}
+    data = {name: job.get(name) for name in JOB_COLUMNS.names}
     for name in _TIMES:
         if isinstance(data[name], datetime):
             data[name] = data[name].isoformat()
@@ -66,7 +62,7 @@ def _read(path: Path) -> dict[str, Any] | None:
     return data
 
 
-def rows(db: Any) -> list[dict[str, Any]]:
+def rows(db: Db) -> list[dict[str, Any]]:
     """Every spooled row (those being flushed included: they are in neither place for a moment), oldest first."""
     folder = spool_dir(db)
     paths = {p.stem: p for p in folder.glob("job-*.flushing")} if folder.is_dir() else {}
@@ -75,13 +71,14 @@ def rows(db: Any) -> list[dict[str, Any]]:
     return sorted(found, key=lambda r: (r["created_at"] or datetime.min, r["job_id"]))
 
 
-def row(db: Any, job_id: str) -> dict[str, Any] | None:
+def row(db: Db, job_id: str) -> dict[str, Any] | None:
     folder = spool_dir(db)
     return _read(folder / f"{job_id}.json") or _read(folder / f"{job_id}.flushing")
 
 
-def flush(conn: Any, db: Any) -> int:
-    """Upsert every spooled row into the jobs table through `conn` (a writer); drop the files it stored.
+def flush(db: Db) -> int:
+    """Upsert every spooled row into the jobs table; drop the files it stored. StoreHeld while the store is held
+    (the claimed rows are then still read by rows(), and stored by the next flush).
 
     Each file is first renamed to `<job_id>.flushing` (atomic), so a row written meanwhile (a cancel, the
     worker closing its job) lands in a new `.json` that the next flush stores: the last write wins, as in
@@ -95,12 +92,7 @@ def flush(conn: Any, db: Any) -> int:
     claimed = sorted(folder.glob("job-*.flushing"))
     batch = [r for r in (_read(p) for p in claimed) if r]
     if batch:
-        table = pa.Table.from_pylist(batch, schema=COLUMNS)
-        conn.register("_spooled_jobs", table)
-        try:
-            conn.execute("INSERT OR REPLACE INTO jobs BY NAME SELECT * FROM _spooled_jobs")
-        finally:
-            conn.unregister("_spooled_jobs")
+        upsert_jobs(batch, db)
         log.info("stored %d job(s) queued or closed while the store was held", len(batch))
     for path in claimed:
         path.unlink(missing_ok=True)
