@@ -15,7 +15,6 @@ import is one transaction, so it lands whole or not at all, and importing twice 
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import time
@@ -29,8 +28,7 @@ from engine.paths import db_path
 from engine.store import connect, export
 from engine.store._lock import SidecarLock
 
-__all__ = ["RUN_TABLES", "ImportResult", "add_export_bundle_args", "add_import_args", "export_bundle",
-           "export_bundle_main", "import_main", "import_results"]
+__all__ = ["RUN_TABLES", "ImportResult", "export_bundle", "import_results"]
 
 log = logging.getLogger(__name__)
 
@@ -178,29 +176,3 @@ def _merge(conn: duckdb.DuckDBPyConnection, rels: dict[str, str], result: Import
         if table == "runs":
             result.runs_added += added
             result.runs_present += offered - added
-
-
-# ---------------------------------------------------------------------------- CLI (wired in engine/__main__.py)
-
-
-def add_import_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="+", metavar="PATH",
-                        help="another LoaderLab .duckdb store, a folder from export-bundle, or .parquet exports")
-
-
-def import_main(args: argparse.Namespace) -> int:
-    """Merge runs from other hosts' stores or Parquet exports into this store (deduplicated by run id)."""
-    result = import_results(args.paths, db=args.db)
-    rows = ", ".join(f"{n} {t}" for t, n in result.rows.items() if t != "runs")
-    print(f"imported {result.runs_added} runs ({result.runs_present} already here)" + (f"; rows: {rows}" if rows else ""))
-    return 0
-
-
-def add_export_bundle_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("out_dir", metavar="DIR", help="folder to write runs/epochs/steps/samples/calibrations.parquet")
-
-
-def export_bundle_main(args: argparse.Namespace) -> int:
-    """Export every run table as Parquet into a folder that `import` on another host reads whole."""
-    print(export_bundle(args.out_dir, db=args.db))
-    return 0

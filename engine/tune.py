@@ -21,7 +21,6 @@ base turns it on: it costs two extra passes per run and tuning only needs epoch 
 
 from __future__ import annotations
 
-import argparse
 import logging
 import math
 import os
@@ -38,17 +37,16 @@ from tqdm import tqdm
 
 from engine import baseline as yours
 from engine import stats
-from engine.advisor import advise, describe
-from engine.config import RunConfig, load_toml
+from engine.advisor import describe
+from engine.config import RunConfig
 from engine.errors import ConfigError
 from engine.runlog import read_events
 from engine.runner import launch
 from engine.sweep import new_sweep_id
 from engine.warm import WarmParent
 
-__all__ = ["CONFIRM_REPEATS", "ETA", "RUNG0_EPOCHS", "SEARCH_SHARE", "TuneResult", "add_advise_args",
-           "add_tune_args", "advise_main", "candidates",
-           "parse_budget", "tune", "tune_main"]
+__all__ = ["CONFIRM_REPEATS", "ETA", "RUNG0_EPOCHS", "SEARCH_SHARE", "TuneResult", "candidates", "parse_budget",
+           "tune"]
 
 log = logging.getLogger(__name__)
 
@@ -289,73 +287,3 @@ def _estimate(rows: list[dict[str, Any]], walls: list[float] | None, cfg: RunCon
     overhead = statistics.median(max(0.0, r["run_s"] - r["epoch_s"] * r["epochs"]) for r in done)
     epoch = statistics.median(walls) if walls else statistics.median(r["epoch_s"] for r in done)
     return overhead + epoch * cfg.epochs
-
-
-# ---------------------------------------------------------------------------- CLI entry points
-
-
-def _add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workload", default="tensor", help="workload to advise on / tune (default: tensor)")
-    p.add_argument("--model", default="mlp", help="model to advise on / tune (default: mlp)")
-    p.add_argument("--baseline", default=None, metavar="FIELD=VALUE,...",
-                   help="your current loader setup, the side the best is compared with (default: sync), "
-                        "e.g. --baseline loader=processes,workers=4,batch_size=64")
-    p.add_argument("--write-confirm", metavar="PATH", help="write the confirmation sweep (TOML) to PATH: your setup "
-                   "(or sync) and the best, 7 runs each in a random order")
-    if "--db" not in p._option_string_actions:  # NOTE: the CLI's `add` may already have given every command --db
-        p.add_argument("--db", default=None, help="store file (default: $LOADERLAB_DB or data/loaderlab.duckdb)")
-
-
-def add_advise_args(p: argparse.ArgumentParser) -> None:
-    _add_common(p)
-    p.add_argument("--host", default="this", help="this (default), any, or a host fingerprint")
-    p.add_argument("--write-sweep", metavar="PATH", help="write the proposed next sweep (TOML) to PATH")
-
-
-def add_tune_args(p: argparse.ArgumentParser) -> None:
-    _add_common(p)
-    p.add_argument("--budget", default="10m", help="wall time to spend: 90s, 10m, 1h (default: 10m)")
-    p.add_argument("--config", help="TOML file of RunConfig fields every candidate shares (e.g. n_samples)")
-    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                   help="a RunConfig field every candidate shares (repeatable), e.g. --set batch_size=128")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-
-
-def advise_main(args: argparse.Namespace) -> int:
-    advice = advise(args.workload, args.model, host=args.host, db=args.db, baseline=args.baseline)
-    print(advice.render())
-    if args.write_confirm:
-        _write_confirm(args.write_confirm, advice.confirm_sweep_toml if advice.default != advice.best else None)
-    if args.write_sweep and advice.base_config:
-        with open(args.write_sweep, "w", encoding="utf-8") as fh:
-            fh.write(advice.next_sweep_toml())
-        print(f"wrote {args.write_sweep}; run it: python -m engine sweep {args.write_sweep}")
-    elif args.write_sweep:
-        print("no sweep written: nothing measured yet", file=sys.stderr)
-    return 0
-
-
-def tune_main(args: argparse.Namespace) -> int:
-    budget = parse_budget(args.budget)
-    base: dict[str, Any] = dict(load_toml(args.config)) if args.config else {}
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError("set", f"'{item}' is not FIELD=VALUE, e.g. --set batch_size=128")
-        base[key.strip()] = value.strip()
-    result = tune(args.workload, args.model, budget_s=budget, db=args.db, base=base, progress=not args.quiet,
-                  baseline=args.baseline)
-    print(result.render())
-    if args.write_confirm:
-        _write_confirm(args.write_confirm, result.confirm_sweep_toml if result.best_idx else None)
-    return 0 if result.best is not None else 1
-
-
-def _write_confirm(path: str, make_toml: Any) -> None:
-    if make_toml is None:
-        print("no confirmation sweep written: the reference is the fastest measured, or nothing ran",
-              file=sys.stderr)
-        return
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(make_toml())
-    print(f"wrote {path}; run it: python -m engine sweep {path}")

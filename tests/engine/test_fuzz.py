@@ -1,6 +1,6 @@
 """Fuzzed input never gets past validation as anything but a valid config or a ConfigError naming the field,
 never a traceback, and nothing is stored. Covers RunConfig.from_dict, `python -m engine run --dry-run`
-(engine.__main__.main in this process under Hypothesis, plus a few real processes), the browser-only
+(engine.cli.main in this process under Hypothesis, plus a few real processes), the browser-only
 checks of the job queue (no `folder` outside the data roots) and a scan of the code that handles browser
 input for anything that imports or evaluates it.
 """
@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from engine import jobs
-from engine.__main__ import main
+from engine.cli import main
 from engine import _browser
 from engine.config import ConfigError, RunConfig, SweepConfig, config_fields
 from tests.engine._browser_plugins import HOSTILE, imported, register

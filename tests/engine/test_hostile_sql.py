@@ -21,7 +21,7 @@ import pytest
 from _stores import one_run_store
 from streamlit.testing.v1 import AppTest
 
-from engine.__main__ import main
+from engine.cli import main
 from engine.store import save_view
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,7 +128,7 @@ def _cli(db: Path, sql: str, *extra: str) -> subprocess.CompletedProcess:
 
 
 def _main(db: Path, sql: str) -> tuple[int, str, str]:
-    """engine.__main__.main in this process: the same code path as the CLI, without a torch import per call."""
+    """engine.cli.main in this process: the same code path as the CLI, without a torch import per call."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(["query", sql, "--db", str(db)])

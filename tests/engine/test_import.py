@@ -3,14 +3,14 @@ older schemas and extra columns are tolerated; a bad source changes nothing. Rea
 
 from __future__ import annotations
 
-import argparse
 import os
 
 import duckdb
 import pytest
 
+from engine import cli
 from engine.config import RunConfig
-from engine.merge import RUN_TABLES, add_import_args, export_bundle, import_main, import_results
+from engine.merge import RUN_TABLES, export_bundle, import_results
 from engine.runlog import RunLog
 from engine.runner import launch
 from engine.store import connect, export, ingest_run, list_runs, set_tags, soft_delete
@@ -145,10 +145,6 @@ def test_a_bad_source_imports_nothing(source, tmp_path):
 
 
 def test_cli_entry_point(source, tmp_path, capsys):
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--db")
-    add_import_args(parser)
-    args = parser.parse_args([str(source), "--db", str(tmp_path / "mine.duckdb")])
-    assert import_main(args) == 0
+    assert cli.main(["import", str(source), "--db", str(tmp_path / "mine.duckdb")]) == 0
     assert capsys.readouterr().out.startswith("imported 2 runs (0 already here); rows: ")
     assert os.path.exists(tmp_path / "mine.duckdb")

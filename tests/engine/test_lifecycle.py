@@ -22,7 +22,7 @@ import duckdb
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.__main__ import main
+from engine.cli import main
 from engine.config import RunConfig
 from engine.runlog import RunLog
 from engine.store import ingest_run

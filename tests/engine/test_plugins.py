@@ -13,7 +13,7 @@ import duckdb
 import pytest
 import torch
 
-from engine.__main__ import main
+from engine.cli import main
 from engine.config import ConfigError, RunConfig
 from engine.plugins import code_hash, preflight, registered
 from engine.workloads import build_dataset

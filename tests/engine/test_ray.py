@@ -164,7 +164,7 @@ def test_cancel_stops_the_sweep_and_keeps_epochs(cluster, tmp_path):
 
 
 def test_without_ray_the_error_says_how_to_install(monkeypatch, tmp_path, capsys):
-    from engine.__main__ import main
+    from engine.cli import main
 
     monkeypatch.setitem(sys.modules, "ray", None)  # what a missing package looks like to `import ray`
     assert not ray_available()

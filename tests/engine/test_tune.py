@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import argparse
 import math
 import random
 
 import pytest
 
+from engine import cli
 from engine.config import ConfigError
 from engine.store import list_runs
-from engine.tune import add_advise_args, add_tune_args, candidates, parse_budget, tune, tune_main
+from engine.tune import candidates, parse_budget, tune
 
 TINY = {"n_samples": 128, "image_size": 8, "width": 8, "batch_size": 32, "device": "cpu", "sample_hz": 0.0}
 
@@ -78,17 +78,12 @@ def test_tiny_tune_halves_and_reports_a_config(store):
 
 @pytest.mark.slow
 def test_budget_stops_the_tune_after_the_first_run(store, capsys):
-    p = argparse.ArgumentParser()
-    add_tune_args(p)
-    args = p.parse_args(["--workload", "tensor", "--budget", "1s", "--db", str(store), "--quiet"]
-                        + [f"--set={k}={v}" for k, v in TINY.items()])
-    assert tune_main(args) == 0
+    assert cli.main(["tune", "--workload", "tensor", "--budget", "1s", "--db", str(store), "--quiet"]
+                    + [f"--set={k}={v}" for k, v in TINY.items()]) == 0
     out = capsys.readouterr().out
     assert "1 runs" in out and "budget spent" in out and "best: " in out   # the first of a shuffled rung
     assert "vs sync, " not in out   # no interleaved runs, so no speedup claimed
-    q = argparse.ArgumentParser()
-    add_advise_args(q)
-    assert q.parse_args(["--host", "any"]).host == "any"
+    assert cli.build_parser().parse_args(["advise", "--host", "any"]).host == "any"
 
 
 # ---------------------------------------------------------------------------- the user's setup as the baseline
@@ -102,7 +97,7 @@ def test_baseline_keys_are_the_advisors_knobs():
 
 
 def test_bad_baseline_exits_2_naming_it_and_stores_nothing(store, capsys):
-    from engine.__main__ import main
+    from engine.cli import main
 
     for argv in (["tune", "--budget", "1s"], ["advise"]):
         assert main([*argv, "--baseline", "workers=4", "--db", str(store)]) == 2
