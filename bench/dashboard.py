@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
              ("explore", {"metric": "data_wait_share", "x": "batch_size", "interval": "quantiles", "tag": "keep"}),
              ("runs", {}), ("runs", {"q": "threads"}), ("runs", {"run": "bench-0000003"}),
              ("runs", {"compare": "bench-0000003,bench-0000004,bench-0000005"}),
-             ("history", {}), ("history", {"sql": api.HISTORY_QUERIES["median epoch time by loader"]}),
+             ("history", {}), ("history", {"sql": api.BUILTIN_QUERIES["median epoch time by loader"]}),
              # a user's heavy query: its time is DuckDB's work over every epoch row, not the page's overhead
              ("history", {"sql": "SELECT loader, workers, median(wall_s) FROM epochs JOIN runs USING (run_id) "
                                  "GROUP BY ALL ORDER BY 3"}),

@@ -29,7 +29,7 @@ import pandas as pd
 from engine import baseline as yours
 from engine import stats
 from engine.config import RunConfig
-from engine.store import connect
+from engine.store import done_runs
 
 __all__ = ["Advice", "CONFIRM_REPEATS", "KNOB_KEYS", "PROBLEM_KEYS", "Suggestion", "advise"]
 
@@ -153,7 +153,7 @@ class Advice:
         for k in grid:
             base.pop(k, None)
         out = [f"# next measurements for {self.workload} + {self.model}, proposed by `python -m engine advise`",
-               f"# run: python -m engine sweep <this file>", f'name = "next-{self.workload}-{self.model}"',
+               "# run: python -m engine sweep <this file>", f'name = "next-{self.workload}-{self.model}"',
                f"repeats = {repeats}", "seed = 0", "", "[base]"]
         out += [f"{k} = {yours.toml_value(v)}" for k, v in base.items()]
         out += ["", "[grid]"] + [f"{k} = {yours.toml_value(v)}" for k, v in grid.items()]
@@ -167,7 +167,7 @@ def advise(workload: str, model: str, *, host: str = "this", db: str | os.PathLi
     given = yours.parse(baseline)  # bad input fails before the store is read
     fp, label = _host(host)
     advice = Advice(workload=workload, model=model, host=host, host_label=label, baseline=given)
-    runs = _load(workload, model, db)
+    runs = done_runs(workload, model, db)
     others = 0
     if fp is not None:
         others = int((runs["host_fingerprint"] != fp).sum())
@@ -305,12 +305,6 @@ def _is_measured(best: dict[str, Any], s: Suggestion, measured: pd.DataFrame) ->
 
 
 # ---------------------------------------------------------------------------- helpers
-
-
-def _load(workload: str, model: str, db: str | os.PathLike | None) -> pd.DataFrame:
-    with connect(db, read_only=True) as conn:
-        return conn.execute("SELECT * FROM runs WHERE status = 'done' AND NOT coalesce(deleted, false) "
-                            "AND workload = ? AND model = ?", [workload, model]).df()
 
 
 def _host(host: str) -> tuple[str | None, str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_MODULES = ("engine.store", "engine.jobs", "engine.charts", "engine.explore_queries", "engine.stats", "engine.advisor", "engine.config",
+_MODULES = ("engine.store", "engine.jobs", "engine.charts", "engine.stats", "engine.advisor", "engine.config",
             "engine.registry", "engine.presets", "engine.sweep", "engine.runner", "engine._browser",
             "engine.ray_executor")
 

@@ -25,11 +25,11 @@ from engine.config import RunConfig, SweepConfig, config_fields, field_choices, 
 from engine.demo import ensure_demo
 from engine.errors import ConfigError, StoreBusy, StoreError, UsageError, printable
 from engine.jobs import ensure_worker, run_worker, worker_pid
-from engine.merge import export_bundle, import_results
 from engine.plugins import preflight
 from engine.ray_executor import run_sweep_ray
 from engine.runner import launch
-from engine.store import export, get_epochs, get_run, ingest_pending, list_runs, pending_summary, run_query
+from engine.store import (export, export_bundle, get_epochs, get_run, import_results, ingest_pending, list_runs,
+                          pending_summary, run_query)
 from engine.sweep import run_sweep
 from engine.tune import parse_budget, tune
 
@@ -314,7 +314,7 @@ def _write_confirm(path: str, make_toml: Callable[[], str] | None) -> None:
     print(f"wrote {path}; run it: python -m engine sweep {path}")
 
 
-# ---------------------------------------------------------------------------- import, export-bundle (engine/merge.py)
+# ---------------------------------------------------------------------- import, export-bundle (engine/store/merge.py)
 
 
 def _import_options(p: argparse.ArgumentParser) -> None:

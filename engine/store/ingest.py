@@ -22,17 +22,16 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-
-from engine.paths import runs_dir
 import pyarrow as pa
 
+from engine.paths import runs_dir
 from engine.runlog import first_event, heartbeat_age, read_span
 from engine.store import _events as ev
+from engine.store import version
 from engine.store._runrow import run_row
 from engine.store._stored import previous, prior_events, stored_epochs, stored_samples, stored_waits
 from engine.store.connect import connect
 from engine.store.pending import write_marker
-from engine.store import version
 
 __all__ = ["DEFER_AFTER_S", "ingest_pending", "ingest_run"]
 
@@ -136,7 +135,8 @@ def _ingest(conn: duckdb.DuckDBPyConnection, run_dir: Path, job_id: str | None,
         _write_tables(conn, run_id, tables, replace_all=not new)
         waits = None
         if new:
-            epochs, samples, waits = stored_epochs(conn, run_id), stored_samples(conn, run_id), stored_waits(conn, run_id)
+            epochs, samples = stored_epochs(conn, run_id), stored_samples(conn, run_id)
+            waits = stored_waits(conn, run_id)
         else:
             samples = tables["samples"]
         row = run_row(run_id, run_dir, [start, *events] if new else events, start, epochs, samples,

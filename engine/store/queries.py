@@ -1,25 +1,33 @@
-"""Reads of the store for the dashboard and the CLI: run lists, one run, its epochs and steps, chart aggregates.
+"""Reads of runs for the dashboard, the CLI and the advisor: run lists and the runs table's search, one run, its
+epochs and steps, counts and chart aggregates. (Explore's grouped medians: engine/store/explore.py.)
 
 Each call opens the store read-only for that one query. Aggregates are computed in DuckDB, not pandas.
+Every filter on run columns goes through one builder, `filter_clauses`; deleted runs are left out unless asked.
 
     df = list_runs(filters={"loader": ["threads", "processes"], "status": "done"})
+    df = search_runs("threads", statuses=["done"])          # the Runs page's table
     by = epoch_time_by(["loader", "workers"], filters={"workload": "jpeg"})
 """
 
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 import duckdb
 import pandas as pd
 
+from engine.paths import Db
 from engine.store.connect import connect
 
-__all__ = ["epoch_time_by", "get_epochs", "get_run", "get_steps", "list_runs", "seconds_per_sample", "table_schema"]
+__all__ = ["LIVE", "RUN_TABLE_COLUMNS", "count_runs", "done_runs", "epoch_time_by", "filter_clauses", "get_epochs",
+           "get_run", "get_steps", "list_runs", "search_runs", "seconds_per_sample", "table_schema"]
 
-Db = str | os.PathLike | None
+LIVE = "NOT coalesce(deleted, false)"  # the condition that leaves soft-deleted runs out
+# The Runs page's table: its columns, in order
+RUN_TABLE_COLUMNS = ("run_id", "status", "created_at", "workload", "model", "loader", "workers", "prefetch_depth",
+                     "batch_size", "mode", "n_models", "device", "epoch_s", "samples_per_s", "data_wait_share",
+                     "bound_s", "efficiency", "verdict", "tag", "tags", "notes", "host", "deleted")
 
 
 def _columns(conn: duckdb.DuckDBPyConnection, table: str) -> list[str]:
@@ -33,11 +41,9 @@ def _check_columns(names: list[str], known: list[str], what: str) -> None:
             raise ValueError(f"cannot {what} '{name}': it is not a runs column; choose from: {', '.join(known)}")
 
 
-def _filter_sql(conn: duckdb.DuckDBPyConnection, filters: dict[str, Any] | None) -> tuple[list[str], list[Any]]:
-    """{column: value | [values] | None} -> SQL conditions and parameters. Columns are checked by name."""
-    filters = filters or {}
-    if filters:
-        _check_columns(list(filters), _columns(conn, "runs"), "filter on")
+def filter_clauses(filters: dict[str, Any]) -> tuple[list[str], list[Any]]:
+    """{column: value | [values] | None} -> SQL conditions and parameters. The names must be runs columns
+    (checked by the caller: _filter_sql below, or a fixed set of names)."""
     clauses, params = [], []
     for col, value in filters.items():
         if value is None:
@@ -52,16 +58,53 @@ def _filter_sql(conn: duckdb.DuckDBPyConnection, filters: dict[str, Any] | None)
     return clauses, params
 
 
+def _filter_sql(conn: duckdb.DuckDBPyConnection, filters: dict[str, Any] | None,
+                include_deleted: bool = False) -> tuple[list[str], list[Any]]:
+    """filter_clauses with the names checked against the runs table, and LIVE unless include_deleted."""
+    filters = filters or {}
+    if filters:
+        _check_columns(list(filters), _columns(conn, "runs"), "filter on")
+    clauses, params = filter_clauses(filters)
+    return clauses + ([] if include_deleted else [LIVE]), params
+
+
 def list_runs(db: Db = None, *, limit: int = 200, include_deleted: bool = False,
               filters: dict[str, Any] | None = None) -> pd.DataFrame:
     """Runs, newest first. `filters`: {column: value, or a list of values, or None for IS NULL}."""
     with connect(db, read_only=True) as conn:
-        clauses, params = _filter_sql(conn, filters)
-        if not include_deleted:
-            clauses.append("NOT deleted")
+        clauses, params = _filter_sql(conn, filters, include_deleted)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         sql = f"SELECT * FROM runs {where} ORDER BY created_at DESC NULLS LAST, run_id DESC LIMIT ?"
         return conn.execute(sql, [*params, int(limit)]).df()
+
+
+def search_runs(text: str = "", *, statuses: list[str] | tuple[str, ...] = (), include_deleted: bool = False,
+                limit: int = 500, db: Db = None) -> pd.DataFrame:
+    """The Runs page's table, newest first: `text` matches (case-insensitively) the id, tags, notes,
+    workload, model, loader, tag, host or verdict; `statuses` keeps only those statuses."""
+    cols = ", ".join(f'"{c}"' for c in RUN_TABLE_COLUMNS)
+    with connect(db, read_only=True) as conn:
+        where, params = _filter_sql(conn, {"status": list(statuses)} if statuses else None, include_deleted)
+        if text.strip():
+            where.append("concat_ws(' ', run_id, tags, notes, workload, model, loader, tag, host, verdict) ILIKE ?")
+            params.append(f"%{text.strip()}%")
+        return conn.execute(f"SELECT {cols} FROM runs WHERE {' AND '.join(where or ['true'])} "
+                            "ORDER BY created_at DESC NULLS LAST, run_id DESC LIMIT ?", [*params, int(limit)]).fetchdf()
+
+
+def count_runs(db: Db = None) -> dict[str, int]:
+    """{status: number of runs} for runs not deleted (the sidebar's run count)."""
+    with connect(db, read_only=True) as conn:
+        rows = conn.execute(f"SELECT coalesce(status, '?'), count(*) FROM runs WHERE {LIVE} "
+                            "GROUP BY ALL ORDER BY ALL").fetchall()
+    return dict(rows)
+
+
+def done_runs(workload: str, model: str, db: Db = None) -> pd.DataFrame:
+    """Every done, not deleted run of a workload and model, all columns: what the advisor ranks."""
+    with connect(db, read_only=True) as conn:
+        where, params = _filter_sql(conn, {"status": "done", "workload": workload, "model": model})
+        return conn.execute(f"SELECT * FROM runs WHERE {' AND '.join(where)}", params).df()
 
 
 def get_run(run_id: str, db: Db = None) -> dict[str, Any] | None:
@@ -103,7 +146,7 @@ def epoch_time_by(group_cols: list[str], db: Db = None, filters: dict[str, Any] 
     with connect(db, read_only=True) as conn:
         _check_columns(group_cols, _columns(conn, "runs"), "group by")
         clauses, params = _filter_sql(conn, filters)
-        where = " AND ".join(["status = 'done'", "NOT deleted", "epoch_s IS NOT NULL", *clauses])
+        where = " AND ".join(["status = 'done'", "epoch_s IS NOT NULL", *clauses])
         keys = ", ".join(f'"{c}"' for c in group_cols)
         sql = (f"SELECT {keys + ', ' if keys else ''}count(*) AS n_runs, median(epoch_s) AS epoch_s_median, "
                "quantile_cont(epoch_s, 0.25) AS epoch_s_q25, quantile_cont(epoch_s, 0.75) AS epoch_s_q75, "
@@ -131,5 +174,5 @@ def seconds_per_sample(db: Db = None) -> dict[tuple[str, str], float]:
     """(workload, model) -> the median epoch_s / n_samples of its finished runs: what a new run's epochs cost."""
     with connect(db, read_only=True) as conn:
         return {(w, m): s for w, m, s in conn.execute(
-            "SELECT workload, model, median(epoch_s / n_samples) FROM runs WHERE status = 'done' AND NOT "
-            "coalesce(deleted, false) AND epoch_s > 0 AND n_samples > 0 GROUP BY ALL").fetchall()}
+            f"SELECT workload, model, median(epoch_s / n_samples) FROM runs WHERE status = 'done' AND {LIVE} "
+            "AND epoch_s > 0 AND n_samples > 0 GROUP BY ALL").fetchall()}

@@ -17,7 +17,8 @@ import duckdb
 
 from engine.config import config_fields
 from engine.errors import StoreVersionError
-from engine.store.tables import BUILTIN_QUERIES, RUN_COLUMNS, SUMMARY_COLUMNS, SUMMARY_COLUMNS_V2, TABLES
+from engine.store.tables import (BUILTIN_QUERIES, RUN_COLUMNS, STORED_BUILTINS, SUMMARY_COLUMNS, SUMMARY_COLUMNS_V2,
+                                 TABLES)
 
 __all__ = ["MIGRATIONS", "RUN_COLUMNS", "SCHEMA_VERSION", "SUMMARY_COLUMNS", "TABLES", "config_columns",
            "ensure_schema", "needs_upgrade", "schema_version"]
@@ -53,8 +54,8 @@ def _v1(conn: duckdb.DuckDBPyConnection) -> None:
     for name, body in TABLES.items():
         conn.execute(f"CREATE TABLE IF NOT EXISTS {name} ({body})")
     now = _now()
-    for name, sql in BUILTIN_QUERIES.items():
-        conn.execute("INSERT OR IGNORE INTO saved_queries VALUES (?, ?, true, ?)", [name, sql, now])
+    for name in STORED_BUILTINS:
+        conn.execute("INSERT OR IGNORE INTO saved_queries VALUES (?, ?, true, ?)", [name, BUILTIN_QUERIES[name], now])
 
 
 def _v2(conn: duckdb.DuckDBPyConnection) -> None:

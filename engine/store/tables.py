@@ -1,11 +1,12 @@
-"""The store's tables as DDL text: the fixed `runs` columns, the other tables and the built-in saved queries.
+"""The store's tables as DDL text: the fixed `runs` columns, the other tables, and the History page's built-in
+queries.
 
 The `runs` table also gets one column per RunConfig field; schema.py adds those from the config schema.
 """
 
 from __future__ import annotations
 
-__all__ = ["BUILTIN_QUERIES", "RUN_COLUMNS", "SUMMARY_COLUMNS", "SUMMARY_COLUMNS_V2", "TABLES"]
+__all__ = ["BUILTIN_QUERIES", "RUN_COLUMNS", "STORED_BUILTINS", "SUMMARY_COLUMNS", "SUMMARY_COLUMNS_V2", "TABLES"]
 
 # Run-level figures computed at ingest (or copied from the run's `summary` event).
 SUMMARY_COLUMNS = {
@@ -48,6 +49,9 @@ TABLES = {
     "views": "view_id VARCHAR PRIMARY KEY, created_at TIMESTAMP, state_json VARCHAR",
     "saved_queries": "name VARCHAR PRIMARY KEY, sql VARCHAR, builtin BOOLEAN, created_at TIMESTAMP",
 }
+# The History page's built-in queries, the one list: shown first on the page, and their names cannot be taken
+# by a user's query (engine/store/views.py). A store keeps STORED_BUILTINS as rows of saved_queries as well
+# (builtin = true, written when it was created: schema v1); the others are read from here.
 BUILTIN_QUERIES = {
     "recent runs": "SELECT run_id, status, workload, loader, workers, mode, model, epoch_s, samples_per_s\n"
                    "FROM runs WHERE NOT deleted ORDER BY created_at DESC LIMIT 50",
@@ -56,4 +60,23 @@ BUILTIN_QUERIES = {
                                    "GROUP BY ALL ORDER BY workload, epoch_s",
     "where the time goes": "SELECT run_id, data_wait_share, h2d_share, compute_share, efficiency, verdict\n"
                            "FROM runs WHERE status = 'done' AND NOT deleted ORDER BY created_at DESC",
+    "median epoch time by loader": (
+        "SELECT loader, workers, count(*) AS runs, median(epoch_s) AS median_epoch_s,\n"
+        "       quantile_cont(epoch_s, 0.1) AS p10, quantile_cont(epoch_s, 0.9) AS p90\n"
+        "FROM runs WHERE status = 'done' AND NOT deleted\nGROUP BY ALL ORDER BY median_epoch_s"),
+    "data-bound runs": (
+        "SELECT run_id, workload, loader, workers, data_wait_share, efficiency, verdict\n"
+        "FROM runs WHERE verdict = 'data-bound' AND NOT deleted\nORDER BY data_wait_share DESC"),
+    "best config per workload/model": (
+        "SELECT workload, model, arg_min(loader, epoch_s) AS loader, arg_min(workers, epoch_s) AS workers,\n"
+        "       arg_min(mode, epoch_s) AS mode, min(epoch_s) AS best_epoch_s, arg_min(run_id, epoch_s) AS run_id\n"
+        "FROM runs WHERE status = 'done' AND NOT deleted\nGROUP BY workload, model ORDER BY workload, model"),
+    "runs per host": (
+        "SELECT host, count(*) AS runs, count(*) FILTER (WHERE status = 'done') AS done,\n"
+        "       min(created_at) AS first_run, max(created_at) AS last_run\n"
+        "FROM runs WHERE NOT deleted\nGROUP BY host ORDER BY runs DESC"),
+    "runs per day": (
+        "SELECT date_trunc('day', created_at) AS day, count(*) AS runs\n"
+        "FROM runs WHERE NOT deleted\nGROUP BY day ORDER BY day"),
 }
+STORED_BUILTINS = ("recent runs", "fastest loader per workload", "where the time goes")

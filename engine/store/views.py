@@ -1,9 +1,11 @@
-"""Share links and saved SQL: a chart's state stored under a short id, and named queries for the SQL page.
+"""Share links and saved SQL: a chart's state stored under a short id, and named queries for the History page.
 
     view_id = save_view({"x": "workers", "color": "loader", "filters": {...}})   # -> e.g. "q3Zk9a_B"
     state = load_view(view_id)                                                  # the same dict
+    list_saved_queries(); save_query("mine", "SELECT ...")                      # built-ins first
 
-Ids are content-addressed (the same state gives the same link) and URL-safe.
+Ids are content-addressed (the same state gives the same link) and URL-safe. The built-in queries are
+engine.store.tables.BUILTIN_QUERIES; their names cannot be taken by a user's query.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 import re
 import secrets
 from datetime import datetime, timezone
@@ -19,12 +20,12 @@ from typing import Any
 
 import pandas as pd
 
-from engine.paths import db_path
+from engine.paths import Db, db_path
 from engine.store.connect import connect
+from engine.store.tables import BUILTIN_QUERIES
 
-__all__ = ["load_view", "save_query", "save_view", "saved_queries"]
+__all__ = ["delete_saved_query", "list_saved_queries", "load_view", "save_query", "save_view"]
 
-Db = str | os.PathLike | None
 VIEW_ID = re.compile(r"^[A-Za-z0-9_-]{4,32}$")
 _MAX_STATE = 64_000
 
@@ -71,21 +72,33 @@ def load_view(view_id: str, db: Db = None) -> dict[str, Any]:
     return json.loads(row[0])
 
 
-def saved_queries(db: Db = None) -> pd.DataFrame:
-    """name, sql, builtin, created_at; built-in examples first."""
+def list_saved_queries(db: Db = None) -> pd.DataFrame:
+    """name, sql, builtin: the built-in queries, then the user's, by name."""
     with connect(db, read_only=True) as conn:
-        return conn.execute("SELECT * FROM saved_queries ORDER BY builtin DESC, name").df()
+        stored = conn.execute("SELECT name, sql, builtin FROM saved_queries ORDER BY builtin DESC, name").fetchdf()
+    ours = pd.DataFrame({"name": list(BUILTIN_QUERIES), "sql": list(BUILTIN_QUERIES.values()), "builtin": True})
+    out = pd.concat([ours, stored], ignore_index=True).drop_duplicates("name")
+    return out.sort_values(["builtin", "name"], ascending=[False, True], ignore_index=True)
 
 
 def save_query(name: str, sql: str, db: Db = None) -> None:
-    """Save (or replace) a named query. Built-in ones cannot be replaced."""
+    """Save (or replace) a named query. A built-in query's name cannot be taken."""
     name = (name or "").strip()
     if not name or len(name) > 100:
         raise ValueError("a saved query needs a name of 1 to 100 characters")
     if not (sql or "").strip():
         raise ValueError(f"saved query '{name}' has no SQL")
+    if name in BUILTIN_QUERIES:
+        raise ValueError(f"'{name}' is a built-in query; save yours under another name")
     with connect(db, read_only=False) as conn:
         row = _one(conn.execute("SELECT builtin FROM saved_queries WHERE name = ?", [name]).fetchall())
-        if row is not None and row[0]:
+        if row is not None and row[0]:  # a built-in an older LoaderLab stored
             raise ValueError(f"'{name}' is a built-in query; save yours under another name")
         conn.execute("INSERT OR REPLACE INTO saved_queries VALUES (?, ?, false, ?)", [name, sql, _now()])
+
+
+def delete_saved_query(name: str, db: Db = None) -> bool:
+    """Delete a user query; built-ins stay. Returns whether one was deleted."""
+    with connect(db, read_only=False) as conn:
+        n = conn.execute("DELETE FROM saved_queries WHERE name = ? AND NOT builtin RETURNING name", [name]).fetchall()
+    return bool(n)

@@ -39,7 +39,7 @@ def test_builtin_queries_load_and_run(seeded, open_page, no_problems):
         at.selectbox(key="history.pick").set_value(name)
         at.button(key="history.load").click().run()
         no_problems(at)
-        assert at.text_area(key="history.editor").value == api.HISTORY_QUERIES[name]
+        assert at.text_area(key="history.editor").value == api.BUILTIN_QUERIES[name]
 
 
 def test_save_a_query(seeded, open_page, no_problems):

@@ -177,3 +177,24 @@ def test_the_dashboard_and_notebook_facades_import_no_torch():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_only_the_store_runs_sql():
+    """Outside engine/store/, no module imports duckdb, opens the store with connect() or executes a statement:
+    every query a page, a command or the worker needs is a function in engine/store/."""
+    offenders = []
+    for path in sorted(ENGINE.rglob("*.py")):
+        rel = path.relative_to(ROOT)
+        if rel.parts[1] == "store":
+            continue
+        tree = ast.parse(path.read_text())
+        if "duckdb" in _imports(path):
+            offenders.append(f"{rel}: imports duckdb")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("engine.store") \
+                    and any(a.name == "connect" for a in node.names):
+                offenders.append(f"{rel}:{node.lineno}: imports connect")
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr in ("execute", "executemany", "sql"):
+                offenders.append(f"{rel}:{node.lineno}: .{node.func.attr}()")
+    assert offenders == []

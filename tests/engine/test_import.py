@@ -1,4 +1,4 @@
-"""Merging histories (engine.merge): another host's DuckDB store or a Parquet bundle lands whole, once;
+"""Merging histories (engine.store.merge): another host's DuckDB store or a Parquet bundle lands whole, once;
 older schemas and extra columns are tolerated; a bad source changes nothing. Real runs and real files."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from engine import cli
 from engine.config import RunConfig
-from engine.merge import RUN_TABLES, export_bundle, import_results
+from engine.store.merge import RUN_TABLES, export_bundle, import_results
 from engine.runlog import RunLog
 from engine.runner import launch
 from engine.store import connect, export, ingest_run, list_runs, set_tags, soft_delete

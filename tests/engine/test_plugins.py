@@ -326,7 +326,7 @@ def _stored_run(runs: Path, run_id: str, digest: str | None, db: Path) -> None:
 
 
 def test_explore_tells_runs_of_changed_code_apart(store):
-    from engine.explore_queries import explore_summary  # noqa: PLC0415
+    from engine.store import explore_summary  # noqa: PLC0415
 
     _stored_run(store.parent / "runs", "a", "1" * 64, store)
     _stored_run(store.parent / "runs", "b", "2" * 64, store)

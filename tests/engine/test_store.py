@@ -19,9 +19,10 @@ import pytest
 
 from engine.config import RunConfig, config_fields
 from engine.runlog import RunLog
-from engine.store import (StoreBusy, StoreCorrupt, StoreHeld, StoreVersionError, connect, epoch_time_by, export,
-                          get_epochs, get_run, get_steps, ingest_pending, ingest_run, list_runs, load_view, purge,
-                          restore, save_view, set_notes, set_tags, soft_delete, table_schema)
+from engine.store import (BUILTIN_QUERIES, StoreBusy, StoreCorrupt, StoreHeld, StoreVersionError, connect,
+                          delete_saved_query, epoch_time_by, export, get_epochs, get_run, get_steps, ingest_pending,
+                          ingest_run, list_runs, list_saved_queries, load_view, purge, restore, save_query, save_view,
+                          set_notes, set_tags, soft_delete, table_schema)
 from engine.store import schema
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -364,3 +365,16 @@ def test_views_round_trip_and_bad_ids(store):
         load_view("../../etc", db=store)
     with pytest.raises(ValueError, match="not in the store"):
         load_view("AAAAAAAA", db=store)
+
+
+def test_builtin_query_names_cannot_be_taken_by_a_users_query(store):
+    """One list of built-ins: each shown once, first; the engine refuses their names, whoever saves."""
+    saved = list_saved_queries(db=store)
+    assert list(saved["name"]) == sorted(BUILTIN_QUERIES) and saved["builtin"].all()
+    assert dict(zip(saved["name"], saved["sql"])) == BUILTIN_QUERIES
+    for name in BUILTIN_QUERIES:
+        with pytest.raises(ValueError, match="is a built-in query; save yours under another name"):
+            save_query(f"  {name} ", "SELECT 1", db=store)
+    save_query("mine", "SELECT 1", db=store)
+    assert list(list_saved_queries(db=store)["name"]) == [*sorted(BUILTIN_QUERIES), "mine"]
+    assert delete_saved_query("mine", db=store) and not delete_saved_query("recent runs", db=store)

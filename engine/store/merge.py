@@ -24,9 +24,10 @@ from pathlib import Path
 
 import duckdb
 
-from engine.paths import db_path
-from engine.store import connect, export
+from engine.paths import Db, db_path
 from engine.store._lock import SidecarLock
+from engine.store.connect import connect
+from engine.store.edits import export
 
 __all__ = ["RUN_TABLES", "ImportResult", "export_bundle", "import_results"]
 
@@ -44,7 +45,7 @@ class ImportResult:
     rows: dict[str, int] = field(default_factory=dict)  # rows added per table
 
 
-def export_bundle(out_dir: str | os.PathLike, db: str | os.PathLike | None = None) -> Path:
+def export_bundle(out_dir: str | os.PathLike, db: Db = None) -> Path:
     """Write every run table (deleted runs left out) as <table>.parquet into out_dir, for `import` elsewhere."""
     out = Path(out_dir).expanduser().resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -102,7 +103,7 @@ def _plan(paths: list[Path], store: Path) -> tuple[list[Path], list[dict[str, Pa
     return stores, groups + ([loose] if loose else [])
 
 
-def import_results(paths: str | os.PathLike | list, *, db: str | os.PathLike | None = None) -> ImportResult:
+def import_results(paths: str | os.PathLike | list, *, db: Db = None) -> ImportResult:
     """Merge runs from other stores or Parquet exports into this one (see the module docstring)."""
     items = [Path(p).expanduser().resolve() for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)]
     stores, groups = _plan(items, db_path(db))
@@ -170,7 +171,8 @@ def _merge(conn: duckdb.DuckDBPyConnection, rels: dict[str, str], result: Import
             offered = conn.execute(f"SELECT count(DISTINCT run_id) FROM {rels[table]} {live}").fetchall()[0][0]
         else:  # NOTE: the NOT IN subquery sees the table before this insert, so one run's rows come whole
             conn.execute(f"INSERT {_or_ignore(conn, table)} INTO {table} ({cols}) SELECT {cols} FROM {rels[table]} s "
-                         f"WHERE s.run_id IN (SELECT run_id FROM runs) AND s.run_id NOT IN (SELECT run_id FROM {table})")
+                         "WHERE s.run_id IN (SELECT run_id FROM runs) "
+                         f"AND s.run_id NOT IN (SELECT run_id FROM {table})")
         added = conn.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0] - before
         result.rows[table] = result.rows.get(table, 0) + added
         if table == "runs":

@@ -1,6 +1,6 @@
-"""The dashboard's read queries that aggregate in DuckDB: grouped medians with error bars and filter
-choices for Explore. Nothing here ships raw rows to pandas; results are one row per group. The Runs and
-History pages' reads (engine/_page_queries.py) are re-exported here, so engine.api finds them all.
+"""The Explore page's reads, aggregated in DuckDB: grouped medians with error bars, and the filters' choices.
+Nothing here ships raw rows to pandas; results are one row per group. (The interval and pooling SQL:
+engine/store/_explore_sql.py.)
 
     df = explore_summary("loader", metric="epoch_s", color="workers", filters={"workload": ["tensor"]})
 
@@ -11,25 +11,24 @@ inclusive). Only finished (status 'done'), not deleted runs are charted.
 from __future__ import annotations
 
 import datetime as dt
-import os
 from typing import Any
 
 import pandas as pd
 
-from engine._page_queries import (HISTORY_QUERIES, RUN_TABLE_COLUMNS, count_runs, delete_saved_query,
-                                  list_saved_queries, search_runs)
-from engine._explore_sql import ci_ranks, pool_sql
 from engine.config import config_fields
+from engine.paths import Db
 from engine.stats import NOISY_CV
+from engine.store._explore_sql import ci_ranks, pool_sql
 from engine.store.connect import connect
+from engine.store.queries import LIVE, filter_clauses
 
-__all__ = ["EXPLORE_FILTERS", "EXPLORE_METRICS", "HISTORY_QUERIES", "RUN_TABLE_COLUMNS", "count_runs",
-           "delete_saved_query", "explore_axes", "explore_filter_options", "explore_summary", "filter_sql",
-           "list_saved_queries", "search_runs"]
+__all__ = ["EXPLORE_FILTERS", "EXPLORE_METRICS", "explore_axes", "explore_filter_options", "explore_summary",
+           "filter_sql"]
 
 EXPLORE_METRICS = ("epoch_s", "samples_per_s", "data_wait_share")
 EXPLORE_FILTERS = ("workload", "model", "host", "tag")
 _EXTRA_AXES = ("host", "gpu_name", "sweep_id")
+
 
 def explore_axes() -> list[str]:
     """Fields a chart can use as x, colour or facet: every scalar RunConfig field, then host columns."""
@@ -45,19 +44,20 @@ def _q(col: str) -> str:
 
 def filter_sql(filters: dict[str, Any] | None) -> tuple[str, list[Any]]:
     """A WHERE clause (finished, not deleted runs) and its parameters. Unknown filter keys raise ValueError."""
-    where, params = ["status = 'done'", "NOT coalesce(deleted, false)"], []
+    where, params = ["status = 'done'", LIVE], []
     for key, value in (filters or {}).items():
         if value in (None, "", [], ()):
             continue
         if key in EXPLORE_FILTERS:
             values = [str(v) for v in ([value] if isinstance(value, str) else value)]
-            marks = ", ".join("?" * len(values))
             if key == "tag":  # the config's tag or any of the tags a user gave the run later
+                marks = ", ".join("?" * len(values))
                 where.append(f"(tag IN ({marks}) OR list_has_any(string_split(coalesce(tags, ''), ','), [{marks}]))")
-                params.extend(values)
+                params.extend(values * 2)
             else:
-                where.append(f'"{key}" IN ({marks})')
-            params.extend(values)
+                clauses, values = filter_clauses({key: values})  # '"workload" IN (?, ...)'
+                where += clauses
+                params.extend(values)
         elif key in ("date_from", "date_to"):
             day = dt.date.fromisoformat(str(value))  # ValueError names the bad date
             where.append("created_at >= ?" if key == "date_from" else "created_at < ?")
@@ -69,7 +69,7 @@ def filter_sql(filters: dict[str, Any] | None) -> tuple[str, list[Any]]:
 
 def explore_summary(x: str, *, metric: str = "epoch_s", color: str | None = None, facet: str | None = None,
                     filters: dict[str, Any] | None = None, interval: str = "ci", max_ids: int = 50,
-                    db: str | os.PathLike | None = None) -> pd.DataFrame:
+                    db: Db = None) -> pd.DataFrame:
     """One row per (x, colour, facet) group: n, median, lo, hi of `metric`, medians of bound_s and
     efficiency, the commonest verdict, the coefficient of variation and its `noisy` flag (CV > 10 %),
     how many hosts and torch versions the group mixes, how many distinct configs it pools (`n_configs`)
@@ -119,7 +119,7 @@ def explore_summary(x: str, *, metric: str = "epoch_s", color: str | None = None
             conn.unregister("_ci_ranks")
 
 
-def explore_filter_options(db: str | os.PathLike | None = None) -> dict[str, Any]:
+def explore_filter_options(db: Db = None) -> dict[str, Any]:
     """Distinct values of each filter column among charted runs, plus the first and last run date."""
     where, _ = filter_sql(None)
     parts = ", ".join(f'list(DISTINCT "{c}" ORDER BY "{c}") FILTER (WHERE "{c}" IS NOT NULL AND "{c}" <> \'\')'
