@@ -5,7 +5,7 @@ The store is $LOADERLAB_DB (default data/loaderlab.duckdb); the sidebar shows wh
 
 import streamlit as st
 
-from engine.paths import db_path
+from engine import api
 from ui.auth import require_token
 from ui.cache import cached
 
@@ -30,7 +30,7 @@ page = st.navigation([
 ])
 
 with st.sidebar:
-    st.caption(f"Store: `{db_path()}`")
+    st.caption(f"Store: `{api.db_path()}`")
     try:
         counts = cached("count_runs")
         st.caption(f"{sum(counts.values())} runs ({counts.get('done', 0)} done)")

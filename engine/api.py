@@ -1,37 +1,40 @@
-"""The surface the dashboard pages and the CLI use: one import, `from engine import api`.
+"""The surface the dashboard uses: `from engine import api`, and nothing else from the engine.
 
-Names resolve lazily from the engine modules listed below (each module's `__all__`), so importing
-the API is cheap for a page and no list of names is typed twice.
+Every name the pages, ui/ and app.py need, imported plainly from the module that defines it, so a reader
+finds each one's home here in one step. Importing this module does not import torch (a test checks it):
+the dashboard loads torch only when a config is validated or a job is queued.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from engine._browser import PLUGIN_FIELDS, browser_sweep, browser_values, check_browser_config
+from engine._browser import choices as plugin_choices
+from engine.advisor import CONFIRM_REPEATS, advise
+from engine.baseline import EXAMPLE as BASELINE_EXAMPLE
+from engine.baseline import parse as parse_baseline
+from engine.charts import (METRIC_LABELS, auto_chart, compare_chart, epoch_breakdown_chart, epoch_chart, metric_chart,
+                           step_timeline_chart)
+from engine.config import RunConfig, SweepConfig, config_fields, field_choices
+from engine.errors import ConfigError
+from engine.jobs import (RAY_ADDRESS_ENV, cancel, default_ray_address, ensure_worker, estimate_duration, job_progress,
+                         list_jobs, submit, submit_ray_sweep, submit_sweep, worker_alive)
+from engine.paths import TRACE_FILE, db_path
+from engine.presets import PRESETS
+from engine.ray_executor import INSTALL_HINT, ray_available
+from engine.store import (BUILTIN_QUERIES, EXPLORE_FILTERS, EXPLORE_METRICS, count_runs, explore_axes,
+                          explore_filter_options, explore_summary, get_epochs, get_run, get_steps, list_runs,
+                          list_saved_queries, load_view, pending_summary, purge, restore, run_query, save_query,
+                          save_view, search_runs, set_notes, set_tags, soft_delete, table_schema)
+from engine.store.version import bump as bump_data_version
+from engine.store.version import current as data_version
 
-_MODULES = ("engine.store", "engine.jobs", "engine.charts", "engine.stats", "engine.advisor", "engine.config",
-            "engine.registry", "engine.presets", "engine.sweep", "engine.runner", "engine._browser",
-            "engine.ray_executor")
-
-
-def __getattr__(name: str) -> Any:
-    for module_name in _MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as e:
-            if e.name != module_name:
-                raise
-            continue
-        if name in getattr(module, "__all__", ()):
-            return getattr(module, name)
-    raise AttributeError(f"engine.api has no '{name}'")
-
-
-def __dir__() -> list[str]:
-    names: set[str] = set()
-    for module_name in _MODULES:
-        try:
-            names.update(getattr(importlib.import_module(module_name), "__all__", ()))
-        except ModuleNotFoundError:
-            continue
-    return sorted(names)
+__all__ = ["BASELINE_EXAMPLE", "BUILTIN_QUERIES", "CONFIRM_REPEATS", "ConfigError", "EXPLORE_FILTERS",
+           "EXPLORE_METRICS", "INSTALL_HINT", "METRIC_LABELS", "PLUGIN_FIELDS", "PRESETS", "RAY_ADDRESS_ENV",
+           "RunConfig", "SweepConfig", "TRACE_FILE", "advise", "auto_chart", "browser_sweep", "browser_values",
+           "bump_data_version", "cancel", "check_browser_config", "compare_chart", "config_fields", "count_runs",
+           "data_version", "db_path", "default_ray_address", "ensure_worker", "epoch_breakdown_chart", "epoch_chart",
+           "estimate_duration", "explore_axes", "explore_filter_options", "explore_summary", "field_choices",
+           "get_epochs", "get_run", "get_steps", "job_progress", "list_jobs", "list_runs", "list_saved_queries",
+           "load_view", "metric_chart", "parse_baseline", "pending_summary", "plugin_choices", "purge", "ray_available",
+           "restore", "run_query", "save_query", "save_view", "search_runs", "set_notes", "set_tags", "soft_delete",
+           "step_timeline_chart", "submit", "submit_ray_sweep", "submit_sweep", "table_schema", "worker_alive"]

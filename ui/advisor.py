@@ -10,7 +10,6 @@ from typing import Any
 import streamlit as st
 
 from engine import api
-from engine.baseline import EXAMPLE, parse as parse_baseline
 from ui.cache import cached
 from ui.errors import shown
 
@@ -29,12 +28,12 @@ def panel(options: dict[str, Any]) -> None:
         model = cols[1].selectbox("Model", models, key="advisor.model")
         host = cols[2].selectbox("Host", ["this", "any"], key="advisor.host",
                                  help="this: runs measured on this machine only")
-        typed = st.text_input("Your current setup (optional)", key="advisor.baseline", placeholder=EXAMPLE,
+        typed = st.text_input("Your current setup (optional)", key="advisor.baseline", placeholder=api.BASELINE_EXAMPLE,
                               help="What your DataLoader uses today, as FIELD=VALUE pairs of loader settings: the "
                                    "best is compared with it instead of sync (CLI: --baseline)")
         baseline = None
         with shown("Your current setup"):
-            baseline = parse_baseline(typed)   # only loader settings pass: never a module path
+            baseline = api.parse_baseline(typed)   # only loader settings pass: never a module path
         if baseline is None:
             return
         with shown("The advisor could not read the store"):

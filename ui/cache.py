@@ -18,8 +18,6 @@ from typing import Any
 import streamlit as st
 
 from engine import api
-from engine.paths import db_path
-from engine.store import version
 
 __all__ = ["cached", "clear", "data_token", "store_token"]
 
@@ -28,7 +26,7 @@ _SAFETY_TTL_S = 300  # NOTE: a writer outside LoaderLab (or an old one) does not
 
 def store_token() -> str:
     """Changes whenever the store file is written (DuckDB appends to the WAL, then checkpoints the file)."""
-    path = db_path()
+    path = api.db_path()
     parts = [str(path)]
     for p in (path, path.with_name(path.name + ".wal")):
         try:
@@ -41,8 +39,8 @@ def store_token() -> str:
 
 def data_token() -> str:
     """Changes whenever results change (ingest, edits, imports bump the version)."""
-    v = version.current()
-    return f"{db_path()}|v{v}" if v else store_token()
+    v = api.data_version()
+    return f"{api.db_path()}|v{v}" if v else store_token()
 
 
 @st.cache_data(max_entries=256, show_spinner=False, ttl=_SAFETY_TTL_S)
@@ -60,5 +58,5 @@ def cached(name: str, *args: Any, live: bool = False, **kwargs: Any) -> Any:
 
 def clear() -> None:
     """After this session wrote to the store: a new version, so every session's cached reads refresh."""
-    version.bump()
+    api.bump_data_version()
     _call.clear()

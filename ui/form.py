@@ -21,9 +21,6 @@ from typing import Any
 import streamlit as st
 
 from engine import api
-from engine._browser import PLUGIN_FIELDS, browser_sweep, browser_values
-from engine._browser import choices as plugin_choices
-from engine.config import field_choices  # NOTE: not in engine.config.__all__, so not in engine.api
 
 __all__ = ["FormResult", "SweepResult", "apply_values", "preset_picker", "run_form", "sweep_builder"]
 
@@ -52,12 +49,12 @@ class SweepResult:
 def _fields() -> list[dataclasses.Field]:
     """Visible fields; collate and loss only when the server's owner registered one (by name, never a path)."""
     return [f for f in api.config_fields() if f.metadata.get("ui") != "hidden"
-            or (f.name in PLUGIN_FIELDS and len(plugin_choices(f.name)) > 1)]
+            or (f.name in api.PLUGIN_FIELDS and len(api.plugin_choices(f.name)) > 1)]
 
 
 def _choices(f: dataclasses.Field) -> tuple[str, ...] | None:
     """A select box's options: plugin fields offer built-ins plus the registered names of their kind."""
-    return tuple(plugin_choices(f.name)) if f.name in PLUGIN_FIELDS else field_choices(f)
+    return tuple(api.plugin_choices(f.name)) if f.name in api.PLUGIN_FIELDS else api.field_choices(f)
 
 
 def _defaults() -> dict[str, Any]:
@@ -134,7 +131,7 @@ def _publish_url(prefix: str, values: dict[str, Any]) -> None:
 
 def _widget(f: dataclasses.Field, key: str) -> Any:
     label, help_ = f.name, f.metadata.get("help")
-    if f.name in PLUGIN_FIELDS:  # NOTE: the help must not invite a module path the browser may not give
+    if f.name in api.PLUGIN_FIELDS:  # NOTE: the help must not invite a module path the browser may not give
         help_ = f"{_PLUGIN_HELP[f.name]}: a built-in, or a plugin the server's owner registered by name"
     choices = _choices(f)
     if choices is not None:
@@ -179,7 +176,7 @@ def run_form(prefix: str) -> FormResult:
     top = st.empty()
     result = FormResult(values)
     try:
-        mapped = browser_values(values)  # registered names -> specs; any other plugin value stops here
+        mapped = api.browser_values(values)  # registered names -> specs; any other plugin value stops here
         # NOTE: the data-root check first: from_dict's folder check walks the folder and says what it found
         api.check_browser_config(_paths_only(mapped))
         cfg = api.RunConfig.from_dict(mapped)
@@ -216,7 +213,7 @@ def sweep_builder(prefix: str, base: dict[str, Any]) -> SweepResult:
                               help="runs per distinct config, for a median and a 95% CI")
     out = SweepResult()
     try:
-        base, grid = browser_sweep(base, grid)  # registered names -> specs; any other plugin value stops here
+        base, grid = api.browser_sweep(base, grid)  # registered names -> specs; any other plugin value stops here
         for folder in [base.get("folder"), *grid.get("folder", [])]:
             api.check_browser_config(_paths_only({**base, "folder": folder}))  # before anything walks it
         sweep = api.SweepConfig.from_dict({"name": "ui-sweep", "base": base, "grid": grid, "repeats": int(repeats)})

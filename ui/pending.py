@@ -14,7 +14,6 @@ from typing import Any
 import streamlit as st
 
 from engine import api
-from engine.paths import db_path
 
 __all__ = ["banner", "message"]
 
@@ -42,7 +41,7 @@ def message(summary: dict[str, Any]) -> str | None:
 def banner() -> None:
     """st.warning with message(); silent when nothing waits or the summary cannot be read."""
     try:
-        text = message(_summary(str(db_path())))
+        text = message(_summary(str(api.db_path())))
     except Exception:  # noqa: BLE001 - a hint must never stop a page from rendering
         log.debug("pending summary unavailable", exc_info=True)
         return

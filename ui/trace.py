@@ -14,7 +14,7 @@ from typing import Any
 
 import streamlit as st
 
-from engine.measure.trace import TRACE_FILE  # NOTE: a name only; that module imports torch lazily
+from engine import api
 
 __all__ = ["trace_download", "trace_file"]
 
@@ -27,7 +27,7 @@ def trace_file(run: dict[str, Any]) -> Path | None:
     if not run_dir:
         return None
     folder = Path(run_dir).resolve()
-    path = folder / TRACE_FILE
+    path = folder / api.TRACE_FILE
     try:
         real = path.resolve(strict=True)
     except (OSError, RuntimeError):
@@ -47,7 +47,7 @@ def trace_download(run: dict[str, Any]) -> None:
         st.caption(f"Profiler trace: {size / 2**20:.0f} MiB, too big to download here; it is on the server at {path}.")
         return
     st.download_button(f"Download the profiler trace ({size / 2**20:.1f} MiB)", path.read_bytes(),
-                       file_name=f"{run['run_id']}-{TRACE_FILE}", mime="application/gzip",
+                       file_name=f"{run['run_id']}-{api.TRACE_FILE}", mime="application/gzip",
                        key="runs.trace_download")
     st.caption("One extra epoch after the measured ones, profiled by torch.profiler (its figures are not stored). "
                "Open it at https://ui.perfetto.dev (drop the .json.gz file in), chrome://tracing, or TensorBoard's "

@@ -45,6 +45,33 @@ def test_app_only_routes():
     assert _imports(ROOT / "app.py") <= {"streamlit", "engine", "ui"}
 
 
+def _engine_imports(path: Path) -> list[str]:
+    """Every import of the engine in a file, spelled as imported: 'engine.api', 'engine.paths.db_path', ..."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names if a.name.split(".")[0] == "engine"]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "engine":
+            out += [f"{node.module}.{a.name}" for a in node.names]
+    return out
+
+
+def test_the_dashboard_imports_only_the_engine_api():
+    """ui/, pages/ and app.py reach the engine through engine.api alone: one surface to read and keep torch-free."""
+    files = [*sorted((ROOT / "ui").glob("*.py")), *sorted((ROOT / "pages").glob("*.py")), ROOT / "app.py"]
+    found = {str(p.relative_to(ROOT)): sorted(set(_engine_imports(p)) - {"engine.api"}) for p in files}
+    assert {f: names for f, names in found.items() if names} == {}
+    assert "engine.api" in _engine_imports(ROOT / "ui" / "cache.py")  # the check sees what it should
+
+
+def test_the_engine_api_is_explicit_and_sorted():
+    from engine import api  # noqa: PLC0415
+
+    assert api.__all__ == sorted(api.__all__)
+    assert not hasattr(api, "__getattr__")  # every name imported plainly, none looked up on the fly
+    assert [n for n in api.__all__ if not hasattr(api, n)] == []
+
+
 # ---------------------------------------------------------------------------- the import graph
 
 ENGINE = ROOT / "engine"
