@@ -19,7 +19,7 @@ from pathlib import Path
 
 from engine.config import _PLUGIN_SPEC
 from engine.errors import ConfigError, printable
-from engine.paths import db_path
+from engine.paths import Db, db_path
 
 __all__ = ["KINDS", "plugins_file", "registered"]
 
@@ -27,13 +27,13 @@ KINDS = ("workload", "model", "collate", "loss")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
-def plugins_file(db: str | os.PathLike | None = None) -> Path:
+def plugins_file(db: Db = None) -> Path:
     """`$LOADERLAB_PLUGINS`, else plugins.toml beside the store (data/plugins.toml by default)."""
     raw = os.environ.get("LOADERLAB_PLUGINS", "")
     return Path(raw).expanduser() if raw else db_path(db).parent / "plugins.toml"
 
 
-def registered(db: str | os.PathLike | None = None) -> dict[str, dict[str, str]]:
+def registered(db: Db = None) -> dict[str, dict[str, str]]:
     """Plugins the server's owner registered: name -> {kind: spec}, one kind per name. {} without a file.
 
     A bad file is a ConfigError("plugins", ...) naming the file and the entry, so the owner can fix it.

@@ -29,6 +29,7 @@ import pandas as pd
 from engine import baseline as yours
 from engine import stats
 from engine.config import RunConfig
+from engine.paths import Db
 from engine.store import done_runs
 
 __all__ = ["Advice", "CONFIRM_REPEATS", "KNOB_KEYS", "PROBLEM_KEYS", "Suggestion", "advise"]
@@ -160,7 +161,7 @@ class Advice:
         return "\n".join(out) + "\n"
 
 
-def advise(workload: str, model: str, *, host: str = "this", db: str | os.PathLike | None = None,
+def advise(workload: str, model: str, *, host: str = "this", db: Db = None,
            where: dict[str, Any] | None = None, baseline: str | dict[str, Any] | None = None) -> Advice:
     """Advice for workload + model from the done runs in the store (see the module docstring).
     `baseline`: the user's setup, e.g. "loader=processes,workers=4,batch_size=64" (engine.baseline.parse)."""

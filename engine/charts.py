@@ -94,8 +94,11 @@ def metric_chart(summary: pd.DataFrame, *, x: str, metric: str = "epoch_s", colo
     return fig
 
 
-def epoch_chart(epochs: pd.DataFrame) -> go.Figure:
-    """Wall time per epoch, one line per model/rank; warm-up epochs are drawn as open markers."""
+def epoch_chart(epochs: pd.DataFrame, *, compact: bool = False) -> go.Figure:
+    """Wall time per epoch, one line per model/rank; warm-up epochs are drawn as open markers.
+
+    epochs: get_epochs' rows, or a running job's epoch events (engine.jobs.job_progress). compact: the
+    Launch page's live card, short and without title or legend."""
     if epochs.empty:
         return _empty("epoch time")
     df = epochs.sort_values("epoch").copy()
@@ -103,8 +106,11 @@ def epoch_chart(epochs: pd.DataFrame) -> go.Figure:
     df["phase"] = df["warmup"].map({True: "warm-up", False: "measured"}).fillna("measured")
     fig = px.line(df, x="epoch", y="wall_s", color="series" if df["series"].nunique() > 1 else None,
                   markers=True, symbol="phase", symbol_map={"warm-up": "circle-open", "measured": "circle"},
-                  hover_data=["samples_per_s", "ttfb_s"], labels={"wall_s": "epoch time (s)"}, title="epoch time")
+                  hover_data=["samples_per_s", "ttfb_s"], labels={"wall_s": "epoch time (s)"},
+                  title=None if compact else "epoch time")
     fig.update_xaxes(dtick=1)
+    if compact:
+        fig.update_layout(height=220, margin=dict(l=0, r=0, t=10, b=0), showlegend=False)
     return fig
 
 

@@ -28,6 +28,7 @@ from engine.jobs import ensure_worker, run_worker, worker_pid
 from engine.plugins import preflight
 from engine.ray_executor import run_sweep_ray
 from engine.runner import launch
+from engine.status import RunStatus
 from engine.store import (export, export_bundle, get_epochs, get_run, import_results, ingest_pending, list_runs,
                           pending_summary, run_query)
 from engine.sweep import run_sweep
@@ -127,7 +128,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     result = launch(cfg, db=args.db, on_event=on_event)
     if result.stored:  # else the store is held: main() says so in one line after the command
         _print_summary(result.run_id, args.db)
-    if result.status != "done":
+    if result.status != RunStatus.DONE:
         print(f"run {result.run_id} {result.status}: {result.error}", file=sys.stderr)
         return 1
     return 0
@@ -170,7 +171,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         result = run_sweep(sweep, db=args.db, progress=not args.quiet)
     counts = ", ".join(f"{v} {k}" for k, v in sorted(result.counts.items()))
     print(f"sweep {result.sweep_id}: {counts}")
-    return 0 if result.counts.get("done", 0) == len(result.results) else 1
+    return 0 if result.counts.get(RunStatus.DONE, 0) == len(result.results) else 1
 
 
 # ---------------------------------------------------------------------------- reading the store

@@ -17,7 +17,6 @@ import torch: the runs do, in their own processes.
 from __future__ import annotations
 
 import math
-import os
 from typing import Any, Iterable
 
 import pandas as pd
@@ -26,6 +25,7 @@ from engine import paths
 from engine._lab_compare import compare_runs
 from engine.advisor import advise as _advise
 from engine.config import RunConfig, SweepConfig
+from engine.paths import Db
 from engine.runner import launch
 from engine.store import get_run, list_runs, run_query
 from engine.sweep import run_sweep
@@ -34,7 +34,6 @@ from engine.tune import tune as _tune
 
 __all__ = ["advise", "compare", "db_path", "run", "runs", "sweep", "tune"]
 
-Db = str | os.PathLike | None
 _SUMMARY = ("run_id", "status", "error", "workload", "model", "loader", "workers", "mode", "batch_size", "epoch_s",
             "samples_per_s", "ttfb_s", "bound_s", "efficiency", "verdict", "data_wait_share", "peak_rss_bytes",
             "code_hash", "sweep_id", "created_at")

@@ -1,8 +1,9 @@
 """Presets: plain functions that return a RunConfig, one per situation the lab demonstrates.
 
-The launch page offers them in a picker (it fills the form) and the CLI can start from one:
+The launch page offers them in a picker, and as `/launch?preset=<name>` in a link; either fills the form.
+From Python (a notebook, a script) start from one and change what differs:
 
-    from engine.presets import PRESETS; cfg = PRESETS["storage_latency"]()
+    from engine.presets import PRESETS; cfg = PRESETS["storage_latency"]().replace(workers=8)
 
 Each returns an unvalidated RunConfig (the constructor does not check); `RunConfig.from_dict(cfg.to_dict())`
 validates it against this machine's registry and devices, as every other entry point does.

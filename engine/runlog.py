@@ -12,7 +12,7 @@ Events (every event has "type" and "t", a unix timestamp):
   calibration  kind ("loader" | "compute"), seconds, ttfb_s, cached (bool)
   samples      rows: [[t, cpu_percent, rss_bytes, gpu_util, gpu_mem_bytes], ...]   (batched)
   summary      free-form dict of run-level figures (bound_s, efficiency, verdict, peak_rss, ...)
-  end          status ("done" | "failed" | "cancelled" | "killed"), error (str | None)
+  end          status ("done" | "failed" | "cancelled" | "killed": engine.status.RunStatus), error (str | None)
 """
 
 from __future__ import annotations

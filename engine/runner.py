@@ -27,6 +27,7 @@ from engine.config import RunConfig
 from engine.paths import ROOT, Db, runs_dir
 from engine.plugins import is_spec, preflight
 from engine.runlog import RunLog, iter_events, tail_events
+from engine.status import RunStatus
 from engine.warm import run_env
 
 __all__ = ["RunResult", "execute", "kill_group", "launch", "new_run_id"]
@@ -79,11 +80,11 @@ def execute(run_dir: Path) -> int:
             if cfg.bound:
                 ctx.summary.update(_calibrate(bound.calibrate, ctx, run_dir, spec.bound))
             runlog.write("summary", **ctx.summary)
-            runlog.write("end", status="done", error=None)
+            runlog.write("end", status=RunStatus.DONE, error=None)
             return 0
         except Exception as e:  # noqa: BLE001 - any failure is recorded with its message, then reported
             log.exception("run failed")
-            runlog.write("end", status="failed", error=f"{type(e).__name__}: {e}")
+            runlog.write("end", status=RunStatus.FAILED, error=f"{type(e).__name__}: {e}")
             return 1
 
 
@@ -171,11 +172,11 @@ def launch(cfg: RunConfig, *, db: Db = None, meta: dict[str, Any] | None = None,
             if done or (ended_at is not None and time.monotonic() - ended_at > exit_grace_s):
                 break
             if cancel is not None and cancel.is_set():
-                ending = ("cancelled", cancel_reason() if callable(cancel_reason) else cancel_reason)
+                ending = (RunStatus.CANCELLED, cancel_reason() if callable(cancel_reason) else cancel_reason)
                 break
             _nap(proc, poll_s)
     except KeyboardInterrupt:
-        ending = ("cancelled", "interrupted (Ctrl-C); finished epochs kept")
+        ending = (RunStatus.CANCELLED, "interrupted (Ctrl-C); finished epochs kept")
         raise
     finally:
         kill_group(proc.pid)  # the run is over or abandoned: no orphaned loader workers either way
@@ -228,7 +229,7 @@ def _close_log(run_dir: Path, returncode: int, ending: tuple[str, str] | None) -
     if ending is None:
         tail = (run_dir / "stderr.log").read_text(errors="replace").strip().splitlines()[-3:]
         how = f"signal {-returncode}" if returncode < 0 else f"exit status {returncode}"
-        ending = ("killed" if returncode < 0 else "failed",
+        ending = (RunStatus.KILLED if returncode < 0 else RunStatus.FAILED,
                   f"the run process ended with {how} before finishing; finished epochs kept"
                   + (f". Last output: {' | '.join(tail)}" if tail else ""))
     with RunLog(run_dir) as runlog:

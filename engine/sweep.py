@@ -1,14 +1,14 @@
 """Sweeps: a grid × repeats, run one at a time in a seeded random order, with a progress bar.
 
 Random order so slow drift of the machine (thermal, other tenants) does not favour one config.
-Executors: `local` (this machine, one run at a time, each forked from one warm parent: engine/warm.py).
-The Ray executor lives in engine/ray_executor.py.
+This is the `local` executor: this machine, one run at a time, each forked from one warm parent
+(engine/warm.py). The `ray` executor, the same plan spread over a cluster, is engine/ray_executor/
+(run_sweep_ray); both return a SweepResult. `python -m engine sweep FILE.toml [--executor ray]`.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import secrets
 import sys
 from dataclasses import dataclass, field
@@ -18,8 +18,10 @@ from typing import Any
 from tqdm import tqdm
 
 from engine.config import SweepConfig
+from engine.paths import Db
 from engine.plugins import preflight
 from engine.runner import RunResult, launch
+from engine.status import RunStatus
 from engine.warm import WarmParent
 
 __all__ = ["SweepResult", "new_sweep_id", "run_sweep"]
@@ -44,7 +46,7 @@ def new_sweep_id(name: str) -> str:
     return f"{name}-{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
-def run_sweep(sweep: SweepConfig, *, db: str | os.PathLike | None = None, progress: bool = True,
+def run_sweep(sweep: SweepConfig, *, db: Db = None, progress: bool = True,
               sweep_id: str | None = None, meta: dict[str, Any] | None = None) -> SweepResult:
     """Run every planned config locally; a failed run is recorded and the sweep goes on."""
     plan = sweep.plan()
@@ -63,7 +65,7 @@ def run_sweep(sweep: SweepConfig, *, db: str | os.PathLike | None = None, progre
             run = launch(cfg, db=db, meta={**(meta or {}), "sweep_id": result.sweep_id, "config_idx": config_idx,
                                            "repeat_idx": repeat_idx}, warm=warm)
             result.results.append(run)
-            if run.status != "done":
+            if run.status != RunStatus.DONE:
                 log.warning("run %s %s: %s", run.run_id, run.status, run.error)
             bar.update(1)
             bar.set_postfix(result.counts, refresh=True)

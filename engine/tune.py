@@ -40,8 +40,10 @@ from engine import stats
 from engine.advisor import describe
 from engine.config import RunConfig
 from engine.errors import ConfigError
+from engine.paths import Db
 from engine.runlog import read_events
 from engine.runner import launch
+from engine.status import RunStatus
 from engine.sweep import new_sweep_id
 from engine.warm import WarmParent
 
@@ -126,7 +128,7 @@ class TuneResult:
                 f"{self.budget_s:.0f} s ({self.stop_reason})")
         if self.best is None:
             return head + "\nno run finished; check the runs with `python -m engine runs`"
-        best_rows = [r for r in self.rows if r["candidate"] == self.best_idx and r["status"] == "done"]
+        best_rows = [r for r in self.rows if r["candidate"] == self.best_idx and r["status"] == RunStatus.DONE]
         c = self.comparison
         lines = [head, f"best: {describe(self.best.to_dict())}: epoch {best_rows[-1]['epoch_s']:.3f} s "
                        f"(rung {best_rows[-1]['rung']}, {best_rows[-1]['steady_epochs']} steady epochs)"]
@@ -152,7 +154,7 @@ class TuneResult:
         return "\n".join(lines)
 
 
-def tune(workload: str, model: str, *, budget_s: float, db: str | os.PathLike | None = None,
+def tune(workload: str, model: str, *, budget_s: float, db: Db = None,
          base: dict[str, Any] | None = None, progress: bool = True, space: list[dict[str, Any]] | None = None,
          eta: int = ETA, rung0_epochs: int = RUNG0_EPOCHS, confirm_repeats: int = CONFIRM_REPEATS,
          seed: int = 0, baseline: str | dict[str, Any] | None = None) -> TuneResult:
@@ -261,7 +263,7 @@ def _measure(cfg: RunConfig, db: Any, sweep_id: str, idx: int, rung: int, steady
     result table (epoch_s is nan when it failed)."""
     started = time.monotonic()
     run = launch(cfg, db=db, meta={"sweep_id": sweep_id, "config_idx": idx, "repeat_idx": rung}, warm=warm)
-    walls = _steady_walls(run.run_dir) if run.status == "done" else []
+    walls = _steady_walls(run.run_dir) if run.status == RunStatus.DONE else []
     epochs_of[idx] = walls
     epoch_s = statistics.median(walls) if walls else math.nan
     log.info("tune rung %d: %s w=%d depth=%d -> %s %.3f s", rung, cfg.loader, cfg.workers, cfg.prefetch_depth,

@@ -19,8 +19,8 @@ __all__ = ["chart", "controls", "selected_runs", "spec", "state"]
 
 PAGE = "explore"
 _MAX_FACETS = 12
-_LABELS = {"epoch_s": "epoch time", "samples_per_s": "samples/s", "data_wait_share": "data-wait share",
-           "ci": "95% CI of the median", "quantiles": "2.5–97.5% of runs", "": "(none)"}
+# the metrics as the engine's charts name them; then the error bars and the empty choice
+_LABELS = {**api.METRIC_LABELS, "ci": "95% CI of the median", "quantiles": "2.5–97.5% of runs", "": "(none)"}
 
 
 def spec(options: dict[str, Any]) -> dict[str, Param]:

@@ -5,7 +5,8 @@ whole sweep, or the single run, as ONE job that the worker drives through the Ra
 address comes from $LOADERLAB_RAY_ADDRESS, overridable under Settings; empty means a local Ray instance.
 
 Progress of a running job comes from its RunLog (engine.jobs.job_progress), not the store, so the
-per-epoch chart grows while the run is going; a Ray job's progress is its runs landed in the store.
+per-epoch chart (engine.charts.epoch_chart, compact) grows while the run is going; a Ray job's progress
+is its runs landed in the store.
 Each job with a run links to `/runs?run=<run_id>`.
 
     target = target_picker()                            # the "Target" radio and the "Settings" expander
@@ -19,14 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
-import plotly.express as px
 import streamlit as st
 
 from engine import api
 from ui.errors import shown
 
-__all__ = ["REFRESH_S", "TARGETS", "Target", "duration_text", "epoch_figure", "jobs_panel", "queue_run", "queue_sweep",
-           "target_picker"]
+__all__ = ["REFRESH_S", "TARGETS", "Target", "duration_text", "jobs_panel", "queue_run", "queue_sweep", "target_picker"]
 
 REFRESH_S = 2.0
 MAX_CARDS = 5  # active jobs shown with progress and a Cancel button; the table lists the rest
@@ -106,16 +105,6 @@ def queue_sweep(result: Any, target: Target | None = None) -> None:
                       else api.submit_sweep(result.sweep, origin="browser"))
 
 
-def epoch_figure(rows: list[dict[str, Any]]):
-    """Epoch wall time by epoch, one line per model; warm-up epochs drawn as open markers."""
-    df = pd.DataFrame(rows)
-    df["model"] = df["model_idx"].astype(str)
-    fig = px.line(df, x="epoch", y="wall_s", color="model" if df["model"].nunique() > 1 else None,
-                  symbol="warmup", markers=True, labels={"wall_s": "epoch wall time (s)"})
-    fig.update_layout(height=220, margin=dict(l=0, r=0, t=10, b=0), showlegend=False)
-    return fig
-
-
 def _cancel(job_id: str) -> None:
     """Button callback: runs before the rerun, so the card already shows the new status."""
     try:
@@ -145,7 +134,7 @@ def _job_card(job: pd.Series) -> None:
             st.progress(min(1.0, p["epochs_done"] / total),
                         text=f"epoch {p['epochs_done']}/{p['epochs_total']} · ETA {duration_text(p['eta_s'])}")
             if p["epochs"]:
-                st.plotly_chart(epoch_figure(p["epochs"]), key=f"launch.chart.{job_id}")
+                st.plotly_chart(api.epoch_chart(pd.DataFrame(p["epochs"]), compact=True), key=f"launch.chart.{job_id}")
 
 
 @st.fragment(run_every=REFRESH_S)

@@ -15,7 +15,7 @@ from ui.state import Param
 
 __all__ = ["SPEC", "actions", "table"]
 
-STATUSES = ["queued", "running", "done", "failed", "cancelled", "killed"]
+STATUSES = [str(s) for s in api.RunStatus]  # queued, running, done, failed, cancelled, killed
 SPEC = {
     "q": Param("", "text"),
     "status": Param([], "many", choices=STATUSES),

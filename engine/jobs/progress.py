@@ -18,6 +18,7 @@ from engine.errors import StoreHeld
 from engine.jobs.queue import RAY_SWEEP, find_job, job_spec, marker, now
 from engine.paths import Db, runs_dir
 from engine.runlog import EPOCH_FIELDS, tail_events
+from engine.status import ENDED, RunStatus
 from engine.store import jobs as job_table
 from engine.store.queries import seconds_per_sample
 
@@ -27,7 +28,6 @@ __all__ = ["DEFAULT_S_PER_SAMPLE", "RUN_OVERHEAD_S", "estimate_duration", "job_p
 # and the fixed cost of one run (subprocess start, torch import, dataset build).
 DEFAULT_S_PER_SAMPLE = 1e-3
 RUN_OVERHEAD_S = 5.0
-_ENDED = ("done", "failed", "cancelled")
 
 
 def job_progress(job_id: str, db: Db = None) -> dict[str, Any]:
@@ -37,7 +37,7 @@ def job_progress(job_id: str, db: Db = None) -> dict[str, Any]:
     spec = job_spec(job["config_json"])
     out = {"job_id": job_id, "kind": spec.get("kind", "run"), "status": job["status"], "run_id": job["run_id"],
            "sweep_id": job["sweep_id"], "error": job["error"],
-           "cancel_requested": job["status"] == "running" and marker(db, job_id).exists()}
+           "cancel_requested": job["status"] == RunStatus.RUNNING and marker(db, job_id).exists()}
     if out["kind"] == RAY_SWEEP:
         try:
             landed = job_table.landed_runs(job["sweep_id"], db)
@@ -49,8 +49,8 @@ def job_progress(job_id: str, db: Db = None) -> dict[str, Any]:
 
 def _sweep_progress(job: dict[str, Any], spec: dict[str, Any], landed: dict[str, int]) -> dict[str, Any]:
     done, total = sum(landed.values()), int(spec.get("runs") or 0)
-    eta = 0.0 if job["status"] in _ENDED else None
-    if job["status"] == "running" and done and job["started_at"] is not None:
+    eta = 0.0 if job["status"] in ENDED else None
+    if job["status"] == RunStatus.RUNNING and done and job["started_at"] is not None:
         # runs land at the cluster's pace, several at a time: the mean time per landed run so far
         eta = max(0, total - done) * (now() - job["started_at"]).total_seconds() / done
     return {"runs_done": done, "runs_total": total, "run_counts": landed, "eta_s": eta,
@@ -66,9 +66,9 @@ def _run_progress(job: dict[str, Any], spec: dict[str, Any], db: Db) -> dict[str
         per_model[key] = per_model.get(key, 0) + 1
     done = min(per_model.values()) if per_model else 0  # the slowest model/rank sets the pace
     eta = None
-    if job["status"] in _ENDED:
+    if job["status"] in ENDED:
         eta = 0.0
-    elif job["status"] == "running" and done:
+    elif job["status"] == RunStatus.RUNNING and done:
         walls = [r["wall_s"] for r in rows if isinstance(r.get("wall_s"), (int, float))]
         eta = max(0, total - done) * sum(walls) / max(1, len(walls))
     return {"epochs_done": done, "epochs_total": total, "eta_s": eta, "epochs": rows}

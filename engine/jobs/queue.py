@@ -35,6 +35,7 @@ from engine.jobs import spool
 from engine.paths import Db, jobs_dir
 from engine.ray_executor import INSTALL_HINT, ray_available
 from engine.runner import new_run_id
+from engine.status import RunStatus
 from engine.store import jobs as job_table
 from engine.sweep import new_sweep_id
 
@@ -115,7 +116,7 @@ def submit_ray_sweep(sweep: SweepConfig | RunConfig, *, origin: str, address: st
         raise ConfigError("ray_address", f"{address!r} has spaces; use auto, host:port or ray://host:port")
     spec = {"kind": RAY_SWEEP, "sweep": dataclasses.asdict(sweep), "address": address, "runs": len(sweep.plan()),
             "cwd": os.getcwd()}  # the submitter's folder: its runs import a user's module from there
-    row = {"job_id": _job_ids(1)[0], "created_at": now(), "status": "queued", "config_json": json.dumps(spec),
+    row = {"job_id": _job_ids(1)[0], "created_at": now(), "status": RunStatus.QUEUED, "config_json": json.dumps(spec),
            "sweep_id": new_sweep_id(sweep.name), "run_id": None, "device": f"ray:{address or 'local'}"}
     _write([row], db)
     log.info("queued ray-sweep job %s: %d runs of sweep %s", row["job_id"], spec["runs"], row["sweep_id"])
@@ -140,7 +141,7 @@ def _insert(items: list[tuple[RunConfig, dict | None]], sweep_id: str | None, db
         run_ids.add(run_id)
         # the submitter's folder too: the run imports a user's module from there, as a CLI run would (meta cwd)
         marker(db, job_id, ".json").write_text(json.dumps({"cwd": os.getcwd(), **(position or {})}))
-        rows.append({"job_id": job_id, "created_at": created, "status": "queued", "config_json": cfg.to_json(),
+        rows.append({"job_id": job_id, "created_at": created, "status": RunStatus.QUEUED, "config_json": cfg.to_json(),
                      "sweep_id": sweep_id, "run_id": run_id, "device": str(resolve(cfg.device))})
     _write(rows, db)
     log.info("queued %d job(s)%s", len(rows), f" of sweep {sweep_id}" if sweep_id else "")
@@ -209,7 +210,7 @@ def cancel(job_id: str, db: Db = None) -> str:
     (finished epochs kept). Ended: unchanged."""
     job = find_job(job_id, db)
     status = job["status"]
-    if status == "queued":
+    if status == RunStatus.QUEUED:
         try:
             if spool.row(db, job_id) is not None:
                 raise StoreHeld("spooled")  # it lives in the spool until the worker can store it
@@ -217,8 +218,9 @@ def cancel(job_id: str, db: Db = None) -> str:
             if status is None:
                 raise ValueError(f"job '{job_id}' does not exist; list_jobs() shows the queue")
         except StoreHeld:
-            spool.put(db, {**job, "status": "cancelled", "ended_at": now(), "error": "cancelled before it started"})
-            status = "cancelled"
-    if status == "running":
+            spool.put(db, {**job, "status": RunStatus.CANCELLED, "ended_at": now(),
+                           "error": "cancelled before it started"})
+            status = RunStatus.CANCELLED
+    if status == RunStatus.RUNNING:
         marker(db, job_id).touch()
     return status

@@ -40,6 +40,7 @@ from engine.paths import ROOT, Db, db_path, jobs_dir, runs_dir
 from engine.ray_executor import reap_leftovers, run_sweep_ray
 from engine.runlog import RunLog, iter_events
 from engine.runner import kill_group, launch
+from engine.status import RunStatus
 from engine.store import ingest_pending, ingest_run
 from engine.store import jobs as job_table
 from engine.store.ingest import DEFER_AFTER_S
@@ -151,7 +152,7 @@ def _take_held(db: Db) -> dict[str, Any] | None:
     """While the store cannot be written: the oldest queued job of the spool, or of the store if it can still be
     read (a read-only notebook), marked running in the spool. None when there is none."""
     spooled = spool.rows(db)
-    queued = [r for r in spooled if r["status"] == "queued"]
+    queued = [r for r in spooled if r["status"] == RunStatus.QUEUED]
     if not queued:
         try:
             known = {r["job_id"] for r in spooled}  # e.g. cancelled while held: the spool is the newer
@@ -160,7 +161,7 @@ def _take_held(db: Db) -> dict[str, Any] | None:
             return None
     if not queued:
         return None
-    job = {**queued[0], "status": "running", "pid": os.getpid(), "started_at": now()}
+    job = {**queued[0], "status": RunStatus.RUNNING, "pid": os.getpid(), "started_at": now()}
     spool.put(db, job)
     log.info("job %s taken while the store is held; it runs now and is stored later", job["job_id"])
     return job
@@ -200,13 +201,14 @@ def _closed(db: Db, job_id: str, status: str, error: str | None) -> None:
 
 
 def _job_status(run_status: str) -> str:
-    return run_status if run_status in ("done", "cancelled") else "failed"
+    """A job is done or cancelled as its run was; any other end (failed, killed) fails the job."""
+    return run_status if run_status in (RunStatus.DONE, RunStatus.CANCELLED) else RunStatus.FAILED
 
 
 def _run_job(job: dict[str, Any], db: Db, stop: threading.Event, poll_s: float) -> None:
     job_id, cancel_marker = job["job_id"], marker(db, job["job_id"])
     if cancel_marker.exists():
-        return _finish(db, job_id, "cancelled", "cancelled before it started", stop, job)
+        return _finish(db, job_id, RunStatus.CANCELLED, "cancelled before it started", stop, job)
     spec = job_spec(job["config_json"])
 
     def why() -> str:  # the run row records why it was cancelled, as the job does
@@ -220,13 +222,13 @@ def _run_job(job: dict[str, Any], db: Db, stop: threading.Event, poll_s: float) 
                 status, error = _ray_sweep(job, spec, db, watch.event)
             else:
                 status, error = _one_run(job, spec, db, watch.event, why)
-        if status == "cancelled" and stop.is_set() and not cancel_marker.exists():
+        if status == RunStatus.CANCELLED and stop.is_set() and not cancel_marker.exists():
             error = why()
     except ConfigError as e:  # this machine may differ from the submitter's
-        status, error = "failed", f"invalid config on this machine: {e}"
+        status, error = RunStatus.FAILED, f"invalid config on this machine: {e}"
     except Exception as e:  # noqa: BLE001 - recorded on the job; the worker goes on with the next one
         log.exception("job %s failed", job_id)
-        status, error = "failed", f"{type(e).__name__}: {e}"
+        status, error = RunStatus.FAILED, f"{type(e).__name__}: {e}"
     _finish(db, job_id, status, error, stop, job)
 
 
@@ -254,14 +256,14 @@ def _ray_sweep(job: dict[str, Any], spec: dict[str, Any], db: Db, cancel: thread
     result = run_sweep_ray(sweep, db=db, address=spec.get("address") or None, progress=False,
                            sweep_id=job["sweep_id"], meta={"job_id": job["job_id"], "cwd": spec.get("cwd")},
                            cancel=cancel)
-    done = result.counts.get("done", 0)
+    done = result.counts.get(RunStatus.DONE, 0)
     if done == planned:
-        return "done", None
+        return RunStatus.DONE, None
     if cancel.is_set():
-        return "cancelled", f"cancelled after {len(result.results)} of {planned} runs; finished epochs kept"
-    first = next((r for r in result.results if r.status != "done"), None)
+        return RunStatus.CANCELLED, f"cancelled after {len(result.results)} of {planned} runs; finished epochs kept"
+    first = next((r for r in result.results if r.status != RunStatus.DONE), None)
     why = f"; first: run {first.run_id} {first.status}: {first.error}" if first else ""
-    return "failed", f"{planned - done} of {planned} runs did not finish{why}"
+    return RunStatus.FAILED, f"{planned - done} of {planned} runs did not finish{why}"
 
 
 class _CancelWatch:
@@ -294,7 +296,7 @@ def _recover(db: Db) -> None:
     """Jobs left running by a dead worker: kill their orphaned run, keep its finished epochs, close the job."""
     for job_id, run_id in job_table.running_jobs(db):
         if run_id is None:  # a ray-sweep: its driver died with the worker; the runs that landed are stored
-            _finish(db, job_id, "failed", "worker died during the Ray sweep; the runs that landed are kept")
+            _finish(db, job_id, RunStatus.FAILED, "worker died during the Ray sweep; the runs that landed are kept")
             continue
         run_dir = runs_dir(db) / run_id
         end = next((e for e in iter_events(run_dir) if e.get("type") == "end"), None)
@@ -302,10 +304,10 @@ def _recover(db: Db) -> None:
             status, error = _job_status(end.get("status")), end.get("error")
         else:
             _kill_orphan(run_dir)
-            status, error = "failed", "worker died; finished epochs kept"
+            status, error = RunStatus.FAILED, "worker died; finished epochs kept"
             if (run_dir / "events.jsonl").exists():
                 with RunLog(run_dir) as runlog:
-                    runlog.write("end", status="killed", error=error)
+                    runlog.write("end", status=RunStatus.KILLED, error=error)
         if (run_dir / "events.jsonl").exists():
             try:
                 ingest_run(run_dir, db=db, job_id=job_id)

@@ -48,7 +48,8 @@ from typing import Any, Callable
 from engine.measure._passes import compute_pass, loader_pass
 from engine.runlog import read_events
 
-__all__ = ["COMPUTE_KEYS", "EXPLAINED", "FAIL_ENV", "LOADER_KEYS", "STALE", "Calibrator", "Phase", "calibrate", "verdict"]
+__all__ = ["COMPUTE_KEYS", "EXPLAINED", "FAIL_ENV", "LOADER_KEYS", "STALE", "Calibrator", "Phase", "calibrate",
+           "verdict"]
 
 log = logging.getLogger(__name__)
 

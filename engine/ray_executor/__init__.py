@@ -32,6 +32,7 @@ from typing import Any
 from tqdm import tqdm
 
 from engine.config import SweepConfig
+from engine.paths import Db
 from engine.plugins import preflight
 from engine.ray_executor._cluster import INSTALL_HINT, connect_ray, ray_available, require_ray
 from engine.ray_executor._driver import Driver, Trial, gpus_needed
@@ -42,7 +43,7 @@ __all__ = ["INSTALL_HINT", "connect_ray", "gpus_needed", "ray_available", "reap_
            "run_sweep_ray"]
 
 
-def run_sweep_ray(sweep: SweepConfig, *, db: str | os.PathLike | None = None, address: str | None = None,
+def run_sweep_ray(sweep: SweepConfig, *, db: Db = None, address: str | None = None,
                   progress: bool = True, sweep_id: str | None = None, meta: dict[str, Any] | None = None,
                   cancel: threading.Event | None = None, num_cpus: int | None = None) -> SweepResult:
     """Run every planned config on a Ray cluster; a failed or lost run is recorded and the sweep goes on.

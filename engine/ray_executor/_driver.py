@@ -16,6 +16,7 @@ from engine.ray_executor import _node
 from engine.ray_executor._cluster import Node, alive_nodes
 from engine.runlog import RunLog, read_events
 from engine.runner import RunResult, new_run_id
+from engine.status import RunStatus
 from engine.store import ingest_run
 from engine.sweep import SweepResult
 
@@ -66,7 +67,8 @@ class Driver:
             while pending or self.inflight:
                 if self.cancel.is_set() and self.cancelled_at is None:
                     self._cancel_all(pending)
-                elif self.cancelled_at and time.monotonic() - self.cancelled_at > _SALVAGE_TIMEOUT_S and not self.forced:
+                elif (self.cancelled_at and time.monotonic() - self.cancelled_at > _SALVAGE_TIMEOUT_S
+                      and not self.forced):
                     self._cancel_all(pending, force=True)  # a trial deaf to the interrupt: kill its worker
                 if time.monotonic() - refreshed > _REFRESH_S:  # nodes that joined become usable; dead ones drop
                     alive = alive_nodes(self.ray)
@@ -95,8 +97,9 @@ class Driver:
             if node is None:
                 if not any(n.could_ever_fit(trial.gpus) for n in self.nodes.values()):
                     pending.remove(trial)  # no node could ever take it: record why and go on
-                    self._land(trial, None, "failed", f"no live node in the Ray cluster has {trial.gpus} GPU(s) "
-                               f"and a CPU for this run; nodes: {', '.join(map(str, self.nodes.values())) or 'none'}")
+                    nodes = ", ".join(map(str, self.nodes.values())) or "none"
+                    self._land(trial, None, RunStatus.FAILED, f"no live node in the Ray cluster has {trial.gpus} "
+                               f"GPU(s) and a CPU for this run; nodes: {nodes}")
                 continue
             pending.remove(trial)
             trial.node = node
@@ -117,13 +120,13 @@ class Driver:
         exc = self.ray.exceptions
         try:
             payload = self.ray.get(ref, timeout=0)
-            status, reason = "failed", "the trial returned no RunLog"
+            status, reason = RunStatus.FAILED, "the trial returned no RunLog"
         except exc.TaskCancelledError:
-            payload, status, reason = self._salvage(trial), "cancelled", "cancelled; finished epochs kept"
+            payload, status, reason = self._salvage(trial), RunStatus.CANCELLED, "cancelled; finished epochs kept"
         except (exc.NodeDiedError, exc.LocalRayletDiedError) as e:
-            payload, status, reason = None, "failed", _reason(exc, e, trial.node)  # nothing left to salvage
+            payload, status, reason = None, RunStatus.FAILED, _reason(exc, e, trial.node)  # nothing left to salvage
         except (exc.RayError, TimeoutError) as e:
-            payload, status, reason = self._salvage(trial), "failed", _reason(exc, e, trial.node)
+            payload, status, reason = self._salvage(trial), RunStatus.FAILED, _reason(exc, e, trial.node)
         self._land(trial, payload, status, reason)
 
     def _salvage(self, trial: Trial) -> dict[str, Any] | None:
@@ -166,13 +169,13 @@ class Driver:
             log.warning("run %s is in %s but could not be ingested yet: %s", trial.run_id, run_dir, e)
         run = RunResult(trial.run_id, end["status"], end.get("error"), run_dir)
         self.result.results.append(run)
-        if run.status != "done":
+        if run.status != RunStatus.DONE:
             log.warning("run %s %s: %s", run.run_id, run.status, run.error)
         self.bar.update(1)
         self._show()
 
     def _show(self) -> None:
-        done = self.result.counts.get("done", 0)
+        done = self.result.counts.get(RunStatus.DONE, 0)
         self.bar.set_postfix_str(f"done {done} · failed {len(self.result.results) - done} · "
                                  f"running {len(self.inflight)}", refresh=True)
 

@@ -10,12 +10,13 @@ from typing import Any
 
 import pyarrow as pa
 
+from engine.status import ENDED, RunStatus
 from engine.store import _events as ev
 from engine.store.schema import SUMMARY_COLUMNS, config_columns
 
 __all__ = ["run_row", "utc"]
 
-_STATUSES = ("done", "failed", "cancelled", "killed", "running")
+_STATUSES = (*ENDED, RunStatus.RUNNING)  # what an `end` event may say; anything else is stored as failed
 
 
 def utc(t: Any) -> datetime | None:
@@ -64,13 +65,13 @@ def run_row(run_id: str, run_dir: Path, events: list[dict], start: dict, epochs:
             stale_after_s: float | None, waits: list[float] | None = None) -> dict[str, Any]:
     end = next((e for e in reversed(events) if e.get("type") == "end"), None)
     if end is not None:
-        status = end.get("status") if end.get("status") in _STATUSES else "failed"
+        status = end.get("status") if end.get("status") in _STATUSES else RunStatus.FAILED
         error, ended_at = end.get("error"), utc(end.get("t"))
     elif stale_after_s is not None and heartbeat_age is not None and heartbeat_age > stale_after_s:
-        status, ended_at = "killed", utc(max(ev.coerce(e.get("t"), "DOUBLE") or 0.0 for e in events))
+        status, ended_at = RunStatus.KILLED, utc(max(ev.coerce(e.get("t"), "DOUBLE") or 0.0 for e in events))
         error = f"no heartbeat for {heartbeat_age:.0f}s; the run process died (finished epochs kept)"
     else:
-        status, error, ended_at = "running", None, None
+        status, error, ended_at = RunStatus.RUNNING, None, None
     cfg = start.get("config") if isinstance(start.get("config"), dict) else {}
     meta = {k: start.get(k) for k in ("sweep_id", "config_idx", "repeat_idx", "job_id")}
     meta.update({k: v for k, v in (sweep_meta or {}).items() if k in meta})

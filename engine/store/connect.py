@@ -23,7 +23,7 @@ from typing import Iterator
 
 import duckdb
 
-from engine.paths import db_path
+from engine.paths import Db, db_path
 from engine.store._lock import SidecarLock, backoff
 from engine.errors import StoreBusy, StoreCorrupt, StoreError, StoreHeld, StoreVersionError
 from engine.store.schema import ensure_schema, needs_upgrade
@@ -44,7 +44,7 @@ _NEWER = re.compile(r"created with a newer version of DuckDB|storage version", r
 
 
 @contextmanager
-def connect(db: str | os.PathLike | None = None, *, read_only: bool, timeout_s: float | None = None,
+def connect(db: Db = None, *, read_only: bool, timeout_s: float | None = None,
             config: dict[str, object] | None = None,
             outside_wait_s: float | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
     """Yield a DuckDB connection to the store; it and the lock are released when the block ends.

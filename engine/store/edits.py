@@ -11,7 +11,7 @@ import os
 import shutil
 from pathlib import Path
 
-from engine.paths import db_path, runs_dir
+from engine.paths import Db, db_path, runs_dir
 from engine.store.connect import connect
 from engine.store.schema import TABLES
 
@@ -19,7 +19,6 @@ __all__ = ["export", "purge", "restore", "set_notes", "set_tags", "soft_delete"]
 
 log = logging.getLogger(__name__)
 
-Db = str | os.PathLike | None
 _RUN_TABLES = ("epochs", "steps", "samples", "calibrations")
 
 

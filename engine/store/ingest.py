@@ -24,8 +24,9 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from engine.paths import runs_dir
+from engine.paths import Db, runs_dir
 from engine.runlog import first_event, heartbeat_age, read_span
+from engine.status import RunStatus
 from engine.store import _events as ev
 from engine.store import version
 from engine.store._runrow import run_row
@@ -42,7 +43,7 @@ _KEEP_ON_CONFLICT = {"run_id", "tags", "notes", "deleted"}  # the user's edits s
 DEFER_AFTER_S = 2.0  # how long an ingest waits for a program outside LoaderLab before leaving the log for later
 
 
-def ingest_run(run_dir: str | os.PathLike, *, db: str | os.PathLike | None = None, job_id: str | None = None,
+def ingest_run(run_dir: str | os.PathLike, *, db: Db = None, job_id: str | None = None,
                sweep_meta: dict[str, Any] | None = None, stale_after_s: float | None = None,
                outside_wait_s: float | None = DEFER_AFTER_S) -> str:
     """Write one RunLog into the store (one transaction) and return its run_id.
@@ -57,7 +58,7 @@ def ingest_run(run_dir: str | os.PathLike, *, db: str | os.PathLike | None = Non
     return run_id
 
 
-def ingest_pending(runs_root: str | os.PathLike | None = None, *, db: str | os.PathLike | None = None,
+def ingest_pending(runs_root: Db = None, *, db: Db = None,
                    stale_after_s: float = 30.0, outside_wait_s: float | None = DEFER_AFTER_S) -> list[str]:
     """Ingest every RunLog under runs_root that grew since the store saw it, or whose run went stale.
 
@@ -78,7 +79,7 @@ def ingest_pending(runs_root: str | os.PathLike | None = None, *, db: str | os.P
         size, status = seen.get(str(d), (None, None))
         if size != (d / "events.jsonl").stat().st_size:
             pending.append(d)
-        elif status == "running" and (heartbeat_age(d) or 0.0) > stale_after_s:
+        elif status == RunStatus.RUNNING and (heartbeat_age(d) or 0.0) > stale_after_s:
             pending.append(d)
     done: list[str] = []
     if not pending:
@@ -144,7 +145,7 @@ def _ingest(conn: duckdb.DuckDBPyConnection, run_dir: Path, job_id: str | None,
                       stale_after_s=stale_after_s, waits=waits)
         _keep_status(conn, run_id, row, events)
         # NOTE: a run that is over never completes a torn last line; the whole size is done with
-        row["ingested_bytes"] = consumed if row["status"] == "running" else size
+        row["ingested_bytes"] = consumed if row["status"] == RunStatus.RUNNING else size
         _upsert_run(conn, row)
         conn.execute("COMMIT")
     except BaseException:
@@ -167,7 +168,7 @@ def _line_start(log_file: Path, offset: int) -> bool:
 def _went_stale(prev: dict[str, Any], run_dir: Path, stale_after_s: float | None) -> bool:
     """A run stored as running whose heartbeat stopped: re-read it whole to store it as killed."""
     age = heartbeat_age(run_dir)
-    return prev["status"] == "running" and stale_after_s is not None and age is not None and age > stale_after_s
+    return prev["status"] == RunStatus.RUNNING and stale_after_s is not None and age is not None and age > stale_after_s
 
 
 def _write_tables(conn: duckdb.DuckDBPyConnection, run_id: str, tables: dict[str, pa.Table], *,
@@ -196,7 +197,8 @@ def _keep_status(conn: duckdb.DuckDBPyConnection, run_id: str, row: dict[str, An
     found = conn.execute("SELECT status, error, ended_at FROM runs WHERE run_id = ?", [run_id]).fetchall()
     before = found[0] if found else None
     if before and not any(e.get("type") == "end" for e in events):
-        if before[0] in ("cancelled", "failed", "done") or (before[0] == "killed" and row["status"] == "killed"):
+        kept = (RunStatus.CANCELLED, RunStatus.FAILED, RunStatus.DONE)
+        if before[0] in kept or (before[0] == RunStatus.KILLED and row["status"] == RunStatus.KILLED):
             row["status"], row["error"], row["ended_at"] = before
 
 

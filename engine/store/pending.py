@@ -16,7 +16,7 @@ import logging
 import os
 from pathlib import Path
 
-from engine.paths import db_path, runs_dir
+from engine.paths import Db, db_path, runs_dir
 from engine.runlog import heartbeat_age
 from engine.store.connect import connect
 from engine.errors import StoreError
@@ -30,12 +30,12 @@ STALE_AFTER_S = 30.0  # as the job worker: a run silent for longer is over, and 
 _PROBE_S = 0.3  # how long the read-only look at the store may wait for a LoaderLab writer
 
 
-def pending_summary(db: str | os.PathLike | None = None) -> dict[str, object]:
+def pending_summary(db: Db = None) -> dict[str, object]:
     """{"count": RunLogs of finished (or dead) runs not fully in the store, "holder": who holds the file or None}."""
     return {"count": len(pending_runs(db)), "holder": holder(db)}
 
 
-def pending_runs(db: str | os.PathLike | None = None, stale_after_s: float = STALE_AFTER_S) -> list[Path]:
+def pending_runs(db: Db = None, stale_after_s: float = STALE_AFTER_S) -> list[Path]:
     """Run folders whose run is over (an `end` event, or a stale heartbeat) and whose log the store lacks."""
     root = runs_dir(db)
     if not root.is_dir():
@@ -53,7 +53,7 @@ def pending_runs(db: str | os.PathLike | None = None, stale_after_s: float = STA
     return out
 
 
-def holder(db: str | os.PathLike | None = None) -> str | None:
+def holder(db: Db = None) -> str | None:
     """'pid 1234 (duckdb)' for each other process with the DuckDB file open (Linux /proc/locks), or None."""
     pids = [p for p in lock_holders(db_path(db)) if p != os.getpid()]
     if not pids:
@@ -103,7 +103,7 @@ def _comm(pid: int) -> str:
         return "?"
 
 
-def _stored_offsets(db: str | os.PathLike | None) -> dict[str, int] | None:
+def _stored_offsets(db: Db) -> dict[str, int] | None:
     """run_dir -> ingested_bytes from the store read-only, or None when it does not open at once."""
     if not db_path(db).exists():
         return {}

@@ -17,7 +17,6 @@ Anything refused or failing raises QueryRejected (a ValueError) whose message sa
 from __future__ import annotations
 
 import logging
-import os
 import re
 import threading
 import time
@@ -29,7 +28,7 @@ import duckdb
 import pandas as pd
 
 from engine.errors import QueryRejected
-from engine.paths import db_path
+from engine.paths import Db, db_path
 from engine.store.connect import _CORRUPT, _classify, connect
 
 __all__ = ["LOCKDOWN", "QueryRejected", "QueryResult", "check_query", "run_query", "sandbox_connection"]
@@ -107,7 +106,7 @@ def _check_functions(sql: str) -> None:
 
 
 @contextmanager
-def sandbox_connection(db: str | os.PathLike | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
+def sandbox_connection(db: Db = None) -> Iterator[duckdb.DuckDBPyConnection]:
     """Layers 2 and 3 alone: a read-only connection with LOCKDOWN applied and the configuration locked."""
     with connect(db, read_only=True, config=LOCKDOWN) as conn:
         # NOTE: locked here, not in LOCKDOWN, so that connect() can still turn the progress bar off first.
@@ -120,7 +119,7 @@ def sandbox_connection(db: str | os.PathLike | None = None) -> Iterator[duckdb.D
         yield conn
 
 
-def run_query(sql: str, db: str | os.PathLike | None = None, *, timeout_s: float = 10.0,
+def run_query(sql: str, db: Db = None, *, timeout_s: float = 10.0,
               max_rows: int = 10_000) -> QueryResult:
     """Run one vetted read-only query on the store; at most max_rows rows come back."""
     statement = check_query(sql)

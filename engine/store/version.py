@@ -16,19 +16,19 @@ import os
 import time
 from pathlib import Path
 
-from engine.paths import db_path
+from engine.paths import Db, db_path
 
 __all__ = ["bump", "current", "version_file"]
 
 log = logging.getLogger(__name__)
 
 
-def version_file(db: str | os.PathLike | None = None) -> Path:
+def version_file(db: Db = None) -> Path:
     path = db_path(db)
     return path.with_name(path.name + ".version")
 
 
-def bump(db: str | os.PathLike | None = None) -> str:
+def bump(db: Db = None) -> str:
     """Give the store a new version (unique per call: time and pid); returns it. Never raises."""
     value = f"{time.time_ns()}-{os.getpid()}"
     target = version_file(db)
@@ -41,7 +41,7 @@ def bump(db: str | os.PathLike | None = None) -> str:
     return value
 
 
-def current(db: str | os.PathLike | None = None) -> str:
+def current(db: Db = None) -> str:
     """The last bump's value, or "" when the store has never been bumped (or the file is unreadable)."""
     try:
         return version_file(db).read_text()

@@ -12,7 +12,10 @@ from collections import Counter
 import pytest
 
 from engine import api
-from engine.demo import DEMO_REPEATS, ensure_demo
+from engine.demo import demo_sweep, ensure_demo
+from engine.stats import MIN_FOR_CI
+
+DEMO_REPEATS = demo_sweep().repeats  # examples/demo.toml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -30,7 +33,7 @@ def test_engine_demo_queues_the_sweep_once_with_six_repeats_per_config(tmp_path)
     jobs = api.list_jobs(db=db)
     configs = Counter((c["workload"], c["model"], c["loader"], c["workers"])
                       for c in map(json.loads, jobs["config_json"]))
-    assert DEMO_REPEATS >= 6 and set(configs.values()) == {DEMO_REPEATS}
+    assert DEMO_REPEATS >= MIN_FOR_CI == 6 and set(configs.values()) == {DEMO_REPEATS}
     assert set(configs) == {("jpeg", "cnn", "sync", 0), ("jpeg", "cnn", "prefetch", 0),
                             ("jpeg", "cnn", "threads", 2), ("jpeg", "cnn", "processes", 2)}
     assert (jobs["status"] == "queued").all() and jobs["sweep_id"].nunique() == 1
