@@ -18,11 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from _stores import one_run_store
 from streamlit.testing.v1 import AppTest
 
 from engine.cli import main
 from engine.store import save_view
+from tests.engine._stores import one_run_store
 
 ROOT = Path(__file__).resolve().parents[2]
 

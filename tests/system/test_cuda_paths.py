@@ -4,7 +4,7 @@ The CPU tests cover the logic that does not need a GPU (pool reuse, the order of
 fetch, the CPU record). The `gpu` tests run the real thing and are skipped without CUDA: no fake stream
 or event stands in for CUDA here.
 
-    .venv/bin/python -m pytest tests/engine/test_cuda_paths.py -q
+    .venv/bin/python -m pytest tests/system/test_cuda_paths.py -q
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ import tempfile
 
 import pytest
 import torch
-from _loader_fixtures import TinyDataset
-from _mode_runs import TINY, epochs_of
 
 from engine.config import RunConfig
 from engine.loaders import PrefetchLoader
 from engine.measure import cuda_events
 from engine.measure.timers import EpochTimer
 from engine.runlog import RunLog, read_events
+from tests.engine._loader_fixtures import TinyDataset
+from tests.engine._mode_runs import TINY, epochs_of
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 two_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")
