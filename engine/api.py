@@ -7,11 +7,11 @@ the dashboard loads torch only when a config is validated or a job is queued.
 
 from __future__ import annotations
 
-from engine._browser import PLUGIN_FIELDS, browser_sweep, browser_values, check_browser_config
-from engine._browser import choices as plugin_choices
 from engine.advisor import CONFIRM_REPEATS, advise
 from engine.baseline import EXAMPLE as BASELINE_EXAMPLE
 from engine.baseline import parse as parse_baseline
+from engine.browser import PLUGIN_FIELDS, browser_sweep, browser_values, check_browser_config
+from engine.browser import choices as plugin_choices
 from engine.charts import (METRIC_LABELS, auto_chart, compare_chart, epoch_breakdown_chart, epoch_chart, metric_chart,
                            step_timeline_chart)
 from engine.config import RunConfig, SweepConfig, config_fields, field_choices

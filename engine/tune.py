@@ -166,13 +166,7 @@ def tune(workload: str, model: str, *, budget_s: float, db: Db = None,
     the side the best is confirmed against; its batch_size is every candidate's unless `base` sets one.
     """
     given = yours.parse(baseline)
-    batch = {"batch_size": given["batch_size"]} if "batch_size" in given else {}
-    fields = {"bound": False, "tag": "tune", **batch, **(base or {}), "workload": workload, "model": model}
-    cfg0 = RunConfig.from_dict(fields)
-    configs = [cfg0.replace(**changes) for changes in space] if space else candidates(cfg0)
-    if given:
-        ref = cfg0.replace(**given)
-        configs = [ref] + [c for c in configs if c != ref]
+    cfg0, configs = _configs(workload, model, base, space, given)
     result = TuneResult(sweep_id=new_sweep_id("tune"), budget_s=budget_s, configs=configs, baseline=given)
     survivors = list(range(len(result.configs)))
     epochs_of: dict[int, list[float]] = {}   # candidate -> steady epoch walls of its latest run
@@ -216,6 +210,19 @@ def tune(workload: str, model: str, *, budget_s: float, db: Db = None,
     _pick_best(result)
     _compare_confirmed(result)
     return result
+
+
+def _configs(workload: str, model: str, base: dict[str, Any] | None, space: list[dict[str, Any]] | None,
+             given: dict[str, Any]) -> tuple[RunConfig, list[RunConfig]]:
+    """The fields every candidate shares (cfg0) and the candidates: the user's setup, if given, first."""
+    batch = {"batch_size": given["batch_size"]} if "batch_size" in given else {}
+    fields = {"bound": False, "tag": "tune", **batch, **(base or {}), "workload": workload, "model": model}
+    cfg0 = RunConfig.from_dict(fields)
+    configs = [cfg0.replace(**changes) for changes in space] if space else candidates(cfg0)
+    if given:
+        ref = cfg0.replace(**given)
+        configs = [ref] + [c for c in configs if c != ref]
+    return cfg0, configs
 
 
 def _pick_best(result: TuneResult) -> None:

@@ -28,7 +28,7 @@ from typing import Any
 
 import pandas as pd
 
-from engine._browser import check_browser_config
+from engine.browser import check_browser_config
 from engine.config import RunConfig, SweepConfig
 from engine.errors import ConfigError, StoreHeld
 from engine.jobs import spool
@@ -70,7 +70,7 @@ def submit(cfg: RunConfig, *, origin: str, sweep_id: str | None = None, db: Db =
     """Queue one validated run; returns the job id. The run id is fixed now so the page can link to it.
 
     origin: "cli" (the CLI, a notebook, the engine itself) or "browser", which adds the browser's rules
-    (engine._browser.check_browser_config) before anything is stored.
+    (engine.browser.check_browser_config) before anything is stored.
     """
     _check_origin([cfg], origin)
     return _insert([(cfg, None)], sweep_id, db)[0]

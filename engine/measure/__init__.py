@@ -1,1 +1,12 @@
-"""See the modules of this package; each is one measure piece."""
+"""Measurement: what a run records besides its epochs, each piece in its own module.
+
+    timers.py       per step: data wait, copy to device, compute, total; per epoch: wall time, time to first batch
+    cuda_events.py  CUDA events, pooled, read at epoch end (no per-step synchronize)
+    sampler.py      CPU %, memory (PSS of the run's process tree) and GPU, sampled in a thread (nvml.py)
+    host.py         the host fingerprint a run is compared by
+    bound.py        the lower bound and efficiency (the passes: _passes.py, _stage_step.py)
+    waits.py        data-wait percentiles
+    trace.py        --trace: one extra epoch under torch.profiler
+"""
+
+__all__: list[str] = []

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
 
 from engine import api, jobs, registry
-from engine._browser import PLUGIN_FIELDS
+from engine.browser import PLUGIN_FIELDS
 from engine.config import config_fields, field_choices
 from engine.paths import jobs_dir, runs_dir
 from tests.app.conftest import APP

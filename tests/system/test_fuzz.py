@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from engine import jobs
 from engine.cli import main
-from engine import _browser
+from engine import browser
 from engine.config import ConfigError, RunConfig, SweepConfig, config_fields
 from tests.engine._browser_plugins import HOSTILE, imported, register
 
@@ -213,7 +213,7 @@ def test_browser_jobs_may_read_only_folders_under_the_data_roots(store, roots):
 
 BROWSER_FACING = [*sorted((ROOT / "pages").glob("*.py")), *sorted((ROOT / "ui").glob("*.py")),
                   *sorted((ROOT / "engine" / "jobs").glob("*.py")), ROOT / "engine" / "store" / "views.py",
-                  ROOT / "engine" / "_browser.py", ROOT / "app.py"]
+                  ROOT / "engine" / "browser.py", ROOT / "app.py"]
 FORBIDDEN = re.compile(r"(?<![.\w])(eval|exec|compile|__import__)\s*\(|\bimportlib\b|\bpickle\b|\bmarshal\b|\bdill\b|"
                        r"\bshelve\b|yaml\.(unsafe_)?load\b|shell\s*=\s*True|\bos\.system\b")
 
@@ -251,10 +251,10 @@ def test_browser_input_names_registered_plugins_only_and_never_imports_them(stor
     @FUZZ
     @given(field=st.sampled_from(PLUGIN_FIELDS), value=hostile)
     def fuzz(field, value):
-        assume(value not in _browser.choices(field))
-        attempts = [lambda: _browser.browser_values({**tiny, field: value}),
-                    lambda: _browser.browser_sweep(tiny, {field: ["", value]})]
-        if value != specs.get(_browser.PLUGIN_FIELDS[field]):  # the owner's own spec may reach submit (by name)
+        assume(value not in browser.choices(field))
+        attempts = [lambda: browser.browser_values({**tiny, field: value}),
+                    lambda: browser.browser_sweep(tiny, {field: ["", value]})]
+        if value != specs.get(browser.PLUGIN_FIELDS[field]):  # the owner's own spec may reach submit (by name)
             attempts += [lambda: jobs.submit(RunConfig.from_dict({**tiny, field: value}), db=store, origin="browser"),
                          lambda: jobs.submit_sweep(SweepConfig.from_dict({"base": tiny, "grid": {field: [value]}}),
                                                    db=store, origin="browser")]
@@ -265,11 +265,11 @@ def test_browser_input_names_registered_plugins_only_and_never_imports_them(stor
         assert jobs.list_jobs(store).empty and not imported(tmp_path)
 
     fuzz()
-    mapped = _browser.browser_values({**tiny, "workload": "mydata", "model": "mynet", "collate": "mycollate"})
+    mapped = browser.browser_values({**tiny, "workload": "mydata", "model": "mynet", "collate": "mycollate"})
     assert (mapped["workload"], mapped["model"], mapped["collate"]) == (specs["workload"], specs["model"],
                                                                         specs["collate"])
     with pytest.raises(ConfigError, match="^model: "):  # a registered name of another kind is no model
-        _browser.browser_values({"model": "mydata"})
+        browser.browser_values({"model": "mydata"})
     assert jobs.submit(RunConfig.from_dict(mapped), db=store, origin="browser")  # queued, still not imported
     assert len(jobs.list_jobs(store)) == 1 and not imported(tmp_path)
 
