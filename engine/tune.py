@@ -48,7 +48,7 @@ from engine.sweep import new_sweep_id
 from engine.warm import WarmParent
 
 __all__ = ["CONFIRM_REPEATS", "ETA", "RUNG0_EPOCHS", "SEARCH_SHARE", "TuneResult", "candidates", "parse_budget",
-           "tune"]
+           "run_flags", "tune"]
 
 log = logging.getLogger(__name__)
 
@@ -147,11 +147,28 @@ class TuneResult:
         if self.best_idx != 0 and (not c or math.isnan(c.get("speedup_lo", math.nan))):
             lines.append(f"confirm it ({CONFIRM_REPEATS} runs of each, in a random order): add --write-confirm "
                          "confirm.toml, then python -m engine sweep confirm.toml")
-        flags = f"--loader {self.best.loader}"
-        flags += f" --prefetch-depth {self.best.prefetch_depth}" if self.best.loader != "sync" else ""
-        flags += f" --workers {self.best.workers}" if self.best.workers else ""
-        lines.append(f"use it: python -m engine run --workload {self.best.workload} --model {self.best.model} {flags}")
+        lines.append(f"use it: python -m engine run {run_flags(self.best)}")
         return "\n".join(lines)
+
+
+def run_flags(cfg: RunConfig) -> str:
+    """The `run` flags that make cfg: workload, model and loader, and every other field that is not the default
+    (the --set fields a tune shared included), less tune's own epochs, tag and bound."""
+    default, given = RunConfig().to_dict(), cfg.to_dict()
+    first = ("workload", "model", "loader", "workers", "prefetch_depth")
+    keys = [k for k in first if k in ("workload", "model", "loader") or given[k] != default[k]]
+    keys += [k for k in given if k not in first and k not in ("epochs", "tag", "bound") and given[k] != default[k]]
+    out = []
+    for k in keys:
+        flag = "--" + k.replace("_", "-")
+        v = given[k]
+        if isinstance(v, bool):
+            out.append(flag if v else f"--no-{k.replace('_', '-')}")
+        elif isinstance(v, (list, tuple)):
+            continue  # a list field (devices) is not one flag; the TOML of --write-confirm has it
+        else:
+            out.append(f"{flag} {v}")
+    return " ".join(out)
 
 
 def tune(workload: str, model: str, *, budget_s: float, db: Db = None,

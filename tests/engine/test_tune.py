@@ -8,9 +8,9 @@ import random
 import pytest
 
 from engine import cli
-from engine.config import ConfigError
+from engine.config import ConfigError, RunConfig
 from engine.store import list_runs
-from engine.tune import candidates, parse_budget, tune
+from engine.tune import candidates, parse_budget, run_flags, tune
 
 TINY = {"n_samples": 128, "image_size": 8, "width": 8, "batch_size": 32, "device": "cpu", "sample_hz": 0.0}
 
@@ -87,6 +87,17 @@ def test_budget_stops_the_tune_after_the_first_run(store, capsys):
 
 
 # ---------------------------------------------------------------------------- the user's setup as the baseline
+
+
+def test_use_it_is_the_run_command_of_the_best_with_the_shared_fields():
+    cfg = RunConfig.from_dict({"workload": "mypkg.data:build", "model": "mypkg.nets:net", "loader": "processes",
+                               "workers": 2, "n_samples": 512, "pin_memory": False, "epochs": 10, "tag": "tune",
+                               "bound": False})
+    flags = run_flags(cfg)
+    assert flags == ("--workload mypkg.data:build --model mypkg.nets:net --loader processes --workers 2 "
+                     "--n-samples 512 --no-pin-memory")
+    again = cli._config_from_args(cli.build_parser().parse_args(["run", *flags.split()]))  # the CLI reads it back
+    assert again.replace(epochs=10, tag="tune", bound=False) == cfg
 
 
 def test_baseline_keys_are_the_advisors_knobs():
