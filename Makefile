@@ -23,7 +23,7 @@ $(CLUSTER_STAMP): $(STAMP) requirements-cluster.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-cluster.txt
 	@rm -f $(VENV)/.cluster-*; touch $(CLUSTER_STAMP)
 
-# The first time (an empty store), queue the demo sweep as jobs; the worker runs it (~2 min on 2 cores)
+# The first time (an empty store), queue the demo sweep as jobs; the worker runs it (about 1.5 min on 2 cores)
 # while the dashboard already serves, and the Launch page shows it live.
 demo: install
 	$(PY) -m engine demo

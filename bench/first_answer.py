@@ -49,6 +49,7 @@ def main() -> int:
     args = ap.parse_args()
 
     where = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="loaderlab-first-"))
+    where.mkdir(parents=True, exist_ok=True)
     clone = where / "loaderlab"
     pip_cache = Path(os.environ.get("PIP_CACHE_DIR", Path.home() / ".cache" / "pip"))
     cached = pip_cache.is_dir() and any(pip_cache.iterdir())
