@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import psutil
 import pytest
@@ -18,6 +17,7 @@ from engine.paths import runs_dir
 from engine.ray_executor import ray_available
 from engine.runner import kill_group
 from engine.store import connect, get_epochs, get_run
+from tests._wait import wait_for as _wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORKER = ["-m", "engine", "worker"]
@@ -27,14 +27,8 @@ TINY = dict(workload="tensor", n_samples=64, image_size=8, width=8, epochs=2, ba
 LONG = dict(TINY, latency_ms=10.0, n_samples=32, batch_size=8, epochs=1000, loader="processes", workers=1)
 
 
-def wait_for(predicate, timeout_s=90.0, what="condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+def wait_for(predicate, what="condition"):
+    return _wait_for(predicate, what, timeout_s=90.0, poll_s=0.5)
 
 
 def status(job_id, db):

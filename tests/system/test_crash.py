@@ -33,6 +33,7 @@ from engine.paths import runs_dir
 from engine.runlog import read_events, tail_events
 from engine.runner import kill_group, launch
 from engine.store import get_epochs, get_run, get_steps, ingest_pending
+from tests._wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = 20_261_121
@@ -47,14 +48,8 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
-def _wait(predicate, timeout_s: float = 120.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}")
+def _wait(predicate, what: str = "condition"):
+    return wait_for(predicate, what, timeout_s=120.0, poll_s=0.02)  # kills must land mid-epoch: poll fast
 
 
 def _pid(run_dir: Path) -> int:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import duckdb
@@ -18,6 +17,7 @@ from engine.config import RunConfig
 from engine.runlog import read_events
 from engine.runner import kill_group
 from engine.store import connect, get_run, list_runs, pending_summary
+from tests._wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--workload", "tensor", "--n-samples", "64", "--image-size", "8", "--width", "8", "--batch-size", "32",
@@ -100,13 +100,6 @@ def test_every_sweep_run_lands_after_the_session_closes(store, holder, tmp_path)
         assert run["n_epochs"] == len([e for e in read_events(d) if e["type"] == "epoch"])
 
 
-def _wait(predicate, what: str, timeout_s: float = 180.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-
-
 def test_a_job_running_when_a_session_opens_lands_when_it_closes(store, tmp_path):
     cfg = RunConfig.from_dict({"workload": "tensor", "n_samples": 64, "image_size": 8, "width": 8,
                                "batch_size": 16, "epochs": 3, "latency_ms": 150.0, "bound": False})
@@ -116,21 +109,23 @@ def test_a_job_running_when_a_session_opens_lands_when_it_closes(store, tmp_path
                               cwd=ROOT, env=_env(), stdout=log, stderr=log, start_new_session=True)
     hold = None
     try:
-        _wait(lambda: jobs.list_jobs(store).set_index("job_id").loc[job_id, "status"] == "running", "the job to start")
+        wait_for(lambda: jobs.list_jobs(store).set_index("job_id").loc[job_id, "status"] == "running",
+                 "the job to start")
         run_dir = store.parent / "runs" / jobs.list_jobs(store).set_index("job_id").loc[job_id, "run_id"]
-        _wait(lambda: (run_dir / "events.jsonl").exists(), "the run to start")
+        wait_for(lambda: (run_dir / "events.jsonl").exists(), "the run to start")
         hold = subprocess.Popen([sys.executable, "-c", HOLD, str(store)], stdout=subprocess.PIPE, text=True)
         assert hold.stdout.readline().strip() == "holding"
-        _wait(lambda: any(e["type"] == "end" for e in read_events(run_dir)), "the run to end")
+        wait_for(lambda: any(e["type"] == "end" for e in read_events(run_dir)), "the run to end")
         worker_log = tmp_path / "worker.log"
-        _wait(lambda: "not writable now" in worker_log.read_text(), "the worker to try to close the job")
+        wait_for(lambda: "not writable now" in worker_log.read_text(), "the worker to try to close the job")
         assert _stored_ids(store) == set()
         assert pending_summary(store)["count"] == 1 and f"pid {hold.pid}" in pending_summary(store)["holder"]
         assert worker.poll() is None  # the worker waits it out, it does not crash
         hold.terminate()
         hold.wait(30)
-        _wait(lambda: jobs.list_jobs(store).set_index("job_id").loc[job_id, "status"] == "done", "the job to close")
-        _wait(lambda: get_run(run_dir.name, db=store) is not None, "the run to be stored", 60)
+        wait_for(lambda: jobs.list_jobs(store).set_index("job_id").loc[job_id, "status"] == "done",
+                 "the job to close")
+        wait_for(lambda: get_run(run_dir.name, db=store) is not None, "the run to be stored", timeout_s=60)
         assert get_run(run_dir.name, db=store)["status"] == "done"
     finally:
         if hold is not None and hold.poll() is None:
@@ -172,14 +167,16 @@ def test_a_job_queued_before_a_session_opened_runs_while_it_holds_the_store(stor
     assert hold.stdout.readline().strip() == "holding"  # ... then the notebook holds the store
     worker, log = _worker(store, tmp_path / "worker.log")
     try:
-        _wait(lambda: _job(store, job_id)["status"] == "done", "the job to run while the store is held", 120)
+        wait_for(lambda: _job(store, job_id)["status"] == "done", "the job to run while the store is held",
+                 timeout_s=120)
         assert _stored_ids(store) == set()  # nothing written while held: its run waits in the RunLog
         assert pending_summary(store)["count"] == 1
         hold.terminate()
         hold.wait(30)
         run_id = _job(store, job_id)["run_id"]
-        _wait(lambda: get_run(run_id, db=store) is not None, "the run to be stored", 60)
-        _wait(lambda: not list((store.parent / "jobs" / "spool").glob("job-*")), "the spool to empty", 30)
+        wait_for(lambda: get_run(run_id, db=store) is not None, "the run to be stored", timeout_s=60)
+        wait_for(lambda: not list((store.parent / "jobs" / "spool").glob("job-*")), "the spool to empty",
+                 timeout_s=30)
         with connect(store, read_only=True) as conn:  # LoaderLab's own lock: the worker may be writing
             assert conn.execute("SELECT status FROM jobs WHERE job_id = ?", [job_id]).fetchall() == [("done",)]
     finally:
@@ -202,13 +199,15 @@ def test_a_job_launched_while_a_session_holds_the_store_runs_and_lands_when_it_c
     assert jobs.cancel(dropped, db=store) == "cancelled"
     worker, log = _worker(store, tmp_path / "worker.log")
     try:
-        _wait(lambda: _job(store, job_id)["status"] == "done", "the job to run while the store is held", 120)
+        wait_for(lambda: _job(store, job_id)["status"] == "done", "the job to run while the store is held",
+                 timeout_s=120)
         run_id = _job(store, job_id)["run_id"]
         assert jobs.job_progress(job_id, db=store)["epochs_done"] == 2  # live progress reads the RunLog
         assert _stored_ids(store) == set()
         holder()
-        _wait(lambda: get_run(run_id, db=store) is not None, "the run to be stored", 60)
-        _wait(lambda: not list((store.parent / "jobs" / "spool").glob("job-*")), "the spool to empty", 30)
+        wait_for(lambda: get_run(run_id, db=store) is not None, "the run to be stored", timeout_s=60)
+        wait_for(lambda: not list((store.parent / "jobs" / "spool").glob("job-*")), "the spool to empty",
+                 timeout_s=30)
         with connect(store, read_only=True) as conn:
             stored = dict(conn.execute("SELECT job_id, status FROM jobs").fetchall())
         assert stored == {job_id: "done", dropped: "cancelled"}
