@@ -241,7 +241,6 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-
 # ---------------------------------------------------------------------------- advise, tune
 
 

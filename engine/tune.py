@@ -163,7 +163,7 @@ def run_flags(cfg: RunConfig) -> str:
         flag = "--" + k.replace("_", "-")
         v = given[k]
         if isinstance(v, bool):
-            out.append(flag if v else f"--no-{k.replace('_', '-')}")
+            out.append(flag if v else "--no-" + flag[2:])
         elif isinstance(v, (list, tuple)):
             continue  # a list field (devices) is not one flag; the TOML of --write-confirm has it
         else:
