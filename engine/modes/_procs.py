@@ -16,7 +16,9 @@ wall time from the first start to the last end. link.emit(payload) sends one epo
 from __future__ import annotations
 
 import logging
+import os
 import queue
+import sys
 from typing import Any, Callable
 
 import torch.multiprocessing as tmp
@@ -50,6 +52,14 @@ def _child_main(i: int, fn: Callable[..., None], args: tuple, q: Any, barrier: A
         q.put((_ERROR, i, f"{type(e).__name__}: {e}"))
         raise  # torch's wrapper records the traceback and exits non-zero; the parent sees both
     q.put((_DONE, i, None))
+    # NOTE: done: flush the queue, then exit without the interpreter's teardown, as a run child does
+    # (engine/runner.py). Teardown has nothing left to save here, and it is where torch's C++ threads
+    # (gloo's, the CUDA caching allocator's) meet a half-finalised interpreter and can abort the process.
+    q.close()
+    q.join_thread()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 class ChildGroup:

@@ -22,6 +22,7 @@ the time communication was in flight, not the time it added to the step.
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import os
@@ -49,7 +50,7 @@ log = logging.getLogger(__name__)
 
 def _rank_main(rank: int, cfg_dict: dict[str, Any], world: int, device_name: str, threads: int, port: int | None,
                emit: Callable[[dict[str, Any]], None], ready: Callable[[], None] = lambda: None) -> None:
-    """One rank: join the group, train its shard, emit one epoch record per epoch."""
+    """One rank: join the group, train its shard, emit one epoch record per epoch, leave the group."""
     cfg, device = RunConfig(**cfg_dict), torch.device(device_name)
     torch.set_num_threads(threads)
     if port is not None:  # spawned by us; torchrun sets these itself
@@ -58,29 +59,39 @@ def _rank_main(rank: int, cfg_dict: dict[str, Any], world: int, device_name: str
         torch.cuda.set_device(device)
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=world)
     try:
-        # --- build: this rank's shard; the same seeded weights on every rank (DDP broadcasts rank 0's anyway) ---
-        base = build_dataset(cfg)
-        dataset = ShardDataset(base, rank, world)
-        steps = {math.ceil(len(range(r, len(base), world)) / cfg.batch_size) for r in range(world)}
-        torch.manual_seed(cfg.seed)
-        model = build_model(cfg, dataset.sample_shape, dataset.num_classes).to(device)
-        ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
-        comm = AllreduceTimer(device)
-        ddp.register_comm_hook(comm, timed_allreduce)
-        opt = make_optimizer(ddp.parameters(), cfg.optimizer, cfg.lr)
-
-        with LOADERS[cfg.loader](dataset, cfg, device) as loader:
-            ready()
-            for epoch in range(cfg.epochs):
-                fail_point(rank, epoch)
-                # --- one epoch of this rank's shard; uneven step counts need join() to avoid a hang ---
-                with ddp.join(enable=len(steps) > 1):
-                    record = train_epoch(ddp, opt, loader.epoch(epoch), device)
-                # --- record: this rank's epoch with its all-reduce time ---
-                record["allreduce_s"] = comm.take_seconds()
-                emit(epoch_payload(cfg, 0, rank, epoch, record))
+        _train_rank(cfg, device, rank, world, emit, ready)
     finally:
+        # NOTE: DDP, its reducer and their pending work were freed when _train_rank returned (collected here
+        # in case of a cycle), so the group is not torn down later by the interpreter's teardown, where gloo's
+        # threads can still hold tensors and abort the process (SIGABRT, "terminate called without an
+        # active exception", seen once in CI)
+        gc.collect()
         dist.destroy_process_group()
+
+
+def _train_rank(cfg: RunConfig, device: torch.device, rank: int, world: int, emit: Callable[[dict[str, Any]], None],
+                ready: Callable[[], None]) -> None:
+    # --- build: this rank's shard; the same seeded weights on every rank (DDP broadcasts rank 0's anyway) ---
+    base = build_dataset(cfg)
+    dataset = ShardDataset(base, rank, world)
+    steps = {math.ceil(len(range(r, len(base), world)) / cfg.batch_size) for r in range(world)}
+    torch.manual_seed(cfg.seed)
+    model = build_model(cfg, dataset.sample_shape, dataset.num_classes).to(device)
+    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
+    comm = AllreduceTimer(device)
+    ddp.register_comm_hook(comm, timed_allreduce)
+    opt = make_optimizer(ddp.parameters(), cfg.optimizer, cfg.lr)
+
+    with LOADERS[cfg.loader](dataset, cfg, device) as loader:
+        ready()
+        for epoch in range(cfg.epochs):
+            fail_point(rank, epoch)
+            # --- one epoch of this rank's shard; uneven step counts need join() to avoid a hang ---
+            with ddp.join(enable=len(steps) > 1):
+                record = train_epoch(ddp, opt, loader.epoch(epoch), device)
+            # --- record: this rank's epoch with its all-reduce time ---
+            record["allreduce_s"] = comm.take_seconds()
+            emit(epoch_payload(cfg, 0, rank, epoch, record))
 
 
 def _spawned_rank(rank: int, cfg_dict: dict[str, Any], world: int, names: list[str], threads: int, port: int,
