@@ -7,7 +7,8 @@ host, how much it beats the default, why (the bound verdict), and what to measur
 
 Only done, single-model runs are ranked, by the median over runs of `epoch_s` (each run's median
 steady-state epoch, warm-up excluded). Runs are compared only within one "problem": the same data
-and model settings (PROBLEM_KEYS). The loader settings and the batch size (KNOB_KEYS) are what varies.
+and model settings on one host fingerprint (PROBLEM_KEYS; the fingerprint holds the thread settings).
+"This host" is this machine, whatever threads its runs were given. The loader settings and the batch size (KNOB_KEYS) are what varies.
 When several problems were measured, the one with the most runs is advised on (narrow it with `where`).
 
 The best is compared with sync, or with the user's own setup when they give one (`baseline`, see
@@ -36,8 +37,10 @@ __all__ = ["Advice", "CONFIRM_REPEATS", "KNOB_KEYS", "PROBLEM_KEYS", "Suggestion
 
 log = logging.getLogger(__name__)
 
+# code_hash: a changed plugin is another problem (NULL: built-in); host_fingerprint: another machine or other
+# thread settings is another problem too, so no speedup ever compares runs across fingerprints
 PROBLEM_KEYS = ("n_samples", "image_size", "num_classes", "work_us", "latency_ms", "folder", "width", "depth",
-                "optimizer", "device", "code_hash")  # code_hash: a changed plugin is another problem (NULL: built-in)
+                "optimizer", "device", "code_hash", "host_fingerprint")
 # The loader settings (and batch size) ranked against each other: loader, workers, prefetch_depth, start_method,
 # persistent_workers, pin_memory, batch_size; a user's baseline names the same ones
 KNOB_KEYS = yours.BASELINE_KEYS
@@ -166,13 +169,11 @@ def advise(workload: str, model: str, *, host: str = "this", db: Db = None,
     """Advice for workload + model from the done runs in the store (see the module docstring).
     `baseline`: the user's setup, e.g. "loader=processes,workers=4,batch_size=64" (engine.baseline.parse)."""
     given = yours.parse(baseline)  # bad input fails before the store is read
-    fp, label = _host(host)
-    advice = Advice(workload=workload, model=model, host=host, host_label=label, baseline=given)
     runs = done_runs(workload, model, db)
-    others = 0
-    if fp is not None:
-        others = int((runs["host_fingerprint"] != fp).sum())
-        runs = runs[runs["host_fingerprint"] == fp]
+    on_host, label = _on_host(runs, host)
+    advice = Advice(workload=workload, model=model, host=host, host_label=label, baseline=given)
+    others = int((~on_host).sum())
+    runs = runs[on_host]
     for k, v in (where or {}).items():
         if k not in runs.columns:
             raise ValueError(f"where: '{k}' is not a column of the runs table")
@@ -189,7 +190,7 @@ def advise(workload: str, model: str, *, host: str = "this", db: Db = None,
     problems = single.groupby(list(PROBLEM_KEYS), dropna=False).size().sort_values(ascending=False, kind="stable")
     advice.problem = dict(zip(PROBLEM_KEYS, _native(problems.index[0])))
     mine = single[_match(single, advice.problem)]
-    advice.n_runs, advice.warning = len(mine), stats.mixed_hosts_warning(mine)
+    advice.n_runs, advice.warning = len(mine), stats.mixed_hosts_warning(mine) or _left_out(single, advice.problem)
     advice.table = stats.summarize_configs(mine, list(KNOB_KEYS))
     # --- best, default, comparison ---
     advice.best = dict(zip(KNOB_KEYS, _native(advice.table.iloc[0][list(KNOB_KEYS)])))
@@ -308,17 +309,37 @@ def _is_measured(best: dict[str, Any], s: Suggestion, measured: pd.DataFrame) ->
 # ---------------------------------------------------------------------------- helpers
 
 
-def _host(host: str) -> tuple[str | None, str]:
+def _on_host(runs: pd.DataFrame, host: str) -> tuple[pd.Series, str]:
+    """Which runs were on `host` ("this": this machine, whatever threads a run was given; "any"; or a host
+    fingerprint), and a label for messages."""
     if host == "any":
-        return None, "any host"
-    if host == "this":
-        # NOTE: imported here: the fingerprint reads torch's thread settings, and the dashboard and the
-        # notebook API import this module without loading torch until advice for "this" host is asked
-        from engine.measure.host import fingerprint  # noqa: PLC0415
+        return pd.Series(True, index=runs.index), "any host"
+    if host != "this":
+        return (runs["host_fingerprint"] == host).fillna(False).astype(bool), f"host {host}"
+    # NOTE: imported here: the fingerprint reads torch's thread settings, and the dashboard and the
+    # notebook API import this module without loading torch until advice for "this" host is asked
+    from engine.measure.host import MACHINE_KEYS, fingerprint  # noqa: PLC0415
 
-        fp = fingerprint()["fingerprint"]
-        return fp, f"this host ({fp})"
-    return host, f"host {host}"
+    me = fingerprint()
+
+    def here(host_json: Any) -> bool:
+        facts = json.loads(host_json) if isinstance(host_json, str) and host_json else {}
+        return bool(facts) and all(facts.get(k) == me[k] for k in MACHINE_KEYS)
+
+    return runs["host_json"].map(here).astype(bool), f"this host ({me['machine']})"
+
+
+def _left_out(single: pd.DataFrame, problem: dict[str, Any]) -> str | None:
+    """Runs of the same problem under other host fingerprints (other machines, or other thread settings):
+    never pooled or compared with these, so say they exist."""
+    same = _match(single, {k: v for k, v in problem.items() if k != "host_fingerprint"})
+    other = single[same & (single["host_fingerprint"] != problem["host_fingerprint"])]
+    if other.empty:
+        return None
+    fps = sorted(str(v) for v in other["host_fingerprint"].dropna().unique())
+    return (f"{len(other)} run(s) of this problem under {len(fps)} other host fingerprint(s) ({', '.join(fps[:3])}"
+            f"{', ...' if len(fps) > 3 else ''}: another machine or other thread settings) are left out, since "
+            f"timings are compared only within one fingerprint; --host FINGERPRINT advises on theirs")
 
 
 def _default(table: pd.DataFrame, best: dict[str, Any]) -> dict[str, Any]:

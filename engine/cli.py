@@ -144,8 +144,18 @@ def _print_summary(run_id: str, db: str | None) -> None:
     if run.get("samples_per_s") is not None:
         parts.append(f"{run['samples_per_s']:.0f} samples/s")
     if run.get("efficiency") is not None:
-        parts.append(f"bound {run['bound_s']:.3f} s, efficiency {run['efficiency']:.0%}, {run['verdict']}")
+        parts.append(f"bound {run['bound_s']:.3f} s, efficiency {run['efficiency']:.0%}"
+                     + (f", {run['verdict']}" if run.get("verdict") else ""))
+    if _given(run.get("overlap")):  # concurrent modes: how much of A + B's compute the concurrency hid
+        parts.append(f"overlap {run['overlap']:.0%}")
     print(" · ".join(parts))
+    for key, what in (("bound_note", "note"), ("bound_error", "no lower bound")):
+        if run.get(key):
+            print(f"  {what}: {run[key]}")
+
+
+def _given(value: Any) -> bool:
+    return value is not None and value == value  # NaN from the store is "not measured"
 
 
 def _sweep_options(p: argparse.ArgumentParser) -> None:

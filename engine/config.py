@@ -31,7 +31,8 @@ _PLUGIN_SPEC = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")
 
 def _f(default: Any, help: str, group: str, **meta: Any) -> Any:
     """A config field. meta keys: choices (a registry name or a tuple), min, max, ui ("hidden"), plugin (a
-    'module.path:callable' spec is accepted besides the choices; an empty plugin field means the default)."""
+    'module.path:callable' spec is accepted besides the choices; an empty plugin field means the default), auto
+    (the value the word "auto" stands for)."""
     if isinstance(default, list):
         return field(default_factory=lambda d=default: list(d), metadata={"help": help, "group": group, **meta})
     return field(default=default, metadata={"help": help, "group": group, **meta})
@@ -77,8 +78,8 @@ class RunConfig:
     warmup_epochs: int = _f(1, "leading epochs flagged as warm-up (kept, excluded from summaries)", "training",
                             min=0, max=100_000)
     device: str = _f("auto", "auto, cpu, cuda or cuda:N", "training")
-    threads: int = _f(0, "intra-op threads (torch.set_num_threads); 0 = auto: torch's default, and the count it "
-                         "chose is recorded with the run", "training", min=0, max=1024)
+    threads: int = _f(0, "intra-op threads (torch.set_num_threads); auto (or 0): torch's default, and the count it "
+                         "chose is recorded with the run", "training", min=0, max=1024, auto=0)
     tag: str = _f("", "free-form label to group runs", "training")
     # --- concurrency mode ---
     mode: str = _f("single", "how models share the machine", "mode", choices="modes")
@@ -149,6 +150,11 @@ class RunConfig:
             out.update(n_stages=1, micro_batches=1)
         if self.mode != "ddp":
             out["world_size"] = 1
+        # the loader fields a loader ignores: sync keeps no queue; only processes start and keep workers
+        if self.loader == "sync":
+            out["prefetch_depth"] = _default("prefetch_depth")
+        if self.loader != "processes":
+            out.update(start_method=_default("start_method"), persistent_workers=_default("persistent_workers"))
         return out
 
     # ------------------------------------------------------------------ validation
@@ -172,6 +178,11 @@ def _registry() -> ModuleType:
     from engine import registry  # noqa: PLC0415
 
     return registry
+
+
+def _default(name: str) -> Any:
+    """A RunConfig field's default value."""
+    return RunConfig.__dataclass_fields__[name].default
 
 
 def config_fields(cls: type = RunConfig) -> list[dataclasses.Field]:
@@ -209,6 +220,8 @@ def _coerce(f: dataclasses.Field, value: Any) -> Any:
         if typ is int:
             if isinstance(value, bool):
                 raise ValueError
+            if "auto" in f.metadata and isinstance(value, str) and value.strip().lower() == "auto":
+                return f.metadata["auto"]
             if isinstance(value, float):
                 if not value.is_integer():
                     raise ValueError
@@ -312,7 +325,8 @@ class SweepConfig:
         return sweep
 
     def configs(self) -> list[RunConfig]:
-        """Distinct configs of the grid (no repeats), each validated; duplicates after normalising are dropped."""
+        """Distinct configs of the grid (no repeats), each validated; configs that would run the same (equal
+        `effective()`: they differ only in fields their loader or mode ignores) are kept once."""
         grid_keys = list(self.grid)
         out: list[RunConfig] = []
         # NOTE: with points and no grid the bare base is not a config of its own
@@ -325,7 +339,7 @@ class SweepConfig:
             except ConfigError as e:
                 where = ", ".join(f"{k}={v}" for k, v in zip(keys, combo))
                 raise ConfigError(e.field, f"{e.message} (in grid point {where})" if where else e.message) from None
-            if cfg not in out:
+            if cfg.effective() not in [c.effective() for c in out]:  # the same run under other ignored values
                 out.append(cfg)
         return out
 

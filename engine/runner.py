@@ -68,8 +68,9 @@ def execute(run_dir: Path) -> int:
     devices.set_threads(cfg.threads)  # before fingerprint(): the thread settings that took effect are part of it
     spec = modes.MODES[cfg.mode]
     with RunLog(run_dir) as runlog:
-        runlog.write("start", run_id=run_dir.name, config=_stored_config(cfg, workloads.build_dataset),
-                     host=host.fingerprint(), pid=os.getpid(), device=str(device), **meta)
+        stored = _stored_config(cfg, device, workloads.build_dataset)
+        runlog.write("start", run_id=run_dir.name, config=stored, host=host.fingerprint(), pid=os.getpid(),
+                     device=str(device), **meta)
         ctx = modes.RunContext(cfg=cfg, log=runlog, device=device)
         heart = _Heartbeat(runlog)
         gpu = device.index or 0 if device.type == "cuda" else None
@@ -88,9 +89,12 @@ def execute(run_dir: Path) -> int:
             return 1
 
 
-def _stored_config(cfg: RunConfig, build_dataset: Callable[[RunConfig], Any]) -> dict[str, Any]:
-    """What ran: fields the mode ignores normalised; a folder's real image and class counts."""
+def _stored_config(cfg: RunConfig, device: Any, build_dataset: Callable[[RunConfig], Any]) -> dict[str, Any]:
+    """What ran: fields the mode and loader ignore normalised, the device it resolved to; a folder's real image
+    and class counts."""
     out = cfg.effective()
+    # what the device took: auto as it resolved (cpu, cuda:0), and pinning only where a CUDA copy happens
+    out.update(device=str(device), pin_memory=cfg.pin_memory and device.type == "cuda")
     if cfg.workload == "folder" or is_spec(cfg.workload):  # a user's dataset may hold other counts than asked
         dataset = build_dataset(cfg)  # NOTE: lists the files once; the mode lists them again (cheap)
         out.update(n_samples=len(dataset), num_classes=dataset.num_classes)

@@ -63,6 +63,15 @@ def _figures(run: dict[str, Any]) -> None:
         col.metric(_FIGURES[key][0], _fmt(key, run.get(key)))
     st.markdown(f"Verdict: **{_fmt('verdict', run.get('verdict'))}** (efficiency = lower bound ÷ measured epoch; "
                 "below 80% the time goes to overhead, else to the slower of loading and compute)")
+    overlap = run.get("overlap")
+    if overlap is not None and overlap == overlap:
+        st.markdown(f"Overlap: **{overlap:.0%}** of the time the two models' compute would take one after another "
+                    "was hidden by running them at once (0% = none, 100% = all of it). In this mode A + B's compute "
+                    "is no lower bound, so the efficiency above is against the slower model alone.")
+    if run.get("bound_note"):
+        st.warning(str(run["bound_note"]))
+    if run.get("bound_error"):
+        st.warning(f"No lower bound for this run (its epochs stand): {run['bound_error']}")
     rss = run.get("peak_rss_bytes")
     run = {**run, "peak_rss_mib": rss / 2**20 if rss else None}
     st.caption("Where the steady-state time goes, per-step data wait, and the process tree (workers included; memory "

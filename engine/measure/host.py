@@ -19,7 +19,7 @@ import torch
 from engine.measure.nvml import gpu_facts
 from engine.paths import ROOT
 
-__all__ = ["fingerprint", "thread_settings"]
+__all__ = ["MACHINE_KEYS", "THREAD_KEYS", "fingerprint", "thread_settings"]
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +72,15 @@ def _ranges(cpus: list[int]) -> str | None:
     return ",".join(out) or None
 
 
+# The facts that change results: the machine and its software, then how many cores a run's compute may use.
+MACHINE_KEYS = ("cpu_model", "cores", "gpu_name", "driver", "cuda_version", "torch_version", "python_version", "os")
+THREAD_KEYS = ("intra_op_threads", "inter_op_threads", "omp_num_threads", "mkl_num_threads", "affinity")
+
+
 @functools.cache
 def fingerprint() -> dict[str, Any]:
-    """Host facts plus `fingerprint`, a short hash of those that change results (not hostname or commit)."""
+    """Host facts plus `fingerprint`, a short hash of those that change results (not hostname or commit), and
+    `machine`, the same without the thread settings."""
     facts = {
         "hostname": socket.gethostname(), "cpu_model": _cpu_model(), "cores": psutil.cpu_count(logical=True),
         "physical_cores": psutil.cpu_count(logical=False), "memory_bytes": psutil.virtual_memory().total,
@@ -83,9 +89,12 @@ def fingerprint() -> dict[str, Any]:
         **thread_settings(), "executable": sys.executable,
     }
     # NOTE: thread settings are keyed: a run on 1 thread and one on torch's default are not like for like.
-    # The runner sets its threads before calling this (cached per process).
-    keyed = {k: facts[k] for k in ("cpu_model", "cores", "gpu_name", "driver", "cuda_version", "torch_version",
-                                   "python_version", "os", "intra_op_threads", "inter_op_threads",
-                                   "omp_num_threads", "mkl_num_threads", "affinity")}
-    facts["fingerprint"] = hashlib.sha1(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:12]
+    # The runner sets its threads before calling this (cached per process). `machine` leaves them out: it
+    # says which machine a run was on (the advisor's "this host"), whatever threads it was given.
+    facts["fingerprint"] = _digest({k: facts[k] for k in MACHINE_KEYS + THREAD_KEYS})
+    facts["machine"] = _digest({k: facts[k] for k in MACHINE_KEYS})
     return facts
+
+
+def _digest(keyed: dict[str, Any]) -> str:
+    return hashlib.sha1(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:12]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from engine import api
+from engine.store import connect
 
 
 def _plots(at) -> int:
@@ -94,3 +95,17 @@ def test_compare_needs_two_to_four_known_runs(seeded, open_page):
     for bad in (ids[0], ",".join(ids[:5]), f"{ids[0]},nope-123"):
         at = open_page("runs", compare=bad)
         assert not at.exception and len(at.error) == 1, bad
+
+
+def test_detail_shows_overlap_and_the_bound_note(seeded, open_page):
+    """Concurrent modes' overlap is a figure of its own, and an efficiency over 1.1 says why it has no verdict."""
+    db, ids = seeded
+    with connect(db, read_only=False) as conn:
+        conn.execute("UPDATE runs SET overlap = 0.4, verdict = NULL, bound_note = 'efficiency 1.30 > 1.1: stale' "
+                     "WHERE run_id = ?", [ids[2]])
+    at = open_page("runs", run=ids[2])
+    assert not at.exception and not at.error
+    assert any(m.value.startswith("Overlap: **40%**") for m in at.markdown)
+    assert [w.value for w in at.warning] == ["efficiency 1.30 > 1.1: stale"]
+    plain = open_page("runs", run=ids[0])
+    assert not any(m.value.startswith("Overlap") for m in plain.markdown) and not plain.warning

@@ -11,6 +11,7 @@ import pytest
 
 from engine.advisor import advise
 from engine.config import RunConfig
+from engine.measure.host import fingerprint
 from engine.store import connect
 
 HOST = "h1"
@@ -122,13 +123,28 @@ def test_next_sweep_toml_is_a_valid_sweep(seeded):
                                                                         ("processes", 4, 2)}
 
 
-def test_any_host_warns_about_mixing(seeded):
+def test_any_host_never_compares_across_fingerprints(seeded):
     advice = advise("tensor", "mlp", host="any", db=seeded)
-    assert advice.best["batch_size"] == 512  # h2's run is in the pool now
-    assert "2 hosts" in advice.warning and "warning: 2 hosts" not in advice.render()
-    assert "warning: these runs mix 2 hosts" in advice.render()
-    narrowed = advise("tensor", "mlp", host="any", db=seeded, where={"host_fingerprint": "h1"})
-    assert narrowed.best["batch_size"] == 64 and narrowed.warning is None
+    assert advice.problem["host_fingerprint"] == HOST and advice.n_runs == 28  # the most-measured fingerprint
+    assert advice.best["batch_size"] == 64  # h2's faster run is another host's: not pooled, not compared
+    assert "3 run(s) of this problem under 1 other host fingerprint(s) (h2: " in advice.render()
+    theirs = advise("tensor", "mlp", host="h2", db=seeded)
+    assert theirs.best["batch_size"] == 512 and theirs.warning is None
+
+
+def test_this_host_is_this_machine_whatever_threads_its_runs_had(store):
+    """A run given --threads 1 has another fingerprint than the advising process, yet it ran on this machine."""
+    me = fingerprint()
+    facts = {**me, "intra_op_threads": me["intra_op_threads"] + 7, "fingerprint": "one-thread"}
+    other_machine = {**me, "cpu_model": "another CPU", "fingerprint": "elsewhere"}
+    _seed(store, [dict(r, host_json=json.dumps(facts), host_fingerprint="one-thread")
+                  for r in _rows(_seven(2.0), host="t") + _rows(_seven(1.0), host="t", loader="threads", workers=2)]
+          + [dict(r, host_json=json.dumps(other_machine), host_fingerprint="elsewhere")
+             for r in _rows(_seven(0.1), host="e", loader="processes", workers=2)])
+    advice = advise("tensor", "mlp", db=store)
+    assert advice.message is None and advice.host_label == f"this host ({me['machine']})"
+    assert advice.problem["host_fingerprint"] == "one-thread" and advice.best["loader"] == "threads"
+    assert advice.n_runs == 14 and advice.warning is None  # the other machine's runs are not this host's
 
 
 def test_this_host_and_empty_store(store):

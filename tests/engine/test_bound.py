@@ -96,6 +96,9 @@ def test_serial_phases_add_and_concurrent_ones_report_overlap():
     one = _figures([Phase(0.2, 1.0, serial_compute_s=1.6)], 1.3, 0.0, 0.0)
     assert one["bound_s"] == pytest.approx(1.0) and one["serial_bound_s"] == pytest.approx(1.6)
     assert one["overlap"] == pytest.approx(0.5)
+    # loader-bound: A + B's compute (0.015 s) could save next to nothing of the 1.2 s epoch: no overlap to report
+    loaded = _figures([Phase(1.0, 0.01, serial_compute_s=0.015)], 1.2, 0.0, 0.0)
+    assert loaded["overlap"] is None and loaded["verdict"] == "data-bound"
 
 
 def test_sync_loader_with_equal_load_and_compute_is_overhead_bound(tmp_path):

@@ -94,3 +94,15 @@ def test_failed_run_exits_1_with_the_error_and_is_stored(store):
     q = cli("query", "SELECT status, error FROM runs", "--format", "json", db=store)
     [row] = json.loads(q.stdout)
     assert row["status"] == "failed" and "worker_timeout_s" in row["error"]
+
+
+def test_run_summary_line_says_overlap_and_never_none(store):
+    """A concurrent mode's summary names its overlap (or leaves it out when there is nothing to overlap), and a
+    run without a verdict prints no 'None'."""
+    out = cli("run", *TINY, "--mode", "dual-threads", "--width", "256", "--depth", "4", db=store)
+    assert out.returncode == 0, out.stderr
+    last = out.stdout.strip().splitlines()
+    summary = next(line for line in last if line.startswith("run "))
+    assert "efficiency" in summary and "None" not in out.stdout
+    row = json.loads(cli("query", "SELECT overlap FROM runs", "--format", "json", db=store).stdout)[0]
+    assert ("overlap" in summary) == (row["overlap"] is not None)

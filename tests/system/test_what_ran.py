@@ -8,7 +8,7 @@ import json
 import pytest
 from PIL import Image
 
-from engine.config import ConfigError, RunConfig
+from engine.config import ConfigError, RunConfig, SweepConfig
 from engine.runner import launch
 from engine.store import get_run
 
@@ -18,6 +18,9 @@ TINY = {"workload": "tensor", "n_samples": 64, "image_size": 8, "width": 8, "bat
 
 def test_threads_is_a_checked_field_with_auto_as_default():
     assert RunConfig().threads == 0
+    assert RunConfig.from_dict({"threads": "auto"}).threads == 0 == RunConfig.from_dict({"threads": " Auto "}).threads
+    with pytest.raises(ConfigError, match="^workers: expected int"):
+        RunConfig.from_dict({"workers": "auto"})  # only a field that says what auto means takes the word
     with pytest.raises(ConfigError, match="^threads: must be >= 0"):
         RunConfig.from_dict({"threads": -1})
 
@@ -39,10 +42,32 @@ def test_effective_config_normalises_what_the_mode_ignores(mode, kept):
 
 def test_a_single_run_is_stored_with_what_ran(tmp_path):
     db = tmp_path / "s.duckdb"
-    result = launch(RunConfig.from_dict({**TINY, "n_models": 4, "world_size": 3}), db=db)
+    result = launch(RunConfig.from_dict({**TINY, "n_models": 4, "world_size": 3, "device": "auto",
+                                         "prefetch_depth": 8, "start_method": "spawn", "persistent_workers": False}),
+                    db=db)
     row = get_run(result.run_id, db=db)
     assert (row["n_models"], row["world_size"]) == (1, 1)
     assert json.loads(row["config_json"])["n_models"] == 1
+    # sync keeps no queue and starts no workers; auto ran on this CPU, where nothing is pinned
+    assert (row["prefetch_depth"], row["start_method"], row["persistent_workers"]) == (2, "fork", True)
+    assert (row["device"], row["pin_memory"]) == ("cpu", False)
+
+
+@pytest.mark.parametrize("loader, kept", [
+    ("sync", {"prefetch_depth": 2, "start_method": "fork", "persistent_workers": True}),
+    ("threads", {"prefetch_depth": 8, "start_method": "fork", "persistent_workers": True}),
+    ("processes", {"prefetch_depth": 8, "start_method": "spawn", "persistent_workers": False})])
+def test_effective_config_normalises_what_the_loader_ignores(loader, kept):
+    cfg = RunConfig.from_dict({"loader": loader, "workers": 2, "prefetch_depth": 8, "start_method": "spawn",
+                               "persistent_workers": False})
+    assert {k: cfg.effective()[k] for k in kept} == kept
+
+
+def test_a_sweep_runs_what_ignored_fields_make_equal_once():
+    sweep = SweepConfig.from_dict({"name": "s", "base": {"workers": 2},
+                                   "grid": {"loader": ["sync", "threads"], "prefetch_depth": [2, 8]}})
+    assert sorted((c.loader, c.prefetch_depth) for c in sweep.configs()) == [
+        ("sync", 2), ("threads", 2), ("threads", 8)]
 
 
 def test_a_folder_run_is_stored_with_the_images_it_found(tmp_path):
