@@ -33,7 +33,7 @@ with st.sidebar:
     st.caption(f"Store: `{api.db_path()}`")
     try:
         counts = cached("count_runs")
-        st.caption(f"{sum(counts.values())} runs ({counts.get('done', 0)} done)")
+        st.caption(f"{sum(counts.values())} runs ({counts.get(api.RunStatus.DONE, 0)} done)")
     except Exception as e:  # noqa: BLE001 - the sidebar must never stop a page from rendering
         st.caption(f"Store unreadable: {e}")
 

@@ -11,6 +11,7 @@ import pandas as pd
 
 from engine import stats
 from engine.config import config_fields
+from engine.status import RunStatus
 
 __all__ = ["compare_runs"]
 
@@ -21,7 +22,7 @@ _IGNORED = {"tag"}                               # a label, not a setting
 def compare_runs(df: pd.DataFrame, by: list[str] | None = None) -> pd.DataFrame:
     """Fastest first: fields, n, median, ci_lo, ci_hi, cv, noisy, speedup / speedup_lo / speedup_hi / verdict
     over the slowest config (stats.compare: "B faster" means this config is faster), run_ids."""
-    done = df[df["status"] == "done"] if "status" in df.columns else df
+    done = df[df["status"] == RunStatus.DONE] if "status" in df.columns else df
     done = done.dropna(subset=["epoch_s"]) if "epoch_s" in done.columns else done.iloc[0:0]
     if done.empty:
         raise ValueError("compare: none of these runs finished with an epoch time (status 'done')")

@@ -24,6 +24,7 @@ from engine.advisor import advise
 from engine.config import RunConfig, SweepConfig, config_fields, field_choices, load_toml
 from engine.demo import ensure_demo
 from engine.errors import ConfigError, StoreBusy, StoreError, UsageError, printable
+from engine.paths import Db
 from engine.jobs import ensure_worker, run_worker, worker_pid
 from engine.plugins import preflight
 from engine.ray_executor import run_sweep_ray
@@ -134,7 +135,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_summary(run_id: str, db: str | None) -> None:
+def _print_summary(run_id: str, db: Db) -> None:
     run = get_run(run_id, db=db)
     if run is None:
         return
@@ -407,7 +408,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _store_pending(db: str | None) -> None:
+def _store_pending(db: Db) -> None:
     """Store the RunLogs that waited while another session held the store; if one still holds it, say so."""
     try:
         ingest_pending(db=db)

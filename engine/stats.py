@@ -24,6 +24,7 @@ import pandas as pd
 
 from engine.config import config_fields
 from engine.measure.waits import wait_percentiles
+from engine.status import RunStatus
 
 __all__ = ["MIN_FOR_CI", "NOISY_CV", "ci_text", "compare", "cv", "median_ci", "median_ci_ranks",
            "mixed_hosts_warning", "ratio_ci", "speedup_vs_sequential", "summarize_configs", "time_breakdown",
@@ -290,7 +291,7 @@ def speedup_vs_sequential(runs_df: pd.DataFrame, confidence: float = 0.95) -> pd
         return pd.DataFrame(columns=cols)
     df = runs_df[runs_df["samples_per_s"].fillna(0) > 0]
     if "status" in df.columns:
-        df = df[df["status"] == "done"]
+        df = df[df["status"] == RunStatus.DONE]
     keys = [f.name for f in config_fields() if f.name not in _MODE_FIELDS and f.name in df.columns]
     rows = []
     mode = df["mode"].fillna("").astype(str)

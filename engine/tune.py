@@ -250,7 +250,7 @@ def _pick_best(result: TuneResult) -> None:
         result.best_idx = min((r for r in done if r["rung"] == top), key=lambda r: r["epoch_s"])["candidate"]
 
 
-def _confirm(result: TuneResult, epochs: int, db: Any, t0: float, repeats: int, rng: random.Random,
+def _confirm(result: TuneResult, epochs: int, db: Db, t0: float, repeats: int, rng: random.Random,
              warm: Any = None) -> None:
     """Candidate 0 (sync, or the user's baseline) and the best, `repeats` runs each, interleaved, each pair in a
     random order, while the budget lasts: the runs are the samples of the final comparison (like with like, same
@@ -281,7 +281,7 @@ def _compare_confirmed(result: TuneResult) -> None:
         result.comparison = stats.compare(sync, best)
 
 
-def _measure(cfg: RunConfig, db: Any, sweep_id: str, idx: int, rung: int, steady: int,
+def _measure(cfg: RunConfig, db: Db, sweep_id: str, idx: int, rung: int, steady: int,
              epochs_of: dict[int, list[float]], warm: Any = None) -> dict[str, Any]:
     """One real run of candidate idx (forked from `warm`, an engine.warm.WarmParent, when it can); its row for the
     result table (epoch_s is nan when it failed)."""

@@ -119,17 +119,17 @@ def _job_card(job: pd.Series) -> None:
         p = api.job_progress(job_id)
         state = "cancelling" if p["cancel_requested"] else p["status"]
         head, button = st.columns([5, 1])
-        runs = (f"sweep `{p['sweep_id']}`" if p["kind"] == "ray-sweep"
+        runs = (f"sweep `{p['sweep_id']}`" if p["kind"] == api.RAY_SWEEP
                 else f"run [{p['run_id']}](/runs?run={p['run_id']})")
         head.markdown(f"`{job_id}` · **{state}** · {job['label']} · {runs}")
         button.button("Cancel", key=f"launch.cancel.{job_id}", disabled=p["cancel_requested"], on_click=_cancel,
                       args=(job_id,))
-        if p["status"] == "running" and p["kind"] == "ray-sweep":
+        if p["status"] == api.RunStatus.RUNNING and p["kind"] == api.RAY_SWEEP:
             counts = ", ".join(f"{n} {s}" for s, n in sorted(p["run_counts"].items()))
             st.progress(min(1.0, p["runs_done"] / max(1, p["runs_total"])),
                         text=f"{p['runs_done']}/{p['runs_total']} runs landed{f' ({counts})' if counts else ''} "
                              f"· ETA {duration_text(p['eta_s'])}")
-        elif p["status"] == "running":
+        elif p["status"] == api.RunStatus.RUNNING:
             total = max(1, p["epochs_total"])
             st.progress(min(1.0, p["epochs_done"] / total),
                         text=f"epoch {p['epochs_done']}/{p['epochs_total']} · ETA {duration_text(p['eta_s'])}")
@@ -151,9 +151,10 @@ def jobs_panel(limit: int = 30) -> None:
         if jobs.empty:
             st.caption("No jobs yet: queue a run or a sweep.")
             return
-        if not api.worker_alive() and (jobs["status"] == "queued").any():
+        if not api.worker_alive() and (jobs["status"] == api.RunStatus.QUEUED).any():
             st.warning("No job worker is running, so queued jobs wait. Start one: `python -m engine worker`.")
-        active = jobs[jobs["status"].isin(["running", "queued"])].sort_values("status", key=lambda s: s != "running")
+        active = jobs[jobs["status"].isin([api.RunStatus.RUNNING, api.RunStatus.QUEUED])].sort_values(
+            "status", key=lambda s: s != api.RunStatus.RUNNING)
         for _, job in active.head(MAX_CARDS).iterrows():
             _job_card(job)
         table = jobs.assign(run="/runs?run=" + jobs["run_id"])[

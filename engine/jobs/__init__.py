@@ -16,10 +16,10 @@ that took the job), with a spool beside it while a program outside LoaderLab hol
 from __future__ import annotations
 
 from engine.jobs.progress import DEFAULT_S_PER_SAMPLE, RUN_OVERHEAD_S, estimate_duration, job_progress
-from engine.jobs.queue import (RAY_ADDRESS_ENV, cancel, default_ray_address, list_jobs, submit, submit_ray_sweep,
-                               submit_sweep)
+from engine.jobs.queue import (RAY_ADDRESS_ENV, RAY_SWEEP, cancel, default_ray_address, list_jobs, submit,
+                               submit_ray_sweep, submit_sweep)
 from engine.jobs.worker import ensure_worker, run_worker, stop_worker, worker_alive, worker_pid
 
-__all__ = ["DEFAULT_S_PER_SAMPLE", "RAY_ADDRESS_ENV", "RUN_OVERHEAD_S", "cancel", "default_ray_address",
+__all__ = ["DEFAULT_S_PER_SAMPLE", "RAY_ADDRESS_ENV", "RAY_SWEEP", "RUN_OVERHEAD_S", "cancel", "default_ray_address",
            "ensure_worker", "estimate_duration", "job_progress", "list_jobs", "run_worker", "stop_worker", "submit",
            "submit_ray_sweep", "submit_sweep", "worker_alive", "worker_pid"]

@@ -11,7 +11,7 @@ from typing import Any
 from tqdm import tqdm
 
 from engine.config import RunConfig
-from engine.paths import runs_dir
+from engine.paths import Db, runs_dir
 from engine.ray_executor import _node
 from engine.ray_executor._cluster import Node, alive_nodes
 from engine.runlog import RunLog, read_events
@@ -50,7 +50,7 @@ def gpus_needed(cfg: RunConfig, cluster_has_gpus: bool) -> int:
 
 
 class Driver:
-    def __init__(self, ray: Any, db: Any, result: SweepResult, bar: tqdm, cancel: threading.Event | None):
+    def __init__(self, ray: Any, db: Db, result: SweepResult, bar: tqdm, cancel: threading.Event | None):
         # NOTE: Ray is optional: imported only when a Ray sweep runs
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: PLC0415
 

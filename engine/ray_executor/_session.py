@@ -22,7 +22,7 @@ from typing import Any
 
 import psutil
 
-from engine.paths import jobs_dir
+from engine.paths import Db, jobs_dir
 
 __all__ = ["forget_session", "reap_leftovers", "record_session", "session_processes", "sessions_dir"]
 
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 TERM_WAIT_S = 3.0  # Ray's agents shut down on SIGTERM only once their raylet answers, which it never will
 
 
-def sessions_dir(db: Any = None) -> Path:
+def sessions_dir(db: Db = None) -> Path:
     return jobs_dir(db) / "ray-sessions"
 
 
@@ -103,7 +103,7 @@ def _live(p: psutil.Process) -> bool:
         return False
 
 
-def reap_leftovers(db: Any = None) -> list[str]:
+def reap_leftovers(db: Db = None) -> list[str]:
     """Stop what is left of local Ray instances whose owner died; one logged line per session, also returned."""
     said = []
     for path in sorted(sessions_dir(db).glob("*.json")):

@@ -18,6 +18,7 @@ import duckdb
 import pandas as pd
 
 from engine.paths import Db
+from engine.status import RunStatus
 from engine.store.connect import connect
 
 __all__ = ["LIVE", "RUN_TABLE_COLUMNS", "count_runs", "done_runs", "epoch_time_by", "filter_clauses", "get_epochs",
@@ -103,7 +104,7 @@ def count_runs(db: Db = None) -> dict[str, int]:
 def done_runs(workload: str, model: str, db: Db = None) -> pd.DataFrame:
     """Every done, not deleted run of a workload and model, all columns: what the advisor ranks."""
     with connect(db, read_only=True) as conn:
-        where, params = _filter_sql(conn, {"status": "done", "workload": workload, "model": model})
+        where, params = _filter_sql(conn, {"status": RunStatus.DONE, "workload": workload, "model": model})
         return conn.execute(f"SELECT * FROM runs WHERE {' AND '.join(where)}", params).df()
 
 
