@@ -11,10 +11,12 @@ logits, and a model that lacks what its mode needs (split: stages; fused: vmap).
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 import logging
 import pickle
 import sys
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -24,6 +26,7 @@ from engine.errors import ConfigError, printable
 from engine.loaders import epoch_batches
 from engine.models import _base, build_model, loss_fn, split_stages
 from engine.modes.fused import FusedStep
+from engine._plugin_hash import installed as _installed
 from engine.plugins import code_hash, is_spec, resolve, specs_of
 from engine.workloads import build_dataset
 from engine.workloads.plugin import BadItem
@@ -45,8 +48,11 @@ def preflight(cfg: RunConfig, cwd: str | None = None) -> dict[str, Any]:
     specs = specs_of(cfg)
     if not specs:
         return {}
-    if cwd and cwd not in sys.path:
-        sys.path.insert(0, cwd)  # the submitter's folder (job worker, Ray): where its module is importable
+    if cwd:  # the submitter's folder (job worker, Ray): where its module is importable, before any other's
+        if cwd in sys.path:
+            sys.path.remove(cwd)
+        sys.path.insert(0, cwd)
+    _forget(specs)
     digest = _hash(cfg, specs)
     pickled = cfg.loader == "processes" and cfg.start_method != "fork"  # the one delivery setting checked
     key = json.dumps([digest, pickled, {k: v for k, v in cfg.to_dict().items() if k not in _DELIVERY}],
@@ -59,6 +65,20 @@ def preflight(cfg: RunConfig, cwd: str | None = None) -> dict[str, Any]:
             _base._LOSS[0] = saved  # NOTE: the launching process keeps its own loss; only runs set theirs
         _PASSED.add(key)
     return {"code_hash": digest}
+
+
+def _forget(specs: list[str]) -> None:
+    """Drop the user's own modules (not installed ones) from this process's import cache, so preflight and the
+    code hash see the files as they are now, from the folder first on sys.path: a notebook or the job worker
+    lives for hours while the user edits their code, and may check plugins from several folders.
+
+    NOTE: only the launching process does this; a run's child imports the module once and keeps it."""
+    tops = {spec.split(":")[0].split(".")[0] for spec in specs} - {"engine"}  # never the engine's own modules
+    for name in [n for n in sys.modules if n.split(".")[0] in tops]:
+        path = getattr(sys.modules[name], "__file__", None)
+        if path and not _installed(Path(path)):
+            del sys.modules[name]
+    importlib.invalidate_caches()
 
 
 def _hash(cfg: RunConfig, specs: list[str]) -> str:
@@ -74,6 +94,7 @@ def _try_batch(cfg: RunConfig) -> None:
     dataset = build_dataset(cfg)
     keys = epoch_batches(len(dataset), min(cfg.batch_size, _MAX_ITEMS), cfg.seed, 0)[0]
     items = [_item(dataset, k) for k in keys]
+    _check_all_targets(cfg, dataset)
     if cfg.loader == "processes" and cfg.start_method != "fork":  # (part of preflight's cache key)
         _check_picklable(cfg, dataset)
     collate = resolve(cfg.collate, "collate") if cfg.collate else torch.utils.data.default_collate
@@ -146,6 +167,26 @@ def _check_labels(cfg: RunConfig, logits: Any, y: Any) -> None:
     if lo < 0 or hi >= classes:
         raise ConfigError("workload", f"labels {lo}..{hi} are out of range for the model's {classes} logits; "
                                       f"labels must be in [0, {classes}): set num_classes or fix the labels")
+
+
+def _check_all_targets(cfg: RunConfig, dataset: Any) -> None:
+    """A dataset that lists its labels (`targets` or `labels`, as ImageFolder does) has them all checked here,
+    not only the preflight batch's: a bad label deep in the data would otherwise fail the run, not the launch."""
+    targets = next((getattr(dataset.inner, a) for a in ("targets", "labels") if hasattr(dataset.inner, a)), None)
+    if cfg.loss or targets is None:
+        return
+    try:
+        labels = torch.as_tensor(targets)
+    except (TypeError, ValueError, RuntimeError):
+        return  # not a flat list of numbers: the batch check above is all there is
+    if labels.dim() != 1 or len(labels) != len(dataset) or labels.is_floating_point() or not len(labels):
+        return
+    bad = ((labels < 0) | (labels >= dataset.num_classes)).nonzero()
+    if len(bad):
+        i = int(bad[0])
+        raise ConfigError("workload", f"label {int(labels[i])} of item {i} (in the dataset's targets) is out of range "
+                                      f"for the model's {dataset.num_classes} logits; labels must be in "
+                                      f"[0, {dataset.num_classes}): set num_classes or fix the labels")
 
 
 def _step(model: Any, x: Any, y: Any, what: str) -> None:

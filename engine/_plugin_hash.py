@@ -21,7 +21,7 @@ from typing import Any, Iterable
 
 from engine.config import _PLUGIN_SPEC
 
-__all__ = ["code_hash"]
+__all__ = ["code_hash", "installed"]
 
 
 def code_hash(specs: Iterable[str]) -> str | None:
@@ -42,7 +42,7 @@ def code_hash(specs: Iterable[str]) -> str | None:
 def _sources(module_name: str, module: Any) -> dict[str, bytes]:
     top = module_name.split(".")[0]
     path = getattr(module, "__file__", None)
-    if path is None or _installed(Path(path)):
+    if path is None or installed(Path(path)):
         return {f"{top}@{_version(top)}": b""}
     parts = module_name.split(".")
     for i in range(1, len(parts) + 1):  # the outermost regular package (namespace packages have no __init__)
@@ -54,7 +54,8 @@ def _sources(module_name: str, module: Any) -> dict[str, bytes]:
     return {module_name: Path(path).read_bytes()}
 
 
-def _installed(path: Path) -> bool:
+def installed(path: Path) -> bool:
+    """Whether a module file lies in this environment (site-packages, the standard library), not in a user's folder."""
     prefixes = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
     real = path.resolve()
     return any(real.is_relative_to(p) for p in prefixes)

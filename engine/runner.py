@@ -61,8 +61,13 @@ def execute(run_dir: Path) -> int:
     from engine.measure import bound, host, sampler  # noqa: PLC0415
 
     meta = json.loads((run_dir / "meta.json").read_text())
-    if meta.get("cwd") and meta["cwd"] not in sys.path:
-        sys.path.insert(1, meta["cwd"])  # the launcher's folder, after ours: a user's module there imports, as with -m
+    if meta.get("cwd"):
+        # NOTE: the launcher's folder first, as `python -m` there puts it: a user's module named like a top-level
+        # module of this checkout (app, ui, tests) is theirs, as in the launcher's preflight. The engine is
+        # imported by now, so its own modules cannot be shadowed.
+        if meta["cwd"] in sys.path:
+            sys.path.remove(meta["cwd"])
+        sys.path.insert(0, meta["cwd"])
     cfg = RunConfig.from_dict(json.loads((run_dir / "config.json").read_text()))
     device = devices.resolve(cfg.device)
     devices.set_threads(cfg.threads)  # before fingerprint(): the thread settings that took effect are part of it
@@ -76,6 +81,7 @@ def execute(run_dir: Path) -> int:
         gpu = device.index or 0 if device.type == "cuda" else None
         try:
             with heart, sampler.Sampler(runlog, cfg.sample_hz, gpu) as s:
+                ctx.sampler = s
                 spec.run(ctx)
             ctx.summary.update(s.summary())
             if cfg.bound:

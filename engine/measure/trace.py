@@ -1,7 +1,7 @@
 """`--trace`: a torch.profiler trace of ONE extra steady-state epoch, after the measured ones.
 
-The traced epoch runs after the last measured epoch and writes no `epoch` event, so the profiler's
-overhead never reaches the stored figures. The trace is a Chrome trace, gzipped (Perfetto, chrome://tracing
+The traced epoch runs after the last measured epoch and writes no `epoch` event, and the system sampler
+is stopped before it, so the profiler's overhead never reaches the stored figures (epochs, memory, CPU %). The trace is a Chrome trace, gzipped (Perfetto, chrome://tracing
 and TensorBoard's trace viewer open .json.gz directly), at <run_dir>/trace.json.gz.
 
     trace.extra_epoch(ctx, lambda e: train_epoch(model, opt, loader.epoch(e), device))   # a no-op without --trace
@@ -51,6 +51,8 @@ def extra_epoch(ctx: Any, run_epoch: Callable[[int], Any]) -> None:
     """With cfg.trace: run_epoch(cfg.epochs) once more under torch.profiler; write the trace to the run folder."""
     if not ctx.cfg.trace:
         return
+    if ctx.sampler is not None:
+        ctx.sampler.close()  # the sampler's figures (memory, CPU %) cover the measured epochs only, like the rest
     activities = [ProfilerActivity.CPU]
     if ctx.device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)

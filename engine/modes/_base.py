@@ -41,3 +41,5 @@ class RunContext:
     device: torch.device
     # summary figures a mode wants on the run row (merged into the `summary` event by the runner)
     summary: dict[str, Any] = field(default_factory=dict)
+    # the run's system sampler (engine/measure/sampler.py): stopped before an unstored --trace epoch
+    sampler: Any = None

@@ -48,6 +48,7 @@ class PluginDataset(SeededDataset):
     def __init__(self, inner: Any, cfg: Any, spec: str):
         super().__init__(cfg)
         self.inner, self.spec = inner, spec
+        self._class_labels = not getattr(cfg, "loss", "")  # cross-entropy: an integer label indexes the logits
         try:
             self._len = len(inner)
         except TypeError:
@@ -111,10 +112,15 @@ class PluginDataset(SeededDataset):
         if not isinstance(x, torch.Tensor):
             raise BadItem(f"item {index} of '{self.spec}': x is of type {type(x).__name__}, not a tensor; "
                           "convert it (e.g. torch.from_numpy or torchvision's ToTensor)")
-        if isinstance(y, torch.Tensor):
-            return x, (y.long() if y.dim() == 0 and not y.is_floating_point() else y)
-        if isinstance(y, (int, np.integer)) and not isinstance(y, bool):
-            return x, int(y)
+        if isinstance(y, torch.Tensor) and not (y.dim() == 0 and not y.is_floating_point()):
+            return x, y  # soft or multi-dimensional labels: the loss decides what they mean
+        if isinstance(y, (int, np.integer, torch.Tensor)) and not isinstance(y, bool):
+            label = int(y)
+            if self._class_labels and not 0 <= label < self.num_classes:
+                raise BadItem(f"item {index} of '{self.spec}': label {label} is out of range for the model's "
+                              f"{self.num_classes} logits; labels must be in [0, {self.num_classes}): set "
+                              "num_classes (or the dataset's num_classes attribute) or fix the labels")
+            return x, (torch.tensor(label) if isinstance(y, torch.Tensor) else label)
         raise BadItem(f"item {index} of '{self.spec}': the label is of type {type(y).__name__}; return an int "
                       "class index or a tensor")
 

@@ -74,6 +74,21 @@ def numpy_items(**_):
 def big_labels(**_):
     return Noisy(8, 8, 0, labels=lambda i: i)  # no num_classes: the config's 2, but labels reach 7
 
+class Listed(Noisy):
+    """ImageFolder-style: the labels listed up front (targets), one bad one deep in the data."""
+
+    def __init__(self, n):
+        self.targets = [i % 3 for i in range(n - 1)] + [9]
+        super().__init__(n, 8, 3, labels=lambda i: self.targets[i])
+
+def listed_late_label(n_samples, **_):
+    return Listed(n_samples)
+
+def unlisted_late_label(n_samples, batch_size, seed, **_):
+    from engine.loaders import epoch_batches
+    first = {index for _, index in epoch_batches(n_samples, min(batch_size, 8), seed, 0)[0]}  # preflight's batch
+    return Noisy(n_samples, 8, 3, labels=lambda i: i % 3 if i in first else 9)
+
 BROKEN = 3  # not callable
 
 def net(in_shape, num_classes, width, depth, seed):
@@ -205,6 +220,7 @@ def test_random_user_transforms_give_the_same_batches_on_every_loader(plug, whic
     ({"workload": "{p}:not_a_dataset"}, "workload", "map-style"),
     ({"workload": "{p}:numpy_items"}, "workload", "not a tensor"),
     ({"workload": "{p}:big_labels", "num_classes": 2}, "workload", "out of range"),
+    ({"workload": "{p}:listed_late_label"}, "workload", "label 9 of item 7 (in the dataset's targets) is out of range"),
     ({"workload": "{p}:big_labels", "loader": "processes", "workers": 1, "start_method": "spawn"}, "workload",
      "pickle"),
     ({"model": "{p}:not_a_module"}, "model", "nn.Module"),
@@ -226,6 +242,50 @@ def test_a_bad_plugin_exits_2_naming_the_field_and_stores_nothing(plug, store, c
     if store.exists():
         with duckdb.connect(str(store), read_only=True) as conn:
             assert conn.execute("SELECT count(*) FROM runs").fetchone() == (0,)
+
+
+def test_a_bad_label_past_the_preflight_batch_fails_the_run_naming_the_item(plug, store, capsys):
+    """Without a list of targets only the run meets it: the failure says which item and what to do."""
+    args = ["run", "--workload", f"{plug}:unlisted_late_label", "--model", f"{plug}:net", "--n-samples", "32",
+            "--image-size", "8", "--batch-size", "8", "--epochs", "2", "--no-bound", "--quiet", "--db", str(store)]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert f"of '{plug}:unlisted_late_label': label 9 is out of range for the model's 3 logits" in err, err
+
+
+def test_preflight_sees_the_code_as_it_is_now_from_the_folder_it_is_given(tmp_path):
+    """A notebook or the job worker lives on while the user edits their module, and may check jobs from
+    several folders: preflight and the code hash follow the file, never a stale import."""
+    name = f"edited_{secrets.token_hex(4)}"
+    a, b = tmp_path / "a", tmp_path / "b"
+    for folder, body in ((a, PLUGIN + "\ndef data(**_):\n    raise RuntimeError('bug v1')\n"), (b, PLUGIN)):
+        folder.mkdir()
+        (folder / f"{name}.py").write_text(body)
+    cfg = RunConfig.from_dict({"workload": f"{name}:data", "model": f"{name}:net", "n_samples": 8, "image_size": 8,
+                               "batch_size": 4})
+    with pytest.raises(ConfigError, match="bug v1"):
+        preflight(cfg, cwd=str(a))
+    in_b = preflight(cfg, cwd=str(b))["code_hash"]  # another folder's module of the same name: its own code
+    (a / f"{name}.py").write_text(PLUGIN + "\n# fixed\n")  # the user fixes the bug
+    fixed = preflight(cfg, cwd=str(a))["code_hash"]
+    assert fixed != in_b and preflight(cfg, cwd=str(b))["code_hash"] == in_b
+
+
+def test_a_users_module_named_like_a_checkout_module_is_theirs(store, tmp_path):
+    """'app' is also the dashboard's router in the checkout: the run child must import the user's, as the
+    launcher's preflight did."""
+    import os  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    (tmp_path / "app.py").write_text(PLUGIN)
+    out = subprocess.run([sys.executable, "-m", "engine", "run", "--workload", "app:data", "--model", "app:net",
+                          "--n-samples", "16", "--image-size", "8", "--batch-size", "8", "--epochs", "2", "--no-bound",
+                          "--quiet", "--db", str(store)], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    with duckdb.connect(str(store), read_only=True) as conn:
+        assert conn.execute("SELECT status, workload FROM runs").fetchall() == [("done", "app:data")]
 
 
 def test_dry_run_tries_the_plugin_without_running(plug, store, capsys):
@@ -259,7 +319,7 @@ def test_custom_collate_and_loss_and_stages_run(plug):
 
 
 @pytest.mark.parametrize("mode, extra", [
-    ("single", {}), ("fused", {"n_models": 2}), ("dual-sequential", {}), ("dual-threads", {}),
+    ("single", {}), ("fused", {"n_models": 2}), ("dual-sequential", {}), ("dual-threads", {}), ("dual-processes", {}),
     ("split", {"n_stages": 2}),
 ])
 def test_the_example_runs_in_every_mode_that_applies(mode, extra):

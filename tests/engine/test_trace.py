@@ -43,6 +43,16 @@ def test_a_traced_run_stores_the_same_epochs_as_an_untraced_one_and_a_chrome_tra
     assert traced_row[0] is True and json.loads(traced_row[1])["trace_file"] == TRACE_FILE
 
 
+def test_the_sampler_stops_before_the_traced_epoch(store):
+    """Memory and CPU % are figures of the measured epochs too: no sample is taken while the profiler runs an
+    extra epoch (about 0.6 s here, at 100 samples a second)."""
+    traced, events = launch_mode(store, epochs=2, trace=True, sample_hz=100.0, latency_ms=5.0)
+    assert traced.status == "done", traced.error
+    last_epoch = max(e["t"] for e in events if e["type"] == "epoch")
+    sampled = [row[0] for e in events if e["type"] == "samples" for row in e["rows"]]
+    assert len(sampled) > 20 and max(sampled) < last_epoch + 0.3, (max(sampled) - last_epoch)
+
+
 @pytest.mark.parametrize("mode, extra", [("dual-sequential", {}), ("fused", {"n_models": 2})])
 def test_other_in_process_modes_trace_too(store, mode, extra):
     result, events = launch_mode(store, mode=mode, trace=True, **extra)
