@@ -2,7 +2,8 @@
 store is held by pid …)". Every page calls banner() under its title.
 
 Runs go ahead while a program outside LoaderLab (a user's duckdb shell) holds the store; their
-RunLogs wait on disk and the next writer stores them. Without this banner those runs would just be
+RunLogs wait on disk and the next writer stores them: a CLI command, the job worker, or the banner itself
+once the holder has closed the store. Without this banner those runs would just be
 missing from the charts, with no word why.
 """
 
@@ -39,11 +40,29 @@ def message(summary: dict[str, Any]) -> str | None:
 
 
 def banner() -> None:
-    """st.warning with message(); silent when nothing waits or the summary cannot be read."""
+    """st.warning with message(); silent when nothing waits or the summary cannot be read. Runs that wait while
+    nobody holds the store any more are stored here and now, as every CLI command does."""
     try:
-        text = message(_summary(str(api.db_path())))
+        path = str(api.db_path())
+        summary = _summary(path)
+        if summary.get("count") and not summary.get("holder"):
+            summary = _store_waiting(path, summary)
+        text = message(summary)
     except Exception:  # noqa: BLE001 - a hint must never stop a page from rendering
         log.debug("pending summary unavailable", exc_info=True)
         return
     if text:
         st.warning(text, icon=":material/hourglass_top:")
+
+
+def _store_waiting(path: str, summary: dict[str, Any]) -> dict[str, Any]:
+    """Ingest the waiting RunLogs (idempotent: sessions that race store each run once); the new summary."""
+    try:
+        stored = api.ingest_pending(db=path, outside_wait_s=0.5)
+    except Exception:  # noqa: BLE001 - held again, or unreadable: the banner says they wait, and they do
+        log.info("waiting runs not stored yet", exc_info=True)
+        return summary
+    if stored:
+        log.info("stored %d waiting run(s)", len(stored))
+    _summary.clear()
+    return _summary(path)

@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 from engine.paths import Db, db_path, runs_dir
+from engine.store import version
 from engine.store.connect import connect
 from engine.store.schema import TABLES
 
@@ -28,6 +29,7 @@ def _update_one(run_id: str, column: str, value: str | None, db: Db) -> None:
                            [value, run_id]).fetchall()
     if not hit:
         raise ValueError(f"run '{run_id}' is not in the store {db_path(db)}; check the id in the runs list")
+    version.bump(db)  # from the CLI or a notebook too: the dashboard's cached tables are keyed on it
 
 
 def set_tags(run_id: str, tags: str | list[str], db: Db = None) -> str | None:
@@ -50,6 +52,7 @@ def _set_deleted(run_ids: str | list[str], deleted: bool, db: Db) -> int:
     with connect(db, read_only=False) as conn:
         hit = conn.execute(f"UPDATE runs SET deleted = ? WHERE run_id IN ({', '.join('?' * len(ids))}) "
                            "RETURNING run_id", [deleted, *ids]).fetchall()
+    version.bump(db)
     return len(hit)
 
 
@@ -76,6 +79,7 @@ def purge(db: Db = None) -> int:
         except BaseException:
             conn.execute("ROLLBACK")
             raise
+    version.bump(db)
     root = runs_dir(db).resolve()
     for run_id, run_dir in gone:
         folder = Path(run_dir).resolve() if run_dir else root / run_id

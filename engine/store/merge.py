@@ -25,6 +25,7 @@ from pathlib import Path
 import duckdb
 
 from engine.paths import Db, db_path
+from engine.store import version
 from engine.store._lock import SidecarLock
 from engine.store.connect import connect
 from engine.store.edits import export
@@ -123,6 +124,7 @@ def import_results(paths: str | os.PathLike | list, *, db: Db = None) -> ImportR
         except BaseException:
             conn.execute("ROLLBACK")
             raise
+    version.bump(db)  # the dashboard's cached charts are keyed on it: imported runs show at once
     log.info("imported %d runs (%d already here) from %s", result.runs_added, result.runs_present, result.sources)
     return result
 

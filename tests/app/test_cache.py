@@ -29,11 +29,20 @@ def test_job_queue_writes_keep_the_version_and_ingest_bumps_it(seeded, seeded_te
     assert cache.cached("count_runs") == api.count_runs() and counts == api.count_runs()  # same run id: upsert
 
 
-def test_an_edit_from_the_dashboard_refreshes_every_session(seeded):
+def test_an_edit_or_an_import_from_anywhere_refreshes_every_session(seeded, tmp_path):
+    """The CLI and a notebook edit and import without the dashboard's cache.clear(): the writes bump the data
+    version themselves, so no session shows stale charts until the cache expires."""
+    from engine.store import export_bundle, import_results, purge, set_tags, soft_delete  # noqa: PLC0415
+
     db, ids = seeded
     tags = lambda: cache.cached("search_runs", ids[0]).set_index("run_id").loc[ids[0], "tags"]  # noqa: E731
     assert "fast" not in str(tags())
-    api.set_tags(ids[0], "fast")
-    assert "fast" not in str(tags())  # cached: the same version, no query
-    cache.clear()  # what the Runs page does after an edit: a new version for every session's cache
+    set_tags(ids[0], "fast", db=db)  # as `python -m engine` or a notebook would
     assert "fast" in str(tags())
+    bundle = export_bundle(tmp_path / "bundle", db=db)
+    total = sum(cache.cached("count_runs").values())
+    soft_delete(ids[-1], db=db)
+    purge(db=db)
+    assert sum(cache.cached("count_runs").values()) == total - 1
+    assert import_results(bundle, db=db).runs_added == 1
+    assert sum(cache.cached("count_runs").values()) == total

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
+from engine import api
 from ui.pending import message
+
+# A program outside LoaderLab holding the store read-only, as a notebook's duckdb.connect(..., read_only=True) does
+HOLD = ("import sys, time, duckdb; c = duckdb.connect(sys.argv[1], read_only=True); print('holding', flush=True); "
+        "time.sleep(120)")
 
 
 def test_message_names_the_count_and_the_holder():
@@ -16,17 +24,40 @@ def test_message_names_the_count_and_the_holder():
     assert text.startswith("3 runs waiting to be stored (the store is held by pid 4242 (duckdb)).")
 
 
-@pytest.mark.parametrize("page", ["explore", "runs", "launch"])
-def test_a_run_log_the_store_lacks_shows_a_banner_on_every_page(seeded, seeded_template, open_page, page):
-    db, ids = seeded
+def _waiting_run(seeded, seeded_template) -> Path:
+    db, _ = seeded
     src = next(p for p in (seeded_template[0].parent / "runs").iterdir() if (p / "events.jsonl").is_file())
     copy = db.parent / "runs" / "waiting-run"
     shutil.copytree(src, copy)
     (copy / "ingested").unlink(missing_ok=True)  # the marker would say it is stored
-    at = open_page(page)
-    assert not at.exception
-    banners = [w.value for w in at.warning if "waiting to be stored" in w.value]
-    assert banners == ["1 run waiting to be stored (the next write stores them)."], [w.value for w in at.warning]
+    return copy
+
+
+@pytest.mark.parametrize("page", ["explore", "runs", "launch"])
+def test_while_a_program_holds_the_store_every_page_says_runs_wait_and_by_whom(seeded, seeded_template, open_page,
+                                                                                page):
+    db, _ = seeded
+    _waiting_run(seeded, seeded_template)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(db)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        at = open_page(page)
+        assert not at.exception
+        banners = [w.value for w in at.warning if "waiting to be stored" in w.value]
+        assert banners and banners[0].startswith(f"1 run waiting to be stored (the store is held by pid {holder.pid}"), \
+            [w.value for w in at.warning]
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_once_the_holder_is_gone_the_dashboard_stores_the_waiting_runs(seeded, seeded_template, open_page):
+    db, _ = seeded
+    _waiting_run(seeded, seeded_template)
+    assert api.pending_summary(db)["count"] == 1
+    at = open_page("explore")
+    assert not at.exception and not [w for w in at.warning if "waiting to be stored" in w.value]
+    assert api.pending_summary(db) == {"count": 0, "holder": None}
 
 
 def test_no_banner_when_everything_is_stored(seeded, open_page):
