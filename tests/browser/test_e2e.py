@@ -53,6 +53,8 @@ def test_launch_a_run_then_share_the_explore_view(dashboard, new_page):
     # 1. every page opens without an exception
     for path, title in TITLES.items():
         _open(page, f"{base}/{path}", title)
+    # .streamlit/config.toml (toolbarMode = "viewer"), which `make run` serves with: no Deploy button
+    assert page.get_by_text("Deploy", exact=True).count() == 0
 
     # 2. queue a tiny run from the form (values come in through the URL, as a shared launch link would)
     _open(page, f"{base}/launch?n_samples=256&epochs=2&batch_size=64", "Launch")

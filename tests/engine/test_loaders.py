@@ -181,7 +181,7 @@ def test_prefetch_hands_out_batches_already_on_the_gpu():
 @pytest.mark.parametrize("persistent", [False, True], ids=["fresh", "persistent"])
 def test_killed_worker_fails_the_epoch_within_seconds_naming_it(in_thread, persistent):
     """SIGKILL of one worker with worker_timeout_s=120: the epoch fails naming the worker's pid and the signal
-    long before the timeout. The code's bound is POLL_S (0.5 s) + 1 s; 15 s leaves room for a loaded box.
+    long before the timeout. The code's bound is POLL_S (0.5 s) + 1 s; the goal (issue 14) is 5 s.
     In another thread DataLoader's SIGCHLD handler cannot help: only the loader's own polling finds it."""
     before = set(threading.enumerate())
     outcome: dict = {}
@@ -209,5 +209,5 @@ def test_killed_worker_fails_the_epoch_within_seconds_naming_it(in_thread, persi
             consume()
     assert "error" in outcome, f"the epoch finished although worker {outcome['victim']} was killed"
     assert re.search(rf"worker.*pid.*\b{outcome['victim']}\b.*killed by signal", outcome["error"]), outcome
-    assert outcome["seconds"] < 15, f"a dead worker was found only after {outcome['seconds']:.1f} s"
+    assert outcome["seconds"] < 5, f"a dead worker was found only after {outcome['seconds']:.1f} s"
     assert leftovers(before) == ([], [])

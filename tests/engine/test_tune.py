@@ -38,14 +38,11 @@ def test_candidates_keep_batch_size_and_cover_the_loaders():
     assert len({c.to_json() for c in cands}) == len(cands)
 
 
-def test_confirmation_has_enough_runs_for_an_interval_and_rungs_are_shuffled(monkeypatch):
+def test_confirmation_has_enough_runs_for_an_interval():
     from engine import stats, tune as tune_mod
 
-    assert tune_mod.CONFIRM_REPEATS >= 5
-    assert stats.ratio_ci(range(1, tune_mod.CONFIRM_REPEATS + 1), range(1, tune_mod.CONFIRM_REPEATS + 1))[1] > 0
-    order = list(range(12))
-    random.Random(0).shuffle(order)
-    assert order != sorted(order)   # the seeded shuffle tune applies to each rung does reorder
+    n = tune_mod.CONFIRM_REPEATS
+    assert n >= 5 and not math.isnan(stats.ratio_ci(range(1, n + 1), range(1, n + 1))[1])  # a 95% low end exists
 
 
 @pytest.mark.slow
@@ -57,6 +54,9 @@ def test_tiny_tune_halves_and_reports_a_config(store):
     assert result.stop_reason == "one candidate left"
     assert all(r["warm"] for r in result.rows + result.confirm_rows)  # forked from tune's one warm parent
     assert [r["rung"] for r in result.rows] == [0, 0, 0, 1, 1]  # the faster half (2 of 3) runs again
+    order = [0, 1, 2]
+    random.Random(0).shuffle(order)  # the seeded shuffle tune gives each rung (seed 0): [0, 2, 1], not as listed
+    assert [r["candidate"] for r in result.rows[:3]] == order != [0, 1, 2]
     first = sorted(result.rows[:3], key=lambda r: r["epoch_s"])
     assert {r["candidate"] for r in result.rows[3:]} == {first[0]["candidate"], first[1]["candidate"]}
     assert result.best is not None
@@ -82,7 +82,7 @@ def test_budget_stops_the_tune_after_the_first_run(store, capsys):
                     + [f"--set={k}={v}" for k, v in TINY.items()]) == 0
     out = capsys.readouterr().out
     assert "1 runs" in out and "budget spent" in out and "best: " in out   # the first of a shuffled rung
-    assert "vs sync, " not in out   # no interleaved runs, so no speedup claimed
+    assert "faster than" not in out and "best vs" not in out and "95% CI" not in out  # no interleaved runs, so no speedup claimed
     assert cli.build_parser().parse_args(["advise", "--host", "any"]).host == "any"
 
 

@@ -214,3 +214,26 @@ def test_a_job_launched_while_a_session_holds_the_store_runs_and_lands_when_it_c
         assert not (store.parent / "runs" / _job(store, dropped)["run_id"]).exists()  # never started
     finally:
         _stop(worker, log)
+
+
+def test_a_read_write_session_does_not_stop_a_run_or_make_run(store):
+    """A notebook's plain duckdb.connect(path) holds the file read-write: nothing can even read it. A run
+    still goes ahead and waits in its RunLog, and `engine demo` (make run's first step) skips instead of
+    failing, so the dashboard still starts."""
+    list_runs(db=store)
+    hold_rw = HOLD.replace(", read_only=True", "")
+    proc = subprocess.Popen([sys.executable, "-c", hold_rw, str(store)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "holding"
+        env = {**_env(), "LOADERLAB_LOCK_TIMEOUT": "3"}
+        run = subprocess.run([sys.executable, "-m", "engine", "run", *TINY, "--db", str(store)], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0 and "epoch 1" in run.stdout, run.stderr
+        assert [line for line in run.stderr.splitlines() if WAITING in line], run.stderr
+        demo = subprocess.run([sys.executable, "-m", "engine", "demo", "--db", str(store)], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert demo.returncode == 0 and demo.stderr.startswith("demo skipped: "), demo.stderr
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert cli("runs", db=store).returncode == 0 and pending_summary(store)["count"] == 0  # stored once it closed
