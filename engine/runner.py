@@ -59,6 +59,7 @@ def execute(run_dir: Path) -> int:
     # module for launch() (CLI, dashboard's job worker, notebook) and must not load them
     from engine import devices, modes, workloads  # noqa: PLC0415
     from engine.measure import bound, host, sampler  # noqa: PLC0415
+    from engine.modes._ddp import torchrun_env  # noqa: PLC0415
 
     meta = json.loads((run_dir / "meta.json").read_text())
     if meta.get("cwd"):
@@ -74,6 +75,8 @@ def execute(run_dir: Path) -> int:
     spec = modes.MODES[cfg.mode]
     with RunLog(run_dir) as runlog:
         stored = _stored_config(cfg, device, workloads.build_dataset)
+        if cfg.mode == "ddp" and (joined := torchrun_env()) is not None:
+            stored["world_size"] = joined[1]  # torchrun's WORLD_SIZE is what ran, whatever world_size said
         runlog.write("start", run_id=run_dir.name, config=stored, host=host.fingerprint(), pid=os.getpid(),
                      device=str(device), **meta)
         ctx = modes.RunContext(cfg=cfg, log=runlog, device=device)

@@ -72,6 +72,8 @@ def test_under_torchrun_the_run_joins_the_group_instead_of_spawning(store, monke
     assert sorted(epochs_of(events)) == [(0, 0)]
     assert all(e["samples"] == TINY["n_samples"] for e in epochs_of(events)[(0, 0)])
     assert summary_of(events)["world_size_run"] == 1
+    start = next(e for e in events if e["type"] == "start")
+    assert start["config"]["world_size"] == 1  # the stored config is what ran: torchrun's WORLD_SIZE
 
 
 def test_world_size_beyond_the_samples_is_refused():
