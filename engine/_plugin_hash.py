@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable
 
-from engine.config import _PLUGIN_SPEC
+from engine._spec import SPEC_RE
 
 __all__ = ["code_hash", "installed"]
 
@@ -27,7 +27,7 @@ __all__ = ["code_hash", "installed"]
 def code_hash(specs: Iterable[str]) -> str | None:
     """sha256 over the sources of the modules the specs come from; None when no spec is a plugin."""
     sources: dict[str, bytes] = {}
-    for spec in sorted({s for s in specs if s and _PLUGIN_SPEC.match(s)}):
+    for spec in sorted({s for s in specs if s and SPEC_RE.match(s)}):
         module_name = spec.split(":")[0]
         module = sys.modules.get(module_name) or importlib.import_module(module_name)
         sources.update(_sources(module_name, module))

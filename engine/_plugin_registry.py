@@ -17,7 +17,7 @@ import re
 import tomllib
 from pathlib import Path
 
-from engine.config import _PLUGIN_SPEC
+from engine._spec import SPEC_RE
 from engine.errors import ConfigError, printable
 from engine.paths import Db, db_path
 
@@ -53,7 +53,7 @@ def registered(db: Db = None) -> dict[str, dict[str, str]]:
         if not isinstance(entry, dict) or len(entry) != 1 or next(iter(entry)) not in KINDS:
             raise ConfigError("plugins", f"{where}: give exactly one of {', '.join(KINDS)} = \"module:callable\"")
         kind, spec = next(iter(entry.items()))
-        if not isinstance(spec, str) or not _PLUGIN_SPEC.match(spec):
+        if not isinstance(spec, str) or not SPEC_RE.match(spec):
             raise ConfigError("plugins", f"{where}: {kind} must be a 'module.path:callable' string")
         out[name] = {kind: spec}
     return out

@@ -26,7 +26,7 @@ from engine.demo import ensure_demo
 from engine.errors import ConfigError, StoreBusy, StoreError, UsageError, printable
 from engine.paths import Db
 from engine.jobs import ensure_worker, run_worker, worker_pid
-from engine.plugins import preflight
+from engine.preflight import preflight
 from engine.ray_executor import run_sweep_ray
 from engine.runner import launch
 from engine.status import RunStatus

@@ -13,20 +13,16 @@ import dataclasses
 import itertools
 import json
 import random
-import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from engine._spec import SPEC_RE
 from engine.errors import ConfigError, printable
 
 __all__ = ["ConfigError", "RunConfig", "SweepConfig", "config_fields", "field_choices", "load_toml", "printable"]
-
-
-# A plugin spec, "module.path:callable" (engine.plugins.SPEC_RE; here so that config needs no torch).
-_PLUGIN_SPEC = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def _f(default: Any, help: str, group: str, **meta: Any) -> Any:
@@ -263,8 +259,8 @@ def _check_field(f: dataclasses.Field, value: Any) -> None:
         raise ConfigError(f.name, f"must be <= {hi}, got {value}")
     if typ is str and len(value) > 4096:
         raise ConfigError(f.name, "is longer than 4096 characters")
-    if f.metadata.get("plugin") and _PLUGIN_SPEC.match(value):
-        return  # NOTE: only the spelling is checked here; engine.plugins.preflight imports and tries it
+    if f.metadata.get("plugin") and SPEC_RE.match(value):
+        return  # NOTE: only the spelling is checked here; engine.preflight imports and tries it
     choices = field_choices(f)
     if choices is not None and value not in choices:
         own = ", or your own as 'module.path:callable'" if f.metadata.get("plugin") else ""

@@ -7,9 +7,9 @@ or the user's module until a run or a check asks for it.
     fn = resolve("mypkg.data:build", "workload")      # ConfigError("workload", ...) if it cannot be imported
     code_hash(["mypkg.data:build", "mypkg.nets:net"])  # sha256 of the modules' source files
     registered()                                       # {"my_images": {"workload": "mypkg.data:build"}, ...}
-    preflight(cfg)                                     # one batch tried before launch -> {"code_hash": ...}
+    item_rng()                                         # in a dataset's __getitem__: a per-item Generator
 
-What the server's owner registers for the dashboard lives in a TOML file (engine/_plugin_registry.py);
+Preflight (one batch tried before launch) is engine/preflight.py. What the server's owner registers for the dashboard lives in a TOML file (engine/_plugin_registry.py);
 the browser only ever picks a name. code_hash is in engine/_plugin_hash.py. Runs build a plugin's dataset
 and model with engine.workloads.build_dataset and engine.models.build_model.
 """
@@ -20,23 +20,19 @@ import importlib
 import inspect
 import os
 import sys
+import threading
 from typing import Any, Callable
 
 import numpy as np
 
 from engine._plugin_hash import code_hash
 from engine._plugin_registry import KINDS, plugins_file, registered
-from engine.config import _PLUGIN_SPEC
+from engine._spec import SPEC_RE, is_spec
 from engine.errors import ConfigError, printable
 
-__all__ = ["KINDS", "SPEC_RE", "call_factory", "code_hash", "is_spec", "item_rng", "plugins_file", "preflight",
-           "registered", "resolve", "specs_of"]
+__all__ = ["KINDS", "SPEC_RE", "call_factory", "code_hash", "current_seed", "is_spec", "item_rng", "plugins_file", "registered", "resolve", "set_item_seed", "specs_of"]
 
-SPEC_RE = _PLUGIN_SPEC  # "module.path:callable"; one regex, declared with the config fields
-
-
-def is_spec(value: str) -> bool:
-    return bool(SPEC_RE.match(value))
+_ITEM = threading.local()  # the (seed, epoch, index) seed of the item this thread is loading (0: none)
 
 
 def resolve(spec: str, field: str) -> Callable[..., Any]:
@@ -103,25 +99,17 @@ def item_rng() -> Any:
 
     For datasets that set `thread_safe = True`: unlike the global generators, it is the thread's own.
     """
-    # NOTE: imported here: engine.workloads imports torch, and this module is imported by the launchers
-    # (CLI, dashboard, notebook), which must not load it; a dataset calls this inside a run, where it is loaded
-    from engine.workloads.plugin import current_seed  # noqa: PLC0415
-
     return np.random.default_rng(current_seed())
 
 
-def preflight(cfg: Any, cwd: str | None = None) -> dict[str, Any]:
-    """Try cfg's plugins on one small batch before a run is launched; returns {"code_hash": ...} or {}.
+def current_seed() -> int:
+    """The 64-bit seed of the item being loaded in this thread (0 outside an item)."""
+    return getattr(_ITEM, "seed", 0)
 
-    A bad plugin raises a one-line ConfigError naming its field. See engine/_plugin_check.py.
-    """
-    if not specs_of(cfg):
-        return {}  # built-ins only: nothing to try, and torch stays out of the launching process
-    # NOTE: imported here: the check builds the dataset and model with torch, which the launchers (CLI,
-    # dashboard, notebook) load only when a config names a plugin
-    from engine._plugin_check import preflight as check  # noqa: PLC0415
 
-    return check(cfg, cwd)
+def set_item_seed(seed: int) -> None:
+    """Set by engine.workloads.plugin around each item it loads (0 after it)."""
+    _ITEM.seed = seed
 
 
 def specs_of(cfg: Any) -> list[str]:

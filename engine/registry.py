@@ -9,6 +9,13 @@ The CLI's choices, the launch form's select boxes and config validation all read
 `names` and `check_config` here. A config's workload or model may instead be the user's own,
 "module.path:callable": runs build both through engine.workloads.build_dataset and
 engine.models.build_model, which fall back to these dicts for built-in names.
+
+Why the run side does not import engine.config: validating a config needs this registry (its names, the
+device, each mode's rules), so engine/config.py imports this module when it validates, inside a function
+so that the dashboard stays free of torch. Everything this module imports (loaders, models, modes,
+workloads, measure) therefore imports the config schema for annotations only (`if TYPE_CHECKING:`) and gets
+configs as objects, so no chain of imports, at module level or inside functions, leads back to
+engine.config (tests/engine/test_architecture.py checks the whole graph).
 """
 
 from __future__ import annotations

@@ -25,7 +25,8 @@ from typing import Any, Callable
 
 from engine.config import RunConfig
 from engine.paths import ROOT, Db, runs_dir
-from engine.plugins import is_spec, preflight
+from engine.plugins import is_spec
+from engine.preflight import preflight
 from engine.runlog import RunLog, iter_events, tail_events
 from engine.status import RunStatus
 from engine.warm import run_env

@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from engine.config import SweepConfig
 from engine.paths import Db
-from engine.plugins import preflight
+from engine.preflight import preflight
 from engine.runner import RunResult, launch
 from engine.status import RunStatus
 from engine.warm import WarmParent

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from engine.config import RunConfig
 from engine.loaders import LOADERS, epoch_batches, to_device
 from engine.workloads import ShardDataset, build_dataset
+
+if TYPE_CHECKING:  # annotations only: the run side does not import the config (engine/registry.py says why)
+    from engine.config import RunConfig
 
 __all__ = ["compute_pass", "loader_pass"]
 

@@ -7,12 +7,14 @@ gradient of ones: the same kernels as the real gradient from the next stage.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from engine.config import RunConfig
 from engine.models import build_model, loss_fn, make_optimizer, split_stages
+
+if TYPE_CHECKING:  # annotations only: the run side does not import the config (engine/registry.py says why)
+    from engine.config import RunConfig
 
 __all__ = ["StageStep", "stage_builder"]
 

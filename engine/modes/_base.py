@@ -8,12 +8,14 @@ loops are not.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from engine.config import RunConfig
 from engine.runlog import RunLog
+
+if TYPE_CHECKING:  # annotations only: the run side does not import the config (engine/registry.py says why)
+    from engine.config import RunConfig
 
 __all__ = ["ModeSpec", "RunContext", "no_check"]
 

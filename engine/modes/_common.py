@@ -14,17 +14,19 @@ from __future__ import annotations
 
 import os
 import statistics
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import torch
 
 from engine import devices, models
-from engine.config import RunConfig
 from engine.errors import ConfigError
 from engine.loaders import to_device
 from engine.measure.timers import EpochTimer
 from engine.modes._base import RunContext
 from engine.plugins import is_spec
+
+if TYPE_CHECKING:  # annotations only: the run side does not import the config (engine/registry.py says why)
+    from engine.config import RunConfig
 
 __all__ = ["FAIL_AT_ENV", "Recorder", "build_model", "check_devices", "check_model_b", "epoch_payload",
            "fail_point", "step_builder", "throughput", "train_epoch", "train_step"]

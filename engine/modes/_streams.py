@@ -9,11 +9,11 @@ memory safe without record_stream). Per-model compute is timed with CUDA events 
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import torch
 
 from engine import devices
-from engine.config import RunConfig
 from engine.errors import ConfigError
 from engine.loaders import LOADERS, to_device
 from engine.measure import cuda_events
@@ -22,6 +22,9 @@ from engine.models import make_optimizer
 from engine.modes._base import RunContext
 from engine.modes._common import Recorder, build_model, check_model_b, epoch_payload, fail_point, train_step
 from engine.workloads import build_dataset
+
+if TYPE_CHECKING:  # annotations only: the run side does not import the config (engine/registry.py says why)
+    from engine.config import RunConfig
 
 __all__ = ["check_streams", "run_streams"]
 

@@ -26,13 +26,12 @@ import gc
 import logging
 import math
 import os
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 import torch.distributed as dist
 
 from engine import devices
-from engine.config import RunConfig
 from engine.errors import ConfigError
 from engine.loaders import LOADERS, epoch_batches
 from engine.measure.bound import Calibrator, Phase
@@ -43,15 +42,18 @@ from engine.modes._ddp import AllreduceTimer, cuda_ranks, free_port, timed_allre
 from engine.modes._procs import ChildGroup, Link
 from engine.workloads import ShardDataset, build_dataset
 
+if TYPE_CHECKING:  # annotations only: the run side does not import the config (engine/registry.py says why)
+    from engine.config import RunConfig
+
 __all__ = ["SPEC", "bound", "run"]
 
 log = logging.getLogger(__name__)
 
 
-def _rank_main(rank: int, cfg_dict: dict[str, Any], world: int, device_name: str, threads: int, port: int | None,
+def _rank_main(rank: int, cfg: RunConfig, world: int, device_name: str, threads: int, port: int | None,
                emit: Callable[[dict[str, Any]], None], ready: Callable[[], None] = lambda: None) -> None:
     """One rank: join the group, train its shard, emit one epoch record per epoch, leave the group."""
-    cfg, device = RunConfig(**cfg_dict), torch.device(device_name)
+    device = torch.device(device_name)
     torch.set_num_threads(threads)
     if port is not None:  # spawned by us; torchrun sets these itself
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -94,9 +96,9 @@ def _train_rank(cfg: RunConfig, device: torch.device, rank: int, world: int, emi
             emit(epoch_payload(cfg, 0, rank, epoch, record))
 
 
-def _spawned_rank(rank: int, cfg_dict: dict[str, Any], world: int, names: list[str], threads: int, port: int,
+def _spawned_rank(rank: int, cfg: RunConfig, world: int, names: list[str], threads: int, port: int,
                   link: Link) -> None:
-    _rank_main(rank, cfg_dict, world, names[rank], threads, port, link.emit, link.ready)
+    _rank_main(rank, cfg, world, names[rank], threads, port, link.emit, link.ready)
 
 
 def run(ctx: RunContext) -> None:
@@ -116,13 +118,13 @@ def run(ctx: RunContext) -> None:
         if not 0 <= local < local_world:
             raise ConfigError("LOCAL_RANK", f"torchrun's LOCAL_RANK={local} is outside 0..{local_world - 1}")
         name = _rank_devices(device, local_world, "WORLD_SIZE")[local] if device.type == "cuda" else "cpu"
-        _rank_main(rank, cfg.to_dict(), world, name, torch.get_num_threads(), None, write)
+        _rank_main(rank, cfg, world, name, torch.get_num_threads(), None, write)
     else:
         world = cfg.world_size
         names = _rank_devices(device, world, "world_size") if device.type == "cuda" else ["cpu"] * world
         # NOTE: ranks on one CPU share its cores: each gets its share of intra-op threads (at least 1)
         threads = max(1, torch.get_num_threads() // world)
-        with ChildGroup(_spawned_rank, world, (cfg.to_dict(), world, names, threads, free_port()), write,
+        with ChildGroup(_spawned_rank, world, (cfg, world, names, threads, free_port()), write,
                         who="rank") as group:
             group.wait()
     recorder.finish()

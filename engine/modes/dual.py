@@ -19,12 +19,11 @@ import contextlib
 import functools
 import logging
 import threading
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import torch
 
 from engine import devices
-from engine.config import RunConfig
 from engine.errors import ConfigError
 from engine.loaders import LOADERS
 from engine.measure import trace
@@ -37,6 +36,9 @@ from engine.modes._fanout import FanOut, Stopped, until_stopped
 from engine.modes._procs import ChildGroup, Link
 from engine.modes._streams import check_streams, run_streams
 from engine.workloads import build_dataset
+
+if TYPE_CHECKING:  # annotations only: the run side does not import the config (engine/registry.py says why)
+    from engine.config import RunConfig
 
 __all__ = ["PROCESSES", "SEQUENTIAL", "STREAMS", "THREADS", "concurrent_bound", "sequential_bound"]
 
@@ -161,9 +163,8 @@ def _thread_stream(device: torch.device) -> torch.cuda.Stream | None:
 # ---------------------------------------------------------------------------- dual-processes
 
 
-def _process_main(i: int, cfg_dict: dict[str, Any], device_names: list[str], threads: int, link: Link) -> None:
+def _process_main(i: int, cfg: RunConfig, device_names: list[str], threads: int, link: Link) -> None:
     """Model i's whole run in its own process: its own loader, model and optimizer (a spawned child)."""
-    cfg = RunConfig(**cfg_dict)
     torch.set_num_threads(threads)
     device = devices.resolve(device_names[i])
     dataset = build_dataset(cfg)
@@ -182,7 +183,7 @@ def run_processes(ctx: RunContext) -> None:
     # NOTE: the children share the cores the run has; each gets its share of intra-op threads (at least 1)
     threads = max(1, torch.get_num_threads() // N_MODELS)
     recorder = Recorder(ctx)
-    with ChildGroup(_process_main, N_MODELS, (cfg.to_dict(), names, threads), recorder.write, who="model") as group:
+    with ChildGroup(_process_main, N_MODELS, (cfg, names, threads), recorder.write, who="model") as group:
         group.wait()
     recorder.finish()
 

@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import copy
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 
-from engine.config import RunConfig
 from engine.errors import ConfigError
 from engine.loaders import LOADERS, to_device
 from engine.measure import trace
@@ -35,6 +34,9 @@ from engine.modes._base import ModeSpec, RunContext
 from engine.modes._common import Recorder, build_model, epoch_payload, fail_point
 from engine.plugins import is_spec
 from engine.workloads import build_dataset
+
+if TYPE_CHECKING:  # annotations only: the run side does not import the config (engine/registry.py says why)
+    from engine.config import RunConfig
 
 __all__ = ["FusedStep", "SPEC", "bound", "model_lrs", "run"]
 
@@ -140,7 +142,7 @@ def _check(cfg: RunConfig) -> None:
         raise ConfigError("n_models", f"fused trains n_models >= 2 models as one program, got {cfg.n_models}; "
                                       "use mode single for one model")
     if is_spec(cfg.model):
-        return  # a user's model is built for its data: engine.plugins.preflight trains two copies under vmap
+        return  # a user's model is built for its data: engine.preflight trains two copies under vmap
     # the vmap check is structural, so a tiny instance of the architecture is enough
     check_vmappable(MODELS[cfg.model]((3, 8, 8), cfg.num_classes, 8, cfg.depth))
 

@@ -19,12 +19,12 @@ a schedule of our own is simpler and keeps every mode in the runner's process.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from engine.devices import resolve as resolve_device
-from engine.config import RunConfig
 from engine.errors import ConfigError
 from engine.loaders import LOADERS, to_device
 from engine.measure._stage_step import stage_builder
@@ -35,6 +35,9 @@ from engine.modes._base import ModeSpec, RunContext
 from engine.modes._common import Recorder, check_devices, epoch_payload, fail_point
 from engine.plugins import is_spec
 from engine.workloads import build_dataset
+
+if TYPE_CHECKING:  # annotations only: the run side does not import the config (engine/registry.py says why)
+    from engine.config import RunConfig
 
 __all__ = ["Pipeline", "SPEC", "bound", "run", "stage_devices"]
 
@@ -174,7 +177,7 @@ def _check(cfg: RunConfig) -> None:
         raise ConfigError("micro_batches", f"must be at most batch_size ({cfg.batch_size}): each micro-batch needs "
                                            f"a sample")
     if is_spec(cfg.model):
-        return  # a user's model is built for its data: engine.plugins.preflight cuts it on one real batch
+        return  # a user's model is built for its data: engine.preflight cuts it on one real batch
     # how many blocks there are to cut depends on the architecture and depth only: a tiny instance says
     split_stages(MODELS[cfg.model]((3, 8, 8), cfg.num_classes, 8, cfg.depth), cfg.n_stages)
 

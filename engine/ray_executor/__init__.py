@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from engine.config import SweepConfig
 from engine.paths import Db
-from engine.plugins import preflight
+from engine.preflight import preflight
 from engine.ray_executor._cluster import INSTALL_HINT, connect_ray, ray_available, require_ray
 from engine.ray_executor._driver import Driver, Trial, gpus_needed
 from engine.ray_executor._session import reap_leftovers, sessions_dir

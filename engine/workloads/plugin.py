@@ -26,20 +26,14 @@ import numpy as np
 import torch
 
 from engine.errors import ConfigError, printable
+from engine.plugins import set_item_seed
 from engine.workloads._base import SeededDataset, sample_seed
 
-__all__ = ["BadItem", "PluginDataset", "current_seed"]
-
-_ITEM = threading.local()  # the (seed, epoch, index) seed of the item this thread is loading
+__all__ = ["BadItem", "PluginDataset"]
 
 
 class BadItem(TypeError):
     """An item of the user's dataset is not (tensor, int | tensor); the message names the plugin and the item."""
-
-
-def current_seed() -> int:
-    """The 64-bit seed of the item being loaded in this thread (0 outside an item)."""
-    return getattr(_ITEM, "seed", 0)
 
 
 class PluginDataset(SeededDataset):
@@ -93,14 +87,14 @@ class PluginDataset(SeededDataset):
             return self._item(seed, index)
 
     def _item(self, seed: int, index: int) -> tuple[torch.Tensor, Any]:
-        _ITEM.seed = seed
+        set_item_seed(seed)  # what engine.plugins.item_rng() seeds from, in this thread
         torch.default_generator.manual_seed(seed)  # NOTE: the CPU generator only: CUDA's stay the training's
         np.random.seed(seed & 0xFFFFFFFF)  # NOTE: numpy's legacy seed takes 32 bits
         random.seed(seed)
         try:
             item = self.inner[index]
         finally:
-            _ITEM.seed = 0
+            set_item_seed(0)
         return self._check(item, index)
 
     def _check(self, item: Any, index: int) -> tuple[torch.Tensor, Any]:

@@ -15,7 +15,8 @@ import torch
 
 from engine.cli import main
 from engine.config import ConfigError, RunConfig
-from engine.plugins import code_hash, preflight, registered
+from engine.plugins import code_hash, registered
+from engine.preflight import preflight
 from engine.workloads import build_dataset
 
 from tests.engine._mode_runs import launch_mode, run_in_process
