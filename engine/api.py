@@ -22,21 +22,20 @@ from engine.paths import TRACE_FILE, db_path
 from engine.presets import PRESETS
 from engine.ray_executor import INSTALL_HINT, ray_available
 from engine.status import RunStatus
-from engine.store import (BUILTIN_QUERIES, EXPLORE_FILTERS, EXPLORE_METRICS, count_runs, explore_axes,
+from engine.store import (EXPLORE_FILTERS, EXPLORE_METRICS, count_runs, explore_axes,
                           explore_filter_options, explore_summary, get_epochs, get_run, get_steps, ingest_pending,
-                          list_runs, list_saved_queries, load_view, pending_summary, purge, restore, run_query,
+                          list_saved_queries, load_view, pending_summary, purge, restore, run_query,
                           save_query, save_view, search_runs, set_notes, set_tags, soft_delete, table_schema)
 from engine.store.version import bump as bump_data_version
 from engine.store.version import current as data_version
 
-__all__ = ["BASELINE_EXAMPLE", "BUILTIN_QUERIES", "CONFIRM_REPEATS", "ConfigError", "EXPLORE_FILTERS",
-           "EXPLORE_METRICS", "INSTALL_HINT", "METRIC_LABELS", "PLUGIN_FIELDS", "PRESETS", "RAY_ADDRESS_ENV",
-           "RAY_SWEEP", "RunConfig", "RunStatus", "SweepConfig", "TRACE_FILE", "advise", "auto_chart", "browser_sweep",
-           "browser_values", "bump_data_version", "cancel", "check_browser_config", "compare_chart", "config_fields",
-           "count_runs", "data_version", "db_path", "default_ray_address", "ensure_worker", "epoch_breakdown_chart",
-           "epoch_chart", "estimate_duration", "explore_axes", "explore_filter_options", "explore_summary",
-           "field_choices", "get_epochs", "get_run", "get_steps", "ingest_pending", "job_progress", "list_jobs",
-           "list_runs", "list_saved_queries", "load_view", "metric_chart", "parse_baseline", "pending_summary",
-           "plugin_choices", "purge", "ray_available", "restore", "run_query", "save_query", "save_view", "search_runs",
-           "set_notes", "set_tags", "soft_delete", "step_timeline_chart", "submit", "submit_ray_sweep", "submit_sweep",
-           "table_schema", "worker_alive"]
+__all__ = ["BASELINE_EXAMPLE", "CONFIRM_REPEATS", "ConfigError", "EXPLORE_FILTERS", "EXPLORE_METRICS", "INSTALL_HINT",
+           "METRIC_LABELS", "PLUGIN_FIELDS", "PRESETS", "RAY_ADDRESS_ENV", "RAY_SWEEP", "RunConfig", "RunStatus",
+           "SweepConfig", "TRACE_FILE", "advise", "auto_chart", "browser_sweep", "browser_values", "bump_data_version",
+           "cancel", "check_browser_config", "compare_chart", "config_fields", "count_runs", "data_version", "db_path",
+           "default_ray_address", "ensure_worker", "epoch_breakdown_chart", "epoch_chart", "estimate_duration",
+           "explore_axes", "explore_filter_options", "explore_summary", "field_choices", "get_epochs", "get_run",
+           "get_steps", "ingest_pending", "job_progress", "list_jobs", "list_saved_queries", "load_view",
+           "metric_chart", "parse_baseline", "pending_summary", "plugin_choices", "purge", "ray_available", "restore",
+           "run_query", "save_query", "save_view", "search_runs", "set_notes", "set_tags", "soft_delete",
+           "step_timeline_chart", "submit", "submit_ray_sweep", "submit_sweep", "table_schema", "worker_alive"]

@@ -8,6 +8,7 @@ import re
 import pandas as pd
 
 from engine import api
+from engine.store import list_runs
 
 
 def _widgets(at) -> dict:
@@ -87,7 +88,7 @@ def test_summary_aggregates_in_duckdb_with_a_ci_for_repeats(seeded):
     repeats = df[df["host"] == "other-host"].iloc[0]
     assert repeats["n"] == 6
     assert repeats["lo"] <= repeats["median"] <= repeats["hi"] and repeats["lo"] < repeats["hi"]
-    runs = api.list_runs(filters={"host": "other-host"})
+    runs = list_runs(filters={"host": "other-host"})
     assert repeats["median"] == runs["epoch_s"].median()
     assert set(repeats["run_ids"].split(",")) == set(runs["run_id"])
     assert pd.isna(repeats["interval_note"])
@@ -120,7 +121,7 @@ def test_the_interval_is_the_exact_binomial_one_from_six_runs(seeded):
     with connect(db, read_only=False) as conn:
         conn.execute("UPDATE runs SET deleted = false")
     row = api.explore_summary("host", filters={"tag": ["seed"]}).set_index("host").loc["other-host"]
-    times = sorted(api.list_runs(filters={"host": "other-host"})["epoch_s"])
+    times = sorted(list_runs(filters={"host": "other-host"})["epoch_s"])
     assert (row["lo"], row["hi"]) == (times[0], times[5])
 
 

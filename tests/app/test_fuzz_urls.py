@@ -20,6 +20,7 @@ from engine import api, jobs, registry
 from engine.browser import PLUGIN_FIELDS
 from engine.config import config_fields, field_choices
 from engine.paths import jobs_dir, runs_dir
+from engine.store import list_runs
 from tests.app.conftest import APP
 
 FUZZ = settings(max_examples=25, deadline=None, database=None, derandomize=True,
@@ -82,7 +83,7 @@ def _params(page: str):
 @pytest.mark.parametrize("page", ["explore", "runs", "history"])
 def test_tampered_urls_on_read_pages(seeded, page):
     db, _ = seeded
-    before = api.list_runs(limit=100_000)
+    before = list_runs(limit=100_000)
 
     @FUZZ
     @given(params=_params(page))
@@ -90,7 +91,7 @@ def test_tampered_urls_on_read_pages(seeded, page):
         _check(_open(page, params), params)
 
     fuzz()
-    assert len(api.list_runs(limit=100_000)) == len(before)  # reading pages changed nothing
+    assert len(list_runs(limit=100_000)) == len(before)  # reading pages changed nothing
 
 
 @pytest.mark.slow

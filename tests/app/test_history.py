@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from engine import api
+from engine.store import BUILTIN_QUERIES, list_runs
 
 
 def _run_sql(at, sql: str):
@@ -39,7 +40,7 @@ def test_builtin_queries_load_and_run(seeded, open_page, no_problems):
         at.selectbox(key="history.pick").set_value(name)
         at.button(key="history.load").click().run()
         no_problems(at)
-        assert at.text_area(key="history.editor").value == api.BUILTIN_QUERIES[name]
+        assert at.text_area(key="history.editor").value == BUILTIN_QUERIES[name]
 
 
 def test_save_a_query(seeded, open_page, no_problems):
@@ -78,7 +79,7 @@ def test_bad_and_hostile_sql_is_an_error_and_changes_nothing(seeded, open_page, 
     assert not at.exception
     assert len(at.error) == 1 and at.error[0].value.startswith("Query not run:"), [e.value for e in at.error]
     assert file_hash(db) == before
-    assert len(api.list_runs()) == len(ids)
+    assert len(list_runs()) == len(ids)
 
 
 def test_schema_browser_lists_tables(seeded, open_page):
