@@ -33,7 +33,8 @@ MODELS = unique("model", [("mlp", MLP), ("cnn", CNN), ("transformer", Transforme
 
 def build_model(cfg: Any, in_shape: tuple[int, ...], num_classes: int, *, arch: str | None = None,
                 width: int | None = None, field: str = "model") -> nn.Module:
-    """A built-in model, or the user's factory called with in_shape, num_classes, width, depth and seed.
+    """A built-in model, or the user's factory called with every config field plus in_shape (the dataset's
+    item shape), num_classes (the dataset's) and width (this model's), or those its signature names.
 
     Also makes cfg.loss this process's loss (engine.models._base.set_loss): every process that trains
     builds its model here, so the loss follows the model into threads, spawned processes and ranks.
@@ -42,8 +43,9 @@ def build_model(cfg: Any, in_shape: tuple[int, ...], num_classes: int, *, arch: 
     set_loss(cfg.loss)
     if not is_spec(arch):
         return MODELS[arch](in_shape, num_classes, width, cfg.depth)
-    kwargs = {"in_shape": tuple(in_shape), "num_classes": int(num_classes), "width": width, "depth": cfg.depth,
-              "seed": cfg.seed}
+    # every config field, as the dataset's factory gets them, and what the model is built for on top: the
+    # dataset's shape and classes, and this model's width (model_b's may differ)
+    kwargs = {**cfg.to_dict(), "in_shape": tuple(in_shape), "num_classes": int(num_classes), "width": width}
     model = call_factory(resolve(arch, field), arch, field, kwargs)
     if not isinstance(model, nn.Module):
         raise ConfigError(field, f"'{arch}' returned type {type(model).__name__}, not a torch.nn.Module; return the "

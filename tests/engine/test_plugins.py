@@ -95,6 +95,11 @@ BROKEN = 3  # not callable
 def net(in_shape, num_classes, width, depth, seed):
     return nn.Sequential(nn.Flatten(), nn.Linear(in_shape[0] * in_shape[1] * in_shape[2], num_classes))
 
+def kw_net(**cfg):
+    model = net(cfg["in_shape"], cfg["num_classes"], cfg["width"], cfg["depth"], cfg["seed"])
+    model.seen = cfg
+    return model
+
 def not_a_module(**_):
     return "a model"
 
@@ -184,6 +189,14 @@ def test_the_factory_gets_the_config_fields_it_asks_for(plug):
     assert ds.sample_shape == (3, 12, 12) and ds.num_classes == 3
     x, y = ds[(0, 1)]
     assert isinstance(y, int) and x.shape == (3, 12, 12)
+    # a model's factory gets every config field too, plus what it is built for
+    from engine.models import build_model  # noqa: PLC0415
+
+    seen = build_model(tiny(plug, model=f"{plug}:kw_net", lr=0.125, width=16), (3, 8, 8), 5).seen
+    assert seen["lr"] == 0.125 and seen["in_shape"] == (3, 8, 8) and seen["num_classes"] == 5 and seen["width"] == 16
+    b = build_model(tiny(plug, model=f"{plug}:kw_net", width_b=4, mode="dual-threads"), (3, 8, 8), 5,
+                    arch=f"{plug}:kw_net", width=4, field="model_b")
+    assert b.seen["width"] == 4  # model_b's own width
 
 
 def _batches(cfg: RunConfig, loader: str, epoch: int) -> list:
