@@ -8,7 +8,8 @@ host, how much it beats the default, why (the bound verdict), and what to measur
 Only done, single-model runs are ranked, by the median over runs of `epoch_s` (each run's median
 steady-state epoch, warm-up excluded). Runs are compared only within one "problem": the same data
 and model settings on one host fingerprint (PROBLEM_KEYS; the fingerprint holds the thread settings).
-"This host" is this machine, whatever threads its runs were given. The loader settings and the batch size (KNOB_KEYS) are what varies.
+"This host" is this machine, whatever threads its runs were given. The loader settings and the batch size
+(KNOB_KEYS) are what varies.
 When several problems were measured, the one with the most runs is advised on (narrow it with `where`).
 
 The best is compared with sync, or with the user's own setup when they give one (`baseline`, see

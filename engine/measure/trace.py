@@ -1,7 +1,8 @@
 """`--trace`: a torch.profiler trace of ONE extra steady-state epoch, after the measured ones.
 
 The traced epoch runs after the last measured epoch and writes no `epoch` event, and the system sampler
-is stopped before it, so the profiler's overhead never reaches the stored figures (epochs, memory, CPU %). The trace is a Chrome trace, gzipped (Perfetto, chrome://tracing
+is stopped before it, so the profiler's overhead never reaches the stored figures (epochs, memory, CPU %).
+The trace is a Chrome trace, gzipped (Perfetto, chrome://tracing
 and TensorBoard's trace viewer open .json.gz directly), at <run_dir>/trace.json.gz.
 
     trace.extra_epoch(ctx, lambda e: train_epoch(model, opt, loader.epoch(e), device))   # a no-op without --trace

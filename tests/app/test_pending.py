@@ -44,8 +44,8 @@ def test_while_a_program_holds_the_store_every_page_says_runs_wait_and_by_whom(s
         at = open_page(page)
         assert not at.exception
         banners = [w.value for w in at.warning if "waiting to be stored" in w.value]
-        assert banners and banners[0].startswith(f"1 run waiting to be stored (the store is held by pid {holder.pid}"), \
-            [w.value for w in at.warning]
+        held = f"1 run waiting to be stored (the store is held by pid {holder.pid}"
+        assert banners and banners[0].startswith(held), [w.value for w in at.warning]
     finally:
         holder.kill()
         holder.wait()

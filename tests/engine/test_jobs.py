@@ -172,7 +172,8 @@ def test_ray_sweep_job_refused_without_ray_and_failed_when_its_worker_died(store
             jobs.submit_ray_sweep(sweep, db=store, origin="cli")
         assert err.value.field == "target" and jobs.list_jobs(store).empty
     if not ray_available():
-        # NOTE: as in test_ray_executor.py: where Ray is required (LOADERLAB_REQUIRE_RAY=1, CI) its absence fails the test
+        # NOTE: as in test_ray_executor.py: where Ray is required (LOADERLAB_REQUIRE_RAY=1, CI) its absence fails
+        # the test
         assert os.environ.get("LOADERLAB_REQUIRE_RAY") != "1", "LOADERLAB_REQUIRE_RAY=1 but Ray is not installed"
         pytest.skip("Ray is not installed: pip install -r requirements-cluster.txt")
     job_id = jobs.submit_ray_sweep(sweep, address=" auto ", db=store, origin="cli")

@@ -82,7 +82,8 @@ def test_budget_stops_the_tune_after_the_first_run(store, capsys):
                     + [f"--set={k}={v}" for k, v in TINY.items()]) == 0
     out = capsys.readouterr().out
     assert "1 runs" in out and "budget spent" in out and "best: " in out   # the first of a shuffled rung
-    assert "faster than" not in out and "best vs" not in out and "95% CI" not in out  # no interleaved runs, so no speedup claimed
+    # no interleaved runs, so no speedup claimed
+    assert "faster than" not in out and "best vs" not in out and "95% CI" not in out
     assert cli.build_parser().parse_args(["advise", "--host", "any"]).host == "any"
 
 
