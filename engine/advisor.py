@@ -195,7 +195,8 @@ def advise(workload: str, model: str, *, host: str = "this", db: Db = None,
     advice.table = stats.summarize_configs(mine, list(KNOB_KEYS))
     # --- best, default, comparison ---
     advice.best = dict(zip(KNOB_KEYS, _native(advice.table.iloc[0][list(KNOB_KEYS)])))
-    advice.default = yours.knobs(given) if given else _default(advice.table, advice.best)
+    advice.default = (yours.knobs(given, device=advice.problem["device"]) if given
+                      else _default(advice.table, advice.best))
     best_runs, default_runs = mine[_match(mine, advice.best)], mine[_match(mine, advice.default)]
     advice.comparison = stats.compare(default_runs["epoch_s"], best_runs["epoch_s"]) if len(default_runs) else {
         "n_a": 0, "n_b": len(best_runs), "speedup": math.nan, "speedup_lo": math.nan, "note": "not measured"}

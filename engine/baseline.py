@@ -57,11 +57,17 @@ def parse(value: str | dict[str, Any] | None) -> dict[str, Any]:
     return {k: getattr(cfg, k) for k in BASELINE_KEYS if k in given}
 
 
-def knobs(baseline: dict[str, Any], base: RunConfig | None = None) -> dict[str, Any]:
+def knobs(baseline: dict[str, Any], base: RunConfig | None = None, device: str | None = None) -> dict[str, Any]:
     """All of BASELINE_KEYS: the baseline's fields over `base`'s (a tune's shared fields), else over the
-    defaults: what the user did not say is the library default, as in a DataLoader left at its defaults."""
+    defaults: what the user did not say is the library default, as in a DataLoader left at its defaults.
+
+    As runs store them (what took effect): fields the loader ignores normalised, and on device "cpu" (as a run
+    stores auto where it resolved so) no pinning, so that the user's setup matches its stored runs."""
     cfg = base.replace(**baseline) if base is not None else RunConfig.from_dict(baseline)
-    return {k: getattr(cfg, k) for k in BASELINE_KEYS}
+    out = {k: cfg.effective()[k] for k in BASELINE_KEYS}
+    if device == "cpu":
+        out["pin_memory"] = False
+    return out
 
 
 def describe_baseline(baseline: dict[str, Any]) -> str:
