@@ -29,6 +29,7 @@ from engine.jobs import ensure_worker, run_worker, worker_pid
 from engine.preflight import preflight
 from engine.ray_executor import run_sweep_ray
 from engine.runner import launch
+from engine.stats import speedup_vs_sequential
 from engine.status import RunStatus
 from engine.store import (export, export_bundle, get_epochs, get_run, import_results, ingest_pending, list_runs,
                           pending_summary, run_query)
@@ -235,6 +236,32 @@ def cmd_query(args: argparse.Namespace) -> int:
         print(result.df.to_string(index=False))
     if result.truncated:
         print(f"(truncated at {args.max_rows} rows)", file=sys.stderr)
+    return 0
+
+
+def _speedups_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--sweep", help="only this sweep's runs (its id, as `runs` lists it)")
+    p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+
+
+@command(_speedups_options, help="dual-* and fused vs the same models one after another, with 95%% intervals")
+def cmd_speedups(args: argparse.Namespace) -> int:
+    """Each dual-* and fused config's speedup over training its models in turn (engine.stats.speedup_vs_sequential)."""
+    filters = {"status": RunStatus.DONE, **({"sweep_id": args.sweep} if args.sweep else {})}
+    table = speedup_vs_sequential(list_runs(db=args.db, limit=1_000_000, filters=filters))
+    if table.empty:
+        print("no dual-* or fused runs yet" + (f" in sweep {args.sweep}" if args.sweep else "")
+              + ": try `python -m engine sweep examples/dual.toml` (or fused.toml)")
+        return 0
+    cols = [c for c in ("sweep_id", "mode", "n_models", "model", "model_b", "dual_data", "loader", "n", "baseline_mode",
+                        "baseline_n", "speedup", "speedup_lo", "speedup_hi", "verdict", "note") if c in table.columns]
+    table = table[cols]
+    if args.format == "json":
+        print(table.to_json(orient="records"))
+    elif args.format == "csv":
+        print(table.to_csv(index=False), end="")
+    else:
+        print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
     return 0
 
 

@@ -5,6 +5,7 @@
     df = lab.sweep({"loader": ["threads", "processes"], "workers": [2, 4]}, repeats=7,
                    base={"workload": "mypkg.data:build", "model": "mypkg.nets:resnet"})
     lab.compare(df["run_id"])                  # medians with 95% intervals, speedups over the slowest
+    lab.speedups(df)                           # dual-* and fused vs the same models one after another
     lab.advise(workload="mypkg.data:build", model="mypkg.nets:resnet", baseline="loader=processes,workers=4")
 
 Every function takes `db=`; without it the store is the CLI's: $LOADERLAB_DB, else the checkout's
@@ -27,12 +28,13 @@ from engine.advisor import advise as _advise
 from engine.config import RunConfig, SweepConfig
 from engine.paths import Db
 from engine.runner import launch
+from engine.stats import speedup_vs_sequential
 from engine.store import get_run, list_runs, run_query
 from engine.sweep import run_sweep
 from engine.tune import parse_budget
 from engine.tune import tune as _tune
 
-__all__ = ["advise", "compare", "db_path", "run", "runs", "sweep", "tune"]
+__all__ = ["advise", "compare", "db_path", "run", "runs", "speedups", "sweep", "tune"]
 
 _SUMMARY = ("run_id", "status", "error", "workload", "model", "loader", "workers", "mode", "batch_size", "epoch_s",
             "samples_per_s", "ttfb_s", "bound_s", "efficiency", "verdict", "data_wait_share", "peak_rss_bytes",
@@ -89,6 +91,18 @@ def compare(what: Iterable[str] | str | pd.DataFrame, *, by: list[str] | None = 
         lab.compare(lab.runs(workload="tensor", status="done"))
         lab.compare("SELECT run_id FROM runs WHERE sweep_id = 'lab-...'")"""
     return compare_runs(_runs_of(what, db), by)
+
+
+def speedups(what: Iterable[str] | str | pd.DataFrame | None = None, *, db: Db = None) -> pd.DataFrame:
+    """Each dual-* and fused config's speedup over training the same models one after another, with the 95%
+    interval and verdict of engine.stats.compare: dual-* against dual-sequential, fused xN against N single
+    runs, matched within one sweep, host fingerprint and plugin code (engine.stats.speedup_vs_sequential).
+
+    `what`: as for compare (run ids, a query, a DataFrame); default: every done run in the store.
+
+        lab.speedups(lab.sweep({"mode": ["dual-sequential", "dual-processes"]}, repeats=7, base={...}))"""
+    runs_df = list_runs(db=db, limit=1_000_000, filters={"status": "done"}) if what is None else _runs_of(what, db)
+    return speedup_vs_sequential(runs_df)
 
 
 def advise(*, workload: str, model: str, baseline: str | dict[str, Any] | None = None, host: str = "this",

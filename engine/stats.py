@@ -268,8 +268,10 @@ def _wait_percentiles(steps: pd.DataFrame | None, run_id: Any, steady: pd.DataFr
 # Fields that describe how models share the machine, not the problem: ignored when matching a baseline.
 _MODE_FIELDS = ("mode", "n_models", "lr_spread", "model_b", "width_b", "dual_data", "devices", "n_stages",
                 "micro_batches", "world_size", "tag", "host_fingerprint")
-# NOTE: matched only between dual-* and dual-sequential: shared vs separate data are different configs
+# Contenders are grouped by these (shared vs separate data are different configs); their dual-sequential baseline
+# is matched on the models only: it trains A then B, loading the epoch for each, whatever dual_data says
 _DUAL_FIELDS = ("model_b", "width_b", "dual_data")
+_DUAL_MODELS = ("model_b", "width_b")
 
 
 def speedup_vs_sequential(runs_df: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
@@ -277,7 +279,8 @@ def speedup_vs_sequential(runs_df: pd.DataFrame, confidence: float = 0.95) -> pd
     same models one after another, measured in the same sweep_id.
 
     Baselines, matched on every other config field and on host_fingerprint (a Ray sweep spans nodes):
-      dual-*             the dual-sequential run with the same model_b/width_b/dual_data (both models, in turn)
+      dual-*             the dual-sequential run with the same model_b/width_b (both models, in turn); shared
+                         and separate data are contenders of their own against that one baseline
       fused n_models=N   single-mode runs: N models trained in turn take N x the single epoch time
     NOTE: speedups compare throughput (samples of all models per second, the store's samples_per_s),
     so "N x single" needs no separate run: speedup = fused samples/s / single samples/s. Repeats of
@@ -306,7 +309,7 @@ def speedup_vs_sequential(runs_df: pd.DataFrame, confidence: float = 0.95) -> pd
         match = (df["mode"] == base_mode) & _same(df, fixed, [c for c in ("sweep_id", "host_fingerprint",
                                                                         "code_hash") if c in fixed] + keys)
         if base_mode == "dual-sequential":
-            match &= _same(df, fixed, [c for c in _DUAL_FIELDS if c in fixed])
+            match &= _same(df, fixed, [c for c in _DUAL_MODELS if c in fixed])
         base = df[match]
         c = compare(1 / base["samples_per_s"], 1 / group["samples_per_s"], confidence) if len(base) else None
         row = {**fixed, "n": len(group), "baseline_mode": base_mode, "baseline_n": len(base),

@@ -106,3 +106,23 @@ def test_run_summary_line_says_overlap_and_never_none(store):
     assert "efficiency" in summary and "None" not in out.stdout
     row = json.loads(cli("query", "SELECT overlap FROM runs", "--format", "json", db=store).stdout)[0]
     assert ("overlap" in summary) == (row["overlap"] is not None)
+
+
+def test_speedups_pair_dual_modes_with_their_sequential_baseline(store):
+    """`speedups` (and lab.speedups): each dual-* config against dual-sequential of the same models in the same
+    sweep; shared and separate data are two contenders with that one baseline."""
+    from engine import lab  # noqa: PLC0415
+
+    base = {"workload": "tensor", "n_samples": 64, "image_size": 8, "width": 8, "batch_size": 32, "epochs": 2,
+            "bound": False, "sample_hz": 0.0, "device": "cpu"}
+    runs = lab.sweep({"mode": ["dual-sequential", "dual-threads"], "dual_data": ["shared", "separate"]}, base=base,
+                     progress=False, db=store)
+    assert len(runs) == 3 and set(runs["status"]) == {"done"}  # dual-sequential once: dual_data is not its field
+    table = lab.speedups(runs, db=store)
+    assert sorted(table["dual_data"]) == ["separate", "shared"] and set(table["baseline_n"]) == {1}
+    assert table["speedup"].gt(0).all()
+    out = cli("speedups", "--sweep", runs["sweep_id"].iloc[0], "--format", "json", db=store)
+    assert out.returncode == 0, out.stderr
+    assert sorted(r["dual_data"] for r in json.loads(out.stdout)) == ["separate", "shared"]
+    empty = cli("speedups", "--sweep", "no-such-sweep", db=store)
+    assert empty.returncode == 0 and "no dual-* or fused runs yet in sweep no-such-sweep" in empty.stdout
