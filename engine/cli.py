@@ -130,6 +130,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     result = launch(cfg, db=args.db, on_event=on_event)
     if result.stored:  # else the store is held: main() says so in one line after the command
         _print_summary(result.run_id, args.db)
+    else:
+        print(f"run {result.run_id}: {result.status} · not stored yet; its RunLog is {result.run_dir / 'events.jsonl'}")
     if result.status != RunStatus.DONE:
         print(f"run {result.run_id} {result.status}: {result.error}", file=sys.stderr)
         return 1

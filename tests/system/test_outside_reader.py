@@ -63,6 +63,7 @@ def test_run_goes_ahead_while_a_session_holds_the_store(store, holder):
     out = cli("run", *TINY, "--loader", "threads", "--workers", "1", db=store)
     assert out.returncode == 0, out.stderr
     assert "epoch 1" in out.stdout  # it ran, from the start, without waiting for the store
+    assert " · not stored yet; its RunLog is " in out.stdout.splitlines()[-1]  # which run, and where it is
     (line,) = [line for line in out.stderr.splitlines() if WAITING in line]
     assert line.startswith(f"1 run(s) {WAITING} and will be stored once the other session (pid {holder.pid} (")
     assert "error" not in out.stderr.lower() and "Traceback" not in out.stderr
