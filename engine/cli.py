@@ -24,8 +24,8 @@ from engine.advisor import advise
 from engine.config import RunConfig, SweepConfig, config_fields, field_choices, load_toml
 from engine.demo import ensure_demo
 from engine.errors import ConfigError, StoreBusy, StoreError, UsageError, printable
-from engine.paths import Db
 from engine.jobs import ensure_worker, run_worker, worker_pid
+from engine.paths import Db
 from engine.preflight import preflight
 from engine.ray_executor import run_sweep_ray
 from engine.runner import launch
@@ -131,7 +131,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if result.stored:  # else the store is held: main() says so in one line after the command
         _print_summary(result.run_id, args.db)
     else:
-        print(f"run {result.run_id}: {result.status} · not stored yet; its RunLog is {result.run_dir / 'events.jsonl'}")
+        log_file = result.run_dir / "events.jsonl"
+        print(f"run {result.run_id}: {result.status} · not stored yet; its RunLog is {log_file}")
     if result.status != RunStatus.DONE:
         print(f"run {result.run_id} {result.status}: {result.error}", file=sys.stderr)
         return 1
