@@ -61,13 +61,11 @@ def knobs(baseline: dict[str, Any], base: RunConfig | None = None, device: str |
     """All of BASELINE_KEYS: the baseline's fields over `base`'s (a tune's shared fields), else over the
     defaults: what the user did not say is the library default, as in a DataLoader left at its defaults.
 
-    As runs store them (what took effect): fields the loader ignores normalised, and on device "cpu" (as a run
-    stores auto where it resolved so) no pinning, so that the user's setup matches its stored runs."""
+    As runs store them (RunConfig.effective on the `device` they ran on), so that the user's setup matches its
+    stored runs. Runs stored before devices were resolved say "auto": their pinning stays as asked."""
     cfg = base.replace(**baseline) if base is not None else RunConfig.from_dict(baseline)
-    out = {k: cfg.effective()[k] for k in BASELINE_KEYS}
-    if device == "cpu":
-        out["pin_memory"] = False
-    return out
+    effective = cfg.effective(device=None if device in (None, "auto") else device)
+    return {k: effective[k] for k in BASELINE_KEYS}
 
 
 def describe_baseline(baseline: dict[str, Any]) -> str:

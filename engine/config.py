@@ -126,8 +126,9 @@ class RunConfig:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
 
-    def effective(self) -> dict[str, Any]:
-        """The config as it takes effect, for the store: fields the mode ignores get the value that ran.
+    def effective(self, device: str | None = None) -> dict[str, Any]:
+        """The config as it takes effect, for the store: fields the mode and the loader ignore get the value that
+        ran; with `device`, the device it resolved to (auto as cpu, say), and no pinning unless it is a GPU.
 
         NOTE: the RunConfig itself keeps what the user asked for, so `replace(mode=...)` still finds
         their n_models or world_size; only the stored copy is normalised, in this one place.
@@ -151,6 +152,8 @@ class RunConfig:
             out["prefetch_depth"] = _default("prefetch_depth")
         if self.loader != "processes":
             out.update(start_method=_default("start_method"), persistent_workers=_default("persistent_workers"))
+        if device is not None:  # pinning only helps a copy to a GPU
+            out.update(device=device, pin_memory=self.pin_memory and device.startswith("cuda"))
         return out
 
     # ------------------------------------------------------------------ validation

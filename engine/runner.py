@@ -102,9 +102,7 @@ def execute(run_dir: Path) -> int:
 def _stored_config(cfg: RunConfig, device: Any, build_dataset: Callable[[RunConfig], Any]) -> dict[str, Any]:
     """What ran: fields the mode and loader ignore normalised, the device it resolved to; a folder's real image
     and class counts."""
-    out = cfg.effective()
-    # what the device took: auto as it resolved (cpu, cuda:0), and pinning only where a CUDA copy happens
-    out.update(device=str(device), pin_memory=cfg.pin_memory and device.type == "cuda")
+    out = cfg.effective(device=str(device))
     if cfg.workload == "folder" or is_spec(cfg.workload):  # a user's dataset may hold other counts than asked
         dataset = build_dataset(cfg)  # NOTE: lists the files once; the mode lists them again (cheap)
         out.update(n_samples=len(dataset), num_classes=dataset.num_classes)
