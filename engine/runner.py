@@ -62,6 +62,7 @@ def execute(run_dir: Path) -> int:
     from engine.measure import bound, host, sampler  # noqa: PLC0415
     from engine.modes._ddp import torchrun_env  # noqa: PLC0415
 
+    imported_at = time.time()  # the end of start-up's first phase (engine/measure/startup.py)
     meta = json.loads((run_dir / "meta.json").read_text())
     if meta.get("cwd"):
         # NOTE: the launcher's folder first, as `python -m` there puts it: a user's module named like a top-level
@@ -84,12 +85,17 @@ def execute(run_dir: Path) -> int:
         heart = _Heartbeat(runlog)
         gpu = device.index or 0 if device.type == "cuda" else None
         try:
+            # NOTE: a mode that trains in its own processes leaves CUDA to them: a context here would only hold memory
+            cuda_s = None if spec.own_processes else devices.init_cuda(device)
+            ctx.startup = {"launched_at": meta.get("launched_at"), "imported_at": imported_at, "cuda_s": cuda_s}
             with heart, sampler.Sampler(runlog, cfg.sample_hz, gpu) as s:
                 ctx.sampler = s
                 spec.run(ctx)
             ctx.summary.update(s.summary())
             if cfg.bound:
+                t = time.perf_counter()
                 ctx.summary.update(_calibrate(bound.calibrate, ctx, run_dir, spec.bound))
+                ctx.summary["calibration_s"] = time.perf_counter() - t
             runlog.write("summary", **ctx.summary)
             runlog.write("end", status=RunStatus.DONE, error=None)
             return 0
@@ -162,6 +168,7 @@ def launch(cfg: RunConfig, *, db: Db = None, meta: dict[str, Any] | None = None,
     engine.warm.WarmParent, forks the child from a parent that has imported torch already (else: cold).
     """
     meta = dict(meta or {})
+    meta.setdefault("launched_at", time.time())  # start-up's phases are counted from here (engine/measure/startup.py)
     meta.setdefault("cwd", os.getcwd())  # the child runs in the checkout; a user's module may be here (plugins)
     meta.update(preflight(cfg, cwd=meta.get("cwd")))  # a bad plugin fails here, before any RunLog: its code_hash
     run_id = meta.pop("run_id", None) or new_run_id()
