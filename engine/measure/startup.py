@@ -7,6 +7,7 @@
     cuda         CUDA initialisation (context on the run device); None on CPU, or where the mode's own
                  processes initialise it (dual-processes, ddp)
     build        config, host fingerprint, sampler, dataset, model, optimizer, loader: up to the first epoch
+                 (in a cold child, mostly torch._dynamo, which torch.optim imports when the first optimizer is made)
     first_batch  the first epoch's time to first batch (loader workers starting, the first fetch)
 
 The phases are consecutive, so they add up to startup_s, launch to first batch (engine.devices.init_cuda times
