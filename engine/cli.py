@@ -175,6 +175,23 @@ def _print_summary(run_id: str, db: Db) -> None:
     for key, what in (("bound_note", "note"), ("bound_error", "no lower bound")):
         if run.get(key):
             print(f"  {what}: {run[key]}")
+    for line in _costs(run):
+        print(f"  {line}")
+
+
+def _costs(run: dict[str, Any]) -> list[str]:
+    """What the GPU waited on (GPU runs only) and how long the start-up took: lines under the summary."""
+    out = []
+    if _given(run.get("gpu_idle_share")):
+        parts = [(f"gpu_idle_{key}_share", what) for key, what in (("data", "data"), ("copy", "copies"),
+                                                                   ("other", "the host"))]
+        split = ", ".join(f"{what} {run[k]:.0%}" for k, what in parts if _given(run.get(k)))
+        out.append(f"GPU idle {run['gpu_idle_share']:.0%} of the steady epochs" + (f", waiting on {split}" if split
+                                                                                      else ""))
+    if _given(run.get("startup_s")):
+        out.append(f"start-up {run['startup_s']:.1f} s to the first batch (interpreter and imports "
+                   f"{run['startup_imports_s']:.1f} s)")
+    return out
 
 
 def _given(value: Any) -> bool:
