@@ -34,7 +34,8 @@ from engine.config import RunConfig
 from engine.paths import Db
 from engine.store import done_runs
 
-__all__ = ["Advice", "CONFIRM_REPEATS", "KNOB_KEYS", "PROBLEM_KEYS", "Suggestion", "advise"]
+__all__ = ["Advice", "CONFIRM_REPEATS", "GPU_IDLE_KEYS", "KNOB_KEYS", "PROBLEM_KEYS", "QUIET_GPU", "Suggestion",
+           "advise", "gpu_line"]
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,7 @@ class Advice:
     warning: str | None = None
     base_config: dict[str, Any] = field(default_factory=dict)   # a best run's full config
     baseline: dict[str, Any] = field(default_factory=dict)      # the user's setup as given; default is its knobs
+    gpu_idle: dict[str, float] = field(default_factory=dict)    # the best's GPU idle shares (median); empty on CPU
 
     @property
     def needs_confirmation(self) -> bool:
@@ -126,6 +128,8 @@ class Advice:
         if self.verdict:
             eff = f", efficiency {self.efficiency:.0%}" if self.efficiency is not None else ""
             lines.append(f"verdict: {self.verdict}{eff}")
+        if self.gpu_idle:
+            lines.append(gpu_line(self.gpu_idle, self.best))
         if self.suggestions:
             lines.append("try next:")
             lines += [f"  {i}. {_fmt_changes(s.changes)}: {s.reason}" for i, s in enumerate(self.suggestions, 1)]
@@ -210,7 +214,44 @@ def advise(workload: str, model: str, *, host: str = "this", db: Db = None,
     advice.cores = int(best_runs["cores"].dropna().min()) if best_runs["cores"].notna().any() else os.cpu_count()
     measured = runs[_match(runs, advice.problem)]
     advice.suggestions = _suggest(advice.best, advice.verdict, measured, advice.cores or 2)
+    advice.gpu_idle = _gpu_idle(best_runs)
     return advice
+
+
+# ---------------------------------------------------------------------------- GPU idle
+
+
+GPU_IDLE_KEYS = ("gpu_idle_share", "gpu_idle_data_share", "gpu_idle_copy_share", "gpu_idle_other_share")
+QUIET_GPU = 0.05  # idle below this share of the step is not worth a change (PyTorch's profiler flagged 5% too)
+
+
+def _gpu_idle(best_runs: pd.DataFrame) -> dict[str, float]:
+    """The median of each GPU idle share over the best config's runs that measured it (none on CPU)."""
+    have = best_runs.dropna(subset=["gpu_idle_share"]) if "gpu_idle_share" in best_runs else best_runs.iloc[0:0]
+    return {k: float(have[k].median()) for k in GPU_IDLE_KEYS if k in have and have[k].notna().any()}
+
+
+def gpu_line(shares: dict[str, float], best: dict[str, Any]) -> str:
+    """What the GPU waits on in the best config, and the change that would cut the biggest part."""
+    idle = shares["gpu_idle_share"]
+    if idle < QUIET_GPU:
+        return f"GPU: idle {idle:.0%} of each step: the loader keeps it fed"
+    parts = {k: shares[k] for k in GPU_IDLE_KEYS[1:] if k in shares}
+    if not parts:  # stored before the split: the idle share alone
+        return f"GPU: idle {idle:.0%} of each step"
+    cause = max(parts, key=parts.get)
+    what = {"gpu_idle_data_share": "waits on data", "gpu_idle_copy_share": "waits on host-to-device copies",
+            "gpu_idle_other_share": "waits on the host (launches, Python, syncs)"}[cause]
+    if cause == "gpu_idle_data_share":
+        fix = ("more workers would cut it" if best["loader"] in _POOLED
+               else "a loader with workers (threads or processes) would cut it")
+    elif cause == "gpu_idle_copy_share":
+        fix = "pinned memory and a copy that overlaps compute (loader prefetch) would hide it"
+    else:
+        fix = "bigger batches (fewer, larger steps) or one fused program for several models would cut it"
+    rest = ", ".join(f"{label} {shares[k]:.0%}" for k, label in (("gpu_idle_data_share", "data"),
+                     ("gpu_idle_copy_share", "copies"), ("gpu_idle_other_share", "host")) if k in shares)
+    return f"GPU: it {what} {parts[cause]:.0%} of each step; {fix} (idle {idle:.0%}: {rest})"
 
 
 def _vs_baseline_lines(advice: Advice) -> list[str]:

@@ -16,7 +16,11 @@ import plotly.graph_objects as go
 __all__ = ["METRIC_LABELS", "auto_chart", "compare_chart", "epoch_breakdown_chart", "epoch_chart",
            "metric_chart", "step_timeline_chart"]
 
-METRIC_LABELS = {"epoch_s": "epoch time (s)", "samples_per_s": "samples/s", "data_wait_share": "data-wait share"}
+METRIC_LABELS = {"epoch_s": "epoch time (s)", "samples_per_s": "samples/s", "data_wait_share": "data-wait share",
+                 "gpu_idle_share": "GPU idle share", "gpu_idle_data_share": "GPU idle share: waiting on data",
+                 "gpu_idle_copy_share": "GPU idle share: waiting on copies",
+                 "gpu_idle_other_share": "GPU idle share: other host time",
+                 "mean_gpu_util": "GPU utilisation (NVML, %)", "startup_s": "start-up to first batch (s)"}
 _PHASES = {"data_wait_s": "data wait", "h2d_s": "copy to device", "compute_s": "compute"}
 _NONE = "(none)"
 _VERDICT = ("bound_s", "efficiency", "verdict")  # shown wherever epoch time is

@@ -72,24 +72,40 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, not usage + traceback
         raise UsageError(f"{self.prog}: {message} (see --help)")
 
+    def format_help(self) -> str:
+        """Help, with the registries' names filled in only now: listing them imports torch (seconds), which a
+        command that only runs (`run` launches a child that imports it) would pay for nothing."""
+        for action, field, tail in getattr(self, "named_flags", []):
+            names = "|".join(field_choices(field) or ())
+            action.help = f"{field.metadata['help']} [{names}]{tail}".replace("%", "%%")
+        self.named_flags = []
+        return super().format_help()
+
 
 def _add_config_flags(p: argparse.ArgumentParser) -> None:
+    """One flag per RunConfig field; the names of a registry's field are listed when help is shown (_Parser)."""
     groups: dict[str, Any] = {}
     for f in config_fields():
         group = groups.setdefault(f.metadata["group"], p.add_argument_group(f"{f.metadata['group']} fields"))
         flag = "--" + f.name.replace("_", "-")
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        choices = field_choices(f)
-        help_ = f.metadata["help"] + (f" [{'|'.join(choices)}]" if choices else "") + f" (default: {default!r})"
+        named = isinstance(f.metadata.get("choices"), str)  # a registry's names, not a fixed tuple
+        choices = None if named else field_choices(f)
+        tail = f" (default: {default!r})"
+        help_ = f.metadata["help"] + (f" [{'|'.join(choices)}]" if choices else "") + tail
         help_ = help_.replace("%", "%%")  # argparse formats help with %
         if f.type == "bool":
-            group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_)
+            action = group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None,
+                                        help=help_)
         else:
-            group.add_argument(flag, dest=f.name, default=None, metavar=f.type.upper().replace("[STR]", ""),
-                               help=help_)
+            action = group.add_argument(flag, dest=f.name, default=None, metavar=f.type.upper().replace("[STR]", ""),
+                                        help=help_)
+        if named:
+            p.named_flags = [*getattr(p, "named_flags", []), (action, f, tail)]
 
 
-def _config_from_args(args: argparse.Namespace) -> RunConfig:
+def _config_from_args(args: argparse.Namespace, registry: bool = True) -> RunConfig:
+    """The config of the flags and --config; registry=False leaves the checks that import torch to the run child."""
     data: dict[str, Any] = {}
     if args.config:
         data.update(load_toml(args.config))
@@ -97,7 +113,7 @@ def _config_from_args(args: argparse.Namespace) -> RunConfig:
         value = getattr(args, f.name, None)
         if value is not None:
             data[f.name] = value
-    return RunConfig.from_dict(data)
+    return RunConfig.from_dict(data, registry=registry)
 
 
 # ---------------------------------------------------------------------------- run, sweep
@@ -113,7 +129,9 @@ def _run_options(p: argparse.ArgumentParser) -> None:
 @command(_run_options, pending="after")
 def cmd_run(args: argparse.Namespace) -> int:
     """Run one config (flags, or --config FILE.toml with flags overriding it)."""
-    cfg = _config_from_args(args)
+    # NOTE: a run's child imports torch and checks what needs it (the names, the device, the mode's rules) before
+    # its RunLog starts; launch() raises what it refuses. Checking here too imported torch twice (seconds).
+    cfg = _config_from_args(args, registry=args.dry_run)
     if args.dry_run:
         preflight(cfg)  # a plugin's one-batch check is validation too: --dry-run is how to try your plugin
         print(json.dumps(cfg.to_dict(), indent=2))
@@ -157,6 +175,23 @@ def _print_summary(run_id: str, db: Db) -> None:
     for key, what in (("bound_note", "note"), ("bound_error", "no lower bound")):
         if run.get(key):
             print(f"  {what}: {run[key]}")
+    for line in _costs(run):
+        print(f"  {line}")
+
+
+def _costs(run: dict[str, Any]) -> list[str]:
+    """What the GPU waited on (GPU runs only) and how long the start-up took: lines under the summary."""
+    out = []
+    if _given(run.get("gpu_idle_share")):
+        parts = [(f"gpu_idle_{key}_share", what) for key, what in (("data", "data"), ("copy", "copies"),
+                                                                   ("other", "the host"))]
+        split = ", ".join(f"{what} {run[k]:.0%}" for k, what in parts if _given(run.get(k)))
+        out.append(f"GPU idle {run['gpu_idle_share']:.0%} of the steady epochs" + (f", waiting on {split}" if split
+                                                                                      else ""))
+    if _given(run.get("startup_s")):
+        out.append(f"start-up {run['startup_s']:.1f} s to the first batch (interpreter and imports "
+                   f"{run['startup_imports_s']:.1f} s)")
+    return out
 
 
 def _given(value: Any) -> bool:
@@ -428,8 +463,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """Every command with --db; the options of `only` (a command's name), or of all commands when None.
 
-    NOTE: `run`'s flags list the registry's choices, which imports torch (seconds): main() builds only the
-    options of the command it runs, so `worker`, `query`, `runs`... start without it.
+    NOTE: `run`'s help lists the registry's choices, which imports torch (seconds): main() builds only the
+    options of the command it runs, and the names are read only when help is shown (_Parser.format_help).
     """
     prog = "loaderlab" if Path(sys.argv[0]).name == "loaderlab" else "python -m engine"  # the installed command
     parser = _Parser(prog=prog, description="LoaderLab: which data-loading and concurrency "

@@ -100,8 +100,12 @@ class RunConfig:
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RunConfig":
-        """Build and validate from plain data (TOML, JSON, form, URL). Unknown keys are rejected by name."""
+    def from_dict(cls, data: dict[str, Any], *, registry: bool = True) -> "RunConfig":
+        """Build and validate from plain data (TOML, JSON, form, URL). Unknown keys are rejected by name.
+
+        registry=False leaves out the checks that need the registry, and with it torch: the names of workloads,
+        loaders, models and modes, the device, each mode's rules. Only for a launcher whose run child checks
+        them anyway (`python -m engine run`: engine.runner rejects such a config before its RunLog starts)."""
         if not isinstance(data, dict):
             raise ConfigError("config", f"expected a table of fields, got {type(data).__name__}")
         known = {f.name: f for f in dataclasses.fields(cls)}
@@ -112,7 +116,7 @@ class RunConfig:
                 raise ConfigError(str(key), f"unknown field; choose from: {', '.join(sorted(known))}")
             kwargs[name] = _coerce(known[name], value)
         cfg = cls(**kwargs)
-        cfg.validate()
+        cfg.validate(registry=registry)
         if cfg.loader in ("sync", "prefetch"):
             cfg.workers = 0  # NOTE: these loaders use no workers; normalising keeps a loader×workers grid honest
         return cfg
@@ -157,17 +161,19 @@ class RunConfig:
         return out
 
     # ------------------------------------------------------------------ validation
-    def validate(self) -> None:
-        """Raise ConfigError naming the first bad field. Checks types, limits, choices and cross-field rules."""
+    def validate(self, *, registry: bool = True) -> None:
+        """Raise ConfigError naming the first bad field. Checks types, limits, choices and cross-field rules
+        (without `registry`, those that need no torch: see from_dict)."""
         for f in dataclasses.fields(self):
-            _check_field(f, getattr(self, f.name))
+            _check_field(f, getattr(self, f.name), registry)
         if self.warmup_epochs >= self.epochs:
             raise ConfigError("warmup_epochs", f"must be less than epochs ({self.epochs}) so that some epochs count")
         if self.loader in ("threads", "processes") and self.workers < 1:
             raise ConfigError("workers", f"loader '{self.loader}' needs workers >= 1")
         if self.workload == "folder" and not self.folder:
             raise ConfigError("folder", "the folder workload needs --folder PATH to a directory of class subfolders")
-        _registry().check_config(self)  # the device, and the rules of the workload, the mode and --trace
+        if registry:
+            _registry().check_config(self)  # the device, and the rules of the workload, the mode and --trace
 
 
 def _registry() -> ModuleType:
@@ -249,7 +255,7 @@ def _coerce(f: dataclasses.Field, value: Any) -> Any:
         raise ConfigError(f.name, f"expected {typ.__name__ if typ is not list else 'a list'}, got {value!r:.60}")
 
 
-def _check_field(f: dataclasses.Field, value: Any) -> None:
+def _check_field(f: dataclasses.Field, value: Any, registry: bool = True) -> None:
     typ = _type_of(f)
     if typ is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
@@ -264,6 +270,8 @@ def _check_field(f: dataclasses.Field, value: Any) -> None:
         raise ConfigError(f.name, "is longer than 4096 characters")
     if f.metadata.get("plugin") and SPEC_RE.match(value):
         return  # NOTE: only the spelling is checked here; engine.preflight imports and tries it
+    if not registry and isinstance(f.metadata.get("choices"), str):
+        return  # a registry's name: the run child checks it (RunConfig.from_dict)
     choices = field_choices(f)
     if choices is not None and value not in choices:
         own = ", or your own as 'module.path:callable'" if f.metadata.get("plugin") else ""

@@ -6,12 +6,13 @@ A device that this machine lacks is a ConfigError naming the field, never a CUDA
 from __future__ import annotations
 
 import re
+import time
 
 import torch
 
 from engine.errors import ConfigError
 
-__all__ = ["check_device", "resolve", "set_threads"]
+__all__ = ["check_device", "init_cuda", "resolve", "set_threads"]
 
 _PATTERN = re.compile(r"^(auto|cpu|cuda(:\d{1,3})?)$")
 
@@ -39,3 +40,15 @@ def set_threads(threads: int) -> None:
     """A run's intra-op threads; 0 = auto: torch's default is left alone (the host fingerprint records it)."""
     if threads > 0:
         torch.set_num_threads(threads)
+
+
+def init_cuda(device: torch.device) -> float | None:
+    """Create the CUDA context on `device` now, so that its cost is timed on its own (a run's start-up phase,
+    engine/measure/startup.py) rather than hidden in the first model copy; seconds, or None on CPU."""
+    if device.type != "cuda":
+        return None
+    t = time.perf_counter()
+    torch.cuda.init()
+    torch.empty(1, device=device)  # the context on this device, not only the driver
+    torch.cuda.synchronize(device)
+    return time.perf_counter() - t

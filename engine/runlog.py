@@ -8,10 +8,13 @@ Events (every event has "type" and "t", a unix timestamp):
   start        run_id, config (RunConfig dict), host (fingerprint dict), pid
   epoch        model_idx, rank, epoch, warmup, wall_s, samples, samples_per_s, ttfb_s,
                data_wait_s, h2d_s, compute_s, n_steps, t_start, t_end, loss, allreduce_s (ddp),
+               gpu_idle_s, gpu_idle_data_s, gpu_idle_copy_s, gpu_idle_other_s, copy_wait_s (GPU clock; null on CPU),
                steps: [[step, data_wait_s, h2d_s, compute_s, total_s], ...]
+  startup      startup_s, startup_imports_s, startup_cuda_s, startup_build_s, startup_first_batch_s: where the
+               time from launch() to the first batch went (engine/measure/startup.py); written with the first epoch
   calibration  kind ("loader" | "compute"), seconds, ttfb_s, cached (bool)
   samples      rows: [[t, cpu_percent, rss_bytes, gpu_util, gpu_mem_bytes], ...]   (batched)
-  summary      free-form dict of run-level figures (bound_s, efficiency, verdict, peak_rss, ...)
+  summary      free-form dict of run-level figures (bound_s, efficiency, verdict, peak_rss, calibration_s, ...)
   end          status ("done" | "failed" | "cancelled" | "killed": engine.status.RunStatus), error (str | None)
 """
 
@@ -24,12 +27,15 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-__all__ = ["EPOCH_FIELDS", "STEP_FIELDS", "RunLog", "first_event", "heartbeat_age", "iter_events", "read_events",
-           "read_span", "tail_events"]
+__all__ = ["EPOCH_FIELDS", "GPU_EPOCH_FIELDS", "STEP_FIELDS", "RunLog", "first_event", "heartbeat_age", "iter_events",
+           "read_events", "read_span", "tail_events"]
 
 STEP_FIELDS = ("step", "data_wait_s", "h2d_s", "compute_s", "total_s")
+# what the compute stream lost per epoch, and why (engine/measure/timers.py, idle.py): None where not measured
+GPU_EPOCH_FIELDS = ("gpu_idle_s", "gpu_idle_data_s", "gpu_idle_copy_s", "gpu_idle_other_s", "copy_wait_s")
 EPOCH_FIELDS = ("model_idx", "rank", "epoch", "warmup", "wall_s", "samples", "samples_per_s", "ttfb_s",
-                "data_wait_s", "h2d_s", "compute_s", "n_steps", "t_start", "t_end", "loss", "allreduce_s")
+                "data_wait_s", "h2d_s", "compute_s", "n_steps", "t_start", "t_end", "loss", "allreduce_s",
+                *GPU_EPOCH_FIELDS)
 
 
 class RunLog:

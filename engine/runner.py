@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from engine.config import RunConfig
+from engine.errors import ConfigError
 from engine.paths import ROOT, Db, runs_dir
 from engine.plugins import is_spec
 from engine.preflight import preflight
@@ -31,9 +33,11 @@ from engine.runlog import RunLog, iter_events, tail_events
 from engine.status import RunStatus
 from engine.warm import run_env
 
-__all__ = ["RunResult", "execute", "kill_group", "launch", "new_run_id"]
+__all__ = ["REJECTED", "RunResult", "execute", "kill_group", "launch", "new_run_id"]
 
 log = logging.getLogger(__name__)
+
+REJECTED = "rejected.json"  # a config the child refused: {"field", "message"}; launch() raises it as a ConfigError
 
 
 @dataclass
@@ -62,6 +66,7 @@ def execute(run_dir: Path) -> int:
     from engine.measure import bound, host, sampler  # noqa: PLC0415
     from engine.modes._ddp import torchrun_env  # noqa: PLC0415
 
+    imported_at = time.time()  # the end of start-up's first phase (engine/measure/startup.py)
     meta = json.loads((run_dir / "meta.json").read_text())
     if meta.get("cwd"):
         # NOTE: the launcher's folder first, as `python -m` there puts it: a user's module named like a top-level
@@ -70,7 +75,11 @@ def execute(run_dir: Path) -> int:
         if meta["cwd"] in sys.path:
             sys.path.remove(meta["cwd"])
         sys.path.insert(0, meta["cwd"])
-    cfg = RunConfig.from_dict(json.loads((run_dir / "config.json").read_text()))
+    try:  # the checks a launcher may leave to the run (RunConfig.from_dict's registry=False): before any RunLog
+        cfg = RunConfig.from_dict(json.loads((run_dir / "config.json").read_text()))
+    except ConfigError as e:
+        (run_dir / REJECTED).write_text(json.dumps({"field": e.field, "message": e.message}))
+        return 2
     device = devices.resolve(cfg.device)
     devices.set_threads(cfg.threads)  # before fingerprint(): the thread settings that took effect are part of it
     spec = modes.MODES[cfg.mode]
@@ -84,12 +93,17 @@ def execute(run_dir: Path) -> int:
         heart = _Heartbeat(runlog)
         gpu = device.index or 0 if device.type == "cuda" else None
         try:
+            # NOTE: a mode that trains in its own processes leaves CUDA to them: a context here would only hold memory
+            cuda_s = None if spec.own_processes else devices.init_cuda(device)
+            ctx.startup = {"launched_at": meta.get("launched_at"), "imported_at": imported_at, "cuda_s": cuda_s}
             with heart, sampler.Sampler(runlog, cfg.sample_hz, gpu) as s:
                 ctx.sampler = s
                 spec.run(ctx)
             ctx.summary.update(s.summary())
             if cfg.bound:
+                t = time.perf_counter()
                 ctx.summary.update(_calibrate(bound.calibrate, ctx, run_dir, spec.bound))
+                ctx.summary["calibration_s"] = time.perf_counter() - t
             runlog.write("summary", **ctx.summary)
             runlog.write("end", status=RunStatus.DONE, error=None)
             return 0
@@ -156,12 +170,15 @@ def launch(cfg: RunConfig, *, db: Db = None, meta: dict[str, Any] | None = None,
            poll_s: float = 0.25, exit_grace_s: float = 10.0, warm: Any = None) -> RunResult:
     """Run cfg in a subprocess, stream its events to on_event, ingest it, and return how it ended.
 
+    A config the child refuses (the checks RunConfig.from_dict(registry=False) left to it) raises its ConfigError
+    here, with nothing stored and the run's folder removed, as if the launcher had checked it.
     Ctrl-C or `cancel` kills the whole process group; finished epochs are kept and the run is
     marked cancelled with `cancel_reason`. A child that wrote its `end` event but has not exited
     after exit_grace_s (a worker it cannot reap) is killed: the run is over either way. `warm`, an
     engine.warm.WarmParent, forks the child from a parent that has imported torch already (else: cold).
     """
     meta = dict(meta or {})
+    meta.setdefault("launched_at", time.time())  # start-up's phases are counted from here (engine/measure/startup.py)
     meta.setdefault("cwd", os.getcwd())  # the child runs in the checkout; a user's module may be here (plugins)
     meta.update(preflight(cfg, cwd=meta.get("cwd")))  # a bad plugin fails here, before any RunLog: its code_hash
     run_id = meta.pop("run_id", None) or new_run_id()
@@ -193,9 +210,23 @@ def launch(cfg: RunConfig, *, db: Db = None, meta: dict[str, Any] | None = None,
     finally:
         kill_group(proc.pid)  # the run is over or abandoned: no orphaned loader workers either way
         proc.wait()
-        status, error = _close_log(run_dir, proc.returncode, ending)
-        stored, held_by = _store(run_dir, db)
+        rejected = _rejected(run_dir)
+        if rejected is None:
+            status, error = _close_log(run_dir, proc.returncode, ending)
+            stored, held_by = _store(run_dir, db)
+    if rejected is not None:
+        raise rejected
     return RunResult(run_id, status, error, run_dir, stored, held_by, warm=not isinstance(proc, subprocess.Popen))
+
+
+def _rejected(run_dir: Path) -> ConfigError | None:
+    """The child's refusal of the config, if it refused it (then the folder holds no RunLog and goes)."""
+    path = run_dir / REJECTED
+    if not path.is_file() or (run_dir / "events.jsonl").exists():
+        return None
+    why = json.loads(path.read_text())
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return ConfigError(str(why["field"]), str(why["message"]))
 
 
 def _nap(proc: Any, poll_s: float) -> None:

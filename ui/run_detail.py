@@ -13,7 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from engine import api
-from ui import cache
+from ui import cache, run_costs
 from ui.cache import cached
 from ui.trace import trace_download
 
@@ -77,6 +77,8 @@ def _figures(run: dict[str, Any]) -> None:
     st.caption("Where the steady-state time goes, per-step data wait, and the process tree (workers included; memory "
                "is PSS, so pages workers share copy-on-write count once): "
                + " · ".join(f"{_FIGURES[k][0]} {_fmt(k, run.get(k))}" for k in list(_FIGURES)[6:]))
+    run_costs.gpu_idle(run)
+    run_costs.startup(run)
 
 
 def detail(run: dict[str, Any]) -> None:
@@ -134,8 +136,8 @@ def compare(runs: list[dict[str, Any]]) -> None:
     keys = list(dict.fromkeys(k for r in runs for k in r["config"]))
     table = pd.DataFrame({r["run_id"]: [str(r["config"].get(k, "")) for k in keys] for r in runs}, index=keys)
     differ = table.nunique(axis=1) > 1
-    figures = pd.DataFrame({r["run_id"]: [_fmt(k, r.get(k)) for k in _FIGURES] for r in runs},
-                           index=[label for label, _ in _FIGURES.values()])
+    figures = pd.DataFrame({r["run_id"]: [_fmt(k, r.get(k)) for k in _FIGURES] + run_costs.column(r) for r in runs},
+                           index=[label for label, _ in (*_FIGURES.values(), *run_costs.FIGURES.values())])
     c1, c2 = st.columns(2)
     c1.markdown(f"**Config fields that differ** ({int(differ.sum())} of {len(keys)})")
     diff = table[differ]

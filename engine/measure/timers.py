@@ -12,7 +12,9 @@ overlap and must not be stacked as shares of one wall time. What the GPU lost to
 gpu_idle_s: the compute stream's gaps between one step's compute end and the next step's first event
 (the hand-over), including copy_wait_s, the part where it waited for a loader's side-stream copy. With
 a device-side loader (prefetch on CUDA) h2d_s is that loader's copy time on its copy stream, which
-overlaps compute: it is copy work done, not time added to the step.
+overlaps compute: it is copy work done, not time added to the step. gpu_idle_s is split into
+gpu_idle_data_s (the host was blocked in next()), gpu_idle_copy_s (the stream waited for a copy) and
+gpu_idle_other_s (launch, Python, sync), which add up to it (engine/measure/idle.py says how).
 
     timer = EpochTimer(device)
     for batch in timer.batches(loader.epoch(e)):    # times the wait for each batch
@@ -30,6 +32,8 @@ from typing import Any, Iterable, Iterator
 import torch
 
 from engine.measure import cuda_events
+from engine.measure.idle import clock_offset, split_idle
+from engine.runlog import GPU_EPOCH_FIELDS
 
 __all__ = ["EpochTimer"]
 
@@ -45,8 +49,11 @@ class EpochTimer:
         self.waits: list[float] = []
         self.totals: list[float] = []
         self.end_wait_s = 0.0  # blocked in the last next() that ended the epoch: still data wait
+        self._waited: list[tuple[float, float]] = []  # host intervals blocked in next(), the last one included
         self._copy: list[Any] = []     # seconds (CPU) or Spans (CUDA)
         self._compute: list[Any] = []
+        self._copy_at: list[float] = []  # CUDA: host time just before each span's start was enqueued
+        self._compute_at: list[float] = []
         self._loader_spans: list[tuple[Any, Any]] = []  # per step: a DeviceBatch's (copy_span, wait_span)
 
     def batches(self, source: Iterable) -> Iterator:
@@ -57,11 +64,13 @@ class EpochTimer:
                 batch = next(it)
             except StopIteration:
                 self.end_wait_s = time.perf_counter() - t
+                self._waited.append((t, t + self.end_wait_s))
                 return
             now = time.perf_counter()
             if self.ttfb_s is None:
                 self.ttfb_s = now - self._t0
             self.waits.append(now - t)
+            self._waited.append((t, now))
             self._loader_spans.append((getattr(batch, "copy_span", None), getattr(batch, "wait_span", None)))
             self._mark = t
             yield batch
@@ -69,18 +78,20 @@ class EpochTimer:
 
     @contextlib.contextmanager
     def copy(self) -> Iterator[None]:
-        with self._span(self._copy):
+        with self._span(self._copy, self._copy_at):
             yield
 
     @contextlib.contextmanager
     def compute(self) -> Iterator[None]:
-        with self._span(self._compute):
+        with self._span(self._compute, self._compute_at):
             yield
 
     @contextlib.contextmanager
-    def _span(self, into: list) -> Iterator[None]:
+    def _span(self, into: list, enqueued: list[float]) -> Iterator[None]:
         if self.cuda:
             span, stream = cuda_events.pool(self.device).span(), torch.cuda.current_stream(self.device)
+            # NOTE: taken before the record: the event completes no earlier than this (engine/measure/idle.py)
+            enqueued.append(time.perf_counter())
             span.start.record(stream)
             yield
             span.end.record(stream)
@@ -99,14 +110,31 @@ class EpochTimer:
         return [s.seconds() for s in spans]
 
     def _gpu_idle(self) -> dict[str, Any]:
-        """gpu_idle_s and copy_wait_s (CUDA; see the module doc): None where they cannot be read."""
+        """GPU_EPOCH_FIELDS (CUDA; see the module doc): None where they cannot be read."""
         n = len(self.waits)
         if not self.cuda or len(self._compute) != n:
-            return {"gpu_idle_s": None, "copy_wait_s": None}
-        firsts = self._copy if len(self._copy) == n else self._compute
-        idle = sum(max(0.0, self._compute[i - 1].end.elapsed_time(firsts[i].start) / 1000.0) for i in range(1, n))
+            return dict.fromkeys(GPU_EPOCH_FIELDS)
+        firsts, enqueued = (self._copy, self._copy_at) if len(self._copy) == n else (self._compute, self._compute_at)
         waits = [w for _, w in self._loader_spans if w is not None]
-        return {"gpu_idle_s": idle, "copy_wait_s": sum(w.seconds() for w in waits) if waits else None}
+        copy_wait = sum(w.seconds() for w in waits) if waits else None
+        if n == 0:
+            return {**dict.fromkeys(GPU_EPOCH_FIELDS, 0.0), "copy_wait_s": copy_wait}
+        base = firsts[0].start  # GPU times below are seconds after this event
+
+        def at(event: Any) -> float:
+            return base.elapsed_time(event) / 1000.0
+
+        # NOTE: each gap's length from its own two events (elapsed_time is a float32 of ms: a difference of two
+        # times far from `base` would lose microseconds); `base` only places the gaps against host time
+        gaps = []
+        for i in range(1, n):
+            start = at(self._compute[i - 1].end)
+            gaps.append((start, start + self._compute[i - 1].end.elapsed_time(firsts[i].start) / 1000.0))
+        stalls = [(s, s + w.seconds()) for w, s in ((w, at(w.start)) for w in waits)]
+        anchors = zip(enqueued, [0.0] + [b for _, b in gaps])
+        parts = split_idle(gaps, stalls, self._waited, clock_offset(anchors))
+        return {"gpu_idle_s": parts.idle_s, "gpu_idle_data_s": parts.data_s, "gpu_idle_copy_s": parts.copy_s,
+                "gpu_idle_other_s": parts.other_s, "copy_wait_s": copy_wait}
 
     def finish(self, samples: int, **extra: Any) -> dict[str, Any]:
         """Close the epoch: one synchronize on CUDA, then the epoch record with its steps."""

@@ -34,6 +34,7 @@ class ModeSpec:
     bound: Callable[[Any], Any]
     check: Callable[[RunConfig], None] = no_check
     doc: str = ""
+    own_processes: bool = False  # trains in processes it starts, which initialise CUDA themselves
 
 
 @dataclass
@@ -45,3 +46,6 @@ class RunContext:
     summary: dict[str, Any] = field(default_factory=dict)
     # the run's system sampler (engine/measure/sampler.py): stopped before an unstored --trace epoch
     sampler: Any = None
+    # the runner's start-up marks (launched_at, imported_at, cuda_s): the first epoch recorded writes the
+    # `startup` event from them (engine/measure/startup.py); empty where no runner started the run (tests)
+    startup: dict[str, Any] = field(default_factory=dict)

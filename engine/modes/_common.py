@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import threading
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import torch
@@ -21,6 +22,7 @@ import torch
 from engine import devices, models
 from engine.errors import ConfigError
 from engine.loaders import to_device
+from engine.measure import startup
 from engine.measure.timers import EpochTimer
 from engine.modes._base import RunContext
 from engine.plugins import is_spec
@@ -119,17 +121,26 @@ def throughput(events: list[dict[str, Any]], per: str = "model") -> dict[str, An
 
 
 class Recorder:
-    """Writes a mode's epoch events (thread-safe: RunLog locks) and keeps their timing fields for finish()."""
+    """Writes a mode's epoch events (thread-safe: RunLog locks) and keeps their timing fields for finish().
+
+    The first epoch written also closes the run's start-up: its `startup` event (engine/measure/startup.py)."""
 
     _KEEP = ("model_idx", "rank", "epoch", "warmup", "samples", "t_start", "t_end")
 
     def __init__(self, ctx: RunContext, per: str = "model"):
         self.ctx, self.per = ctx, per
         self.events: list[dict[str, Any]] = []
+        self._lock = threading.Lock()  # dual-threads writes from two threads
 
     def write(self, payload: dict[str, Any]) -> None:
+        with self._lock:
+            first = not self.events
+            self.events.append({k: payload[k] for k in self._KEEP})
+        if first and self.ctx.startup:
+            marks = self.ctx.startup
+            self.ctx.log.write("startup", **startup.phases(marks["launched_at"], marks["imported_at"],
+                                                          marks["cuda_s"], payload))
         self.ctx.log.write("epoch", **payload)
-        self.events.append({k: payload[k] for k in self._KEEP})
 
     def finish(self) -> None:
         figures = throughput(self.events, self.per)

@@ -163,4 +163,4 @@ def _check(cfg: RunConfig) -> None:
 
 
 SPEC = ModeSpec(run=run, check=_check, doc="data parallel over world_size processes (torch.distributed DDP)",
-                bound=bound)
+                bound=bound, own_processes=True)

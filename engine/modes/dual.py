@@ -228,6 +228,6 @@ SEQUENTIAL = ModeSpec(run=run_sequential, check=_check, doc="two models, one aft
                       bound=sequential_bound)
 THREADS = ModeSpec(run=run_threads, check=_check, doc="two models, one Python thread each", bound=concurrent_bound)
 PROCESSES = ModeSpec(run=run_processes, check=_check_processes, doc="two models, one spawned process each",
-                     bound=concurrent_bound)
+                     bound=concurrent_bound, own_processes=True)
 STREAMS = ModeSpec(run=run_streams, check=check_streams, doc="two models on one GPU, one CUDA stream each",
                    bound=concurrent_bound)

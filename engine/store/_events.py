@@ -16,8 +16,8 @@ import pyarrow.compute as pc
 from engine.measure.waits import wait_percentiles
 from engine.runlog import EPOCH_FIELDS, STEP_FIELDS
 
-__all__ = ["calibrations_table", "coerce", "epochs_table", "samples_table", "steps_table", "summarize",
-           "unique_epochs"]
+__all__ = ["calibrations_table", "coerce", "epochs_table", "gpu_idle_summary", "samples_table", "steps_table",
+           "summarize", "unique_epochs"]
 
 _KEYS = ("model_idx", "rank", "epoch")
 _INT32 = {"model_idx", "rank", "epoch", "n_steps", "step"}
@@ -200,10 +200,33 @@ def summarize(epochs: list[dict], samples: pa.Table, waits: list[float] | None =
         waits = _finite_sorted([s[1] for e in steady for s in e.get("steps") or []
                                 if isinstance(s, (list, tuple)) and len(s) > 1 and s[0] != 0])
     out.update(wait_percentiles(waits))
+    out.update(gpu_idle_summary(steady))
     rss = samples.column("rss_bytes").drop_null().to_pylist()
     cpu = samples.column("cpu_percent").drop_null().to_pylist()
     out["peak_rss_bytes"] = max(rss) if rss else None
     out["mean_cpu_pct"] = statistics.fmean(cpu) if cpu else None
+    util = samples.column("gpu_util").drop_null().to_pylist()
+    mem = samples.column("gpu_mem_bytes").drop_null().to_pylist()
+    out["mean_gpu_util"] = statistics.fmean(util) if util else None  # NVML's, % of the sample period
+    out["peak_gpu_mem_bytes"] = max(mem) if mem else None  # NVML's device memory in use, all processes
+    return out
+
+
+def gpu_idle_summary(steady: list[dict]) -> dict[str, float | None]:
+    """The run's GPU idle over the steady epochs that measured it: gpu_idle_s and copy_wait_s per epoch (mean),
+    and the shares of those epochs' wall time idle for each cause, which add up to gpu_idle_share.
+
+    NOTE: NULL, never 0, when no epoch measured it (a CPU run, a run stored before schema v4): not measured
+    is not "the GPU never waited"."""
+    measured = [e for e in steady if _float(e.get("gpu_idle_s")) is not None]
+    whole = sum(_float(e.get("wall_s")) or 0.0 for e in measured)
+    out: dict[str, float | None] = {}
+    for key in ("gpu_idle", "gpu_idle_data", "gpu_idle_copy", "gpu_idle_other"):
+        values = [_float(e.get(f"{key}_s")) for e in measured]
+        out[f"{key}_share"] = sum(values) / whole if whole > 0 and None not in values else None
+    out["gpu_idle_s"] = statistics.fmean(_float(e["gpu_idle_s"]) for e in measured) if measured else None
+    copies = [c for c in (_float(e.get("copy_wait_s")) for e in measured) if c is not None]
+    out["copy_wait_s"] = statistics.fmean(copies) if copies else None
     return out
 
 

@@ -25,7 +25,9 @@ from engine.store.queries import LIVE, filter_clauses
 __all__ = ["EXPLORE_FILTERS", "EXPLORE_METRICS", "explore_axes", "explore_filter_options", "explore_summary",
            "filter_sql"]
 
-EXPLORE_METRICS = ("epoch_s", "samples_per_s", "data_wait_share")
+# run columns a chart can show; the GPU ones are NULL for CPU runs, which then drop out of that chart
+EXPLORE_METRICS = ("epoch_s", "samples_per_s", "data_wait_share", "gpu_idle_share", "gpu_idle_data_share",
+                   "gpu_idle_copy_share", "gpu_idle_other_share", "mean_gpu_util", "startup_s")
 EXPLORE_FILTERS = ("workload", "model", "host", "tag")
 _EXTRA_AXES = ("host", "gpu_name", "sweep_id")
 

@@ -17,15 +17,15 @@ import duckdb
 
 from engine.config import config_fields
 from engine.errors import StoreVersionError
-from engine.store.tables import (BUILTIN_QUERIES, RUN_COLUMNS, STORED_BUILTINS, SUMMARY_COLUMNS, SUMMARY_COLUMNS_V2,
-                                 TABLES)
+from engine.store.tables import (BUILTIN_QUERIES, EPOCH_COLUMNS_V4, RUN_COLUMNS, STORED_BUILTINS, SUMMARY_COLUMNS,
+                                 SUMMARY_COLUMNS_V2, SUMMARY_COLUMNS_V4, TABLES)
 
 __all__ = ["MIGRATIONS", "RUN_COLUMNS", "SCHEMA_VERSION", "SUMMARY_COLUMNS", "TABLES", "config_columns",
            "ensure_schema", "needs_upgrade", "schema_version"]
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _SQL_TYPES = {"int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "str": "VARCHAR", "list[str]": "VARCHAR"}
 
@@ -69,8 +69,18 @@ def _v3(conn: duckdb.DuckDBPyConnection) -> None:
     conn.execute(f'ALTER TABLE runs ADD COLUMN IF NOT EXISTS code_hash {RUN_COLUMNS["code_hash"]}')
 
 
+def _v4(conn: duckdb.DuckDBPyConnection) -> None:
+    """GPU idle split by cause per epoch and per run, NVML beside it, and the run's start-up phases.
+
+    NOTE: added as NULL for the runs and epochs already stored: not measured, which 0 would misstate."""
+    for name in EPOCH_COLUMNS_V4:
+        conn.execute(f'ALTER TABLE epochs ADD COLUMN IF NOT EXISTS "{name}" DOUBLE')
+    for name in SUMMARY_COLUMNS_V4:
+        conn.execute(f'ALTER TABLE runs ADD COLUMN IF NOT EXISTS "{name}" {SUMMARY_COLUMNS[name]}')
+
+
 # (version, migration) in order. A migration gets a writer connection inside a transaction.
-MIGRATIONS: list[tuple[int, Callable[[duckdb.DuckDBPyConnection], None]]] = [(1, _v1), (2, _v2), (3, _v3)]
+MIGRATIONS: list[tuple[int, Callable[[duckdb.DuckDBPyConnection], None]]] = [(1, _v1), (2, _v2), (3, _v3), (4, _v4)]
 
 
 def _now() -> datetime:

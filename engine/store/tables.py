@@ -6,8 +6,21 @@ The `runs` table also gets one column per RunConfig field; schema.py adds those 
 
 from __future__ import annotations
 
-__all__ = ["BUILTIN_QUERIES", "RUN_COLUMNS", "STORED_BUILTINS", "SUMMARY_COLUMNS", "SUMMARY_COLUMNS_V2", "TABLES"]
+from engine.runlog import GPU_EPOCH_FIELDS
 
+__all__ = ["BUILTIN_QUERIES", "EPOCH_COLUMNS_V4", "RUN_COLUMNS", "STORED_BUILTINS", "SUMMARY_COLUMNS",
+           "SUMMARY_COLUMNS_V2", "SUMMARY_COLUMNS_V4", "TABLES"]
+
+# Run-level columns schema v4 added: GPU idle and its parts (engine/measure/idle.py) over steady epochs with NVML's
+# utilisation and peak device memory beside them, NULL on CPU; where the start-up went (the RunLog's `startup`
+# event) and how long the bound's passes took
+_SUMMARY_V4 = {
+    "gpu_idle_s": "DOUBLE", "gpu_idle_share": "DOUBLE", "gpu_idle_data_share": "DOUBLE",
+    "gpu_idle_copy_share": "DOUBLE", "gpu_idle_other_share": "DOUBLE", "copy_wait_s": "DOUBLE",
+    "mean_gpu_util": "DOUBLE", "peak_gpu_mem_bytes": "BIGINT",
+    "startup_s": "DOUBLE", "startup_imports_s": "DOUBLE", "startup_cuda_s": "DOUBLE", "startup_build_s": "DOUBLE",
+    "startup_first_batch_s": "DOUBLE", "calibration_s": "DOUBLE",
+}
 # Run-level figures computed at ingest (or copied from the run's `summary` event).
 SUMMARY_COLUMNS = {
     "epoch_s": "DOUBLE", "samples_per_s": "DOUBLE", "ttfb_s": "DOUBLE", "data_wait_share": "DOUBLE",
@@ -18,9 +31,13 @@ SUMMARY_COLUMNS = {
     # schema v2: the bound per mode (engine/measure/bound.py)
     "overlap": "DOUBLE", "serial_bound_s": "DOUBLE", "calib_age_s": "DOUBLE", "bound_note": "VARCHAR",
     "bound_error": "VARCHAR",
+    **_SUMMARY_V4,
 }
 # Summary columns each schema version added (a migration adds them to an older file).
 SUMMARY_COLUMNS_V2 = ("overlap", "serial_bound_s", "calib_age_s", "bound_note", "bound_error")
+SUMMARY_COLUMNS_V4 = tuple(_SUMMARY_V4)
+# Epoch columns schema v4 added: the GPU clock's fields of each epoch (engine/measure/timers.py), NULL on CPU
+EPOCH_COLUMNS_V4 = GPU_EPOCH_FIELDS
 # Fixed `runs` columns; config columns follow, generated from RunConfig.
 RUN_COLUMNS = {
     "run_id": "VARCHAR PRIMARY KEY", "status": "VARCHAR", "error": "VARCHAR", "created_at": "TIMESTAMP",
@@ -38,7 +55,7 @@ TABLES = {
     "epochs": f"run_id VARCHAR, {_KEYS}, warmup BOOLEAN, wall_s DOUBLE, samples BIGINT, samples_per_s DOUBLE, "
               "ttfb_s DOUBLE, data_wait_s DOUBLE, h2d_s DOUBLE, compute_s DOUBLE, n_steps INTEGER, "
               "t_start DOUBLE, t_end DOUBLE, loss DOUBLE, allreduce_s DOUBLE, "
-              "PRIMARY KEY (run_id, model_idx, rank, epoch)",
+              + "".join(f"{c} DOUBLE, " for c in EPOCH_COLUMNS_V4) + "PRIMARY KEY (run_id, model_idx, rank, epoch)",
     "steps": f"run_id VARCHAR, {_KEYS}, step INTEGER, data_wait_s DOUBLE, h2d_s DOUBLE, compute_s DOUBLE, "
              "total_s DOUBLE, PRIMARY KEY (run_id, model_idx, rank, epoch, step)",
     "samples": "run_id VARCHAR, t DOUBLE, cpu_percent DOUBLE, rss_bytes BIGINT, gpu_util DOUBLE, gpu_mem_bytes BIGINT",

@@ -71,7 +71,22 @@ def test_help_on_every_command(store):
     for command in ("run", "sweep", "runs", "show", "query", "export"):
         out = cli(command, "--help", db=store)
         assert out.returncode == 0 and "usage" in out.stdout.lower()
-    assert "--prefetch-depth" in cli("run", "--help", db=store).stdout
+    run_help = " ".join(cli("run", "--help", db=store).stdout.split())
+    assert "--prefetch-depth" in run_help
+    assert "[sync|prefetch|threads|processes]" in run_help  # the registry's names, read when help is shown
+
+
+def test_a_cli_run_imports_torch_in_its_run_child_only(store):
+    """torch was imported twice per `run`: by the CLI to check the config, then by the run child (seconds each,
+    more with CUDA). The child checks what needs torch; the CLI launches and reports."""
+    code = ("import sys, engine.cli\n"
+            f"rc = engine.cli.main(['run', *{TINY!r}, '--device', 'cpu', '--no-bound', '--quiet', '--db', {str(store)!r}])\n"
+            "print('exit', rc, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True, timeout=300)
+    assert out.stdout.splitlines()[-1] == "exit 0 False", out.stdout + out.stderr
+    q = cli("query", "SELECT status, n_epochs FROM runs", "--format", "json", db=store)
+    assert json.loads(q.stdout) == [{"status": "done", "n_epochs": 2}]
 
 
 def test_sweep_fills_the_store(store, tmp_path):

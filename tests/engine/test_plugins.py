@@ -436,7 +436,7 @@ def test_a_v2_store_gains_code_hash_with_a_backup(tmp_path):
         conn.execute("INSERT INTO runs (run_id, status) VALUES ('old', 'done')")
         schema.ensure_schema(conn, path)
         assert conn.execute("SELECT run_id, code_hash FROM runs").fetchall() == [("old", None)]
-        assert conn.execute("SELECT max(version) FROM schema_version").fetchone() == (3,)
+        assert conn.execute("SELECT max(version) FROM schema_version").fetchone() == (schema.SCHEMA_VERSION,)
     assert (tmp_path / "old.duckdb.bak-v2").exists()
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import duckdb
 
 from engine.store import schema
-from engine.store.tables import SUMMARY_COLUMNS_V2
+from engine.store.tables import EPOCH_COLUMNS_V4, SUMMARY_COLUMNS_V2, SUMMARY_COLUMNS_V4
 
 
 def _v1_file(path) -> None:
@@ -42,3 +42,25 @@ def test_a_new_store_is_made_at_v2_directly(tmp_path):
         assert conn.execute("SELECT max(version) FROM schema_version").fetchall() == [(schema.SCHEMA_VERSION,)]
         assert not schema.needs_upgrade(conn, path)
     assert not list(tmp_path.glob("*.bak-v*"))
+
+
+def test_a_v3_store_gains_the_gpu_idle_and_start_up_columns_and_its_old_runs_read_null(tmp_path):
+    path = tmp_path / "loaderlab.duckdb"
+    with duckdb.connect(str(path)) as conn:  # as LoaderLab v3 wrote it: without the columns v4 adds
+        conn.execute("CREATE TABLE schema_version (version INTEGER, applied_at TIMESTAMP)")
+        schema._v1(conn)
+        conn.execute("INSERT INTO schema_version VALUES (1, now()), (2, now()), (3, now())")
+        for name in SUMMARY_COLUMNS_V4:
+            conn.execute(f'ALTER TABLE runs DROP COLUMN "{name}"')
+        for name in EPOCH_COLUMNS_V4:
+            conn.execute(f'ALTER TABLE epochs DROP COLUMN "{name}"')
+        conn.execute("INSERT INTO runs (run_id, status, epoch_s) VALUES ('old', 'done', 1.5)")
+        conn.execute("INSERT INTO epochs (run_id, model_idx, rank, epoch, wall_s) VALUES ('old', 0, 0, 0, 1.5)")
+        assert schema.needs_upgrade(conn, path)
+        schema.ensure_schema(conn, path)
+        runs = conn.execute(f"SELECT epoch_s, {', '.join(SUMMARY_COLUMNS_V4)} FROM runs").fetchall()
+        epochs = conn.execute(f"SELECT wall_s, {', '.join(EPOCH_COLUMNS_V4)} FROM epochs").fetchall()
+    # not measured then, so NULL: a 0 would say the GPU never waited
+    assert runs == [(1.5, *[None] * len(SUMMARY_COLUMNS_V4))]
+    assert epochs == [(1.5, *[None] * len(EPOCH_COLUMNS_V4))]
+    assert (tmp_path / "loaderlab.duckdb.bak-v3").exists()

@@ -23,6 +23,7 @@ import pytest
 from engine.config import RunConfig, SweepConfig
 from engine.paths import ROOT, runs_dir
 from engine.runner import launch
+from engine.store import get_run
 from engine.sweep import run_sweep
 from engine.warm import WarmParent
 
@@ -107,6 +108,15 @@ def test_the_warm_parent_forks_single_threaded_without_cuda(warm, store):
     assert start["host"]["intra_op_threads"] == 1 and start["pid"] != warm.pid  # its own process, its own threads
     after = warm.status()
     assert after["cuda_initialized"] is False and after["pid"] == before["pid"]
+
+
+def test_a_warm_runs_start_up_skips_the_imports_a_cold_one_pays(warm, store):
+    cfg = RunConfig.from_dict(TINY)
+    cold, hot = launch(cfg, db=store), launch(cfg, db=store, warm=warm)
+    assert (cold.warm, hot.warm) == (False, True)
+    cold_run, hot_run = get_run(cold.run_id, db=store), get_run(hot.run_id, db=store)
+    # the cold child starts an interpreter and imports torch (seconds); the warm one is forked with them loaded
+    assert hot_run["startup_imports_s"] < 0.5 * cold_run["startup_imports_s"]
 
 
 def test_kill_9_of_a_warm_runs_group_leaves_no_orphans_and_stores_it_killed(warm, store):
