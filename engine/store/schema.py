@@ -18,14 +18,14 @@ import duckdb
 from engine.config import config_fields
 from engine.errors import StoreVersionError
 from engine.store.tables import (BUILTIN_QUERIES, RUN_COLUMNS, STORED_BUILTINS, SUMMARY_COLUMNS, SUMMARY_COLUMNS_V2,
-                                 TABLES)
+                                 SUMMARY_COLUMNS_V4, TABLES)
 
 __all__ = ["MIGRATIONS", "RUN_COLUMNS", "SCHEMA_VERSION", "SUMMARY_COLUMNS", "TABLES", "config_columns",
            "ensure_schema", "needs_upgrade", "schema_version"]
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _SQL_TYPES = {"int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "str": "VARCHAR", "list[str]": "VARCHAR"}
 
@@ -69,8 +69,14 @@ def _v3(conn: duckdb.DuckDBPyConnection) -> None:
     conn.execute(f'ALTER TABLE runs ADD COLUMN IF NOT EXISTS code_hash {RUN_COLUMNS["code_hash"]}')
 
 
+def _v4(conn: duckdb.DuckDBPyConnection) -> None:
+    """The bound's CPU side: CPU-seconds of each pass, usable cores, runnable threads, and the verdict's help."""
+    for name in SUMMARY_COLUMNS_V4:
+        conn.execute(f'ALTER TABLE runs ADD COLUMN IF NOT EXISTS "{name}" {SUMMARY_COLUMNS[name]}')
+
+
 # (version, migration) in order. A migration gets a writer connection inside a transaction.
-MIGRATIONS: list[tuple[int, Callable[[duckdb.DuckDBPyConnection], None]]] = [(1, _v1), (2, _v2), (3, _v3)]
+MIGRATIONS: list[tuple[int, Callable[[duckdb.DuckDBPyConnection], None]]] = [(1, _v1), (2, _v2), (3, _v3), (4, _v4)]
 
 
 def _now() -> datetime:

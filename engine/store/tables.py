@@ -6,7 +6,8 @@ The `runs` table also gets one column per RunConfig field; schema.py adds those 
 
 from __future__ import annotations
 
-__all__ = ["BUILTIN_QUERIES", "RUN_COLUMNS", "STORED_BUILTINS", "SUMMARY_COLUMNS", "SUMMARY_COLUMNS_V2", "TABLES"]
+__all__ = ["BUILTIN_QUERIES", "RUN_COLUMNS", "STORED_BUILTINS", "SUMMARY_COLUMNS", "SUMMARY_COLUMNS_V2",
+           "SUMMARY_COLUMNS_V4", "TABLES"]
 
 # Run-level figures computed at ingest (or copied from the run's `summary` event).
 SUMMARY_COLUMNS = {
@@ -18,9 +19,14 @@ SUMMARY_COLUMNS = {
     # schema v2: the bound per mode (engine/measure/bound.py)
     "overlap": "DOUBLE", "serial_bound_s": "DOUBLE", "calib_age_s": "DOUBLE", "bound_note": "VARCHAR",
     "bound_error": "VARCHAR",
+    # schema v4: the bound knows the machine's cores (engine/measure/bound.py), and says what would help
+    "loader_cpu_s": "DOUBLE", "compute_cpu_s": "DOUBLE", "cpu_bound_s": "DOUBLE", "usable_cores": "DOUBLE",
+    "runnable_threads": "INTEGER", "verdict_help": "VARCHAR",
 }
 # Summary columns each schema version added (a migration adds them to an older file).
 SUMMARY_COLUMNS_V2 = ("overlap", "serial_bound_s", "calib_age_s", "bound_note", "bound_error")
+SUMMARY_COLUMNS_V4 = ("loader_cpu_s", "compute_cpu_s", "cpu_bound_s", "usable_cores", "runnable_threads",
+                      "verdict_help")
 # Fixed `runs` columns; config columns follow, generated from RunConfig.
 RUN_COLUMNS = {
     "run_id": "VARCHAR PRIMARY KEY", "status": "VARCHAR", "error": "VARCHAR", "created_at": "TIMESTAMP",
