@@ -31,6 +31,7 @@ import pandas as pd
 from engine import baseline as yours
 from engine import stats
 from engine.config import RunConfig
+from engine.measure.verdicts import VERDICTS
 from engine.paths import Db
 from engine.store import done_runs
 
@@ -73,6 +74,7 @@ class Advice:
     tied: list[dict[str, Any]] = field(default_factory=list)    # configs with no clear difference from the best
     cores: int | None = None                                    # logical cores of the host the best ran on
     verdict: str | None = None
+    verdict_help: str | None = None                             # what would help (engine/measure/bound.py)
     efficiency: float | None = None
     suggestions: list[Suggestion] = field(default_factory=list)
     warning: str | None = None
@@ -127,7 +129,7 @@ class Advice:
                          f"faster ({judged})")
         if self.verdict:
             eff = f", efficiency {self.efficiency:.0%}" if self.efficiency is not None else ""
-            lines.append(f"verdict: {self.verdict}{eff}")
+            lines.append(f"verdict: {self.verdict}{eff}" + (f": {self.verdict_help}" if self.verdict_help else ""))
         if self.gpu_idle:
             lines.append(gpu_line(self.gpu_idle, self.best))
         if self.suggestions:
@@ -207,6 +209,9 @@ def advise(workload: str, model: str, *, host: str = "this", db: Db = None,
     advice.tied = _tied(mine, advice.table, advice.best, best_runs)
     verdicts = best_runs["verdict"].dropna()
     advice.verdict = verdicts.mode().iloc[0] if len(verdicts) else None
+    helps = best_runs[best_runs["verdict"] == advice.verdict]["verdict_help"].dropna() \
+        if "verdict_help" in best_runs else pd.Series(dtype=object)
+    advice.verdict_help = helps.mode().iloc[0] if len(helps) else VERDICTS.get(advice.verdict or "")
     eff = best_runs["efficiency"].dropna()
     advice.efficiency = float(eff.median()) if len(eff) else None
     advice.base_config = json.loads(best_runs.sort_values("created_at").iloc[-1]["config_json"])
@@ -312,6 +317,9 @@ def _candidates(best: dict[str, Any], cores: int) -> dict[str, list[Suggestion]]
 _PRIORITY = {
     "data-bound": ("more", "depth", "switch", "batch"),
     "compute-bound": ("batch", "fused", "fewer"),
+    "cpu-bound": ("fewer", "batch", "switch"),
+    "oversubscribed": ("fewer", "persist", "batch"),
+    "no-overlap": ("more", "depth", "switch"),
     "overhead-bound": ("fewer", "persist", "batch", "switch"),
     None: ("more", "switch", "depth", "batch"),
 }

@@ -19,6 +19,7 @@ from engine.errors import ConfigError
 from engine.jobs import (RAY_ADDRESS_ENV, RAY_SWEEP, cancel, default_ray_address, ensure_worker, estimate_duration,
                          job_progress, list_jobs, submit, submit_ray_sweep, submit_sweep, worker_alive)
 from engine.measure.startup import PHASES as STARTUP_PHASES
+from engine.measure.verdicts import VERDICTS
 from engine.paths import TRACE_FILE, db_path
 from engine.presets import PRESETS
 from engine.ray_executor import INSTALL_HINT, ray_available
@@ -32,8 +33,8 @@ from engine.store.version import current as data_version
 
 __all__ = ["BASELINE_EXAMPLE", "CONFIRM_REPEATS", "ConfigError", "EXPLORE_FILTERS", "EXPLORE_METRICS", "INSTALL_HINT",
            "METRIC_LABELS", "PLUGIN_FIELDS", "PRESETS", "RAY_ADDRESS_ENV", "RAY_SWEEP", "RunConfig", "RunStatus",
-           "STARTUP_PHASES",
-           "SweepConfig", "TRACE_FILE", "advise", "auto_chart", "browser_sweep", "browser_values", "bump_data_version",
+           "STARTUP_PHASES", "SweepConfig", "TRACE_FILE", "VERDICTS", "advise", "auto_chart", "browser_sweep",
+           "browser_values", "bump_data_version",
            "cancel", "check_browser_config", "compare_chart", "config_fields", "count_runs", "data_version", "db_path",
            "default_ray_address", "ensure_worker", "epoch_breakdown_chart", "epoch_chart", "estimate_duration",
            "explore_axes", "explore_filter_options", "explore_summary", "field_choices", "get_epochs", "get_run",

@@ -172,7 +172,7 @@ def _print_summary(run_id: str, db: Db) -> None:
     if _given(run.get("overlap")):  # concurrent modes: how much of A + B's compute the concurrency hid
         parts.append(f"overlap {run['overlap']:.0%}")
     print(" · ".join(parts))
-    for key, what in (("bound_note", "note"), ("bound_error", "no lower bound")):
+    for key, what in (("verdict_help", run.get("verdict")), ("bound_note", "note"), ("bound_error", "no lower bound")):
         if run.get(key):
             print(f"  {what}: {run[key]}")
     for line in _costs(run):

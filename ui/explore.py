@@ -23,6 +23,10 @@ _MAX_FACETS = 12
 _LABELS = {**api.METRIC_LABELS, "ci": "95% CI of the median", "quantiles": "2.5–97.5% of runs", "": "(none)"}
 
 
+_VERDICT_HELP = ("commonest verdict among the group's runs: " + "; ".join(f"{k}: {v}" for k, v in api.VERDICTS.items())
+                 + " (the run page gives the counts)")
+
+
 def spec(options: dict[str, Any]) -> dict[str, Param]:
     """The page's URL parameters; filter values must be among the store's values."""
     axes = list(api.explore_axes())
@@ -100,7 +104,7 @@ def chart(args: dict[str, Any]) -> pd.DataFrame:
         "run_ids": st.column_config.TextColumn("run ids (newest first)", width="large"),
         "efficiency": st.column_config.NumberColumn("efficiency", format="%.2f", help="lower bound ÷ measured"),
         "bound_s": st.column_config.NumberColumn("bound (s)", format="%.3f", help="median lower bound of an epoch"),
-        "verdict": st.column_config.TextColumn("verdict", help="commonest verdict among the group's runs"),
+        "verdict": st.column_config.TextColumn("verdict", help=_VERDICT_HELP),
         "cv": st.column_config.NumberColumn("CV", format="%.2f", help="coefficient of variation across runs"),
         "noisy": st.column_config.CheckboxColumn("noisy", help="CV over 10 %: differences may be noise"),
         "interval_note": st.column_config.TextColumn("interval", help="why a group has no interval (n < 6)"),

@@ -57,12 +57,21 @@ def _fmt(key: str, value: Any) -> str:
     return "–" if value is None or value != value else _FIGURES[key][1].format(value)
 
 
+def _cores(run: dict[str, Any]) -> str:
+    cores, threads = run.get("usable_cores"), run.get("runnable_threads")
+    if cores is None or cores != cores or threads is None or threads != threads:
+        return ""
+    return f": {cores:g} here, {int(threads)} runnable threads in this run"
+
+
 def _figures(run: dict[str, Any]) -> None:
     cols = st.columns(5)
     for col, key in zip(cols, list(_FIGURES)[:5]):
         col.metric(_FIGURES[key][0], _fmt(key, run.get(key)))
-    st.markdown(f"Verdict: **{_fmt('verdict', run.get('verdict'))}** (efficiency = lower bound ÷ measured epoch; "
-                "below 80% the time goes to overhead, else to the slower of loading and compute)")
+    st.markdown(f"Verdict: **{_fmt('verdict', run.get('verdict'))}**"
+                + (f": {run['verdict_help']}" if run.get("verdict_help") else "")
+                + " (efficiency = lower bound ÷ measured epoch; the bound is the most of the loader pass, the compute "
+                  "pass, and their CPU-seconds over the usable cores" + _cores(run) + ")")
     overlap = run.get("overlap")
     if overlap is not None and overlap == overlap:
         st.markdown(f"Overlap: **{overlap:.0%}** of the time the two models' compute would take one after another "

@@ -5,6 +5,7 @@
     sampler.py      CPU %, memory (PSS of the run's process tree) and GPU, sampled in a thread (nvml.py)
     host.py         the host fingerprint a run is compared by
     bound.py        the lower bound and efficiency (the passes: _passes.py, _stage_step.py)
+    verdicts.py     what limits a run, in words, and what would help (no torch: the pages read it)
     waits.py        data-wait percentiles
     trace.py        --trace: one extra epoch under torch.profiler
 """

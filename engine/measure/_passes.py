@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from engine.loaders import LOADERS, epoch_batches, to_device
+from engine.measure.host import tree_cpu_s
 from engine.workloads import ShardDataset, build_dataset
 
 if TYPE_CHECKING:  # annotations only: the run side does not import the config (engine/registry.py says why)
@@ -21,23 +22,24 @@ _REPLAYS, _REPLAY_BUDGET_S = 3, 2.0
 
 
 def loader_pass(cfg: RunConfig, device: torch.device, shard: tuple[int, int] | None = None) -> dict[str, float]:
-    """One epoch of the run's loader with no model: seconds after the first batch, and the TTFB."""
+    """One epoch of the run's loader with no model: seconds after the first batch, the TTFB, and cpu_s, the
+    CPU-seconds of the whole process tree (loader workers included) over those seconds."""
     dataset = build_dataset(cfg)
     if shard is not None:
         dataset = ShardDataset(dataset, *shard)
     with LOADERS[cfg.loader](dataset, cfg, device) as loader:
         # epoch 1 (not 0) so persistent workers and generated files are already warm, like steady epochs
         t0 = time.perf_counter()
-        first, samples = None, 0
+        first, samples, cpu0 = None, 0, tree_cpu_s()
         for batch in loader.epoch(1):
             x, _ = to_device(batch, device)  # the copy is the loader's to hide, so it counts here
             samples += x.shape[0]
             if first is None:
-                first = time.perf_counter()
+                first, cpu0 = time.perf_counter(), tree_cpu_s()
         _sync(device)
-        end = time.perf_counter()
+        end, cpu1 = time.perf_counter(), tree_cpu_s()
     first = first or end
-    return {"seconds": end - first, "ttfb_s": first - t0, "samples": samples}
+    return {"seconds": end - first, "ttfb_s": first - t0, "samples": samples, "cpu_s": cpu1 - cpu0}
 
 
 def compute_pass(cfg: RunConfig, device: torch.device, build: Callable[[Any], list[Callable]],
@@ -45,6 +47,7 @@ def compute_pass(cfg: RunConfig, device: torch.device, build: Callable[[Any], li
     """The epoch's batches already on `device`, replayed through each step of build(dataset) in turn.
 
     fraction: the share of the epoch's batches the step sees (ddp: one rank's 1/world).
+    per_step: wall seconds of each step over the epoch; per_step_cpu: the CPU-seconds of busy work it needs.
     """
     dataset = build_dataset(cfg.replace(latency_ms=0.0, work_us=0))
     n_batches = len(epoch_batches(len(dataset), cfg.batch_size, cfg.seed, 1)) * fraction
@@ -56,30 +59,57 @@ def compute_pass(cfg: RunConfig, device: torch.device, build: Callable[[Any], li
             if i >= keep:
                 break
             batches.append((x.to(device), y.to(device)))
-    per_step = []
+    per_step, per_step_cpu = [], []
     for step in build(dataset):
         # a split stage's inputs are the earlier stages' outputs, made here, untimed
         inputs = step.prepare(batches) if hasattr(step, "prepare") else batches
         step(*inputs[0])  # one untimed step: allocator and kernel selection
-        per_step.append(_fastest_replay(step, inputs, device) * n_batches / len(batches))
-    return {"seconds": sum(per_step), "per_step": per_step, "ttfb_s": 0.0, "batches": n_batches}
+        wall, cpu = _fastest_replay(step, inputs, device)
+        scale = n_batches / len(batches)
+        per_step.append(wall * scale)
+        per_step_cpu.append(min(cpu, _single_thread_cpu(step, inputs, device)) * scale)
+    return {"seconds": sum(per_step), "per_step": per_step, "cpu_s": sum(per_step_cpu), "per_step_cpu": per_step_cpu,
+            "ttfb_s": 0.0, "batches": n_batches}
 
 
-def _fastest_replay(step: Callable, inputs: list, device: torch.device) -> float:
-    """The fastest of up to _REPLAYS replays of the batches (while they take < _REPLAY_BUDGET_S in all).
+def _fastest_replay(step: Callable, inputs: list, device: torch.device) -> tuple[float, float]:
+    """Wall and CPU seconds of the fastest of up to _REPLAYS replays of the batches (while they take
+    < _REPLAY_BUDGET_S in all). The CPU-seconds are the whole process's: on a GPU, what launching costs.
 
     NOTE: the fastest, because a bound is what the step allows: a replay slowed by another process
     on the machine would raise the bound and pass the slowdown off as the run's efficiency.
     """
-    times: list[float] = []
-    while len(times) < _REPLAYS and (not times or sum(times) < _REPLAY_BUDGET_S):
-        _sync(device)
-        t0 = time.perf_counter()
-        for x, y in inputs:
-            step(x, y)
-        _sync(device)
-        times.append(time.perf_counter() - t0)
+    times: list[tuple[float, float]] = []
+    while len(times) < _REPLAYS and (not times or sum(t for t, _ in times) < _REPLAY_BUDGET_S):
+        times.append(_replay(step, inputs, device))
     return min(times)
+
+
+def _single_thread_cpu(step: Callable, inputs: list, device: torch.device) -> float:
+    """The CPU-seconds of the step's busy work: on a CPU with several intra-op threads, a replay on one thread.
+
+    NOTE: OpenMP threads spin while they wait for work, so the process's CPU time at N threads overstates what
+    the step needs from the cores; one thread does the same work without spinning (and without the parallel
+    overhead, so this errs low: a lower bound must not overstate). A quarter of the batches, scaled.
+    """
+    threads = torch.get_num_threads()
+    if device.type != "cpu" or threads == 1:
+        return float("inf")
+    part = inputs[:max(1, len(inputs) // 4)]
+    torch.set_num_threads(1)
+    try:
+        return _replay(step, part, device)[1] * len(inputs) / len(part)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _replay(step: Callable, inputs: list, device: torch.device) -> tuple[float, float]:
+    _sync(device)
+    t0, cpu0 = time.perf_counter(), tree_cpu_s()
+    for x, y in inputs:
+        step(x, y)
+    _sync(device)
+    return time.perf_counter() - t0, tree_cpu_s() - cpu0
 
 
 def _sync(device: torch.device) -> None:

@@ -16,15 +16,24 @@ from this process). What can overlap in a mode decides its phases:
 
 This module keeps the shared passes (engine/measure/_passes.py) and the arithmetic:
 
-  loader-only   iterate one epoch of the loader, no model (steady time after the first batch)
-  compute-only  the epoch's batches already on the device, replayed through the mode's step(s)
+  loader-only   iterate one epoch of the loader, no model (steady time after the first batch), with the
+                CPU-seconds of the whole process tree (loader workers included)
+  compute-only  the epoch's batches already on the device, replayed through the mode's step(s), with the
+                CPU-seconds of busy work (a one-thread replay where OpenMP threads would spin)
 
-    bound      = sum over phases of max(loader, compute) + (phases x the run's median steady TTFB)
+    per phase  = max(wall, cpu) where
+                   wall = max(loader, compute), or loader + compute where the mode cannot overlap (sync)
+                   cpu  = (loader CPU + compute CPU) / usable cores (affinity, cgroup quota): loader workers
+                          and the model take turns on the same cores, so neither has the machine to itself
+    bound      = sum over phases + (phases x the run's median steady TTFB)
                  (the run's own TTFB: a fresh loader's would charge worker start-up that persistent
                  workers pay only once, and overstate the bound)
     efficiency = bound / median steady-state epoch time          (1.0 = nothing left on the table)
-    verdict    = data-bound | compute-bound    when the bound explains >= EXPLAINED of the time,
-                 overhead-bound                otherwise; none when efficiency > STALE (not a fraction)
+    verdict    = what limits the run, from VERDICTS, with one line of what would help (`verdict_help`):
+                 the bound's largest term when it explains >= EXPLAINED of the time (data-bound,
+                 compute-bound, cpu-bound, no-overlap); else oversubscribed (more runnable threads than
+                 cores), cpu-bound (the run kept the cores busy) or overhead-bound (none of these);
+                 none when efficiency > STALE (not a fraction)
     overlap    = concurrent modes only: (serial bound - measured) / (serial bound - bound), where the
                  serial bound charges the models' compute one after another: 0 = no overlap, 1 = perfect,
                  below 0 = slower than one after another; none when serial bound - bound is under
@@ -45,19 +54,24 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
+
+import torch
 
 from engine.measure._passes import compute_pass, loader_pass
+from engine.measure.host import usable_cores
+from engine.measure.verdicts import VERDICTS, verdict_help
 from engine.runlog import read_events
 
-__all__ = ["COMPUTE_KEYS", "EXPLAINED", "FAIL_ENV", "LOADER_KEYS", "STALE", "Calibrator", "Phase", "calibrate",
-           "verdict"]
+__all__ = ["COMPUTE_KEYS", "EXPLAINED", "FAIL_ENV", "LOADER_KEYS", "STALE", "VERDICTS", "Calibrator", "Pass", "Phase",
+           "calibrate", "verdict"]
 
 log = logging.getLogger(__name__)
 
 EXPLAINED = 0.8
 FAIL_ENV = "LOADERLAB_FAIL_CALIBRATION"  # test hook: calibration raises, the run must stay `done`
 STALE = 1.1  # efficiency above this is no fraction: the bound was measured under other conditions
+SATURATED = 0.9  # a run whose process tree kept this share of the usable cores busy was short of CPU
 OVERLAP_MIN = 0.1  # overlap is reported only where the models' serial compute could cost this share of the epoch
 _WORKLOAD_KEYS = ("workload", "n_samples", "image_size", "num_classes", "work_us", "latency_ms", "folder", "seed")
 LOADER_KEYS = _WORKLOAD_KEYS + ("loader", "workers", "prefetch_depth", "start_method", "persistent_workers",
@@ -67,22 +81,46 @@ COMPUTE_KEYS = ("model", "width", "depth", "optimizer", "lr", "batch_size", "dev
                 "devices", "n_stages", "micro_batches", "threads", "collate", "loss")
 
 
+class Pass(NamedTuple):
+    """One calibration pass: wall seconds over the epoch and the CPU-seconds of busy work it took."""
+
+    seconds: float
+    cpu_s: float
+
+
 @dataclass(frozen=True)
 class Phase:
-    """A stretch of the epoch in which loading and compute overlap. serial_compute_s: concurrent modes'
-    compute if their models ran one after another (for `overlap`)."""
+    """A stretch of the epoch in which loading and compute overlap (unless `overlaps` is false: a sync loader).
+    serial_compute_s: concurrent modes' compute if their models ran one after another (for `overlap`).
+    loader_cpu_s, compute_cpu_s: the CPU-seconds the phase asks of the machine's cores, all processes counted
+    (dual-processes: both models' loaders; ddp: every rank)."""
 
     loader_s: float
     compute_s: float
     serial_compute_s: float | None = None
+    loader_cpu_s: float = 0.0
+    compute_cpu_s: float = 0.0
+    overlaps: bool = True
+
+    def terms(self, cores: float) -> dict[str, float]:
+        """What bounds this phase, by the verdict each term would give; the bound is the largest."""
+        cpu = (self.loader_cpu_s + self.compute_cpu_s) / cores
+        if self.overlaps:
+            return {"data-bound": self.loader_s, "compute-bound": self.compute_s, "cpu-bound": cpu}
+        both = self.loader_s + self.compute_s
+        # NOTE: a sync run with next to nothing to load (or to compute) is told what dominates, not to overlap
+        kind = ("compute-bound" if self.loader_s < OVERLAP_MIN * both else
+                "data-bound" if self.compute_s < OVERLAP_MIN * both else "no-overlap")
+        return {kind: both, "cpu-bound": cpu}
 
 
-def verdict(loader_s: float, compute_s: float, efficiency: float) -> str | None:
+def verdict(kind: str | None, efficiency: float, oversubscribed: bool = False, saturated: bool = False) -> str | None:
+    """kind: the bound's largest term. Below EXPLAINED the bound does not explain the run: say why if we can."""
     if efficiency > STALE:
         return None
-    if efficiency < EXPLAINED:
-        return "overhead-bound"
-    return "data-bound" if loader_s >= compute_s else "compute-bound"
+    if efficiency >= EXPLAINED:
+        return kind
+    return "oversubscribed" if oversubscribed else "cpu-bound" if saturated else "overhead-bound"
 
 
 class Calibrator:
@@ -93,17 +131,26 @@ class Calibrator:
         self.scope, self.cache = scope, cache
         self.taken: list[float] = []
 
-    def loader(self, shard: tuple[int, int] | None = None) -> dict[str, float]:
+    @property
+    def overlaps(self) -> bool:
+        """Whether loading can overlap compute: not with the sync loader, except where a feeder thread runs
+        it (dual-threads on shared data)."""
+        return self.cfg.loader != "sync" or (self.cfg.mode == "dual-threads" and self.cfg.dual_data == "shared")
+
+    def loader(self, shard: tuple[int, int] | None = None) -> Pass:
         """One epoch of the run's loader; shard (rank, world): that rank's share only (ddp)."""
-        return self._cached("loader", LOADER_KEYS, [shard], lambda: loader_pass(self.cfg, self.device, shard))
+        result = self._cached("loader", LOADER_KEYS, [shard], lambda: loader_pass(self.cfg, self.device, shard))
+        return Pass(result["seconds"], result.get("cpu_s", 0.0))
 
     def compute(self, name: str, steps: Callable[[], list[Callable]], fraction: float = 1.0,
-                device: Any = None) -> list[float]:
-        """Seconds per step callable over one epoch of cached batches (x fraction of the epoch's batches)."""
+                device: Any = None) -> list[Pass]:
+        """Per step callable, its seconds and CPU-seconds over one epoch of cached batches (x fraction of the
+        epoch's batches)."""
         dev = device or self.device
         result = self._cached("compute", COMPUTE_KEYS, [name, fraction, str(dev)],
                               lambda: compute_pass(self.cfg, dev, steps, fraction))
-        return result["per_step"]
+        cpu = result.get("per_step_cpu") or [0.0] * len(result["per_step"])
+        return [Pass(w, c) for w, c in zip(result["per_step"], cpu)]
 
     def _cached(self, kind: str, keys: tuple[str, ...], extra: list[Any], measure: Callable) -> dict[str, Any]:
         key_data = [self.scope, kind, [getattr(self.cfg, k) for k in keys], extra]
@@ -141,23 +188,48 @@ def calibrate(ctx: Any, run_dir: Path, bound: Callable[[Calibrator], list[Phase]
         return {}
     measured = statistics.median(steady)
     ttfb = statistics.median(e["ttfb_s"] for e in steady_events)
-    return _figures(phases, measured, ttfb, time.time() - min(cal.taken))
+    world = int(ctx.summary.get("world_size_run") or ctx.cfg.world_size)
+    return _figures(phases, measured, ttfb, time.time() - min(cal.taken), _threads(ctx.cfg, world),
+                    ctx.summary.get("mean_cpu_pct"))
 
 
-def _figures(phases: list[Phase], measured: float, ttfb: float, age_s: float) -> dict[str, Any]:
-    loader_s = sum(p.loader_s for p in phases)
-    compute_s = sum(p.compute_s for p in phases)
-    bound_s = sum(max(p.loader_s, p.compute_s) for p in phases) + ttfb * len(phases)
+def _threads(cfg: Any, world: int) -> dict[str, Any]:
+    """The run's runnable threads against the usable cores: intra-op threads (split among a mode's processes)
+    plus one per loader worker (sync: none beyond the main thread; prefetch: its producer), per loader."""
+    intra = torch.get_num_threads()
+    procs = world if cfg.mode == "ddp" else 2 if cfg.mode == "dual-processes" else 1
+    loaders = procs if procs > 1 else 2 if cfg.mode == "dual-threads" and cfg.dual_data == "separate" else 1
+    per_loader = {"sync": 0, "prefetch": 1}.get(cfg.loader, cfg.workers)
+    return {"intra_op": max(1, intra // procs) * procs, "loader": per_loader * loaders, "cores": usable_cores()}
+
+
+def _figures(phases: list[Phase], measured: float, ttfb: float, age_s: float, threads: dict[str, Any],
+             mean_cpu_pct: float | None = None) -> dict[str, Any]:
+    cores = threads["cores"]
+    by_kind: dict[str, float] = {}
+    bound_s = ttfb * len(phases)
+    for p in phases:
+        terms = p.terms(cores)
+        kind = max(terms, key=terms.__getitem__)
+        by_kind[kind] = by_kind.get(kind, 0.0) + terms[kind]
+        bound_s += terms[kind]
     efficiency = bound_s / measured if measured > 0 else None
+    runnable = threads["intra_op"] + threads["loader"]
+    saturated = mean_cpu_pct is not None and mean_cpu_pct >= SATURATED * cores * 100
+    name = verdict(max(by_kind, key=by_kind.__getitem__), efficiency or 0.0, runnable > cores, saturated)
     out: dict[str, Any] = {
-        "bound_s": bound_s, "efficiency": efficiency, "loader_only_s": loader_s, "compute_only_s": compute_s,
-        "bound_ttfb_s": ttfb, "bound_phases": len(phases), "calib_age_s": age_s,
-        "verdict": verdict(loader_s, compute_s, efficiency or 0.0)}
+        "bound_s": bound_s, "efficiency": efficiency, "loader_only_s": sum(p.loader_s for p in phases),
+        "compute_only_s": sum(p.compute_s for p in phases), "loader_cpu_s": sum(p.loader_cpu_s for p in phases),
+        "compute_cpu_s": sum(p.compute_cpu_s for p in phases),
+        "cpu_bound_s": sum((p.loader_cpu_s + p.compute_cpu_s) / cores for p in phases),
+        "usable_cores": cores, "runnable_threads": runnable, "bound_ttfb_s": ttfb, "bound_phases": len(phases),
+        "calib_age_s": age_s, "verdict": name, "verdict_help": verdict_help(name, threads)}
     if efficiency is not None and efficiency > STALE:
         out["bound_note"] = (f"efficiency {efficiency:.2f} > {STALE}: the run beat its lower bound; the calibration, "
                              f"taken {age_s:.0f} s before, ran under other conditions (a busier machine?); no verdict")
     if all(p.serial_compute_s is not None for p in phases):
-        serial = sum(max(p.loader_s, p.serial_compute_s) for p in phases) + ttfb * len(phases)
+        serial = sum(max(Phase(p.loader_s, p.serial_compute_s, None, p.loader_cpu_s, p.compute_cpu_s,
+                               p.overlaps).terms(cores).values()) for p in phases) + ttfb * len(phases)
         out["serial_bound_s"] = serial
         # NOTE: only where running the models at once could save a tenth of the epoch: below that the
         # ratio divides noise by next to nothing (a loader-bound dual run gave -796%)

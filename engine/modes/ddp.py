@@ -148,7 +148,9 @@ def bound(cal: Calibrator) -> list[Phase] | None:
     full = len(epoch_batches(n, cal.cfg.batch_size, cal.cfg.seed, 1))
     fraction = math.ceil(len(range(0, n, world)) / cal.cfg.batch_size) / full
     compute = cal.compute(f"ddp-{world}", step_builder(cal.cfg, 0, cal.device), fraction=fraction)[0]
-    return [Phase(cal.loader(shard=(0, world))["seconds"], compute)]
+    loader = cal.loader(shard=(0, world))
+    # every rank loads its shard and trains its share on this host's cores at once (rank 0's stand for each)
+    return [Phase(loader.seconds, compute.seconds, None, loader.cpu_s * world, compute.cpu_s * world, cal.overlaps)]
 
 
 def _check(cfg: RunConfig) -> None:

@@ -27,7 +27,7 @@ from engine import devices
 from engine.errors import ConfigError
 from engine.loaders import LOADERS
 from engine.measure import trace
-from engine.measure.bound import Calibrator, Phase
+from engine.measure.bound import Calibrator, Pass, Phase
 from engine.models import make_optimizer
 from engine.modes._base import ModeSpec, RunContext
 from engine.modes._common import Recorder, build_model, check_devices, check_model_b, epoch_payload, fail_point, \
@@ -191,7 +191,7 @@ def run_processes(ctx: RunContext) -> None:
 # ---------------------------------------------------------------------------- bounds and specs
 
 
-def _computes(cal: Calibrator) -> list[float]:
+def _computes(cal: Calibrator) -> list[Pass]:
     """Each model's compute-only epoch, on its own device (dual-processes with `devices`) or the run's."""
     names = cal.cfg.devices if cal.cfg.mode == "dual-processes" and cal.cfg.devices else [None, None]
     out = []
@@ -203,14 +203,18 @@ def _computes(cal: Calibrator) -> list[float]:
 
 def sequential_bound(cal: Calibrator) -> list[Phase]:
     """Two phases, model A's epoch then model B's, each loading the epoch once."""
-    loader = cal.loader()["seconds"]
-    return [Phase(loader, c) for c in _computes(cal)]
+    loader = cal.loader()
+    return [Phase(loader.seconds, c.seconds, None, loader.cpu_s, c.cpu_s, cal.overlaps) for c in _computes(cal)]
 
 
 def concurrent_bound(cal: Calibrator) -> list[Phase]:
-    """One phase: the loader against the slower model, A + B kept as the serial compute (for `overlap`)."""
+    """One phase: the loader against the slower model, A + B kept as the serial compute (for `overlap`). On
+    the cores, both models' compute and every loader (one each with dual-processes or separate data)."""
     a, b = _computes(cal)
-    return [Phase(cal.loader()["seconds"], max(a, b), serial_compute_s=a + b)]
+    loader = cal.loader()
+    loaders = 2 if cal.cfg.mode == "dual-processes" or cal.cfg.dual_data == "separate" else 1
+    return [Phase(loader.seconds, max(a.seconds, b.seconds), a.seconds + b.seconds, loader.cpu_s * loaders,
+                  a.cpu_s + b.cpu_s, cal.overlaps)]
 
 
 def _check(cfg: RunConfig) -> None:

@@ -134,7 +134,8 @@ def bound(cal: Calibrator) -> list[Phase]:
     def build(dataset: Any) -> list[FusedStep]:
         models = [build_model(cal.cfg, dataset, i, cal.device) for i in range(cal.cfg.n_models)]
         return [FusedStep(models, cal.cfg.optimizer, model_lrs(cal.cfg))]
-    return [Phase(cal.loader()["seconds"], cal.compute("fused", build)[0])]
+    compute, loader = cal.compute("fused", build)[0], cal.loader()
+    return [Phase(loader.seconds, compute.seconds, None, loader.cpu_s, compute.cpu_s, cal.overlaps)]
 
 
 def _check(cfg: RunConfig) -> None:

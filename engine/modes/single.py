@@ -42,8 +42,8 @@ def run(ctx: RunContext) -> None:
 
 def bound(cal: Calibrator) -> list[Phase]:
     """One phase: the loader against the step."""
-    compute = cal.compute("single", step_builder(cal.cfg, 0, cal.device))[0]
-    return [Phase(cal.loader()["seconds"], compute)]
+    compute, loader = cal.compute("single", step_builder(cal.cfg, 0, cal.device))[0], cal.loader()
+    return [Phase(loader.seconds, compute.seconds, None, loader.cpu_s, compute.cpu_s, cal.overlaps)]
 
 
 SPEC = ModeSpec(run=run, doc="one model trained by one loop; the reference for every other mode", bound=bound)

@@ -163,12 +163,14 @@ def bound(cal: Calibrator) -> list[Phase]:
     busiest device's sum (the rest can overlap)."""
     devs = stage_devices(cal.cfg, cal.device)
     stages = [cal.compute(f"stage-{s}", stage_builder(cal.cfg, devs, s), device=devs[s])[0] for s in range(len(devs))]
+    loader, cpu = cal.loader(), sum(p.cpu_s for p in stages)
     if cal.cfg.micro_batches == 1:
-        return [Phase(cal.loader()["seconds"], sum(stages))]
+        return [Phase(loader.seconds, sum(p.seconds for p in stages), None, loader.cpu_s, cpu, cal.overlaps)]
     per_device: dict[str, float] = {}
     for s, d in enumerate(devs):
-        per_device[str(d)] = per_device.get(str(d), 0.0) + stages[s]
-    return [Phase(cal.loader()["seconds"], max(per_device.values()), serial_compute_s=sum(stages))]
+        per_device[str(d)] = per_device.get(str(d), 0.0) + stages[s].seconds
+    return [Phase(loader.seconds, max(per_device.values()), sum(p.seconds for p in stages), loader.cpu_s, cpu,
+                  cal.overlaps)]
 
 
 def _check(cfg: RunConfig) -> None:

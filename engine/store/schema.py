@@ -70,7 +70,8 @@ def _v3(conn: duckdb.DuckDBPyConnection) -> None:
 
 
 def _v4(conn: duckdb.DuckDBPyConnection) -> None:
-    """GPU idle split by cause per epoch and per run, NVML beside it, and the run's start-up phases.
+    """GPU idle split by cause per epoch and per run, NVML beside it, the run's start-up phases, and the
+    bound's CPU side (CPU-seconds of each pass, usable cores, runnable threads, the verdict's help).
 
     NOTE: added as NULL for the runs and epochs already stored: not measured, which 0 would misstate."""
     for name in EPOCH_COLUMNS_V4:

@@ -13,13 +13,16 @@ __all__ = ["BUILTIN_QUERIES", "EPOCH_COLUMNS_V4", "RUN_COLUMNS", "STORED_BUILTIN
 
 # Run-level columns schema v4 added: GPU idle and its parts (engine/measure/idle.py) over steady epochs with NVML's
 # utilisation and peak device memory beside them, NULL on CPU; where the start-up went (the RunLog's `startup`
-# event) and how long the bound's passes took
+# event) and how long the bound's passes took; the bound's CPU side
 _SUMMARY_V4 = {
     "gpu_idle_s": "DOUBLE", "gpu_idle_share": "DOUBLE", "gpu_idle_data_share": "DOUBLE",
     "gpu_idle_copy_share": "DOUBLE", "gpu_idle_other_share": "DOUBLE", "copy_wait_s": "DOUBLE",
     "mean_gpu_util": "DOUBLE", "peak_gpu_mem_bytes": "BIGINT",
     "startup_s": "DOUBLE", "startup_imports_s": "DOUBLE", "startup_cuda_s": "DOUBLE", "startup_build_s": "DOUBLE",
     "startup_first_batch_s": "DOUBLE", "calibration_s": "DOUBLE",
+    # the bound knows the machine's cores (engine/measure/bound.py), and says what would help
+    "loader_cpu_s": "DOUBLE", "compute_cpu_s": "DOUBLE", "cpu_bound_s": "DOUBLE", "usable_cores": "DOUBLE",
+    "runnable_threads": "INTEGER", "verdict_help": "VARCHAR",
 }
 # Run-level figures computed at ingest (or copied from the run's `summary` event).
 SUMMARY_COLUMNS = {

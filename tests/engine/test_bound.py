@@ -1,14 +1,18 @@
 """engine.measure.bound through real runs: a latency-dominated run is data-bound with efficiency near 1,
 a big model on in-memory data is compute-bound, a loader and a model that cannot overlap (sync loader)
-are overhead-bound, a failing calibration leaves the run done, and a sweep reuses calibrations within a
-repeat. Every mode family's own bound: tests/engine/test_mode_bounds.py."""
+are told so (no-overlap) with a bound of load + compute, a failing calibration leaves the run done, and a
+sweep reuses calibrations within a repeat. The bound's arithmetic as properties (more cores never raise
+it, it never falls below any of its terms, the verdict names its largest term). Every mode family's own
+bound: tests/engine/test_mode_bounds.py."""
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine.config import RunConfig
-from engine.measure.bound import FAIL_ENV, Phase, _figures, verdict
+from engine.measure.bound import EXPLAINED, FAIL_ENV, STALE, VERDICTS, Phase, _figures
 from engine.runlog import read_events
 from engine.runner import launch
 from engine.store import get_run
@@ -75,42 +79,100 @@ def test_big_model_on_in_memory_data_is_bound_by_compute(tmp_path):
     assert result.status == "done", result.error
     summary = _summary(result.run_dir)
     assert summary["compute_only_s"] > 2 * summary["loader_only_s"]
-    assert summary["verdict"] == verdict(summary["loader_only_s"], summary["compute_only_s"], summary["efficiency"])
-    assert summary["verdict"] != "data-bound"
+    assert summary["verdict"] != "data-bound" and summary["verdict_help"]
+    # one intra-op thread and a prefetch producer on this host's cores: the counts are stored as they were
+    assert summary["runnable_threads"] == 2 and summary["usable_cores"] >= 1
 
 
-@pytest.mark.parametrize("loader_s, compute_s, measured, expected", [
-    (1.0, 0.1, 1.05, "data-bound"), (0.1, 1.0, 1.05, "compute-bound"), (0.5, 0.5, 1.0, "overhead-bound"),
-    (0.1, 1.0, 0.5, None)])  # efficiency 2.1: a stale calibration, no verdict
-def test_verdict_per_phase_figures(loader_s, compute_s, measured, expected):
-    out = _figures([Phase(loader_s, compute_s)], measured, 0.0, 1.0)
-    assert out["verdict"] == expected
-    assert out["bound_s"] == pytest.approx(max(loader_s, compute_s))
-    assert ("bound_note" in out) == (expected is None)
+_SECONDS = st.floats(0.001, 10.0)
+_PHASE = st.builds(Phase, _SECONDS, _SECONDS, st.none(), _SECONDS, _SECONDS, st.booleans())
+_THREADS = st.fixed_dictionaries({"intra_op": st.integers(1, 32), "loader": st.integers(0, 32),
+                                  "cores": st.floats(0.5, 64.0)})
+
+
+@settings(max_examples=300, deadline=None)
+@given(phases=st.lists(_PHASE, min_size=1, max_size=3), ttfb=st.floats(0.0, 1.0), threads=_THREADS,
+       measured=_SECONDS)
+def test_the_bound_is_no_less_than_any_of_its_limits(phases, ttfb, threads, measured):
+    """A run cannot beat its loader, its model, nor the CPU both need of the usable cores; a sync loader cannot
+    beat load + compute."""
+    out = _figures(phases, measured, ttfb, 0.0, threads)
+    for limit in (lambda p: p.loader_s, lambda p: p.compute_s,
+                  lambda p: (p.loader_cpu_s + p.compute_cpu_s) / threads["cores"],
+                  lambda p: p.loader_s + p.compute_s if not p.overlaps else 0.0):
+        assert out["bound_s"] >= sum(limit(p) for p in phases) + ttfb * len(phases) - 1e-9
+    assert out["efficiency"] == pytest.approx(out["bound_s"] / measured)
+    assert out["verdict"] in VERDICTS or out["verdict"] is None
+    assert (out["verdict"] is None) == (out["efficiency"] > STALE) == ("bound_note" in out)
+
+
+@settings(max_examples=200, deadline=None)
+@given(phases=st.lists(_PHASE, min_size=1, max_size=3), threads=_THREADS, more=st.floats(1.0, 8.0),
+       measured=_SECONDS)
+def test_more_cores_never_raise_the_bound_and_no_overlap_never_lowers_it(phases, threads, more, measured):
+    out = _figures(phases, measured, 0.0, 0.0, threads)
+    wider = _figures(phases, measured, 0.0, 0.0, {**threads, "cores": threads["cores"] * more})
+    assert wider["bound_s"] <= out["bound_s"] + 1e-9
+    serial = [Phase(p.loader_s, p.compute_s, None, p.loader_cpu_s, p.compute_cpu_s, False) for p in phases]
+    assert _figures(serial, measured, 0.0, 0.0, threads)["bound_s"] >= out["bound_s"] - 1e-9
+
+
+_ONE_CORE_FREE = {"intra_op": 1, "loader": 0, "cores": 2.0}
+
+
+@pytest.mark.parametrize("phase, verdict", [
+    (Phase(1.0, 0.1, None, 0.2, 0.1), "data-bound"),       # the loader's wall time is the largest term
+    (Phase(0.1, 1.0, None, 0.1, 0.9), "compute-bound"),
+    (Phase(0.6, 0.6, None, 1.2, 1.2), "cpu-bound"),        # 2.4 CPU-seconds on 2 cores: 1.2 s, above either
+    (Phase(0.5, 0.5, None, 0.5, 0.5, False), "no-overlap"),
+    (Phase(0.01, 1.0, None, 0.01, 1.0, False), "compute-bound"),  # sync, but next to nothing to load
+])
+def test_an_explained_run_is_named_after_the_largest_term_of_its_bound(phase, verdict):
+    out = _figures([phase], 0.95 * max(phase.terms(2.0).values()) / 0.9, 0.0, 0.0, _ONE_CORE_FREE)
+    assert out["efficiency"] >= EXPLAINED and out["verdict"] == verdict
+    assert out["verdict_help"] == VERDICTS[verdict]
+
+
+def test_an_unexplained_run_is_oversubscribed_cpu_bound_or_overhead_bound():
+    """Below EXPLAINED: more runnable threads than cores first (with the counts and the setting that fits),
+    then a run that kept the cores busy, and only then overhead."""
+    phase, slow = Phase(0.3, 0.4, None, 0.3, 0.4), 1.0   # bound 0.4 s, efficiency 0.4
+    over = _figures([phase], slow, 0.0, 0.0, {"intra_op": 2, "loader": 2, "cores": 2.0}, mean_cpu_pct=190.0)
+    assert over["verdict"] == "oversubscribed" and over["runnable_threads"] == 4
+    assert "2 intra-op + 2 loader thread(s) = 4 runnable on 2 usable cores" in over["verdict_help"]
+    assert "set threads to 1" in over["verdict_help"]
+    busy = _figures([phase], slow, 0.0, 0.0, _ONE_CORE_FREE, mean_cpu_pct=195.0)
+    assert busy["verdict"] == "cpu-bound"
+    idle = _figures([phase], slow, 0.0, 0.0, _ONE_CORE_FREE, mean_cpu_pct=60.0)
+    assert idle["verdict"] == "overhead-bound"
 
 
 def test_serial_phases_add_and_concurrent_ones_report_overlap():
-    two = _figures([Phase(0.2, 1.0), Phase(0.2, 0.6)], 1.7, 0.05, 0.0)  # dual-sequential
+    two = _figures([Phase(0.2, 1.0), Phase(0.2, 0.6)], 1.7, 0.05, 0.0, _ONE_CORE_FREE)  # dual-sequential
     assert two["bound_s"] == pytest.approx(1.6 + 0.1) and "overlap" not in two
     # dual-threads: A = 1.0, B = 0.6 computed in 1.3 s: 0.3 of the 0.6 s that overlapping could save
-    one = _figures([Phase(0.2, 1.0, serial_compute_s=1.6)], 1.3, 0.0, 0.0)
+    one = _figures([Phase(0.2, 1.0, serial_compute_s=1.6)], 1.3, 0.0, 0.0, _ONE_CORE_FREE)
     assert one["bound_s"] == pytest.approx(1.0) and one["serial_bound_s"] == pytest.approx(1.6)
     assert one["overlap"] == pytest.approx(0.5)
     # loader-bound: A + B's compute (0.015 s) could save next to nothing of the 1.2 s epoch: no overlap to report
-    loaded = _figures([Phase(1.0, 0.01, serial_compute_s=0.015)], 1.2, 0.0, 0.0)
+    loaded = _figures([Phase(1.0, 0.01, serial_compute_s=0.015)], 1.2, 0.0, 0.0, _ONE_CORE_FREE)
     assert loaded["overlap"] is None and loaded["verdict"] == "data-bound"
 
 
-def test_sync_loader_with_equal_load_and_compute_is_overhead_bound(tmp_path):
-    """The sync loader loads in the training thread, so nothing overlaps: the epoch is load + compute,
-    about twice the bound when the two are equal. The latency is set from the model's measured step."""
+def test_sync_loader_with_equal_load_and_compute_is_told_it_cannot_overlap(tmp_path):
+    """The sync loader loads in the training thread, so nothing overlaps: the epoch is load + compute, and so
+    is its bound (it was max(load, compute), which read as "overhead-bound" at about 50 %). The latency is set
+    from the model's measured step."""
     cfg = RunConfig.from_dict({**BIG_MODEL, "loader": "sync"})
     probe = launch(cfg.replace(epochs=2), db=tmp_path / "s.duckdb")  # the model's compute-only epoch, measured
     latency_ms = 1000 * _summary(probe.run_dir)["compute_only_s"] / cfg.n_samples
     result = launch(cfg.replace(latency_ms=latency_ms), db=tmp_path / "s.duckdb")
     assert result.status == "done", result.error
     summary = _summary(result.run_dir)
-    assert summary["efficiency"] < 0.8 and summary["verdict"] == "overhead-bound", summary
+    assert summary["bound_s"] >= summary["loader_only_s"] + summary["compute_only_s"]
+    # NOTE: the run's compute is slower than the pass's replay of cached batches, so efficiency sits near
+    # EXPLAINED (0.82 quiet): either word may come, never one that claims loading and compute overlapped
+    assert summary["verdict"] in ("no-overlap", "overhead-bound"), summary
 
 
 def test_a_failing_calibration_keeps_the_run_done_with_bound_error(tmp_path, monkeypatch):

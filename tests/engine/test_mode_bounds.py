@@ -36,8 +36,10 @@ def _loader(cals: list[dict]) -> dict:
 def test_single_bounds_one_phase_of_loader_against_the_step(tmp_path):
     summary, cals = _run(tmp_path, mode="single")
     assert summary["bound_phases"] == 1 and _loader(cals)["samples"] == 128
-    assert summary["bound_s"] == pytest.approx(max(summary["loader_only_s"], summary["compute_only_s"])
-                                               + summary["bound_ttfb_s"])
+    # no less than the loader, the step, or the CPU both need of this host's cores
+    assert summary["bound_s"] >= max(summary["loader_only_s"], summary["compute_only_s"], summary["cpu_bound_s"]) \
+        + summary["bound_ttfb_s"] - 1e-9
+    assert summary["loader_cpu_s"] > 0 and summary["compute_cpu_s"] > 0
 
 
 def test_dual_sequential_loads_the_epoch_once_per_model(tmp_path):
@@ -46,7 +48,7 @@ def test_dual_sequential_loads_the_epoch_once_per_model(tmp_path):
     loader = _loader(cals)["seconds"]
     assert summary["bound_phases"] == 2 and "overlap" not in summary
     assert summary["loader_only_s"] == pytest.approx(2 * loader)
-    assert summary["bound_s"] == pytest.approx(max(loader, a) + max(loader, b) + 2 * summary["bound_ttfb_s"])
+    assert summary["bound_s"] >= max(loader, a) + max(loader, b) + 2 * summary["bound_ttfb_s"] - 1e-9
 
 
 @pytest.mark.parametrize("mode", ["dual-threads", "dual-processes"])
