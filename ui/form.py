@@ -21,6 +21,7 @@ from typing import Any
 import streamlit as st
 
 from engine import api
+from ui.text import plain
 
 __all__ = ["FormResult", "SweepResult", "apply_values", "preset_picker", "run_form", "sweep_builder"]
 
@@ -161,7 +162,7 @@ def _paths_only(values: dict[str, Any]) -> Any:
 def run_form(prefix: str) -> FormResult:
     """Render every RunConfig field, grouped; validate; show a ConfigError under the field it names."""
     for warning in _bind_url(prefix):
-        st.warning(warning)
+        st.warning(plain(warning))  # they quote the URL: text, never Markdown
     groups: dict[str, list[dataclasses.Field]] = {}
     for f in _fields():
         groups.setdefault(f.metadata.get("group", "other"), []).append(f)
@@ -184,7 +185,7 @@ def run_form(prefix: str) -> FormResult:
         result.cfg = cfg
     except api.ConfigError as e:
         result.error = e
-        (slots.get(e.field) or top).error(f"**{e.field}**: {e.message}")
+        (slots.get(e.field) or top).error(f"**{plain(e.field)}**: {plain(e.message)}")
     _publish_url(prefix, values)
     st.session_state[f"{prefix}._values"] = {f.name: values[f.name] for f in _fields()}
     return result
@@ -192,7 +193,7 @@ def run_form(prefix: str) -> FormResult:
 
 def _axis_help(f: dataclasses.Field, sep: str) -> str:
     choices = _choices(f)
-    among = f"; choose from: {', '.join(choices)}" if choices is not None else ""
+    among = f"; choose from: {plain(', '.join(choices))}" if choices is not None else ""
     return f"{f.metadata.get('help')} — values separated by '{sep}'{among}"
 
 
@@ -223,5 +224,5 @@ def sweep_builder(prefix: str, base: dict[str, Any]) -> SweepResult:
         out.n_runs = out.n_configs * int(repeats)
     except api.ConfigError as e:
         out.error = e
-        st.error(f"**{e.field}**: {e.message}")
+        st.error(f"**{plain(e.field)}**: {plain(e.message)}")
     return out

@@ -18,6 +18,7 @@ from engine.paths import jobs_dir, runs_dir
 from engine.presets import PRESETS
 from engine.runner import kill_group
 from engine.store import connect
+from tests._markup import seen
 
 
 @pytest.fixture
@@ -48,7 +49,7 @@ def test_every_config_field_has_a_widget_and_the_form_queues_a_job(launch, store
     assert len(queued) == 1
     cfg = RunConfig.from_dict(json.loads(queued.loc[0, "config_json"]))
     assert cfg == PRESETS["tiny_cpu"]().replace(n_samples=128)
-    assert any(queued.loc[0, "job_id"] in s.value for s in at.success)
+    assert any(queued.loc[0, "job_id"] in seen(s.value) for s in at.success)
     assert any(f"/runs?run={queued.loc[0, 'run_id']}" in m.value for m in at.markdown)
 
 
@@ -116,11 +117,11 @@ def test_jobs_panel_shows_live_progress_and_cancels(launch, store):
         time.sleep(0.2)
     at.run()
     assert not at.exception and not at.error
-    card = next(m.value for m in at.markdown if job_id in m.value)
+    card = next(seen(m.value) for m in at.markdown if job_id in seen(m.value))
     assert "**running**" in card
     assert at.get("plotly_chart") and any("ETA" in p.proto.text for p in at.get("progress"))
     at.button(key=f"launch.cancel.{job_id}").click().run()
-    assert "**cancelling**" in next(m.value for m in at.markdown if job_id in m.value)
+    assert "**cancelling**" in next(seen(m.value) for m in at.markdown if job_id in seen(m.value))
     while jobs.job_progress(job_id, store)["status"] != "cancelled":
         assert time.monotonic() < deadline, "the job was never cancelled"
         time.sleep(0.2)
@@ -136,7 +137,7 @@ def test_ray_target_queues_the_sweep_as_one_job_with_the_address_from_settings(l
     # NOTE: nothing listens on port 1, so the worker fails the job in seconds instead of waiting for Ray
     at.text_input(key="launch.ray_address").set_value("127.0.0.1:1")
     target.set_value("Ray cluster").run()
-    assert "127.0.0.1:1" in at.radio(key="launch.target").proto.captions[1]
+    assert "127.0.0.1:1" in seen(at.radio(key="launch.target").proto.captions[1])
     at.multiselect(key="sweep.axes").set_value(["batch_size"]).run()
     at.text_input(key="sweep.axis.batch_size").set_value("16, 32")
     at.number_input(key="sweep.repeats").set_value(2).run()
@@ -148,7 +149,7 @@ def test_ray_target_queues_the_sweep_as_one_job_with_the_address_from_settings(l
     assert (spec["kind"], spec["address"], spec["runs"]) == ("ray-sweep", "127.0.0.1:1", 4)
     assert spec["sweep"]["grid"] == {"batch_size": ["16", "32"]} and spec["sweep"]["repeats"] == 2
     job_id = queued.loc[0, "job_id"]
-    assert any(job_id in s.value for s in at.success)
+    assert any(job_id in seen(s.value) for s in at.success)
     at = queue_run(at)  # a single run to the cluster is a one-run sweep job too
     run_job = jobs.list_jobs(store).loc[0]
     spec = json.loads(run_job["config_json"])
@@ -186,12 +187,12 @@ def test_a_running_ray_job_shows_its_runs_landed_and_cancels(launch, store):
             conn.execute("UPDATE jobs SET status = 'running', started_at = ? WHERE job_id = ?", [started, job_id])
             conn.execute("INSERT INTO runs (run_id, status, sweep_id) SELECT 'r1', 'done', sweep_id FROM jobs")
         at = launch()
-        card = next(m.value for m in at.markdown if job_id in m.value)
-        assert "**running**" in card and "Ray sweep rs: 4 runs on auto" in card and "sweep `rs-" in card
+        card = next(seen(m.value) for m in at.markdown if job_id in seen(m.value))
+        assert "**running**" in card and "Ray sweep rs: 4 runs on auto" in card and "sweep rs-" in card
         progress = next(p.proto.text for p in at.get("progress"))
         assert progress.startswith("1/4 runs landed (1 done) · ETA ")
         at.button(key=f"launch.cancel.{job_id}").click().run()
-        assert "**cancelling**" in next(m.value for m in at.markdown if job_id in m.value)
+        assert "**cancelling**" in next(seen(m.value) for m in at.markdown if job_id in seen(m.value))
         assert (jobs_dir(store) / f"{job_id}.cancel").exists()  # what the worker watches
     finally:
         fcntl.flock(lock, fcntl.LOCK_UN)
