@@ -62,31 +62,50 @@ def _defaults() -> dict[str, Any]:
     return api.RunConfig().to_dict()
 
 
+def _number(f: dataclasses.Field, value: Any) -> int | float:
+    """A number within the field's bounds, or ValueError saying what is wrong with it (never clamped: a URL's
+    batch_size=-1 or n_samples=1e99 is as wrong as workers=abc, and the user hears so)."""
+    kind = str(f.type)
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"expected {kind}") from None
+    if not math.isfinite(number):  # "nan", "1e309" from a URL: no widget can hold them
+        raise ValueError("not a finite number")
+    if kind == "int" and not number.is_integer():
+        raise ValueError("expected a whole number")
+    lo, hi = f.metadata.get("min"), f.metadata.get("max")
+    if lo is not None and number < lo:
+        raise ValueError(f"below the smallest allowed, {lo}")
+    if hi is not None and number > hi:
+        raise ValueError(f"above the largest allowed, {hi}")
+    return int(number) if kind == "int" else number
+
+
 def _widget_value(f: dataclasses.Field, value: Any) -> Any:
-    """A config value as its widget holds it: clamped numbers, comma text for lists. ValueError if unusable."""
+    """A config value as its widget holds it: a number within bounds, comma text for lists. ValueError if unusable."""
     kind = str(f.type)
     if kind == "list[str]":
         return ", ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
     if kind == "bool":
         return value if isinstance(value, bool) else str(value).strip().lower() in _TRUE
     if kind in ("int", "float"):
-        if not math.isfinite(float(value)):  # "nan", "1e309" from a URL: no widget can hold them
-            raise ValueError(f"{value!r} is not a finite number")
-        number = int(float(value)) if kind == "int" else float(value)
-        lo, hi = f.metadata.get("min"), f.metadata.get("max")
-        return min(max(number, lo if lo is not None else number), hi if hi is not None else number)
+        return _number(f, value)
     return str(value)
 
 
 def apply_values(prefix: str, values: dict[str, Any]) -> list[str]:
-    """Set the form's widgets to these field values (a preset, a URL); returns warnings for unusable ones."""
+    """Set the form's widgets to these field values (a preset, a URL); an unusable one is replaced by the field's
+    default, with a warning naming it."""
     warnings = []
     for f in _fields():
         if f.name in values:
+            key = f"{prefix}.{f.name}"
             try:
-                st.session_state[f"{prefix}.{f.name}"] = _widget_value(f, values[f.name])
-            except (TypeError, ValueError):
-                warnings.append(f"Ignored {f.name}={str(values[f.name])[:60]!r}: expected {f.type}.")
+                st.session_state[key] = _widget_value(f, values[f.name])
+            except (TypeError, ValueError) as e:
+                st.session_state[key] = default = _widget_value(f, _defaults()[f.name])
+                warnings.append(f"Ignored {f.name}={str(values[f.name])[:60]!r}: {e}; using the default, {default}.")
     return warnings
 
 

@@ -18,7 +18,7 @@ from engine.paths import jobs_dir, runs_dir
 from engine.presets import PRESETS
 from engine.runner import kill_group
 from engine.store import connect
-from tests._markup import seen
+from tests._markup import live_markup, seen
 
 
 @pytest.fixture
@@ -81,6 +81,30 @@ def test_preset_and_url_fill_the_form_and_the_form_writes_the_url(launch):
     at.query_params.clear()
     at.switch_page("pages/launch.py").run()
     assert at.number_input(key="run.workers").value == 16 and at.selectbox(key="run.loader").value == "threads"
+
+
+@pytest.mark.parametrize("field, value, why", [
+    ("batch_size", "-1", "below the smallest allowed, 1"), ("n_samples", "1e99", "above the largest allowed"),
+    ("workers", "2.5", "whole number"), ("latency_ms", "-3", "below the smallest allowed"),
+    ("epochs", "abc", "expected int"), ("lr", "nan", "not a finite number"),
+])
+def test_an_out_of_range_url_value_is_named_in_a_warning_not_clamped(launch, field, value, why):
+    """Issue 19: /launch?batch_size=-1 and n_samples=1e99 were clamped silently while other bad values warned."""
+    at = launch(**{field: value})
+    assert not at.exception
+    warnings = [w.value for w in at.warning if f"Ignored {field}=" in seen(w.value)]
+    assert len(warnings) == 1, [seen(w.value) for w in at.warning]
+    assert why in seen(warnings[0]) and not live_markup(warnings[0]), warnings
+    default = getattr(RunConfig(), field)
+    assert at.number_input(key=f"run.{field}").value == default  # the default, as the warning says
+    assert f"using the default, {default}" in seen(warnings[0])
+
+
+def test_a_url_value_within_bounds_is_taken_without_a_warning(launch):
+    at = launch(batch_size="1", n_samples="10000000", workers="2.0", latency_ms="0")
+    assert not at.exception and not at.warning, [seen(w.value) for w in at.warning]
+    assert [at.number_input(key=f"run.{k}").value for k in ("batch_size", "n_samples", "workers", "latency_ms")] == \
+        [1, 10_000_000, 2, 0.0]
 
 
 def test_every_preset_is_valid_here():
