@@ -29,10 +29,10 @@ demo: install
 	$(PY) -m engine demo
 
 # Serves on 127.0.0.1 only; see `make share` for the LAN. .streamlit/config.toml hides the Deploy button.
+# `engine serve` runs `streamlit run app.py` and the job worker: Ctrl-C stops both, except a worker that was
+# already running before (then it says so, and `python -m engine worker --stop` stops it).
 run: demo
-	$(PY) -m engine worker --ensure
-	$(PY) -m streamlit run app.py --server.address $(ADDRESS) --server.port $(PORT) \
-		--server.headless true --browser.gatherUsageStats false
+	$(PY) -m engine serve --address $(ADDRESS) --port $(PORT)
 
 # The browser tests drive Debian's chromium with Playwright (no browser download).
 browser-deps:
@@ -51,11 +51,9 @@ bench: install
 # Serve on the LAN. Every page and share link then needs the access token: $LOADERLAB_TOKEN if
 # set, else a fresh one printed here. Open http://<this host>:$(PORT)/?token=<token> once per browser.
 share: demo
-	$(PY) -m engine worker --ensure
 	@TOKEN=$${LOADERLAB_TOKEN:-$$($(PY) -c 'import secrets; print(secrets.token_urlsafe(18))')}; \
 	echo "LoaderLab on the LAN: http://$$(hostname -I | cut -d' ' -f1):$(PORT)/?token=$$TOKEN"; \
-	LOADERLAB_TOKEN=$$TOKEN $(PY) -m streamlit run app.py --server.address 0.0.0.0 --server.port $(PORT) \
-		--server.headless true --browser.gatherUsageStats false
+	LOADERLAB_TOKEN=$$TOKEN $(PY) -m engine serve --address 0.0.0.0 --port $(PORT)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

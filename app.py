@@ -8,6 +8,7 @@ import streamlit as st
 from engine import api
 from ui.auth import require_token
 from ui.cache import cached
+from ui.text import plain
 
 st.set_page_config(page_title="LoaderLab", page_icon=":material/speed:", layout="wide")
 require_token()  # with $LOADERLAB_TOKEN set (make share), nothing below runs without it
@@ -30,11 +31,11 @@ page = st.navigation([
 ])
 
 with st.sidebar:
-    st.caption(f"Store: `{api.db_path()}`")
+    st.caption(f"Store: {plain(api.db_path())}")
     try:
         counts = cached("count_runs")
         st.caption(f"{sum(counts.values())} runs ({counts.get(api.RunStatus.DONE, 0)} done)")
     except Exception as e:  # noqa: BLE001 - the sidebar must never stop a page from rendering
-        st.caption(f"Store unreadable: {e}")
+        st.caption(f"Store unreadable: {plain(e)}")
 
 page.run()

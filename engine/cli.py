@@ -6,7 +6,8 @@ new flag. Every command takes `--db PATH`. Exit status: 0 ok · 2 bad input (one
 1 a run that failed.
 
     python -m engine run --loader threads --workers 4        # run, sweep, runs, show, query, export, advise,
-    python -m engine worker --ensure                         # tune, import, export-bundle, demo, worker
+    python -m engine worker --ensure                         # tune, import, export-bundle, demo, worker,
+    python -m engine serve                                   # serve (the dashboard and its worker: `make run`)
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from engine.advisor import advise
 from engine.config import RunConfig, SweepConfig, config_fields, field_choices, load_toml
 from engine.demo import ensure_demo
 from engine.errors import ConfigError, StoreBusy, StoreError, UsageError, printable
-from engine.jobs import ensure_worker, run_worker, worker_pid
+from engine.jobs import ensure_worker, run_worker, serve, stop_worker, worker_pid
 from engine.paths import Db
 from engine.preflight import preflight
 from engine.ray_executor import run_sweep_ray
@@ -438,6 +439,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def _worker_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ensure", action="store_true", help="start a detached worker if none is alive, then return")
+    p.add_argument("--stop", action="store_true", help="stop the running worker (its run is cancelled; queued jobs "
+                   "stay queued)")
     p.add_argument("--once", action="store_true", help="run the queued jobs, then exit")
     p.add_argument("--poll-s", type=float, default=1.0, help="seconds between looks at an empty queue")
     p.add_argument("--lock-fd", type=int, default=None, help=argparse.SUPPRESS)  # handed over by ensure_worker
@@ -454,7 +457,24 @@ def cmd_worker(args: argparse.Namespace) -> int:
         pid = ensure_worker(args.db)
         print(f"worker started (pid {pid})" if pid else f"worker already running (pid {worker_pid(args.db)})")
         return 0
+    if args.stop:
+        pid = worker_pid(args.db)
+        print(f"worker stopped (pid {pid})" if stop_worker(args.db) else "no worker is running")
+        return 0
     return run_worker(args.db, once=args.once, poll_s=args.poll_s, lock_fd=args.lock_fd)
+
+
+def _serve_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--address", default="127.0.0.1", help="address to serve on (0.0.0.0: the LAN, see make share)")
+    p.add_argument("--port", type=int, default=8501, help="port to serve on")
+
+
+@command(_serve_options, pending="never",  # the dashboard's banner and the worker store what waited
+         help="serve the dashboard with its job worker (`make run`); Ctrl-C stops both, but not a worker that "
+              "was running before")
+def cmd_serve(args: argparse.Namespace) -> int:
+    """`python -m engine serve`: `streamlit run app.py` and the job worker, stopped together."""
+    return serve(args.db, address=args.address, port=args.port, say=lambda line: print(line, flush=True))
 
 
 # ---------------------------------------------------------------------------- wiring

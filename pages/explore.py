@@ -10,6 +10,7 @@ from ui import advisor, explore, pending, state
 from ui.auth import require_token
 from ui.cache import cached
 from ui.errors import shown
+from ui.text import plain
 
 require_token()  # a page opened directly (deep link) is guarded too, not only through app.py
 
@@ -23,7 +24,7 @@ with shown("Could not read the store"):
     saved = state.restore_view("explore")
     warnings = state.bind("explore", spec, params=saved)
     for w in warnings:
-        st.warning(w)
+        st.warning(plain(w))  # they quote the URL: text, never Markdown
 
     explore.controls(spec)
     args = explore.state()

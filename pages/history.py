@@ -5,6 +5,7 @@ import streamlit as st
 from ui import history, pending, state
 from ui.auth import require_token
 from ui.errors import shown
+from ui.text import plain
 
 require_token()  # a page opened directly (deep link) is guarded too, not only through app.py
 
@@ -14,7 +15,7 @@ st.caption("Query the whole store in SQL. Only one read-only statement runs; not
 
 with shown("Could not read the store"):
     for w in state.bind("history", history.SPEC):
-        st.warning(w)
+        st.warning(plain(w))  # they quote the URL: text, never Markdown
     history.saved()
     history.console()
     history.schema()

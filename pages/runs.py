@@ -6,6 +6,7 @@ import streamlit as st
 from ui import pending, run_detail, runs, state
 from ui.auth import require_token
 from ui.errors import shown
+from ui.text import plain
 
 require_token()  # a page opened directly (deep link) is guarded too, not only through app.py
 
@@ -14,7 +15,7 @@ pending.banner()  # runs waiting to be stored, and who holds the store
 
 with shown("Could not read the store"):
     for w in state.bind("runs", runs.SPEC):
-        st.warning(w)
+        st.warning(plain(w))  # they quote the URL: text, never Markdown
     ss = st.session_state
     if ss.get("runs.compare"):
         picked = run_detail.check_ids(ss["runs.compare"], lo=2, hi=4)

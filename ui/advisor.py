@@ -12,6 +12,7 @@ import streamlit as st
 from engine import api
 from ui.cache import cached
 from ui.errors import shown
+from ui.text import plain
 
 __all__ = ["panel"]
 
@@ -41,7 +42,7 @@ def panel(options: dict[str, Any]) -> None:
             advice = cached("advise", workload, model, host=host, baseline=baseline or None)
             st.code(advice.render(), language=None)
             if advice.warning:
-                st.warning(advice.warning)
+                st.warning(plain(advice.warning))
             if advice.suggestions and st.button("Queue the suggested sweep", key="advisor.queue"):
                 sweep = api.SweepConfig.from_dict(tomllib.loads(advice.next_sweep_toml()))
                 jobs = api.submit_sweep(sweep, origin="browser")  # a stored plugin spec: only if registered

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import quote
 
 import pandas as pd
 import streamlit as st
@@ -14,6 +15,7 @@ import streamlit as st
 from engine import api
 from ui.cache import cached, data_token
 from ui.state import Param
+from ui.text import chart_safe, plain
 
 __all__ = ["chart", "controls", "selected_runs", "spec", "state"]
 
@@ -81,7 +83,7 @@ def chart(args: dict[str, Any]) -> pd.DataFrame:
         return summary
     if args["facet"] and summary[args["facet"]].nunique(dropna=False) > _MAX_FACETS:
         keep = summary[args["facet"]].drop_duplicates().head(_MAX_FACETS)
-        st.warning(f"{args['facet']} has {summary[args['facet']].nunique(dropna=False)} values; the chart shows "
+        st.warning(f"{plain(args['facet'])} has {summary[args['facet']].nunique(dropna=False)} values; the chart shows "
                    f"the first {_MAX_FACETS} as facets (filter, or facet by a field with fewer values).")
         summary = summary[summary[args["facet"]].isin(keep)]
     axes = {args["x"], args["color"], args["facet"]}
@@ -92,7 +94,9 @@ def chart(args: dict[str, Any]) -> pd.DataFrame:
         st.caption(f"{int(summary['noisy'].sum())} group(s) are noisy (coefficient of variation over 10 %): "
                    "add repeats or quiet the machine before trusting small differences.")
     _pooling_banner(summary)
-    fig = _figure(data_token(), json.dumps(args, sort_keys=True, default=str), summary)
+    # NOTE: tags and other free text become tick labels, legends and facet titles: text, not Plotly's HTML
+    safe = chart_safe(summary, [args["x"], args["color"], args["facet"]])
+    fig = _figure(data_token(), json.dumps(args, sort_keys=True, default=str), safe)
     event = st.plotly_chart(fig, key=_k("chart"), on_select="rerun", selection_mode=("points", "box", "lasso"))
     picked = sorted({i for p in (event.selection.points if event else []) or []
                      for i in str((p.get("customdata") or [""])[0]).split(",") if i})
@@ -123,7 +127,7 @@ def _pooling_banner(summary: pd.DataFrame) -> None:
     fields = sorted({f.strip() for d in pooled["differs"].fillna("") for f in d.split(",") if f.strip()})
     st.warning(f"{len(pooled)} of {len(summary)} point(s) pool several distinct configs (up to "
                f"{int(pooled['n_configs'].max())} in one point), so their median and interval mix unlike runs. "
-               f"Fields that differ within a point: {', '.join(fields) or '?'}. Colour or facet by one of them, "
+               f"Fields that differ within a point: {plain(', '.join(fields) or '?')}. Colour or facet by one of them, "
                "or filter, to get one config per point; the table's 'configs' column says which points pool.",
                icon=":material/call_merge:")
 
@@ -145,9 +149,11 @@ def selected_runs() -> None:
     if len(ids) == 1 and st.session_state.get("_explore.picked") == ids:
         st.session_state["_explore.picked"] = []  # so coming back does not bounce to the run again
         st.switch_page("pages/runs.py", query_params={"run": ids[0]})
-    st.markdown(f"**Selected runs ({len(ids)})**: " + " · ".join(f"[{i}](/runs?run={i})" for i in ids[:50]))
+    # the labels are text and the addresses are this app's own pages, whatever the ids hold
+    st.markdown(f"**Selected runs ({len(ids)})**: "
+                + " · ".join(f"[{plain(i)}](/runs?run={quote(i, safe='')})" for i in ids[:50]))
     if 2 <= len(ids) <= 4:
-        st.markdown(f"[Compare these runs](/runs?compare={','.join(ids)})")
+        st.markdown(f"[Compare these runs](/runs?compare={quote(','.join(ids), safe=',')})")
     if st.button("Clear selection"):
         st.session_state[_k("sel")] = []
         st.rerun()

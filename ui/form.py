@@ -21,6 +21,7 @@ from typing import Any
 import streamlit as st
 
 from engine import api
+from ui.text import plain
 
 __all__ = ["FormResult", "SweepResult", "apply_values", "preset_picker", "run_form", "sweep_builder"]
 
@@ -61,31 +62,50 @@ def _defaults() -> dict[str, Any]:
     return api.RunConfig().to_dict()
 
 
+def _number(f: dataclasses.Field, value: Any) -> int | float:
+    """A number within the field's bounds, or ValueError saying what is wrong with it (never clamped: a URL's
+    batch_size=-1 or n_samples=1e99 is as wrong as workers=abc, and the user hears so)."""
+    kind = str(f.type)
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"expected {kind}") from None
+    if not math.isfinite(number):  # "nan", "1e309" from a URL: no widget can hold them
+        raise ValueError("not a finite number")
+    if kind == "int" and not number.is_integer():
+        raise ValueError("expected a whole number")
+    lo, hi = f.metadata.get("min"), f.metadata.get("max")
+    if lo is not None and number < lo:
+        raise ValueError(f"below the smallest allowed, {lo}")
+    if hi is not None and number > hi:
+        raise ValueError(f"above the largest allowed, {hi}")
+    return int(number) if kind == "int" else number
+
+
 def _widget_value(f: dataclasses.Field, value: Any) -> Any:
-    """A config value as its widget holds it: clamped numbers, comma text for lists. ValueError if unusable."""
+    """A config value as its widget holds it: a number within bounds, comma text for lists. ValueError if unusable."""
     kind = str(f.type)
     if kind == "list[str]":
         return ", ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
     if kind == "bool":
         return value if isinstance(value, bool) else str(value).strip().lower() in _TRUE
     if kind in ("int", "float"):
-        if not math.isfinite(float(value)):  # "nan", "1e309" from a URL: no widget can hold them
-            raise ValueError(f"{value!r} is not a finite number")
-        number = int(float(value)) if kind == "int" else float(value)
-        lo, hi = f.metadata.get("min"), f.metadata.get("max")
-        return min(max(number, lo if lo is not None else number), hi if hi is not None else number)
+        return _number(f, value)
     return str(value)
 
 
 def apply_values(prefix: str, values: dict[str, Any]) -> list[str]:
-    """Set the form's widgets to these field values (a preset, a URL); returns warnings for unusable ones."""
+    """Set the form's widgets to these field values (a preset, a URL); an unusable one is replaced by the field's
+    default, with a warning naming it."""
     warnings = []
     for f in _fields():
         if f.name in values:
+            key = f"{prefix}.{f.name}"
             try:
-                st.session_state[f"{prefix}.{f.name}"] = _widget_value(f, values[f.name])
-            except (TypeError, ValueError):
-                warnings.append(f"Ignored {f.name}={str(values[f.name])[:60]!r}: expected {f.type}.")
+                st.session_state[key] = _widget_value(f, values[f.name])
+            except (TypeError, ValueError) as e:
+                st.session_state[key] = default = _widget_value(f, _defaults()[f.name])
+                warnings.append(f"Ignored {f.name}={str(values[f.name])[:60]!r}: {e}; using the default, {default}.")
     return warnings
 
 
@@ -161,7 +181,7 @@ def _paths_only(values: dict[str, Any]) -> Any:
 def run_form(prefix: str) -> FormResult:
     """Render every RunConfig field, grouped; validate; show a ConfigError under the field it names."""
     for warning in _bind_url(prefix):
-        st.warning(warning)
+        st.warning(plain(warning))  # they quote the URL: text, never Markdown
     groups: dict[str, list[dataclasses.Field]] = {}
     for f in _fields():
         groups.setdefault(f.metadata.get("group", "other"), []).append(f)
@@ -184,7 +204,7 @@ def run_form(prefix: str) -> FormResult:
         result.cfg = cfg
     except api.ConfigError as e:
         result.error = e
-        (slots.get(e.field) or top).error(f"**{e.field}**: {e.message}")
+        (slots.get(e.field) or top).error(f"**{plain(e.field)}**: {plain(e.message)}")
     _publish_url(prefix, values)
     st.session_state[f"{prefix}._values"] = {f.name: values[f.name] for f in _fields()}
     return result
@@ -192,7 +212,7 @@ def run_form(prefix: str) -> FormResult:
 
 def _axis_help(f: dataclasses.Field, sep: str) -> str:
     choices = _choices(f)
-    among = f"; choose from: {', '.join(choices)}" if choices is not None else ""
+    among = f"; choose from: {plain(', '.join(choices))}" if choices is not None else ""
     return f"{f.metadata.get('help')} — values separated by '{sep}'{among}"
 
 
@@ -223,5 +243,5 @@ def sweep_builder(prefix: str, base: dict[str, Any]) -> SweepResult:
         out.n_runs = out.n_configs * int(repeats)
     except api.ConfigError as e:
         out.error = e
-        st.error(f"**{e.field}**: {e.message}")
+        st.error(f"**{plain(e.field)}**: {plain(e.message)}")
     return out

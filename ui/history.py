@@ -17,6 +17,7 @@ from ui import cache
 from ui.cache import cached
 from ui.errors import shown
 from ui.state import Param
+from ui.text import chart_safe, plain
 
 __all__ = ["SPEC", "console", "result", "saved", "schema"]
 
@@ -58,7 +59,7 @@ def console() -> None:
         with shown("Could not save the query"):  # a built-in's name is refused by the engine
             api.save_query(name, st.session_state[_EDITOR])
             cache.clear()
-            st.success(f"Saved '{name.strip()}'.")
+            st.success(f"Saved {plain(repr(name.strip()))}.")
 
 
 def schema() -> None:
@@ -77,19 +78,19 @@ def result(sql: str) -> None:
         # it may read the job queue, which bumps no version: keyed on any write to the file
         res, fig, files = _result(cache.store_token(), sql)
     except Exception as e:  # noqa: BLE001 - QueryRejected, or the store being unreadable: show the message
-        st.error(f"Query not run: {e}")
+        st.error(f"Query not run: {plain(e)}")
         return
     note = " (only the first rows: add a LIMIT or aggregate)" if res.truncated else ""
     st.caption(f"{len(res.df)} rows in {res.elapsed_s:.3f} s{note}")
     st.dataframe(res.df, hide_index=True, key="history.result")
     if isinstance(fig, str):
-        st.error(f"No chart for this result: {fig}")
+        st.error(f"No chart for this result: {plain(fig)}")
     elif fig is not None:
         st.plotly_chart(fig, key="history.chart")
     c1, c2 = st.columns(2)
     c1.download_button("Download CSV", files["csv"], "query.csv", "text/csv", key="history.csv")
     if isinstance(files["parquet"], str):
-        c2.error(f"Parquet download unavailable: {files['parquet']}")
+        c2.error(f"Parquet download unavailable: {plain(files['parquet'])}")
     else:
         c2.download_button("Download Parquet", files["parquet"], "query.parquet", "application/vnd.apache.parquet",
                            key="history.parquet")
@@ -101,7 +102,7 @@ def _result(token: str, sql: str) -> tuple[Any, Any, dict[str, Any]]:
     shared link cost one query, one figure and one CSV/Parquet encoding, not one per rerun each."""
     res = api.run_query(sql)
     try:
-        fig = api.auto_chart(res.df)
+        fig = api.auto_chart(chart_safe(res.df))  # the query (a link's ?sql=) names the labels: text, not HTML
     except Exception as e:  # noqa: BLE001 - a chart is a nicety: say why there is none
         fig = f"{type(e).__name__}: {e}"
     files: dict[str, Any] = {"csv": res.df.to_csv(index=False).encode()}

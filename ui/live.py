@@ -18,12 +18,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import pandas as pd
 import streamlit as st
 
 from engine import api
 from ui.errors import shown
+from ui.text import plain
 
 __all__ = ["REFRESH_S", "TARGETS", "Target", "duration_text", "jobs_panel", "queue_run", "queue_sweep", "target_picker"]
 
@@ -39,7 +41,7 @@ class Target:
 
     @property
     def where(self) -> str:
-        return f"the Ray cluster at `{self.address}`" if self.address else "a local Ray instance"
+        return f"the Ray cluster at {plain(self.address)}" if self.address else "a local Ray instance"
 
 
 def target_picker() -> Target:
@@ -81,7 +83,7 @@ def queue_run(form: Any, target: Target | None = None) -> None:
     """The "Queue run" button: queues the form's config; nothing is queued while the form shows an error."""
     if st.button("Queue run", type="primary", key="launch.queue_run"):
         if form.cfg is None:
-            st.error(f"Nothing queued: fix **{form.error.field}** first ({form.error.message}).")
+            st.error(f"Nothing queued: fix **{plain(form.error.field)}** first ({plain(form.error.message)}).")
         else:
             with shown("Could not queue the run"):
                 _remember([api.submit_ray_sweep(form.cfg, address=target.address, origin="browser")
@@ -110,7 +112,7 @@ def _cancel(job_id: str) -> None:
     try:
         api.cancel(job_id)
     except Exception as e:  # noqa: BLE001 - shown by jobs_panel on this rerun
-        st.session_state["launch.cancel_error"] = f"Could not cancel {job_id}: {e}"
+        st.session_state["launch.cancel_error"] = f"Could not cancel {plain(job_id)}: {plain(e)}"
 
 
 def _job_card(job: pd.Series) -> None:
@@ -119,9 +121,9 @@ def _job_card(job: pd.Series) -> None:
         p = api.job_progress(job_id)
         state = "cancelling" if p["cancel_requested"] else p["status"]
         head, button = st.columns([5, 1])
-        runs = (f"sweep `{p['sweep_id']}`" if p["kind"] == api.RAY_SWEEP
-                else f"run [{p['run_id']}](/runs?run={p['run_id']})")
-        head.markdown(f"`{job_id}` · **{state}** · {job['label']} · {runs}")
+        runs = (f"sweep {plain(p['sweep_id'])}" if p["kind"] == api.RAY_SWEEP
+                else f"run [{plain(p['run_id'])}](/runs?run={quote(str(p['run_id']), safe='')})")
+        head.markdown(f"{plain(job_id)} · **{plain(state)}** · {plain(job['label'])} · {runs}")
         button.button("Cancel", key=f"launch.cancel.{job_id}", disabled=p["cancel_requested"], on_click=_cancel,
                       args=(job_id,))
         if p["status"] == api.RunStatus.RUNNING and p["kind"] == api.RAY_SWEEP:
@@ -142,7 +144,7 @@ def jobs_panel(limit: int = 30) -> None:
     """The queue, newest first; active jobs get a card with live progress and a Cancel button."""
     queued = st.session_state.get("launch.queued")
     if queued:
-        st.success(f"Queued {len(queued)} job(s): " + ", ".join(f"`{j}`" for j in queued[:10])
+        st.success(f"Queued {len(queued)} job(s): " + plain(", ".join(map(str, queued[:10])))
                    + (" …" if len(queued) > 10 else ""))
     if "launch.cancel_error" in st.session_state:
         st.error(st.session_state.pop("launch.cancel_error"))

@@ -15,6 +15,7 @@ from typing import Any
 import streamlit as st
 
 from engine import api
+from ui.text import plain
 
 __all__ = ["banner", "message"]
 
@@ -52,7 +53,7 @@ def banner() -> None:
         log.debug("pending summary unavailable", exc_info=True)
         return
     if text:
-        st.warning(text, icon=":material/hourglass_top:")
+        st.warning(plain(text), icon=":material/hourglass_top:")  # the holder's command line is text
 
 
 def _store_waiting(path: str, summary: dict[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import streamlit as st
 from engine import api
 from ui import cache, run_costs
 from ui.cache import cached
+from ui.text import plain
 from ui.trace import trace_download
 
 __all__ = ["check_ids", "compare", "detail"]
@@ -32,12 +33,13 @@ def check_ids(raw: str, *, lo: int = 1, hi: int = 1) -> list[dict[str, Any]] | N
     runs = []
     for run_id in ids:
         if not _ID.match(run_id):
-            st.error(f"'{run_id[:80]}' is not a run id (ids look like 20250101-120000-a1b2c3); "
+            st.error(f"{plain(repr(run_id[:80]))} is not a run id (ids look like 20250101-120000-a1b2c3); "
                      "pick a run in the table below.")
             return None
         run = cached("get_run", run_id)
         if run is None:
-            st.error(f"There is no run '{run_id}' in this store; it may have been purged. Pick one in the table below.")
+            st.error(f"There is no run {plain(repr(run_id))} in this store; it may have been purged. "
+                     "Pick one in the table below.")
             return None
         runs.append(run)
     return runs
@@ -68,8 +70,8 @@ def _figures(run: dict[str, Any]) -> None:
     cols = st.columns(5)
     for col, key in zip(cols, list(_FIGURES)[:5]):
         col.metric(_FIGURES[key][0], _fmt(key, run.get(key)))
-    st.markdown(f"Verdict: **{_fmt('verdict', run.get('verdict'))}**"
-                + (f": {run['verdict_help']}" if run.get("verdict_help") else "")
+    verdict = plain(_fmt("verdict", run.get("verdict")))
+    st.markdown(f"Verdict: **{verdict}**" + (f": {plain(run['verdict_help'])}" if run.get("verdict_help") else "")
                 + " (efficiency = lower bound ÷ measured epoch; the bound is the most of the loader pass, the compute "
                   "pass, and their CPU-seconds over the usable cores" + _cores(run) + ")")
     overlap = run.get("overlap")
@@ -78,9 +80,9 @@ def _figures(run: dict[str, Any]) -> None:
                     "was hidden by running them at once (0% = none, 100% = all of it). In this mode A + B's compute "
                     "is no lower bound, so the efficiency above is against the slower model alone.")
     if run.get("bound_note"):
-        st.warning(str(run["bound_note"]))
+        st.warning(plain(run["bound_note"]))
     if run.get("bound_error"):
-        st.warning(f"No lower bound for this run (its epochs stand): {run['bound_error']}")
+        st.warning(f"No lower bound for this run (its epochs stand): {plain(run['bound_error'])}")
     rss = run.get("peak_rss_bytes")
     run = {**run, "peak_rss_mib": rss / 2**20 if rss else None}
     st.caption("Where the steady-state time goes, per-step data wait, and the process tree (workers included; memory "
@@ -92,11 +94,11 @@ def _figures(run: dict[str, Any]) -> None:
 
 def detail(run: dict[str, Any]) -> None:
     run_id = run["run_id"]
-    st.subheader(f"Run {run_id}")
-    st.caption(f"{run.get('status')} · created {run.get('created_at')} · host {run.get('host')} · "
-               f"{run.get('cpu_model') or ''} {run.get('gpu_name') or ''}")
+    st.subheader(f"Run {plain(run_id)}")
+    st.caption(plain(f"{run.get('status')} · created {run.get('created_at')} · host {run.get('host')} · "
+                     f"{run.get('cpu_model') or ''} {run.get('gpu_name') or ''}"))
     if run.get("error"):
-        st.error(f"The run failed: {run['error']}")
+        st.error(f"The run failed: {plain(run['error'])}")
     _figures(run)
     epochs = cached("get_epochs", run_id)
     c1, c2 = st.columns(2)
@@ -141,7 +143,7 @@ def _edit(run: dict[str, Any]) -> None:
 
 def compare(runs: list[dict[str, Any]]) -> None:
     ids = [r["run_id"] for r in runs]
-    st.subheader("Compare " + ", ".join(ids))
+    st.subheader("Compare " + plain(", ".join(ids)))
     keys = list(dict.fromkeys(k for r in runs for k in r["config"]))
     table = pd.DataFrame({r["run_id"]: [str(r["config"].get(k, "")) for k in keys] for r in runs}, index=keys)
     differ = table.nunique(axis=1) > 1

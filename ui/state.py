@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 import streamlit as st
 
 from engine import api
+from ui.text import plain
 
 __all__ = ["Param", "bind", "decode", "encode", "publish", "restore_view", "share_link", "widget_key"]
 
@@ -140,10 +141,10 @@ def restore_view(page: str) -> dict[str, str] | None:
     try:
         saved = api.load_view(view_id)
     except (ValueError, LookupError) as e:
-        st.error(f"Could not open the shared view: {e}")
+        st.error(f"Could not open the shared view: {plain(e)}")
         return None
     if not isinstance(saved, dict) or not isinstance(saved.get("params", {}), dict):
-        st.error(f"Could not open the shared view '{view_id}': it does not hold a page state.")
+        st.error(f"Could not open the shared view {plain(repr(view_id))}: it does not hold a page state.")
         return None
     params = {str(k): str(v) for k, v in saved.get("params", {}).items()}
     target = saved.get("page", page)

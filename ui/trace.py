@@ -15,6 +15,7 @@ from typing import Any
 import streamlit as st
 
 from engine import api
+from ui.text import plain
 
 __all__ = ["trace_download", "trace_file"]
 
@@ -44,7 +45,8 @@ def trace_download(run: dict[str, Any]) -> None:
         return
     size = path.stat().st_size
     if size > _MAX_BYTES:
-        st.caption(f"Profiler trace: {size / 2**20:.0f} MiB, too big to download here; it is on the server at {path}.")
+        st.caption(f"Profiler trace: {size / 2**20:.0f} MiB, too big to download here; "
+                   f"it is on the server at {plain(path)}.")
         return
     st.download_button(f"Download the profiler trace ({size / 2**20:.1f} MiB)", path.read_bytes(),
                        file_name=f"{run['run_id']}-{api.TRACE_FILE}", mime="application/gzip",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests._markup import seen
+
 PAGES = ("explore", "runs", "history", "launch")
 
 
@@ -22,7 +24,7 @@ def test_every_page_renders_on_a_seeded_store(seeded, open_page, no_problems, pa
 
 def test_sidebar_shows_the_store_and_its_run_count(seeded, open_page):
     db, ids = seeded
-    captions = " ".join(c.value for c in open_page("explore").sidebar.caption)
+    captions = " ".join(seen(c.value) for c in open_page("explore").sidebar.caption)
     assert str(db) in captions
     assert f"{len(ids)} runs" in captions
 

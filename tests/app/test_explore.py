@@ -9,6 +9,7 @@ import pandas as pd
 
 from engine import api
 from engine.store import list_runs
+from tests._markup import seen
 
 
 def _widgets(at) -> dict:
@@ -34,7 +35,7 @@ def test_tampered_params_warn_and_fall_back_to_defaults(seeded, open_page):
     at = open_page("explore", x="no_such_field", metric="'; DROP TABLE runs; --", workload="nope", bogus="1",
                    date_from="yesterday", sel="../../etc/passwd")
     assert not at.exception and not at.error
-    text = " ".join(w.value for w in at.warning)
+    text = " ".join(seen(w.value) for w in at.warning)
     for name in ("x=", "metric=", "workload=", "'bogus'", "date_from=", "sel="):
         assert name in text
     w = _widgets(at)

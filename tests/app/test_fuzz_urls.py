@@ -21,6 +21,7 @@ from engine.browser import PLUGIN_FIELDS
 from engine.config import config_fields, field_choices
 from engine.paths import jobs_dir, runs_dir
 from engine.store import list_runs
+from tests._markup import seen
 from tests.app.conftest import APP
 
 FUZZ = settings(max_examples=25, deadline=None, database=None, derandomize=True,
@@ -62,7 +63,8 @@ def _open(page: str, params: dict[str, str]) -> AppTest:
 
 
 def _messages(at: AppTest) -> list[str]:
-    return [str(m.value) for m in [*at.error, *at.warning]]
+    """The errors and warnings as the reader sees them (their user text is escaped Markdown)."""
+    return [seen(str(m.value)) for m in [*at.error, *at.warning]]
 
 
 def _check(at: AppTest, params: dict[str, str]) -> None:
@@ -135,7 +137,7 @@ def test_tampered_ids_are_a_clear_error(seeded, page, params, expected):
 
 def _errors_name_fields(at: AppTest) -> list[str]:
     """The fields the form's inline errors name ("**field**: message")."""
-    return [e.value.split("**")[1] for e in at.error if e.value.startswith("**")]
+    return [seen(e.value.split("**")[1]) for e in at.error if e.value.startswith("**")]
 
 
 @pytest.mark.slow
@@ -223,6 +225,6 @@ def test_a_folder_outside_the_data_roots_is_refused_before_it_is_read(no_worker,
     folder = {"empty": tmp_path / "empty", "missing": tmp_path / "missing", "root": "/"}[name]
     at = _open("launch", {"workload": "folder", "folder": str(folder)})
     assert not at.exception
-    inline = [e.value for e in at.error if e.value.startswith("**folder**")]
+    inline = [seen(e.value) for e in at.error if e.value.startswith("**folder**")]
     assert inline and all("LOADERLAB_DATA_ROOTS" in m for m in inline), inline
     assert not any(w in m for m in inline for w in ("does not exist", "no class subfolders", "cannot be read"))

@@ -18,6 +18,7 @@ from engine.paths import jobs_dir, runs_dir
 from engine.presets import PRESETS
 from engine.runner import kill_group
 from engine.store import connect
+from tests._markup import live_markup, seen
 
 
 @pytest.fixture
@@ -48,7 +49,7 @@ def test_every_config_field_has_a_widget_and_the_form_queues_a_job(launch, store
     assert len(queued) == 1
     cfg = RunConfig.from_dict(json.loads(queued.loc[0, "config_json"]))
     assert cfg == PRESETS["tiny_cpu"]().replace(n_samples=128)
-    assert any(queued.loc[0, "job_id"] in s.value for s in at.success)
+    assert any(queued.loc[0, "job_id"] in seen(s.value) for s in at.success)
     assert any(f"/runs?run={queued.loc[0, 'run_id']}" in m.value for m in at.markdown)
 
 
@@ -80,6 +81,30 @@ def test_preset_and_url_fill_the_form_and_the_form_writes_the_url(launch):
     at.query_params.clear()
     at.switch_page("pages/launch.py").run()
     assert at.number_input(key="run.workers").value == 16 and at.selectbox(key="run.loader").value == "threads"
+
+
+@pytest.mark.parametrize("field, value, why", [
+    ("batch_size", "-1", "below the smallest allowed, 1"), ("n_samples", "1e99", "above the largest allowed"),
+    ("workers", "2.5", "whole number"), ("latency_ms", "-3", "below the smallest allowed"),
+    ("epochs", "abc", "expected int"), ("lr", "nan", "not a finite number"),
+])
+def test_an_out_of_range_url_value_is_named_in_a_warning_not_clamped(launch, field, value, why):
+    """Issue 19: /launch?batch_size=-1 and n_samples=1e99 were clamped silently while other bad values warned."""
+    at = launch(**{field: value})
+    assert not at.exception
+    warnings = [w.value for w in at.warning if f"Ignored {field}=" in seen(w.value)]
+    assert len(warnings) == 1, [seen(w.value) for w in at.warning]
+    assert why in seen(warnings[0]) and not live_markup(warnings[0]), warnings
+    default = getattr(RunConfig(), field)
+    assert at.number_input(key=f"run.{field}").value == default  # the default, as the warning says
+    assert f"using the default, {default}" in seen(warnings[0])
+
+
+def test_a_url_value_within_bounds_is_taken_without_a_warning(launch):
+    at = launch(batch_size="1", n_samples="10000000", workers="2.0", latency_ms="0")
+    assert not at.exception and not at.warning, [seen(w.value) for w in at.warning]
+    assert [at.number_input(key=f"run.{k}").value for k in ("batch_size", "n_samples", "workers", "latency_ms")] == \
+        [1, 10_000_000, 2, 0.0]
 
 
 def test_every_preset_is_valid_here():
@@ -116,11 +141,11 @@ def test_jobs_panel_shows_live_progress_and_cancels(launch, store):
         time.sleep(0.2)
     at.run()
     assert not at.exception and not at.error
-    card = next(m.value for m in at.markdown if job_id in m.value)
+    card = next(seen(m.value) for m in at.markdown if job_id in seen(m.value))
     assert "**running**" in card
     assert at.get("plotly_chart") and any("ETA" in p.proto.text for p in at.get("progress"))
     at.button(key=f"launch.cancel.{job_id}").click().run()
-    assert "**cancelling**" in next(m.value for m in at.markdown if job_id in m.value)
+    assert "**cancelling**" in next(seen(m.value) for m in at.markdown if job_id in seen(m.value))
     while jobs.job_progress(job_id, store)["status"] != "cancelled":
         assert time.monotonic() < deadline, "the job was never cancelled"
         time.sleep(0.2)
@@ -136,7 +161,7 @@ def test_ray_target_queues_the_sweep_as_one_job_with_the_address_from_settings(l
     # NOTE: nothing listens on port 1, so the worker fails the job in seconds instead of waiting for Ray
     at.text_input(key="launch.ray_address").set_value("127.0.0.1:1")
     target.set_value("Ray cluster").run()
-    assert "127.0.0.1:1" in at.radio(key="launch.target").proto.captions[1]
+    assert "127.0.0.1:1" in seen(at.radio(key="launch.target").proto.captions[1])
     at.multiselect(key="sweep.axes").set_value(["batch_size"]).run()
     at.text_input(key="sweep.axis.batch_size").set_value("16, 32")
     at.number_input(key="sweep.repeats").set_value(2).run()
@@ -148,7 +173,7 @@ def test_ray_target_queues_the_sweep_as_one_job_with_the_address_from_settings(l
     assert (spec["kind"], spec["address"], spec["runs"]) == ("ray-sweep", "127.0.0.1:1", 4)
     assert spec["sweep"]["grid"] == {"batch_size": ["16", "32"]} and spec["sweep"]["repeats"] == 2
     job_id = queued.loc[0, "job_id"]
-    assert any(job_id in s.value for s in at.success)
+    assert any(job_id in seen(s.value) for s in at.success)
     at = queue_run(at)  # a single run to the cluster is a one-run sweep job too
     run_job = jobs.list_jobs(store).loc[0]
     spec = json.loads(run_job["config_json"])
@@ -186,12 +211,12 @@ def test_a_running_ray_job_shows_its_runs_landed_and_cancels(launch, store):
             conn.execute("UPDATE jobs SET status = 'running', started_at = ? WHERE job_id = ?", [started, job_id])
             conn.execute("INSERT INTO runs (run_id, status, sweep_id) SELECT 'r1', 'done', sweep_id FROM jobs")
         at = launch()
-        card = next(m.value for m in at.markdown if job_id in m.value)
-        assert "**running**" in card and "Ray sweep rs: 4 runs on auto" in card and "sweep `rs-" in card
+        card = next(seen(m.value) for m in at.markdown if job_id in seen(m.value))
+        assert "**running**" in card and "Ray sweep rs: 4 runs on auto" in card and "sweep rs-" in card
         progress = next(p.proto.text for p in at.get("progress"))
         assert progress.startswith("1/4 runs landed (1 done) · ETA ")
         at.button(key=f"launch.cancel.{job_id}").click().run()
-        assert "**cancelling**" in next(m.value for m in at.markdown if job_id in m.value)
+        assert "**cancelling**" in next(seen(m.value) for m in at.markdown if job_id in seen(m.value))
         assert (jobs_dir(store) / f"{job_id}.cancel").exists()  # what the worker watches
     finally:
         fcntl.flock(lock, fcntl.LOCK_UN)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from engine import api
+from tests._markup import seen
 from ui.pending import message
 
 # A program outside LoaderLab holding the store read-only, as a notebook's duckdb.connect(..., read_only=True) does
@@ -43,9 +44,9 @@ def test_while_a_program_holds_the_store_every_page_says_runs_wait_and_by_whom(s
         assert holder.stdout.readline().strip() == "holding"
         at = open_page(page)
         assert not at.exception
-        banners = [w.value for w in at.warning if "waiting to be stored" in w.value]
+        banners = [seen(w.value) for w in at.warning if "waiting to be stored" in seen(w.value)]
         held = f"1 run waiting to be stored (the store is held by pid {holder.pid}"
-        assert banners and banners[0].startswith(held), [w.value for w in at.warning]
+        assert banners and banners[0].startswith(held), [seen(w.value) for w in at.warning]
     finally:
         holder.kill()
         holder.wait()

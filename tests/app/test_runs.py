@@ -6,6 +6,7 @@ import re
 
 from engine import api
 from engine.store import connect
+from tests._markup import seen
 
 
 def _plots(at) -> int:
@@ -26,10 +27,10 @@ def test_run_param_opens_the_detail_view(seeded, open_page, no_problems):
     db, ids = seeded
     at = open_page("runs", run=ids[0])
     no_problems(at)
-    assert ids[0] in at.subheader[0].value
+    assert ids[0] in seen(at.subheader[0].value)
     figures = {m.label: m.value for m in at.metric}
     assert figures["lower bound"].endswith(" s") and figures["efficiency"].endswith("%")
-    assert re.search(r"Verdict: \*\*(data|compute|overhead)-bound\*\*", " ".join(m.value for m in at.markdown))
+    assert re.search(r"Verdict: \*\*(data|compute|overhead)-bound\*\*", " ".join(seen(m.value) for m in at.markdown))
     assert _plots(at) == 3  # per-epoch line, stacked breakdown, step timeline
     assert at.selectbox(key="runs.epoch_pick").value == 1
     at.selectbox(key="runs.epoch_pick").set_value(0).run()
@@ -106,6 +107,6 @@ def test_detail_shows_overlap_and_the_bound_note(seeded, open_page):
     at = open_page("runs", run=ids[2])
     assert not at.exception and not at.error
     assert any(m.value.startswith("Overlap: **40%**") for m in at.markdown)
-    assert [w.value for w in at.warning] == ["efficiency 1.30 > 1.1: stale"]
+    assert [seen(w.value) for w in at.warning] == ["efficiency 1.30 > 1.1: stale"]
     plain = open_page("runs", run=ids[0])
     assert not any(m.value.startswith("Overlap") for m in plain.markdown) and not plain.warning

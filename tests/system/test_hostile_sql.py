@@ -22,6 +22,7 @@ from streamlit.testing.v1 import AppTest
 
 from engine.cli import main
 from engine.store import save_view
+from tests._markup import seen
 from tests.engine._stores import one_run_store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -218,11 +219,11 @@ def page_results(db, out_dir) -> dict[str, tuple[list[str], list[str], bool]]:
             before = _sha(db)
             at.text_area(key="history.editor").set_value(sql.format(out=out_dir))
             at.button(key="history.run").click().run()
-            results[sql] = ([e.value for e in at.error], [str(e.value) for e in at.exception], _sha(db) == before,
+            results[sql] = ([seen(e.value) for e in at.error], [str(e.value) for e in at.exception], _sha(db) == before,
                             [c.value for c in at.caption])
         at.text_area(key="history.editor").set_value("SELECT run_id FROM runs")
         at.button(key="history.run").click().run()
-        results["after"] = ([e.value for e in at.error], [str(e.value) for e in at.exception], True,
+        results["after"] = ([seen(e.value) for e in at.error], [str(e.value) for e in at.exception], True,
                             at.dataframe[-1].value["run_id"].tolist())
     return results
 
