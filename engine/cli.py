@@ -26,7 +26,7 @@ from engine.demo import ensure_demo
 from engine.errors import ConfigError, StoreBusy, StoreError, UsageError, printable
 from engine.jobs import ensure_worker, run_worker, worker_pid
 from engine.paths import Db
-from engine.preflight import preflight
+from engine.preflight import DEFAULT_TIMEOUT_S, TIMEOUT_ENV, preflight, set_time_limit
 from engine.ray_executor import run_sweep_ray
 from engine.runner import launch
 from engine.stats import speedup_vs_sequential
@@ -103,16 +103,29 @@ def _config_from_args(args: argparse.Namespace) -> RunConfig:
 # ---------------------------------------------------------------------------- run, sweep
 
 
+def _preflight_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--preflight-timeout", metavar="SECONDS", default=None,
+                   help=f"how long each call into a plugin may take while it is tried on one batch before launch "
+                        f"(default: ${TIMEOUT_ENV} or {DEFAULT_TIMEOUT_S:g})")
+
+
+def _preflight_limit(args: argparse.Namespace) -> None:
+    if args.preflight_timeout is not None:
+        set_time_limit(args.preflight_timeout)
+
+
 def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="TOML file of config fields; flags override it")
     p.add_argument("--dry-run", action="store_true", help="validate and print the config, run nothing")
     p.add_argument("--quiet", action="store_true", help="no per-epoch lines")
+    _preflight_option(p)
     _add_config_flags(p)
 
 
 @command(_run_options, pending="after")
 def cmd_run(args: argparse.Namespace) -> int:
     """Run one config (flags, or --config FILE.toml with flags overriding it)."""
+    _preflight_limit(args)
     cfg = _config_from_args(args)
     if args.dry_run:
         preflight(cfg)  # a plugin's one-batch check is validation too: --dry-run is how to try your plugin
@@ -169,11 +182,13 @@ def _sweep_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--executor", choices=("local", "ray"), default="local")
     p.add_argument("--address", default=None, help="Ray cluster address (auto, ray://host:port)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _preflight_option(p)
 
 
 @command(_sweep_options, pending="after")
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Run a grid of configs × repeats from a TOML file, in a seeded random order."""
+    _preflight_limit(args)
     data = load_toml(args.file)
     if args.repeats is not None:
         data["repeats"] = int(args.repeats)
@@ -325,11 +340,13 @@ def _tune_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="a RunConfig field every candidate shares (repeatable), e.g. --set batch_size=128")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _preflight_option(p)
 
 
 @command(_tune_options)
 def cmd_tune(args: argparse.Namespace) -> int:
     """Search loader settings by successive halving within a time budget, with real runs."""
+    _preflight_limit(args)
     budget = parse_budget(args.budget)
     base: dict[str, Any] = dict(load_toml(args.config)) if args.config else {}
     for item in args.set:
@@ -461,7 +478,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         argv = sys.argv[1:] if argv is None else argv
-        args = build_parser(argv[0] if argv and argv[0] in COMMANDS else None).parse_args(argv)
+        try:
+            args = build_parser(argv[0] if argv and argv[0] in COMMANDS else None).parse_args(argv)
+        except SystemExit as e:  # --help: argparse printed it; the only SystemExit that is not an error
+            return int(e.code or 0)
         cmd = COMMANDS[args.command]
         if cmd.pending == "before":
             _store_pending(args.db)
@@ -476,5 +496,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except SystemExit as e:  # --help
-        return int(e.code or 0)
+    except SystemExit as e:  # NOTE: code the command called exited (a plugin's sys.exit): an error, never silence
+        print(f"error: the command was ended by sys.exit({printable(repr(e.code))[:60]}) in code it called; "
+              "a plugin must return or raise an exception, never exit the process", file=sys.stderr)
+        return 2

@@ -65,7 +65,7 @@ def execute(run_dir: Path) -> int:
     meta = json.loads((run_dir / "meta.json").read_text())
     if meta.get("cwd"):
         # NOTE: the launcher's folder first, as `python -m` there puts it: a user's module named like a top-level
-        # module of this checkout (app, ui, tests) is theirs, as in the launcher's preflight. The engine is
+        # module of this checkout (app, ui, tests) is theirs, as in the preflight child. The engine is
         # imported by now, so its own modules cannot be shadowed.
         if meta["cwd"] in sys.path:
             sys.path.remove(meta["cwd"])
@@ -75,7 +75,12 @@ def execute(run_dir: Path) -> int:
     devices.set_threads(cfg.threads)  # before fingerprint(): the thread settings that took effect are part of it
     spec = modes.MODES[cfg.mode]
     with RunLog(run_dir) as runlog:
-        stored = _stored_config(cfg, device, workloads.build_dataset)
+        try:
+            stored = _stored_config(cfg, device, workloads.build_dataset)  # a plugin's factory runs here first
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - recorded as the run's failure, as below
+            runlog.write("start", run_id=run_dir.name, config=cfg.effective(device=str(device)),
+                         host=host.fingerprint(), pid=os.getpid(), device=str(device), **meta)
+            return _failed(runlog, e)
         if cfg.mode == "ddp" and (joined := torchrun_env()) is not None:
             stored["world_size"] = joined[1]  # torchrun's WORLD_SIZE is what ran, whatever world_size said
         runlog.write("start", run_id=run_dir.name, config=stored, host=host.fingerprint(), pid=os.getpid(),
@@ -93,10 +98,21 @@ def execute(run_dir: Path) -> int:
             runlog.write("summary", **ctx.summary)
             runlog.write("end", status=RunStatus.DONE, error=None)
             return 0
-        except Exception as e:  # noqa: BLE001 - any failure is recorded with its message, then reported
-            log.exception("run failed")
-            runlog.write("end", status=RunStatus.FAILED, error=f"{type(e).__name__}: {e}")
-            return 1
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - any failure is recorded with its message, then reported
+            return _failed(runlog, e)
+
+
+def _failed(runlog: RunLog, e: BaseException) -> int:
+    """Record the run as failed with the error's one-line message; a SystemExit from the user's code (a dataset,
+    model, collate or loss calling sys.exit) is a failure too, never a run that silently vanished."""
+    log.error("run failed", exc_info=e)
+    if isinstance(e, SystemExit):
+        error = (f"the run's code called sys.exit({e.code!r}) (a plugin's dataset, model, collate or loss?); a "
+                 "plugin must return or raise an exception, never exit the process")
+    else:
+        error = f"{type(e).__name__}: {e}"
+    runlog.write("end", status=RunStatus.FAILED, error=error)
+    return 1
 
 
 def _stored_config(cfg: RunConfig, device: Any, build_dataset: Callable[[RunConfig], Any]) -> dict[str, Any]:
