@@ -3,7 +3,7 @@
 A bad plugin then fails at once with a one-line ConfigError naming the field (CLI exit 2), instead of
 as a `failed` run minutes later: a missing module or callable, a factory that raises, exits or returns the
 wrong type, items that are not tensors, a collate or loss that breaks, labels out of range for the
-logits, and a model that lacks what its mode needs (split: stages; fused: vmap).
+logits, a model with too few logits, and a model that lacks what its mode needs (split: stages; fused: vmap).
 
     python -m engine._plugin_check      # what engine/preflight.py starts: JSON lines in and out (see main)
     extra_meta = preflight(cfg)         # in this process: {"code_hash": "..."} for a plugin run, {} for built-ins
@@ -172,10 +172,15 @@ def _forward(model: Any, x: Any, field: str, arch: str) -> Any:
 
 
 def _check_labels(cfg: RunConfig, logits: Any, y: Any, num_classes: int, field: str, arch: str) -> None:
-    """With cross-entropy, integer labels index the logits: each must be in [0, classes)."""
+    """With cross-entropy, integer labels index the logits: each must be in [0, classes). A model built for
+    num_classes that returns fewer logits is the model's fault, whatever the labels of this batch are."""
     if cfg.loss or y.is_floating_point():
         return
     classes = logits.shape[1]
+    if classes < num_classes:
+        raise ConfigError(field, f"'{arch}' returned {classes} logits per sample, but it was built for "
+                                 f"num_classes={num_classes} (labels 0..{num_classes - 1}); return logits of shape "
+                                 "[B, num_classes], sizing the last layer by the num_classes argument it is given")
     lo, hi = int(y.min()), int(y.max())
     if lo < 0 or hi >= classes:
         raise ConfigError("workload", f"labels {lo}..{hi} are out of range for the model's {classes} logits; "
