@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from engine.advisor import advise
-from engine.config import RunConfig, SweepConfig, config_fields, field_choices, load_toml
+from engine.config import DEFAULT_MAX_RUNS, RunConfig, SweepConfig, config_fields, field_choices, load_toml
 from engine.demo import ensure_demo
 from engine.errors import ConfigError, StoreBusy, StoreError, UsageError, printable
 from engine.jobs import ensure_worker, run_worker, worker_pid
@@ -103,13 +103,15 @@ def _config_from_args(args: argparse.Namespace) -> RunConfig:
 # ---------------------------------------------------------------------------- run, sweep
 
 
-def _preflight_option(p: argparse.ArgumentParser) -> None:
+def _launch_options(p: argparse.ArgumentParser) -> None:
+    """What every launching command (run, sweep, tune) shares: preflight's time limit."""
     p.add_argument("--preflight-timeout", metavar="SECONDS", default=None,
                    help=f"how long each call into a plugin may take while it is tried on one batch before launch "
                         f"(default: ${TIMEOUT_ENV} or {DEFAULT_TIMEOUT_S:g})")
 
 
-def _preflight_limit(args: argparse.Namespace) -> None:
+def _launch_settings(args: argparse.Namespace) -> None:
+    """Set the launch options for this process and what it starts (the launchers read the environment)."""
     if args.preflight_timeout is not None:
         set_time_limit(args.preflight_timeout)
 
@@ -118,14 +120,14 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="TOML file of config fields; flags override it")
     p.add_argument("--dry-run", action="store_true", help="validate and print the config, run nothing")
     p.add_argument("--quiet", action="store_true", help="no per-epoch lines")
-    _preflight_option(p)
+    _launch_options(p)
     _add_config_flags(p)
 
 
 @command(_run_options, pending="after")
 def cmd_run(args: argparse.Namespace) -> int:
     """Run one config (flags, or --config FILE.toml with flags overriding it)."""
-    _preflight_limit(args)
+    _launch_settings(args)
     cfg = _config_from_args(args)
     if args.dry_run:
         preflight(cfg)  # a plugin's one-batch check is validation too: --dry-run is how to try your plugin
@@ -179,25 +181,33 @@ def _given(value: Any) -> bool:
 def _sweep_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="sweep TOML (name, repeats, seed, [base], [grid])")
     p.add_argument("--repeats", help="override the file's repeats")
+    p.add_argument("--max-runs", type=int, default=None, metavar="N",
+                   help=f"refuse a sweep of more runs (configs × repeats) than this, before building any (default: "
+                        f"the file's max_runs, else {DEFAULT_MAX_RUNS})")
     p.add_argument("--executor", choices=("local", "ray"), default="local")
     p.add_argument("--address", default=None, help="Ray cluster address (auto, ray://host:port)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    _preflight_option(p)
+    _launch_options(p)
 
 
 @command(_sweep_options, pending="after")
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Run a grid of configs × repeats from a TOML file, in a seeded random order."""
-    _preflight_limit(args)
+    _launch_settings(args)
     data = load_toml(args.file)
     if args.repeats is not None:
         data["repeats"] = int(args.repeats)
-    sweep = SweepConfig.from_dict(data)
+    if args.max_runs is not None:
+        data["max_runs"] = args.max_runs
+    sweep = SweepConfig.from_dict(data, expand=False)  # its size, from the axes' lengths, is checked against the cap
+    print(f"sweep {sweep.name}: {sweep.describe()}", file=sys.stderr)  # said before a config is built
+    distinct = len(sweep.configs())  # every config validated, once: the runs below reuse them
+    if distinct < sweep.size():
+        print(f"  {distinct} distinct configs ({distinct * sweep.repeats} runs): the others differ only in fields "
+              "their loader or mode ignores", file=sys.stderr)
     if args.executor == "ray":
         result = run_sweep_ray(sweep, db=args.db, address=args.address, progress=not args.quiet)
     else:
-        print(f"sweep {sweep.name}: {len(sweep.plan())} runs ({len(sweep.configs())} configs × {sweep.repeats})",
-              file=sys.stderr)
         result = run_sweep(sweep, db=args.db, progress=not args.quiet)
     counts = ", ".join(f"{v} {k}" for k, v in sorted(result.counts.items()))
     print(f"sweep {result.sweep_id}: {counts}")
@@ -340,13 +350,13 @@ def _tune_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="a RunConfig field every candidate shares (repeatable), e.g. --set batch_size=128")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    _preflight_option(p)
+    _launch_options(p)
 
 
 @command(_tune_options)
 def cmd_tune(args: argparse.Namespace) -> int:
     """Search loader settings by successive halving within a time budget, with real runs."""
-    _preflight_limit(args)
+    _launch_settings(args)
     budget = parse_budget(args.budget)
     base: dict[str, Any] = dict(load_toml(args.config)) if args.config else {}
     for item in args.set:
