@@ -27,7 +27,7 @@ from engine.errors import ConfigError, StoreBusy, StoreError, UsageError, printa
 from engine.jobs import ensure_worker, run_worker, worker_pid
 from engine.paths import Db
 from engine.preflight import DEFAULT_TIMEOUT_S, TIMEOUT_ENV, preflight, set_time_limit
-from engine.ray_executor import run_sweep_ray
+from engine.ray_executor import require_ray, run_sweep_ray
 from engine.runner import launch
 from engine.stats import speedup_vs_sequential
 from engine.status import RunStatus
@@ -199,6 +199,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         data["repeats"] = int(args.repeats)
     if args.max_runs is not None:
         data["max_runs"] = args.max_runs
+    if args.executor == "ray":
+        require_ray()  # before anything else: without Ray there is nothing to size
     sweep = SweepConfig.from_dict(data, expand=False)  # its size, from the axes' lengths, is checked against the cap
     print(f"sweep {sweep.name}: {sweep.describe()}", file=sys.stderr)  # said before a config is built
     distinct = len(sweep.configs())  # every config validated, once: the runs below reuse them

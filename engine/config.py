@@ -349,13 +349,14 @@ class SweepConfig:
         return product + len(self.points)
 
     def describe(self) -> str:
-        """The size in words, from the axes' lengths: "200 × 200 × 200 grid points = 8000000 configs × 1 repeats =
+        """The size in words, from the axes' lengths: "200 × 200 × 200 grid points = 8000000 configs × 1 repeat =
         8000000 runs"."""
-        parts = [f"{len(self.points)} points"] if self.points else []
+        parts = [_count(len(self.points), "point")] if self.points else []
         if self.grid:
             parts.insert(0, " × ".join(str(len(v)) for v in self.grid.values()) + " grid points")
         made = " + ".join(parts) or "the base alone"
-        return f"{made} = {self.size()} configs × {self.repeats} repeats = {self.size() * self.repeats} runs"
+        return (f"{made} = {_count(self.size(), 'config')} × {_count(self.repeats, 'repeat')} = "
+                f"{_count(self.size() * self.repeats, 'run')}")
 
     def configs(self) -> list[RunConfig]:
         """Distinct configs of the grid (no repeats), each validated; configs that would run the same (equal
@@ -393,6 +394,10 @@ class SweepConfig:
         if self.shuffle:
             random.Random(self.seed).shuffle(runs)
         return runs
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:

@@ -102,7 +102,7 @@ def test_a_sweep_says_its_size_before_building_its_configs_and_max_runs_raises_t
     assert capped.returncode == 2 and "1002 runs is above the cap of 1000" in capped.stderr, capped.stderr
     out = cli("sweep", str(toml), "--quiet", "--max-runs", "1002", db=store)
     assert out.returncode == 2 and out.stderr.strip().splitlines() == [
-        "sweep sweep: 1001 grid points + 1 points = 1002 configs × 1 repeats = 1002 runs",
+        "sweep sweep: 1001 grid points + 1 point = 1002 configs × 1 repeat = 1002 runs",
         "error: batch_size: must be >= 1, got 0 (in grid point batch_size=0)"], out.stderr
     assert nothing_ran(store)
 
