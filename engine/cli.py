@@ -15,6 +15,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from engine.advisor import advise
 from engine.config import DEFAULT_MAX_RUNS, RunConfig, SweepConfig, config_fields, field_choices, load_toml
 from engine.demo import ensure_demo
 from engine.errors import ConfigError, StoreBusy, StoreError, UsageError, printable
+from engine.hostfit import HEAVY, OVERSUBSCRIBE_ENV, check_all, check_host
 from engine.jobs import ensure_worker, run_worker, worker_pid
 from engine.paths import Db
 from engine.preflight import DEFAULT_TIMEOUT_S, TIMEOUT_ENV, preflight, set_time_limit
@@ -104,16 +106,26 @@ def _config_from_args(args: argparse.Namespace) -> RunConfig:
 
 
 def _launch_options(p: argparse.ArgumentParser) -> None:
-    """What every launching command (run, sweep, tune) shares: preflight's time limit."""
+    """What every launching command (run, sweep, tune) shares: preflight's time limit, insisting on oversubscribing."""
     p.add_argument("--preflight-timeout", metavar="SECONDS", default=None,
                    help=f"how long each call into a plugin may take while it is tried on one batch before launch "
                         f"(default: ${TIMEOUT_ENV} or {DEFAULT_TIMEOUT_S:g})")
+    p.add_argument("--oversubscribe", action="store_true",
+                   help=f"run even when ranks or worker processes exceed {HEAVY}x this host's usable cores (memory "
+                        f"that cannot fit is refused regardless; also ${OVERSUBSCRIBE_ENV}=1)")
 
 
 def _launch_settings(args: argparse.Namespace) -> None:
     """Set the launch options for this process and what it starts (the launchers read the environment)."""
     if args.preflight_timeout is not None:
         set_time_limit(args.preflight_timeout)
+    if args.oversubscribe:
+        os.environ[OVERSUBSCRIBE_ENV] = "1"
+
+
+def _warn(warnings: list[str]) -> None:
+    for warning in warnings:
+        print(f"warning: {printable(warning)}", file=sys.stderr)
 
 
 def _run_options(p: argparse.ArgumentParser) -> None:
@@ -129,6 +141,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Run one config (flags, or --config FILE.toml with flags overriding it)."""
     _launch_settings(args)
     cfg = _config_from_args(args)
+    _warn(check_host(cfg))  # refused here, in one line, when this host cannot run it
     if args.dry_run:
         preflight(cfg)  # a plugin's one-batch check is validation too: --dry-run is how to try your plugin
         print(json.dumps(cfg.to_dict(), indent=2))
@@ -207,6 +220,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if distinct < sweep.size():
         print(f"  {distinct} distinct configs ({distinct * sweep.repeats} runs): the others differ only in fields "
               "their loader or mode ignores", file=sys.stderr)
+    if args.executor == "local":  # NOTE: a Ray cluster's runs are checked on the node that runs them (launch)
+        _warn(check_all(sweep.configs()))
     if args.executor == "ray":
         result = run_sweep_ray(sweep, db=args.db, address=args.address, progress=not args.quiet)
     else:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from engine.config import RunConfig
+from engine.hostfit import check_host
 from engine.paths import ROOT, Db, runs_dir
 from engine.plugins import is_spec
 from engine.preflight import preflight
@@ -169,14 +170,17 @@ def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
 def launch(cfg: RunConfig, *, db: Db = None, meta: dict[str, Any] | None = None,
            on_event: Callable[[dict[str, Any]], None] | None = None, cancel: threading.Event | None = None,
            cancel_reason: str | Callable[[], str] = "cancelled by the user; finished epochs kept",
-           poll_s: float = 0.25, exit_grace_s: float = 10.0, warm: Any = None) -> RunResult:
+           poll_s: float = 0.25, exit_grace_s: float = 10.0, warm: Any = None,
+           oversubscribe: bool | None = None) -> RunResult:
     """Run cfg in a subprocess, stream its events to on_event, ingest it, and return how it ended.
 
     Ctrl-C or `cancel` kills the whole process group; finished epochs are kept and the run is
     marked cancelled with `cancel_reason`. A child that wrote its `end` event but has not exited
     after exit_grace_s (a worker it cannot reap) is killed: the run is over either way. `warm`, an
     engine.warm.WarmParent, forks the child from a parent that has imported torch already (else: cold).
+    A config this host cannot fit is refused first (engine.hostfit; `oversubscribe` None: the environment's).
     """
+    check_host(cfg, oversubscribe=oversubscribe)  # a ConfigError before any RunLog; its warnings are the caller's
     meta = dict(meta or {})
     meta.setdefault("cwd", os.getcwd())  # the child runs in the checkout; a user's module may be here (plugins)
     meta.update(preflight(cfg, cwd=meta.get("cwd")))  # a bad plugin fails here, before any RunLog: its code_hash
