@@ -119,7 +119,8 @@ def test_a_huge_grid_is_refused_from_its_axes_lengths_and_the_cap_can_be_raised(
     huge = {"grid": {"seed": list(range(200)), "width": list(range(1, 201)), "depth": list(range(1, 201))}}
     with pytest.raises(ConfigError) as err:
         SweepConfig.from_dict(huge)
-    assert err.value.field == "sweep.max_runs" and "200 × 200 × 200 grid points = 8000000 configs" in err.value.message
+    assert err.value.field == "sweep.max_runs"
+    assert "200 × 200 × 200 grid points = 8000000 configs" in err.value.message
     assert "max_runs" in err.value.message and "--max-runs" in err.value.message
     seeds = {"grid": {"seed": list(range(600))}, "repeats": 2}
     with pytest.raises(ConfigError, match="1200 runs is above the cap of 1000"):
