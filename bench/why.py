@@ -18,7 +18,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.config import RunConfig  # noqa: E402
-from engine.measure.host import fingerprint, usable_cores  # noqa: E402
+from engine.hostfit import usable_cpus  # noqa: E402
+from engine.measure.host import fingerprint  # noqa: E402
 from engine.runner import launch  # noqa: E402
 from engine.store import get_run  # noqa: E402
 
@@ -36,7 +37,7 @@ def main() -> None:
     args = ap.parse_args()
     db = args.db or Path(tempfile.mkdtemp()) / "why.duckdb"
     host = fingerprint()
-    print(f"machine: {host['cpu_model']}, {usable_cores():g} usable cores, torch {host['torch_version']}; "
+    print(f"machine: {host['cpu_model']}, {usable_cpus():g} usable cores, torch {host['torch_version']}; "
           f"jpeg {args.n_samples} x {args.image_size} px + cnn width 16, {args.epochs} epochs (1 warm-up)")
     print(f"{'loader':>10} {'workers':>7} {'threads':>7} {'epoch s':>8} {'old bound':>9} {'old eff':>7} "
           f"{'bound':>7} {'eff':>5}  verdict: what would help")

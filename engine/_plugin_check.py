@@ -1,113 +1,126 @@
-"""Preflight for the user's own pipeline: try one small batch in the launching process, before anything is stored.
+"""Preflight for the user's own pipeline: try one small batch, in a child of the launcher, before anything is stored.
 
 A bad plugin then fails at once with a one-line ConfigError naming the field (CLI exit 2), instead of
-as a `failed` run minutes later: a missing module or callable, a factory that raises or returns the
+as a `failed` run minutes later: a missing module or callable, a factory that raises, exits or returns the
 wrong type, items that are not tensors, a collate or loss that breaks, labels out of range for the
-logits, and a model that lacks what its mode needs (split: stages; fused: vmap).
+logits, a model with too few logits, and a model that lacks what its mode needs (split: stages; fused: vmap).
 
-    extra_meta = preflight(cfg)          # {"code_hash": "..."} for a plugin run, {} for built-ins
+    python -m engine._plugin_check      # what engine/preflight.py starts: JSON lines in and out (see main)
+    extra_meta = preflight(cfg)         # in this process: {"code_hash": "..."} for a plugin run, {} for built-ins
+
+Before each call into the user's code it reports a phase (which plugin, doing what) to the launcher, which
+kills this process when a phase outlasts the time limit and names that phase; a SystemExit from the user's
+code is that plugin's ConfigError, never this process's exit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
-import importlib
 import json
 import logging
+import os
 import pickle
 import sys
-from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import torch
 
 from engine.config import RunConfig
 from engine.errors import ConfigError, printable
 from engine.loaders import epoch_batches
-from engine.models import _base, build_model, loss_fn, split_stages
+from engine.models import build_model, loss_fn, split_stages
 from engine.modes.fused import FusedStep
-from engine._plugin_hash import installed as _installed
+from engine._plugin_hash import source_roots, stamp
 from engine.plugins import code_hash, is_spec, resolve, specs_of
 from engine.workloads import build_dataset
 from engine.workloads.plugin import BadItem
 
-__all__ = ["preflight"]
+__all__ = ["KINDS", "main", "preflight"]
 
 log = logging.getLogger(__name__)
 
-# Fields that change how batches are delivered or measured, not what a batch or the model is.
-_DELIVERY = ("loader", "workers", "prefetch_depth", "start_method", "persistent_workers", "pin_memory",
-             "worker_timeout_s", "epochs", "warmup_epochs", "device", "threads", "tag", "bound", "sample_hz",
-             "trace")
-_PASSED: set[str] = set()  # configs (and code hashes) whose preflight passed in this process
 _MAX_ITEMS = 8  # a preflight batch: enough to exercise collate and the model, cheap for any dataset
+# What a plugin is, by field, as the messages name it: "plugin 'mypkg:make_ds' (dataset factory)".
+KINDS = {"workload": "dataset factory", "model": "model factory", "model_b": "model factory", "collate": "collate",
+         "loss": "loss"}
+_REPORT: list[Callable[..., None]] = [lambda **_: None]  # main() sends each phase to the launcher
 
 
 def preflight(cfg: RunConfig, cwd: str | None = None) -> dict[str, Any]:
-    """Check cfg's plugins on one small batch on the CPU; returns the run's extra meta (its code_hash)."""
+    """Check cfg's plugins on one small batch on the CPU; returns the run's extra meta (its code_hash).
+
+    NOTE: meant for a fresh process (main, started by engine/preflight.py): the user's modules are imported once
+    and kept, and the loss they set stays set."""
     specs = specs_of(cfg)
     if not specs:
         return {}
-    if cwd:  # the submitter's folder (job worker, Ray): where its module is importable, before any other's
+    if cwd:  # the launcher's folder (the CLI's, the job's submitter's): its modules first, as `python -m` does
         if cwd in sys.path:
             sys.path.remove(cwd)
         sys.path.insert(0, cwd)
-    _forget(specs)
     digest = _hash(cfg, specs)
-    pickled = cfg.loader == "processes" and cfg.start_method != "fork"  # the one delivery setting checked
-    key = json.dumps([digest, pickled, {k: v for k, v in cfg.to_dict().items() if k not in _DELIVERY}],
-                     sort_keys=True)
-    if key not in _PASSED:
-        saved = _base._LOSS[0]
-        try:
-            _try_batch(cfg)
-        finally:
-            _base._LOSS[0] = saved  # NOTE: the launching process keeps its own loss; only runs set theirs
-        _PASSED.add(key)
+    _try_batch(cfg)
     return {"code_hash": digest}
 
 
-def _forget(specs: list[str]) -> None:
-    """Drop the user's own modules (not installed ones) from this process's import cache, so preflight and the
-    code hash see the files as they are now, from the folder first on sys.path: a notebook or the job worker
-    lives for hours while the user edits their code, and may check plugins from several folders.
-
-    NOTE: only the launching process does this; a run's child imports the module once and keeps it."""
-    tops = {spec.split(":")[0].split(".")[0] for spec in specs} - {"engine"}  # never the engine's own modules
-    for name in [n for n in sys.modules if n.split(".")[0] in tops]:
-        path = getattr(sys.modules[name], "__file__", None)
-        if path and not _installed(Path(path)):
-            del sys.modules[name]
-    importlib.invalidate_caches()
+@contextlib.contextmanager
+def _doing(field: str, spec: str, what: str, kind: str | None = None) -> Iterator[None]:
+    """Around one call into the user's code: report the phase (the launcher times it), and turn a SystemExit into
+    this plugin's ConfigError. `what` completes "while preflight ...". A built-in (not a spec) is no plugin."""
+    plugin = spec if spec and is_spec(spec) else ""
+    _REPORT[0](phase=what, field=field, spec=plugin, kind=kind or KINDS[field])
+    try:
+        yield
+    except SystemExit as e:
+        who = f"plugin '{plugin}' ({kind or KINDS[field]})" if plugin else "the user's code"
+        raise ConfigError(field, f"{who} called sys.exit({printable(repr(e.code))[:60]}) while preflight {what}; "
+                                 "a plugin must return or raise an exception, never exit the process") from None
 
 
 def _hash(cfg: RunConfig, specs: list[str]) -> str:
     for field in ("workload", "model", "model_b", "collate", "loss"):
         value = getattr(cfg, field)
         if value and is_spec(value):
-            resolve(value, field)  # imports it: a missing module or callable is reported on its own field
+            with _doing(field, value, f"imported module '{value.split(':')[0]}'", "module"):
+                resolve(value, field)  # imports it: a missing module or callable is reported on its own field
     return code_hash(specs)
 
 
 def _try_batch(cfg: RunConfig) -> None:
     torch.manual_seed(cfg.seed)
-    dataset = build_dataset(cfg)
+    with _doing("workload", cfg.workload, "built the dataset"):
+        dataset = build_dataset(cfg)
     keys = epoch_batches(len(dataset), min(cfg.batch_size, _MAX_ITEMS), cfg.seed, 0)[0]
-    items = [_item(dataset, k) for k in keys]
-    _check_all_targets(cfg, dataset)
+    items = []
+    for k in keys:
+        with _doing("workload", cfg.workload, f"read item {k[1]}", "dataset"):
+            items.append(_item(dataset, k))
+    with _doing("workload", cfg.workload, "read the dataset's targets", "dataset"):
+        _check_all_targets(cfg, dataset)
     if cfg.loader == "processes" and cfg.start_method != "fork":  # (part of preflight's cache key)
-        _check_picklable(cfg, dataset)
+        with _doing("workload", cfg.workload, f"pickled the dataset for {cfg.start_method} workers", "dataset"):
+            _check_picklable(cfg, dataset)
     collate = resolve(cfg.collate, "collate") if cfg.collate else torch.utils.data.default_collate
-    x, y = _collate(collate, items, "collate" if cfg.collate else "workload")
+    with _doing("collate" if cfg.collate else "workload", cfg.collate or cfg.workload, "collated a batch",
+                "collate" if cfg.collate else "dataset"):
+        x, y = _collate(collate, items, "collate" if cfg.collate else "workload")
     models = [("model", cfg.model, cfg.width)]
     if cfg.mode.startswith("dual-"):
         models.append(("model_b", cfg.model_b or cfg.model, cfg.width_b or cfg.width))
     for field, arch, width in models:
-        model = build_model(cfg, dataset.sample_shape, dataset.num_classes, arch=arch, width=width, field=field)
-        logits = _forward(model, x, field, arch)
-        _check_labels(cfg, logits, y)
-        _step(model, x, y, "loss" if cfg.loss else field)
-    _check_mode(cfg, build_model(cfg, dataset.sample_shape, dataset.num_classes), x, y)
+        with _doing(field, arch, "built the model"):
+            model = build_model(cfg, dataset.sample_shape, dataset.num_classes, arch=arch, width=width, field=field)
+        with _doing(field, arch, "ran the model on a batch", "model"):
+            logits = _forward(model, x, field, arch)
+        _check_labels(cfg, logits, y, dataset.num_classes, field, arch)
+        what = "loss" if cfg.loss else field
+        with _doing(what, cfg.loss or arch, "ran the loss and backward", "loss" if cfg.loss else "model"):
+            _step(model, x, y, what)
+    with _doing("model", cfg.model, "built the model"):
+        model = build_model(cfg, dataset.sample_shape, dataset.num_classes)
+    with _doing("model", cfg.model, f"tried the model in mode {cfg.mode}", "model"):
+        _check_mode(cfg, model, x, y)
 
 
 def _item(dataset: Any, key: tuple[int, int]) -> Any:
@@ -158,11 +171,16 @@ def _forward(model: Any, x: Any, field: str, arch: str) -> Any:
     return logits
 
 
-def _check_labels(cfg: RunConfig, logits: Any, y: Any) -> None:
-    """With cross-entropy, integer labels index the logits: each must be in [0, classes)."""
+def _check_labels(cfg: RunConfig, logits: Any, y: Any, num_classes: int, field: str, arch: str) -> None:
+    """With cross-entropy, integer labels index the logits: each must be in [0, classes). A model built for
+    num_classes that returns fewer logits is the model's fault, whatever the labels of this batch are."""
     if cfg.loss or y.is_floating_point():
         return
     classes = logits.shape[1]
+    if classes < num_classes:
+        raise ConfigError(field, f"'{arch}' returned {classes} logits per sample, but it was built for "
+                                 f"num_classes={num_classes} (labels 0..{num_classes - 1}); return logits of shape "
+                                 "[B, num_classes], sizing the last layer by the num_classes argument it is given")
     lo, hi = int(y.min()), int(y.max())
     if lo < 0 or hi >= classes:
         raise ConfigError("workload", f"labels {lo}..{hi} are out of range for the model's {classes} logits; "
@@ -220,3 +238,46 @@ def _check_mode(cfg: RunConfig, model: Any, x: Any, y: Any) -> None:
                                        f"'{cfg.model}' cannot be vmapped ({type(e).__name__}: "
                                        f"{printable(str(e)[:200])}); avoid .item(), in-place buffer updates and "
                                        "data-dependent Python branches in forward, or pick another mode") from None
+
+
+# ---------------------------------------------------------------------------- the child process
+
+
+def main() -> None:
+    """`python -m engine._plugin_check`: read {"configs": [RunConfig dicts], "cwd": folder} on stdin, check each.
+
+    Writes JSON lines to the launcher: {"ready": true} once torch and the engine are imported, {"phase", "field",
+    "spec", "kind"} before each call into the user's code, {"done": i, "meta", "roots", "stamp"} per config, and
+    at the first bad plugin {"error": {"field", "message"}} (or {"crash": text} for anything else). Then it ends
+    at once (os._exit): a thread the user's code started must not keep it alive.
+    """
+    proto = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)  # a print in the user's code must not land in the protocol
+
+    def send(**msg: Any) -> None:
+        proto.write(json.dumps(msg, default=str).encode() + b"\n")  # one write per message: whole lines
+
+    code = 0
+    try:
+        request = json.loads(sys.stdin.read())
+        send(ready=True)
+        _REPORT[0] = send
+        for i, data in enumerate(request["configs"]):
+            cfg = RunConfig.from_dict(data)
+            meta = preflight(cfg, request.get("cwd"))
+            roots = source_roots(specs_of(cfg))
+            send(done=i, meta=meta, roots=roots, stamp=stamp(roots))
+    except ConfigError as e:
+        send(error={"field": e.field, "message": e.message})
+    except BaseException as e:  # noqa: BLE001 - anything else (a SystemExit outside a phase, a bug): reported
+        log.debug("preflight child failed", exc_info=True)
+        send(crash=f"{type(e).__name__}: {printable(str(e)[:300])}")
+        code = 1
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        os._exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -16,6 +16,8 @@ from engine.charts import (METRIC_LABELS, auto_chart, compare_chart, epoch_break
                            step_timeline_chart)
 from engine.config import RunConfig, SweepConfig, config_fields, field_choices
 from engine.errors import ConfigError
+from engine.hostfit import check_all as check_host_all
+from engine.hostfit import check_host
 from engine.jobs import (RAY_ADDRESS_ENV, RAY_SWEEP, cancel, default_ray_address, ensure_worker, estimate_duration,
                          job_progress, list_jobs, submit, submit_ray_sweep, submit_sweep, worker_alive)
 from engine.measure.startup import PHASES as STARTUP_PHASES
@@ -34,11 +36,11 @@ from engine.store.version import current as data_version
 __all__ = ["BASELINE_EXAMPLE", "CONFIRM_REPEATS", "ConfigError", "EXPLORE_FILTERS", "EXPLORE_METRICS", "INSTALL_HINT",
            "METRIC_LABELS", "PLUGIN_FIELDS", "PRESETS", "RAY_ADDRESS_ENV", "RAY_SWEEP", "RunConfig", "RunStatus",
            "STARTUP_PHASES", "SweepConfig", "TRACE_FILE", "VERDICTS", "advise", "auto_chart", "browser_sweep",
-           "browser_values", "bump_data_version",
-           "cancel", "check_browser_config", "compare_chart", "config_fields", "count_runs", "data_version", "db_path",
-           "default_ray_address", "ensure_worker", "epoch_breakdown_chart", "epoch_chart", "estimate_duration",
-           "explore_axes", "explore_filter_options", "explore_summary", "field_choices", "get_epochs", "get_run",
-           "get_steps", "ingest_pending", "job_progress", "list_jobs", "list_saved_queries", "load_view",
-           "metric_chart", "parse_baseline", "pending_summary", "plugin_choices", "purge", "ray_available", "restore",
-           "run_query", "save_query", "save_view", "search_runs", "set_notes", "set_tags", "soft_delete",
-           "step_timeline_chart", "submit", "submit_ray_sweep", "submit_sweep", "table_schema", "worker_alive"]
+           "browser_values", "bump_data_version", "cancel", "check_browser_config", "check_host", "check_host_all",
+           "compare_chart", "config_fields", "count_runs", "data_version", "db_path", "default_ray_address",
+           "ensure_worker", "epoch_breakdown_chart", "epoch_chart", "estimate_duration", "explore_axes",
+           "explore_filter_options", "explore_summary", "field_choices", "get_epochs", "get_run", "get_steps",
+           "ingest_pending", "job_progress", "list_jobs", "list_saved_queries", "load_view", "metric_chart",
+           "parse_baseline", "pending_summary", "plugin_choices", "purge", "ray_available", "restore", "run_query",
+           "save_query", "save_view", "search_runs", "set_notes", "set_tags", "soft_delete", "step_timeline_chart",
+           "submit", "submit_ray_sweep", "submit_sweep", "table_schema", "worker_alive"]

@@ -16,19 +16,21 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from engine.advisor import advise
-from engine.config import RunConfig, SweepConfig, config_fields, field_choices, load_toml
+from engine.config import DEFAULT_MAX_RUNS, RunConfig, SweepConfig, config_fields, field_choices, load_toml
 from engine.demo import ensure_demo
 from engine.errors import ConfigError, StoreBusy, StoreError, UsageError, printable
+from engine.hostfit import HEAVY, OVERSUBSCRIBE_ENV, check_all, check_host
 from engine.jobs import ensure_worker, run_worker, serve, stop_worker, worker_pid
 from engine.paths import Db
-from engine.preflight import preflight
-from engine.ray_executor import run_sweep_ray
+from engine.preflight import DEFAULT_TIMEOUT_S, TIMEOUT_ENV, preflight, set_time_limit
+from engine.ray_executor import require_ray, run_sweep_ray
 from engine.runner import launch
 from engine.stats import speedup_vs_sequential
 from engine.status import RunStatus
@@ -120,19 +122,45 @@ def _config_from_args(args: argparse.Namespace, registry: bool = True) -> RunCon
 # ---------------------------------------------------------------------------- run, sweep
 
 
+def _launch_options(p: argparse.ArgumentParser) -> None:
+    """What every launching command (run, sweep, tune) shares: preflight's time limit, insisting on oversubscribing."""
+    p.add_argument("--preflight-timeout", metavar="SECONDS", default=None,
+                   help=f"how long each call into a plugin may take while it is tried on one batch before launch "
+                        f"(default: ${TIMEOUT_ENV} or {DEFAULT_TIMEOUT_S:g})")
+    p.add_argument("--oversubscribe", action="store_true",
+                   help=f"run even when ranks or worker processes exceed {HEAVY}x this host's usable cores (memory "
+                        f"that cannot fit is refused regardless; also ${OVERSUBSCRIBE_ENV}=1)")
+
+
+def _launch_settings(args: argparse.Namespace) -> None:
+    """Set the launch options for this process and what it starts (the launchers read the environment)."""
+    if args.preflight_timeout is not None:
+        set_time_limit(args.preflight_timeout)
+    if args.oversubscribe:
+        os.environ[OVERSUBSCRIBE_ENV] = "1"
+
+
+def _warn(warnings: list[str]) -> None:
+    for warning in warnings:
+        print(f"warning: {printable(warning)}", file=sys.stderr)
+
+
 def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="TOML file of config fields; flags override it")
     p.add_argument("--dry-run", action="store_true", help="validate and print the config, run nothing")
     p.add_argument("--quiet", action="store_true", help="no per-epoch lines")
+    _launch_options(p)
     _add_config_flags(p)
 
 
 @command(_run_options, pending="after")
 def cmd_run(args: argparse.Namespace) -> int:
     """Run one config (flags, or --config FILE.toml with flags overriding it)."""
+    _launch_settings(args)
     # NOTE: a run's child imports torch and checks what needs it (the names, the device, the mode's rules) before
     # its RunLog starts; launch() raises what it refuses. Checking here too imported torch twice (seconds).
     cfg = _config_from_args(args, registry=args.dry_run)
+    _warn(check_host(cfg))  # refused here, in one line, when this host cannot run it
     if args.dry_run:
         preflight(cfg)  # a plugin's one-batch check is validation too: --dry-run is how to try your plugin
         print(json.dumps(cfg.to_dict(), indent=2))
@@ -202,23 +230,37 @@ def _given(value: Any) -> bool:
 def _sweep_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="sweep TOML (name, repeats, seed, [base], [grid])")
     p.add_argument("--repeats", help="override the file's repeats")
+    p.add_argument("--max-runs", type=int, default=None, metavar="N",
+                   help=f"refuse a sweep of more runs (configs × repeats) than this, before building any (default: "
+                        f"the file's max_runs, else {DEFAULT_MAX_RUNS})")
     p.add_argument("--executor", choices=("local", "ray"), default="local")
     p.add_argument("--address", default=None, help="Ray cluster address (auto, ray://host:port)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _launch_options(p)
 
 
 @command(_sweep_options, pending="after")
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Run a grid of configs × repeats from a TOML file, in a seeded random order."""
+    _launch_settings(args)
     data = load_toml(args.file)
     if args.repeats is not None:
         data["repeats"] = int(args.repeats)
-    sweep = SweepConfig.from_dict(data)
+    if args.max_runs is not None:
+        data["max_runs"] = args.max_runs
+    if args.executor == "ray":
+        require_ray()  # before anything else: without Ray there is nothing to size
+    sweep = SweepConfig.from_dict(data, expand=False)  # its size, from the axes' lengths, is checked against the cap
+    print(f"sweep {sweep.name}: {sweep.describe()}", file=sys.stderr)  # said before a config is built
+    distinct = len(sweep.configs())  # every config validated, once: the runs below reuse them
+    if distinct < sweep.size():
+        print(f"  {distinct} distinct configs ({distinct * sweep.repeats} runs): the others differ only in fields "
+              "their loader or mode ignores", file=sys.stderr)
+    if args.executor == "local":  # NOTE: a Ray cluster's runs are checked on the node that runs them (launch)
+        _warn(check_all(sweep.configs()))
     if args.executor == "ray":
         result = run_sweep_ray(sweep, db=args.db, address=args.address, progress=not args.quiet)
     else:
-        print(f"sweep {sweep.name}: {len(sweep.plan())} runs ({len(sweep.configs())} configs × {sweep.repeats})",
-              file=sys.stderr)
         result = run_sweep(sweep, db=args.db, progress=not args.quiet)
     counts = ", ".join(f"{v} {k}" for k, v in sorted(result.counts.items()))
     print(f"sweep {result.sweep_id}: {counts}")
@@ -361,11 +403,13 @@ def _tune_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="a RunConfig field every candidate shares (repeatable), e.g. --set batch_size=128")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _launch_options(p)
 
 
 @command(_tune_options)
 def cmd_tune(args: argparse.Namespace) -> int:
     """Search loader settings by successive halving within a time budget, with real runs."""
+    _launch_settings(args)
     budget = parse_budget(args.budget)
     base: dict[str, Any] = dict(load_toml(args.config)) if args.config else {}
     for item in args.set:
@@ -516,7 +560,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         argv = sys.argv[1:] if argv is None else argv
-        args = build_parser(argv[0] if argv and argv[0] in COMMANDS else None).parse_args(argv)
+        try:
+            args = build_parser(argv[0] if argv and argv[0] in COMMANDS else None).parse_args(argv)
+        except SystemExit as e:  # --help: argparse printed it; the only SystemExit that is not an error
+            return int(e.code or 0)
         cmd = COMMANDS[args.command]
         if cmd.pending == "before":
             _store_pending(args.db)
@@ -531,5 +578,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except SystemExit as e:  # --help
-        return int(e.code or 0)
+    except SystemExit as e:  # NOTE: code the command called exited (a plugin's sys.exit): an error, never silence
+        print(f"error: the command was ended by sys.exit({printable(repr(e.code))[:60]}) in code it called; "
+              "a plugin must return or raise an exception, never exit the process", file=sys.stderr)
+        return 2

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import math
 import random
 import tomllib
 from dataclasses import dataclass, field
@@ -22,7 +23,10 @@ from typing import Any
 from engine._spec import SPEC_RE
 from engine.errors import ConfigError, printable
 
-__all__ = ["ConfigError", "RunConfig", "SweepConfig", "config_fields", "field_choices", "load_toml", "printable"]
+__all__ = ["ConfigError", "DEFAULT_MAX_RUNS", "RunConfig", "SweepConfig", "config_fields", "field_choices", "load_toml",
+           "printable"]
+
+DEFAULT_MAX_RUNS = 1000  # a sweep's runs (configs × repeats) unless its max_runs says more
 
 
 def _f(default: Any, help: str, group: str, **meta: Any) -> Any:
@@ -300,6 +304,9 @@ class SweepConfig:
         [[points]]        # optional: explicit configs (over base) instead of / besides the grid product,
         loader = "processes"   # e.g. your setup vs the best, without the 2^k configs of a grid over both
         workers = 4
+
+    max_runs (default 1000) caps points × repeats: a larger sweep is refused from the axes' lengths, before a
+    single config is built; raise it in the TOML (max_runs = 5000) or with `sweep --max-runs`.
     """
 
     name: str = "sweep"
@@ -309,16 +316,22 @@ class SweepConfig:
     repeats: int = 1
     seed: int = 0
     shuffle: bool = True
+    max_runs: int = DEFAULT_MAX_RUNS
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "SweepConfig":
-        allowed = {"name", "base", "grid", "points", "repeats", "seed", "shuffle"}
+    def from_dict(cls, data: dict[str, Any], *, expand: bool = True) -> "SweepConfig":
+        """Check the keys and the size (from the axes' lengths), then, with expand, build and validate every
+        config once (kept: configs() and plan() reuse them). expand=False lets a caller say the size first."""
+        allowed = {f.name for f in dataclasses.fields(cls)}
         for key in data:
             if key not in allowed:
                 raise ConfigError(f"sweep.{key}", f"unknown sweep key; choose from: {', '.join(sorted(allowed))}")
         sweep = cls(**data)
         if not isinstance(sweep.repeats, int) or isinstance(sweep.repeats, bool) or not 1 <= sweep.repeats <= 1000:
             raise ConfigError("sweep.repeats", "must be an integer from 1 to 1000")
+        if not isinstance(sweep.max_runs, int) or isinstance(sweep.max_runs, bool) or sweep.max_runs < 1:
+            raise ConfigError("sweep.max_runs", f"must be a whole number of runs, at least 1, got "
+                                                f"{sweep.max_runs!r:.40}")
         if not isinstance(sweep.base, dict):
             raise ConfigError("sweep.base", "must be a table of RunConfig fields")
         if not isinstance(sweep.grid, dict):
@@ -328,17 +341,47 @@ class SweepConfig:
                 raise ConfigError(f"grid.{key}", "must be a non-empty list of values")
         if not isinstance(sweep.points, list) or not all(isinstance(p, dict) for p in sweep.points):
             raise ConfigError("sweep.points", "must be a list of tables of RunConfig fields ([[points]])")
-        sweep.configs()  # validates every combination up front: nothing runs if one is bad
+        if sweep.size() * sweep.repeats > sweep.max_runs:
+            raise ConfigError("sweep.max_runs", f"{sweep.describe()} is above the cap of {sweep.max_runs} runs; "
+                                                "shrink the grid, or raise the cap (max_runs in the TOML, "
+                                                "--max-runs on the command line)")
+        if expand:
+            sweep.configs()  # validates every combination up front: nothing runs if one is bad
         return sweep
+
+    def size(self) -> int:
+        """How many configs the grid and points make before duplicates are dropped: the product of the axes'
+        lengths plus the points, computed without building one."""
+        # NOTE: with points and no grid the bare base is not a config of its own
+        product = math.prod(len(v) for v in self.grid.values()) if self.grid or not self.points else 0
+        return product + len(self.points)
+
+    def describe(self) -> str:
+        """The size in words, from the axes' lengths: "200 × 200 × 200 grid points = 8000000 configs × 1 repeat =
+        8000000 runs"."""
+        parts = [_count(len(self.points), "point")] if self.points else []
+        if self.grid:
+            parts.insert(0, " × ".join(str(len(v)) for v in self.grid.values()) + " grid points")
+        made = " + ".join(parts) or "the base alone"
+        return (f"{made} = {_count(self.size(), 'config')} × {_count(self.repeats, 'repeat')} = "
+                f"{_count(self.size() * self.repeats, 'run')}")
 
     def configs(self) -> list[RunConfig]:
         """Distinct configs of the grid (no repeats), each validated; configs that would run the same (equal
-        `effective()`: they differ only in fields their loader or mode ignores) are kept once."""
+        `effective()`: they differ only in fields their loader or mode ignores) are kept once, the first of them.
+
+        Built once per grid: from_dict, plan() and the launchers all ask, and the answer is kept until the base,
+        grid or points change."""
+        stamp = json.dumps([self.base, self.grid, self.points], sort_keys=True, default=str)
+        cached = self.__dict__.get("_configs")  # NOTE: not a dataclass field: asdict() (a Ray job's spec) skips it
+        if cached is not None and cached[0] == stamp:
+            return list(cached[1])
         grid_keys = list(self.grid)
         out: list[RunConfig] = []
-        # NOTE: with points and no grid the bare base is not a config of its own
+        seen: set[str] = set()  # each kept config's effective() as JSON: de-duplication in linear time
         product = itertools.product(*self.grid.values()) if grid_keys or not self.points else []
-        points = [(grid_keys, combo) for combo in product] + [(list(p), list(p.values())) for p in self.points]
+        points = itertools.chain(((grid_keys, combo) for combo in product),
+                                 ((list(p), list(p.values())) for p in self.points))
         for keys, combo in points:
             data = {**self.base, **dict(zip(keys, combo))}
             try:
@@ -346,9 +389,12 @@ class SweepConfig:
             except ConfigError as e:
                 where = ", ".join(f"{k}={v}" for k, v in zip(keys, combo))
                 raise ConfigError(e.field, f"{e.message} (in grid point {where})" if where else e.message) from None
-            if cfg.effective() not in [c.effective() for c in out]:  # the same run under other ignored values
+            key = json.dumps(cfg.effective(), sort_keys=True)
+            if key not in seen:  # else the same run under other ignored values
+                seen.add(key)
                 out.append(cfg)
-        return out
+        self.__dict__["_configs"] = (stamp, out)
+        return list(out)
 
     def plan(self) -> list[tuple[int, RunConfig]]:
         """(config index, config) for every run, repeats included, in a seeded random order."""
@@ -356,6 +402,10 @@ class SweepConfig:
         if self.shuffle:
             random.Random(self.seed).shuffle(runs)
         return runs
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:

@@ -73,7 +73,7 @@ def call_factory(fn: Callable[..., Any], spec: str, field: str, kwargs: dict[str
     """Call a user's factory with the keyword arguments it accepts: all of them if it takes **kwargs.
 
     So `def build(**cfg)` and `def build(seed, n_samples, **_)` both work, and so does `def build(seed)`.
-    Whatever the factory raises is a ConfigError on `field`: bad input, reported on one line.
+    Whatever the factory raises, SystemExit included, is a ConfigError on `field`: bad input, reported on one line.
     """
     try:
         params = inspect.signature(fn).parameters.values()
@@ -92,6 +92,10 @@ def call_factory(fn: Callable[..., Any], spec: str, field: str, kwargs: dict[str
         return fn(**kwargs)
     except ConfigError:
         raise
+    except SystemExit as e:  # NOTE: sys.exit in a factory is its failure, not the launcher's or the run's exit
+        built = {"workload": "dataset", "model_b": "model"}.get(field, field)
+        raise ConfigError(field, f"plugin '{spec}' called sys.exit({printable(repr(e.code))[:60]}) while building the "
+                                 f"{built}; a factory must return the {built} or raise an exception") from None
     except Exception as e:  # noqa: BLE001 - the user's factory failing is bad input to report, not our crash
         raise ConfigError(field, f"'{spec}' raised {type(e).__name__}: {printable(str(e)[:300])}") from None
 

@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 from engine.config import RunConfig
 from engine.errors import ConfigError
+from engine.hostfit import check_host
 from engine.paths import ROOT, Db, runs_dir
 from engine.plugins import is_spec
 from engine.preflight import preflight
@@ -70,13 +71,16 @@ def execute(run_dir: Path) -> int:
     meta = json.loads((run_dir / "meta.json").read_text())
     if meta.get("cwd"):
         # NOTE: the launcher's folder first, as `python -m` there puts it: a user's module named like a top-level
-        # module of this checkout (app, ui, tests) is theirs, as in the launcher's preflight. The engine is
+        # module of this checkout (app, ui, tests) is theirs, as in the preflight child. The engine is
         # imported by now, so its own modules cannot be shadowed.
         if meta["cwd"] in sys.path:
             sys.path.remove(meta["cwd"])
         sys.path.insert(0, meta["cwd"])
     try:  # the checks a launcher may leave to the run (RunConfig.from_dict's registry=False): before any RunLog
         cfg = RunConfig.from_dict(json.loads((run_dir / "config.json").read_text()))
+        # memory again, now with the model's weights (the launcher may not have imported torch to count them);
+        # oversubscription was the launcher's to refuse or insist on
+        check_host(cfg, oversubscribe=True)
     except ConfigError as e:
         (run_dir / REJECTED).write_text(json.dumps({"field": e.field, "message": e.message}))
         return 2
@@ -84,7 +88,12 @@ def execute(run_dir: Path) -> int:
     devices.set_threads(cfg.threads)  # before fingerprint(): the thread settings that took effect are part of it
     spec = modes.MODES[cfg.mode]
     with RunLog(run_dir) as runlog:
-        stored = _stored_config(cfg, device, workloads.build_dataset)
+        try:
+            stored = _stored_config(cfg, device, workloads.build_dataset)  # a plugin's factory runs here first
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - recorded as the run's failure, as below
+            runlog.write("start", run_id=run_dir.name, config=cfg.effective(device=str(device)),
+                         host=host.fingerprint(), pid=os.getpid(), device=str(device), **meta)
+            return _failed(runlog, e)
         if cfg.mode == "ddp" and (joined := torchrun_env()) is not None:
             stored["world_size"] = joined[1]  # torchrun's WORLD_SIZE is what ran, whatever world_size said
         runlog.write("start", run_id=run_dir.name, config=stored, host=host.fingerprint(), pid=os.getpid(),
@@ -107,10 +116,21 @@ def execute(run_dir: Path) -> int:
             runlog.write("summary", **ctx.summary)
             runlog.write("end", status=RunStatus.DONE, error=None)
             return 0
-        except Exception as e:  # noqa: BLE001 - any failure is recorded with its message, then reported
-            log.exception("run failed")
-            runlog.write("end", status=RunStatus.FAILED, error=f"{type(e).__name__}: {e}")
-            return 1
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - any failure is recorded with its message, then reported
+            return _failed(runlog, e)
+
+
+def _failed(runlog: RunLog, e: BaseException) -> int:
+    """Record the run as failed with the error's one-line message; a SystemExit from the user's code (a dataset,
+    model, collate or loss calling sys.exit) is a failure too, never a run that silently vanished."""
+    log.error("run failed", exc_info=e)
+    if isinstance(e, SystemExit):
+        error = (f"the run's code called sys.exit({e.code!r}) (a plugin's dataset, model, collate or loss?); a "
+                 "plugin must return or raise an exception, never exit the process")
+    else:
+        error = f"{type(e).__name__}: {e}"
+    runlog.write("end", status=RunStatus.FAILED, error=error)
+    return 1
 
 
 def _stored_config(cfg: RunConfig, device: Any, build_dataset: Callable[[RunConfig], Any]) -> dict[str, Any]:
@@ -167,7 +187,8 @@ def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
 def launch(cfg: RunConfig, *, db: Db = None, meta: dict[str, Any] | None = None,
            on_event: Callable[[dict[str, Any]], None] | None = None, cancel: threading.Event | None = None,
            cancel_reason: str | Callable[[], str] = "cancelled by the user; finished epochs kept",
-           poll_s: float = 0.25, exit_grace_s: float = 10.0, warm: Any = None) -> RunResult:
+           poll_s: float = 0.25, exit_grace_s: float = 10.0, warm: Any = None,
+           oversubscribe: bool | None = None) -> RunResult:
     """Run cfg in a subprocess, stream its events to on_event, ingest it, and return how it ended.
 
     A config the child refuses (the checks RunConfig.from_dict(registry=False) left to it) raises its ConfigError
@@ -176,7 +197,9 @@ def launch(cfg: RunConfig, *, db: Db = None, meta: dict[str, Any] | None = None,
     marked cancelled with `cancel_reason`. A child that wrote its `end` event but has not exited
     after exit_grace_s (a worker it cannot reap) is killed: the run is over either way. `warm`, an
     engine.warm.WarmParent, forks the child from a parent that has imported torch already (else: cold).
+    A config this host cannot fit is refused first (engine.hostfit; `oversubscribe` None: the environment's).
     """
+    check_host(cfg, oversubscribe=oversubscribe)  # a ConfigError before any RunLog; its warnings are the caller's
     meta = dict(meta or {})
     meta.setdefault("launched_at", time.time())  # start-up's phases are counted from here (engine/measure/startup.py)
     meta.setdefault("cwd", os.getcwd())  # the child runs in the checkout; a user's module may be here (plugins)

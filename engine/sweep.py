@@ -18,8 +18,9 @@ from typing import Any
 from tqdm import tqdm
 
 from engine.config import SweepConfig
+from engine.hostfit import check_all
 from engine.paths import Db
-from engine.preflight import preflight
+from engine.preflight import preflight_all
 from engine.runner import RunResult, launch
 from engine.status import RunStatus
 from engine.warm import WarmParent
@@ -50,8 +51,9 @@ def run_sweep(sweep: SweepConfig, *, db: Db = None, progress: bool = True,
               sweep_id: str | None = None, meta: dict[str, Any] | None = None) -> SweepResult:
     """Run every planned config locally; a failed run is recorded and the sweep goes on."""
     plan = sweep.plan()
-    for cfg in sweep.configs():  # a bad plugin anywhere in the grid fails before the first run is stored
-        preflight(cfg, cwd=(meta or {}).get("cwd"))
+    # a config this host cannot fit, or a bad plugin, anywhere in the grid fails before the first run is stored
+    check_all(sweep.configs())  # (its warnings are the front end's to show: the CLI prints them, the form too)
+    preflight_all(sweep.configs(), cwd=(meta or {}).get("cwd"))  # one preflight child for them all
     result = SweepResult(sweep_id or new_sweep_id(sweep.name))
     repeats_seen: dict[int, int] = {}
     bar = tqdm(total=len(plan), desc=f"sweep {sweep.name}", unit="run", disable=not progress, file=sys.stderr,

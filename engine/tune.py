@@ -40,6 +40,7 @@ from engine import stats
 from engine.advisor import describe
 from engine.config import RunConfig
 from engine.errors import ConfigError
+from engine.hostfit import check_all
 from engine.paths import Db
 from engine.runlog import read_events
 from engine.runner import launch
@@ -184,6 +185,8 @@ def tune(workload: str, model: str, *, budget_s: float, db: Db = None,
     """
     given = yours.parse(baseline)
     cfg0, configs = _configs(workload, model, base, space, given)
+    for warning in check_all(configs):  # a base this host cannot fit fails here, before the first run
+        log.warning("%s", warning)
     result = TuneResult(sweep_id=new_sweep_id("tune"), budget_s=budget_s, configs=configs, baseline=given)
     survivors = list(range(len(result.configs)))
     epochs_of: dict[int, list[float]] = {}   # candidate -> steady epoch walls of its latest run

@@ -201,6 +201,8 @@ def run_form(prefix: str) -> FormResult:
         api.check_browser_config(_paths_only(mapped))
         cfg = api.RunConfig.from_dict(mapped)
         api.check_browser_config(cfg)  # a folder from the browser must lie under a data root
+        for warning in api.check_host(cfg):  # refused (a ConfigError) when this host cannot run it
+            st.warning(warning)
         result.cfg = cfg
     except api.ConfigError as e:
         result.error = e
@@ -239,6 +241,8 @@ def sweep_builder(prefix: str, base: dict[str, Any]) -> SweepResult:
         sweep = api.SweepConfig.from_dict({"name": "ui-sweep", "base": base, "grid": grid, "repeats": int(repeats)})
         for cfg in sweep.configs():
             api.check_browser_config(cfg)
+        for warning in api.check_host_all(sweep.configs()):  # refused when this host cannot run one of them
+            st.warning(warning)
         out.sweep, out.n_configs = sweep, len(sweep.configs())
         out.n_runs = out.n_configs * int(repeats)
     except api.ConfigError as e:

@@ -31,6 +31,7 @@ import pandas as pd
 from engine.browser import check_browser_config
 from engine.config import RunConfig, SweepConfig
 from engine.errors import ConfigError, StoreHeld
+from engine.hostfit import check_all, check_host
 from engine.jobs import spool
 from engine.paths import Db, jobs_dir
 from engine.ray_executor import INSTALL_HINT, ray_available
@@ -66,14 +67,23 @@ def job_spec(config_json: str) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- submit
 
 
-def submit(cfg: RunConfig, *, origin: str, sweep_id: str | None = None, db: Db = None) -> str:
+def submit(cfg: RunConfig, *, origin: str, sweep_id: str | None = None, db: Db = None,
+           oversubscribe: bool = False) -> str:
     """Queue one validated run; returns the job id. The run id is fixed now so the page can link to it.
 
     origin: "cli" (the CLI, a notebook, the engine itself) or "browser", which adds the browser's rules
-    (engine.browser.check_browser_config) before anything is stored.
+    (engine.browser.check_browser_config) before anything is stored. A config this host cannot fit is refused
+    (engine.hostfit.check_host: its warnings are for the caller to show, through it); `oversubscribe` insists on
+    heavy oversubscription, and the worker's run keeps that.
     """
     _check_origin([cfg], origin)
-    return _insert([(cfg, None)], sweep_id, db)[0]
+    check_host(cfg, oversubscribe=oversubscribe)
+    return _insert([(cfg, _insisted(None, oversubscribe))], sweep_id, db)[0]
+
+
+def _insisted(position: dict[str, Any] | None, oversubscribe: bool) -> dict[str, Any] | None:
+    """A job's .json gains "oversubscribe": the worker passes it to launch() (engine/jobs/worker.py)."""
+    return {**(position or {}), "oversubscribe": True} if oversubscribe else position
 
 
 def _check_origin(configs: list[RunConfig], origin: str) -> None:
@@ -84,14 +94,16 @@ def _check_origin(configs: list[RunConfig], origin: str) -> None:
             check_browser_config(cfg)
 
 
-def submit_sweep(sweep: SweepConfig, *, origin: str, db: Db = None) -> list[str]:
-    """Queue every planned run of a sweep, in its seeded random order; returns the job ids in that order."""
+def submit_sweep(sweep: SweepConfig, *, origin: str, db: Db = None, oversubscribe: bool = False) -> list[str]:
+    """Queue every planned run of a sweep, in its seeded random order; returns the job ids in that order. Every
+    config is checked against this host first (engine.hostfit.check_all), as submit() does."""
     _check_origin(sweep.configs(), origin)
+    check_all(sweep.configs(), oversubscribe=oversubscribe)
     repeats: dict[int, int] = {}
     items = []
     for config_idx, cfg in sweep.plan():
         repeats[config_idx] = repeats.get(config_idx, -1) + 1
-        items.append((cfg, {"config_idx": config_idx, "repeat_idx": repeats[config_idx]}))
+        items.append((cfg, _insisted({"config_idx": config_idx, "repeat_idx": repeats[config_idx]}, oversubscribe)))
     return _insert(items, new_sweep_id(sweep.name), db)
 
 

@@ -237,10 +237,12 @@ def _one_run(job: dict[str, Any], spec: dict[str, Any], db: Db, cancel: threadin
     position = marker(db, job["job_id"], ".json")  # a sweep job's (config_idx, repeat_idx)
     meta = {"run_id": job["run_id"], "sweep_id": job["sweep_id"], "job_id": job["job_id"],
             **(json.loads(position.read_text()) if position.exists() else {})}
+    insist = bool(meta.pop("oversubscribe", False))  # the submitter insisted on oversubscribing (engine.hostfit)
     if not _WARM:  # started at the first run job, kept for the next: each run forks from it (engine/warm.py)
 
         _WARM.append(WarmParent())
-    result = launch(RunConfig.from_dict(spec), db=db, meta=meta, cancel=cancel, cancel_reason=why, warm=_WARM[0])
+    result = launch(RunConfig.from_dict(spec), db=db, meta=meta, cancel=cancel, cancel_reason=why, warm=_WARM[0],
+                    oversubscribe=insist or None)
     return _job_status(result.status), result.error
 
 

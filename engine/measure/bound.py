@@ -58,8 +58,8 @@ from typing import Any, Callable, NamedTuple
 
 import torch
 
+from engine.hostfit import usable_cpus
 from engine.measure._passes import compute_pass, loader_pass
-from engine.measure.host import usable_cores
 from engine.measure.verdicts import VERDICTS, verdict_help
 from engine.runlog import read_events
 
@@ -200,7 +200,7 @@ def _threads(cfg: Any, world: int) -> dict[str, Any]:
     procs = world if cfg.mode == "ddp" else 2 if cfg.mode == "dual-processes" else 1
     loaders = procs if procs > 1 else 2 if cfg.mode == "dual-threads" and cfg.dual_data == "separate" else 1
     per_loader = {"sync": 0, "prefetch": 1}.get(cfg.loader, cfg.workers)
-    return {"intra_op": max(1, intra // procs) * procs, "loader": per_loader * loaders, "cores": usable_cores()}
+    return {"intra_op": max(1, intra // procs) * procs, "loader": per_loader * loaders, "cores": usable_cpus()}
 
 
 def _figures(phases: list[Phase], measured: float, ttfb: float, age_s: float, threads: dict[str, Any],

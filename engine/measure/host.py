@@ -20,7 +20,7 @@ import torch
 from engine.measure.nvml import gpu_facts
 from engine.paths import ROOT
 
-__all__ = ["MACHINE_KEYS", "THREAD_KEYS", "fingerprint", "thread_settings", "tree_cpu_s", "usable_cores"]
+__all__ = ["MACHINE_KEYS", "THREAD_KEYS", "fingerprint", "thread_settings", "tree_cpu_s"]
 
 log = logging.getLogger(__name__)
 
@@ -60,30 +60,6 @@ def thread_settings() -> dict[str, Any]:
     return {"intra_op_threads": torch.get_num_threads(), "inter_op_threads": torch.get_num_interop_threads(),
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "mkl_num_threads": os.environ.get("MKL_NUM_THREADS"),
             "affinity": len(cpus) or None, "affinity_cpus": _ranges(cpus)}
-
-
-def usable_cores() -> float:
-    """The cores this process may run on: its affinity set, capped by a cgroup CPU quota (containers, CI)."""
-    cores = float(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else psutil.cpu_count() or 1)
-    quota = _cgroup_quota()
-    return max(min(cores, quota), 0.01) if quota else cores
-
-
-def _cgroup_quota() -> float | None:
-    """cgroup v2 `cpu.max` ("max 100000" or "150000 100000"), else v1's cfs quota and period; None: unlimited."""
-    for quota_file, period_file in (("/sys/fs/cgroup/cpu.max", None),
-                                    ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "/sys/fs/cgroup/cpu/cpu.cfs_period_us")):
-        try:
-            with open(quota_file, encoding="utf-8") as fh:
-                fields = fh.read().split()
-            if period_file:
-                with open(period_file, encoding="utf-8") as fh:
-                    fields.append(fh.read().strip())
-            quota, period = fields[:2]
-            return None if quota in ("max", "-1") else int(quota) / int(period)
-        except (OSError, ValueError):
-            continue
-    return None
 
 
 def tree_cpu_s() -> float:

@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from engine.config import SweepConfig
 from engine.paths import Db
-from engine.preflight import preflight
+from engine.preflight import preflight_all
 from engine.ray_executor._cluster import INSTALL_HINT, connect_ray, ray_available, require_ray
 from engine.ray_executor._driver import Driver, Trial, gpus_needed
 from engine.ray_executor._session import reap_leftovers, sessions_dir
@@ -55,8 +55,8 @@ def run_sweep_ray(sweep: SweepConfig, *, db: Db = None, address: str | None = No
     """
     require_ray()
     meta = {**(meta or {}), "cwd": (meta or {}).get("cwd") or os.getcwd()}  # each run imports user modules from here
-    for cfg in sweep.configs():  # a bad plugin fails here, on the submitter's machine, before any trial is sent
-        preflight(cfg, cwd=(meta or {}).get("cwd"))
+    # a bad plugin fails here, on the submitter's machine, before any trial is sent
+    preflight_all(sweep.configs(), cwd=meta["cwd"])
     result = SweepResult(sweep_id or new_sweep_id(sweep.name))
     trials, repeats = [], {}
     for config_idx, cfg in sweep.plan():

@@ -14,6 +14,7 @@ import pytest
 
 from engine import jobs
 from engine.config import RunConfig, SweepConfig, config_fields
+from engine.hostfit import usable_cores
 from engine.paths import jobs_dir, runs_dir
 from engine.presets import PRESETS
 from engine.runner import kill_group
@@ -65,6 +66,18 @@ def test_bad_value_is_shown_under_its_field_and_nothing_is_queued(launch, store,
     assert inline and inline[0].startswith(f"**{field}**")
     assert any(f"fix **{field}**" in e.value for e in at.error)
     assert jobs.list_jobs(store).empty
+
+
+def test_the_form_refuses_ranks_this_host_cannot_run_and_warns_of_oversubscription(launch, store):
+    """The form goes through engine.api.check_host, as every launcher does: values relative to this host."""
+    cores = len(os.sched_getaffinity(0))
+    at = launch(mode="ddp", world_size=str(8 * cores), device="cpu")
+    inline = [e.value for e in next(x for x in at.expander if x.label == "Mode").error]
+    assert inline and inline[0].startswith("**world_size**") and "oversubscribed" in inline[0]
+    at = queue_run(at)
+    assert jobs.list_jobs(store).empty
+    at.number_input(key="run.world_size").set_value(usable_cores() + 1).run()
+    assert not at.error and any(w.value.startswith("world_size: ") and "time-share" in w.value for w in at.warning)
 
 
 def test_preset_and_url_fill_the_form_and_the_form_writes_the_url(launch):

@@ -100,6 +100,33 @@ def test_sweep_fills_the_store(store, tmp_path):
     assert [r["loader"] for r in rows] == ["prefetch", "sync"] and len({r["sweep_id"] for r in rows}) == 1
 
 
+def test_a_huge_sweep_is_refused_in_one_line_before_it_is_expanded(store, tmp_path):
+    """A 200 x 200 x 200 grid printed nothing for a minute (quadratic de-duplication, validated twice)."""
+    toml = tmp_path / "huge.toml"
+    toml.write_text("[grid]\n" + "".join(f"{k} = {list(range(1, 201))}\n" for k in ("seed", "width", "depth")))
+    out = cli("sweep", str(toml), "--quiet", db=store)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert out.stderr.startswith("error: sweep.max_runs: 200 × 200 × 200 grid points = 8000000 configs")
+    assert nothing_ran(store)
+
+
+def test_a_sweep_says_its_size_before_building_its_configs_and_max_runs_raises_the_cap(store, tmp_path):
+    toml = tmp_path / "big.toml"  # 1001 good grid points, then one bad point: only building the configs finds it
+    toml.write_text(f"[grid]\nseed = {list(range(1001))}\n[[points]]\nbatch_size = 0\n")
+    capped = cli("sweep", str(toml), "--quiet", db=store)
+    assert capped.returncode == 2 and "1002 runs is above the cap of 1000" in capped.stderr, capped.stderr
+    out = cli("sweep", str(toml), "--quiet", "--max-runs", "1002", db=store)
+    assert out.returncode == 2 and out.stderr.strip().splitlines() == [
+        "sweep sweep: 1001 grid points + 1 point = 1002 configs × 1 repeat = 1002 runs",
+        "error: batch_size: must be >= 1, got 0 (in grid point batch_size=0)"], out.stderr
+    assert nothing_ran(store)
+
+
+def nothing_ran(store: Path) -> bool:
+    runs = store.parent / "runs"
+    return not (runs.exists() and any(runs.iterdir()))
+
+
 def test_failed_run_exits_1_with_the_error_and_is_stored(store):
     # every sample takes 3 s but the loader may wait only 1 s: the run must fail with the timeout's message
     out = cli("run", *TINY, "--loader", "processes", "--workers", "1", "--latency-ms", "3000",

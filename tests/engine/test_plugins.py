@@ -103,6 +103,9 @@ def kw_net(**cfg):
 def not_a_module(**_):
     return "a model"
 
+def two_logits(in_shape, **_):  # ignores num_classes
+    return nn.Sequential(nn.Flatten(), nn.Linear(in_shape[0] * in_shape[1] * in_shape[2], 2))
+
 class Tree(nn.Module):
     def __init__(self, n, k):
         super().__init__()
@@ -238,6 +241,9 @@ def test_random_user_transforms_give_the_same_batches_on_every_loader(plug, whic
     ({"workload": "{p}:big_labels", "loader": "processes", "workers": 1, "start_method": "spawn"}, "workload",
      "pickle"),
     ({"model": "{p}:not_a_module"}, "model", "nn.Module"),
+    # --num-classes given and the labels within it: the model is at fault, named with what it returned
+    ({"workload": "{p}:big_labels", "model": "{p}:two_logits", "num_classes": 10}, "model",
+     "'{p}:two_logits' returned 2 logits per sample, but it was built for num_classes=10"),
     ({"collate": "{p}:bad_collate"}, "collate", "cannot stack"),
     ({"loss": "{p}:per_sample_loss"}, "loss", "scalar"),
     ({"model": "{p}:tree", "mode": "split"}, "model", "stages()"),
@@ -251,7 +257,7 @@ def test_a_bad_plugin_exits_2_naming_the_field_and_stores_nothing(plug, store, c
         args += ["--" + k.replace("_", "-"), str(v).format(p=plug)]
     assert main(args) == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"error: {field}: ") and words in lines[0], lines
+    assert len(lines) == 1 and lines[0].startswith(f"error: {field}: ") and words.format(p=plug) in lines[0], lines
     assert not (store.parent / "runs").exists() or not any((store.parent / "runs").iterdir())
     if store.exists():
         with duckdb.connect(str(store), read_only=True) as conn:
