@@ -72,12 +72,13 @@ def test_the_form_refuses_ranks_this_host_cannot_run_and_warns_of_oversubscripti
     """The form goes through engine.api.check_host, as every launcher does: values relative to this host."""
     cores = len(os.sched_getaffinity(0))
     at = launch(mode="ddp", world_size=str(8 * cores), device="cpu")
-    inline = [e.value for e in next(x for x in at.expander if x.label == "Mode").error]
+    inline = [seen(e.value) for e in next(x for x in at.expander if x.label == "Mode").error]
     assert inline and inline[0].startswith("**world_size**") and "oversubscribed" in inline[0]
     at = queue_run(at)
     assert jobs.list_jobs(store).empty
     at.number_input(key="run.world_size").set_value(usable_cores() + 1).run()
-    assert not at.error and any(w.value.startswith("world_size: ") and "time-share" in w.value for w in at.warning)
+    assert not at.error and any(seen(w.value).startswith("world_size: ") and "time-share" in seen(w.value)
+                                for w in at.warning)
 
 
 def test_preset_and_url_fill_the_form_and_the_form_writes_the_url(launch):
