@@ -1,0 +1,140 @@
+"""Bad input to the CLI gets one line and exit 2, never a traceback (issue 19 §4): real `python -m engine`
+subprocesses on real stores.
+
+    .venv/bin/python -m pytest tests/engine/test_cli_errors.py -q
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.config import RunConfig
+from engine.runlog import RunLog
+from engine.store import ingest_run
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cli(*args: str, db: Path, cwd: Path = ROOT, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "engine", *args, "--db", str(db)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def one_line(out: subprocess.CompletedProcess, *words: str) -> str:
+    """The one stderr line of a refused command (exit 2), which names what was wrong."""
+    assert out.returncode == 2, (out.returncode, out.stdout, out.stderr)
+    assert "Traceback" not in out.stderr + out.stdout, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+def stored_run(root: Path, run_id: str = "r1", **config: object) -> Path:
+    """A real store holding one done run, written as a RunLog and ingested (no torch run needed)."""
+    with RunLog(root / "runs" / run_id) as rl:
+        rl.write("start", run_id=run_id, config=RunConfig(**config).to_dict(), host={})
+        rl.write("epoch", model_idx=0, rank=0, epoch=0, warmup=False, wall_s=1.5, samples=10, ttfb_s=0.1,
+                 data_wait_s=0.1, h2d_s=0.0, compute_s=1.0, n_steps=1, steps=[[0, 0.1, 0.0, 1.0, 1.1]])
+        rl.write("end", status="done", error=None)
+    db = root / "loaderlab.duckdb"
+    ingest_run(root / "runs" / run_id, db=db)
+    return db
+
+
+# ---------------------------------------------------------------------------- row counts
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "99999999999999999999", "ten"])
+def test_runs_limit_out_of_range_is_one_line(tmp_path, value):
+    db = stored_run(tmp_path)
+    one_line(cli("runs", "--limit", value, db=db), "--limit")
+    assert "r1" in cli("runs", "--limit", "1", db=db).stdout
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "99999999999999999999"])
+def test_query_max_rows_out_of_range_is_one_line(tmp_path, value):
+    db = stored_run(tmp_path)
+    out = cli("query", "SELECT 1 AS x", "--max-rows", value, db=db)
+    one_line(out, "--max-rows")
+    assert out.stdout == ""  # no empty frame printed as if it were the answer
+
+
+def test_query_table_above_its_cap_says_to_stream(tmp_path):
+    db = stored_run(tmp_path)
+    one_line(cli("query", "SELECT 1 AS x", "--max-rows", "30000000", db=db), "--max-rows", "--format csv")
+
+
+def test_query_streams_a_large_csv_in_bounded_memory_and_says_where_it_stopped(tmp_path):
+    """1M rows of 200 characters (~200 MB as text, several times that as one DataFrame) stream out whole, and the
+    CLI's peak memory stays far below what holding them would take."""
+    db = stored_run(tmp_path)
+    sql = "SELECT range AS i, repeat('x', 200) AS s FROM range(1000001)"
+    probe = ("import resource, subprocess, sys; "
+             "out = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.PIPE); "
+             "lines = out.stdout.count(b'\\n'); "
+             "print(out.returncode, lines, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, "
+             "out.stderr.decode().strip().replace(' ', '_'))")
+    peaks = {}
+    for name, args in (("small", ["SELECT 1 AS i", "--format", "csv"]),
+                       ("large", [sql, "--format", "csv", "--max-rows", "1000000"])):
+        run = subprocess.run([sys.executable, "-c", probe, sys.executable, "-m", "engine", "query", *args,
+                              "--db", str(db)], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+        code, lines, peak_kb, err = run.stdout.split(maxsplit=3) + [""] * (4 - len(run.stdout.split(maxsplit=3)))
+        assert code == "0", run.stdout + run.stderr
+        peaks[name] = int(peak_kb) * 1024
+        if name == "large":
+            assert int(lines) == 1 + 1_000_000  # the header and every row up to the cap: nothing cut silently
+            assert "truncated_at_1000000_rows" in err
+    assert peaks["large"] - peaks["small"] < 150 * 2**20, peaks
+
+
+def test_query_json_streams_one_array(tmp_path):
+    db = stored_run(tmp_path)
+    out = cli("query", "SELECT range AS i FROM range(70000)", "--format", "json", "--max-rows", "69999", db=db)
+    assert out.returncode == 0, out.stderr
+    assert [r["i"] for r in json.loads(out.stdout)] == list(range(69999))  # across batches of 65536 rows
+    assert "truncated at 69999 rows" in out.stderr
+    empty = cli("query", "SELECT 1 AS i WHERE false", "--format", "json", db=db)
+    assert json.loads(empty.stdout) == []
+
+
+# ---------------------------------------------------------------------------- the console's own SQL
+
+
+def test_query_with_a_trailing_semicolon_and_comment_runs(tmp_path):
+    db = stored_run(tmp_path)
+    out = cli("query", "SELECT 1 AS x; -- c", "--format", "json", db=db)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == [{"x": 1}]
+
+
+def test_query_errors_name_the_users_own_line(tmp_path):
+    db = stored_run(tmp_path)
+    line = one_line(cli("query", "SELECT\n  nope FROM runs; -- c", db=db), "nope")
+    assert "LINE 2:" in line  # the user's second line, not a line of a wrapper around it
+
+
+# ---------------------------------------------------------------------------- user text on the terminal
+
+
+def test_control_characters_in_user_text_are_escaped_not_printed_raw(tmp_path):
+    """A tag holding an ANSI escape (or a newline) must not recolour the terminal or forge a line of the table."""
+    db = stored_run(tmp_path, tag="\x1b[31mred\x1b[0m\nforged done")
+    for args in (["runs"], ["show", "r1"], ["query", "SELECT tag FROM runs"]):
+        out = cli(*args, db=db)
+        assert out.returncode == 0, out.stderr
+        assert "\x1b" not in out.stdout, (args, out.stdout)
+        assert "red" in out.stdout and not any(line.startswith("forged") for line in out.stdout.splitlines()), args
+    assert "\\x1b[31mred" in cli("runs", db=db).stdout  # shown, escaped
+    raw = cli("query", "SELECT tag FROM runs", "--format", "json", db=db)
+    assert json.loads(raw.stdout) == [{"tag": "\x1b[31mred\x1b[0m\nforged done"}]  # data formats keep the data
