@@ -83,7 +83,8 @@ def _count(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"'{printable(text[:40])}' is not a whole number; give one from 1 up") from None
+        raise argparse.ArgumentTypeError(f"'{printable(text[:40])}' is not a whole number; give one from 1 up") \
+            from None
     if not 1 <= value <= _MAX_COUNT:
         raise argparse.ArgumentTypeError(f"{printable(text[:40])} is out of range; give a whole number from 1 to "
                                          f"{_MAX_COUNT}")
@@ -196,14 +197,15 @@ def _sweep_options(p: argparse.ArgumentParser) -> None:
 @command(_sweep_options, pending="after")
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Run a grid of configs × repeats from a TOML file, in a seeded random order."""
-    data = load_toml(args.file)
+    data = load_toml(args.file, "file")
     if args.repeats is not None:
         data["repeats"] = int(args.repeats)
     sweep = SweepConfig.from_dict(data)
     if args.executor == "ray":
         result = run_sweep_ray(sweep, db=args.db, address=args.address, progress=not args.quiet)
     else:
-        print(f"sweep {printable(sweep.name)}: {len(sweep.plan())} runs ({len(sweep.configs())} configs × {sweep.repeats})",
+        print(f"sweep {printable(sweep.name)}: {len(sweep.plan())} runs "
+              f"({len(sweep.configs())} configs × {sweep.repeats})",
               file=sys.stderr)
         result = run_sweep(sweep, db=args.db, progress=not args.quiet)
     counts = ", ".join(f"{v} {k}" for k, v in sorted(result.counts.items()))
@@ -261,7 +263,8 @@ def _query_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("sql")
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
     p.add_argument("--max-rows", type=_count, default=10_000,
-                   help=f"row cap (default: 10000); csv and json stream any number, a table shows at most {_TABLE_ROWS}")
+                   help=f"row cap (default: 10000); csv and json stream any number, a table shows at most "
+                        f"{_TABLE_ROWS}")
 
 
 @command(_query_options)

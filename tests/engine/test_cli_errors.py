@@ -138,3 +138,14 @@ def test_control_characters_in_user_text_are_escaped_not_printed_raw(tmp_path):
     assert "\\x1b[31mred" in cli("runs", db=db).stdout  # shown, escaped
     raw = cli("query", "SELECT tag FROM runs", "--format", "json", db=db)
     assert json.loads(raw.stdout) == [{"tag": "\x1b[31mred\x1b[0m\nforged done"}]  # data formats keep the data
+
+
+# ---------------------------------------------------------------------------- files given on the command line
+
+
+def test_sweep_of_a_directory_says_it_is_a_directory(tmp_path, store):
+    folder = tmp_path / "sweeps"
+    folder.mkdir()
+    line = one_line(cli("sweep", str(folder), db=store), "is a directory", ".toml")
+    assert "does not exist" not in line
+    one_line(cli("run", "--config", str(folder), db=store), "config", "is a directory")
