@@ -149,3 +149,19 @@ def test_sweep_of_a_directory_says_it_is_a_directory(tmp_path, store):
     line = one_line(cli("sweep", str(folder), db=store), "is a directory", ".toml")
     assert "does not exist" not in line
     one_line(cli("run", "--config", str(folder), db=store), "config", "is a directory")
+
+
+@pytest.mark.parametrize("target", ["/proc/version", "a folder"])
+def test_export_to_a_path_it_cannot_write_is_one_line_and_writes_nothing(tmp_path, target):
+    db = stored_run(tmp_path / "store")
+    folder = tmp_path / "out"
+    folder.mkdir()
+    (folder / "keep.txt").write_text("keep")
+    out = folder if target == "a folder" else Path(target)
+    one_line(cli("export", "--format", "csv", "--table", "runs", "--out", str(out), db=db), "--out", str(out))
+    assert sorted(os.listdir(folder)) == ["keep.txt"]  # no half-written file, no temporary left behind
+    assert (folder / "keep.txt").read_text() == "keep"
+    good = cli("export", "--format", "csv", "--out", str(folder / "runs.csv"), db=db)
+    assert good.returncode == 0, good.stderr
+    assert (folder / "runs.csv").read_text().startswith("run_id,") and sorted(os.listdir(folder)) == ["keep.txt",
+                                                                                                      "runs.csv"]
