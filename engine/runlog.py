@@ -12,7 +12,8 @@ Events (every event has "type" and "t", a unix timestamp):
   calibration  kind ("loader" | "compute"), seconds, ttfb_s, cached (bool)
   samples      rows: [[t, cpu_percent, rss_bytes, gpu_util, gpu_mem_bytes], ...]   (batched)
   summary      free-form dict of run-level figures (bound_s, efficiency, verdict, peak_rss, ...)
-  end          status ("done" | "failed" | "cancelled" | "killed": engine.status.RunStatus), error (str | None)
+  end          status ("done" | "failed" | "cancelled" | "killed": engine.status.RunStatus), error (str | None: one
+               line), traceback (a failed run's full traceback, when the run itself caught the error)
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-__all__ = ["EPOCH_FIELDS", "STEP_FIELDS", "RunLog", "first_event", "heartbeat_age", "iter_events", "read_events",
-           "read_span", "tail_events"]
+__all__ = ["EPOCH_FIELDS", "STEP_FIELDS", "RunLog", "end_traceback", "first_event", "heartbeat_age", "iter_events",
+           "read_events", "read_span", "tail_events"]
 
 STEP_FIELDS = ("step", "data_wait_s", "h2d_s", "compute_s", "total_s")
 EPOCH_FIELDS = ("model_idx", "rank", "epoch", "warmup", "wall_s", "samples", "samples_per_s", "ttfb_s",
@@ -143,6 +144,26 @@ def first_event(path: str | Path) -> dict[str, Any] | None:
     except (json.JSONDecodeError, UnicodeDecodeError):
         return None
     return event if isinstance(event, dict) else None
+
+
+def end_traceback(run_dir: str | os.PathLike, tail_bytes: int = 256 * 1024) -> str | None:
+    """The traceback of a failed run, from its `end` event (the log's last lines, read without reading the rest);
+    None when there is none, or no RunLog (a run imported from another machine)."""
+    path = Path(run_dir) / "events.jsonl"
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - tail_bytes))
+            lines = fh.read().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            event = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            continue
+        if isinstance(event, dict) and event.get("type") == "end":
+            return event.get("traceback") or None
+    return None
 
 
 def tail_events(run_dir: str | Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:

@@ -18,12 +18,14 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
 from engine.config import RunConfig
+from engine.errors import user_error
 from engine.paths import ROOT, Db, runs_dir
 from engine.plugins import is_spec
 from engine.preflight import preflight
@@ -34,6 +36,7 @@ from engine.warm import run_env
 __all__ = ["RunResult", "execute", "kill_group", "launch", "new_run_id"]
 
 log = logging.getLogger(__name__)
+_TRACEBACK_CHARS = 50_000  # the end of a failed run's traceback kept in its RunLog (the innermost error is last)
 
 
 @dataclass
@@ -95,7 +98,10 @@ def execute(run_dir: Path) -> int:
             return 0
         except Exception as e:  # noqa: BLE001 - any failure is recorded with its message, then reported
             log.exception("run failed")
-            runlog.write("end", status=RunStatus.FAILED, error=f"{type(e).__name__}: {e}")
+            # NOTE: the error on one line whichever loader carried it (a worker's arrives wrapped in the worker's
+            # whole traceback); the traceback itself is kept in the RunLog, for the run page
+            runlog.write("end", status=RunStatus.FAILED, error=user_error(e),
+                         traceback="".join(traceback.format_exception(e))[-_TRACEBACK_CHARS:])
             return 1
 
 

@@ -165,3 +165,49 @@ def test_export_to_a_path_it_cannot_write_is_one_line_and_writes_nothing(tmp_pat
     assert good.returncode == 0, good.stderr
     assert (folder / "runs.csv").read_text().startswith("run_id,") and sorted(os.listdir(folder)) == ["keep.txt",
                                                                                                       "runs.csv"]
+
+
+# ---------------------------------------------------------------------------- a run that fails
+
+
+FAILING_DATA = '''
+import torch
+from torch.utils.data import Dataset
+
+
+class Failing(Dataset):
+    """Fails on the 41st item a process loads: after preflight's one batch (16 items), inside any loader's worker."""
+
+    loaded = 0
+
+    def __len__(self):
+        return 96
+
+    def __getitem__(self, i):
+        Failing.loaded += 1
+        if Failing.loaded > 40:
+            raise ValueError("sample is corrupt")
+        return torch.zeros(3, 8, 8), i % 2
+
+
+def build(**cfg):
+    return Failing()
+'''
+
+
+@pytest.mark.parametrize("loader", ["sync", "prefetch", "threads", "processes"])
+def test_a_failed_run_is_one_line_for_every_loader_with_the_traceback_in_its_runlog(tmp_path, store, loader):
+    (tmp_path / "failing_data.py").write_text(FAILING_DATA)
+    out = cli("run", "--workload", "failing_data:build", "--num-classes", "2", "--image-size", "8", "--batch-size",
+              "16", "--epochs", "2", "--no-bound", "--quiet", "--loader", loader, "--workers", "2", db=store,
+              cwd=tmp_path)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "Traceback" not in out.stdout + out.stderr
+    [line] = out.stderr.strip().splitlines()
+    assert line.endswith(" failed: ValueError: sample is corrupt"), line
+    [row] = json.loads(cli("query", "SELECT run_id, status, error FROM runs", "--format", "json", db=store).stdout)
+    assert (row["status"], row["error"]) == ("failed", "ValueError: sample is corrupt")
+    from engine.runlog import end_traceback  # noqa: PLC0415
+
+    traceback = end_traceback(store.parent / "runs" / row["run_id"])
+    assert 'raise ValueError("sample is corrupt")' in traceback and "failing_data.py" in traceback
