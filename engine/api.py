@@ -35,8 +35,8 @@ __all__ = ["BASELINE_EXAMPLE", "CONFIRM_REPEATS", "ConfigError", "EXPLORE_FILTER
            "SweepConfig", "TRACE_FILE", "advise", "auto_chart", "browser_sweep", "browser_values", "bump_data_version",
            "cancel", "check_browser_config", "compare_chart", "config_fields", "count_runs", "data_version", "db_path",
            "default_ray_address", "end_traceback", "ensure_worker", "epoch_breakdown_chart", "epoch_chart",
-           "estimate_duration", "explore_axes", "explore_filter_options", "explore_summary", "field_choices", "get_epochs",
-           "get_run", "get_steps", "ingest_pending", "job_progress", "list_jobs", "list_saved_queries", "load_view",
-           "metric_chart", "parse_baseline", "pending_summary", "plugin_choices", "purge", "ray_available", "restore",
-           "run_query", "save_query", "save_view", "search_runs", "set_notes", "set_tags", "soft_delete",
+           "estimate_duration", "explore_axes", "explore_filter_options", "explore_summary", "field_choices",
+           "get_epochs", "get_run", "get_steps", "ingest_pending", "job_progress", "list_jobs", "list_saved_queries",
+           "load_view", "metric_chart", "parse_baseline", "pending_summary", "plugin_choices", "purge", "ray_available",
+           "restore", "run_query", "save_query", "save_view", "search_runs", "set_notes", "set_tags", "soft_delete",
            "step_timeline_chart", "submit", "submit_ray_sweep", "submit_sweep", "table_schema", "worker_alive"]
