@@ -8,10 +8,11 @@ exit status 2; the pages show them with st.error; ConfigError names the field, s
 
 from __future__ import annotations
 
+import errno
 import re
 
 __all__ = ["ConfigError", "QueryRejected", "StoreBusy", "StoreCorrupt", "StoreError", "StoreHeld",
-           "StoreVersionError", "UsageError", "printable", "user_error"]
+           "StoreVersionError", "UsageError", "disk_full", "printable", "user_error"]
 
 _ORIGINAL = "Original Traceback (most recent call last):"  # how torch's ExceptionWrapper quotes a worker's error
 
@@ -19,6 +20,15 @@ _ORIGINAL = "Original Traceback (most recent call last):"  # how torch's Excepti
 def printable(text: str) -> str:
     """User text may hold newlines or control characters: escape them so an error stays one line."""
     return re.sub(r"[\x00-\x1f\x7f]", lambda m: f"\\x{ord(m.group()):02x}", str(text))
+
+
+def disk_full(e: BaseException) -> str | None:
+    """'disk full (writing <file>); ...' when `e` is a write that found no space (ENOSPC, or EDQUOT: over quota),
+    else None. The reason a run failed is the disk, not the OSError of whichever write noticed it first."""
+    if not isinstance(e, OSError) or e.errno not in (errno.ENOSPC, errno.EDQUOT):
+        return None
+    where = f"writing {e.filename}" if e.filename else "writing a file"
+    return f"disk full ({where}); free space on that disk and run again"
 
 
 def user_error(e: BaseException) -> str:
@@ -29,6 +39,9 @@ def user_error(e: BaseException) -> str:
     in the message, nested once more for each hand-over (torchdata's thread pool, then our producer thread). The
     user's own error is the last exception of the innermost quoted traceback: that is the line shown.
     """
+    full = disk_full(e)
+    if full:
+        return full
     text = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
     if _ORIGINAL in text:
         text = _last_exception(text.rsplit(_ORIGINAL, 1)[1]) or text

@@ -211,3 +211,70 @@ def test_a_failed_run_is_one_line_for_every_loader_with_the_traceback_in_its_run
 
     traceback = end_traceback(store.parent / "runs" / row["run_id"])
     assert 'raise ValueError("sample is corrupt")' in traceback and "failing_data.py" in traceback
+
+
+# ---------------------------------------------------------------------------- a full disk
+
+
+FILLS_THE_DISK = '''
+import os
+
+import torch
+from torch.utils.data import Dataset
+
+
+class FillsTheDisk(Dataset):
+    """From its 130th item on (in epoch 1 of a sync run), the disk holding the run's RunLog is full: the RunLog's
+    open file is swapped for /dev/full, which fails every write with ENOSPC, as a disk that fills up mid-run does."""
+
+    loaded = 0
+
+    def __len__(self):
+        return 96
+
+    def __getitem__(self, i):
+        FillsTheDisk.loaded += 1
+        if FillsTheDisk.loaded == 130:
+            [fd] = [int(fd) for fd in os.listdir("/proc/self/fd")
+                    if os.path.realpath(f"/proc/self/fd/{fd}").endswith("/events.jsonl")]
+            full = os.open("/dev/full", os.O_WRONLY)
+            os.dup2(full, fd)
+            os.close(full)
+        return torch.zeros(3, 8, 8), i % 2
+
+
+def build(**cfg):
+    return FillsTheDisk()
+'''
+
+
+def test_a_disk_full_mid_run_is_one_line_and_stored_as_failed_with_where(tmp_path, store):
+    (tmp_path / "fills_disk.py").write_text(FILLS_THE_DISK)
+    out = cli("run", "--workload", "fills_disk:build", "--num-classes", "2", "--image-size", "8", "--batch-size", "16",
+              "--epochs", "3", "--no-bound", "--quiet", "--loader", "sync", db=store, cwd=tmp_path)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "Traceback" not in out.stdout + out.stderr
+    [line] = out.stderr.strip().splitlines()
+    [row] = json.loads(cli("query", "SELECT run_id, status, error FROM runs", "--format", "json", db=store).stdout)
+    log_file = store.parent / "runs" / row["run_id"] / "events.jsonl"
+    assert line.endswith(f" failed: disk full (writing {log_file}); free space on that disk and run again"), line
+    assert (row["status"], row["error"]) == ("failed", line.split(" failed: ", 1)[1])
+    epochs = json.loads(cli("query", "SELECT epoch FROM epochs", "--format", "json", db=store).stdout)
+    assert epochs == [{"epoch": 0}]  # the epoch finished before the disk filled is kept
+
+
+def test_a_runlog_with_no_room_at_all_still_stores_the_run_as_failed_disk_full(tmp_path, store):
+    """The RunLog's file is /dev/full from the start: neither the run nor the launcher can write a byte of it. The
+    launcher stores the run directly (failed, disk full), so it is not found later as `killed` with no reason."""
+    from engine.runner import launch  # noqa: PLC0415
+    from engine.store import get_run  # noqa: PLC0415
+
+    run_dir = store.parent / "runs" / "20250101-120000-d15cf0"
+    run_dir.mkdir(parents=True)
+    (run_dir / "events.jsonl").symlink_to("/dev/full")
+    cfg = RunConfig(workload="tensor", n_samples=64, image_size=8, width=8, batch_size=32, epochs=2, bound=False)
+    result = launch(cfg, db=store, meta={"run_id": run_dir.name})
+    expected = f"disk full (writing {run_dir / 'events.jsonl'}); free space on that disk and run again"
+    assert (result.status, result.error, result.stored) == ("failed", expected, True)
+    run = get_run(run_dir.name, db=store)
+    assert (run["status"], run["error"]) == ("failed", expected)
