@@ -15,6 +15,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -535,6 +536,9 @@ def main(argv: list[str] | None = None) -> int:
         # StoreError: a corrupt, newer or busy store, whose message says how to recover
         print(f"error: {_line(e)}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader of a streamed result went away (`| head`): stop quietly, as `cat` does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the flush at exit: into nothing
+        return 141  # 128 + SIGPIPE: what a shell reports for a command that a closed pipe stopped
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -108,6 +108,18 @@ def test_query_json_streams_one_array(tmp_path):
     assert json.loads(empty.stdout) == []
 
 
+def test_query_stopped_by_a_closed_pipe_ends_quietly(tmp_path):
+    """`query ... | head -1`: the reader goes away mid-stream; the CLI stops without a BrokenPipeError traceback."""
+    db = stored_run(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "engine", "query", "SELECT range FROM range(1000000)", "--format",
+                             "csv", "--max-rows", "1000000", "--db", str(db)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.stdout.readline() == b"range\n"
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 141 and "Traceback" not in err and not err.strip(), err
+
+
 # ---------------------------------------------------------------------------- the console's own SQL
 
 
