@@ -83,7 +83,10 @@ def _child(run_dir: str, env: dict[str, str], ready_w: int, proto: BinaryIO) -> 
     finally:
         logging.shutdown()
         for stream in (sys.stdout, sys.stderr):
-            stream.flush()
+            try:
+                stream.flush()
+            except OSError:  # stderr.log on a full disk: the exit status still says how the run ended
+                pass
         os._exit(rc)
 
 

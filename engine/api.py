@@ -25,6 +25,7 @@ from engine.measure.verdicts import VERDICTS
 from engine.paths import TRACE_FILE, db_path
 from engine.presets import PRESETS
 from engine.ray_executor import INSTALL_HINT, ray_available
+from engine.runlog import end_traceback
 from engine.status import RunStatus
 from engine.store import (EXPLORE_FILTERS, EXPLORE_METRICS, count_runs, explore_axes,
                           explore_filter_options, explore_summary, get_epochs, get_run, get_steps, ingest_pending,
@@ -38,9 +39,9 @@ __all__ = ["BASELINE_EXAMPLE", "CONFIRM_REPEATS", "ConfigError", "EXPLORE_FILTER
            "STARTUP_PHASES", "SweepConfig", "TRACE_FILE", "VERDICTS", "advise", "auto_chart", "browser_sweep",
            "browser_values", "bump_data_version", "cancel", "check_browser_config", "check_host", "check_host_all",
            "compare_chart", "config_fields", "count_runs", "data_version", "db_path", "default_ray_address",
-           "ensure_worker", "epoch_breakdown_chart", "epoch_chart", "estimate_duration", "explore_axes",
-           "explore_filter_options", "explore_summary", "field_choices", "get_epochs", "get_run", "get_steps",
-           "ingest_pending", "job_progress", "list_jobs", "list_saved_queries", "load_view", "metric_chart",
-           "parse_baseline", "pending_summary", "plugin_choices", "purge", "ray_available", "restore", "run_query",
-           "save_query", "save_view", "search_runs", "set_notes", "set_tags", "soft_delete", "step_timeline_chart",
-           "submit", "submit_ray_sweep", "submit_sweep", "table_schema", "worker_alive"]
+           "end_traceback", "ensure_worker", "epoch_breakdown_chart", "epoch_chart", "estimate_duration",
+           "explore_axes", "explore_filter_options", "explore_summary", "field_choices", "get_epochs", "get_run",
+           "get_steps", "ingest_pending", "job_progress", "list_jobs", "list_saved_queries", "load_view",
+           "metric_chart", "parse_baseline", "pending_summary", "plugin_choices", "purge", "ray_available", "restore",
+           "run_query", "save_query", "save_view", "search_runs", "set_notes", "set_tags", "soft_delete",
+           "step_timeline_chart", "submit", "submit_ray_sweep", "submit_sweep", "table_schema", "worker_alive"]

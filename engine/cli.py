@@ -20,7 +20,9 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, TextIO
+
+import pandas as pd
 
 from engine.advisor import advise
 from engine.config import DEFAULT_MAX_RUNS, RunConfig, SweepConfig, config_fields, field_choices, load_toml
@@ -35,7 +37,7 @@ from engine.runner import launch
 from engine.stats import speedup_vs_sequential
 from engine.status import RunStatus
 from engine.store import (export, export_bundle, get_epochs, get_run, import_results, ingest_pending, list_runs,
-                          pending_summary, run_query)
+                          pending_summary, stream_query)
 from engine.sweep import run_sweep
 from engine.tune import parse_budget, tune
 
@@ -83,6 +85,22 @@ class _Parser(argparse.ArgumentParser):
             action.help = f"{field.metadata['help']} [{names}]{tail}".replace("%", "%%")
         self.named_flags = []
         return super().format_help()
+
+
+_MAX_COUNT = 2**63 - 1  # DuckDB's BIGINT: a larger LIMIT is a binder error, not a result
+
+
+def _count(text: str) -> int:
+    """argparse type of a row count (--limit, --max-rows): a whole number from 1 up; argparse names the flag."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{printable(text[:40])}' is not a whole number; give one from 1 up") \
+            from None
+    if not 1 <= value <= _MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"{printable(text[:40])} is out of range; give a whole number from 1 to "
+                                         f"{_MAX_COUNT}")
+    return value
 
 
 def _add_config_flags(p: argparse.ArgumentParser) -> None:
@@ -181,7 +199,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         log_file = result.run_dir / "events.jsonl"
         print(f"run {result.run_id}: {result.status} · not stored yet; its RunLog is {log_file}")
     if result.status != RunStatus.DONE:
-        print(f"run {result.run_id} {result.status}: {result.error}", file=sys.stderr)
+        print(f"run {result.run_id} {result.status}: {_line(result.error)}", file=sys.stderr)
         return 1
     return 0
 
@@ -203,9 +221,15 @@ def _print_summary(run_id: str, db: Db) -> None:
     print(" · ".join(parts))
     for key, what in (("verdict_help", run.get("verdict")), ("bound_note", "note"), ("bound_error", "no lower bound")):
         if run.get(key):
-            print(f"  {what}: {run[key]}")
+            print(f"  {what}: {_line(run[key])}")
     for line in _costs(run):
         print(f"  {line}")
+
+
+def _line(text: object) -> str:
+    """Text for one line of the terminal: whitespace runs (newlines too) collapsed, control characters escaped."""
+    return printable(" ".join(str(text).split()))
+
 
 
 def _costs(run: dict[str, Any]) -> list[str]:
@@ -243,7 +267,7 @@ def _sweep_options(p: argparse.ArgumentParser) -> None:
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Run a grid of configs × repeats from a TOML file, in a seeded random order."""
     _launch_settings(args)
-    data = load_toml(args.file)
+    data = load_toml(args.file, "file")
     if args.repeats is not None:
         data["repeats"] = int(args.repeats)
     if args.max_runs is not None:
@@ -251,7 +275,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.executor == "ray":
         require_ray()  # before anything else: without Ray there is nothing to size
     sweep = SweepConfig.from_dict(data, expand=False)  # its size, from the axes' lengths, is checked against the cap
-    print(f"sweep {sweep.name}: {sweep.describe()}", file=sys.stderr)  # said before a config is built
+    print(f"sweep {printable(sweep.name)}: {sweep.describe()}", file=sys.stderr)  # said before a config is built
     distinct = len(sweep.configs())  # every config validated, once: the runs below reuse them
     if distinct < sweep.size():
         print(f"  {distinct} distinct configs ({distinct * sweep.repeats} runs): the others differ only in fields "
@@ -263,15 +287,26 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     else:
         result = run_sweep(sweep, db=args.db, progress=not args.quiet)
     counts = ", ".join(f"{v} {k}" for k, v in sorted(result.counts.items()))
-    print(f"sweep {result.sweep_id}: {counts}")
+    print(f"sweep {printable(result.sweep_id)}: {counts}")
     return 0 if result.counts.get(RunStatus.DONE, 0) == len(result.results) else 1
 
 
 # ---------------------------------------------------------------------------- reading the store
 
 
+def _shown(df: pd.DataFrame) -> pd.DataFrame:
+    """A frame for the terminal: control characters in its text (tags, notes, names, query results) escaped, so that
+    a tag holding an ANSI escape prints as text instead of recolouring or rewriting the user's terminal."""
+    out = df.rename(columns=lambda c: printable(str(c)))
+    for i in range(out.shape[1]):
+        col = out.iloc[:, i]
+        if col.dtype == object or pd.api.types.is_string_dtype(col):
+            out.isetitem(i, col.map(lambda v: printable(v) if isinstance(v, str) else v))
+    return out
+
+
 def _runs_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--limit", type=int, default=30)
+    p.add_argument("--limit", type=_count, default=30, help="how many runs, newest first (default: 30)")
 
 
 @command(_runs_options)
@@ -280,7 +315,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     df = list_runs(db=args.db, limit=args.limit)
     cols = [c for c in ("run_id", "status", "workload", "model", "loader", "workers", "mode", "batch_size",
                         "epoch_s", "samples_per_s", "efficiency", "verdict", "tag") if c in df.columns]
-    print(df[cols].to_string(index=False) if len(df) else "no runs yet: try `python -m engine run`")
+    print(_shown(df[cols]).to_string(index=False) if len(df) else "no runs yet: try `python -m engine run`")
     return 0
 
 
@@ -295,29 +330,56 @@ def cmd_show(args: argparse.Namespace) -> int:
     if run is None:
         raise UsageError(f"run_id: no run '{args.run_id}' in the store; list them with `python -m engine runs`")
     print(json.dumps({k: v for k, v in run.items() if k != "config"}, indent=2, default=str))
-    print(get_epochs(args.run_id, db=args.db).to_string(index=False))
+    print(_shown(get_epochs(args.run_id, db=args.db)).to_string(index=False))
     return 0
+
+
+_TABLE_ROWS = 100_000  # a table is read by a person and laid out whole; csv and json stream any number of rows
 
 
 def _query_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("sql")
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
-    p.add_argument("--max-rows", type=int, default=10_000)
+    p.add_argument("--max-rows", type=_count, default=10_000,
+                   help=f"row cap (default: 10000); csv and json stream any number, a table shows at most "
+                        f"{_TABLE_ROWS}")
 
 
 @command(_query_options)
 def cmd_query(args: argparse.Namespace) -> int:
     """Read-only SQL over the store (one SELECT; 10 s limit; row cap)."""
-    result = run_query(args.sql, db=args.db, max_rows=args.max_rows)
-    if args.format == "json":
-        print(result.df.to_json(orient="records"))
-    elif args.format == "csv":
-        print(result.df.to_csv(index=False), end="")
-    else:
-        print(result.df.to_string(index=False))
-    if result.truncated:
+    if args.format == "table" and args.max_rows > _TABLE_ROWS:
+        raise UsageError(f"--max-rows: a table shows at most {_TABLE_ROWS} rows; for {args.max_rows}, write them "
+                         "with --format csv or json (they stream)")
+    with stream_query(args.sql, db=args.db, max_rows=args.max_rows) as stream:
+        _WRITERS[args.format](stream.batches, sys.stdout)
+    if stream.truncated:
         print(f"(truncated at {args.max_rows} rows)", file=sys.stderr)
     return 0
+
+
+def _write_table(batches: Iterator[pd.DataFrame], out: TextIO) -> None:
+    frames = list(batches)
+    out.write(_shown(frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)).to_string(index=False)
+              + "\n")
+
+
+def _write_csv(batches: Iterator[pd.DataFrame], out: TextIO) -> None:
+    for i, df in enumerate(batches):  # NOTE: a batch at a time: no result is ever held whole, nor written at once
+        df.to_csv(out, index=False, header=i == 0)
+
+
+def _write_json(batches: Iterator[pd.DataFrame], out: TextIO) -> None:
+    """One JSON array of records, as DataFrame.to_json writes it, written a batch at a time."""
+    sep = "["
+    for df in batches:
+        if len(df):
+            out.write(sep + df.to_json(orient="records")[1:-1])
+            sep = ","
+    out.write("[]\n" if sep == "[" else "]\n")
+
+
+_WRITERS = {"table": _write_table, "csv": _write_csv, "json": _write_json}
 
 
 def _speedups_options(p: argparse.ArgumentParser) -> None:
@@ -342,7 +404,7 @@ def cmd_speedups(args: argparse.Namespace) -> int:
     elif args.format == "csv":
         print(table.to_csv(index=False), end="")
     else:
-        print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+        print(_shown(table).to_string(index=False, float_format=lambda v: f"{v:.2f}"))
     return 0
 
 
@@ -473,7 +535,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     try:
         ran = ensure_demo(db=args.db)
     except StoreBusy as e:  # `make run` goes on to serve the dashboard: a held store is no reason to stop there
-        print(f"demo skipped: {printable(' '.join(str(e).split()))}; `make run` offers it again next time",
+        print(f"demo skipped: {_line(e)}; `make run` offers it again next time",
               file=sys.stderr)
         return 0
     print("demo sweep queued: the job worker runs it; watch it on the Launch page" if ran
@@ -573,8 +635,11 @@ def main(argv: list[str] | None = None) -> int:
         return status
     except (ConfigError, UsageError, ValueError, StoreError) as e:  # store/query rejections are ValueErrors too;
         # StoreError: a corrupt, newer or busy store, whose message says how to recover
-        print(f"error: {printable(' '.join(str(e).split()))}", file=sys.stderr)
+        print(f"error: {_line(e)}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader of a streamed result went away (`| head`): stop quietly, as `cat` does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the flush at exit: into nothing
+        return 141  # 128 + SIGPIPE: what a shell reports for a command that a closed pipe stopped
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

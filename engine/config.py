@@ -408,11 +408,16 @@ def _count(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
 
 
-def load_toml(path: str | Path) -> dict[str, Any]:
+def load_toml(path: str | Path, field_name: str = "config") -> dict[str, Any]:
+    """A TOML file's table; a missing, unreadable or non-TOML file is a ConfigError naming `field_name`."""
     p = Path(path)
+    if p.is_dir():
+        raise ConfigError(field_name, f"'{p}' is a directory; give a .toml file, e.g. examples/loaders.toml")
     if not p.is_file():
-        raise ConfigError("config", f"file '{p}' does not exist")
+        raise ConfigError(field_name, f"file '{p}' does not exist")
     try:
         return tomllib.loads(p.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError("config", f"'{p}' is not valid TOML: {e}") from None
+        raise ConfigError(field_name, f"'{p}' is not valid TOML: {e}") from None
+    except OSError as e:
+        raise ConfigError(field_name, f"'{p}' cannot be read ({e.strerror}); give a .toml file you can read") from None

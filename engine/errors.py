@@ -8,15 +8,56 @@ exit status 2; the pages show them with st.error; ConfigError names the field, s
 
 from __future__ import annotations
 
+import errno
 import re
 
 __all__ = ["ConfigError", "QueryRejected", "StoreBusy", "StoreCorrupt", "StoreError", "StoreHeld",
-           "StoreVersionError", "UsageError", "printable"]
+           "StoreVersionError", "UsageError", "disk_full", "printable", "user_error"]
+
+_ORIGINAL = "Original Traceback (most recent call last):"  # how torch's ExceptionWrapper quotes a worker's error
 
 
 def printable(text: str) -> str:
     """User text may hold newlines or control characters: escape them so an error stays one line."""
     return re.sub(r"[\x00-\x1f\x7f]", lambda m: f"\\x{ord(m.group()):02x}", str(text))
+
+
+def disk_full(e: BaseException) -> str | None:
+    """'disk full (writing <file>); ...' when `e` is a write that found no space (ENOSPC, or EDQUOT: over quota),
+    else None. The reason a run failed is the disk, not the OSError of whichever write noticed it first."""
+    if not isinstance(e, OSError) or e.errno not in (errno.ENOSPC, errno.EDQUOT):
+        return None
+    where = f"writing {e.filename}" if e.filename else "writing a file"
+    return f"disk full ({where}); free space on that disk and run again"
+
+
+def user_error(e: BaseException) -> str:
+    """What went wrong, as 'Type: message' on one line, for the CLI and the runs table (the traceback goes elsewhere).
+
+    A loader worker's error reaches the run as torch's ExceptionWrapper re-raised it: "Caught ValueError in
+    DataLoader worker process 0. Original Traceback (most recent call last): ..." with the worker's whole traceback
+    in the message, nested once more for each hand-over (torchdata's thread pool, then our producer thread). The
+    user's own error is the last exception of the innermost quoted traceback: that is the line shown.
+    """
+    full = disk_full(e)
+    if full:
+        return full
+    text = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+    if _ORIGINAL in text:
+        text = _last_exception(text.rsplit(_ORIGINAL, 1)[1]) or text
+    return " ".join(text.split())
+
+
+def _last_exception(traceback_text: str) -> str | None:
+    """The 'Type: message' lines that end a formatted traceback: what follows its last frame and that frame's code."""
+    lines = traceback_text.rstrip().splitlines()
+    frames = [i for i, line in enumerate(lines) if line.startswith('  File "')]
+    if not frames:
+        return None
+    i = frames[-1] + 1
+    while i < len(lines) and lines[i].startswith("    "):  # the frame's source line and its ^^^^ markers
+        i += 1
+    return "\n".join(lines[i:]).strip() or None
 
 
 class ConfigError(ValueError):

@@ -15,7 +15,8 @@ Events (every event has "type" and "t", a unix timestamp):
   calibration  kind ("loader" | "compute"), seconds, ttfb_s, cached (bool)
   samples      rows: [[t, cpu_percent, rss_bytes, gpu_util, gpu_mem_bytes], ...]   (batched)
   summary      free-form dict of run-level figures (bound_s, efficiency, verdict, peak_rss, calibration_s, ...)
-  end          status ("done" | "failed" | "cancelled" | "killed": engine.status.RunStatus), error (str | None)
+  end          status ("done" | "failed" | "cancelled" | "killed": engine.status.RunStatus), error (str | None: one
+               line), traceback (a failed run's full traceback, when the run itself caught the error)
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-__all__ = ["EPOCH_FIELDS", "GPU_EPOCH_FIELDS", "STEP_FIELDS", "RunLog", "first_event", "heartbeat_age", "iter_events",
-           "read_events", "read_span", "tail_events"]
+__all__ = ["EPOCH_FIELDS", "GPU_EPOCH_FIELDS", "STEP_FIELDS", "RunLog", "end_traceback", "first_event", "heartbeat_age",
+           "iter_events", "read_events", "read_span", "tail_events"]
 
 STEP_FIELDS = ("step", "data_wait_s", "h2d_s", "compute_s", "total_s")
 # what the compute stream lost per epoch, and why (engine/measure/timers.py, idle.py): None where not measured
@@ -46,19 +47,30 @@ class RunLog:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / "events.jsonl"
         self._lock = threading.Lock()
-        self._fh = open(self.path, "a", encoding="utf-8")
+        # NOTE: unbuffered: each event is one write() of a whole line, so a write that fails (a full disk) leaves
+        # no half-line in a buffer to be flushed later, at close or glued to the next event
+        self._fh = open(self.path, "ab", buffering=0)
         if self._fh.tell() and _torn(self.path):
             # NOTE: a writer died mid-line (the parent writes the `end` after a killed child): start a fresh
             # line, else the next event would be glued to the torn one and lost with it
-            self._fh.write("\n")
+            self._append(b"\n")
 
     def write(self, type_: str, **payload: Any) -> None:
         line = json.dumps({"type": type_, "t": time.time(), **payload}, separators=(",", ":"), default=_default)
         with self._lock:
-            self._fh.write(line + "\n")
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
+            self._append(line.encode() + b"\n")
         self.beat()
+
+    def _append(self, data: bytes) -> None:
+        """Write and fsync; an OSError names this log's file (a full disk then says where it is full)."""
+        try:
+            while data:
+                data = data[self._fh.write(data):]
+            os.fsync(self._fh.fileno())
+        except OSError as e:
+            if e.filename is not None:
+                raise
+            raise OSError(e.errno, e.strerror, str(self.path)) from None
 
     def beat(self) -> None:
         (self.dir / "heartbeat").touch()
@@ -89,7 +101,7 @@ def read_events(run_dir: str | Path) -> list[dict[str, Any]]:
 
 def iter_events(run_dir: str | Path) -> Iterator[dict[str, Any]]:
     path = Path(run_dir) / "events.jsonl"
-    if not path.exists():
+    if not path.is_file():  # NOTE: not exists(): a device (/dev/full, /dev/zero) would be read without end
         return
     with open(path, encoding="utf-8", errors="replace") as fh:
         for line in fh:
@@ -151,10 +163,32 @@ def first_event(path: str | Path) -> dict[str, Any] | None:
     return event if isinstance(event, dict) else None
 
 
+def end_traceback(run_dir: str | os.PathLike, tail_bytes: int = 256 * 1024) -> str | None:
+    """The traceback of a failed run, from its `end` event (the log's last lines, read without reading the rest);
+    None when there is none, or no RunLog (a run imported from another machine)."""
+    path = Path(run_dir) / "events.jsonl"
+    if not path.is_file():
+        return None
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - tail_bytes))
+            lines = fh.read(tail_bytes).splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            event = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            continue
+        if isinstance(event, dict) and event.get("type") == "end":
+            return event.get("traceback") or None
+    return None
+
+
 def tail_events(run_dir: str | Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
     """Whole events written since byte `offset`, and the offset to resume from (for live progress)."""
     path = Path(run_dir) / "events.jsonl"
-    if not path.exists():
+    if not path.is_file():
         return [], offset
     with open(path, "rb") as fh:
         fh.seek(offset)

@@ -9,6 +9,7 @@ Why a subprocess: a clean CUDA context, memory that can be measured, and a run t
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -19,13 +20,14 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
 from engine.config import RunConfig
-from engine.errors import ConfigError
+from engine.errors import ConfigError, disk_full, user_error
 from engine.hostfit import check_host
 from engine.paths import ROOT, Db, runs_dir
 from engine.plugins import is_spec
@@ -34,9 +36,11 @@ from engine.runlog import RunLog, iter_events, tail_events
 from engine.status import RunStatus
 from engine.warm import run_env
 
-__all__ = ["REJECTED", "RunResult", "execute", "kill_group", "launch", "new_run_id"]
+__all__ = ["EXIT_DISK_FULL", "REJECTED", "RunResult", "execute", "kill_group", "launch", "new_run_id"]
 
 log = logging.getLogger(__name__)
+_TRACEBACK_CHARS = 50_000  # the end of a failed run's traceback kept in its RunLog (the innermost error is last)
+EXIT_DISK_FULL = 28  # (errno ENOSPC) the run failed and its RunLog had no room to say so: the exit status says it
 
 REJECTED = "rejected.json"  # a config the child refused: {"field", "message"}; launch() raises it as a ConfigError
 
@@ -60,7 +64,18 @@ def new_run_id() -> str:
 
 
 def execute(run_dir: Path) -> int:
-    """Run the config in run_dir/config.json, writing events. Returns the exit status (0 done, 1 failed)."""
+    """Run the config in run_dir/config.json, writing events. Returns the exit status: 0 done, 1 failed,
+    EXIT_DISK_FULL when the disk is too full for the RunLog to take even the `end` event (the parent records it)."""
+    try:
+        return _execute(run_dir)
+    except OSError as e:
+        if disk_full(e) is None:
+            raise
+        log.error("run failed: %s", disk_full(e))
+        return EXIT_DISK_FULL
+
+
+def _execute(run_dir: Path) -> int:
     # NOTE: imported here: torch and the run side are imported only in the child; the launchers import this
     # module for launch() (CLI, dashboard's job worker, notebook) and must not load them
     from engine import devices, modes, workloads  # noqa: PLC0415
@@ -121,15 +136,18 @@ def execute(run_dir: Path) -> int:
 
 
 def _failed(runlog: RunLog, e: BaseException) -> int:
-    """Record the run as failed with the error's one-line message; a SystemExit from the user's code (a dataset,
-    model, collate or loss calling sys.exit) is a failure too, never a run that silently vanished."""
+    """Record the run as failed with the error on one line, whichever loader carried it (a worker's arrives wrapped
+    in the worker's whole traceback), and the traceback itself in the RunLog, for the run page. A SystemExit from
+    the user's code (a dataset, model, collate or loss calling sys.exit) is a failure too, never a run that
+    silently vanished."""
     log.error("run failed", exc_info=e)
     if isinstance(e, SystemExit):
         error = (f"the run's code called sys.exit({e.code!r}) (a plugin's dataset, model, collate or loss?); a "
                  "plugin must return or raise an exception, never exit the process")
     else:
-        error = f"{type(e).__name__}: {e}"
-    runlog.write("end", status=RunStatus.FAILED, error=error)
+        error = user_error(e)
+    runlog.write("end", status=RunStatus.FAILED, error=error,
+                 traceback="".join(traceback.format_exception(e))[-_TRACEBACK_CHARS:])
     return 1
 
 
@@ -235,8 +253,8 @@ def launch(cfg: RunConfig, *, db: Db = None, meta: dict[str, Any] | None = None,
         proc.wait()
         rejected = _rejected(run_dir)
         if rejected is None:
-            status, error = _close_log(run_dir, proc.returncode, ending)
-            stored, held_by = _store(run_dir, db)
+            (status, error), unlogged = _close_log(run_dir, proc.returncode, ending)
+            stored, held_by = _store(run_dir, db, unlogged)
     if rejected is not None:
         raise rejected
     return RunResult(run_id, status, error, run_dir, stored, held_by, warm=not isinstance(proc, subprocess.Popen))
@@ -272,41 +290,59 @@ def _start(run_dir: Path, warm: Any) -> Any:
                                 stdin=subprocess.DEVNULL, stdout=err, stderr=err, start_new_session=True)
 
 
-def _store(run_dir: Path, db: Db) -> tuple[bool, str | None]:
-    """Ingest the finished RunLog, unless the store is held: then it waits, safe, for the next ingest."""
+def _store(run_dir: Path, db: Db, unlogged: list[dict[str, Any]]) -> tuple[bool, str | None]:
+    """Ingest the finished RunLog (plus the events it had no room for), unless the store is held: then it waits,
+    safe, for the next ingest."""
     # NOTE: imported here: the run child imports this module too, and duckdb, pandas and pyarrow must not
     # join the process tree whose memory and start-up the run measures
     from engine.store import StoreBusy, ingest_run  # noqa: PLC0415
 
     try:
-        ingest_run(run_dir, db=db)
+        ingest_run(run_dir, db=db, extra_events=unlogged)
     except StoreBusy as e:  # a user's notebook on the file: the run is not lost, and never waits for it
         log.info("run %s not stored yet: %s", run_dir.name, e)
         return False, getattr(e, "holder", None)
     return True, None
 
 
-def _close_log(run_dir: Path, returncode: int, ending: tuple[str, str] | None) -> tuple[str, str | None]:
-    """Make sure the log ends with an `end` event, written by the parent when the child could not."""
+def _close_log(run_dir: Path, returncode: int,
+               ending: tuple[str, str] | None) -> tuple[tuple[str, str | None], list[dict[str, Any]]]:
+    """Make sure the log ends with an `end` event, written by the parent when the child could not.
+
+    Returns (status, error) and the events the RunLog could not take (its disk is full): the store gets those
+    directly, so the run is stored as failed with that reason rather than found later as `killed`."""
     events = list(iter_events(run_dir))
     end = next((e for e in reversed(events) if e["type"] == "end"), None)
     if end is not None:
-        return end["status"], end.get("error")
+        return (end["status"], end.get("error")), []
+    log_file = run_dir / "events.jsonl"
+    if ending is None and returncode == EXIT_DISK_FULL:
+        ending = (RunStatus.FAILED, disk_full(OSError(errno.ENOSPC, "No space left on device", str(log_file))))
     if ending is None:
         tail = (run_dir / "stderr.log").read_text(errors="replace").strip().splitlines()[-3:]
         how = f"signal {-returncode}" if returncode < 0 else f"exit status {returncode}"
         ending = (RunStatus.KILLED if returncode < 0 else RunStatus.FAILED,
                   f"the run process ended with {how} before finishing; finished epochs kept"
                   + (f". Last output: {' | '.join(tail)}" if tail else ""))
-    with RunLog(run_dir) as runlog:
-        if not any(e["type"] == "start" for e in events):
-            # NOTE: it died before its start event (killed while importing, or a crash at start-up): record
-            # the run from what the parent wrote, so it is stored as killed/failed with the reason, not lost
-            meta = json.loads((run_dir / "meta.json").read_text())
-            runlog.write("start", run_id=run_dir.name, config=json.loads((run_dir / "config.json").read_text()),
-                         host={}, pid=None, **{k: v for k, v in meta.items() if k != "run_id"})
-        runlog.write("end", status=ending[0], error=ending[1])
-    return ending
+    missing = [{"type": "end", "t": time.time(), "status": ending[0], "error": ending[1]}]
+    if not any(e["type"] == "start" for e in events):
+        # NOTE: it died before its start event (killed while importing, or a crash at start-up): record
+        # the run from what the parent wrote, so it is stored as killed/failed with the reason, not lost
+        meta = json.loads((run_dir / "meta.json").read_text())
+        missing.insert(0, {"type": "start", "t": time.time(), "run_id": run_dir.name,
+                           "config": json.loads((run_dir / "config.json").read_text()), "host": {}, "pid": None,
+                           **{k: v for k, v in meta.items() if k != "run_id"}})
+    try:
+        with RunLog(run_dir) as runlog:
+            for event in missing:
+                runlog.write(event["type"], **{k: v for k, v in event.items() if k not in ("type", "t")})
+    except OSError as e:
+        if disk_full(e) is None:
+            raise
+        log.warning("run %s: its RunLog cannot take its end (%s); the store gets it directly", run_dir.name,
+                    disk_full(e))
+        return ending, missing
+    return ending, []
 
 
 def main(argv: list[str]) -> int:
@@ -319,6 +355,9 @@ if __name__ == "__main__":
     # NOTE: no interpreter teardown (about a second with torch loaded, bench/startup.py "reap"): the RunLog is
     # closed and fsynced and the loader workers joined by now; a warm-forked run ends the same way
     logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except OSError:  # stderr.log on a full disk: the exit status still says how the run ended
+            pass
     os._exit(code)

@@ -92,6 +92,14 @@ def _figures(run: dict[str, Any]) -> None:
     run_costs.startup(run)
 
 
+def _traceback(run: dict[str, Any]) -> None:
+    """A failed run's full traceback, from its RunLog (the error above is its last line), folded away."""
+    text = api.end_traceback(run["run_dir"]) if run.get("run_dir") else None
+    if text:
+        with st.expander("Traceback", expanded=False):
+            st.code(text, language=None)
+
+
 def detail(run: dict[str, Any]) -> None:
     run_id = run["run_id"]
     st.subheader(f"Run {plain(run_id)}")
@@ -99,6 +107,7 @@ def detail(run: dict[str, Any]) -> None:
                      f"{run.get('cpu_model') or ''} {run.get('gpu_name') or ''}"))
     if run.get("error"):
         st.error(f"The run failed: {plain(run['error'])}")
+        _traceback(run)
     _figures(run)
     epochs = cached("get_epochs", run_id)
     c1, c2 = st.columns(2)

@@ -31,7 +31,7 @@ from engine.store.merge import export_bundle, import_results
 from engine.store.pending import pending_summary
 from engine.store.queries import (RUN_TABLE_COLUMNS, count_runs, done_runs, epoch_time_by, get_epochs, get_run,
                                   get_steps, list_runs, search_runs, table_schema)
-from engine.store.sandbox import QueryResult, check_query, run_query
+from engine.store.sandbox import QueryResult, QueryStream, check_query, run_query, stream_query
 from engine.store.schema import SCHEMA_VERSION, ensure_schema
 from engine.store.tables import BUILTIN_QUERIES
 from engine.store.views import delete_saved_query, list_saved_queries, load_view, save_query, save_view
@@ -43,6 +43,7 @@ __all__ = [
     "EXPLORE_METRICS",
     "QueryRejected",
     "QueryResult",
+    "QueryStream",
     "RUN_TABLE_COLUMNS",
     "SCHEMA_VERSION",
     "StoreBusy",
@@ -81,5 +82,6 @@ __all__ = [
     "set_notes",
     "set_tags",
     "soft_delete",
+    "stream_query",
     "table_schema",
 ]

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import shutil
 from pathlib import Path
 
+import duckdb
+
+from engine.errors import ConfigError
 from engine.paths import Db, db_path, runs_dir
 from engine.store import version
 from engine.store.connect import connect
@@ -91,13 +95,18 @@ def purge(db: Db = None) -> int:
 
 
 def export(path: str | os.PathLike, fmt: str, db: Db = None, table: str = "runs") -> Path:
-    """Write one table (deleted runs left out) to a Parquet or CSV file and return its path."""
+    """Write one table (deleted runs left out) to a Parquet or CSV file and return its path.
+
+    The file appears whole or not at all: it is written beside the target under a temporary name and renamed
+    over it once complete. A target that cannot be written is a ConfigError naming `out` (the CLI's --out).
+    """
     if fmt not in ("parquet", "csv"):
         raise ValueError(f"export format '{fmt}' is unknown; choose parquet or csv")
     if table not in ("runs", *TABLES):
         raise ValueError(f"table '{table}' is unknown; choose one of: {', '.join(['runs', *TABLES])}")
     out = Path(path).expanduser().resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_file():
+        raise ConfigError("out", f"'{out}' exists and is not a regular file; give --out a file path")
     if table == "runs":
         query = "SELECT * FROM runs WHERE NOT deleted ORDER BY created_at"
     elif table in _RUN_TABLES:
@@ -105,7 +114,31 @@ def export(path: str | os.PathLike, fmt: str, db: Db = None, table: str = "runs"
     else:
         query = f"SELECT * FROM {table}"
     options = "FORMAT parquet" if fmt == "parquet" else "FORMAT csv, HEADER true"
-    target = str(out).replace("'", "''")
-    with connect(db, read_only=True) as conn:  # COPY TO a file works on a read-only connection
-        conn.execute(f"COPY ({query}) TO '{target}' ({options})")
+    partial = _partial_file(out)
+    try:
+        with connect(db, read_only=True) as conn:  # COPY TO a file works on a read-only connection
+            conn.execute(f"COPY ({query}) TO '{str(partial).replace(chr(39), chr(39) * 2)}' "
+                         f"({options}, USE_TMP_FILE false)")
+        os.replace(partial, out)
+    except (duckdb.IOException, OSError) as e:
+        raise ConfigError("out", f"could not write '{out}' ({_first_line(e)}); nothing was written there; "
+                                 "check the free space, or give --out another file") from None
+    finally:
+        partial.unlink(missing_ok=True)
     return out
+
+
+def _partial_file(out: Path) -> Path:
+    """An empty file beside `out` that the export is written to, or a ConfigError saying why there can be none."""
+    partial = out.with_name(f".{out.name}.{secrets.token_hex(4)}.partial")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # the umask's mode, as open() gives
+    except OSError as e:
+        raise ConfigError("out", f"cannot write '{out}': no file can be created in '{out.parent}' ({e.strerror}); "
+                                 "give --out a file in a folder you can write") from None
+    return partial
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]

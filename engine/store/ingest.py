@@ -45,14 +45,16 @@ DEFER_AFTER_S = 2.0  # how long an ingest waits for a program outside LoaderLab 
 
 def ingest_run(run_dir: str | os.PathLike, *, db: Db = None, job_id: str | None = None,
                sweep_meta: dict[str, Any] | None = None, stale_after_s: float | None = None,
-               outside_wait_s: float | None = DEFER_AFTER_S) -> str:
+               outside_wait_s: float | None = DEFER_AFTER_S, extra_events: list[dict[str, Any]] | None = None) -> str:
     """Write one RunLog into the store (one transaction) and return its run_id.
 
-    Raises StoreHeld after `outside_wait_s` when a program outside LoaderLab holds the file: the RunLog
-    stays on disk and the next ingest_pending() stores it (None: wait as long as any other write).
+    `extra_events` follow the log's own: those its disk had no room for (the runner's `end` of a run that
+    failed on a full disk). Raises StoreHeld after `outside_wait_s` when a program outside LoaderLab holds
+    the file: the RunLog stays on disk and the next ingest_pending() stores it (None: wait as long as any
+    other write).
     """
     with connect(db, read_only=False, outside_wait_s=outside_wait_s) as conn:
-        run_id, wrote = _ingest(conn, Path(run_dir), job_id, sweep_meta, stale_after_s)
+        run_id, wrote = _ingest(conn, Path(run_dir), job_id, sweep_meta, stale_after_s, extra_events)
     if wrote:
         version.bump(db)  # the dashboard's cached charts are keyed on it
     return run_id
@@ -104,25 +106,27 @@ class _NotStarted(ValueError):
 
 
 def _ingest(conn: duckdb.DuckDBPyConnection, run_dir: Path, job_id: str | None,
-            sweep_meta: dict[str, Any] | None, stale_after_s: float | None) -> tuple[str, bool]:
+            sweep_meta: dict[str, Any] | None, stale_after_s: float | None,
+            extra: list[dict[str, Any]] | None = None) -> tuple[str, bool]:
     """Read the RunLog from the byte offset the store holds (or whole), write what is new, update the run row.
 
     Returns the run_id and whether anything was written."""
     log_file = run_dir / "events.jsonl"
-    if not log_file.is_file():
+    if not log_file.is_file() and not extra:
         raise ValueError(f"{run_dir} is not a run log directory: it has no events.jsonl")
-    size = log_file.stat().st_size  # bytes appended after this are for the next ingest
+    size = log_file.stat().st_size if log_file.is_file() else 0  # bytes appended after this: the next ingest's
     prev = previous(conn, str(run_dir.resolve()))  # under the writer lock: no other ingest moves it meanwhile
     offset = prev["ingested_bytes"] or 0 if prev else 0
     start = first_event(log_file) if 0 < offset <= size and _line_start(log_file, offset) else None
-    resumable = start is not None and start.get("type") == "start"
+    resumable = start is not None and start.get("type") == "start" and not extra
     new, consumed = read_span(log_file, offset, size) if resumable else ([], 0)
     if resumable and not new and not _went_stale(prev, run_dir, stale_after_s):
         return prev["run_id"], False  # no whole new line: the store is up to date
     if new:  # incremental: only the new lines are parsed; the summary reads the rest back from the store
         run_id, events = prev["run_id"], [*prior_events(prev), *new]
     else:  # first ingest, a log rewritten or cut short, or nothing new (a status to re-check): read it whole
-        events, consumed = read_span(log_file, 0, size)
+        events, consumed = read_span(log_file, 0, size) if size else ([], 0)
+        events += extra or []
         start = next((e for e in events if e.get("type") == "start"), None)
         if start is None:
             raise _NotStarted(f"{log_file} has no start event yet; nothing to ingest")

@@ -2,6 +2,9 @@
 
     result = run_query("SELECT loader, median(epoch_s) FROM runs GROUP BY loader")
     result.df, result.truncated, result.elapsed_s
+    with stream_query("SELECT * FROM steps", max_rows=10**8) as stream:   # large results, a batch at a time
+        for df in stream.batches: ...
+        stream.truncated
 
 Defense in depth, each layer enough alone for most attacks:
   1. the statement is parsed: exactly one, of type SELECT (DESCRIBE, SHOW, VALUES, WITH, FROM ...), or
@@ -9,8 +12,8 @@ Defense in depth, each layer enough alone for most attacks:
   2. the store is opened read-only, through connect();
   3. that database instance is opened with external access, extension loading and Python-variable
      scans off (LOCKDOWN), and its configuration is locked, so the query cannot SET them back;
-  4. a timer interrupts a query that runs past timeout_s;
-  5. at most max_rows + 1 rows are fetched; `truncated` says whether there were more.
+  4. a timer interrupts a query whose first rows, or any later batch, take longer than timeout_s;
+  5. rows are fetched in batches and at most max_rows come back; `truncated` says whether there were more.
 Anything refused or failing raises QueryRejected (a ValueError) whose message says what to change.
 """
 
@@ -31,7 +34,8 @@ from engine.errors import QueryRejected
 from engine.paths import Db, db_path
 from engine.store.connect import _CORRUPT, _classify, connect
 
-__all__ = ["LOCKDOWN", "QueryRejected", "QueryResult", "check_query", "run_query", "sandbox_connection"]
+__all__ = ["LOCKDOWN", "QueryRejected", "QueryResult", "QueryStream", "check_query", "run_query", "sandbox_connection",
+           "stream_query"]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +52,7 @@ _REFUSED = re.compile(r"^(read_\w+|\w+_scan|glob|sniff_csv|parquet_\w+|query|que
                       r"postgres_\w+|mysql_\w+|sqlite_\w+)$", re.I)
 _EXPLAIN = re.compile(r"^\s*EXPLAIN(\s+ANALY[SZ]E)?\s+", re.I)
 _MAX_SQL = 100_000
+_BATCH_VECTORS = 32  # a batch is 32 DuckDB vectors of 2048 rows: memory stays bounded whatever max_rows is
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,16 @@ class QueryResult:
     df: pd.DataFrame
     truncated: bool
     elapsed_s: float
+
+
+@dataclass
+class QueryStream:
+    """A running query's rows, a DataFrame per batch (the first may be empty: it still names the columns).
+
+    `truncated` is known once `batches` is exhausted: there were more than max_rows rows."""
+
+    batches: Iterator[pd.DataFrame]
+    truncated: bool = False
 
 
 def _first_line(e: Exception) -> str:
@@ -119,38 +134,88 @@ def sandbox_connection(db: Db = None) -> Iterator[duckdb.DuckDBPyConnection]:
         yield conn
 
 
-def run_query(sql: str, db: Db = None, *, timeout_s: float = 10.0,
-              max_rows: int = 10_000) -> QueryResult:
-    """Run one vetted read-only query on the store; at most max_rows rows come back."""
-    statement = check_query(sql)
-    started = time.perf_counter()
-    with sandbox_connection(db) as conn:
-        timed_out = threading.Event()
+class _Budget:
+    """The query's time limit, for each engine call: the first rows must come within timeout_s, and so must every
+    later batch. A result of any size can stream out (max_rows bounds it), but a query that stalls is stopped."""
 
-        def stop() -> None:
-            timed_out.set()
-            conn.interrupt()
+    def __init__(self, conn: duckdb.DuckDBPyConnection, timeout_s: float, db: Db):
+        self.conn, self.timeout_s, self.db = conn, timeout_s, db
+        self.timed_out = threading.Event()
 
-        timer = threading.Timer(timeout_s, stop)
+    def _stop(self) -> None:
+        self.timed_out.set()
+        self.conn.interrupt()
+
+    @contextmanager
+    def spending(self) -> Iterator[None]:
+        """Run one engine call (execute or fetch) under the limit; its errors become QueryRejected."""
+        timer = threading.Timer(self.timeout_s, self._stop)
         timer.daemon = True
         timer.start()
         try:
-            relation = conn.sql(statement)  # the parsed statement: nothing else in the text can run
-            if relation is None:
-                raise QueryRejected("the statement returned no rows; write a SELECT")
-            df = relation.limit(max_rows + 1).df()
+            yield
         except duckdb.Error as e:
-            if timed_out.is_set():
-                raise QueryRejected(f"query took longer than {timeout_s:g} s and was stopped; "
-                                    "add a LIMIT or a WHERE") from None
-            if _CORRUPT.search(str(e)):
-                raise _classify(db_path(db), e) from None  # a damaged store: say how to recover, not "bad SQL"
-            if isinstance(e, duckdb.PermissionException):
-                raise QueryRejected("the query tried to reach files, extensions or the network, which the SQL "
-                                    f"page does not allow ({_first_line(e)})") from None
-            raise QueryRejected(str(e).strip()[:1000] or type(e).__name__) from None
+            raise self._rejected(e) from None
         finally:
             timer.cancel()
-    truncated = len(df) > max_rows
-    return QueryResult(df.iloc[:max_rows].reset_index(drop=True) if truncated else df, truncated,
-                       time.perf_counter() - started)
+
+    def _rejected(self, e: duckdb.Error) -> Exception:
+        if self.timed_out.is_set():
+            return QueryRejected(f"query took longer than {self.timeout_s:g} s and was stopped; add a LIMIT or a WHERE")
+        if _CORRUPT.search(str(e)):
+            return _classify(db_path(self.db), e)  # a damaged store: say how to recover, not "bad SQL"
+        if isinstance(e, duckdb.PermissionException):
+            return QueryRejected("the query tried to reach files, extensions or the network, which the SQL "
+                                 f"page does not allow ({_first_line(e)})")
+        return QueryRejected(str(e).strip()[:1000] or type(e).__name__)
+
+
+def _batches(conn: duckdb.DuckDBPyConnection, stream: QueryStream, budget: _Budget,
+             max_rows: int) -> Iterator[pd.DataFrame]:
+    """At most max_rows rows, a batch at a time; the first batch even when it is empty (it names the columns)."""
+    left, first = max_rows, True
+    while True:
+        with budget.spending():
+            df = conn.fetch_df_chunk(_BATCH_VECTORS)
+        if df.empty:
+            if first:
+                yield df
+            return
+        if left == 0:
+            stream.truncated = True
+            return
+        first = False
+        if len(df) > left:
+            stream.truncated = True
+            yield df.iloc[:left].reset_index(drop=True)
+            return
+        left -= len(df)
+        yield df
+
+
+@contextmanager
+def stream_query(sql: str, db: Db = None, *, timeout_s: float = 10.0,
+                 max_rows: int = 10_000) -> Iterator[QueryStream]:
+    """Run one vetted read-only query on the store and hand its rows over in batches, for results of any size."""
+    statement = check_query(sql)
+    with sandbox_connection(db) as conn:
+        budget = _Budget(conn, timeout_s, db)
+        with budget.spending():
+            # NOTE: the parsed statement as the user wrote it, not wrapped in a relation's subquery: nothing else
+            # in the text can run, and a parser error names the user's own line ("LINE 1"), not the wrapper's
+            conn.execute(statement)
+        if conn.description is None:
+            raise QueryRejected("the statement returned no rows; write a SELECT")
+        stream = QueryStream(iter(()))
+        stream.batches = _batches(conn, stream, budget, max_rows)
+        yield stream
+
+
+def run_query(sql: str, db: Db = None, *, timeout_s: float = 10.0,
+              max_rows: int = 10_000) -> QueryResult:
+    """Run one vetted read-only query on the store; at most max_rows rows come back, in one DataFrame."""
+    started = time.perf_counter()
+    with stream_query(sql, db, timeout_s=timeout_s, max_rows=max_rows) as stream:
+        frames = list(stream.batches)
+    df = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+    return QueryResult(df, stream.truncated, time.perf_counter() - started)

@@ -110,3 +110,23 @@ def test_detail_shows_overlap_and_the_bound_note(seeded, open_page):
     assert [seen(w.value) for w in at.warning] == ["efficiency 1.30 > 1.1: stale"]
     plain = open_page("runs", run=ids[0])
     assert not any(m.value.startswith("Overlap") for m in plain.markdown) and not plain.warning
+
+
+def test_failed_run_shows_its_error_line_and_its_traceback_from_the_runlog(store, open_page):
+    """The error is one line; the full traceback (kept in the RunLog's end event) is on the page, folded away."""
+    from engine.config import RunConfig  # noqa: PLC0415
+    from engine.runlog import RunLog  # noqa: PLC0415
+    from engine.store import ingest_run  # noqa: PLC0415
+
+    run_id = "20250101-120000-fa11ed"
+    traceback = ('Traceback (most recent call last):\n  File "/home/me/data.py", line 9, in __getitem__\n'
+                 '    raise ValueError("sample is corrupt")\nValueError: sample is corrupt\n')
+    with RunLog(store.parent / "runs" / run_id) as rl:
+        rl.write("start", run_id=run_id, config=RunConfig().to_dict(), host={})
+        rl.write("end", status="failed", error="ValueError: sample is corrupt", traceback=traceback)
+    ingest_run(store.parent / "runs" / run_id, db=store)
+    at = open_page("runs", run=run_id)
+    assert not at.exception
+    assert [e.value for e in at.error] == ["The run failed: ValueError: sample is corrupt"]
+    assert [c.value.strip() for c in at.code] == [traceback.strip()]
+    assert "Traceback" in [e.label for e in at.expander]
