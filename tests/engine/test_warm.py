@@ -27,7 +27,7 @@ from engine.sweep import run_sweep
 from engine.warm import WarmParent
 
 TINY = dict(workload="tensor", n_samples=32, image_size=8, width=8, epochs=2, batch_size=8, bound=False,
-            sample_hz=2.0)
+            sample_hz=2.0, device="cpu")  # a CPU run on every machine (the warm parent never touches CUDA)
 SLOW = dict(TINY, loader="processes", workers=2, epochs=12, latency_ms=8.0)  # long enough to be killed mid-run
 PLUGIN = """
 import torch

@@ -37,8 +37,9 @@ from tests._wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = 20_261_121
+# on the CPU on every machine: CPU loaders are what these kill (the OOM test asks for cuda itself)
 TINY = dict(workload="tensor", n_samples=32, image_size=8, width=8, epochs=12, batch_size=8, latency_ms=8.0,
-            bound=False, sample_hz=2.0)
+            bound=False, sample_hz=2.0, device="cpu")
 LOADER = dict(TINY, loader="processes", workers=2, worker_timeout_s=4.0)
 KILLED_WORKER = dict(LOADER, worker_timeout_s=120.0)  # a death must be found by polling, not by the timeout
 POOL = 4  # runs at once: a run is mostly its start-up (torch import), so 2 cores take 4 without starving
