@@ -16,7 +16,7 @@ from this process). What can overlap in a mode decides its phases:
 
 This module keeps the shared passes (engine/measure/_passes.py) and the arithmetic:
 
-  loader-only   iterate one epoch of the loader, no model (steady time after the first batch)
+  loader-only   iterate the loader, no model: one warm-up epoch, then one timed (steady time after the first batch)
   compute-only  the epoch's batches already on the device, replayed through the mode's step(s)
 
     bound      = sum over phases of max(loader, compute) + (phases x the run's median steady TTFB)
