@@ -57,11 +57,11 @@ GPU_OUT ?= data/gpu-box
 PIP_ARGS ?=
 
 test-gpu:
-	$(PYTHON) bench/gpu_box.py install --out $(GPU_OUT) --pip-args "$(PIP_ARGS)"
+	$(PYTHON) bench/gpu_box.py install --out $(GPU_OUT) --pip-args="$(PIP_ARGS)"
 	$(PYTHON) bench/gpu_box.py test --out $(GPU_OUT)
 
 bench-gpu:
-	$(PYTHON) bench/gpu_box.py install --out $(GPU_OUT) --pip-args "$(PIP_ARGS)"
+	$(PYTHON) bench/gpu_box.py install --out $(GPU_OUT) --pip-args="$(PIP_ARGS)"
 	$(PYTHON) bench/gpu_box.py bench --out $(GPU_OUT)
 
 # Serve on the LAN. Every page and share link then needs the access token: $LOADERLAB_TOKEN if

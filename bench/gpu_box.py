@@ -4,6 +4,7 @@
     python3 bench/gpu_box.py install [--dry-run]     # pip install --no-deps exactly those pins, nothing else
     python3 bench/gpu_box.py test  [--out DIR]       # CUDA tests one at a time, then tests/engine tests/system
     python3 bench/gpu_box.py bench [--out DIR]       # the GPU benchmarks, each under a time limit
+    python3 bench/gpu_box.py test -- tests/x.py -x   # (or bench -- bench/x.py --flag): only that, same record
     python3 bench/gpu_box.py summary [--out DIR]     # (re)write DIR/summary.md from what the steps left there
 
 `make test-gpu` and `make bench-gpu` call these with the Python that has the box's torch (PYTHON=...): no venv,
@@ -30,6 +31,7 @@ import os
 import platform
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -108,10 +110,13 @@ def run_suite(name: str, out: Path, extra: list[str], workers: int, timeout_s: i
     folder.mkdir(parents=True, exist_ok=True)
     for stale in (OUTCOMES, FAILURES, "pytest.log"):
         (folder / stale).unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "pytest", "-p", "tests._failwriter", "-p", "no:cacheprovider", "-q",
-           f"--timeout={timeout_s}", *(["-n", str(workers)] if workers else []), *extra]
+    # NOTE: pytest.ini's addopts (-q, no cache, -ra) still apply; --timeout here overrides its 600 s
+    cmd = [sys.executable, "-m", "pytest", "-p", "tests._failwriter", f"--timeout={timeout_s}",
+           *(["-n", str(workers)] if workers else []), *extra]
     (folder / "command.txt").write_text(shlex.join(cmd[1:]) + "\n")
-    env = {**os.environ, "LOADERLAB_REPORT_DIR": str(folder), "PYTHONPATH": str(ROOT)}
+    # the checkout first, and whatever PYTHONPATH the box's own torch or packages may need after it
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "LOADERLAB_REPORT_DIR": str(folder), "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
     t0 = time.monotonic()
     with open(folder / "pytest.log", "wb") as log:
         code = subprocess.run(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
@@ -128,10 +133,15 @@ def run_bench(name: str, argv: list[str], out: Path, timeout_s: int) -> int:
     with open(path, "wb") as fh:
         fh.write(f"$ python {shlex.join(argv)}\n".encode())
         fh.flush()
+        # unbuffered, so that a benchmark cut off at its limit has written every line it printed; its own
+        # session, so that the limit stops the runs it started too
+        proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
         try:
-            code = subprocess.run([sys.executable, *argv], cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT,
-                                  timeout=timeout_s).returncode
+            code = proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
             code = 124
     (folder / f"{name}.exit").write_text(f"{code} {time.monotonic() - t0:.1f}\n")
     return code
@@ -190,6 +200,8 @@ def machine() -> list[str]:
     except (subprocess.SubprocessError, ValueError, OSError):
         facts = {"torch": "not importable here", "cuda": None, "gpus": [], "memory_gib": []}
     gpus = ", ".join(f"{n} ({m} GiB)" for n, m in zip(facts["gpus"], facts["memory_gib"])) or "no CUDA GPU"
+    if facts["gpus"]:
+        gpus += f", driver {_driver()}"
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip() or "unknown"
     return [f"- **GPU:** {gpus}",
@@ -198,6 +210,15 @@ def machine() -> list[str]:
             f"- **host:** {platform.processor() or platform.machine()}, {len(os.sched_getaffinity(0))} cores, "
             f"{platform.system()} {platform.release()}",
             f"- **checkout:** {commit}, {dt.date.today().isoformat()}"]
+
+
+def _driver() -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.split("\n")[0].strip() or "unknown"
 
 
 def _suite_lines(out: Path) -> list[str]:
@@ -306,8 +327,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if not _has_torch():
         print(f"error: {sys.executable} has no torch; make bench-gpu PYTHON=/path/to/python", file=sys.stderr)
         return 2
+    benches = {Path(args.script[0]).stem: args.script} if args.script else BENCHES
     codes = []
-    for name, argv in BENCHES.items():
+    for name, argv in benches.items():
         print(f"{name}: python {shlex.join(argv)} ...", flush=True)
         codes.append(run_bench(name, argv, args.out, args.timeout))
     print(f"summary: {write_summary(args.out)}")
@@ -338,6 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=cmd_test)
     p = sub.add_parser("bench", parents=[common], help="the GPU benchmarks, each under --timeout; writes summary.md")
     p.add_argument("--timeout", type=int, default=900, help="seconds per benchmark (its output so far is kept)")
+    p.add_argument("script", nargs="*", help="after --: run only this script with these arguments instead")
     p.set_defaults(fn=cmd_bench)
     sub.add_parser("summary", parents=[common], help="rewrite summary.md from --out and print it").set_defaults(
         fn=cmd_summary)

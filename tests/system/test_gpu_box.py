@@ -37,7 +37,7 @@ def test_only_the_missing_pins_are_installed_and_never_torch(tmp_path):
     assert missing.stdout.split() == ["loaderlab-no-such-package==1.0"]  # torch is the box's; others are here
     assert f"kept: duckdb {md.version('duckdb')} (pinned 0.0.1)" in missing.stderr
     dry = _gpu_box("install", "--dry-run", "--requirements", str(req), "--out", str(tmp_path / "out"),
-                   "--pip-args", "--no-index --find-links /wheels")
+                   "--pip-args=--no-index --find-links /wheels")
     assert dry.returncode == 0, dry.stderr
     command = dry.stdout.strip().split()
     assert command[1:4] == ["-m", "pip", "install"] and "--no-deps" in command
@@ -103,6 +103,21 @@ def test_a_cut_off_run_still_leaves_its_outcomes_and_failures(tmp_path):
     assert ("### custom: 1 passed, 1 failed, 1 errors, 1 skipped, 1 unfinished (**cut off**: the counts so far)"
             in summary.stdout), summary.stdout
     assert "arithmetic is off" in summary.stdout
+
+
+def test_a_benchmark_cut_off_at_its_limit_keeps_what_it_printed_and_stops_its_children(tmp_path):
+    script = tmp_path / "fig.py"
+    script.write_text("import subprocess, sys, time\nprint('fused N=16: 11.1x sequential')\n"
+                      "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+                      "print('child', child.pid)\ntime.sleep(600)\n")
+    out = tmp_path / "out"
+    run = _gpu_box("bench", "--out", str(out), "--timeout", "5", "--", str(script), "--flag")
+    assert run.returncode == 0, run.stdout + run.stderr  # a cut-off benchmark still gives its figures
+    summary = (out / "summary.md").read_text()
+    assert "### fig (cut off at its time limit, " in summary and "fused N=16: 11.1x sequential" in summary
+    child = int(summary.split("child ")[1].split()[0])
+    wait_for(lambda: not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2],
+             "the benchmark's child to stop", timeout_s=30)
 
 
 def test_xdist_workers_share_the_cores_and_the_runs_they_start_inherit_it(tmp_path):
