@@ -1,5 +1,6 @@
 # LoaderLab: `make run` serves the dashboard (queuing a demo sweep the first time); `make test` runs the whole suite.
-# Both create .venv if missing and install the pinned requirements first.
+# Both create .venv if missing and install the pinned requirements first. On a GPU box with its own torch:
+# `make test-gpu` and `make bench-gpu` (below).
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -9,7 +10,7 @@ PORT ?= 8501
 ADDRESS ?= 127.0.0.1
 PYTEST_ARGS ?=
 
-.PHONY: install run demo worker test browser-deps share clean bench
+.PHONY: install run demo worker test browser-deps share clean bench test-gpu bench-gpu
 
 $(STAMP): requirements.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -47,6 +48,21 @@ test: $(CLUSTER_STAMP) browser-deps
 
 bench: install
 	$(PY) bench/loaders.py
+
+# On a GPU box that has its own CUDA torch: that Python (PYTHON=...), no venv; only the pinned packages it lacks
+# are installed (pip --no-deps; PIP_ARGS='--no-index --find-links DIR' offline), never torch. Results and a
+# summary to paste into an issue go to $(GPU_OUT)/summary.md (bench/gpu_box.py says what each step runs).
+PYTHON ?= python3
+GPU_OUT ?= data/gpu-box
+PIP_ARGS ?=
+
+test-gpu:
+	$(PYTHON) bench/gpu_box.py install --out $(GPU_OUT) --pip-args="$(PIP_ARGS)"
+	$(PYTHON) bench/gpu_box.py test --out $(GPU_OUT)
+
+bench-gpu:
+	$(PYTHON) bench/gpu_box.py install --out $(GPU_OUT) --pip-args="$(PIP_ARGS)"
+	$(PYTHON) bench/gpu_box.py bench --out $(GPU_OUT)
 
 # Serve on the LAN. Every page and share link then needs the access token: $LOADERLAB_TOKEN if
 # set, else a fresh one printed here. Open http://<this host>:$(PORT)/?token=<token> once per browser.

@@ -40,10 +40,14 @@ def names(kind: str) -> list[str]:
 
 def check_config(cfg: Any) -> None:
     """The checks config validation leaves to the machine and the registry: the device exists here, and the
-    rules that belong to one workload (e.g. a folder that must exist) or one mode."""
+    rules that belong to one workload (e.g. a folder that must exist) or one mode.
+
+    NOTE: --trace first: a mode the profiler cannot see refuses it on every machine, so that error is the one
+    a user meets, the same on a laptop and on a GPU box; the device and the mode's rules may depend on the host
+    (no CUDA here, one GPU for ddp's two ranks there) and would otherwise hide it on one kind of machine only."""
+    trace.check(cfg)  # --trace only in the modes one in-process profiler sees whole
     devices.check_device("device", cfg.device)
     check = getattr(WORKLOADS.get(cfg.workload), "check", None)  # a plugin spec has none: preflight tries it
     if check is not None:
         check(cfg)
     MODES[cfg.mode].check(cfg)
-    trace.check(cfg)  # --trace only in the modes one in-process profiler sees whole

@@ -13,6 +13,26 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("PYTHONPATH", str(ROOT))
 
 
+def share_the_cores(environ: dict[str, str] = os.environ) -> int | None:
+    """Under pytest-xdist, each of N workers gets 1/N of the cores as torch's intra-op threads (OMP_NUM_THREADS,
+    which the runs these tests start inherit); returns that count, or None when there is nothing to share.
+
+    NOTE: torch's default is one thread per core in every process: 15 workers on a 16-core GPU box ran 240
+    threads, and OpenMP's spinning barriers made a 16-sample CNN step take seconds (over 60 s for 30 steps,
+    against 0.2 s on one thread). A user's OMP_NUM_THREADS is left alone."""
+    workers = int(environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    if workers <= 1 or "OMP_NUM_THREADS" in environ:
+        return None
+    threads = max(1, len(os.sched_getaffinity(0)) // workers)
+    environ["OMP_NUM_THREADS"] = str(threads)
+    if "torch" in sys.modules:  # imported already (a plugin did): its default was taken before the variable was set
+        sys.modules["torch"].set_num_threads(threads)
+    return threads
+
+
+share_the_cores()
+
+
 @pytest.fixture
 def store(tmp_path, monkeypatch) -> Path:
     """A fresh store path (RunLogs land beside it) set as LOADERLAB_DB for this test."""

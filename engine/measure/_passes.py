@@ -19,25 +19,49 @@ __all__ = ["compute_pass", "loader_pass"]
 
 _MAX_REPLAY_BYTES = 1 << 30  # replay at most 1 GiB of batches, then scale by the batch count
 _REPLAYS, _REPLAY_BUDGET_S = 3, 2.0
+_LOADER_BUDGET_S = 1.0  # timed loader epochs are repeated only while short: noise weighs on short ones most
 
 
 def loader_pass(cfg: RunConfig, device: torch.device, shard: tuple[int, int] | None = None) -> dict[str, float]:
-    """One epoch of the run's loader with no model: seconds after the first batch, the TTFB, and cpu_s, the
-    CPU-seconds of the whole process tree (loader workers included) over those seconds."""
+    """The run's loader with no model, in steady state: one untimed epoch, then timed epochs of the same loader.
+
+    Returns the fastest timed epoch's seconds after its first batch, its TTFB and cpu_s (the CPU-seconds of the
+    whole process tree, loader workers included, over those seconds), and the first epoch's figures apart
+    (first_epoch_s, first_ttfb_s: what start-up cost, for the record; the bound never uses them).
+
+    NOTE: the run's steady epochs are epochs of a loader that has already run one: its workers started (a
+    spawned worker imports torch, a CUDA build for seconds), its first pinned buffers allocated, a dataset's
+    lazy first pass over its items done. A fresh loader's first epoch pays all of that after its first batch
+    (workers that come up one by one), which raised the bound above the epochs it bounds: efficiency 2.28 for
+    4 spawned workers on a GPU box. The warm-up epoch at least doubles the pass's time; only steady time bounds.
+    """
     dataset = build_dataset(cfg)
     if shard is not None:
         dataset = ShardDataset(dataset, *shard)
     with LOADERS[cfg.loader](dataset, cfg, device) as loader:
-        # epoch 1 (not 0) so persistent workers and generated files are already warm, like steady epochs
-        t0 = time.perf_counter()
-        first, samples, cpu0 = None, 0, tree_cpu_s()
-        for batch in loader.epoch(1):
-            x, _ = to_device(batch, device)  # the copy is the loader's to hide, so it counts here
-            samples += x.shape[0]
-            if first is None:
-                first, cpu0 = time.perf_counter(), tree_cpu_s()
-        _sync(device)
-        end, cpu1 = time.perf_counter(), tree_cpu_s()
+        # from epoch 1 (not 0): generated files are already warm, and the data order is not the run's first
+        first = _loader_epoch(loader, 1, device)
+        steady = [_loader_epoch(loader, 2, device)]
+        # a short epoch is timed again (up to _REPLAYS, within _LOADER_BUDGET_S), and the fastest kept, as the
+        # compute pass keeps its fastest replay: a hiccup from another process would otherwise raise the bound
+        while len(steady) < _REPLAYS and sum(s["ttfb_s"] + s["seconds"] for s in steady) < _LOADER_BUDGET_S:
+            steady.append(_loader_epoch(loader, 2 + len(steady), device))
+    fastest = min(steady, key=lambda s: s["seconds"])
+    return {**fastest, "first_epoch_s": first["seconds"], "first_ttfb_s": first["ttfb_s"]}
+
+
+def _loader_epoch(loader: Any, epoch: int, device: torch.device) -> dict[str, float]:
+    """One epoch through the loader and onto the device: seconds after the first batch, the TTFB, the samples,
+    and the CPU-seconds of the process tree over the seconds after the first batch."""
+    t0 = time.perf_counter()
+    first, samples, cpu0 = None, 0, tree_cpu_s()
+    for batch in loader.epoch(epoch):
+        x, _ = to_device(batch, device)  # the copy is the loader's to hide, so it counts here
+        samples += x.shape[0]
+        if first is None:
+            first, cpu0 = time.perf_counter(), tree_cpu_s()
+    _sync(device)
+    end, cpu1 = time.perf_counter(), tree_cpu_s()
     first = first or end
     return {"seconds": end - first, "ttfb_s": first - t0, "samples": samples, "cpu_s": cpu1 - cpu0}
 

@@ -16,8 +16,8 @@ from this process). What can overlap in a mode decides its phases:
 
 This module keeps the shared passes (engine/measure/_passes.py) and the arithmetic:
 
-  loader-only   iterate one epoch of the loader, no model (steady time after the first batch), with the
-                CPU-seconds of the whole process tree (loader workers included)
+  loader-only   iterate the loader, no model: one warm-up epoch, then the fastest of up to 3 timed (steady time
+                after the first batch), with the CPU-seconds of the whole process tree (loader workers included)
   compute-only  the epoch's batches already on the device, replayed through the mode's step(s), with the
                 CPU-seconds of busy work (a one-thread replay where OpenMP threads would spin)
 

@@ -24,7 +24,7 @@ def _tiny(**over):
     from engine.config import RunConfig
 
     base = {"workload": "tensor", "n_samples": 64, "image_size": 8, "width": 8, "epochs": 2, "batch_size": 32,
-            "loader": "sync", "tag": "seed"}
+            "loader": "sync", "tag": "seed", "device": "cpu"}
     return RunConfig.from_dict({**base, **over})
 
 

@@ -211,12 +211,12 @@ def test_bad_baseline_is_one_error_naming_baseline(store, text, says):
 
 
 def test_the_users_setup_matches_its_real_runs_as_stored(store):
-    """Real runs store what took effect (device auto as cpu, no pinning on a CPU, the fields a loader ignores
-    normalised); a baseline typed with the defaults must still find them."""
+    """Real runs store what took effect (no pinning on a CPU, the fields a loader ignores normalised); a baseline
+    typed with the defaults (pin_memory on) must still find them."""
     from engine.runner import launch  # noqa: PLC0415
 
     tiny = {"workload": "tensor", "model": "mlp", "n_samples": 64, "image_size": 8, "width": 8, "epochs": 2,
-            "batch_size": 32, "bound": False, "sample_hz": 0.0}
+            "batch_size": 32, "bound": False, "sample_hz": 0.0, "device": "cpu"}
     for loader in ("sync", "threads"):
         cfg = RunConfig.from_dict({**tiny, "loader": loader, "workers": 1 if loader == "threads" else 0})
         assert launch(cfg, db=store).status == "done"

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+# on the CPU: device auto is cuda:0 on a GPU box, and these tests check the CLI, not the device
 TINY = ["--workload", "tensor", "--n-samples", "128", "--image-size", "8", "--width", "8", "--batch-size", "32",
-        "--epochs", "2"]
+        "--epochs", "2", "--device", "cpu"]
 
 
 def cli(*args: str, db: Path) -> subprocess.CompletedProcess:
@@ -92,7 +93,7 @@ def test_a_cli_run_imports_torch_in_its_run_child_only(store):
 def test_sweep_fills_the_store(store, tmp_path):
     toml = tmp_path / "s.toml"
     toml.write_text('name = "t"\nrepeats = 1\n[base]\nworkload = "tensor"\nn_samples = 64\nimage_size = 8\n'
-                    'width = 8\nepochs = 2\nbatch_size = 32\n[grid]\nloader = ["sync", "prefetch"]\n')
+                    'width = 8\nepochs = 2\nbatch_size = 32\ndevice = "cpu"\n[grid]\nloader = ["sync", "prefetch"]\n')
     out = cli("sweep", str(toml), "--quiet", db=store)
     assert out.returncode == 0, out.stderr
     q = cli("query", "SELECT loader, sweep_id FROM runs ORDER BY loader", "--format", "json", db=store)

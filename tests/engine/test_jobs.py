@@ -22,7 +22,7 @@ from tests._wait import wait_for as _wait_for
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORKER = ["-m", "engine", "worker"]
 TINY = dict(workload="tensor", n_samples=64, image_size=8, width=8, epochs=2, batch_size=32, loader="sync",
-            bound=False, sample_hz=0.0)
+            bound=False, sample_hz=0.0, device="cpu")  # the CPU on every machine: jobs queue per device
 # ~0.3 s per epoch for 1000 epochs; a process loader so the run's group has more than one process
 LONG = dict(TINY, latency_ms=10.0, n_samples=32, batch_size=8, epochs=1000, loader="processes", workers=1)
 

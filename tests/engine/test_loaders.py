@@ -169,6 +169,7 @@ def test_parallel_loaders_need_workers(kind):
     assert err.value.field == "workers"
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_prefetch_hands_out_batches_already_on_the_gpu():
     with make("prefetch", TinyDataset(N), device="cuda") as loader:

@@ -60,6 +60,7 @@ def test_concurrent_duals_bound_by_the_slower_model_and_report_overlap(tmp_path,
     assert "overlap" in summary  # its own figure: how much of A + B the concurrency hid
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="dual-streams needs CUDA")
 def test_dual_streams_reports_overlap(tmp_path):
     result, events = launch_mode(tmp_path / "s.duckdb", bound=True, device="cuda", mode="dual-streams")

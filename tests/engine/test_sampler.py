@@ -6,6 +6,8 @@ NVML is faked here (a stand-in pynvml module) only to drive the error handling; 
 
 from __future__ import annotations
 
+import contextlib
+import mmap
 import multiprocessing
 import subprocess
 import sys
@@ -23,10 +25,39 @@ from engine.runlog import RunLog, read_events
 MB = 2**20
 # A child that makes 200 MiB resident (bytes repetition writes every page), says so, and waits for stdin to close.
 _CHILD = ("import sys; block = b'\\x01' * (200 * 2**20); print('ready', flush=True); sys.stdin.read()")
+# Maps a file shared, reads every page, says so, and waits to be killed (10 min at most).
+_SHARER = ("import mmap, sys, time; f = open(sys.argv[1], 'rb'); m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ); "
+           "sum(m[i] for i in range(0, len(m), 4096)); print('ready', flush=True); time.sleep(600)")
+# Starts three sharers in their own sessions and exits: orphaned, they belong to no tree of ours.
+_ORPHANS = ("import subprocess, sys; ps = [subprocess.Popen([sys.executable, '-c', sys.argv[1], sys.argv[2]], "
+            "stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True, text=True) for _ in range(3)]; "
+            "[p.stdout.readline() for p in ps]; print(' '.join(str(p.pid) for p in ps))")
 
 
-def test_sampler_sees_child_process_memory(tmp_path):
-    parent_rss = psutil.Process().memory_info().rss
+@pytest.fixture
+def pages_shared_outside_the_tree(tmp_path):
+    """This process maps 256 MiB that three processes outside its tree map too, as the suite's other workers
+    map the same CUDA torch libraries on a GPU box: its RSS counts them whole, its PSS a quarter of them."""
+    path = tmp_path / "shared.bin"
+    path.write_bytes(b"\x02" * (256 * MB))
+    out = subprocess.run([sys.executable, "-c", _ORPHANS, _SHARER, str(path)], capture_output=True, text=True,
+                         check=True, timeout=60).stdout
+    pids = [int(p) for p in out.split()]
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, prot=mmap.PROT_READ) as mapped:
+        sum(mapped[i] for i in range(0, len(mapped), 4096))  # resident in this process too
+        try:
+            yield
+        finally:
+            for pid in pids:
+                with contextlib.suppress(psutil.Error):
+                    psutil.Process(pid).kill()
+
+
+def test_sampler_sees_child_process_memory(tmp_path, pages_shared_outside_the_tree):
+    # NOTE: the baseline is this process's PSS, what the sampler sums, not its RSS: pages it shares with
+    # processes outside the run (libraries, here a shared file) are a share in PSS and whole in RSS, so an
+    # RSS baseline sat above the tree's PSS on a GPU box (868 MiB RSS) and hid the children's 400 MiB
+    parent_pss = psutil.Process().memory_full_info().pss
     children = [subprocess.Popen([sys.executable, "-c", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  text=True) for _ in range(2)]
     try:
@@ -40,7 +71,7 @@ def test_sampler_sees_child_process_memory(tmp_path):
             child.stdin.close()
             child.wait(timeout=30)
     # two children x 200 MiB on top of this process
-    assert summary["peak_rss_bytes"] > parent_rss + 300 * MB
+    assert summary["peak_rss_bytes"] > parent_pss + 300 * MB
     assert summary["mean_cpu_pct"] is not None
     rows = [r for e in read_events(tmp_path / "run") if e["type"] == "samples" for r in e["rows"]]
     assert len(rows) >= 5

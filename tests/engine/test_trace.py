@@ -61,17 +61,21 @@ def test_other_in_process_modes_trace_too(store, mode, extra):
     assert _trace_events(result.run_dir)
 
 
+@pytest.mark.parametrize("device", ["auto", "cpu", "cuda"])
 @pytest.mark.parametrize("mode", ["dual-threads", "dual-processes", "ddp"])
-def test_modes_the_profiler_cannot_see_refuse_trace_by_name(mode):
+def test_modes_the_profiler_cannot_see_refuse_trace_by_name(mode, device):
+    """The trace error comes first on every machine: no CUDA here (device cuda) or one GPU for ddp's two ranks
+    there (auto, cuda) must not put a host-dependent error in its place."""
     assert mode not in TRACED_MODES
     with pytest.raises(ConfigError) as err:
-        RunConfig.from_dict({**TINY, "mode": mode, "trace": True})
+        RunConfig.from_dict({**TINY, "mode": mode, "trace": True, "device": device, "world_size": 2})
     assert err.value.field == "trace" and mode in err.value.message
 
 
-def test_cli_trace_in_a_mode_it_cannot_see_exits_2_and_stores_nothing(store):
-    bad = subprocess.run([sys.executable, "-m", "engine", "run", "--mode", "ddp", "--trace", "--db", str(store)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+@pytest.mark.parametrize("device", [[], ["--device", "cuda"]], ids=["auto", "cuda"])
+def test_cli_trace_in_a_mode_it_cannot_see_exits_2_and_stores_nothing(store, device):
+    bad = subprocess.run([sys.executable, "-m", "engine", "run", "--mode", "ddp", "--trace", *device,
+                          "--db", str(store)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "trace:" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
     with connect(store, read_only=True) as conn:
         assert conn.execute("SELECT count(*) FROM runs").fetchone()[0] == 0

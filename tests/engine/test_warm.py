@@ -28,7 +28,7 @@ from engine.sweep import run_sweep
 from engine.warm import WarmParent
 
 TINY = dict(workload="tensor", n_samples=32, image_size=8, width=8, epochs=2, batch_size=8, bound=False,
-            sample_hz=2.0)
+            sample_hz=2.0, device="cpu")  # a CPU run on every machine (the warm parent never touches CUDA)
 SLOW = dict(TINY, loader="processes", workers=2, epochs=12, latency_ms=8.0)  # long enough to be killed mid-run
 PLUGIN = """
 import torch
@@ -102,7 +102,8 @@ def test_the_warm_parent_forks_single_threaded_without_cuda(warm, store):
     plain = subprocess.run([sys.executable, "-c", "import numpy, os; print(len(os.listdir('/proc/self/task')))"],
                            capture_output=True, text=True, check=True)
     assert before["baseline_threads"] == int(plain.stdout)
-    result = launch(RunConfig.from_dict(dict(TINY, threads=1)), db=store, warm=warm)
+    # device auto: on a GPU box the forked child initialises CUDA, which must stay out of the parent
+    result = launch(RunConfig.from_dict(dict(TINY, threads=1, device="auto")), db=store, warm=warm)
     assert result.warm and result.status == "done", result.error
     start = json.loads((result.run_dir / "events.jsonl").read_text().splitlines()[0])
     assert start["host"]["intra_op_threads"] == 1 and start["pid"] != warm.pid  # its own process, its own threads

@@ -29,7 +29,7 @@ from engine.store import connect, epoch_time_by, get_epochs, list_runs, run_quer
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = dict(workload="tensor", n_samples=64, image_size=8, width=8, epochs=3, batch_size=16, latency_ms=2.0,
-            bound=False, sample_hz=5.0)
+            bound=False, sample_hz=5.0, device="cpu")
 SWEEP = """name = "c{i}"
 seed = {i}
 [base]

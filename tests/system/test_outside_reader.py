@@ -21,7 +21,7 @@ from tests._wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--workload", "tensor", "--n-samples", "64", "--image-size", "8", "--width", "8", "--batch-size", "32",
-        "--epochs", "2", "--no-bound"]
+        "--epochs", "2", "--no-bound", "--device", "cpu"]  # the CPU on every machine: these test the store
 HOLD = "import duckdb, sys, time; c = duckdb.connect(sys.argv[1], read_only=True); print('holding', flush=True); time.sleep(600)"
 WAITING = "waiting to be stored: the results are safe in their RunLogs"
 
@@ -83,7 +83,7 @@ def test_run_goes_ahead_while_a_session_holds_the_store(store, holder):
 def test_every_sweep_run_lands_after_the_session_closes(store, holder, tmp_path):
     toml = tmp_path / "sweep.toml"
     toml.write_text('name = "held"\nrepeats = 1\n[base]\nworkload = "tensor"\nn_samples = 64\nimage_size = 8\n'
-                    'width = 8\nbatch_size = 32\nepochs = 2\nbound = false\n'
+                    'width = 8\nbatch_size = 32\nepochs = 2\nbound = false\ndevice = "cpu"\n'
                     '[grid]\nloader = ["sync", "threads"]\nworkers = [1]\n')
     out = cli("sweep", str(toml), "--quiet", db=store)
     assert out.returncode == 0, out.stderr
@@ -103,7 +103,7 @@ def test_every_sweep_run_lands_after_the_session_closes(store, holder, tmp_path)
 
 def test_a_job_running_when_a_session_opens_lands_when_it_closes(store, tmp_path):
     cfg = RunConfig.from_dict({"workload": "tensor", "n_samples": 64, "image_size": 8, "width": 8,
-                               "batch_size": 16, "epochs": 3, "latency_ms": 150.0, "bound": False})
+                               "batch_size": 16, "epochs": 3, "latency_ms": 150.0, "bound": False, "device": "cpu"})
     job_id = jobs.submit(cfg, db=store, origin="cli")
     log = open(tmp_path / "worker.log", "wb")
     worker = subprocess.Popen([sys.executable, "-m", "engine", "worker", "--db", str(store), "--poll-s", "0.2"],
@@ -161,7 +161,7 @@ def test_a_job_queued_before_a_session_opened_runs_while_it_holds_the_store(stor
     """The queue lives in the store, which the worker can still read: it takes the job at once, runs it, and
     keeps the job's status beside the store (the spool) and its results in the RunLog until the session closes."""
     cfg = RunConfig.from_dict({"workload": "tensor", "n_samples": 64, "image_size": 8, "width": 8,
-                               "batch_size": 32, "epochs": 2, "bound": False})
+                               "batch_size": 32, "epochs": 2, "bound": False, "device": "cpu"})
     holder()  # queue first, as a browser did before the notebook opened ...
     job_id = jobs.submit(cfg, db=store, origin="cli")
     hold = subprocess.Popen([sys.executable, "-c", HOLD, str(store)], stdout=subprocess.PIPE, text=True)
@@ -193,7 +193,7 @@ def test_a_job_launched_while_a_session_holds_the_store_runs_and_lands_when_it_c
     """Launch from the browser while a notebook holds the store: the job is queued beside it, runs at once, and
     the job row and the run land in the store when the session closes. A second one, cancelled while held, never runs."""
     cfg = RunConfig.from_dict({"workload": "tensor", "n_samples": 64, "image_size": 8, "width": 8,
-                               "batch_size": 32, "epochs": 2, "bound": False})
+                               "batch_size": 32, "epochs": 2, "bound": False, "device": "cpu"})
     job_id = jobs.submit(cfg, db=store, origin="browser")
     dropped = jobs.submit(cfg, db=store, origin="browser")
     assert set(jobs.list_jobs(store).set_index("job_id").loc[[job_id, dropped], "status"]) == {"queued"}

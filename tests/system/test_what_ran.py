@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from PIL import Image
 
 from engine.config import ConfigError, RunConfig, SweepConfig
@@ -33,8 +34,10 @@ def test_threads_is_a_checked_field_with_auto_as_default():
     ("ddp", {"n_models": 1, "world_size": 3, "n_stages": 1}),
     ("split", {"n_stages": 2, "micro_batches": 2, "world_size": 1})])
 def test_effective_config_normalises_what_the_mode_ignores(mode, kept):
+    # on the CPU: ddp's 3 ranks on CUDA would need 3 GPUs, and this is about the stored copy, not the machine
     cfg = RunConfig.from_dict({"mode": mode, "n_models": 5, "lr_spread": 0.5, "model_b": "cnn",
-                               "dual_data": "separate", "world_size": 3, "n_stages": 2, "micro_batches": 2})
+                               "dual_data": "separate", "world_size": 3, "n_stages": 2, "micro_batches": 2,
+                               "device": "cpu"})
     out = cfg.effective()
     assert {k: out[k] for k in kept} == kept
     assert cfg.n_models == 5  # the config itself keeps what was asked: replace(mode="fused") still finds it
@@ -48,9 +51,18 @@ def test_a_single_run_is_stored_with_what_ran(tmp_path):
     row = get_run(result.run_id, db=db)
     assert (row["n_models"], row["world_size"]) == (1, 1)
     assert json.loads(row["config_json"])["n_models"] == 1
-    # sync keeps no queue and starts no workers; auto ran on this CPU, where nothing is pinned
+    # sync keeps no queue and starts no workers; auto ran on the first GPU where there is one (pinned, as asked),
+    # else on the CPU, where nothing is pinned
     assert (row["prefetch_depth"], row["start_method"], row["persistent_workers"]) == (2, "fork", True)
-    assert (row["device"], row["pin_memory"]) == ("cpu", False)
+    gpu = torch.cuda.is_available()
+    assert (row["device"], row["pin_memory"]) == (("cuda:0", True) if gpu else ("cpu", False))
+    assert json.loads(row["config_json"])["device"] == row["device"]
+
+
+def test_a_cpu_run_is_stored_unpinned_on_every_machine(tmp_path):
+    db = tmp_path / "s.duckdb"
+    row = get_run(launch(RunConfig.from_dict({**TINY, "pin_memory": True}), db=db).run_id, db=db)
+    assert (row["device"], row["pin_memory"]) == ("cpu", False)  # pinning only helps a copy to a GPU
 
 
 @pytest.mark.parametrize("loader, kept", [
