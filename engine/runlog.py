@@ -1,6 +1,8 @@
 """RunLog: the append-only record a run writes instead of touching DuckDB.
 
-Layout: `<runs_root>/<run_id>/events.jsonl` plus a `heartbeat` file whose mtime the run refreshes.
+Layout: `<runs_root>/<run_id>/events.jsonl` plus a `heartbeat` file whose mtime the run refreshes, and a
+`store` file naming the one store this RunLog belongs to (its resolved path, written before the run starts):
+only that store ingests it, so runs of two stores in one folder never land in each other (claim, owner).
 Each line is one JSON event, written whole and flushed + fsynced, so a kill loses at most the
 epoch in flight. A torn last line (the process died mid-write) is ignored by the reader.
 
@@ -24,12 +26,33 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-__all__ = ["EPOCH_FIELDS", "STEP_FIELDS", "RunLog", "first_event", "heartbeat_age", "iter_events", "read_events",
-           "read_span", "tail_events"]
+__all__ = ["EPOCH_FIELDS", "STEP_FIELDS", "STORE_FILE", "RunLog", "claim", "first_event", "heartbeat_age",
+           "iter_events", "owner", "read_events", "read_span", "tail_events"]
 
 STEP_FIELDS = ("step", "data_wait_s", "h2d_s", "compute_s", "total_s")
 EPOCH_FIELDS = ("model_idx", "rank", "epoch", "warmup", "wall_s", "samples", "samples_per_s", "ttfb_s",
                 "data_wait_s", "h2d_s", "compute_s", "n_steps", "t_start", "t_end", "loss", "allreduce_s")
+STORE_FILE = "store"  # <run_dir>/store: the resolved path of the store the RunLog belongs to
+
+
+def claim(run_dir: str | Path, store: str | Path) -> None:
+    """Name the store this RunLog belongs to (atomically: a reader sees no name or the whole one)."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = run_dir / f".{STORE_FILE}.{os.getpid()}"
+    tmp.write_text(str(store), encoding="utf-8")
+    os.replace(tmp, run_dir / STORE_FILE)
+
+
+def owner(run_dir: str | Path) -> str | None:
+    """The store a RunLog names; None for one written before RunLogs named their store, "" when the name cannot
+    be read (such a RunLog belongs to no store until it can)."""
+    try:
+        return (Path(run_dir) / STORE_FILE).read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError):
+        return ""
 
 
 class RunLog:

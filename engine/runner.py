@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from engine.config import RunConfig
-from engine.paths import ROOT, Db, runs_dir
+from engine.paths import ROOT, Db, db_path, runs_dir
 from engine.plugins import is_spec
 from engine.preflight import preflight
-from engine.runlog import RunLog, iter_events, tail_events
+from engine.runlog import RunLog, claim, iter_events, tail_events
 from engine.status import RunStatus
 from engine.warm import run_env
 
@@ -166,7 +166,7 @@ def launch(cfg: RunConfig, *, db: Db = None, meta: dict[str, Any] | None = None,
     meta.update(preflight(cfg, cwd=meta.get("cwd")))  # a bad plugin fails here, before any RunLog: its code_hash
     run_id = meta.pop("run_id", None) or new_run_id()
     run_dir = runs_dir(db) / run_id
-    run_dir.mkdir(parents=True, exist_ok=True)
+    claim(run_dir, db_path(db))  # first: the RunLog is this store's alone, whatever else shares its runs/
     (run_dir / "config.json").write_text(cfg.to_json())
     (run_dir / "meta.json").write_text(json.dumps(meta))
     proc = _start(run_dir, warm)

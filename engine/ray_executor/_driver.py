@@ -11,10 +11,10 @@ from typing import Any
 from tqdm import tqdm
 
 from engine.config import RunConfig
-from engine.paths import Db, runs_dir
+from engine.paths import Db, db_path, runs_dir
 from engine.ray_executor import _node
 from engine.ray_executor._cluster import Node, alive_nodes
-from engine.runlog import RunLog, read_events
+from engine.runlog import RunLog, claim, read_events
 from engine.runner import RunResult, new_run_id
 from engine.status import RunStatus
 from engine.store import ingest_run
@@ -150,7 +150,7 @@ class Driver:
     def _land(self, trial: Trial, payload: dict[str, Any] | None, status: str, reason: str) -> None:
         """Write the trial's RunLog under this store's runs/, end it if the trial could not, and ingest it."""
         run_dir = runs_dir(self.db) / trial.run_id
-        run_dir.mkdir(parents=True, exist_ok=True)
+        claim(run_dir, db_path(self.db))  # the node's RunLog named its scratch store; this copy is this store's
         (run_dir / "events.jsonl").write_text((payload or {}).get("events", ""), encoding="utf-8")
         (run_dir / "stderr.log").write_text((payload or {}).get("stderr", ""), encoding="utf-8")
         events = read_events(run_dir)
