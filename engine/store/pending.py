@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 
 from engine.paths import Db, db_path, runs_dir
-from engine.runlog import heartbeat_age, owner
+from engine.runlog import heartbeat_age, launched_here, owner
 from engine.store.connect import connect
 from engine.errors import StoreError
 
@@ -43,7 +43,8 @@ def pending_summary(db: Db = None) -> dict[str, object]:
 
 
 def pending_runs(db: Db = None, stale_after_s: float = STALE_AFTER_S) -> list[Path]:
-    """Run folders whose run is over (an `end` event, or a stale heartbeat) and whose log the store lacks."""
+    """Run folders of this store whose run is over (an `end` event, or a stale heartbeat), whose log the store
+    lacks, and whose launcher is done with them (stored them or gave up, or died)."""
     root = runs_dir(db)
     if not root.is_dir():
         return []
@@ -55,8 +56,8 @@ def pending_runs(db: Db = None, stale_after_s: float = STALE_AFTER_S) -> list[Pa
         except OSError:
             continue
         have = stored.get(str(d.resolve())) if stored is not None else read_marker(d)
-        if size and have != size and _over(d, stale_after_s) and belongs(d, db):
-            out.append(d)
+        if size and have != size and _over(d, stale_after_s) and belongs(d, db) and not launched_here(d):
+            out.append(d)  # NOTE: a run whose launcher is alive is stored by it, or counted once it gave up
     return out
 
 

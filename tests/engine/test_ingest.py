@@ -219,3 +219,23 @@ def test_a_runlog_naming_no_store_goes_to_the_default_store_beside_it_only(tmp_p
     assert ingest_pending(db=other) == [] and pending_summary(other)["count"] == 0
     assert ingest_pending(db=tmp_path / "loaderlab.duckdb") == ["old"]
     assert owner(old) is None  # pending ingest does not rename it: nothing but its own store looks at it
+
+
+_LAUNCHER = ("import sys; from engine.runlog import launching\n"
+             "with launching(sys.argv[1]):\n    print('holding', flush=True); sys.stdin.read()")
+
+
+def test_a_run_its_launcher_is_still_storing_is_not_waiting(tmp_path):
+    """While the process that launched a run holds it (it is about to store it), readers do not report it as
+    waiting; once that process is gone, killed or not, it is."""
+    db = tmp_path / "loaderlab.duckdb"
+    run_dir = _finished(tmp_path / "runs" / "r", "r", db)
+    proc = subprocess.Popen([sys.executable, "-c", _LAUNCHER, str(run_dir)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "holding"
+        assert pending_summary(db)["count"] == 0
+    finally:
+        proc.kill()  # no clean exit: the kernel drops the lock with the process
+        proc.wait(30)
+    assert pending_summary(db)["count"] == 1
