@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 __all__ = ["EPOCH_FIELDS", "LAUNCHER_LOCK", "STEP_FIELDS", "STORE_FILE", "RunLog", "claim", "first_event",
-           "heartbeat_age", "iter_events", "launched_here", "launching", "owner", "read_events", "read_span",
+           "heartbeat_age", "held_by_launcher", "iter_events", "launching", "owner", "read_events", "read_span",
            "tail_events"]
 
 STEP_FIELDS = ("step", "data_wait_s", "h2d_s", "compute_s", "total_s")
@@ -65,7 +65,7 @@ def launching(run_dir: str | Path) -> Iterator[None]:
         os.close(fd)
 
 
-def launched_here(run_dir: str | Path) -> bool:
+def held_by_launcher(run_dir: str | Path) -> bool:
     """Whether a live launcher still holds the run (it will store it, or say that it waits): never blocks."""
     try:
         fd = os.open(Path(run_dir) / LAUNCHER_LOCK, os.O_RDONLY)

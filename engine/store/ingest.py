@@ -111,6 +111,7 @@ def ingest_pending(runs_root: Db = None, *, db: Db = None,
 class _NotStarted(ValueError):
     pass
 
+
 def _ingest(conn: duckdb.DuckDBPyConnection, run_dir: Path, job_id: str | None,
             sweep_meta: dict[str, Any] | None, stale_after_s: float | None) -> tuple[str, bool]:
     """Read the RunLog from the byte offset the store holds (or whole), write what is new, update the run row.

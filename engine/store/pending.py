@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 
 from engine.paths import Db, db_path, runs_dir
-from engine.runlog import heartbeat_age, launched_here, owner
+from engine.runlog import heartbeat_age, held_by_launcher, owner
 from engine.store.connect import connect
 from engine.errors import StoreError
 
@@ -56,7 +56,7 @@ def pending_runs(db: Db = None, stale_after_s: float = STALE_AFTER_S) -> list[Pa
         except OSError:
             continue
         have = stored.get(str(d.resolve())) if stored is not None else read_marker(d)
-        if size and have != size and _over(d, stale_after_s) and belongs(d, db) and not launched_here(d):
+        if size and have != size and _over(d, stale_after_s) and belongs(d, db) and not held_by_launcher(d):
             out.append(d)  # NOTE: a run whose launcher is alive is stored by it, or counted once it gave up
     return out
 
