@@ -5,6 +5,11 @@ registered by `@command`. Flags of `run` are generated from RunConfig (kebab cas
 new flag. Every command takes `--db PATH`. Exit status: 0 ok · 2 bad input (one line naming the field) ·
 1 a run that failed.
 
+Commands that read (runs, show, query, export, speedups, advise, export-bundle) never write: they run inside
+store.reads_only(), refuse a store path that does not exist, and only say when finished runs wait to be stored.
+Commands that write call _prepare_store() before they start anything: a store that cannot be used is refused
+there, and a missing one is created, in one line each.
+
     python -m engine run --loader threads --workers 4        # run, sweep, runs, show, query, export, advise,
     python -m engine worker --ensure                         # tune, import, export-bundle, demo, worker,
     python -m engine serve                                   # serve (the dashboard and its worker: `make run`)
@@ -25,19 +30,20 @@ from typing import Any, Callable, Iterator, TextIO
 import pandas as pd
 
 from engine.advisor import advise
+from engine.baseline import parse as parse_baseline
 from engine.config import DEFAULT_MAX_RUNS, RunConfig, SweepConfig, config_fields, field_choices, load_toml
 from engine.demo import ensure_demo
-from engine.errors import ConfigError, StoreBusy, StoreError, UsageError, printable
+from engine.errors import ConfigError, StoreBusy, StoreCorrupt, StoreError, StoreVersionError, UsageError, printable
 from engine.hostfit import HEAVY, OVERSUBSCRIBE_ENV, check_all, check_host
 from engine.jobs import ensure_worker, run_worker, serve, stop_worker, worker_pid
-from engine.paths import Db
+from engine.paths import Db, db_path
 from engine.preflight import DEFAULT_TIMEOUT_S, TIMEOUT_ENV, preflight, set_time_limit
 from engine.ray_executor import require_ray, run_sweep_ray
 from engine.runner import launch
 from engine.stats import speedup_vs_sequential
 from engine.status import RunStatus
 from engine.store import (export, export_bundle, get_epochs, get_run, import_results, ingest_pending, list_runs,
-                          pending_summary, stream_query)
+                          pending_summary, prepare, reads_only, stream_query)
 from engine.sweep import run_sweep
 from engine.tune import parse_budget, tune
 
@@ -53,22 +59,24 @@ def _no_options(p: argparse.ArgumentParser) -> None:
 @dataclass(frozen=True)
 class Command:
     """handler(args) -> exit status; options(parser) adds its flags; pending: when the RunLogs that waited
-    for the store are stored, "before" the command, "after" it (a run never waits for the store), or "never"."""
+    for the store are stored, "before" the command, "after" it (a run never waits for the store), or "never";
+    reads: the command only reads, so it stores nothing, not even what waits (it says so instead)."""
 
     handler: Handler
     options: Callable[[argparse.ArgumentParser], None] = _no_options
     pending: str = "before"
     help: str | None = None  # the line in the command list (default: the handler's docstring)
+    reads: bool = False
 
 
 COMMANDS: dict[str, Command] = {}
 
 
 def command(options: Callable[[argparse.ArgumentParser], None] = _no_options, *, pending: str = "before",
-            help: str | None = None) -> Callable[[Handler], Handler]:
+            help: str | None = None, reads: bool = False) -> Callable[[Handler], Handler]:
     """Register `cmd_<name>` as the command <name> (underscores become dashes), in the order of this file."""
     def register(fn: Handler) -> Handler:
-        COMMANDS[fn.__name__.removeprefix("cmd_").replace("_", "-")] = Command(fn, options, pending, help)
+        COMMANDS[fn.__name__.removeprefix("cmd_").replace("_", "-")] = Command(fn, options, pending, help, reads)
         return fn
     return register
 
@@ -183,6 +191,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         preflight(cfg)  # a plugin's one-batch check is validation too: --dry-run is how to try your plugin
         print(json.dumps(cfg.to_dict(), indent=2))
         return 0
+    _prepare_store(args.db)
 
     def on_event(event: dict[str, Any]) -> None:
         if event["type"] == "epoch" and not args.quiet:
@@ -283,6 +292,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.executor == "local":  # NOTE: a Ray cluster's runs are checked on the node that runs them (launch)
         _warn(check_all(sweep.configs()))
     if args.executor == "ray":
+        require_ray()  # a missing Ray is bad input too: named before the store is looked at or created
+    _prepare_store(args.db)
+    if args.executor == "ray":
         result = run_sweep_ray(sweep, db=args.db, address=args.address, progress=not args.quiet)
     else:
         result = run_sweep(sweep, db=args.db, progress=not args.quiet)
@@ -309,7 +321,7 @@ def _runs_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=_count, default=30, help="how many runs, newest first (default: 30)")
 
 
-@command(_runs_options)
+@command(_runs_options, reads=True)
 def cmd_runs(args: argparse.Namespace) -> int:
     """A table of recent runs."""
     df = list_runs(db=args.db, limit=args.limit)
@@ -323,7 +335,7 @@ def _show_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_id")
 
 
-@command(_show_options)
+@command(_show_options, reads=True)
 def cmd_show(args: argparse.Namespace) -> int:
     """One run: config, summary and epochs."""
     run = get_run(args.run_id, db=args.db)
@@ -345,7 +357,7 @@ def _query_options(p: argparse.ArgumentParser) -> None:
                         f"{_TABLE_ROWS}")
 
 
-@command(_query_options)
+@command(_query_options, reads=True)
 def cmd_query(args: argparse.Namespace) -> int:
     """Read-only SQL over the store (one SELECT; 10 s limit; row cap)."""
     if args.format == "table" and args.max_rows > _TABLE_ROWS:
@@ -387,7 +399,8 @@ def _speedups_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
 
 
-@command(_speedups_options, help="dual-* and fused vs the same models one after another, with 95%% intervals")
+@command(_speedups_options, reads=True,
+         help="dual-* and fused vs the same models one after another, with 95%% intervals")
 def cmd_speedups(args: argparse.Namespace) -> int:
     """Each dual-* and fused config's speedup over training its models in turn (engine.stats.speedup_vs_sequential)."""
     filters = {"status": RunStatus.DONE, **({"sweep_id": args.sweep} if args.sweep else {})}
@@ -414,7 +427,7 @@ def _export_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="output file (default: loaderlab-<table>.<format>)")
 
 
-@command(_export_options)
+@command(_export_options, reads=True)
 def cmd_export(args: argparse.Namespace) -> int:
     """Export a table to Parquet or CSV."""
     out = export(args.out or f"loaderlab-{args.table}.{args.format}", args.format, db=args.db, table=args.table)
@@ -442,7 +455,7 @@ def _advise_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--write-sweep", metavar="PATH", help="write the proposed next sweep (TOML) to PATH")
 
 
-@command(_advise_options)
+@command(_advise_options, reads=True)
 def cmd_advise(args: argparse.Namespace) -> int:
     """The best measured config for a workload and model on this host, and what to try next."""
     advice = advise(args.workload, args.model, host=args.host, db=args.db, baseline=args.baseline)
@@ -479,6 +492,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
         if not sep or not key.strip():
             raise ConfigError("set", f"'{item}' is not FIELD=VALUE, e.g. --set batch_size=128")
         base[key.strip()] = value.strip()
+    parse_baseline(args.baseline)  # bad input is named before the store is looked at or created
+    RunConfig.from_dict({**base, "workload": args.workload, "model": args.model})
+    _prepare_store(args.db)
     result = tune(args.workload, args.model, budget_s=budget, db=args.db, base=base, progress=not args.quiet,
                   baseline=args.baseline)
     print(result.render())
@@ -508,6 +524,7 @@ def _import_options(p: argparse.ArgumentParser) -> None:
 @command(_import_options)
 def cmd_import(args: argparse.Namespace) -> int:
     """Merge results from another store file or a Parquet bundle, deduplicated by run id."""
+    _prepare_store(args.db)
     result = import_results(args.paths, db=args.db)
     rows = ", ".join(f"{n} {t}" for t, n in result.rows.items() if t != "runs")
     print(f"imported {result.runs_added} runs ({result.runs_present} already here)"
@@ -519,7 +536,7 @@ def _export_bundle_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("out_dir", metavar="DIR", help="folder to write runs/epochs/steps/samples/calibrations.parquet")
 
 
-@command(_export_bundle_options)
+@command(_export_bundle_options, reads=True)
 def cmd_export_bundle(args: argparse.Namespace) -> int:
     """Export every table as Parquet into a folder, for `import` on another machine."""
     print(export_bundle(args.out_dir, db=args.db))
@@ -532,6 +549,7 @@ def cmd_export_bundle(args: argparse.Namespace) -> int:
 @command(pending="never")
 def cmd_demo(args: argparse.Namespace) -> int:
     """Queue the demo sweep as jobs for the worker, if the store has no runs and no jobs yet."""
+    _prepare_store(args.db)
     try:
         ran = ensure_demo(db=args.db)
     except StoreBusy as e:  # `make run` goes on to serve the dashboard: a held store is no reason to stop there
@@ -559,6 +577,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     # NOTE: force: the worker's log (worker.log when ensure_worker starts it) has timestamps and INFO lines
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", force=True)
     logging.getLogger("engine").setLevel(logging.INFO)
+    _prepare_store(args.db)
     if args.ensure:
         pid = ensure_worker(args.db)
         print(f"worker started (pid {pid})" if pid else f"worker already running (pid {worker_pid(args.db)})")
@@ -604,8 +623,33 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _db_field(db: Db) -> str:
+    """The setting that chose the store, for error messages: --db, else $LOADERLAB_DB, else --db's default."""
+    return "LOADERLAB_DB" if db is None and os.environ.get("LOADERLAB_DB") else "--db"
+
+
+def _prepare_store(db: Db) -> None:
+    """Before a command that writes starts anything: refuse a store that cannot be used, create a missing one."""
+    try:
+        created = prepare(db)
+    except StoreError as e:
+        raise UsageError(f"{_db_field(db)}: {e}") from None
+    if created:
+        print(f"creating a new store at {db_path(db)}", file=sys.stderr)
+
+
+def _waiting(count: int, holder: str | None) -> None:
+    """The one line saying that finished runs wait to be stored, and what will store them."""
+    when = (f"once the other session ({holder}) closes the store" if holder
+            else "by the next command that writes (run, sweep, tune, import, worker) or by the dashboard")
+    print(f"{count} run(s) waiting to be stored: the results are safe in their RunLogs and will be stored {when}",
+          file=sys.stderr)
+
+
 def _store_pending(db: Db) -> None:
     """Store the RunLogs that waited while another session held the store; if one still holds it, say so."""
+    if not db_path(db).exists():
+        return  # a store is created by the command itself, in its own words (_prepare_store)
     try:
         ingest_pending(db=db)
         return
@@ -613,9 +657,26 @@ def _store_pending(db: Db) -> None:
         holder = getattr(e, "holder", None)
     pending = pending_summary(db)
     if pending["count"]:
-        who = pending["holder"] or holder or "another program"
-        print(f"{pending['count']} run(s) waiting to be stored: the results are safe in their RunLogs and will be "
-              f"stored once the other session ({who}) closes the store", file=sys.stderr)
+        _waiting(pending["count"], pending["holder"] or holder or "another program")
+
+
+def _read(cmd: Command, args: argparse.Namespace) -> int:
+    """A command that reads: nothing is written, and a store that does not exist is an error, never a new file."""
+    path = db_path(args.db)
+    with reads_only():  # NOTE: the store is checked when the command first opens it, so bad input is named first
+        pending = pending_summary(args.db) if path.is_file() else {"count": 0}
+        if pending["count"]:
+            _waiting(pending["count"], pending["holder"])
+        try:
+            return cmd.handler(args)
+        except StoreError as e:
+            if not path.is_file():
+                what = "a folder, not a store file" if path.is_dir() else "not there"
+                raise UsageError(f"{_db_field(args.db)}: the store {path} is {what}; check the path (a command that "
+                                 "reads creates no store; `run`, `sweep` or `import` create one)") from None
+            if isinstance(e, (StoreCorrupt, StoreVersionError)):
+                raise UsageError(f"{_db_field(args.db)}: {e}") from None
+            raise
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -627,6 +688,8 @@ def main(argv: list[str] | None = None) -> int:
         except SystemExit as e:  # --help: argparse printed it; the only SystemExit that is not an error
             return int(e.code or 0)
         cmd = COMMANDS[args.command]
+        if cmd.reads:
+            return _read(cmd, args)
         if cmd.pending == "before":
             _store_pending(args.db)
         status = cmd.handler(args)

@@ -1,6 +1,10 @@
 """RunLog: the append-only record a run writes instead of touching DuckDB.
 
-Layout: `<runs_root>/<run_id>/events.jsonl` plus a `heartbeat` file whose mtime the run refreshes.
+Layout: `<runs_root>/<run_id>/events.jsonl` plus a `heartbeat` file whose mtime the run refreshes, and a
+`store` file naming the one store this RunLog belongs to (its resolved path, written before the run starts):
+only that store ingests it, so runs of two stores in one folder never land in each other (claim, owner).
+`launcher.lock` is locked by the process that launched the run until it has tried to store it (launching):
+until then a finished RunLog is not waiting for anyone else.
 Each line is one JSON event, written whole and flushed + fsynced, so a kill loses at most the
 epoch in flight. A torn last line (the process died mid-write) is ignored by the reader.
 
@@ -21,15 +25,18 @@ Events (every event has "type" and "t", a unix timestamp):
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-__all__ = ["EPOCH_FIELDS", "GPU_EPOCH_FIELDS", "STEP_FIELDS", "RunLog", "end_traceback", "first_event", "heartbeat_age",
-           "iter_events", "read_events", "read_span", "tail_events"]
+__all__ = ["EPOCH_FIELDS", "GPU_EPOCH_FIELDS", "LAUNCHER_LOCK", "STEP_FIELDS", "STORE_FILE", "RunLog", "claim",
+           "end_traceback", "first_event", "heartbeat_age", "held_by_launcher", "iter_events", "launching", "owner",
+           "read_events", "read_span", "tail_events"]
 
 STEP_FIELDS = ("step", "data_wait_s", "h2d_s", "compute_s", "total_s")
 # what the compute stream lost per epoch, and why (engine/measure/timers.py, idle.py): None where not measured
@@ -37,6 +44,58 @@ GPU_EPOCH_FIELDS = ("gpu_idle_s", "gpu_idle_data_s", "gpu_idle_copy_s", "gpu_idl
 EPOCH_FIELDS = ("model_idx", "rank", "epoch", "warmup", "wall_s", "samples", "samples_per_s", "ttfb_s",
                 "data_wait_s", "h2d_s", "compute_s", "n_steps", "t_start", "t_end", "loss", "allreduce_s",
                 *GPU_EPOCH_FIELDS)
+STORE_FILE = "store"  # <run_dir>/store: the resolved path of the store the RunLog belongs to
+LAUNCHER_LOCK = "launcher.lock"  # <run_dir>/launcher.lock: flocked by the launcher until it has tried to store the run
+
+
+def claim(run_dir: str | Path, store: str | Path) -> None:
+    """Name the store this RunLog belongs to (atomically: a reader sees no name or the whole one)."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = run_dir / f".{STORE_FILE}.{os.getpid()}"
+    tmp.write_text(str(store), encoding="utf-8")
+    os.replace(tmp, run_dir / STORE_FILE)
+
+
+@contextmanager
+def launching(run_dir: str | Path) -> Iterator[None]:
+    """Hold the run's launcher lock for the block: the launcher stores the run itself, so it is not waiting.
+
+    NOTE: flock, released by the kernel when this process dies, so a dead launcher never leaves a run looking
+    taken care of; the descriptor is not inherited by the run child (Python opens it non-inheritable).
+    """
+    fd = os.open(Path(run_dir) / LAUNCHER_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def held_by_launcher(run_dir: str | Path) -> bool:
+    """Whether a live launcher still holds the run (it will store it, or say that it waits): never blocks."""
+    try:
+        fd = os.open(Path(run_dir) / LAUNCHER_LOCK, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def owner(run_dir: str | Path) -> str | None:
+    """The store a RunLog names; None for one written before RunLogs named their store, "" when the name cannot
+    be read (such a RunLog belongs to no store until it can)."""
+    try:
+        return (Path(run_dir) / STORE_FILE).read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError):
+        return ""
 
 
 class RunLog:

@@ -29,10 +29,10 @@ from typing import Any, Callable
 from engine.config import RunConfig
 from engine.errors import ConfigError, disk_full, user_error
 from engine.hostfit import check_host
-from engine.paths import ROOT, Db, runs_dir
+from engine.paths import ROOT, Db, db_path, runs_dir
 from engine.plugins import is_spec
 from engine.preflight import preflight
-from engine.runlog import RunLog, iter_events, tail_events
+from engine.runlog import RunLog, claim, iter_events, launching, tail_events
 from engine.status import RunStatus
 from engine.warm import run_env
 
@@ -224,37 +224,40 @@ def launch(cfg: RunConfig, *, db: Db = None, meta: dict[str, Any] | None = None,
     meta.update(preflight(cfg, cwd=meta.get("cwd")))  # a bad plugin fails here, before any RunLog: its code_hash
     run_id = meta.pop("run_id", None) or new_run_id()
     run_dir = runs_dir(db) / run_id
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(cfg.to_json())
-    (run_dir / "meta.json").write_text(json.dumps(meta))
-    proc = _start(run_dir, warm)
-    (run_dir / "pid").write_text(str(proc.pid))
-    offset, ending, ended_at = 0, None, None
-    try:
-        while True:
-            done = proc.poll() is not None
-            events, offset = tail_events(run_dir, offset)
-            for event in events:
-                if event.get("type") == "end":
-                    ended_at = time.monotonic()
-                if on_event:
-                    on_event(event)
-            if done or (ended_at is not None and time.monotonic() - ended_at > exit_grace_s):
-                break
-            if cancel is not None and cancel.is_set():
-                ending = (RunStatus.CANCELLED, cancel_reason() if callable(cancel_reason) else cancel_reason)
-                break
-            _nap(proc, poll_s)
-    except KeyboardInterrupt:
-        ending = (RunStatus.CANCELLED, "interrupted (Ctrl-C); finished epochs kept")
-        raise
-    finally:
-        kill_group(proc.pid)  # the run is over or abandoned: no orphaned loader workers either way
-        proc.wait()
-        rejected = _rejected(run_dir)
-        if rejected is None:
-            (status, error), unlogged = _close_log(run_dir, proc.returncode, ending)
-            stored, held_by = _store(run_dir, db, unlogged)
+    claim(run_dir, db_path(db))  # first: the RunLog is this store's alone, whatever else shares its runs/
+    # NOTE: held until the run is stored or left waiting: meanwhile its RunLog is this process's to store, and
+    # pending_summary() does not count it as waiting (engine.runlog.launching)
+    with launching(run_dir):
+        (run_dir / "config.json").write_text(cfg.to_json())
+        (run_dir / "meta.json").write_text(json.dumps(meta))
+        proc = _start(run_dir, warm)
+        (run_dir / "pid").write_text(str(proc.pid))
+        offset, ending, ended_at = 0, None, None
+        try:
+            while True:
+                done = proc.poll() is not None
+                events, offset = tail_events(run_dir, offset)
+                for event in events:
+                    if event.get("type") == "end":
+                        ended_at = time.monotonic()
+                    if on_event:
+                        on_event(event)
+                if done or (ended_at is not None and time.monotonic() - ended_at > exit_grace_s):
+                    break
+                if cancel is not None and cancel.is_set():
+                    ending = (RunStatus.CANCELLED, cancel_reason() if callable(cancel_reason) else cancel_reason)
+                    break
+                _nap(proc, poll_s)
+        except KeyboardInterrupt:
+            ending = (RunStatus.CANCELLED, "interrupted (Ctrl-C); finished epochs kept")
+            raise
+        finally:
+            kill_group(proc.pid)  # the run is over or abandoned: no orphaned loader workers either way
+            proc.wait()
+            rejected = _rejected(run_dir)
+            if rejected is None:
+                (status, error), unlogged = _close_log(run_dir, proc.returncode, ending)
+                stored, held_by = _store(run_dir, db, unlogged)
     if rejected is not None:
         raise rejected
     return RunResult(run_id, status, error, run_dir, stored, held_by, warm=not isinstance(proc, subprocess.Popen))

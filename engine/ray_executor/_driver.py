@@ -11,10 +11,10 @@ from typing import Any
 from tqdm import tqdm
 
 from engine.config import RunConfig
-from engine.paths import Db, runs_dir
+from engine.paths import Db, db_path, runs_dir
 from engine.ray_executor import _node
 from engine.ray_executor._cluster import Node, alive_nodes
-from engine.runlog import RunLog, read_events
+from engine.runlog import RunLog, claim, launching, read_events
 from engine.runner import RunResult, new_run_id
 from engine.status import RunStatus
 from engine.store import ingest_run
@@ -150,23 +150,24 @@ class Driver:
     def _land(self, trial: Trial, payload: dict[str, Any] | None, status: str, reason: str) -> None:
         """Write the trial's RunLog under this store's runs/, end it if the trial could not, and ingest it."""
         run_dir = runs_dir(self.db) / trial.run_id
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "events.jsonl").write_text((payload or {}).get("events", ""), encoding="utf-8")
-        (run_dir / "stderr.log").write_text((payload or {}).get("stderr", ""), encoding="utf-8")
-        events = read_events(run_dir)
-        end = next((e for e in reversed(events) if e.get("type") == "end"), None)
-        with RunLog(run_dir) as runlog:
-            if not events:
-                host = (payload or {}).get("host") or (trial.node.host if trial.node else None)
-                runlog.write("start", run_id=trial.run_id, config=trial.cfg.to_dict(), host={"hostname": host},
-                             **trial.meta)
-            if end is None:
-                end = {"status": status, "error": reason}
-                runlog.write("end", **end)
-        try:
-            ingest_run(run_dir, db=self.db)
-        except Exception as e:  # noqa: BLE001 - the RunLog is on disk; ingest_pending picks it up later
-            log.warning("run %s is in %s but could not be ingested yet: %s", trial.run_id, run_dir, e)
+        claim(run_dir, db_path(self.db))  # the node's RunLog named its scratch store; this copy is this store's
+        with launching(run_dir):  # this process stores it: until then it is not waiting for anyone
+            (run_dir / "events.jsonl").write_text((payload or {}).get("events", ""), encoding="utf-8")
+            (run_dir / "stderr.log").write_text((payload or {}).get("stderr", ""), encoding="utf-8")
+            events = read_events(run_dir)
+            end = next((e for e in reversed(events) if e.get("type") == "end"), None)
+            with RunLog(run_dir) as runlog:
+                if not events:
+                    host = (payload or {}).get("host") or (trial.node.host if trial.node else None)
+                    runlog.write("start", run_id=trial.run_id, config=trial.cfg.to_dict(), host={"hostname": host},
+                                 **trial.meta)
+                if end is None:
+                    end = {"status": status, "error": reason}
+                    runlog.write("end", **end)
+            try:
+                ingest_run(run_dir, db=self.db)
+            except Exception as e:  # noqa: BLE001 - the RunLog is on disk; ingest_pending picks it up later
+                log.warning("run %s is in %s but could not be ingested yet: %s", trial.run_id, run_dir, e)
         run = RunResult(trial.run_id, end["status"], end.get("error"), run_dir)
         self.result.results.append(run)
         if run.status != RunStatus.DONE:

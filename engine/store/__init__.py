@@ -2,7 +2,7 @@
 migrations, RunLog ingest, the reads behind every page and command, share links and saved queries, the job
 queue's table, imports from other hosts, and the SQL sandbox. Nothing outside this package runs SQL.
 
-    connect.py   the one way to open the file (sidecar locks, retries, errors that say who holds it)
+    connect.py   the one way to open the file (sidecar locks, retries, errors that say who holds it); reads_only()
     schema.py    tables (tables.py), versions and migrations
     ingest.py    RunLog -> DuckDB (batched, idempotent, incremental; _events, _runrow, _stored)
     queries.py   runs: list, search, one run, epochs, steps, counts (one filter builder)
@@ -22,7 +22,7 @@ queue's table, imports from other hosts, and the SQL sandbox. Nothing outside th
 """
 
 from engine.errors import QueryRejected, StoreBusy, StoreCorrupt, StoreError, StoreHeld, StoreVersionError
-from engine.store.connect import DEFAULT_TIMEOUT_S, connect
+from engine.store.connect import DEFAULT_TIMEOUT_S, connect, prepare, reads_only
 from engine.store.edits import export, purge, restore, set_notes, set_tags, soft_delete
 from engine.store.explore import (EXPLORE_FILTERS, EXPLORE_METRICS, explore_axes, explore_filter_options,
                                   explore_summary)
@@ -73,7 +73,9 @@ __all__ = [
     "list_saved_queries",
     "load_view",
     "pending_summary",
+    "prepare",
     "purge",
+    "reads_only",
     "restore",
     "run_query",
     "save_query",

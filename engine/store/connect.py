@@ -9,6 +9,11 @@ another LoaderLab process holds it; then it opens DuckDB, retrying while a progr
 (a user's `duckdb` shell) holds the file. Past the timeout (30 s, or $LOADERLAB_LOCK_TIMEOUT) it
 raises StoreBusy naming the holder. Writers bring the schema up to date; readers of a missing or
 outdated file get it created or upgraded first, briefly as a writer, so they never fail on a fresh machine.
+
+Inside `with reads_only():` (the CLI's reading commands: query, runs, show, export...) nothing is written:
+a missing store is an error instead of a new file, an outdated one is read as it is, and an open for
+writing is refused. prepare(db) is what commands that write call before they start anything: it refuses
+a store that cannot be opened and creates a missing one.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import os
 import re
 import time
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Iterator
 
@@ -28,7 +34,7 @@ from engine.store._lock import SidecarLock, backoff
 from engine.errors import StoreBusy, StoreCorrupt, StoreError, StoreHeld, StoreVersionError
 from engine.store.schema import ensure_schema, needs_upgrade
 
-__all__ = ["DEFAULT_TIMEOUT_S", "connect"]
+__all__ = ["DEFAULT_TIMEOUT_S", "connect", "prepare", "reads_only"]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +47,38 @@ _OTHER_CONFIG = re.compile(r"different configuration", re.I)
 _BASE_CONFIG = {"python_enable_replacements": False}
 _CORRUPT = re.compile(r"not a valid DuckDB database|corrupt|checksum|deseriali", re.I)
 _NEWER = re.compile(r"created with a newer version of DuckDB|storage version", re.I)
+_READS_ONLY: ContextVar[bool] = ContextVar("loaderlab_reads_only", default=False)
+_PREPARE_WAIT_S = 2.0  # how long prepare() waits for a holder before letting the command go ahead anyway
+
+
+@contextmanager
+def reads_only() -> Iterator[None]:
+    """Within the block, no open writes: none creates a store, upgrades one or opens one for writing."""
+    token = _READS_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _READS_ONLY.reset(token)
+
+
+def prepare(db: Db = None) -> bool:
+    """Open the store once before a command that writes starts anything; returns whether it was created.
+
+    Refuses (StoreError) a store that cannot be used: a corrupt file, a folder, a newer schema, a path that
+    cannot be created. A store that a LoaderLab writer or another program holds now passes: it is a store,
+    and a run goes ahead whatever holds it (its RunLog waits to be stored).
+    """
+    path = db_path(db)
+    created = not path.exists()
+    try:
+        with connect(db, read_only=not created, timeout_s=_PREPARE_WAIT_S, outside_wait_s=_PREPARE_WAIT_S / 4):
+            pass
+    except StoreBusy as e:
+        log.info("store %s held now; going ahead: %s", path, e)
+    except OSError as e:
+        raise StoreError(f"cannot {'create' if created else 'open'} the store {path}: {e.strerror or e}; "
+                         "name a file in a folder you can write to") from None
+    return created
 
 
 @contextmanager
@@ -57,13 +95,21 @@ def connect(db: Db = None, *, read_only: bool, timeout_s: float | None = None,
     Work that can be deferred (ingesting a RunLog) passes a short wait and tries again later.
     """
     path = db_path(db)
+    if path.is_dir():  # before the sidecar locks: nothing is created beside a folder
+        raise StoreError(f"the store {path} is a folder, not a file; name a file, e.g. {path / 'loaderlab.duckdb'}")
+    reading_only = _READS_ONLY.get()
+    if reading_only and not read_only:
+        raise StoreError(f"a command that only reads tried to write the store {path}; nothing was written. "
+                         "This is a LoaderLab bug: please report it")
     if timeout_s is None:
         timeout_s = float(os.environ.get("LOADERLAB_LOCK_TIMEOUT") or DEFAULT_TIMEOUT_S)
     deadline = (time.monotonic() + timeout_s, outside_wait_s)
     if read_only and not path.exists():
+        if reading_only:
+            raise StoreError(f"there is no store at {path}, and a command that reads creates none; check the path")
         _close(*_open(path, False, deadline))  # create it with the schema
     lock, conn = _open(path, read_only, deadline, config)
-    if read_only and _guarded(path, needs_upgrade, conn, lock):
+    if read_only and _guarded(path, needs_upgrade, conn, lock) and not reading_only:
         _close(lock, conn)  # an older file or a new RunConfig field: upgrade as writer, then read
         _close(*_open(path, False, deadline))
         lock, conn = _open(path, read_only, deadline, config)

@@ -12,6 +12,9 @@ from there, whole lines only (a line being written waits for the next ingest). R
 (run_id, model_idx, rank, epoch[, step]) and replaced, never appended twice, so re-ingest changes nothing.
 A program outside LoaderLab holding the file (a notebook) makes ingest raise StoreHeld after
 DEFER_AFTER_S instead of waiting: the RunLog is the record, and the next ingest_pending() stores it.
+
+A RunLog belongs to the one store it names (engine/store/pending.py, belongs): ingest_pending() takes only
+those, and ingest_run() refuses a RunLog that names another store.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from engine.paths import Db, runs_dir
+from engine.paths import Db, db_path, runs_dir
 from engine.runlog import first_event, heartbeat_age, read_span
 from engine.status import RunStatus
 from engine.store import _events as ev
@@ -32,7 +35,7 @@ from engine.store import version
 from engine.store._runrow import run_row
 from engine.store._stored import previous, prior_events, stored_epochs, stored_samples, stored_waits
 from engine.store.connect import connect
-from engine.store.pending import write_marker
+from engine.store.pending import belongs, check_owner, write_marker
 
 __all__ = ["DEFER_AFTER_S", "ingest_pending", "ingest_run"]
 
@@ -52,7 +55,9 @@ def ingest_run(run_dir: str | os.PathLike, *, db: Db = None, job_id: str | None 
     failed on a full disk). Raises StoreHeld after `outside_wait_s` when a program outside LoaderLab holds
     the file: the RunLog stays on disk and the next ingest_pending() stores it (None: wait as long as any
     other write).
+    A RunLog that names another store is refused (ValueError): it is that store's to ingest.
     """
+    check_owner(Path(run_dir), db)
     with connect(db, read_only=False, outside_wait_s=outside_wait_s) as conn:
         run_id, wrote = _ingest(conn, Path(run_dir), job_id, sweep_meta, stale_after_s, extra_events)
     if wrote:
@@ -64,8 +69,9 @@ def ingest_pending(runs_root: Db = None, *, db: Db = None,
                    stale_after_s: float = 30.0, outside_wait_s: float | None = DEFER_AFTER_S) -> list[str]:
     """Ingest every RunLog under runs_root that grew since the store saw it, or whose run went stale.
 
-    Cheap when nothing changed: one stat per run directory and one read-only query. Raises StoreHeld
-    as ingest_run does; what is not stored now is found again by the next call.
+    Only RunLogs that belong to this store (pending.belongs) are looked at. Cheap when nothing changed: one stat
+    per run directory and one read-only query. Raises StoreHeld as ingest_run does; what is not stored now is
+    found again by the next call. A store that does not exist is created only when a RunLog of its own waits.
     """
     root = Path(runs_root) if runs_root is not None else runs_dir(db)
     if not root.is_dir():
@@ -73,9 +79,11 @@ def ingest_pending(runs_root: Db = None, *, db: Db = None,
     dirs = sorted(d.resolve() for d in root.iterdir() if (d / "events.jsonl").is_file())
     if not dirs:
         return []
-    with connect(db, read_only=True, outside_wait_s=outside_wait_s) as conn:
-        seen = {r[0]: (r[1], r[2]) for r in conn.execute(
-            "SELECT run_dir, ingested_bytes, status FROM runs WHERE run_dir IS NOT NULL").fetchall()}
+    seen: dict[str, tuple[int, str]] = {}
+    if db_path(db).exists():
+        with connect(db, read_only=True, outside_wait_s=outside_wait_s) as conn:
+            seen = {r[0]: (r[1], r[2]) for r in conn.execute(
+                "SELECT run_dir, ingested_bytes, status FROM runs WHERE run_dir IS NOT NULL").fetchall()}
     pending = []
     for d in dirs:
         size, status = seen.get(str(d), (None, None))
@@ -83,6 +91,7 @@ def ingest_pending(runs_root: Db = None, *, db: Db = None,
             pending.append(d)
         elif status == RunStatus.RUNNING and (heartbeat_age(d) or 0.0) > stale_after_s:
             pending.append(d)
+    pending = [d for d in pending if belongs(d, db)]  # NOTE: after the cheap stat: one small read per candidate
     done: list[str] = []
     if not pending:
         return done

@@ -5,7 +5,10 @@ Host columns and host_fingerprint come along, so Explore can compare hosts. Sour
 - a LoaderLab DuckDB store, attached read-only (never modified, never upgraded);
 - a Parquet bundle, the folder export_bundle() writes (runs/epochs/steps/samples/calibrations.parquet),
   or those files named one by one (also as `python -m engine export --table T` names them: loaderlab-T.parquet);
-- a lone runs Parquet file (`python -m engine export`): the runs table only, no epochs or steps.
+- a lone runs Parquet file (`python -m engine export`): the runs table only, no epochs or steps;
+- a RunLog folder (`<store dir>/runs/<run_id>`) that names this store or none: a RunLog written before RunLogs
+  named their store is stored by pending ingest only into `loaderlab.duckdb` beside it, so a store of another
+  name takes it this way, and it is this store's from then on. Each RunLog is ingested on its own.
 Columns the source lacks (an older schema) are NULL; columns this store lacks are ignored. The whole
 import is one transaction, so it lands whole or not at all, and importing twice adds nothing.
 
@@ -25,10 +28,13 @@ from pathlib import Path
 import duckdb
 
 from engine.paths import Db, db_path
+from engine.runlog import claim, first_event
 from engine.store import version
 from engine.store._lock import SidecarLock
 from engine.store.connect import connect
 from engine.store.edits import export
+from engine.store.ingest import ingest_run
+from engine.store.pending import check_owner
 
 __all__ = ["RUN_TABLES", "ImportResult", "export_bundle", "import_results"]
 
@@ -107,8 +113,43 @@ def _plan(paths: list[Path], store: Path) -> tuple[list[Path], list[dict[str, Pa
 def import_results(paths: str | os.PathLike | list, *, db: Db = None) -> ImportResult:
     """Merge runs from other stores or Parquet exports into this one (see the module docstring)."""
     items = [Path(p).expanduser().resolve() for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)]
-    stores, groups = _plan(items, db_path(db))
+    runlogs = [p for p in items if (p / "events.jsonl").is_file()]
+    for run_dir in runlogs:
+        _check_runlog(run_dir, db)
+    stores, groups = _plan([p for p in items if p not in runlogs], db_path(db))
     result = ImportResult([str(p) for p in items])
+    if stores or groups:
+        _merge_all(stores, groups, result, db)
+    if runlogs:
+        _ingest_runlogs(runlogs, result, db)
+    log.info("imported %d runs (%d already here) from %s", result.runs_added, result.runs_present, result.sources)
+    return result
+
+
+def _check_runlog(run_dir: Path, db: Db) -> None:
+    """Before anything is imported: the RunLog has its start event, and names this store or none."""
+    check_owner(run_dir, db)
+    start = first_event(run_dir / "events.jsonl")
+    if not start or start.get("type") != "start":
+        raise ValueError(f"the RunLog {run_dir} has no start event; nothing to import from it")
+
+
+def _ingest_runlogs(runlogs: list[Path], result: ImportResult, db: Db) -> None:
+    """Each RunLog on its own (ingest is idempotent), claimed for this store once stored."""
+    with connect(db, read_only=True) as conn:
+        have = {r[0] for r in conn.execute("SELECT run_id FROM runs").fetchall()}
+    for run_dir in runlogs:
+        run_id = ingest_run(run_dir, db=db)
+        claim(run_dir, db_path(db))  # NOTE: after the ingest: from now on no other store takes it
+        if run_id in have:
+            result.runs_present += 1
+        else:
+            result.runs_added += 1
+            have.add(run_id)
+
+
+def _merge_all(stores: list[Path], groups: list[dict[str, Path]], result: ImportResult, db: Db) -> None:
+    """Every store and Parquet group in one transaction: it lands whole or not at all."""
     with connect(db, read_only=False) as conn, ExitStack() as stack:  # sources detach before the store closes
         relations = [{t: f"read_parquet({_lit(f)})" for t, f in g.items()} for g in groups]
         for i, src in enumerate(stores):
@@ -125,8 +166,6 @@ def import_results(paths: str | os.PathLike | list, *, db: Db = None) -> ImportR
             conn.execute("ROLLBACK")
             raise
     version.bump(db)  # the dashboard's cached charts are keyed on it: imported runs show at once
-    log.info("imported %d runs (%d already here) from %s", result.runs_added, result.runs_present, result.sources)
-    return result
 
 
 def _attach(conn: duckdb.DuckDBPyConnection, stack: ExitStack, src: Path, alias: str) -> dict[str, str]:

@@ -7,6 +7,11 @@ its log waits here until the next command that can write ingests it. This module
 waiting, and why" for the dashboard and the CLI while a user's DuckDB session holds the file, so it
 never waits: it reads the store's offsets read-only when that opens at once, and otherwise the
 `ingested` marker each ingest leaves in the run's folder (the byte offset it stored).
+
+A RunLog belongs to one store, the one it names (engine.runlog.claim): stores that share a folder share its
+runs/, and each one takes only its own RunLogs (belongs). A RunLog written before RunLogs named their store
+is left to the store of the default name beside it (`loaderlab.duckdb`), where every such log was meant to go
+unless --db said otherwise; any other store takes one only on an explicit `python -m engine import RUN_DIR`.
 """
 
 from __future__ import annotations
@@ -17,15 +22,17 @@ import os
 from pathlib import Path
 
 from engine.paths import Db, db_path, runs_dir
-from engine.runlog import heartbeat_age
+from engine.runlog import heartbeat_age, held_by_launcher, owner
 from engine.store.connect import connect
 from engine.errors import StoreError
 
-__all__ = ["MARKER", "lock_holders", "pending_runs", "pending_summary", "read_marker", "write_marker"]
+__all__ = ["LEGACY_STORE", "MARKER", "belongs", "check_owner", "lock_holders", "pending_runs", "pending_summary",
+           "read_marker", "write_marker"]
 
 log = logging.getLogger(__name__)
 
 MARKER = "ingested"  # <run_dir>/ingested: the byte offset of events.jsonl the store holds
+LEGACY_STORE = "loaderlab.duckdb"  # the store that takes RunLogs naming none (written before they named one)
 STALE_AFTER_S = 30.0  # as the job worker: a run silent for longer is over, and waits to be stored as killed
 _PROBE_S = 0.3  # how long the read-only look at the store may wait for a LoaderLab writer
 
@@ -36,7 +43,8 @@ def pending_summary(db: Db = None) -> dict[str, object]:
 
 
 def pending_runs(db: Db = None, stale_after_s: float = STALE_AFTER_S) -> list[Path]:
-    """Run folders whose run is over (an `end` event, or a stale heartbeat) and whose log the store lacks."""
+    """Run folders of this store whose run is over (an `end` event, or a stale heartbeat), whose log the store
+    lacks, and whose launcher is done with them (stored them or gave up, or died)."""
     root = runs_dir(db)
     if not root.is_dir():
         return []
@@ -48,9 +56,31 @@ def pending_runs(db: Db = None, stale_after_s: float = STALE_AFTER_S) -> list[Pa
         except OSError:
             continue
         have = stored.get(str(d.resolve())) if stored is not None else read_marker(d)
-        if size and have != size and _over(d, stale_after_s):
-            out.append(d)
+        if size and have != size and _over(d, stale_after_s) and belongs(d, db) and not held_by_launcher(d):
+            out.append(d)  # NOTE: a run whose launcher is alive is stored by it, or counted once it gave up
     return out
+
+
+def belongs(run_dir: Path, db: Db = None) -> bool:
+    """Whether this store is the one to ingest the RunLog: the store it names, or for a RunLog naming none, the
+    store of the default name in the folder that holds its runs/."""
+    named, path = owner(run_dir), db_path(db)
+    if named is not None:
+        return named == str(path)
+    return path.name == LEGACY_STORE and Path(run_dir).resolve().parent == runs_dir(db)
+
+
+def check_owner(run_dir: Path, db: Db = None) -> None:
+    """Refuse (ValueError) a RunLog that names another store: an explicit ingest or import may take a RunLog that
+    names none, never another store's."""
+    named = owner(run_dir)
+    if named is None or named == str(db_path(db)):
+        return
+    if not named:
+        raise ValueError(f"the RunLog {run_dir} names its store in {Path(run_dir) / 'store'}, which cannot be read; "
+                         "make it readable, then retry")
+    raise ValueError(f"the RunLog {run_dir} belongs to the store {named}, not {db_path(db)}; only that store "
+                     f"stores it: --db {named}")
 
 
 def holder(db: Db = None) -> str | None:

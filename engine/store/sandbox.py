@@ -51,6 +51,7 @@ _REFUSED = re.compile(r"^(read_\w+|\w+_scan|glob|sniff_csv|parquet_\w+|query|que
                       r"checkpoint|force_checkpoint|getenv|duckdb_secrets|which_secret|\w+_attach|iceberg_\w+|"
                       r"postgres_\w+|mysql_\w+|sqlite_\w+)$", re.I)
 _EXPLAIN = re.compile(r"^\s*EXPLAIN(\s+ANALY[SZ]E)?\s+", re.I)
+_NAME = re.compile(rb'"[^"]*"|[^\s/(-]+')  # a function's name at a token's start, in the UTF-8 text
 _MAX_SQL = 100_000
 _BATCH_VECTORS = 32  # a batch is 32 DuckDB vectors of 2048 rows: memory stays bounded whatever max_rows is
 
@@ -95,6 +96,11 @@ def check_query(sql: str) -> duckdb.Statement:
         raise QueryRejected("the query is empty; write one SELECT statement")
     if len(sql) > _MAX_SQL:
         raise QueryRejected(f"the query is {len(sql)} characters long; at most {_MAX_SQL} are allowed")
+    try:
+        sql.encode("utf-8")
+    except UnicodeEncodeError as e:  # a lone surrogate: DuckDB's parser takes UTF-8 only, and would raise TypeError
+        raise QueryRejected(f"the query holds a character that is not text (position {e.start}); "
+                            "retype that part of it") from None
     statement = _one_statement(sql)
     kind = statement.type
     if kind == duckdb.StatementType.EXPLAIN:
@@ -109,13 +115,17 @@ def check_query(sql: str) -> duckdb.Statement:
 
 
 def _check_functions(sql: str) -> None:
-    # NOTE: comments dropped first: `read_text /* x */ (...)` is a call of read_text too
+    # NOTE: DuckDB's token offsets count bytes of the UTF-8 text, not characters: names are cut from the bytes,
+    # else each wider character before a name (é, 中, 🚀) shifts the cut and can hide the name from this check.
+    # Comments are dropped first: `read_text /* x */ (...)` is a call of read_text too.
+    raw = sql.encode("utf-8")
     tokens = [t for t in duckdb.tokenize(sql) if t[1] != duckdb.token_type.comment]
     for (start, typ), (nxt, _) in zip(tokens, tokens[1:]):
         if typ not in (duckdb.token_type.identifier, duckdb.token_type.keyword):
             continue
-        name = re.match(r'"[^"]*"|[^\s/(-]+', sql[start:]).group().strip('"')
-        if sql[nxt:nxt + 1] == "(" and _REFUSED.match(name):
+        found = _NAME.match(raw, start)
+        name = found.group().strip(b'"').decode("utf-8", "replace") if found else ""
+        if raw[nxt:nxt + 1] == b"(" and _REFUSED.match(name):
             raise QueryRejected(f"{name}() reads files or runs other SQL, which the SQL page does not allow; "
                                 "query the store's tables (runs, epochs, steps, samples, ...) instead")
 

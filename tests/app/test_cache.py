@@ -7,6 +7,7 @@ import shutil
 
 from engine import api
 from engine.config import RunConfig
+from engine.runlog import claim
 from engine.store import ingest_pending, version
 from ui import cache
 
@@ -24,6 +25,7 @@ def test_job_queue_writes_keep_the_version_and_ingest_bumps_it(seeded, seeded_te
     src = next(p for p in (seeded_template[0].parent / "runs").iterdir() if (p / "events.jsonl").is_file())
     shutil.copytree(src, db.parent / "runs" / "copied-run")
     (db.parent / "runs" / "copied-run" / "ingested").unlink(missing_ok=True)
+    claim(db.parent / "runs" / "copied-run", db)  # this store's RunLog now (the copy named the template's)
     assert ingest_pending(db=db)
     assert cache.data_token() != before_data
     assert cache.cached("count_runs") == api.count_runs() and counts == api.count_runs()  # same run id: upsert

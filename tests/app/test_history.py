@@ -88,3 +88,17 @@ def test_schema_browser_lists_tables(seeded, open_page):
     schema = at.dataframe[0].value
     assert {"runs", "epochs", "steps", "views", "saved_queries"} <= set(schema["table"])
     assert ("runs", "epoch_s") in set(zip(schema["table"], schema["column"]))
+
+
+def test_wide_characters_come_back_and_never_hide_a_refused_name(seeded, open_page, file_hash, no_problems):
+    """The History page goes through the same filter as `query`: DuckDB's token offsets are bytes, so characters
+    of 2, 3 and 4 bytes before a name must neither break the page nor hide read_text from the filter."""
+    db, _ = seeded
+    at = _run_sql(open_page("history"), "SELECT 'é 中文 🚀' AS u")
+    no_problems(at)
+    assert at.dataframe[-1].value["u"].tolist() == ["é 中文 🚀"]
+    before = file_hash(db)
+    at = _run_sql(at, "SELECT 'é 中文 🚀' AS u, * FROM read_text('/etc/passwd')")
+    assert not at.exception
+    assert len(at.error) == 1 and at.error[0].value.startswith("Query not run: read_text()"), at.error[0].value
+    assert file_hash(db) == before

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from engine import api
+from engine.runlog import claim
 from tests._markup import seen
+from ui import pending
 from ui.pending import message
 
 # A program outside LoaderLab holding the store read-only, as a notebook's duckdb.connect(..., read_only=True) does
@@ -31,6 +33,7 @@ def _waiting_run(seeded, seeded_template) -> Path:
     copy = db.parent / "runs" / "waiting-run"
     shutil.copytree(src, copy)
     (copy / "ingested").unlink(missing_ok=True)  # the marker would say it is stored
+    claim(copy, db)  # a RunLog of this store (the copy named the template's)
     return copy
 
 
@@ -64,3 +67,19 @@ def test_once_the_holder_is_gone_the_dashboard_stores_the_waiting_runs(seeded, s
 def test_no_banner_when_everything_is_stored(seeded, open_page):
     at = open_page("explore")
     assert not [w for w in at.warning if "waiting to be stored" in w.value]
+
+
+def test_the_dashboard_stores_only_its_own_stores_runlogs(seeded, seeded_template, open_page):
+    """A RunLog of another store in the same folder (they share runs/) is neither counted by the banner nor
+    stored by a page view: it is the other store's."""
+    db, _ = seeded
+    run_dir = _waiting_run(seeded, seeded_template)
+    claim(run_dir, db.with_name("other.duckdb"))
+    assert api.pending_summary(db)["count"] == 0
+    at = open_page("explore")
+    assert not at.exception and not [w for w in at.warning if "waiting to be stored" in w.value]
+    assert not (run_dir / "ingested").exists()  # never ingested: each ingest leaves this marker
+    claim(run_dir, db)  # the same RunLog named for this store: the next look stores it (the test can fail)
+    pending._summary.clear()  # the banner's count is cached for 5 s
+    open_page("explore")
+    assert (run_dir / "ingested").exists()

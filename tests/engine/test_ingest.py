@@ -8,8 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from engine.config import RunConfig
-from engine.runlog import RunLog
+from engine.runlog import RunLog, claim, owner
 from engine.store import connect, get_epochs, get_run, ingest_pending, ingest_run, pending_summary
 
 TABLES = ("epochs", "steps", "samples", "calibrations")
@@ -172,3 +174,68 @@ def test_an_offset_in_mid_line_is_not_resumed_from(tmp_path):
     ingest_run(run_dir, db=db)
     ingest_run(run_dir, db=whole_db)
     assert _dump(db) == _dump(whole_db)
+
+
+# ---------------------------------------------------------------------------- one store per RunLog (issue 19)
+
+
+def _finished(run_dir: Path, run_id: str, store: Path | None = None) -> Path:
+    """A finished RunLog naming `store`, or none (as RunLogs were written before they named their store)."""
+    if store is not None:
+        claim(run_dir, store)
+    with RunLog(run_dir) as rl:
+        rl.write("start", run_id=run_id, config=RunConfig().to_dict(), host={})
+        _epoch(rl, 0, 1.0)
+        rl.write("end", status="done", error=None)
+    return run_dir
+
+
+def test_a_store_ingests_only_the_runlogs_that_name_it(tmp_path):
+    """Two stores in one folder share its runs/: each stores and counts its own RunLogs, never the other's."""
+    a, b = tmp_path / "a.duckdb", tmp_path / "b.duckdb"
+    _finished(tmp_path / "runs" / "ra", "ra", a)
+    _finished(tmp_path / "runs" / "rb", "rb", b)
+    assert pending_summary(a)["count"] == 1 and pending_summary(b)["count"] == 1
+    assert ingest_pending(db=a) == ["ra"]
+    assert ingest_pending(db=b) == ["rb"]
+    assert ingest_pending(db=a) == [] and ingest_pending(db=b) == []
+    assert get_run("rb", db=a) is None and get_run("ra", db=b) is None
+    with pytest.raises(ValueError, match=f"belongs to the store {a}"):
+        ingest_run(tmp_path / "runs" / "ra", db=b)  # an explicit ingest of another store's RunLog is refused too
+    assert get_run("ra", db=b) is None
+
+
+def test_a_store_with_no_runlog_of_its_own_is_not_created_by_ingest(tmp_path):
+    _finished(tmp_path / "runs" / "ra", "ra", tmp_path / "a.duckdb")
+    assert ingest_pending(db=tmp_path / "b.duckdb") == []
+    assert not (tmp_path / "b.duckdb").exists()
+
+
+def test_a_runlog_naming_no_store_goes_to_the_default_store_beside_it_only(tmp_path):
+    """RunLogs from before RunLogs named their store: loaderlab.duckdb beside runs/ takes them, as it always
+    did; a store of another name in that folder takes one only when `import` names it."""
+    old = _finished(tmp_path / "runs" / "old", "old")
+    other = tmp_path / "a.duckdb"
+    assert ingest_pending(db=other) == [] and pending_summary(other)["count"] == 0
+    assert ingest_pending(db=tmp_path / "loaderlab.duckdb") == ["old"]
+    assert owner(old) is None  # pending ingest does not rename it: nothing but its own store looks at it
+
+
+_LAUNCHER = ("import sys; from engine.runlog import launching\n"
+             "with launching(sys.argv[1]):\n    print('holding', flush=True); sys.stdin.read()")
+
+
+def test_a_run_its_launcher_is_still_storing_is_not_waiting(tmp_path):
+    """While the process that launched a run holds it (it is about to store it), readers do not report it as
+    waiting; once that process is gone, killed or not, it is."""
+    db = tmp_path / "loaderlab.duckdb"
+    run_dir = _finished(tmp_path / "runs" / "r", "r", db)
+    proc = subprocess.Popen([sys.executable, "-c", _LAUNCHER, str(run_dir)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "holding"
+        assert pending_summary(db)["count"] == 0
+    finally:
+        proc.kill()  # no clean exit: the kernel drops the lock with the process
+        proc.wait(30)
+    assert pending_summary(db)["count"] == 1

@@ -11,9 +11,9 @@ import pytest
 from engine import cli
 from engine.config import RunConfig
 from engine.store.merge import RUN_TABLES, export_bundle, import_results
-from engine.runlog import RunLog
+from engine.runlog import RunLog, claim, owner
 from engine.runner import launch
-from engine.store import connect, export, ingest_run, list_runs, set_tags, soft_delete
+from engine.store import connect, export, ingest_pending, ingest_run, list_runs, set_tags, soft_delete
 
 HOST_ONLY = ("run_dir", "ingested_bytes")
 
@@ -148,3 +148,35 @@ def test_cli_entry_point(source, tmp_path, capsys):
     assert cli.main(["import", str(source), "--db", str(tmp_path / "mine.duckdb")]) == 0
     assert capsys.readouterr().out.startswith("imported 2 runs (0 already here); rows: ")
     assert os.path.exists(tmp_path / "mine.duckdb")
+
+
+def _runlog(run_dir, run_id: str):
+    with RunLog(run_dir) as rl:
+        rl.write("start", run_id=run_id, config=RunConfig(loader="threads", workers=2).to_dict(), host={})
+        rl.write("epoch", model_idx=0, rank=0, epoch=0, warmup=False, wall_s=1.0, samples=10,
+                 steps=[[0, 0.1, 0.0, 0.2, 0.3]])
+        rl.write("end", status="done", error=None)
+    return run_dir
+
+
+def test_import_of_a_runlog_folder_stores_it_and_makes_it_this_stores(tmp_path):
+    """A RunLog naming no store (written before RunLogs named theirs) goes by pending ingest only to
+    loaderlab.duckdb beside it; `import RUN_DIR` stores it in a store of another name, which owns it from then."""
+    old = _runlog(tmp_path / "runs" / "old", "old")
+    mine, default = tmp_path / "mine.duckdb", tmp_path / "loaderlab.duckdb"
+    assert cli.main(["import", str(old), "--db", str(mine)]) == 0
+    assert list_runs(db=mine)["run_id"].tolist() == ["old"]
+    assert owner(old) == str(mine)
+    assert ingest_pending(db=default) == []  # the default store beside it no longer takes it
+    result = import_results(old, db=mine)
+    assert (result.runs_added, result.runs_present) == (0, 1)  # twice adds nothing
+
+
+def test_import_refuses_another_stores_runlog(tmp_path):
+    theirs = tmp_path / "theirs.duckdb"
+    run_dir = tmp_path / "runs" / "r"
+    claim(run_dir, theirs)
+    _runlog(run_dir, "r")
+    with pytest.raises(ValueError, match=f"belongs to the store {theirs}"):
+        import_results(run_dir, db=tmp_path / "mine.duckdb")
+    assert owner(run_dir) == str(theirs)

@@ -4,7 +4,10 @@ good SELECTs come back as DataFrames, bounded in rows and time."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -12,8 +15,10 @@ import duckdb
 import pandas as pd
 import pytest
 from _stores import one_run_store
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from engine.store import QueryRejected, list_runs, run_query
+from engine.store import QueryRejected, check_query, list_runs, run_query
 from engine.store.sandbox import sandbox_connection
 
 
@@ -176,3 +181,64 @@ def test_read_only_and_lockdown_hold_without_the_parser_check(db, unchanged, sql
         with pytest.raises(duckdb.Error):
             conn.execute(sql.format(tmp=unchanged)).fetchall()
         assert conn.execute("SELECT current_setting('enable_external_access')").fetchall() == [(False,)]
+
+
+# ---------------------------------------------------------------------------- non-ASCII text (issue 19, section 2)
+# DuckDB's token offsets count UTF-8 bytes. Characters of every width (1 to 4 bytes) before a refused name must
+# not hide it, and a query holding them must run.
+
+FUZZ = settings(max_examples=60, deadline=None, database=None, derandomize=True,
+                suppress_health_check=[HealthCheck.function_scoped_fixture])
+WIDE = "aZ 09_é߀Ω中文字€🚀😀𝔘"  # 1-byte ASCII, 2-byte (é ß Ω), 3-byte (中 文 字 €), 4-byte (🚀 😀 𝔘)
+texts = st.text(alphabet=st.sampled_from(WIDE), max_size=24)
+# every family the filter refuses by name, as DuckDB spells those functions
+REFUSED = ["read_csv", "read_csv_auto", "read_text", "read_blob", "read_json", "read_json_auto", "read_parquet",
+           "parquet_scan", "parquet_metadata", "parquet_schema", "seq_scan", "delta_scan", "glob", "sniff_csv",
+           "query", "query_table", "json_execute_serialized_sql", "checkpoint", "force_checkpoint", "getenv",
+           "duckdb_secrets", "which_secret", "sqlite_attach", "iceberg_scan", "iceberg_metadata", "postgres_query",
+           "postgres_scan", "mysql_query", "sqlite_scan"]
+SHAPES = [  # where the wide text sits: before the name (the bypass), around it, in comments, in quoted names
+    "SELECT '{a}' AS x, * FROM {f}('{b}')",
+    "SELECT '{a}', '{b}' FROM {f}('/etc/passwd') WHERE '{b}' <> ''",
+    "/* {a} */ SELECT \"{a}x\" FROM {f}('{b}') -- {b}",
+    "SELECT 1 AS \"{a}y\" UNION ALL SELECT count(*) FROM {f} /* {b} */ ('x')",
+    "WITH t AS (SELECT '{a}{b}' AS v) SELECT * FROM t, \"{f}\"('{a}')",
+    "SELECT '{a}' AS x FROM runs WHERE run_id IN (SELECT * FROM {F}('{b}'))",
+]
+
+
+@FUZZ
+@given(name=st.sampled_from(REFUSED), shape=st.sampled_from(SHAPES), a=texts, b=texts)
+def test_wide_characters_never_hide_a_refused_name(name, shape, a, b):
+    sql = shape.format(f=name, F=name.upper(), a=a, b=b)
+    with pytest.raises(QueryRejected) as err:
+        check_query(sql)
+    assert str(err.value).lower().startswith(f"{name}()"), (sql, str(err.value))
+
+
+@FUZZ
+@given(a=texts, b=texts)
+def test_a_query_with_wide_characters_returns_them(db, unchanged, a, b):
+    df = run_query(f"SELECT '{a}' AS u, '{b}' AS \"{b}ü\", count(*) AS n FROM runs", db=db).df
+    assert df.to_dict("records") == [{"u": a, f"{b}ü": b, "n": 1}]
+
+
+def test_a_lone_surrogate_is_refused_in_one_line(db, unchanged):
+    with pytest.raises(QueryRejected, match="not text"):
+        run_query("SELECT '\ud800' AS u", db=db)
+
+
+def test_the_cli_query_returns_wide_characters_and_refuses_a_hidden_name(db, unchanged):
+    """The issue's repro through the real CLI: the value comes back, and a wide literal before read_text is
+    refused in one line with exit 2."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+
+    def cli(sql: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "engine", "query", sql, "--format", "json", "--db", str(db)],
+                              env=env, capture_output=True, text=True, encoding="utf-8", timeout=120)
+
+    out = cli("SELECT 'é 中文 🚀' AS u")
+    assert out.returncode == 0 and json.loads(out.stdout) == [{"u": "é 中文 🚀"}], out.stderr
+    out = cli("SELECT 'é 中文 🚀' AS u, * FROM read_text('/etc/passwd')")
+    assert out.returncode == 2 and out.stdout == "", out.stdout
+    assert out.stderr.strip().splitlines() == [out.stderr.strip()] and "read_text()" in out.stderr, out.stderr

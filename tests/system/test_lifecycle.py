@@ -186,8 +186,12 @@ def _downgrade(db: Path) -> None:
 def test_migration_through_the_cli_backs_up_first_and_keeps_every_backup(tmp_path):
     db = _store(tmp_path / "store" / "loaderlab.duckdb")
     _downgrade(db)
-    code, out, err = _cli(["runs"], db)  # a reader: upgrades the file, as a writer, before reading
-    assert code == 0 and "r1" in out, err
+    before = _sha(db)
+    code, out, err = _cli(["runs"], db)  # a reader reads the old file as it is: it never writes, not even to upgrade
+    assert code == 0 and "r1" in out and _sha(db) == before, err
+    assert not db.with_name(db.name + ".bak-v0").exists()
+    code, out, err = _cli(["demo"], db)  # a command that writes upgrades it first (the demo is skipped: runs exist)
+    assert code == 0 and "demo skipped" in out, err
     first = db.with_name(db.name + ".bak-v0")
     with duckdb.connect(str(first), read_only=True) as old:
         assert old.execute("SELECT count(*) FROM schema_version").fetchall() == [(0,)]
@@ -198,7 +202,7 @@ def test_migration_through_the_cli_backs_up_first_and_keeps_every_backup(tmp_pat
         assert new.execute("SELECT count(*) FROM epochs").fetchall() == [(3,)]
     kept = _sha(first)
     _downgrade(db)
-    assert _cli(["query", "SELECT count(*) AS n FROM runs"], db)[0] == 0
+    assert _cli(["demo"], db)[0] == 0
     assert _sha(first) == kept  # the earlier backup is never overwritten
     assert db.with_name(db.name + ".bak-v0.1").exists()
 

@@ -4,6 +4,7 @@ and land once the session closes. Real subprocesses and real DuckDB files."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -54,6 +55,10 @@ def holder(store):
             close()
 
 
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def _stored_ids(store: Path) -> set[str]:
     with duckdb.connect(str(store), read_only=True) as conn:  # alongside the holder: readers share the file
         return {r[0] for r in conn.execute("SELECT run_id FROM runs").fetchall()}
@@ -73,7 +78,12 @@ def test_run_goes_ahead_while_a_session_holds_the_store(store, holder):
     listing = cli("runs", db=store)  # while held, `runs` still reads, and says what waits
     assert listing.returncode == 0 and WAITING in listing.stderr and "no runs yet" in listing.stdout
     holder()
-    listing = cli("runs", db=store)  # the next command that can write stores it
+    before = _sha(store)
+    listing = cli("runs", db=store)  # a command that reads never stores: it says what waits, and writes nothing
+    assert listing.returncode == 0 and WAITING in listing.stderr and "no runs yet" in listing.stdout
+    assert _sha(store) == before
+    assert cli("worker", "--once", db=store).returncode == 0  # the next command that writes stores it
+    listing = cli("runs", db=store)
     assert listing.returncode == 0 and "done" in listing.stdout and WAITING not in listing.stderr
     (run_id,) = _stored_ids(store)
     assert get_run(run_id, db=store)["n_epochs"] == 2
@@ -92,7 +102,7 @@ def test_every_sweep_run_lands_after_the_session_closes(store, holder, tmp_path)
     assert line.startswith(f"2 run(s) {WAITING} and will be stored once the other session (pid {holder.pid} (")
     assert _stored_ids(store) == set()
     holder()
-    assert cli("runs", db=store).returncode == 0
+    assert cli("worker", "--once", db=store).returncode == 0  # a command that writes stores what waited
     run_dirs = sorted(d for d in (store.parent / "runs").iterdir() if (d / "events.jsonl").exists())
     assert len(run_dirs) == 2 and _stored_ids(store) == {d.name for d in run_dirs}
     for d in run_dirs:
@@ -237,4 +247,5 @@ def test_a_read_write_session_does_not_stop_a_run_or_make_run(store):
     finally:
         proc.terminate()
         proc.wait(30)
-    assert cli("runs", db=store).returncode == 0 and pending_summary(store)["count"] == 0  # stored once it closed
+    assert cli("worker", "--once", db=store).returncode == 0  # stored once it closed, by a command that writes
+    assert pending_summary(store)["count"] == 0
