@@ -2,7 +2,7 @@
 text as typed, escaped so that Streamlit's Markdown shows it literally, and a chart's labels hold no Plotly HTML.
 
 A share link is something colleagues click: `/explore?x=[Session expired](https://evil)` must not put a working
-link inside the app's own warning. tests/browser/test_markup.py checks the same in a real chromium.
+link inside the app's own warning. tests/browser/test_markup_in_chromium.py checks the same in a real chromium.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """GPU idle by cause on a real GPU: short CUDA runs through the runner into a real store. Skipped without CUDA
 (the CPU side of the same path, from a recorded GPU run: tests/engine/test_gpu_idle.py, tests/app/test_run_costs.py).
 
-    .venv/bin/python -m pytest tests/system/test_gpu_idle.py -q
+    .venv/bin/python -m pytest tests/system/test_gpu_idle_on_cuda.py -q
 """
 
 from __future__ import annotations
