@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, TextIO
@@ -191,7 +192,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         preflight(cfg)  # a plugin's one-batch check is validation too: --dry-run is how to try your plugin
         print(json.dumps(cfg.to_dict(), indent=2))
         return 0
-    _prepare_store(args.db)
+    _prepare_store(args.db, defer=True)
 
     def on_event(event: dict[str, Any]) -> None:
         if event["type"] == "epoch" and not args.quiet:
@@ -284,6 +285,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.executor == "ray":
         require_ray()  # before anything else: without Ray there is nothing to size
     sweep = SweepConfig.from_dict(data, expand=False)  # its size, from the axes' lengths, is checked against the cap
+    _prepare_store(args.db, defer=True)  # a store that cannot be used is refused before the grid is even built
     print(f"sweep {printable(sweep.name)}: {sweep.describe()}", file=sys.stderr)  # said before a config is built
     distinct = len(sweep.configs())  # every config validated, once: the runs below reuse them
     if distinct < sweep.size():
@@ -291,9 +293,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
               "their loader or mode ignores", file=sys.stderr)
     if args.executor == "local":  # NOTE: a Ray cluster's runs are checked on the node that runs them (launch)
         _warn(check_all(sweep.configs()))
-    if args.executor == "ray":
-        require_ray()  # a missing Ray is bad input too: named before the store is looked at or created
-    _prepare_store(args.db)
     if args.executor == "ray":
         result = run_sweep_ray(sweep, db=args.db, address=args.address, progress=not args.quiet)
     else:
@@ -494,7 +493,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         base[key.strip()] = value.strip()
     parse_baseline(args.baseline)  # bad input is named before the store is looked at or created
     RunConfig.from_dict({**base, "workload": args.workload, "model": args.model})
-    _prepare_store(args.db)
+    _prepare_store(args.db, defer=True)
     result = tune(args.workload, args.model, budget_s=budget, db=args.db, base=base, progress=not args.quiet,
                   baseline=args.baseline)
     print(result.render())
@@ -628,14 +627,42 @@ def _db_field(db: Db) -> str:
     return "LOADERLAB_DB" if db is None and os.environ.get("LOADERLAB_DB") else "--db"
 
 
-def _prepare_store(db: Db) -> None:
-    """Before a command that writes starts anything: refuse a store that cannot be used, create a missing one."""
+_NEW_STORES: set[Path] = set()  # stores a writing command may create: announced once they exist (main)
+
+
+def _prepare_store(db: Db, *, defer: bool = False) -> None:
+    """Before a command that writes starts anything: refuse a store that cannot be used, create a missing one.
+    defer (run, sweep, tune): a missing one is only checked to be creatable and is made by the first write, so a
+    config refused later (by preflight or the run child) leaves no empty store behind; main() says so then."""
+    path = db_path(db)
     try:
-        created = prepare(db)
+        if defer and not path.exists():
+            _check_creatable(path)
+            _NEW_STORES.add(path)
+        elif prepare(db):
+            print(f"creating a new store at {path}", file=sys.stderr)
     except StoreError as e:
         raise UsageError(f"{_db_field(db)}: {e}") from None
-    if created:
-        print(f"creating a new store at {db_path(db)}", file=sys.stderr)
+
+
+def _check_creatable(path: Path) -> None:
+    """A store can be made at `path`: its nearest existing folder takes a file (tried with a temporary one, since
+    permission bits do not tell for root, /proc or a read-only mount)."""
+    folder = next(p for p in (path.parent, *path.parent.parents) if p.exists())
+    try:
+        if not folder.is_dir():
+            raise NotADirectoryError(f"{folder} is not a folder")
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as e:
+        raise StoreError(f"cannot create the store {path}: {e.strerror or e}; name a file in a folder you can "
+                         "write to") from None
+
+
+def _announce_new_stores() -> None:
+    for path in sorted(_NEW_STORES):
+        if path.exists():
+            print(f"created a new store at {path}", file=sys.stderr)
+    _NEW_STORES.clear()
 
 
 def _waiting(count: int, holder: str | None) -> None:
@@ -692,9 +719,12 @@ def main(argv: list[str] | None = None) -> int:
             return _read(cmd, args)
         if cmd.pending == "before":
             _store_pending(args.db)
-        status = cmd.handler(args)
-        if cmd.pending == "after" and not getattr(args, "dry_run", False):
-            _store_pending(args.db)  # a run never waits for the store: what waited is stored after it
+        try:
+            status = cmd.handler(args)
+            if cmd.pending == "after" and not getattr(args, "dry_run", False):
+                _store_pending(args.db)  # a run never waits for the store: what waited is stored after it
+        finally:
+            _announce_new_stores()
         return status
     except (ConfigError, UsageError, ValueError, StoreError) as e:  # store/query rejections are ValueErrors too;
         # StoreError: a corrupt, newer or busy store, whose message says how to recover

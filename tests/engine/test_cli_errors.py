@@ -215,7 +215,7 @@ def test_a_failed_run_is_one_line_for_every_loader_with_the_traceback_in_its_run
               cwd=tmp_path)
     assert out.returncode == 1, out.stdout + out.stderr
     assert "Traceback" not in out.stdout + out.stderr
-    [line] = out.stderr.strip().splitlines()
+    [line] = [x for x in out.stderr.strip().splitlines() if not x.startswith("created a new store at ")]
     assert line.endswith(" failed: ValueError: sample is corrupt"), line
     [row] = json.loads(cli("query", "SELECT run_id, status, error FROM runs", "--format", "json", db=store).stdout)
     assert (row["status"], row["error"]) == ("failed", "ValueError: sample is corrupt")
@@ -266,7 +266,7 @@ def test_a_disk_full_mid_run_is_one_line_and_stored_as_failed_with_where(tmp_pat
               "--epochs", "3", "--no-bound", "--quiet", "--loader", "sync", db=store, cwd=tmp_path)
     assert out.returncode == 1, out.stdout + out.stderr
     assert "Traceback" not in out.stdout + out.stderr
-    [line] = out.stderr.strip().splitlines()
+    [line] = [x for x in out.stderr.strip().splitlines() if not x.startswith("created a new store at ")]
     [row] = json.loads(cli("query", "SELECT run_id, status, error FROM runs", "--format", "json", db=store).stdout)
     log_file = store.parent / "runs" / row["run_id"] / "events.jsonl"
     assert line.endswith(f" failed: disk full (writing {log_file}); free space on that disk and run again"), line

@@ -69,7 +69,7 @@ def test_a_run_lands_only_in_the_store_it_names(tmp_path):
     a, b = tmp_path / "a.duckdb", tmp_path / "b.duckdb"
     out = cli("run", *TINY, db=a)
     assert out.returncode == 0, out.stderr
-    assert f"creating a new store at {a}" in out.stderr.splitlines()
+    assert f"created a new store at {a}" in out.stderr.splitlines()
     (run_dir,) = [d for d in (tmp_path / "runs").iterdir()]
     assert owner(run_dir) == str(a.resolve())
     before = sorted(p.name for p in tmp_path.iterdir())
