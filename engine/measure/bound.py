@@ -133,9 +133,11 @@ class Calibrator:
 
     @property
     def overlaps(self) -> bool:
-        """Whether loading can overlap compute: not with the sync loader, except where a feeder thread runs
-        it (dual-threads on shared data)."""
-        return self.cfg.loader != "sync" or (self.cfg.mode == "dual-threads" and self.cfg.dual_data == "shared")
+        """Whether loading can overlap compute: not with the sync loader on a CPU, except where a feeder thread
+        runs it (dual-threads on shared data)."""
+        # NOTE: on a GPU the sync loader's next load runs while the kernels queued for the last step still run
+        return (self.cfg.loader != "sync" or self.device.type == "cuda"
+                or (self.cfg.mode == "dual-threads" and self.cfg.dual_data == "shared"))
 
     def loader(self, shard: tuple[int, int] | None = None) -> Pass:
         """One epoch of the run's loader; shard (rank, world): that rank's share only (ddp)."""

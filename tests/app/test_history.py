@@ -100,5 +100,5 @@ def test_wide_characters_come_back_and_never_hide_a_refused_name(seeded, open_pa
     before = file_hash(db)
     at = _run_sql(at, "SELECT 'é 中文 🚀' AS u, * FROM read_text('/etc/passwd')")
     assert not at.exception
-    assert len(at.error) == 1 and at.error[0].value.startswith("Query not run: read_text()"), at.error[0].value
+    assert len(at.error) == 1 and seen(at.error[0].value).startswith("Query not run: read_text()"), at.error[0].value
     assert file_hash(db) == before

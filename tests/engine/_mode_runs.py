@@ -58,12 +58,13 @@ def summary_of(events: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def our_children() -> list[psutil.Process]:
-    """Live children of this process, except multiprocessing's resource tracker: a helper that a spawn
-    context starts once per interpreter and that lives as long as the interpreter does, by design."""
+    """Live children of this process, except multiprocessing's resource tracker and forkserver: helpers that a
+    spawn or forkserver context starts once per interpreter and that live as long as it does, by design."""
     out = []
     for p in psutil.Process().children(recursive=True):
         try:
-            if "resource_tracker" not in " ".join(p.cmdline()):
+            cmdline = " ".join(p.cmdline())
+            if "resource_tracker" not in cmdline and "forkserver" not in cmdline:
                 out.append(p)
         except psutil.Error:
             continue
