@@ -255,6 +255,6 @@ def test_efficiency_stays_at_most_one_for_every_loader_and_start_method(tmp_path
     summary = _summary(result.run_dir)
     assert summary.get("bound_error") is None
     # NOTE: sync's bound is exact, not a margin below the run (load + compute, nothing overlaps on a CPU): two
-    # fastest-of-3 passes against the run's median land within a few per cent either side, so it gets STALE too
-    limit = 1.0 if quiet and _quiet() and loader != "sync" else STALE
+    # fastest-of-3 passes against a 40 ms run's median land within ~10 % either side (1.10 seen on a quiet machine)
+    limit = 1.25 if loader == "sync" else 1.0 if quiet and _quiet() else STALE
     assert summary["efficiency"] <= limit, (limit, summary)
