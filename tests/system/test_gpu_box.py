@@ -167,8 +167,9 @@ def test_every_test_that_needs_cuda_carries_the_gpu_mark():
 
 @pytest.mark.parametrize("target", ["test-gpu", "bench-gpu"])
 def test_make_targets_use_the_pythons_own_torch_and_no_venv(target):
-    dry = subprocess.run(["make", "-n", target, "PYTHON=/opt/box/bin/python3"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=60)
+    # NOTE: --no-print-directory: under `make test` this is a sub-make, which would add "Entering directory" lines
+    dry = subprocess.run(["make", "--no-print-directory", "-n", target, "PYTHON=/opt/box/bin/python3"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
     assert dry.returncode == 0, dry.stderr
     lines = [line for line in dry.stdout.splitlines() if line.strip()]
     assert lines and all(line.startswith("/opt/box/bin/python3 bench/gpu_box.py ") for line in lines), lines
