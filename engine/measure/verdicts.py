@@ -27,5 +27,7 @@ def verdict_help(name: str | None, threads: dict[str, Any] | None = None) -> str
         return VERDICTS.get(name) if name else None
     intra, loader, cores = threads["intra_op"], threads["loader"], threads["cores"]
     fit = max(1, int(cores) - loader)
+    todo = ([f"set threads to {fit} (cores - workers)"] if fit < intra else []) + \
+        (["use fewer workers"] if loader >= cores else [])
     return (f"{intra} intra-op + {loader} loader thread(s) = {intra + loader} runnable on {cores:g} usable cores: "
-            f"set threads to {fit} (cores - workers)" + (", or use fewer workers" if loader >= cores else ""))
+            + (", or ".join(todo) or "fewer threads or workers"))
