@@ -60,7 +60,7 @@ import torch
 
 from engine.hostfit import usable_cpus
 from engine.measure._passes import compute_pass, loader_pass
-from engine.measure.verdicts import VERDICTS, verdict_help
+from engine.measure.verdicts import OVERLAP_MIN, VERDICTS, serial_kind, verdict_help
 from engine.runlog import read_events
 
 __all__ = ["COMPUTE_KEYS", "EXPLAINED", "FAIL_ENV", "LOADER_KEYS", "STALE", "VERDICTS", "Calibrator", "Pass", "Phase",
@@ -72,7 +72,6 @@ EXPLAINED = 0.8
 FAIL_ENV = "LOADERLAB_FAIL_CALIBRATION"  # test hook: calibration raises, the run must stay `done`
 STALE = 1.1  # efficiency above this is no fraction: the bound was measured under other conditions
 SATURATED = 0.9  # a run whose process tree kept this share of the usable cores busy was short of CPU
-OVERLAP_MIN = 0.1  # overlap is reported only where the models' serial compute could cost this share of the epoch
 _WORKLOAD_KEYS = ("workload", "n_samples", "image_size", "num_classes", "work_us", "latency_ms", "folder", "seed")
 LOADER_KEYS = _WORKLOAD_KEYS + ("loader", "workers", "prefetch_depth", "start_method", "persistent_workers",
                                 "pin_memory", "batch_size", "device", "threads", "collate")
@@ -107,11 +106,7 @@ class Phase:
         cpu = (self.loader_cpu_s + self.compute_cpu_s) / cores
         if self.overlaps:
             return {"data-bound": self.loader_s, "compute-bound": self.compute_s, "cpu-bound": cpu}
-        both = self.loader_s + self.compute_s
-        # NOTE: a sync run with next to nothing to load (or to compute) is told what dominates, not to overlap
-        kind = ("compute-bound" if self.loader_s < OVERLAP_MIN * both else
-                "data-bound" if self.compute_s < OVERLAP_MIN * both else "no-overlap")
-        return {kind: both, "cpu-bound": cpu}
+        return {serial_kind(self.loader_s, self.compute_s): self.loader_s + self.compute_s, "cpu-bound": cpu}
 
 
 def verdict(kind: str | None, efficiency: float, oversubscribed: bool = False, saturated: bool = False) -> str | None:

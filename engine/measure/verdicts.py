@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["VERDICTS", "verdict_help"]
+__all__ = ["OVERLAP_MIN", "VERDICTS", "serial_kind", "verdict_help"]
+
+OVERLAP_MIN = 0.1  # a share of the epoch below which there is next to nothing to overlap
 
 # verdict -> what would help (verdict_help fills in the counts of `oversubscribed`)
 VERDICTS = {
@@ -31,3 +33,11 @@ def verdict_help(name: str | None, threads: dict[str, Any] | None = None) -> str
         (["use fewer workers"] if loader >= cores else [])
     return (f"{intra} intra-op + {loader} loader thread(s) = {intra + loader} runnable on {cores:g} usable cores: "
             + (", or ".join(todo) or "fewer threads or workers"))
+
+
+def serial_kind(loader_s: float, compute_s: float) -> str:
+    """What limits a loop that cannot overlap (sync on a CPU): no-overlap, unless next to nothing is loaded (or
+    computed); then what dominates, not advice to overlap."""
+    both = loader_s + compute_s
+    return ("compute-bound" if loader_s < OVERLAP_MIN * both else
+            "data-bound" if compute_s < OVERLAP_MIN * both else "no-overlap")

@@ -1,0 +1,115 @@
+"""The probe behind engine/predict.py: what one sample, one batch and one step cost on this machine, apart from
+any loader setting, measured in a few seconds.
+
+    load     the dataset's fetch + collate (+ the copy to the device) of whole batches on one thread, as a loader
+             worker runs them (one intra-op thread): wall and CPU seconds per batch. Wall minus CPU is latency
+             (sleeps, I/O), which any number of workers overlap; CPU is work that needs a core.
+    gil      the same batches on two threads at once: the extra wall time over one thread, as a share of the CPU
+             work, is the share that holds the GIL (0: decoding in C, sleeps; 1: pure Python) and so cannot run
+             on two threads at once, however many threads a `threads` loader has.
+    compute  the epoch's step replayed on cached batches at one intra-op thread and at torch's default: wall and
+             CPU seconds per step. Two points fit Amdahl's law for any thread count between.
+
+The probe does not depend on the loader, its workers or its threads, so one probe predicts them all
+(engine/predict.py). It is cached per workload, model, batch size and device on this host
+(`<store dir>/calibrations/probe-*.json`): a later run of the same pipeline, in any sweep, is predicted
+before it runs.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+import torch
+
+from engine.hostfit import usable_cpus
+from engine.loaders import LOADERS, epoch_batches, to_device
+from engine.measure._passes import compute_pass
+from engine.workloads import build_dataset
+
+if TYPE_CHECKING:  # annotations only: the run side does not import the config (engine/registry.py says why)
+    from engine.config import RunConfig
+
+__all__ = ["PROBE_KEYS", "probe"]
+
+# what a probe depends on: the dataset, the model and its step, the batch and where it runs (not the loader)
+PROBE_KEYS = ("workload", "n_samples", "image_size", "num_classes", "work_us", "latency_ms", "folder", "seed",
+              "model", "width", "depth", "optimizer", "lr", "batch_size", "device", "collate", "loss")
+_LOAD_S = 0.4      # wall seconds of batches each load measurement aims at (at least 2 batches)
+_STEPS = 16        # steps replayed per thread count
+_WARM_BATCHES = 1  # untimed: lazy first use of the dataset (file cache, decoder set-up)
+
+
+def probe(cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[Callable]]) -> dict[str, Any]:
+    """Measure the probe for cfg's pipeline on `device`; steps(dataset) -> [the mode's train step] (one)."""
+    dataset = build_dataset(cfg)
+    keys = epoch_batches(len(dataset), cfg.batch_size, cfg.seed, 1)
+    with LOADERS["sync"](dataset, cfg.replace(loader="sync", workers=0), device) as loader:
+        load = _load(loader.fetch, keys, device, cores := usable_cpus())  # the loaders' fetch: collate, pinning
+    default = torch.get_num_threads()
+    compute = {}
+    fraction = min(1.0, _STEPS / len(keys))  # a few steps are enough for a per-step cost
+    for threads in sorted({1, default}):
+        with _threads(threads):
+            c = compute_pass(cfg, device, steps, fraction)
+        compute[str(threads)] = {"wall_s": c["seconds"] / c["batches"], "cpu_s": c["cpu_s"] / c["batches"]}
+    return {"batch_size": cfg.batch_size, "n_samples": len(dataset), "batches": len(keys), "cores": cores,
+            "default_threads": default, "device": device.type, **load, "compute": compute, "taken_at": time.time()}
+
+
+def _load(fetch: Callable, keys: list, device: torch.device, cores: float) -> dict[str, Any]:
+    """Per batch: wall and CPU seconds of fetch + collate (+ copy) on one thread, and the GIL share (None on one
+    core: two threads would wait for the core, not the GIL)."""
+    def one(batch_keys: list) -> None:
+        to_device(fetch(batch_keys), device)
+
+    with _threads(1):
+        for k in keys[:_WARM_BATCHES]:
+            one(k)
+        t0 = time.perf_counter()
+        one(keys[_WARM_BATCHES % len(keys)])
+        first = time.perf_counter() - t0
+        n = max(2, min(len(keys), math.ceil(_LOAD_S / max(first, 1e-4))))
+        batch = [keys[i % len(keys)] for i in range(n)]
+        t0, c0 = time.perf_counter(), time.thread_time()
+        for k in batch:
+            one(k)
+        wall, cpu = (time.perf_counter() - t0) / n, (time.thread_time() - c0) / n
+        two = _two_threads(one, batch) / n if cores >= 2 else None
+    # the second thread's extra wall is the GIL-held work it had to wait for; as a share of the CPU work
+    gil = None if two is None else min(1.0, max(0.0, (two - wall) / cpu)) if cpu > 0 else 0.0
+    return {"load_wall_s": wall, "load_cpu_s": min(cpu, wall), "gil_share": gil}
+
+
+def _two_threads(one: Callable[[list], None], batch: list) -> float:
+    """Wall seconds for two threads to load `batch` each at once."""
+    start = threading.Barrier(3)
+
+    def work() -> None:
+        with _threads(1):
+            start.wait()
+            for k in batch:
+                one(k)
+
+    pair = [threading.Thread(target=work, daemon=True) for _ in range(2)]
+    for t in pair:
+        t.start()
+    start.wait()
+    t0 = time.perf_counter()
+    for t in pair:
+        t.join()
+    return time.perf_counter() - t0
+
+
+@contextmanager
+def _threads(n: int) -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

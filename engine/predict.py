@@ -1,0 +1,151 @@
+"""Predict the steady epoch time of a loader setting before running it, from a capacity model of this machine and
+this pipeline (the probe, engine/measure/probe.py).
+
+    python -m engine predict --workload jpeg --model cnn                      # every tune candidate, ranked
+    python -m engine predict --workload jpeg --model cnn --loader processes --workers 2 --threads 1
+
+The model, per batch (b samples; probe figures scaled per sample when the batch size differs):
+
+    latency   L = load wall - load CPU          (sleeps, I/O: any number of workers overlap it)
+    work      W = load CPU                      (needs a core; a share g of it holds the GIL)
+    producer  sync, prefetch   L + W            one thread makes every batch
+              threads   (w)    (L + (1-g) W) / w + g W     the GIL-held share never runs on two threads
+              processes (w)    (L + W) / w
+    compute   C(t) = C1 ((1 - q) + q / t)       Amdahl's law through the probe's 1-thread and default-thread steps
+                                                (t: the run's intra-op threads, at most the usable cores)
+    cores     (W + step CPU) / usable cores     step CPU: its busy work; when runnable threads (t + workers)
+                                                outnumber the cores, what its t threads burn (OpenMP spins on
+                                                a core a worker wants)
+
+    epoch     = the largest of      data      first batch + (batches - 1) x producer + one step
+                                    compute   first batch + batches x compute
+                                    cores     batches x cores
+                (a sync loader on a CPU cannot overlap: batches x (producer + compute))
+
+The largest term names the limit in the bound's words (engine/measure/verdicts.py): data-bound, compute-bound,
+cpu-bound, no-overlap. Predictions cover the single mode; other modes' loops (two models, pipelines, ranks)
+are not modelled and get none.
+
+Accuracy is measured, not assumed: `bench/predict.py` fits on one probe and compares with measured medians of
+settings it never saw (bench/RESULTS.md, "Predict before you run").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from engine.measure.verdicts import serial_kind
+
+if TYPE_CHECKING:  # annotations only
+    from engine.config import RunConfig
+
+__all__ = ["MODES", "Prediction", "load_probe", "predict", "probe_path", "rank", "save_probe"]
+
+MODES = ("single",)  # the modes the model covers
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A predicted steady epoch and what limits it. terms: the per-epoch seconds of each limit (the verdict
+    names); runnable: intra-op threads + loader threads, against `cores`; scaled: the batch size differs from
+    the probe's, so per-sample costs were scaled (less sure)."""
+
+    epoch_s: float
+    limit: str
+    terms: dict[str, float]
+    runnable: int
+    cores: float
+    scaled: bool = False
+
+    @property
+    def oversubscribed(self) -> bool:
+        return self.runnable > self.cores
+
+
+def predict(cfg: RunConfig, probe: dict[str, Any], cores: float | None = None) -> Prediction | None:
+    """The steady epoch of cfg's loader setting on a machine with `cores` usable CPUs (default: the probe's);
+    None for a mode the model does not cover."""
+    if cfg.mode not in MODES:
+        return None
+    cores = float(cores or probe["cores"])
+    per_sample = cfg.batch_size / probe["batch_size"]
+    batches = math.ceil(probe["n_samples"] / cfg.batch_size)
+    work = probe["load_cpu_s"] * per_sample
+    latency = max(0.0, probe["load_wall_s"] * per_sample - work)
+    threads = min(cfg.threads or probe["default_threads"], max(1, int(cores)))
+    step_wall, step_cpu, spin_cpu = _step(probe, threads)
+    step_wall, step_cpu, spin_cpu = step_wall * per_sample, step_cpu * per_sample, spin_cpu * per_sample
+    loader_threads = {"sync": 0, "prefetch": 1}.get(cfg.loader, cfg.workers)
+    runnable = threads + loader_threads
+    on_cpu = probe["device"] == "cpu"
+    busy = spin_cpu if on_cpu and runnable > cores else step_cpu
+    produce = _producer(cfg, latency, work, probe.get("gil_share"))
+    cpu = batches * (work + busy) / cores
+    if on_cpu and cfg.loader == "sync":  # one thread loads, then steps: nothing overlaps
+        terms = {serial_kind(produce, step_wall): batches * (produce + step_wall), "cpu-bound": cpu}
+    else:
+        # the first batch is waited for in full (one producer makes it), the last batch's step runs after it
+        first = latency + work
+        terms = {"data-bound": first + (batches - 1) * produce + step_wall,
+                 "compute-bound": first + batches * step_wall, "cpu-bound": cpu}
+    limit = max(terms, key=terms.__getitem__)
+    return Prediction(terms[limit], limit, terms, runnable, cores, per_sample != 1.0)
+
+
+def rank(configs: list[RunConfig], probe: dict[str, Any], cores: float | None = None
+         ) -> list[tuple[RunConfig, Prediction]]:
+    """The configs the model covers, fastest predicted first (ties keep their order)."""
+    predicted = [(c, predict(c, probe, cores)) for c in configs]
+    return sorted(((c, p) for c, p in predicted if p is not None), key=lambda cp: cp[1].epoch_s)
+
+
+def _producer(cfg: RunConfig, latency: float, work: float, gil: float | None) -> float:
+    """Seconds per batch the loader's producers need, cores aside (the cores term charges those)."""
+    if cfg.loader == "threads":
+        g = 1.0 if gil is None else gil  # NOTE: unmeasured (one core): assume the worst, GIL-bound
+        return (latency + (1 - g) * work) / max(1, cfg.workers) + g * work
+    if cfg.loader == "processes":
+        return (latency + work) / max(1, cfg.workers)
+    return latency + work
+
+
+def _step(probe: dict[str, Any], threads: int) -> tuple[float, float, float]:
+    """Per step at `threads` intra-op threads: wall, CPU of busy work, CPU its threads burn (spins included)."""
+    one = probe["compute"]["1"]
+    n = probe["default_threads"]
+    many = probe["compute"].get(str(n), one)
+    parallel = 0.0
+    if n > 1 and one["wall_s"] > 0:
+        # Amdahl: many = one ((1 - q) + q / n)
+        parallel = min(1.0, max(0.0, (1 - many["wall_s"] / one["wall_s"]) * n / (n - 1)))
+    wall = one["wall_s"] * ((1 - parallel) + parallel / threads)
+    thread_s = n * many["wall_s"]
+    spin = many["cpu_s"] * (threads * wall) / thread_s if thread_s > 0 else one["cpu_s"]
+    return wall, one["cpu_s"], max(one["cpu_s"], spin)
+
+
+def probe_path(calibrations: Path, cfg: RunConfig, machine: str, device: str) -> Path:
+    """Where cfg's probe lives: keyed by the pipeline (PROBE_KEYS), the machine and the device type, not by the
+    loader or the sweep, so every run of the pipeline on this host finds it."""
+    from engine.measure.probe import PROBE_KEYS
+    key = [machine, device, [getattr(cfg, k) if k != "device" else device for k in PROBE_KEYS]]
+    return calibrations / f"probe-{hashlib.sha1(json.dumps(key).encode()).hexdigest()[:16]}.json"
+
+
+def load_probe(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def save_probe(path: Path, probe: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{id(probe)}.tmp")
+    tmp.write_text(json.dumps(probe))
+    tmp.replace(path)

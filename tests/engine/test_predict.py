@@ -1,0 +1,126 @@
+"""engine.predict's capacity model as properties (Hypothesis over probes): more cores never slow a setting,
+more latency never speeds one, more process workers never slow one that fits the cores, a sync loader on a CPU
+is never predicted faster than the same setting overlapped, and no prediction beats the work the cores must do.
+The probe (engine/measure/probe.py) on real pipelines: a sleep is latency that holds no GIL, a Python loop is
+CPU work that holds it, and what that predicts for threads against processes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine.config import RunConfig
+from engine.measure.probe import probe
+from engine.modes._common import step_builder
+from engine.predict import predict, rank
+
+CPU = torch.device("cpu")
+seconds = st.floats(1e-4, 0.5)
+
+
+@st.composite
+def probes(draw: st.DrawFn) -> dict:
+    cpu = draw(seconds)
+    one = draw(seconds)
+    threads = draw(st.integers(1, 16))
+    return {"batch_size": 64, "n_samples": draw(st.integers(64, 8192)), "cores": float(draw(st.integers(1, 16))),
+            "default_threads": threads, "device": "cpu", "load_cpu_s": cpu, "load_wall_s": cpu + draw(seconds),
+            "gil_share": draw(st.floats(0.0, 1.0)),
+            "compute": {"1": {"wall_s": one, "cpu_s": one * draw(st.floats(0.5, 1.0))},
+                        str(threads): {"wall_s": one * draw(st.floats(0.2, 1.0)),
+                                       "cpu_s": one * draw(st.floats(0.5, float(threads)))}}}
+
+
+loaders = st.sampled_from(["sync", "prefetch", "threads", "processes"])
+
+
+def _cfg(loader: str, workers: int, threads: int, base: RunConfig | None = None) -> RunConfig:
+    return (base or RunConfig(device="cpu")).replace(
+        loader=loader, workers=workers if loader in ("threads", "processes") else 0, threads=threads)
+
+
+@settings(max_examples=300, deadline=None)
+@given(probes(), loaders, st.integers(1, 16), st.integers(1, 16), st.integers(1, 32))
+def test_more_cores_never_slow_a_setting(p: dict, loader: str, workers: int, threads: int, cores: int) -> None:
+    cfg = _cfg(loader, workers, threads)
+    assert predict(cfg, p, cores + 1).epoch_s <= predict(cfg, p, cores).epoch_s * (1 + 1e-9)
+
+
+@settings(max_examples=300, deadline=None)
+@given(probes(), loaders, st.integers(1, 16), st.integers(1, 16), seconds)
+def test_more_latency_never_speeds_a_setting(p: dict, loader: str, workers: int, threads: int, extra: float) -> None:
+    cfg = _cfg(loader, workers, threads)
+    slower = {**p, "load_wall_s": p["load_wall_s"] + extra}
+    assert predict(cfg, slower).epoch_s >= predict(cfg, p).epoch_s * (1 - 1e-9)
+
+
+@settings(max_examples=300, deadline=None)
+@given(probes(), st.integers(1, 15))
+def test_more_process_workers_never_slow_a_setting_that_fits_the_cores(p: dict, workers: int) -> None:
+    fits = int(p["cores"]) - 1  # one intra-op thread beside the workers
+    if workers + 1 > fits:
+        return
+    more, fewer = predict(_cfg("processes", workers + 1, 1), p), predict(_cfg("processes", workers, 1), p)
+    assert more.epoch_s <= fewer.epoch_s * (1 + 1e-9)
+    assert not more.oversubscribed
+
+
+@settings(max_examples=300, deadline=None)
+@given(probes(), st.integers(1, 16))
+def test_sync_on_a_cpu_is_never_faster_than_prefetch(p: dict, threads: int) -> None:
+    sync, ahead = predict(_cfg("sync", 0, threads), p), predict(_cfg("prefetch", 0, threads), p)
+    assert sync.epoch_s >= ahead.epoch_s * (1 - 1e-9) or ahead.oversubscribed
+
+
+@settings(max_examples=300, deadline=None)
+@given(probes(), loaders, st.integers(1, 16), st.integers(1, 16))
+def test_no_prediction_beats_the_cores_or_names_a_limit_smaller_than_another(p: dict, loader: str, workers: int,
+                                                                              threads: int) -> None:
+    got = predict(_cfg(loader, workers, threads), p)
+    batches = -(-p["n_samples"] // p["batch_size"])
+    assert got.epoch_s >= batches * p["load_cpu_s"] / p["cores"] * (1 - 1e-9)
+    assert got.epoch_s == max(got.terms.values()) and got.terms[got.limit] == got.epoch_s
+
+
+def test_rank_puts_the_fastest_first_and_skips_modes_it_does_not_model() -> None:
+    p = {"batch_size": 64, "n_samples": 1024, "cores": 4.0, "default_threads": 4, "device": "cpu",
+         "load_cpu_s": 0.001, "load_wall_s": 0.02, "gil_share": 0.0,
+         "compute": {"1": {"wall_s": 0.002, "cpu_s": 0.002}, "4": {"wall_s": 0.001, "cpu_s": 0.004}}}
+    configs = [_cfg("sync", 0, 1), _cfg("threads", 8, 1), RunConfig(mode="fused", device="cpu")]
+    ranked = rank(configs, p)
+    assert [c.loader for c, _ in ranked] == ["threads", "sync"]  # 20 ms of latency: 8 threads overlap it
+    assert predict(RunConfig(mode="ddp", device="cpu"), p) is None
+
+
+def _probe(**fields) -> tuple[RunConfig, dict]:
+    cfg = RunConfig.from_dict({"workload": "tensor", "n_samples": 64, "image_size": 8, "width": 8, "batch_size": 8,
+                               "device": "cpu", **fields})
+    return cfg, probe(cfg, CPU, step_builder(cfg, 0, CPU))
+
+
+@pytest.mark.parametrize("fields", [{"latency_ms": 4.0}, {"work_us": 2000}], ids=["sleep", "numpy-like work"])
+def test_probe_finds_latency_and_work_that_release_the_gil(fields: dict) -> None:
+    base, p = _probe(**fields)
+    per_batch = 8 * (fields.get("latency_ms", 0) / 1e3 + fields.get("work_us", 0) / 1e6)
+    assert p["load_wall_s"] >= 0.9 * per_batch
+    if "latency_ms" in fields:  # a sleep costs no CPU
+        assert p["load_cpu_s"] < 0.5 * p["load_wall_s"]
+    if p["cores"] >= 2:
+        if p["load_cpu_s"] > 0.5 * p["load_wall_s"]:  # the GIL share of next to no CPU work is noise
+            assert p["gil_share"] < 0.5
+        slow, fast = (predict(_cfg("threads", w, 1, base), p).epoch_s for w in (1, 4))
+        assert not predict(_cfg("threads", 4, 1, base), p).scaled
+        assert fast < slow  # released GIL: threads overlap the loading
+
+
+def test_probe_finds_python_work_holds_the_gil_and_predicts_processes_beat_threads() -> None:
+    base, p = _probe(workload="pyloop", work_us=1500)
+    assert p["load_cpu_s"] >= 0.8 * p["load_wall_s"]
+    if p["cores"] < 2:
+        pytest.skip("one usable core: two threads cannot show the GIL")
+    assert p["gil_share"] > 0.5
+    threads = predict(_cfg("threads", 2, 1, base), p).epoch_s
+    procs = predict(_cfg("processes", 2, 1, base), p).epoch_s
+    assert procs < threads
