@@ -18,6 +18,7 @@ before it runs.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import threading
 import time
@@ -41,6 +42,7 @@ PROBE_KEYS = ("workload", "n_samples", "image_size", "num_classes", "work_us", "
               "model", "width", "depth", "optimizer", "lr", "batch_size", "device", "collate", "loss")
 _LOAD_S = 0.4      # wall seconds of batches each load measurement aims at (at least 2 batches)
 _STEPS = 16        # steps replayed per thread count
+_TOO_BUSY = 1.5   # core sharing (see _core_sharing) above which the GIL share is not told apart from it
 _WARM_BATCHES = 1  # untimed: lazy first use of the dataset (file cache, decoder set-up)
 
 
@@ -80,13 +82,37 @@ def _load(fetch: Callable, keys: list, device: torch.device, cores: float) -> di
             one(k)
         wall, cpu = (time.perf_counter() - t0) / n, (time.thread_time() - c0) / n
         two = _two_threads(one, batch) / n if cores >= 2 else None
-    # the second thread's extra wall is the GIL-held work it had to wait for; as a share of the CPU work
-    gil = None if two is None else min(1.0, max(0.0, (two - wall) / cpu)) if cpu > 0 else 0.0
-    return {"load_wall_s": wall, "load_cpu_s": min(cpu, wall), "gil_share": gil}
+        shared = _core_sharing(cpu * n) if two is not None and cpu > 0 else 1.0
+    # the second thread's extra wall, past what sharing the cores now costs any two threads, is the GIL-held work
+    # it had to wait for; as a share of the CPU work
+    # (None where it cannot tell: one core, or a machine so busy that two threads get about one core between them)
+    gil = None if two is None or shared > _TOO_BUSY else \
+        min(1.0, max(0.0, (two - wall - cpu * (shared - 1)) / cpu)) if cpu > 0 else 0.0
+    return {"load_wall_s": wall, "load_cpu_s": min(cpu, wall), "gil_share": gil, "core_sharing": shared}
 
 
-def _two_threads(one: Callable[[list], None], batch: list) -> float:
-    """Wall seconds for two threads to load `batch` each at once."""
+def _core_sharing(seconds: float) -> float:
+    """How much slower two threads of GIL-free CPU work run at once than one alone, now: 1 on two idle cores,
+    up to 2 on a machine whose other processes leave one. Hashing a large buffer releases the GIL.
+
+    NOTE: without it, a busy machine's wait for a core read as the GIL (0.98 for GIL-free work under load)."""
+    data = bytes(1 << 20)
+    t0 = time.perf_counter()
+    hashlib.sha256(data).digest()
+    rounds = max(2, int(min(seconds, _LOAD_S / 2) / max(time.perf_counter() - t0, 1e-6)))
+
+    def work(_: object = None) -> None:
+        for _ in range(rounds):
+            hashlib.sha256(data).digest()
+
+    t0 = time.perf_counter()
+    work()
+    alone = time.perf_counter() - t0
+    return max(1.0, _two_threads(work, [None]) / alone) if alone > 0 else 1.0
+
+
+def _two_threads(one: Callable[[Any], None], batch: list) -> float:
+    """Wall seconds for two threads to run one(k) for each k of `batch` each, at once."""
     start = threading.Barrier(3)
 
     def work() -> None:

@@ -108,7 +108,7 @@ def test_probe_finds_latency_and_work_that_release_the_gil(fields: dict) -> None
     if "latency_ms" in fields:  # a sleep costs no CPU
         assert p["load_cpu_s"] < 0.5 * p["load_wall_s"]
     if p["cores"] >= 2:
-        if p["load_cpu_s"] > 0.5 * p["load_wall_s"]:  # the GIL share of next to no CPU work is noise
+        if p["load_cpu_s"] > 0.5 * p["load_wall_s"] and p["gil_share"] is not None:  # (None: too busy to tell)
             assert p["gil_share"] < 0.5
         slow, fast = (predict(_cfg("threads", w, 1, base), p).epoch_s for w in (1, 4))
         assert not predict(_cfg("threads", 4, 1, base), p).scaled
@@ -117,9 +117,9 @@ def test_probe_finds_latency_and_work_that_release_the_gil(fields: dict) -> None
 
 def test_probe_finds_python_work_holds_the_gil_and_predicts_processes_beat_threads() -> None:
     base, p = _probe(workload="pyloop", work_us=1500)
-    assert p["load_cpu_s"] >= 0.8 * p["load_wall_s"]
-    if p["cores"] < 2:
-        pytest.skip("one usable core: two threads cannot show the GIL")
+    assert p["load_cpu_s"] >= 0.5 * p["load_wall_s"]  # CPU work (a sleep is < 0.5: above); a busy machine waits
+    if p["gil_share"] is None:
+        pytest.skip("one usable core, or a machine too busy to tell the GIL from a wait for a core")
     assert p["gil_share"] > 0.5
     threads = predict(_cfg("threads", 2, 1, base), p).epoch_s
     procs = predict(_cfg("processes", 2, 1, base), p).epoch_s
