@@ -78,8 +78,6 @@ def execute(run_dir: Path) -> int:
 def _execute(run_dir: Path) -> int:
     # NOTE: imported here: torch and the run side are imported only in the child; the launchers import this
     # module for launch() (CLI, dashboard's job worker, notebook) and must not load them
-    import torch  # noqa: PLC0415
-
     from engine import devices, modes, workloads  # noqa: PLC0415
     from engine.measure import bound, forecast, host, sampler  # noqa: PLC0415
     from engine.modes._ddp import torchrun_env  # noqa: PLC0415
@@ -102,7 +100,7 @@ def _execute(run_dir: Path) -> int:
         (run_dir / REJECTED).write_text(json.dumps({"field": e.field, "message": e.message}))
         return 2
     device = devices.resolve(cfg.device)
-    default_threads = torch.get_num_threads()  # torch's own, before the run's: the probe measures at both
+    default_threads = devices.threads()  # torch's own, before the run's: the probe measures at both
     devices.set_threads(cfg.threads)  # before fingerprint(): the thread settings that took effect are part of it
     spec = modes.MODES[cfg.mode]
     with RunLog(run_dir) as runlog:

@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from engine import predict
+from engine import devices, predict
 from engine.hostfit import usable_cpus
 from engine.measure.host import fingerprint
 from engine.measure.probe import probe
+from engine.modes._common import step_builder
 
 if TYPE_CHECKING:  # annotations only: the run side does not import the config (engine/registry.py says why)
     from engine.config import RunConfig
@@ -61,8 +62,6 @@ def prior(cfg: RunConfig, device: torch.device, calibrations: Path) -> dict[str,
 def _measure(cfg: RunConfig, device: torch.device, default_threads: int) -> dict[str, Any]:
     if os.environ.get(FAIL_ENV):
         raise RuntimeError(f"injected probe failure ({FAIL_ENV} is set)")
-    from engine.modes._common import step_builder  # noqa: PLC0415 - the modes import the measure package
-
     before = torch.get_num_threads()
     torch.set_num_threads(default_threads)
     try:
@@ -94,8 +93,6 @@ def cached_or_new(cfg: RunConfig, calibrations: Path, say: Callable[[str], None]
     """The pipeline's probe on this host and whether it was cached; else measured now (`say` is told first, as it
     takes a few seconds) and saved beside the store, where the pipeline's runs find it. Never touches the store.
     A folder that cannot take the file leaves the probe unsaved (a warning), not the prediction undone."""
-    from engine import devices  # noqa: PLC0415
-
     device = devices.resolve(cfg.device)
     path = predict.probe_path(calibrations, cfg, fingerprint()["machine"], device.type)
     found = predict.load_probe(path)
