@@ -13,7 +13,7 @@ from engine.baseline import parse as parse_baseline
 from engine.browser import PLUGIN_FIELDS, browser_sweep, browser_values, check_browser_config
 from engine.browser import choices as plugin_choices
 from engine.charts import (METRIC_LABELS, auto_chart, compare_chart, epoch_breakdown_chart, epoch_chart, metric_chart,
-                           step_timeline_chart)
+                           prediction_chart, step_timeline_chart)
 from engine.config import RunConfig, SweepConfig, config_fields, field_choices
 from engine.errors import ConfigError
 from engine.hostfit import check_all as check_host_all
@@ -28,8 +28,8 @@ from engine.ray_executor import INSTALL_HINT, ray_available
 from engine.runlog import end_traceback
 from engine.status import RunStatus
 from engine.store import (EXPLORE_FILTERS, EXPLORE_METRICS, count_runs, explore_axes,
-                          explore_filter_options, explore_summary, get_epochs, get_run, get_steps, ingest_pending,
-                          list_saved_queries, load_view, pending_summary, purge, restore, run_query,
+                          explore_filter_options, explore_predictions, explore_summary, get_epochs, get_run, get_steps,
+                          ingest_pending, list_saved_queries, load_view, pending_summary, purge, restore, run_query,
                           save_query, save_view, search_runs, set_notes, set_tags, soft_delete, table_schema)
 from engine.store.version import bump as bump_data_version
 from engine.store.version import current as data_version
@@ -40,8 +40,9 @@ __all__ = ["BASELINE_EXAMPLE", "CONFIRM_REPEATS", "ConfigError", "EXPLORE_FILTER
            "browser_values", "bump_data_version", "cancel", "check_browser_config", "check_host", "check_host_all",
            "compare_chart", "config_fields", "count_runs", "data_version", "db_path", "default_ray_address",
            "end_traceback", "ensure_worker", "epoch_breakdown_chart", "epoch_chart", "estimate_duration",
-           "explore_axes", "explore_filter_options", "explore_summary", "field_choices", "get_epochs", "get_run",
-           "get_steps", "ingest_pending", "job_progress", "list_jobs", "list_saved_queries", "load_view",
-           "metric_chart", "parse_baseline", "pending_summary", "plugin_choices", "purge", "ray_available", "restore",
-           "run_query", "save_query", "save_view", "search_runs", "set_notes", "set_tags", "soft_delete",
-           "step_timeline_chart", "submit", "submit_ray_sweep", "submit_sweep", "table_schema", "worker_alive"]
+           "explore_axes", "explore_filter_options", "explore_predictions", "explore_summary", "field_choices",
+           "get_epochs", "get_run", "get_steps", "ingest_pending", "job_progress", "list_jobs", "list_saved_queries",
+           "load_view", "metric_chart", "parse_baseline", "pending_summary", "plugin_choices", "prediction_chart",
+           "purge", "ray_available", "restore", "run_query", "save_query", "save_view", "search_runs", "set_notes",
+           "set_tags", "soft_delete", "step_timeline_chart", "submit", "submit_ray_sweep", "submit_sweep",
+           "table_schema", "worker_alive"]

@@ -14,7 +14,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 
 __all__ = ["METRIC_LABELS", "auto_chart", "compare_chart", "epoch_breakdown_chart", "epoch_chart",
-           "metric_chart", "step_timeline_chart"]
+           "metric_chart", "prediction_chart", "step_timeline_chart"]
 
 METRIC_LABELS = {"epoch_s": "epoch time (s)", "samples_per_s": "samples/s", "data_wait_share": "data-wait share",
                  "gpu_idle_share": "GPU idle share", "gpu_idle_data_share": "GPU idle share: waiting on data",
@@ -95,6 +95,30 @@ def metric_chart(summary: pd.DataFrame, *, x: str, metric: str = "epoch_s", colo
         fig.update_xaxes(type="category")
     fig.update_traces(marker={"size": 10})
     fig.update_layout(clickmode="event+select", legend_title_text=color or "")
+    return fig
+
+
+def prediction_chart(runs: pd.DataFrame) -> go.Figure:
+    """Each predicted run's predicted epoch against its measured median steady epoch, coloured by what the
+    prediction came from (prior: made before the run; own: fitted on its own probe), with y = x for reference:
+    a point above the line was predicted slower than it ran. `runs`: explore_predictions' columns."""
+    title = "Predicted vs measured epoch time"
+    if runs.empty:
+        return _empty(title)
+    df = runs.copy()
+    df["predicted_from"] = df["predicted_from"].astype("string").fillna(_NONE)
+    setting = [c for c in ("workload", "model", "loader", "workers", "prefetch_depth", "threads", "batch_size")
+               if c in df]
+    fig = px.scatter(df, x="epoch_s", y="predicted_epoch_s", color="predicted_from", custom_data=["run_id"],
+                     hover_data={"run_id": True, "predicted_limit": True, **{c: True for c in setting}},
+                     labels={"epoch_s": "measured epoch (s, median steady)", "predicted_epoch_s": "predicted epoch (s)",
+                             "predicted_from": "predicted from"},
+                     category_orders={"predicted_from": ["prior", "own"]}, title=title)
+    top = float(max(df["epoch_s"].max(), df["predicted_epoch_s"].max())) * 1.05
+    fig.add_trace(go.Scatter(x=[0, top], y=[0, top], mode="lines", name="predicted = measured",
+                             line={"dash": "dot", "color": "grey"}, hoverinfo="skip"))
+    fig.update_traces(marker={"size": 9}, selector={"mode": "markers"})
+    fig.update_layout(clickmode="event+select")
     return fig
 
 

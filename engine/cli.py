@@ -5,13 +5,15 @@ registered by `@command`. Flags of `run` are generated from RunConfig (kebab cas
 new flag. Every command takes `--db PATH`. Exit status: 0 ok · 2 bad input (one line naming the field) ·
 1 a run that failed.
 
-Commands that read (runs, show, query, export, speedups, advise, export-bundle) never write: they run inside
-store.reads_only(), refuse a store path that does not exist, and only say when finished runs wait to be stored.
+Commands that read (runs, show, query, export, speedups, advise, export-bundle, predict) never write: they run
+inside store.reads_only(), refuse a store path that does not exist, and only say when finished runs wait to be
+stored. (predict opens no store: it writes only its probe's cache file, beside the store.)
 Commands that write call _prepare_store() before they start anything: a store that cannot be used is refused
 there, and a missing one is created, in one line each.
 
     python -m engine run --loader threads --workers 4        # run, sweep, runs, show, query, export, advise,
-    python -m engine worker --ensure                         # tune, import, export-bundle, demo, worker,
+    python -m engine predict --workload jpeg --model cnn     # predict, tune, import, export-bundle, demo,
+    python -m engine worker --ensure                         # worker,
     python -m engine serve                                   # serve (the dashboard and its worker: `make run`)
 """
 
@@ -24,13 +26,15 @@ import logging
 import os
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Iterator, TextIO
 
 import pandas as pd
 
-from engine.advisor import advise
+from engine.advisor import advise, describe
 from engine.baseline import parse as parse_baseline
 from engine.config import DEFAULT_MAX_RUNS, RunConfig, SweepConfig, config_fields, field_choices, load_toml
 from engine.demo import ensure_demo
@@ -38,6 +42,7 @@ from engine.errors import ConfigError, StoreBusy, StoreCorrupt, StoreError, Stor
 from engine.hostfit import HEAVY, OVERSUBSCRIBE_ENV, check_all, check_host
 from engine.jobs import ensure_worker, run_worker, serve, stop_worker, worker_pid
 from engine.paths import Db, db_path
+from engine.predict import MODES
 from engine.preflight import DEFAULT_TIMEOUT_S, TIMEOUT_ENV, preflight, set_time_limit
 from engine.ray_executor import require_ray, run_sweep_ray
 from engine.runner import launch
@@ -46,7 +51,7 @@ from engine.status import RunStatus
 from engine.store import (export, export_bundle, get_epochs, get_run, import_results, ingest_pending, list_runs,
                           pending_summary, prepare, reads_only, stream_query)
 from engine.sweep import run_sweep
-from engine.tune import parse_budget, tune
+from engine.tune import candidates, parse_budget, tune
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
 
@@ -500,6 +505,50 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.write_confirm:
         _write_confirm(args.write_confirm, result.confirm_sweep_toml if result.best_idx else None)
     return 0 if result.best is not None else 1
+
+
+def _predict_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="TOML file of config fields; flags override it")
+    _add_config_flags(p)
+
+
+# NOTE: reads=True: it never opens the store, let alone creates one; it writes only the probe's cache file beside it
+@command(_predict_options, reads=True,
+         help="the predicted epoch time of a loader setting, or (no --loader) of every setting tune would try, ranked")
+def cmd_predict(args: argparse.Namespace) -> int:
+    """Predict the steady epoch time of a loader setting from a few-second probe of the pipeline on this host."""
+    # NOTE: imported here: the probe needs torch, which the other commands' parent process does without
+    from engine.measure.forecast import cached_or_new, rows  # noqa: PLC0415
+
+    cfg = _config_from_args(args)
+    if cfg.mode not in MODES:
+        raise ConfigError("mode", f"predict models the {', '.join(MODES)} mode only, not '{cfg.mode}'; run it and "
+                                  "read its bound (python -m engine run ...) instead")
+    one = args.loader is not None or (bool(args.config) and "loader" in load_toml(args.config))
+    probe, cached = cached_or_new(cfg, db_path(args.db).parent / "calibrations",
+                                  say=lambda line: print(line, file=sys.stderr, flush=True))
+    if cached:
+        taken = probe.get("taken_at") or 0
+        print(f"probe from {datetime.fromtimestamp(taken):%Y-%m-%d %H:%M}, {time.time() - taken:.0f} s old "
+              f"({printable(cfg.workload)} + {printable(cfg.model)}, {probe['device']}, {probe['cores']:g} cores)")
+    table = pd.DataFrame(rows([cfg] if one else candidates(cfg), probe))
+    if one:
+        row = table.iloc[0]
+        print(f"{_setting(row)}: predicted epoch {row['predicted_epoch_s']:.3f} s · {row['samples_per_s']:.0f} "
+              f"samples/s · limit: {row['limit']}")
+        return 0
+    table.insert(0, "setting", [_setting(r) for _, r in table.iterrows()])
+    shown = table[["setting", "predicted_epoch_s", "samples_per_s", "limit"]].rename(
+        columns={"predicted_epoch_s": "predicted epoch (s)", "samples_per_s": "samples/s"})
+    print(_shown(shown).to_string(index=False, formatters={"predicted epoch (s)": "{:.3f}".format,
+                                                           "samples/s": "{:.0f}".format}))
+    return 0
+
+
+def _setting(row: Any) -> str:
+    """'processes, 2 workers, depth 2, batch 64, 1 thread': the knobs a prediction depends on."""
+    threads = int(row["threads"])
+    return f"{describe(row)}, " + (f"{threads} thread{'s' * (threads != 1)}" if threads else "default threads")
 
 
 def _write_confirm(path: str, make_toml: Callable[[], str] | None) -> None:

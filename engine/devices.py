@@ -12,7 +12,7 @@ import torch
 
 from engine.errors import ConfigError
 
-__all__ = ["check_device", "init_cuda", "resolve", "set_threads"]
+__all__ = ["check_device", "init_cuda", "resolve", "set_threads", "threads"]
 
 _PATTERN = re.compile(r"^(auto|cpu|cuda(:\d{1,3})?)$")
 
@@ -40,6 +40,11 @@ def set_threads(threads: int) -> None:
     """A run's intra-op threads; 0 = auto: torch's default is left alone (the host fingerprint records it)."""
     if threads > 0:
         torch.set_num_threads(threads)
+
+
+def threads() -> int:
+    """The intra-op threads torch uses now (before set_threads: its default, which the predictor's probe needs)."""
+    return torch.get_num_threads()
 
 
 def init_cuda(device: torch.device) -> float | None:

@@ -7,6 +7,7 @@
     lab.compare(df["run_id"])                  # medians with 95% intervals, speedups over the slowest
     lab.speedups(df)                           # dual-* and fused vs the same models one after another
     lab.advise(workload="mypkg.data:build", model="mypkg.nets:resnet", baseline="loader=processes,workers=4")
+    lab.predict(workload="jpeg", model="cnn")  # every setting tune would try, fastest predicted first
 
 Every function takes `db=`; without it the store is the CLI's: $LOADERLAB_DB, else the checkout's
 data/loaderlab.duckdb (engine.paths), never the notebook's working directory. A plugin module is
@@ -26,15 +27,17 @@ from engine import paths
 from engine._lab_compare import compare_runs
 from engine.advisor import advise as _advise
 from engine.config import RunConfig, SweepConfig
+from engine.errors import ConfigError
 from engine.paths import Db
 from engine.runner import launch
 from engine.stats import speedup_vs_sequential
 from engine.store import get_run, list_runs, run_query
 from engine.sweep import run_sweep
-from engine.tune import parse_budget
+from engine.predict import MODES
+from engine.tune import candidates, parse_budget
 from engine.tune import tune as _tune
 
-__all__ = ["advise", "compare", "db_path", "run", "runs", "speedups", "sweep", "tune"]
+__all__ = ["advise", "compare", "db_path", "predict", "run", "runs", "speedups", "sweep", "tune"]
 
 _SUMMARY = ("run_id", "status", "error", "workload", "model", "loader", "workers", "mode", "batch_size", "epoch_s",
             "samples_per_s", "ttfb_s", "bound_s", "efficiency", "verdict", "data_wait_share", "peak_rss_bytes",
@@ -141,6 +144,24 @@ def tune(*, workload: str, model: str, budget: str | float = "10m", baseline: st
             "speedup_hi": _num(c.get("speedup_hi")), "comparison": c, "stop_reason": r.stop_reason,
             "spent_s": r.spent_s, "runs": r.table, "confirm_runs": r.confirm_rows,
             "confirm_sweep_toml": r.confirm_sweep_toml() if r.best_idx else None, "text": r.render()}
+
+
+def predict(*, db: Db = None, **fields: Any) -> pd.DataFrame:
+    """The predicted steady epoch of RunConfig `fields`' setting (one row, when `loader` is given) or of every
+    setting tune would try, fastest first: the setting's fields, predicted_epoch_s, samples_per_s and the limit.
+    The probe is the store's cached one for this pipeline on this host, else measured now (a few seconds, in
+    this process) and cached beside the store; the store itself is not opened.
+
+        lab.predict(workload="jpeg", model="cnn")                                   # ranked
+        lab.predict(workload="jpeg", model="cnn", loader="processes", workers=2, threads=1)"""
+    # NOTE: imported here: the probe needs torch, which importing lab does not load
+    from engine.measure.forecast import cached_or_new, rows  # noqa: PLC0415
+
+    cfg = RunConfig.from_dict(fields)
+    if cfg.mode not in MODES:
+        raise ConfigError("mode", f"predict models the {', '.join(MODES)} mode only, not '{cfg.mode}'")
+    probe, _ = cached_or_new(cfg, paths.db_path(db).parent / "calibrations")
+    return pd.DataFrame(rows([cfg] if "loader" in fields else candidates(cfg), probe))
 
 
 # ---------------------------------------------------------------------------- helpers

@@ -134,6 +134,7 @@ def _step(probe: dict[str, Any], threads: int) -> tuple[float, float, float]:
 def probe_path(calibrations: Path, cfg: RunConfig, machine: str, device: str) -> Path:
     """Where cfg's probe lives: keyed by the pipeline (PROBE_KEYS), the machine and the device type, not by the
     loader or the sweep, so every run of the pipeline on this host finds it."""
+    # NOTE: here, not at the top: the probe's module imports torch, which the CLI's parent and the pages must not load
     from engine.measure.probe import PROBE_KEYS
     key = [machine, device, [getattr(cfg, k) if k != "device" else device for k in PROBE_KEYS]]
     return calibrations / f"probe-{hashlib.sha1(json.dumps(key).encode()).hexdigest()[:16]}.json"

@@ -79,7 +79,7 @@ def _execute(run_dir: Path) -> int:
     # NOTE: imported here: torch and the run side are imported only in the child; the launchers import this
     # module for launch() (CLI, dashboard's job worker, notebook) and must not load them
     from engine import devices, modes, workloads  # noqa: PLC0415
-    from engine.measure import bound, host, sampler  # noqa: PLC0415
+    from engine.measure import bound, forecast, host, sampler  # noqa: PLC0415
     from engine.modes._ddp import torchrun_env  # noqa: PLC0415
 
     imported_at = time.time()  # the end of start-up's first phase (engine/measure/startup.py)
@@ -100,6 +100,7 @@ def _execute(run_dir: Path) -> int:
         (run_dir / REJECTED).write_text(json.dumps({"field": e.field, "message": e.message}))
         return 2
     device = devices.resolve(cfg.device)
+    default_threads = devices.threads()  # torch's own, before the run's: the probe measures at both
     devices.set_threads(cfg.threads)  # before fingerprint(): the thread settings that took effect are part of it
     spec = modes.MODES[cfg.mode]
     with RunLog(run_dir) as runlog:
@@ -114,6 +115,11 @@ def _execute(run_dir: Path) -> int:
         runlog.write("start", run_id=run_dir.name, config=stored, host=host.fingerprint(), pid=os.getpid(),
                      device=str(device), **meta)
         ctx = modes.RunContext(cfg=cfg, log=runlog, device=device)
+        calibrations = run_dir.parent.parent / "calibrations"  # beside the bound's (engine/measure/bound.py)
+        # NOTE: written before the first epoch, so a prior prediction is honestly made before the run
+        predicted = _predict(forecast.prior, cfg, device, calibrations) if forecast.covered(cfg) else None
+        if predicted:
+            runlog.write("prediction", **predicted)
         heart = _Heartbeat(runlog)
         gpu = device.index or 0 if device.type == "cuda" else None
         try:
@@ -128,6 +134,9 @@ def _execute(run_dir: Path) -> int:
                 t = time.perf_counter()
                 ctx.summary.update(_calibrate(bound.calibrate, ctx, run_dir, spec.bound))
                 ctx.summary["calibration_s"] = time.perf_counter() - t
+                if predicted is None and forecast.covered(cfg):  # no probe before the run: its own, after it
+                    if own := _predict(forecast.own, cfg, device, calibrations, default_threads):
+                        runlog.write("prediction", **own)
             runlog.write("summary", **ctx.summary)
             runlog.write("end", status=RunStatus.DONE, error=None)
             return 0
@@ -168,6 +177,15 @@ def _calibrate(calibrate: Callable[..., dict[str, Any]], ctx: Any, run_dir: Path
     except Exception as e:  # noqa: BLE001 - the run's own figures stand; the bound is an extra
         log.warning("lower-bound calibration failed", exc_info=True)
         return {"bound_error": f"{type(e).__name__}: {e}"[:500]}
+
+
+def _predict(how: Callable[..., dict[str, Any] | None], *args: Any) -> dict[str, Any] | None:
+    """A prediction's fields; its failure (a probe out of memory, say) leaves the run as it is, unpredicted."""
+    try:
+        return how(*args)
+    except Exception:  # noqa: BLE001 - the run's own figures stand; the prediction is an extra
+        log.warning("predicting the epoch failed", exc_info=True)
+        return None
 
 
 class _Heartbeat:

@@ -30,6 +30,8 @@ with shown("Could not read the store"):
     args = explore.state()
     with shown("Could not draw the chart"):
         explore.chart(args)
+    with shown("Could not draw the predictions"):
+        explore.predictions(args)
     explore.selected_runs()
     params = state.publish("explore", spec)
 

@@ -17,7 +17,7 @@ from ui.cache import cached, data_token
 from ui.state import Param
 from ui.text import chart_safe, plain
 
-__all__ = ["chart", "controls", "selected_runs", "spec", "state"]
+__all__ = ["chart", "controls", "predictions", "selected_runs", "spec", "state"]
 
 PAGE = "explore"
 _MAX_FACETS = 12
@@ -27,6 +27,11 @@ _LABELS = {**api.METRIC_LABELS, "ci": "95% CI of the median", "quantiles": "2.5โ
 
 _VERDICT_HELP = ("commonest verdict among the group's runs: " + "; ".join(f"{k}: {v}" for k, v in api.VERDICTS.items())
                  + " (the run page gives the counts)")
+
+
+_PREDICTED_HELP = "median predicted epoch of the group's runs (engine/predict.py): compare with the measured median"
+_FROM_HELP = ("commonest source of the group's predictions: prior = predicted before the run from an earlier probe "
+              "(held out); own = fitted on the run's own probe, after it (not a held-out prediction)")
 
 
 def spec(options: dict[str, Any]) -> dict[str, Param]:
@@ -109,12 +114,28 @@ def chart(args: dict[str, Any]) -> pd.DataFrame:
         "efficiency": st.column_config.NumberColumn("efficiency", format="%.2f", help="lower bound รท measured"),
         "bound_s": st.column_config.NumberColumn("bound (s)", format="%.3f", help="median lower bound of an epoch"),
         "verdict": st.column_config.TextColumn("verdict", help=_VERDICT_HELP),
+        "predicted_epoch_s": st.column_config.NumberColumn("predicted (s)", format="%.3f", help=_PREDICTED_HELP),
+        "predicted_from": st.column_config.TextColumn("predicted from", help=_FROM_HELP),
         "cv": st.column_config.NumberColumn("CV", format="%.2f", help="coefficient of variation across runs"),
         "noisy": st.column_config.CheckboxColumn("noisy", help="CV over 10 %: differences may be noise"),
         "interval_note": st.column_config.TextColumn("interval", help="why a group has no interval (n < 6)"),
         "n_configs": st.column_config.NumberColumn("configs", help="distinct configs pooled into this point"),
         "differs": st.column_config.TextColumn("fields that differ", help="settings that vary within the point")})
     return summary
+
+
+def predictions(args: dict[str, Any]) -> None:
+    """Predicted against measured epoch time for the predicted runs among the filtered ones; nothing if none."""
+    runs = cached("explore_predictions", filters=args["filters"])
+    if runs.empty:
+        return
+    st.subheader("Predicted vs measured")
+    held_out = int((runs["predicted_from"] == "prior").sum())
+    st.caption(f"{len(runs)} predicted run(s), {held_out} predicted before they ran (prior); 'own' predictions "
+               "were fitted on the run's own probe after it, so they are no test of the model. On the dotted line "
+               "the prediction was exact; above it, the run was faster than predicted.")
+    safe = chart_safe(runs, ["predicted_from", "predicted_limit", "workload", "model", "loader", "run_id"])
+    st.plotly_chart(api.prediction_chart(safe), key=_k("predicted"))
 
 
 def _pooling_banner(summary: pd.DataFrame) -> None:

@@ -25,7 +25,7 @@ from engine.errors import QueryRejected, StoreBusy, StoreCorrupt, StoreError, St
 from engine.store.connect import DEFAULT_TIMEOUT_S, connect, prepare, reads_only
 from engine.store.edits import export, purge, restore, set_notes, set_tags, soft_delete
 from engine.store.explore import (EXPLORE_FILTERS, EXPLORE_METRICS, explore_axes, explore_filter_options,
-                                  explore_summary)
+                                  explore_predictions, explore_summary)
 from engine.store.ingest import ingest_pending, ingest_run
 from engine.store.merge import export_bundle, import_results
 from engine.store.pending import pending_summary
@@ -60,6 +60,7 @@ __all__ = [
     "epoch_time_by",
     "explore_axes",
     "explore_filter_options",
+    "explore_predictions",
     "explore_summary",
     "export",
     "export_bundle",

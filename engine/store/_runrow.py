@@ -79,7 +79,8 @@ def run_row(run_id: str, run_dir: Path, events: list[dict], start: dict, epochs:
         meta["job_id"] = job_id
     summary_event: dict[str, Any] = {}
     for e in events:
-        if e.get("type") in ("summary", "startup"):  # startup: its phases are run columns too (engine/runlog.py)
+        # startup, prediction: their fields are run columns too (engine/runlog.py)
+        if e.get("type") in ("summary", "startup", "prediction"):
             summary_event.update({k: v for k, v in e.items() if k != "type"})
     summary = ev.summarize(epochs, samples, waits)
     summary.update({k: ev.coerce(v, SUMMARY_COLUMNS[k]) for k, v in summary_event.items() if k in SUMMARY_COLUMNS})

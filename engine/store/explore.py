@@ -22,13 +22,15 @@ from engine.store._explore_sql import ci_ranks, pool_sql
 from engine.store.connect import connect
 from engine.store.queries import LIVE, filter_clauses
 
-__all__ = ["EXPLORE_FILTERS", "EXPLORE_METRICS", "explore_axes", "explore_filter_options", "explore_summary",
-           "filter_sql"]
+__all__ = ["EXPLORE_FILTERS", "EXPLORE_METRICS", "explore_axes", "explore_filter_options", "explore_predictions",
+           "explore_summary", "filter_sql"]
 
 # run columns a chart can show; the GPU ones are NULL for CPU runs, which then drop out of that chart
 EXPLORE_METRICS = ("epoch_s", "samples_per_s", "data_wait_share", "gpu_idle_share", "gpu_idle_data_share",
                    "gpu_idle_copy_share", "gpu_idle_other_share", "mean_gpu_util", "startup_s")
 EXPLORE_FILTERS = ("workload", "model", "host", "tag")
+# per run beside its predicted and measured epochs: what the prediction's hover names (engine/predict.py's knobs)
+_PREDICTED_SETTING = ("workload", "model", "loader", "workers", "prefetch_depth", "threads", "batch_size")
 _EXTRA_AXES = ("host", "gpu_name", "sweep_id")
 
 
@@ -72,8 +74,9 @@ def filter_sql(filters: dict[str, Any] | None) -> tuple[str, list[Any]]:
 def explore_summary(x: str, *, metric: str = "epoch_s", color: str | None = None, facet: str | None = None,
                     filters: dict[str, Any] | None = None, interval: str = "ci", max_ids: int = 50,
                     db: Db = None) -> pd.DataFrame:
-    """One row per (x, colour, facet) group: n, median, lo, hi of `metric`, medians of bound_s and
-    efficiency, the commonest verdict, the coefficient of variation and its `noisy` flag (CV > 10 %),
+    """One row per (x, colour, facet) group: n, median, lo, hi of `metric`, medians of bound_s, efficiency and
+    predicted_epoch_s, the commonest verdict and predicted_from, the coefficient of variation and its `noisy` flag
+    (CV > 10 %),
     how many hosts and torch versions the group mixes, how many distinct configs it pools (`n_configs`)
     and which fields differ among them (`differs`), and up to `max_ids` run ids (newest first).
 
@@ -96,6 +99,7 @@ def explore_summary(x: str, *, metric: str = "epoch_s", color: str | None = None
                    list_sort(list("{metric}")) AS vs,
                    quantile_cont("{metric}", 0.025) AS q_lo, quantile_cont("{metric}", 0.975) AS q_hi,
                    median(bound_s) AS bound_s, median(efficiency) AS efficiency, mode(verdict) AS verdict,
+                   median(predicted_epoch_s) AS predicted_epoch_s, mode(predicted_from) AS predicted_from,
                    stddev_samp("{metric}") / nullif(avg("{metric}"), 0) AS cv,
                    count(DISTINCT host_fingerprint) AS n_hosts, count(DISTINCT torch_version) AS n_torch,
                    {pool_inner},
@@ -106,7 +110,8 @@ def explore_summary(x: str, *, metric: str = "epoch_s", color: str | None = None
                CASE WHEN r.lo IS NOT NULL THEN {lo} END AS lo, CASE WHEN r.lo IS NOT NULL THEN {hi} END AS hi,
                CASE WHEN r.lo IS NULL THEN 'no interval: ' || g.n || (CASE WHEN g.n = 1 THEN ' run' ELSE ' runs' END)
                     END AS interval_note,
-               bound_s, efficiency, verdict, cv, coalesce(cv > {NOISY_CV}, false) AS noisy, n_hosts, n_torch,
+               bound_s, efficiency, verdict, predicted_epoch_s, predicted_from, cv,
+               coalesce(cv > {NOISY_CV}, false) AS noisy, n_hosts, n_torch,
                {pool_outer},
                array_to_string(ids[1:{int(max_ids)}], ',') AS run_ids
         FROM g LEFT JOIN _ci_ranks r ON r.n = g.n ORDER BY {cols}"""
@@ -119,6 +124,18 @@ def explore_summary(x: str, *, metric: str = "epoch_s", color: str | None = None
             return conn.execute(sql, params).fetchdf()
         finally:
             conn.unregister("_ci_ranks")
+
+
+def explore_predictions(filters: dict[str, Any] | None = None, limit: int = 5000, db: Db = None) -> pd.DataFrame:
+    """Finished runs that were predicted (engine/predict.py), newest first: run_id, the measured median steady
+    epoch (epoch_s), predicted_epoch_s, predicted_from ('prior': held out; 'own': fitted on the run's own probe),
+    predicted_limit and the setting's fields; the Explore page's filters apply."""
+    where, params = filter_sql(filters)
+    cols = ", ".join(f'"{c}"' for c in _PREDICTED_SETTING)
+    with connect(db, read_only=True) as conn:
+        return conn.execute(f"SELECT run_id, epoch_s, predicted_epoch_s, predicted_from, predicted_limit, {cols} "
+                            f"FROM runs WHERE {where} AND predicted_epoch_s IS NOT NULL AND epoch_s IS NOT NULL "
+                            f"ORDER BY created_at DESC LIMIT {int(limit)}", params).fetchdf()
 
 
 def explore_filter_options(db: Db = None) -> dict[str, Any]:

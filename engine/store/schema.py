@@ -18,14 +18,14 @@ import duckdb
 from engine.config import config_fields
 from engine.errors import StoreVersionError
 from engine.store.tables import (BUILTIN_QUERIES, EPOCH_COLUMNS_V4, RUN_COLUMNS, STORED_BUILTINS, SUMMARY_COLUMNS,
-                                 SUMMARY_COLUMNS_V2, SUMMARY_COLUMNS_V4, TABLES)
+                                 SUMMARY_COLUMNS_V2, SUMMARY_COLUMNS_V4, SUMMARY_COLUMNS_V5, TABLES)
 
 __all__ = ["MIGRATIONS", "RUN_COLUMNS", "SCHEMA_VERSION", "SUMMARY_COLUMNS", "TABLES", "config_columns",
            "ensure_schema", "needs_upgrade", "schema_version"]
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _SQL_TYPES = {"int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "str": "VARCHAR", "list[str]": "VARCHAR"}
 
@@ -80,8 +80,17 @@ def _v4(conn: duckdb.DuckDBPyConnection) -> None:
         conn.execute(f'ALTER TABLE runs ADD COLUMN IF NOT EXISTS "{name}" {SUMMARY_COLUMNS[name]}')
 
 
+def _v5(conn: duckdb.DuckDBPyConnection) -> None:
+    """The predicted epoch beside the measured one (engine/predict.py): its value, what it came from, its limit.
+
+    NOTE: NULL for the runs already stored: never predicted, and no probe of theirs is left to predict them now."""
+    for name in SUMMARY_COLUMNS_V5:
+        conn.execute(f'ALTER TABLE runs ADD COLUMN IF NOT EXISTS "{name}" {SUMMARY_COLUMNS[name]}')
+
+
 # (version, migration) in order. A migration gets a writer connection inside a transaction.
-MIGRATIONS: list[tuple[int, Callable[[duckdb.DuckDBPyConnection], None]]] = [(1, _v1), (2, _v2), (3, _v3), (4, _v4)]
+MIGRATIONS: list[tuple[int, Callable[[duckdb.DuckDBPyConnection], None]]] = [
+    (1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5)]
 
 
 def _now() -> datetime:

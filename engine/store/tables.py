@@ -9,7 +9,7 @@ from __future__ import annotations
 from engine.runlog import GPU_EPOCH_FIELDS
 
 __all__ = ["BUILTIN_QUERIES", "EPOCH_COLUMNS_V4", "RUN_COLUMNS", "STORED_BUILTINS", "SUMMARY_COLUMNS",
-           "SUMMARY_COLUMNS_V2", "SUMMARY_COLUMNS_V4", "TABLES"]
+           "SUMMARY_COLUMNS_V2", "SUMMARY_COLUMNS_V4", "SUMMARY_COLUMNS_V5", "TABLES"]
 
 # Run-level columns schema v4 added: GPU idle and its parts (engine/measure/idle.py) over steady epochs with NVML's
 # utilisation and peak device memory beside them, NULL on CPU; where the start-up went (the RunLog's `startup`
@@ -24,6 +24,9 @@ _SUMMARY_V4 = {
     "loader_cpu_s": "DOUBLE", "compute_cpu_s": "DOUBLE", "cpu_bound_s": "DOUBLE", "usable_cores": "DOUBLE",
     "runnable_threads": "INTEGER", "verdict_help": "VARCHAR",
 }
+# Run-level columns schema v5 added: the epoch predicted for the run's setting (engine/predict.py), what the
+# prediction came from ('prior': a probe taken before the run; 'own': the run's own, after it) and its limit
+_SUMMARY_V5 = {"predicted_epoch_s": "DOUBLE", "predicted_from": "VARCHAR", "predicted_limit": "VARCHAR"}
 # Run-level figures computed at ingest (or copied from the run's `summary` event).
 SUMMARY_COLUMNS = {
     "epoch_s": "DOUBLE", "samples_per_s": "DOUBLE", "ttfb_s": "DOUBLE", "data_wait_share": "DOUBLE",
@@ -35,10 +38,12 @@ SUMMARY_COLUMNS = {
     "overlap": "DOUBLE", "serial_bound_s": "DOUBLE", "calib_age_s": "DOUBLE", "bound_note": "VARCHAR",
     "bound_error": "VARCHAR",
     **_SUMMARY_V4,
+    **_SUMMARY_V5,
 }
 # Summary columns each schema version added (a migration adds them to an older file).
 SUMMARY_COLUMNS_V2 = ("overlap", "serial_bound_s", "calib_age_s", "bound_note", "bound_error")
 SUMMARY_COLUMNS_V4 = tuple(_SUMMARY_V4)
+SUMMARY_COLUMNS_V5 = tuple(_SUMMARY_V5)
 # Epoch columns schema v4 added: the GPU clock's fields of each epoch (engine/measure/timers.py), NULL on CPU
 EPOCH_COLUMNS_V4 = GPU_EPOCH_FIELDS
 # Fixed `runs` columns; config columns follow, generated from RunConfig.

@@ -158,3 +158,37 @@ def test_explore_ranks_are_the_stats_modules_ranks():
 
     for n in (*range(1, 60), 99, 100, 257, 400, 401, 777):
         assert _exact_ranks(n, 0.95) == median_ci_ranks(n, 0.95), n
+
+
+def test_predicted_runs_get_a_predicted_vs_measured_chart_and_table_columns(seeded, open_page, no_problems):
+    from engine.store import connect
+
+    db, ids = seeded
+    with connect(db, read_only=False) as conn:  # the real sync run predicted itself (own); say a repeat was prior
+        conn.execute("UPDATE runs SET predicted_from = 'prior' WHERE run_id = ?", [ids[2]])
+    runs = api.explore_predictions()
+    assert set(runs["predicted_from"]) == {"own", "prior"} and (runs["predicted_epoch_s"] > 0).all()
+    assert ids[1] not in set(runs["run_id"])  # the threads run had no bound: never predicted
+    fig = api.prediction_chart(runs)
+    assert {t.name for t in fig.data} >= {"own", "prior", "predicted = measured"}
+    carried = {row[0] for t in fig.data if t.customdata is not None for row in t.customdata}
+    assert carried == set(runs["run_id"])  # a point hands back its run
+
+    at = open_page("explore")
+    no_problems(at)
+    assert [s.value for s in at.subheader] == ["Predicted vs measured"]
+    assert len(at.get("plotly_chart")) == 2
+    assert {"predicted_epoch_s", "predicted_from"} <= set(at.dataframe[0].value.columns)
+
+
+def test_no_predictions_no_prediction_chart_and_nothing_breaks(seeded, open_page, no_problems):
+    from engine.store import connect
+
+    db, _ = seeded
+    with connect(db, read_only=False) as conn:  # runs stored before schema v5, or of modes the model lacks
+        conn.execute("UPDATE runs SET predicted_epoch_s = NULL, predicted_from = NULL, predicted_limit = NULL")
+    assert api.explore_predictions().empty
+    assert api.prediction_chart(api.explore_predictions()).layout.title.text.startswith("Predicted")
+    at = open_page("explore")
+    no_problems(at)
+    assert not at.subheader and len(at.get("plotly_chart")) == 1 and at.dataframe

@@ -168,3 +168,37 @@ def test_speedups_pair_dual_modes_with_their_sequential_baseline(store):
     assert sorted(r["dual_data"] for r in json.loads(out.stdout)) == ["separate", "shared"]
     empty = cli("speedups", "--sweep", "no-such-sweep", db=store)
     assert empty.returncode == 0 and "no dual-* or fused runs yet in sweep no-such-sweep" in empty.stdout
+
+
+# a 2 ms sleep per sample: settings differ in what they predict (workers overlap the sleep)
+PREDICT = ["--workload", "tensor", "--n-samples", "64", "--image-size", "8", "--width", "8", "--batch-size", "16",
+           "--latency-ms", "2", "--device", "cpu"]
+
+
+def test_predict_ranks_the_tune_space_then_answers_one_setting_from_the_cached_probe(tmp_path):
+    db = tmp_path / "store" / "loaderlab.duckdb"
+    db.parent.mkdir()
+    ranked = cli("predict", *PREDICT, db=db)
+    assert ranked.returncode == 0, ranked.stderr
+    assert "probing tensor + mlp on cpu" in ranked.stderr  # said before the few seconds it takes
+    header, *rows = ranked.stdout.strip().splitlines()
+    assert header.split()[0] == "setting" and "limit" in header and len(rows) >= 4
+    epochs = [float(r.split()[-3]) for r in rows]  # setting ... | epoch | samples/s | limit
+    assert all(e > 0 for e in epochs) and epochs == sorted(epochs)
+    assert {r.split(",")[0].strip() for r in rows} >= {"sync", "prefetch", "threads", "processes"}
+
+    one = cli("predict", *PREDICT, "--loader", "processes", "--workers", "2", "--threads", "1", db=db)
+    assert one.returncode == 0, one.stderr
+    assert "probing" not in one.stderr and "probe from " in one.stdout and " s old" in one.stdout
+    [answer] = [line for line in one.stdout.splitlines() if "predicted epoch" in line]
+    assert answer.startswith("processes, 2 workers") and "1 thread" in answer and "limit: " in answer
+    assert not db.exists() and not db.with_name(db.name + ".wal").exists()  # a command that reads creates no store
+    assert list((db.parent / "calibrations").glob("probe-*.json"))  # the probe is cached for the runs to come
+
+
+def test_predict_of_a_mode_it_does_not_model_is_one_line_naming_mode(tmp_path):
+    out = cli("predict", "--mode", "fused", "--device", "cpu", db=tmp_path / "s.duckdb")
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: mode:") and "fused" in lines[0], out.stderr
+    assert not list(tmp_path.iterdir())  # nothing measured, nothing written

@@ -91,3 +91,17 @@ def test_pip_install_e_gives_the_loaderlab_command_and_the_import(tmp_path):
     mine = subprocess.run([py, "-c", code], cwd=elsewhere, env={**env, "LOADERLAB_DB": str(tmp_path / "my.duckdb")},
                           capture_output=True, text=True, check=True)
     assert mine.stdout.strip() == str(tmp_path / "my.duckdb")
+
+
+def test_predict_ranks_the_settings_or_answers_one_and_opens_no_store(store):
+    fields = {**TINY, "latency_ms": 2.0}
+    ranked = lab.predict(**fields)
+    assert {"loader", "workers", "threads", "predicted_epoch_s", "samples_per_s", "limit"} <= set(ranked.columns)
+    assert len(ranked) >= 4 and (ranked["predicted_epoch_s"] > 0).all()
+    assert ranked["predicted_epoch_s"].is_monotonic_increasing
+    assert (ranked["samples_per_s"] * ranked["predicted_epoch_s"]).round(6).eq(64).all()  # one epoch's samples
+    one = lab.predict(**fields, loader="threads", workers=2)
+    assert len(one) == 1 and one.loc[0, "loader"] == "threads" and one.loc[0, "workers"] == 2
+    assert not store.exists()
+    with pytest.raises(ConfigError, match="mode"):
+        lab.predict(**fields, mode="ddp")

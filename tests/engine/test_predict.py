@@ -6,15 +6,22 @@ CPU work that holds it, and what that predicts for threads against processes."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.config import RunConfig
+from engine.measure.forecast import FAIL_ENV as FAIL_PROBE_ENV
 from engine.measure.probe import probe
+from engine.measure.verdicts import VERDICTS
 from engine.modes._common import step_builder
-from engine.predict import predict, rank
+from engine.predict import MODES, predict, rank
+from engine.runlog import read_events
+from engine.runner import launch
+from engine.store import get_run
 
 CPU = torch.device("cpu")
 seconds = st.floats(1e-4, 0.5)
@@ -124,3 +131,56 @@ def test_probe_finds_python_work_holds_the_gil_and_predicts_processes_beat_threa
     threads = predict(_cfg("threads", 2, 1, base), p).epoch_s
     procs = predict(_cfg("processes", 2, 1, base), p).epoch_s
     assert procs < threads
+
+
+# ---------------------------------------------------------------------------- runs store their prediction
+
+TINY = {"workload": "tensor", "n_samples": 64, "image_size": 8, "width": 8, "batch_size": 16, "epochs": 2,
+        "device": "cpu", "sample_hz": 0.0, "latency_ms": 1.0}
+
+
+def _stored(db, **fields) -> tuple[dict, list[dict]]:
+    result = launch(RunConfig.from_dict({**TINY, **fields}), db=db)
+    assert result.status == "done", result.error
+    return get_run(result.run_id, db=db), read_events(result.run_dir)
+
+
+def _finite(value) -> bool:
+    return value is not None and math.isfinite(value) and value > 0
+
+
+def test_a_first_run_predicts_from_its_own_probe_and_the_next_from_it_before_its_first_epoch(tmp_path):
+    db = tmp_path / "s.duckdb"
+    first, events = _stored(db, loader="sync")
+    assert first["predicted_from"] == "own" and _finite(first["predicted_epoch_s"])
+    assert first["predicted_limit"] in VERDICTS
+    kinds = [e["type"] for e in events]
+    assert kinds.index("prediction") > max(i for i, k in enumerate(kinds) if k == "epoch")  # after the run
+    assert list((tmp_path / "calibrations").glob("probe-*.json"))  # saved for the pipeline's later runs
+
+    second, events = _stored(db, loader="threads", workers=2)
+    assert second["predicted_from"] == "prior" and _finite(second["predicted_epoch_s"])
+    assert second["predicted_limit"] in VERDICTS
+    kinds = [e["type"] for e in events]
+    assert kinds.count("prediction") == 1 and kinds.index("prediction") < kinds.index("epoch")  # made before it ran
+    # another loader, so another prediction from the same probe: a sleep that 2 threads overlap is cheaper
+    assert second["predicted_epoch_s"] < first["predicted_epoch_s"]
+
+
+def test_a_run_of_a_mode_the_model_does_not_cover_or_without_a_bound_stores_no_prediction(tmp_path):
+    db = tmp_path / "s.duckdb"
+    fused, _ = _stored(db, mode="fused", n_models=2)
+    assert "fused" not in MODES
+    unbound, events = _stored(db, bound=False)
+    for row in (fused, unbound):
+        assert row["predicted_epoch_s"] is None and row["predicted_from"] is None and row["predicted_limit"] is None
+    assert "prediction" not in [e["type"] for e in events]
+    assert not list((tmp_path / "calibrations").glob("probe-*.json"))
+
+
+def test_a_failing_probe_keeps_the_run_done_with_no_prediction(tmp_path, monkeypatch):
+    monkeypatch.setenv(FAIL_PROBE_ENV, "1")
+    row, events = _stored(tmp_path / "s.duckdb")
+    assert row["status"] == "done" and row["predicted_epoch_s"] is None and row["predicted_from"] is None
+    assert row["samples_per_s"] > 0 and row["bound_s"] is not None  # the run's own figures and its bound stand
+    assert "prediction" not in [e["type"] for e in events]

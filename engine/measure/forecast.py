@@ -1,0 +1,119 @@
+"""A run's predicted epoch (engine/predict.py), made in the run's process and written to its RunLog as a
+`prediction` event: predicted_epoch_s, predicted_from, predicted_limit (the store's `runs` columns).
+
+    prior   a probe of the same pipeline on this host is already in `<store dir>/calibrations/`: the run is
+            predicted before its first epoch, from figures it could not have influenced (a held-out prediction)
+    own     no probe yet: after the run's calibration, the probe is measured here, saved for later runs, and the
+            run predicted from it (not held out: bench/predict.py must not count it as a prediction)
+
+Only for modes the model covers (engine.predict.MODES) and runs with a bound. A probe that fails leaves the run
+as it was, with no prediction; the run's own figures stand.
+
+The CLI's `predict` and lab.predict share the rest: the cached probe or a new one (`cached_or_new`) and the
+ranked rows of a list of settings (`rows`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+
+from engine import devices, predict
+from engine.hostfit import usable_cpus
+from engine.measure.host import fingerprint
+from engine.measure.probe import probe
+from engine.modes._common import step_builder
+
+if TYPE_CHECKING:  # annotations only: the run side does not import the config (engine/registry.py says why)
+    from engine.config import RunConfig
+
+__all__ = ["FAIL_ENV", "SETTING_FIELDS", "cached_or_new", "covered", "own", "prior", "rows"]
+
+log = logging.getLogger(__name__)
+
+FAIL_ENV = "LOADERLAB_FAIL_PROBE"  # test hook: the own probe raises, the run must stay `done` with no prediction
+# what a row of the ranked table names: the knobs the tune search space turns
+SETTING_FIELDS = ("loader", "workers", "prefetch_depth", "threads", "batch_size")
+
+
+def covered(cfg: RunConfig) -> bool:
+    """Whether the run gets a prediction: a bound is asked for and the model covers its mode."""
+    return bool(cfg.bound) and cfg.mode in predict.MODES
+
+
+def prior(cfg: RunConfig, device: torch.device, calibrations: Path) -> dict[str, Any] | None:
+    """The `prediction` event's fields from a probe already cached for this pipeline on this host, else None."""
+    path = predict.probe_path(calibrations, cfg, fingerprint()["machine"], device.type)
+    found = predict.load_probe(path)
+    if found is None:
+        return None
+    try:
+        return _fields(cfg, found, "prior")
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):  # a probe of an older layout: measure a new one
+        log.warning("the cached probe %s could not be read; the run measures its own", path, exc_info=True)
+        return None
+
+
+def _measure(cfg: RunConfig, device: torch.device, default_threads: int) -> dict[str, Any]:
+    if os.environ.get(FAIL_ENV):
+        raise RuntimeError(f"injected probe failure ({FAIL_ENV} is set)")
+    before = torch.get_num_threads()
+    torch.set_num_threads(default_threads)
+    try:
+        return probe(cfg, device, step_builder(cfg, 0, device))
+    finally:
+        torch.set_num_threads(before)
+
+
+def own(cfg: RunConfig, device: torch.device, calibrations: Path, default_threads: int) -> dict[str, Any]:
+    """Measure the probe after the run (at torch's default threads, whatever the run's: the probe's two thread
+    counts are 1 and that default), save it for the pipeline's later runs, and predict the run from it."""
+    measured = _measure(cfg, device, default_threads)
+    predict.save_probe(predict.probe_path(calibrations, cfg, fingerprint()["machine"], device.type), measured)
+    return _fields(cfg, measured, "own")
+
+
+def _fields(cfg: RunConfig, measured: dict[str, Any], source: str) -> dict[str, Any]:
+    """On the cores this run may use now (affinity, quota), which a probe taken under others may not have had."""
+    p = predict.predict(cfg, measured, usable_cpus())
+    if p is None:
+        return {}
+    taken = measured.get("taken_at")
+    return {"predicted_epoch_s": p.epoch_s, "predicted_from": source, "predicted_limit": p.limit,
+            "predicted_terms": p.terms, "probe_age_s": time.time() - taken if taken else None}
+
+
+def cached_or_new(cfg: RunConfig, calibrations: Path, say: Callable[[str], None] | None = None
+                  ) -> tuple[dict[str, Any], bool]:
+    """The pipeline's probe on this host and whether it was cached; else measured now (`say` is told first, as it
+    takes a few seconds) and saved beside the store, where the pipeline's runs find it. Never touches the store.
+    A folder that cannot take the file leaves the probe unsaved (a warning), not the prediction undone."""
+    device = devices.resolve(cfg.device)
+    path = predict.probe_path(calibrations, cfg, fingerprint()["machine"], device.type)
+    found = predict.load_probe(path)
+    if found is not None:
+        return found, True
+    if say:
+        say(f"probing {cfg.workload} + {cfg.model} on {device} (a few seconds)…")
+    measured = _measure(cfg, device, torch.get_num_threads())
+    if calibrations.parent.is_dir():  # beside an existing store folder; never a new tree of folders
+        try:
+            predict.save_probe(path, measured)
+        except OSError as e:
+            log.warning("the probe could not be saved to %s: %s", path, e)
+    return measured, False
+
+
+def rows(configs: list[RunConfig], measured: dict[str, Any]) -> list[dict[str, Any]]:
+    """The configs the model covers, fastest predicted first: each one's SETTING_FIELDS, predicted_epoch_s,
+    samples_per_s and limit (on the cores this process may use)."""
+    out = []
+    for cfg, p in predict.rank(configs, measured, usable_cpus()):
+        out.append({**{k: getattr(cfg, k) for k in SETTING_FIELDS}, "predicted_epoch_s": p.epoch_s,
+                    "samples_per_s": measured["n_samples"] / p.epoch_s if p.epoch_s > 0 else None, "limit": p.limit})
+    return out
