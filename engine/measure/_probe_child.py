@@ -2,9 +2,10 @@
 
     python -m engine.measure._probe_child CALIBRATIONS_DIR < config.json    # one JSON line: {"probe", "cached"}
 
-`tune` asks for its base pipeline's probe here before its first run: the tune process never imports torch (the
-warm parent and the runs do), and the cache key needs torch (the host's `machine`, engine/measure/host.py). The
-probe runs alone, before the warm parent starts, so nothing of tune's own competes for the cores it measures.
+`tune` asks for its base pipeline's probe here before its first run, not in its own process: tune lives through
+every run, and a probe run there would leave it a CUDA context (GPU memory the runs then lack) and warm OpenMP
+pools; a child ends and takes them along. The probe runs alone, before tune's warm parent starts, so nothing of
+tune's own competes for the cores it measures. The cache key is the host's `machine` (engine/measure/host.py).
 """
 
 from __future__ import annotations
