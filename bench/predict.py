@@ -113,7 +113,8 @@ def _workload(name: str, base: RunConfig, settings: list[tuple[str, int, int]], 
     lines += [f"### {name}: {base.workload} + {base.model}", "",
               f"probe: load {probe['load_wall_s'] * 1e3:.1f} ms wall / {probe['load_cpu_s'] * 1e3:.1f} ms CPU per "
               f"batch of {probe['batch_size']}, GIL share {gil}; step {compute}; {probe['cores']:g} cores", "",
-              "| setting | predicted s | measured s | error % | predicted limit |", "| --- | ---: | ---: | ---: | --- |"]
+              "| setting | predicted s | measured s | error % | predicted limit |",
+              "| --- | ---: | ---: | ---: | --- |"]
     rows = []
     for i, cfg in enumerate(cfgs):
         p = predict(cfg, probe)

@@ -343,11 +343,12 @@ def _probe(cfg0: RunConfig, db: Db, timeout_s: float, wanted: bool) -> tuple[dic
     if cfg0.mode not in MODES:
         return None, f"the model does not cover mode {cfg0.mode}"
     calibrations = db_path(db).parent / "calibrations"
+    timeout_s = max(1.0, timeout_s)
     started = time.monotonic()
     try:
         out = subprocess.run([sys.executable, "-m", "engine.measure._probe_child", str(calibrations)],
                              input=json.dumps(cfg0.to_dict()), capture_output=True, text=True, cwd=ROOT,
-                             env=run_env(), timeout=max(1.0, timeout_s), check=False)
+                             env=run_env(), timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
         log.warning("tune: the probe took over %.0f s (its share of the budget); tuning without a prediction",
                     timeout_s)
