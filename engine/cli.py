@@ -482,12 +482,15 @@ def _tune_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="a RunConfig field every candidate shares (repeatable), e.g. --set batch_size=128")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--no-predict", action="store_true", help="no probe and no ranking by predicted epoch: successive "
+                   "halving over every candidate")
     _launch_options(p)
 
 
 @command(_tune_options)
 def cmd_tune(args: argparse.Namespace) -> int:
-    """Search loader settings by successive halving within a time budget, with real runs."""
+    """Search loader settings (workers and intra-op threads jointly) within a time budget, with real runs: the
+    predicted fastest first, then successive halving."""
     _launch_settings(args)
     budget = parse_budget(args.budget)
     base: dict[str, Any] = dict(load_toml(args.config)) if args.config else {}
@@ -500,7 +503,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     RunConfig.from_dict({**base, "workload": args.workload, "model": args.model})
     _prepare_store(args.db, defer=True)
     result = tune(args.workload, args.model, budget_s=budget, db=args.db, base=base, progress=not args.quiet,
-                  baseline=args.baseline)
+                  baseline=args.baseline, predicted=not args.no_predict)
     print(result.render())
     if args.write_confirm:
         _write_confirm(args.write_confirm, result.confirm_sweep_toml if result.best_idx else None)

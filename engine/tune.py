@@ -3,30 +3,47 @@
     python -m engine tune --workload jpeg --model cnn --budget 10m
     result = tune("jpeg", "cnn", budget_s=600); print(result.render())
 
-Successive halving: every candidate (loader x workers x prefetch_depth, see `candidates`) runs with
-RUNG0_EPOCHS steady epochs; the fastest 1/ETA survive and run again with ETA times as many epochs;
-and so on until one is left or the budget is spent. Within a rung the candidates run in a shuffled
-(seeded) order, so a slow spell of the machine does not always hit the same candidate. The search
-gets SEARCH_SHARE of the budget; then the best and sync (or the user's own setup, `baseline`: it is
-candidate 0 then, and sync stays a candidate) run CONFIRM_REPEATS times each, interleaved
-(each pair in a random order), and the speedup's 95% interval comes from those runs' medians
-(stats.compare), never from the epochs of one run each. Each run is a normal run (subprocess, RunLog,
-store), tagged "tune" and grouped under one sweep_id. Before each run the time it will take is
-estimated from the runs so far, and a run that would overrun the budget is not started.
+The space (`candidates`): sync, prefetch and threads/processes x workers, each with prefetch_depth {2, 8} and,
+jointly with the workers, intra-op threads {auto (torch's default), 1, what fits: cores - loader threads}. On a
+small CPU box the threads are the biggest lever (issue 20: on 2 cores, processes with 1 worker on 1 thread ran
+1.4x faster than sync on torch's default): workers and the model's OpenMP threads share the same cores.
 
-NOTE: batch_size stays fixed (the base's): it changes the optimisation, not just the speed, so it is
-the user's call (`--set batch_size=128`). The lower-bound calibration is off (bound=false) unless the
-base turns it on: it costs two extra passes per run and tuning only needs epoch times.
+Ranked by prediction first. Before any run, tune gets the base pipeline's probe (engine/measure/probe.py: a few
+seconds of what a batch, a step and the GIL cost here, apart from any loader setting): from the store's
+calibrations (<store dir>/calibrations, cached per host), else measured now in a child process
+(engine/measure/_probe_child.py) before the warm parent starts, so nothing of tune's competes for the cores it
+measures. That time counts in the budget, at most PROBE_SHARE of it (past that the child is stopped and tune
+goes on without). engine/predict.py then ranks the candidates by predicted steady epoch, and the first rung runs
+the TOP_K predicted fastest, fastest first, then candidate 0 (sync, or the user's `baseline`). Settings the
+model cannot tell apart (prefetch depth, which it does not read) take one slot, the first listed. Candidates the
+model cannot rank (a mode it does not cover, or no probe: it failed, ran out of its share, or --no-predict) all
+join the first rung, in a seeded shuffled order: plain successive halving over the whole space, as before.
+
+Successive halving: the first rung's candidates run with RUNG0_EPOCHS steady epochs; the fastest 1/ETA survive
+and run again with ETA times as many epochs, in a shuffled (seeded) order, so a slow spell of the machine does not
+always hit the same candidate; and so on until one is left or the budget is spent. The search gets SEARCH_SHARE
+of the budget (the probe included); then the best and candidate 0 run CONFIRM_REPEATS times each, interleaved
+(each pair in a random order), and the speedup's 95% interval comes from those runs' medians (stats.compare),
+never from the epochs of one run each. Each run is a normal run (subprocess, RunLog, store), tagged "tune" and
+grouped under one sweep_id; its row in the result carries the predicted epoch beside the measured one. Before
+each run the time it will take is estimated from the runs so far, and a run that would overrun the budget is not
+started.
+
+NOTE: batch_size stays fixed (the base's): it changes the optimisation, not just the speed, so it is the user's
+call (`--set batch_size=128`). So do intra-op threads when the base sets them (`--set threads=4`). The
+lower-bound calibration is off (bound=false) unless the base turns it on: it costs two extra passes per run and
+tuning only needs epoch times.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
-import os
 import random
 import re
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -40,16 +57,17 @@ from engine import stats
 from engine.advisor import describe
 from engine.config import RunConfig
 from engine.errors import ConfigError
-from engine.hostfit import check_all
-from engine.paths import Db
+from engine.hostfit import check_all, usable_cores
+from engine.paths import ROOT, Db, db_path
+from engine.predict import MODES, Prediction, predict
 from engine.runlog import read_events
 from engine.runner import launch
 from engine.status import RunStatus
 from engine.sweep import new_sweep_id
-from engine.warm import WarmParent
+from engine.warm import WarmParent, run_env
 
-__all__ = ["CONFIRM_REPEATS", "ETA", "RUNG0_EPOCHS", "SEARCH_SHARE", "TuneResult", "candidates", "parse_budget",
-           "run_flags", "tune"]
+__all__ = ["CONFIRM_REPEATS", "ETA", "PROBE_SHARE", "RUNG0_EPOCHS", "SEARCH_SHARE", "TOP_K", "TuneResult",
+           "candidates", "parse_budget", "run_flags", "tune"]
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +75,8 @@ ETA = 3            # keep the best 1/ETA of each rung; survivors run ETA x more 
 RUNG0_EPOCHS = 3   # steady epochs in the first rung: 3, so even a first-rung median has an interval
 SEARCH_SHARE = 0.6   # of the budget for the halving; the rest confirms the best against sync
 CONFIRM_REPEATS = 7  # interleaved runs each of the best and sync: 6 + 7 is the least for a 95% ratio interval
+TOP_K = 4          # predicted-fastest settings in the first rung, beside candidate 0
+PROBE_SHARE = 0.25   # of the budget the probe may take; past it tune goes on without a prediction
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
@@ -73,16 +93,30 @@ def parse_budget(text: str | float) -> float:
     return seconds
 
 
-def candidates(base: RunConfig, cores: int | None = None) -> list[RunConfig]:
+def candidates(base: RunConfig, cores: int | None = None, default_threads: int | None = None) -> list[RunConfig]:
     """sync; prefetch and threads/processes x workers {1, 2, 4, ... <= cores (at least 2)}, each with
-    prefetch_depth {2, 8}. Everything else (batch_size included) is the base's."""
-    cores = max(2, cores or os.cpu_count() or 2)
-    workers = [w for w in (1, 2, 4, 8, 16, 32, 64) if w <= cores]
-    out = [base.replace(loader="sync", workers=0)]
+    prefetch_depth {2, 8}; each of those with intra-op threads {0 (auto: torch's default), 1, what fits: cores -
+    the loader's threads (workers; prefetch's one), at least 1}, without repeats (an explicit count equal to
+    `default_threads`, torch's default when known, is auto's twin). A base that sets threads keeps them. Everything
+    else (batch_size included) is the base's. cores: usable cores (affinity, cgroup quota) by default."""
+    cores = cores or usable_cores()
+    workers = [w for w in (1, 2, 4, 8, 16, 32, 64) if w <= max(2, cores)]
+    settings = [base.replace(loader="sync", workers=0)]
     for depth in (2, 8):
-        out.append(base.replace(loader="prefetch", workers=0, prefetch_depth=depth))
-        out += [base.replace(loader=loader, workers=w, prefetch_depth=depth)
-                for loader in ("threads", "processes") for w in workers]
+        settings.append(base.replace(loader="prefetch", workers=0, prefetch_depth=depth))
+        settings += [base.replace(loader=loader, workers=w, prefetch_depth=depth)
+                     for loader in ("threads", "processes") for w in workers]
+    return [s.replace(threads=t) for s in settings for t in _thread_counts(s, cores, default_threads)]
+
+
+def _thread_counts(cfg: RunConfig, cores: int, default: int | None) -> list[int]:
+    if cfg.threads:
+        return [cfg.threads]
+    beside = {"sync": 0, "prefetch": 1}.get(cfg.loader, cfg.workers)  # loader threads that want a core too
+    out: list[int] = []
+    for t in (0, 1, max(1, cores - beside)):
+        if t not in out and (t == 0 or t != default):
+            out.append(t)
     return out
 
 
@@ -98,6 +132,9 @@ class TuneResult:
     comparison: dict[str, Any] = field(default_factory=dict)    # stats.compare(candidate 0's runs, best's), confirmed
     baseline: dict[str, Any] = field(default_factory=dict)      # the user's setup as given: candidate 0
     confirm_rows: list[dict[str, Any]] = field(default_factory=list)   # the interleaved runs of sync and best
+    probe: dict[str, Any] | None = None        # what the predictions came from (engine/measure/probe.py)
+    probe_note: str = ""                       # where it came from, or why there is none
+    predictions: dict[int, Prediction] = field(default_factory=dict)   # candidate -> its predicted steady epoch
 
     @property
     def table(self) -> pd.DataFrame:
@@ -117,7 +154,7 @@ class TuneResult:
             raise ValueError("nothing to confirm: " + ("no run finished" if self.best is None
                                                        else "candidate 0 was the fastest"))
         ref, best = self.configs[0].to_dict(), self.best.to_dict()
-        keys = yours.BASELINE_KEYS
+        keys = (*yours.BASELINE_KEYS, "threads")  # both sides name theirs: the base holds the best's
         title = (f"{'your setup' if self.baseline else 'sync'} vs the best found by `python -m engine tune` "
                  f"{self.sweep_id}")
         return yours.confirm_sweep_toml(best, {k: ref[k] for k in keys}, {k: best[k] for k in keys}, repeats=repeats,
@@ -128,12 +165,15 @@ class TuneResult:
         head = (f"tune {self.sweep_id}: {len(self.rows)} runs{confirming} in {self.spent_s:.0f} s of "
                 f"{self.budget_s:.0f} s ({self.stop_reason})")
         if self.best is None:
-            return head + "\nno run finished; check the runs with `python -m engine runs`"
+            return "\n".join([head, self._search_line(), *self._runs_table(),
+                              "no run finished; check the runs with `python -m engine runs`"])
         best_rows = [r for r in self.rows if r["candidate"] == self.best_idx and r["status"] == RunStatus.DONE]
         c = self.comparison
-        lines = [head, f"best: {describe(self.best.to_dict())}: epoch {best_rows[-1]['epoch_s']:.3f} s "
-                       f"(rung {best_rows[-1]['rung']}, {best_rows[-1]['steady_epochs']} steady epochs)"]
-        ref = f"your setup ({describe(self.configs[0].to_dict())})" if self.baseline else "sync"
+        last = best_rows[-1]
+        lines = [head, self._search_line(), *self._runs_table(),
+                 f"best: {_describe(self.best)}: epoch {last['epoch_s']:.3f} s (rung {last['rung']}, "
+                 f"{last['steady_epochs']} steady epochs)"]
+        ref = f"your setup ({_describe(self.configs[0])})" if self.baseline else "sync"
         if self.best_idx == 0 and (self.baseline or self.best.loader == "sync"):
             lines.append(f"{ref} was the fastest measured" if self.baseline
                          else "the sync loader (no background loading) was the fastest measured")
@@ -150,6 +190,33 @@ class TuneResult:
                          "confirm.toml, then python -m engine sweep confirm.toml")
         lines.append(f"use it: python -m engine run {run_flags(self.best)}")
         return "\n".join(lines)
+
+    def _search_line(self) -> str:
+        n = len(self.configs)
+        if not self.predictions:
+            return f"no prediction ({self.probe_note}): successive halving over all {n} candidates"
+        return (f"ranked {len(self.predictions)} of {n} candidates by prediction ({self.probe_note}); the first rung "
+                "ran the predicted fastest and candidate 0")
+
+    def _runs_table(self) -> list[str]:
+        """The search's runs, each with its predicted steady epoch beside the measured one."""
+        if not self.rows:
+            return []
+        width = max(len(_describe(self.configs[r["candidate"]])) for r in self.rows)
+        out = [f"  {'rung':>4}  {'setting':<{width}}  {'predicted':>9}  {'measured':>8}  limit (predicted)"]
+        for r in self.rows:
+            measured = "failed" if math.isnan(r["epoch_s"]) else f"{r['epoch_s']:.3f}"
+            predicted = "-" if math.isnan(r["predicted_s"]) else f"{r['predicted_s']:.3f}"
+            out.append(f"  {r['rung']:>4}  {_describe(self.configs[r['candidate']]):<{width}}  {predicted:>9}  "
+                       f"{measured:>8}  {r['limit'] or '-'}")
+        return out
+
+
+def _describe(cfg: RunConfig) -> str:
+    """advisor.describe, and the intra-op threads when set: 'processes, 1 workers, depth 2, batch 64, 1 intra-op
+    thread'."""
+    t = cfg.threads
+    return describe(cfg.to_dict()) + (f", {t} intra-op thread{'s' if t > 1 else ''}" if t else "")
 
 
 def run_flags(cfg: RunConfig) -> str:
@@ -175,70 +242,136 @@ def run_flags(cfg: RunConfig) -> str:
 def tune(workload: str, model: str, *, budget_s: float, db: Db = None,
          base: dict[str, Any] | None = None, progress: bool = True, space: list[dict[str, Any]] | None = None,
          eta: int = ETA, rung0_epochs: int = RUNG0_EPOCHS, confirm_repeats: int = CONFIRM_REPEATS,
-         seed: int = 0, baseline: str | dict[str, Any] | None = None) -> TuneResult:
-    """Successive halving within budget_s seconds of wall time (see the module docstring).
+         seed: int = 0, baseline: str | dict[str, Any] | None = None, predicted: bool = True,
+         top_k: int = TOP_K) -> TuneResult:
+    """Rank by prediction, then successive halving within budget_s seconds of wall time (see the module docstring).
 
     `space` replaces the default candidates: a list of field changes, e.g. [{"loader": "sync"},
     {"loader": "threads", "workers": 2}]. Put sync first: the speedup is reported over candidate 0.
     `baseline`: the user's setup, e.g. "loader=processes,workers=4,batch_size=64": it becomes candidate 0,
     the side the best is confirmed against; its batch_size is every candidate's unless `base` sets one.
+    `predicted=False`: no probe, no ranking: successive halving over every candidate (--no-predict).
     """
     given = yours.parse(baseline)
     cfg0, configs = _configs(workload, model, base, space, given)
-    for warning in check_all(configs):  # a base this host cannot fit fails here, before the first run
+    for warning in check_all(configs):  # a base this host cannot fit fails here, before the probe and the first run
         log.warning("%s", warning)
-    result = TuneResult(sweep_id=new_sweep_id("tune"), budget_s=budget_s, configs=configs, baseline=given)
-    survivors = list(range(len(result.configs)))
-    epochs_of: dict[int, list[float]] = {}   # candidate -> steady epoch walls of its latest run
     t0 = time.monotonic()
     bar = tqdm(total=round(budget_s), desc=f"tune {workload}+{model}", unit="s", disable=not progress,
                file=sys.stderr, dynamic_ncols=True)
-    rung, steady, rng = 0, rung0_epochs, random.Random(seed)
-    try:
-        # one warm parent for all of tune's runs, as a sweep keeps: each forks instead of importing torch again
-        with bar, WarmParent() as warm:
-            while survivors:
-                rng.shuffle(survivors)
-                for idx in survivors:
-                    cfg = result.configs[idx].replace(epochs=cfg0.warmup_epochs + steady)
-                    # the first run always goes: with nothing finished there is nothing to report
-                    if result.rows and time.monotonic() - t0 + _estimate(result.rows, epochs_of.get(idx), cfg) \
-                            > budget_s * SEARCH_SHARE:
-                        result.stop_reason = "search share of the budget spent"
-                        break
-                    result.rows.append(_measure(cfg, db, result.sweep_id, idx, rung, steady, epochs_of, warm))
-                    bar.n = min(round(time.monotonic() - t0), bar.total)
-                    bar.set_postfix_str(f"rung {rung}, {len(result.rows)} runs", refresh=True)
-                if result.stop_reason:
-                    break
-                done = [r for r in result.rows if r["rung"] == rung and not math.isnan(r["epoch_s"])]
-                if len(done) <= 1:
-                    result.stop_reason = "one candidate left" if done else "every run of the rung failed"
-                    break
-                ranked = sorted(done, key=lambda r: r["epoch_s"])
-                survivors = [r["candidate"] for r in ranked[:max(1, math.ceil(len(ranked) / eta))]]
-                if len(survivors) == 1:
-                    result.stop_reason = "one candidate left"
-                    break
-                rung, steady = rung + 1, steady * eta
-            _pick_best(result)
-            _confirm(result, cfg0.warmup_epochs + rung0_epochs, db, t0, confirm_repeats, rng, warm)
-    except KeyboardInterrupt:
-        result.stop_reason = "interrupted"
-        log.warning("tune interrupted; reporting the runs finished so far")
+    rng = random.Random(seed)
+    result = TuneResult(sweep_id=new_sweep_id("tune"), budget_s=budget_s, configs=configs, baseline=given)
+    with bar:
+        try:
+            bar.set_postfix_str("probe", refresh=True)
+            result.probe, result.probe_note = _probe(cfg0, db, budget_s * PROBE_SHARE, predicted)
+            if result.probe is not None:  # torch's default thread count is known now: an explicit twin of it goes
+                cfg0, result.configs = _configs(workload, model, base, space, given, result.probe["default_threads"])
+                result.predictions = {i: p for i, c in enumerate(result.configs)
+                                      if (p := predict(c, result.probe)) is not None}
+            _search(result, cfg0, db, t0, bar, rng, eta, rung0_epochs, confirm_repeats, top_k)
+        except KeyboardInterrupt:
+            result.stop_reason = "interrupted"
+            log.warning("tune interrupted; reporting the runs finished so far")
     result.spent_s = time.monotonic() - t0
     _pick_best(result)
     _compare_confirmed(result)
     return result
 
 
+def _search(result: TuneResult, cfg0: RunConfig, db: Db, t0: float, bar: tqdm, rng: random.Random, eta: int,
+            rung0_epochs: int, confirm_repeats: int, top_k: int) -> None:
+    """The rungs, then the confirmation, all forked from one warm parent (as a sweep keeps: each run forks instead
+    of importing torch again)."""
+    survivors = _first_rung(result, top_k, rng)
+    epochs_of: dict[int, list[float]] = {}   # candidate -> steady epoch walls of its latest run
+    rung, steady = 0, rung0_epochs
+    with WarmParent() as warm:
+        while survivors:
+            if rung:
+                rng.shuffle(survivors)
+            for idx in survivors:
+                cfg = result.configs[idx].replace(epochs=cfg0.warmup_epochs + steady)
+                # the first run always goes: with nothing finished there is nothing to report
+                if result.rows and time.monotonic() - t0 + _estimate(result.rows, epochs_of.get(idx), cfg) \
+                        > result.budget_s * SEARCH_SHARE:
+                    result.stop_reason = "search share of the budget spent"
+                    break
+                result.rows.append(_measure(cfg, db, result, idx, rung, steady, epochs_of, warm))
+                bar.n = min(round(time.monotonic() - t0), bar.total)
+                bar.set_postfix_str(f"rung {rung}, {len(result.rows)} runs", refresh=True)
+            if result.stop_reason:
+                break
+            done = [r for r in result.rows if r["rung"] == rung and not math.isnan(r["epoch_s"])]
+            if len(done) <= 1:
+                result.stop_reason = "one candidate left" if done else "every run of the rung failed"
+                break
+            ranked = sorted(done, key=lambda r: r["epoch_s"])
+            survivors = [r["candidate"] for r in ranked[:max(1, math.ceil(len(ranked) / eta))]]
+            if len(survivors) == 1:
+                result.stop_reason = "one candidate left"
+                break
+            rung, steady = rung + 1, steady * eta
+        _pick_best(result)
+        _confirm(result, cfg0.warmup_epochs + rung0_epochs, db, t0, confirm_repeats, rng, warm)
+
+
+def _first_rung(result: TuneResult, top_k: int, rng: random.Random) -> list[int]:
+    """The predicted fastest top_k settings, fastest first, then candidate 0; then every candidate the model could
+    not rank, shuffled (all of them, with no prediction: plain successive halving)."""
+    ranked = sorted(result.predictions, key=lambda i: result.predictions[i].epoch_s)  # stable: ties keep their order
+    first: list[int] = []
+    told_apart: set[tuple[str, int, int]] = set()
+    for idx in ranked:
+        c = result.configs[idx]
+        key = (c.loader, c.workers, c.threads)  # what the model reads; prefetch depth it does not
+        if len(first) < top_k and key not in told_apart:
+            first.append(idx)
+            told_apart.add(key)
+    if result.predictions and 0 not in first:
+        first.append(0)
+    rest = [i for i in range(len(result.configs)) if i not in result.predictions and i not in first]
+    rng.shuffle(rest)
+    return first + rest
+
+
+def _probe(cfg0: RunConfig, db: Db, timeout_s: float, wanted: bool) -> tuple[dict[str, Any] | None, str]:
+    """The base pipeline's probe, from the store's calibrations or measured in a child
+    (engine/measure/_probe_child.py), and a note on where it came from or why there is none."""
+    if not wanted:
+        return None, "--no-predict"
+    if cfg0.mode not in MODES:
+        return None, f"the model does not cover mode {cfg0.mode}"
+    calibrations = db_path(db).parent / "calibrations"
+    timeout_s = max(1.0, timeout_s)
+    started = time.monotonic()
+    try:
+        out = subprocess.run([sys.executable, "-m", "engine.measure._probe_child", str(calibrations)],
+                             input=json.dumps(cfg0.to_dict()), capture_output=True, text=True, cwd=ROOT,
+                             env=run_env(), timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        log.warning("tune: the probe took over %.0f s (its share of the budget); tuning without a prediction",
+                    timeout_s)
+        return None, f"the probe took over {timeout_s:.0f} s, its share of the budget"
+    took = time.monotonic() - started
+    try:
+        answer = json.loads(out.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        log.warning("tune: the probe failed (%s); tuning without a prediction", last)
+        return None, f"the probe failed: {last[:120]}"
+    where = "cached for this host" if answer["cached"] else "measured now"
+    return answer["probe"], f"probe {where}, {took:.0f} s"
+
+
 def _configs(workload: str, model: str, base: dict[str, Any] | None, space: list[dict[str, Any]] | None,
-             given: dict[str, Any]) -> tuple[RunConfig, list[RunConfig]]:
+             given: dict[str, Any], default_threads: int | None = None) -> tuple[RunConfig, list[RunConfig]]:
     """The fields every candidate shares (cfg0) and the candidates: the user's setup, if given, first."""
     batch = {"batch_size": given["batch_size"]} if "batch_size" in given else {}
     fields = {"bound": False, "tag": "tune", **batch, **(base or {}), "workload": workload, "model": model}
     cfg0 = RunConfig.from_dict(fields)
-    configs = [cfg0.replace(**changes) for changes in space] if space else candidates(cfg0)
+    configs = [cfg0.replace(**changes) for changes in space] if space else candidates(
+        cfg0, default_threads=default_threads)
     if given:
         ref = cfg0.replace(**given)
         configs = [ref] + [c for c in configs if c != ref]
@@ -269,7 +402,7 @@ def _confirm(result: TuneResult, epochs: int, db: Db, t0: float, repeats: int, r
                 result.stop_reason += ("; budget spent while confirming" if result.confirm_rows
                                        else "; no time left to confirm against sync")
                 return
-            row = _measure(cfg, db, result.sweep_id, idx, -1, epochs - cfg.warmup_epochs, scratch, warm)
+            row = _measure(cfg, db, result, idx, -1, epochs - cfg.warmup_epochs, scratch, warm)
             result.confirm_rows.append({**row, "rung": "confirm", "repeat": rep})
 
 
@@ -284,21 +417,24 @@ def _compare_confirmed(result: TuneResult) -> None:
         result.comparison = stats.compare(sync, best)
 
 
-def _measure(cfg: RunConfig, db: Db, sweep_id: str, idx: int, rung: int, steady: int,
+def _measure(cfg: RunConfig, db: Db, result: TuneResult, idx: int, rung: int, steady: int,
              epochs_of: dict[int, list[float]], warm: Any = None) -> dict[str, Any]:
     """One real run of candidate idx (forked from `warm`, an engine.warm.WarmParent, when it can); its row for the
-    result table (epoch_s is nan when it failed)."""
+    result table (epoch_s is nan when it failed; predicted_s nan when the model had no prediction)."""
     started = time.monotonic()
-    run = launch(cfg, db=db, meta={"sweep_id": sweep_id, "config_idx": idx, "repeat_idx": rung}, warm=warm)
+    meta = {"sweep_id": result.sweep_id, "config_idx": idx, "repeat_idx": rung}
+    run = launch(cfg, db=db, meta=meta, warm=warm)
     walls = _steady_walls(run.run_dir) if run.status == RunStatus.DONE else []
     epochs_of[idx] = walls
     epoch_s = statistics.median(walls) if walls else math.nan
-    log.info("tune rung %d: %s w=%d depth=%d -> %s %.3f s", rung, cfg.loader, cfg.workers, cfg.prefetch_depth,
-             run.status, epoch_s)
+    predicted = result.predictions.get(idx)
+    log.info("tune rung %d: %s w=%d depth=%d threads=%d -> %s %.3f s", rung, cfg.loader, cfg.workers,
+             cfg.prefetch_depth, cfg.threads, run.status, epoch_s)
     return {"candidate": idx, "rung": rung, "steady_epochs": steady, "epochs": cfg.epochs, "loader": cfg.loader,
-            "workers": cfg.workers, "prefetch_depth": cfg.prefetch_depth, "batch_size": cfg.batch_size,
-            "status": run.status, "run_id": run.run_id, "epoch_s": epoch_s, "run_s": time.monotonic() - started,
-            "warm": run.warm}
+            "workers": cfg.workers, "prefetch_depth": cfg.prefetch_depth, "threads": cfg.threads,
+            "batch_size": cfg.batch_size, "status": run.status, "run_id": run.run_id, "epoch_s": epoch_s,
+            "predicted_s": predicted.epoch_s if predicted else math.nan,
+            "limit": predicted.limit if predicted else None, "run_s": time.monotonic() - started, "warm": run.warm}
 
 
 def _steady_walls(run_dir: Any) -> list[float]:

@@ -1,4 +1,6 @@
-"""engine.tune: budgets parse or fail by name; a tiny tune on the tensor workload halves and reports a config."""
+"""engine.tune: budgets parse or fail by name; the space varies intra-op threads jointly with workers; a tiny tune
+on the tensor workload runs the predicted fastest first, halves, and reports a config with each run's prediction;
+a mode the model does not cover is tuned by plain halving."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import pytest
 from engine import cli
 from engine.config import ConfigError, RunConfig
 from engine.store import list_runs
-from engine.tune import candidates, parse_budget, run_flags, tune
+from engine.tune import TuneResult, candidates, parse_budget, run_flags, tune
 
 TINY = {"n_samples": 128, "image_size": 8, "width": 8, "batch_size": 32, "device": "cpu", "sample_hz": 0.0}
 
@@ -38,6 +40,51 @@ def test_candidates_keep_batch_size_and_cover_the_loaders():
     assert len({c.to_json() for c in cands}) == len(cands)
 
 
+def _threads_of(cands: list[RunConfig]) -> dict[tuple[str, int, int], list[int]]:
+    out: dict[tuple[str, int, int], list[int]] = {}
+    for c in cands:
+        out.setdefault((c.loader, c.workers, c.prefetch_depth), []).append(c.threads)
+    return out
+
+
+def test_the_space_varies_intra_op_threads_jointly_with_workers():
+    base = RunConfig.from_dict(TINY)
+    cands = candidates(base, cores=4)
+    assert len({c.to_json() for c in cands}) == len(cands)
+    for (loader, workers, _), threads in _threads_of(cands).items():
+        beside = {"sync": 0, "prefetch": 1}.get(loader, workers)
+        # 1, what fits beside the loader's threads, and torch's default (0, auto)
+        assert {0, 1, max(1, 4 - beside)} == set(threads), (loader, workers)
+    assert _threads_of(cands)[("processes", 1, 2)] == [0, 1, 3]
+    assert cands[0].loader == "sync" and cands[0].threads == 0   # the reference is sync as the user gets it
+
+
+def test_an_explicit_thread_count_equal_to_torchs_default_is_not_run_twice():
+    cands = candidates(RunConfig.from_dict(TINY), cores=4, default_threads=4)
+    assert len({c.to_json() for c in cands}) == len(cands)
+    assert _threads_of(cands)[("sync", 0, 2)] == [0, 1]   # 4 fits beside sync, and 4 is what auto gives
+    assert _threads_of(cands)[("processes", 1, 2)] == [0, 1, 3]
+
+
+def test_threads_the_base_sets_are_kept_like_its_batch_size():
+    cands = candidates(RunConfig.from_dict({**TINY, "threads": 2}), cores=4)
+    assert {c.threads for c in cands} == {2}
+    assert len({c.to_json() for c in cands}) == len(cands)
+
+
+def test_the_confirmation_sweep_gives_each_side_its_own_threads():
+    """The best's threads are a base field of the sweep file: without its own, candidate 0 would inherit them."""
+    import tomllib
+
+    from engine.config import SweepConfig
+
+    sync = RunConfig.from_dict({**TINY, "tag": "tune", "bound": False})
+    best = sync.replace(loader="processes", workers=1, threads=1)
+    result = TuneResult(sweep_id="tune-x", budget_s=60, configs=[sync, best], best_idx=1)
+    sweep = SweepConfig.from_dict(tomllib.loads(result.confirm_sweep_toml()))
+    assert [(c.loader, c.threads) for c in sweep.configs()] == [("sync", 0), ("processes", 1)]
+
+
 def test_confirmation_has_enough_runs_for_an_interval():
     from engine import stats, tune as tune_mod
 
@@ -50,7 +97,7 @@ def test_tiny_tune_halves_and_reports_a_config(store):
     space = [{"loader": "sync"}, {"loader": "prefetch"}, {"loader": "threads", "workers": 2}]
     # NOTE: a per-sample sleep so that loading in the background pays and the confirmation path runs
     result = tune("tensor", "mlp", budget_s=600, db=store, base={**TINY, "latency_ms": 1.0}, progress=False,
-                  space=space, eta=2, confirm_repeats=3)
+                  space=space, eta=2, confirm_repeats=3, predicted=False)
     assert result.stop_reason == "one candidate left"
     assert all(r["warm"] for r in result.rows + result.confirm_rows)  # forked from tune's one warm parent
     assert [r["rung"] for r in result.rows] == [0, 0, 0, 1, 1]  # the faster half (2 of 3) runs again
@@ -62,7 +109,7 @@ def test_tiny_tune_halves_and_reports_a_config(store):
     assert result.best is not None
     assert result.best_idx in {r["candidate"] for r in result.rows[3:]}
     assert result.rows[-1]["steady_epochs"] == 2 * result.rows[0]["steady_epochs"]
-    assert "best:" in result.render()
+    assert "best:" in result.render() and "no prediction (--no-predict)" in result.render()
     if result.best_idx == 0:
         assert "sync loader (no background loading) was the fastest" in result.render() and not result.confirm_rows
     else:   # the final comparison: interleaved runs of sync and the best, not epochs
@@ -143,3 +190,56 @@ def test_tune_with_a_baseline_confirms_the_best_against_it(store):
         assert "no interval: 1 run" in t["text"] and "--write-confirm" in t["text"] and t["speedup_lo"] is None
         sweep = SweepConfig.from_dict(tomllib.loads(t["confirm_sweep_toml"]))
         assert [c.loader for c in sweep.configs()] == ["threads", best["loader"]] and sweep.repeats == 7
+
+
+# ---------------------------------------------------------------------------- ranked by prediction
+
+
+@pytest.mark.slow
+def test_the_first_rung_runs_the_predicted_fastest_in_predicted_order_then_candidate_0(store):
+    from engine import tune as tune_mod
+    from engine.predict import rank
+
+    base = {**TINY, "latency_ms": 1.0}
+    result = tune("tensor", "mlp", budget_s=600, db=store, base=base, progress=False, top_k=3, eta=10,
+                  rung0_epochs=1, confirm_repeats=1)
+    assert result.probe is not None and "measured now" in result.probe_note, result.probe_note
+    assert "ranked" in result.render() and "by prediction" in result.render()
+    assert {c.threads for c in result.configs} >= {0, 1}   # the default space, threads jointly with workers
+    first = [r for r in result.rows if r["rung"] == 0]
+    ran = [r["candidate"] for r in first]
+    order = [result.configs.index(c) for c, _ in rank(result.configs, result.probe)]
+    ranked = ran[:-1] if len(ran) > 1 and ran[-1] == 0 else ran   # candidate 0 last, unless predicted among them
+    assert ranked == sorted(ranked, key=order.index)       # fastest predicted first
+    assert 0 in ran and len(ranked) <= 3
+    # none left out is predicted faster than the last that ran, but for a twin the model cannot tell apart (depth)
+    slowest = max(order.index(i) for i in ranked)
+    for i in order[:slowest]:
+        if i not in ran:
+            c = result.configs[i]
+            assert any((c.loader, c.workers, c.threads) == (result.configs[j].loader, result.configs[j].workers,
+                                                           result.configs[j].threads) for j in ran), c
+    # every run carries its predicted epoch beside the measured one, and the printed table shows both
+    for r in result.rows + result.confirm_rows:
+        assert r["predicted_s"] > 0 and r["limit"] and r["threads"] == result.configs[r["candidate"]].threads
+    assert result.rows[0]["predicted_s"] <= result.rows[1]["predicted_s"]
+    assert f"{result.rows[0]['predicted_s']:.3f}" in result.render() and "predicted" in result.render()
+    # the probe is cached for this host: the next tune of the pipeline predicts without measuring again
+    assert list((store.parent / "calibrations").glob("probe-*.json"))
+    again, note = tune_mod._probe(result.configs[0], store, 120.0, True)
+    assert again == result.probe and "cached" in note
+
+
+@pytest.mark.slow
+def test_a_mode_the_model_does_not_cover_is_tuned_by_plain_halving(store):
+    space = [{"loader": "sync"}, {"loader": "prefetch"}, {"loader": "threads", "workers": 2}]
+    result = tune("tensor", "mlp", budget_s=600, db=store, base={**TINY, "mode": "fused", "latency_ms": 1.0},
+                  progress=False, space=space, eta=2, confirm_repeats=1)
+    assert result.predictions == {} and result.probe is None
+    assert "no prediction (the model does not cover mode fused)" in result.render()
+    assert not (store.parent / "calibrations").exists()   # no probe was measured for it
+    order = [0, 1, 2]
+    random.Random(0).shuffle(order)
+    assert [r["candidate"] for r in result.rows[:3]] == order   # the whole space, shuffled, as before
+    assert [r["rung"] for r in result.rows] == [0, 0, 0, 1, 1] and result.best is not None
+    assert all(math.isnan(r["predicted_s"]) and r["limit"] is None for r in result.rows)

@@ -1,0 +1,48 @@
+"""The probe of one pipeline on this host, from the calibrations cache or measured now, in a process of its own.
+
+    python -m engine.measure._probe_child CALIBRATIONS_DIR < config.json    # one JSON line: {"probe", "cached"}
+
+`tune` asks for its base pipeline's probe here before its first run, not in its own process: tune lives through
+every run, and a probe run there would leave it a CUDA context (GPU memory the runs then lack) and warm OpenMP
+pools; a child ends and takes them along. The probe runs alone, before tune's warm parent starts, so nothing of
+tune's own competes for the cores it measures. The cache key is the host's `machine` (engine/measure/host.py).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from engine.config import RunConfig
+from engine.devices import resolve
+from engine.measure.host import fingerprint
+from engine.measure.probe import probe
+from engine.modes._common import step_builder
+from engine.predict import load_probe, probe_path, save_probe
+
+__all__ = ["cached_probe", "main"]
+
+
+def cached_probe(cfg: RunConfig, calibrations: Path) -> tuple[dict[str, Any], bool]:
+    """cfg's probe on this host and whether it came from the cache; measured and saved when it did not."""
+    device = resolve(cfg.device)
+    path = probe_path(calibrations, cfg, fingerprint()["machine"], device.type)
+    found = load_probe(path)
+    if found is not None:
+        return found, True
+    measured = probe(cfg, device, step_builder(cfg, 0, device))
+    save_probe(path, measured)
+    return measured, False
+
+
+def main(argv: list[str]) -> int:
+    cfg = RunConfig.from_dict(json.loads(sys.stdin.read()))
+    found, cached = cached_probe(cfg, Path(argv[0]))
+    print(json.dumps({"probe": found, "cached": cached}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
