@@ -41,7 +41,7 @@ from engine.demo import ensure_demo
 from engine.errors import ConfigError, StoreBusy, StoreCorrupt, StoreError, StoreVersionError, UsageError, printable
 from engine.hostfit import HEAVY, OVERSUBSCRIBE_ENV, check_all, check_host
 from engine.jobs import ensure_worker, run_worker, serve, stop_worker, worker_pid
-from engine.paths import Db, db_path
+from engine.paths import Db, calibrations_dir, db_path
 from engine.predict import MODES
 from engine.preflight import DEFAULT_TIMEOUT_S, TIMEOUT_ENV, preflight, set_time_limit
 from engine.ray_executor import require_ray, run_sweep_ray
@@ -528,7 +528,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         raise ConfigError("mode", f"predict models the {', '.join(MODES)} mode only, not '{cfg.mode}'; run it and "
                                   "read its bound (python -m engine run ...) instead")
     one = args.loader is not None or (bool(args.config) and "loader" in load_toml(args.config))
-    probe, cached = cached_or_new(cfg, db_path(args.db).parent / "calibrations",
+    probe, cached = cached_or_new(cfg, calibrations_dir(args.db),
                                   say=lambda line: print(line, file=sys.stderr, flush=True))
     if cached:
         taken = probe.get("taken_at") or 0

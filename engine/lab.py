@@ -160,7 +160,7 @@ def predict(*, db: Db = None, **fields: Any) -> pd.DataFrame:
     cfg = RunConfig.from_dict(fields)
     if cfg.mode not in MODES:
         raise ConfigError("mode", f"predict models the {', '.join(MODES)} mode only, not '{cfg.mode}'")
-    probe, _ = cached_or_new(cfg, paths.db_path(db).parent / "calibrations")
+    probe, _ = cached_or_new(cfg, paths.calibrations_dir(db))
     return pd.DataFrame(rows([cfg] if "loader" in fields else candidates(cfg), probe))
 
 

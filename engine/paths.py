@@ -12,7 +12,7 @@ import functools
 import os
 from pathlib import Path
 
-__all__ = ["DATA_DIR", "Db", "ROOT", "TRACE_FILE", "datasets_dir", "db_path", "jobs_dir", "runs_dir"]
+__all__ = ["DATA_DIR", "Db", "ROOT", "TRACE_FILE", "calibrations_dir", "datasets_dir", "db_path", "jobs_dir", "runs_dir"]
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = ROOT / "data"
@@ -35,6 +35,11 @@ def _resolved(path: str, cwd: str) -> Path:
 
 def runs_dir(db: Db = None) -> Path:
     return db_path(db).parent / "runs"
+
+
+def calibrations_dir(db: Db = None) -> Path:
+    """The bound's passes (per sweep) and the predictions' probes (per host), beside the store."""
+    return db_path(db).parent / "calibrations"
 
 
 def jobs_dir(db: Db = None) -> Path:

@@ -58,7 +58,7 @@ from engine.advisor import describe
 from engine.config import RunConfig
 from engine.errors import ConfigError
 from engine.hostfit import check_all, usable_cores
-from engine.paths import ROOT, Db, db_path
+from engine.paths import ROOT, Db, calibrations_dir
 from engine.predict import MODES, Prediction, predict
 from engine.runlog import read_events
 from engine.runner import launch
@@ -342,7 +342,7 @@ def _probe(cfg0: RunConfig, db: Db, timeout_s: float, wanted: bool) -> tuple[dic
         return None, "--no-predict"
     if cfg0.mode not in MODES:
         return None, f"the model does not cover mode {cfg0.mode}"
-    calibrations = db_path(db).parent / "calibrations"
+    calibrations = calibrations_dir(db)
     timeout_s = max(1.0, timeout_s)
     started = time.monotonic()
     try:

@@ -13,33 +13,16 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 from engine.config import RunConfig
-from engine.devices import resolve
-from engine.measure.host import fingerprint
-from engine.measure.probe import probe
-from engine.modes._common import step_builder
-from engine.predict import load_probe, probe_path, save_probe
+from engine.measure.forecast import cached_or_new
 
-__all__ = ["cached_probe", "main"]
-
-
-def cached_probe(cfg: RunConfig, calibrations: Path) -> tuple[dict[str, Any], bool]:
-    """cfg's probe on this host and whether it came from the cache; measured and saved when it did not."""
-    device = resolve(cfg.device)
-    path = probe_path(calibrations, cfg, fingerprint()["machine"], device.type)
-    found = load_probe(path)
-    if found is not None:
-        return found, True
-    measured = probe(cfg, device, step_builder(cfg, 0, device))
-    save_probe(path, measured)
-    return measured, False
+__all__ = ["main"]
 
 
 def main(argv: list[str]) -> int:
     cfg = RunConfig.from_dict(json.loads(sys.stdin.read()))
-    found, cached = cached_probe(cfg, Path(argv[0]))
+    found, cached = cached_or_new(cfg, Path(argv[0]))
     print(json.dumps({"probe": found, "cached": cached}), flush=True)
     return 0
 
