@@ -13,6 +13,7 @@ from typing import Any, Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from engine.measure.throughput import samples_per_s, span_s
 from engine.measure.waits import wait_percentiles
 from engine.runlog import EPOCH_FIELDS, STEP_FIELDS
 
@@ -176,16 +177,9 @@ def summarize(epochs: list[dict], samples: pa.Table, waits: list[float] | None =
     walls = [w for w in (_epoch_wall(group) for group in by_epoch.values()) if w is not None]
     if walls:
         out["epoch_s"] = statistics.median(walls)
-        total = sum(_float(e.get("samples")) or 0.0 for e in steady)
-        span = sum(walls)
-        if steady:
-            # NOTE: DESIGN's aggregate throughput, for every mode (single too, as Recorder.finish): all models'
-            # samples over ONE span, first start to last end; summing per-epoch spans would count twice the
-            # time two drifting processes overlap, and leave out a single run's gaps between epochs.
-            starts = [t for t in (_float(e.get("t_start")) for e in steady) if t is not None]
-            ends = [t for t in (_float(e.get("t_end")) for e in steady) if t is not None]
-            span = max(ends) - min(starts) if starts and ends else span
-        out["samples_per_s"] = total / span if span > 0 else None
+        # one definition with Recorder.finish (engine/measure/throughput.py): one span, first start to last end
+        span = span_s(steady)
+        out["samples_per_s"] = samples_per_s(steady, sum(walls) if span is None else span)
     ttfbs = [t for t in (_float(e.get("ttfb_s")) for e in steady) if t is not None]
     out["ttfb_s"] = statistics.median(ttfbs) if ttfbs else None
     # NOTE: shares are of the epochs' wall time, so what no timer explains shows up as `other`
