@@ -32,7 +32,7 @@ from engine.hostfit import check_host
 from engine.paths import ROOT, Db, db_path, runs_dir
 from engine.plugins import is_spec
 from engine.preflight import preflight
-from engine.runlog import RunLog, claim, iter_events, launching, tail_events
+from engine.runlog import RunLog, claim, dead_end, end_dead_run, iter_events, launching, tail_events
 from engine.status import RunStatus
 from engine.warm import run_env
 
@@ -324,28 +324,9 @@ def _close_log(run_dir: Path, returncode: int,
     if ending is None:
         tail = (run_dir / "stderr.log").read_text(errors="replace").strip().splitlines()[-3:]
         how = f"signal {-returncode}" if returncode < 0 else f"exit status {returncode}"
-        ending = (RunStatus.KILLED if returncode < 0 else RunStatus.FAILED,
-                  f"the run process ended with {how} before finishing; finished epochs kept"
-                  + (f". Last output: {' | '.join(tail)}" if tail else ""))
-    missing = [{"type": "end", "t": time.time(), "status": ending[0], "error": ending[1]}]
-    if not any(e["type"] == "start" for e in events):
-        # NOTE: it died before its start event (killed while importing, or a crash at start-up): record
-        # the run from what the parent wrote, so it is stored as killed/failed with the reason, not lost
-        meta = json.loads((run_dir / "meta.json").read_text())
-        missing.insert(0, {"type": "start", "t": time.time(), "run_id": run_dir.name,
-                           "config": json.loads((run_dir / "config.json").read_text()), "host": {}, "pid": None,
-                           **{k: v for k, v in meta.items() if k != "run_id"}})
-    try:
-        with RunLog(run_dir) as runlog:
-            for event in missing:
-                runlog.write(event["type"], **{k: v for k, v in event.items() if k not in ("type", "t")})
-    except OSError as e:
-        if disk_full(e) is None:
-            raise
-        log.warning("run %s: its RunLog cannot take its end (%s); the store gets it directly", run_dir.name,
-                    disk_full(e))
-        return ending, missing
-    return ending, []
+        status, error = dead_end(f"the run process ended with {how} before finishing", killed=returncode < 0)
+        ending = (status, error + (f". Last output: {' | '.join(tail)}" if tail else ""))
+    return ending, end_dead_run(run_dir, *ending, events=events)
 
 
 def main(argv: list[str]) -> int:

@@ -38,7 +38,7 @@ from engine.jobs import spool
 from engine.jobs.queue import RAY_SWEEP, job_spec, marker, now
 from engine.paths import ROOT, Db, db_path, jobs_dir, runs_dir
 from engine.ray_executor import reap_leftovers, run_sweep_ray
-from engine.runlog import RunLog, iter_events
+from engine.runlog import dead_end, end_dead_run, iter_events
 from engine.runner import kill_group, launch
 from engine.status import RunStatus
 from engine.store import ingest_pending, ingest_run
@@ -300,19 +300,19 @@ def _recover(db: Db) -> None:
         if run_id is None:  # a ray-sweep: its driver died with the worker; the runs that landed are stored
             _finish(db, job_id, RunStatus.FAILED, "worker died during the Ray sweep; the runs that landed are kept")
             continue
-        run_dir = runs_dir(db) / run_id
+        run_dir, unlogged = runs_dir(db) / run_id, []
         end = next((e for e in iter_events(run_dir) if e.get("type") == "end"), None)
         if end is not None:  # the run ended; only the worker's bookkeeping was lost
             status, error = _job_status(end.get("status")), end.get("error")
         else:
             _kill_orphan(run_dir)
-            status, error = RunStatus.FAILED, "worker died; finished epochs kept"
+            run_status, error = dead_end("worker died", killed=True)
+            status = _job_status(run_status)
             if (run_dir / "events.jsonl").exists():
-                with RunLog(run_dir) as runlog:
-                    runlog.write("end", status=RunStatus.KILLED, error=error)
+                unlogged = end_dead_run(run_dir, run_status, error)
         if (run_dir / "events.jsonl").exists():
             try:
-                ingest_run(run_dir, db=db, job_id=job_id)
+                ingest_run(run_dir, db=db, job_id=job_id, extra_events=unlogged)
             except ValueError as e:  # a log without a start event: nothing to keep
                 log.warning("run %s of job %s not ingested: %s", run_id, job_id, e)
         _finish(db, job_id, status, error)
