@@ -9,7 +9,6 @@ overlap, and leave out a single run's gaps between epochs. Pure: the store reads
 
 from __future__ import annotations
 
-import math
 from typing import Any, Iterable, Mapping
 
 __all__ = ["samples_per_s", "span_s"]
@@ -18,26 +17,18 @@ __all__ = ["samples_per_s", "span_s"]
 def span_s(epochs: Iterable[Mapping[str, Any]]) -> float | None:
     """Seconds from the first `t_start` to the last `t_end` of these epoch records; None when either is missing."""
     epochs = list(epochs)
-    starts = [t for t in (_finite(e.get("t_start")) for e in epochs) if t is not None]
-    ends = [t for t in (_finite(e.get("t_end")) for e in epochs) if t is not None]
+    starts = [e["t_start"] for e in epochs if e.get("t_start") is not None]
+    ends = [e["t_end"] for e in epochs if e.get("t_end") is not None]
     return max(ends) - min(starts) if starts and ends else None
 
 
 def samples_per_s(epochs: Iterable[Mapping[str, Any]], span: float | None = None) -> float | None:
     """All the epochs' samples over `span` (by default span_s of them); None when there is no positive span.
 
-    NOTE: a malformed or missing value (a RunLog written by hand, a torn line) counts as no samples and no time,
-    rather than failing the run's figures."""
+    A value is a number or None (missing, or malformed in a RunLog: the store coerces them first); None counts as
+    no samples and no time."""
     epochs = list(epochs)
     span = span_s(epochs) if span is None else span
     if span is None or span <= 0:
         return None
-    return sum(_finite(e.get("samples")) or 0.0 for e in epochs) / span
-
-
-def _finite(v: Any) -> float | None:
-    try:
-        out = float(v)
-    except (TypeError, ValueError):
-        return None
-    return out if math.isfinite(out) else None
+    return sum(e.get("samples") or 0 for e in epochs) / span

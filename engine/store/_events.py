@@ -178,8 +178,9 @@ def summarize(epochs: list[dict], samples: pa.Table, waits: list[float] | None =
     if walls:
         out["epoch_s"] = statistics.median(walls)
         # one definition with Recorder.finish (engine/measure/throughput.py): one span, first start to last end
-        span = span_s(steady)
-        out["samples_per_s"] = samples_per_s(steady, sum(walls) if span is None else span)
+        times = [{k: _float(e.get(k)) for k in ("samples", "t_start", "t_end")} for e in steady]
+        span = span_s(times)
+        out["samples_per_s"] = samples_per_s(times, sum(walls) if span is None else span)
     ttfbs = [t for t in (_float(e.get("ttfb_s")) for e in steady) if t is not None]
     out["ttfb_s"] = statistics.median(ttfbs) if ttfbs else None
     # NOTE: shares are of the epochs' wall time, so what no timer explains shows up as `other`

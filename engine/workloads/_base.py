@@ -11,6 +11,7 @@ different augmentations of the same underlying sample.
 
 from __future__ import annotations
 
+import logging
 import operator
 import threading
 import time
@@ -20,7 +21,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-__all__ = ["BankWorkload", "SeededDataset", "ShardDataset", "best_seconds", "sample_seed"]
+__all__ = ["BankWorkload", "SeededDataset", "ShardDataset", "best_seconds", "sample_seed", "work_amount"]
+
+log = logging.getLogger(__name__)
 
 _MASK64 = (1 << 64) - 1
 
@@ -50,6 +53,19 @@ def best_seconds(fn: Callable[[], Any], repeats: int = 5) -> float:
         fn()
         best = min(best, time.perf_counter() - t0)
     return best
+
+
+def work_amount(work_us: float, per_second: Callable[[], float], unit: str) -> int:
+    """`work_us` as a fixed amount of work (iterations, elements) at the calibrated rate `per_second()`; 0 for none.
+
+    NOTE: a fixed amount, calibrated once when the workload is built, not a perf_counter deadline: under contention
+    a sample still does the same work and takes longer, which is what a concurrency benchmark has to see. With a
+    deadline, threads waiting for the GIL would see it pass, do less work, and look like they scale."""
+    if work_us <= 0:
+        return 0
+    amount = max(1, round(work_us * 1e-6 * per_second()))
+    log.debug("work_us=%s -> %d %s per sample", work_us, amount, unit)
+    return amount
 
 
 class SeededDataset(Dataset):

@@ -36,8 +36,13 @@ def test_two_overlapping_models_count_their_shared_time_once():
     assert samples_per_s(epochs) == pytest.approx(200 / 3.0)
 
 
-def test_malformed_values_count_as_nothing_rather_than_failing():
-    epochs = [_epoch(0, 0, 0.0, 2.0), {"samples": "x", "t_start": None, "t_end": float("nan")}]
+def test_missing_values_count_as_nothing():
+    epochs = [_epoch(0, 0, 0.0, 2.0), {"samples": None, "t_start": None, "t_end": None}]
     assert samples_per_s(epochs) == pytest.approx(50.0)
     assert samples_per_s([{"samples": 5}]) is None
     assert samples_per_s(epochs, span=0.0) is None
+
+
+def test_the_store_reads_malformed_times_and_samples_as_missing_rather_than_failing():
+    epochs = [_epoch(0, 1, 0.0, 2.0), {**_epoch(0, 2, 2.0, 4.0), "samples": "x", "t_end": float("nan")}]
+    assert summarize(epochs, _no_samples())["samples_per_s"] == pytest.approx(100 / 2.0)
