@@ -36,7 +36,7 @@ from engine.runlog import RunLog, claim, dead_end, end_dead_run, iter_events, la
 from engine.status import RunStatus
 from engine.warm import run_env
 
-__all__ = ["EXIT_DISK_FULL", "REJECTED", "RunResult", "execute", "kill_group", "launch", "new_run_id"]
+__all__ = ["EXIT_DISK_FULL", "REJECTED", "RunResult", "execute", "exit_child", "kill_group", "launch", "new_run_id"]
 
 log = logging.getLogger(__name__)
 _TRACEBACK_CHARS = 50_000  # the end of a failed run's traceback kept in its RunLog (the innermost error is last)
@@ -334,10 +334,11 @@ def main(argv: list[str]) -> int:
     return execute(Path(argv[0]))
 
 
-if __name__ == "__main__":
-    code = main(sys.argv[1:])
-    # NOTE: no interpreter teardown (about a second with torch loaded, bench/startup.py "reap"): the RunLog is
-    # closed and fsynced and the loader workers joined by now; a warm-forked run ends the same way
+def exit_child(code: int) -> None:
+    """End a run child, cold or warm-forked, with `code` and no interpreter teardown. Never returns.
+
+    NOTE: teardown costs about a second with torch loaded (bench/startup.py "reap"), and buys nothing: the RunLog
+    is closed and fsynced and the loader workers joined by now."""
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -345,3 +346,7 @@ if __name__ == "__main__":
         except OSError:  # stderr.log on a full disk: the exit status still says how the run ended
             pass
     os._exit(code)
+
+
+if __name__ == "__main__":
+    exit_child(main(sys.argv[1:]))

@@ -9,9 +9,8 @@ same sweep with `--workload tensor` and `--workload pyloop` shows the difference
 from __future__ import annotations
 
 import functools
-from typing import Any
 
-from engine.workloads._base import BankWorkload, best_seconds, work_amount
+from engine.workloads._base import BankWorkload, best_seconds
 
 __all__ = ["PyloopWorkload"]
 
@@ -31,13 +30,12 @@ def _iterations_per_second() -> float:
 
 
 class PyloopWorkload(BankWorkload):
-    """Random tensors from the seed; `work_us` of GIL-holding Python arithmetic per sample (a fixed iteration
-    count: _base.work_amount says why)."""
+    """Random tensors from the seed; `work_us` of GIL-holding Python arithmetic per sample: a fixed iteration count
+    (BankWorkload says why)."""
 
-    def __init__(self, cfg: Any):
-        super().__init__(cfg)
-        self.work_iterations = work_amount(cfg.work_us, _iterations_per_second, "pyloop iterations")
+    WORK_UNIT = "iterations"
+    work_rate = staticmethod(_iterations_per_second)
 
     def _work(self) -> None:
-        if self.work_iterations:
-            _spin(self.work_iterations)
+        if self.work_units:
+            _spin(self.work_units)

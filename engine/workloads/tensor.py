@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import functools
 import threading
-from typing import Any
 
 import torch
 
-from engine.workloads._base import BankWorkload, best_seconds, work_amount
+from engine.workloads._base import BankWorkload, best_seconds
 
 __all__ = ["TensorWorkload"]
 
@@ -48,15 +47,14 @@ def _elements_per_second() -> float:
 
 
 class TensorWorkload(BankWorkload):
-    """Random tensors from the seed; `work_us` of GIL-releasing torch work per sample (a fixed number of cumsum
-    elements: _base.work_amount says why)."""
+    """Random tensors from the seed; `work_us` of GIL-releasing torch work per sample: a fixed number of cumsum
+    elements (BankWorkload says why)."""
 
-    def __init__(self, cfg: Any):
-        super().__init__(cfg)
-        self.work_elements = work_amount(cfg.work_us, _elements_per_second, "tensor cumsum elements")
+    WORK_UNIT = "cumsum elements"
+    work_rate = staticmethod(_elements_per_second)
 
     def _work(self) -> None:
-        left = self.work_elements
+        left = self.work_units
         if not left:
             return
         src, out = _work_buffers()
