@@ -196,14 +196,14 @@ def advise(workload: str, model: str, *, host: str = "this", db: Db = None,
     # --- the problem: the most-measured data/model settings ---
     problems = single.groupby(list(PROBLEM_KEYS), dropna=False).size().sort_values(ascending=False, kind="stable")
     advice.problem = dict(zip(PROBLEM_KEYS, _native(problems.index[0])))
-    mine = single[_match(single, advice.problem)]
+    mine = single[stats.matching(single, advice.problem)]
     advice.n_runs, advice.warning = len(mine), stats.mixed_hosts_warning(mine) or _left_out(single, advice.problem)
     advice.table = stats.summarize_configs(mine, list(KNOB_KEYS))
     # --- best, default, comparison ---
     advice.best = dict(zip(KNOB_KEYS, _native(advice.table.iloc[0][list(KNOB_KEYS)])))
     advice.default = (yours.knobs(given, device=advice.problem["device"]) if given
                       else _default(advice.table, advice.best))
-    best_runs, default_runs = mine[_match(mine, advice.best)], mine[_match(mine, advice.default)]
+    best_runs, default_runs = mine[stats.matching(mine, advice.best)], mine[stats.matching(mine, advice.default)]
     advice.comparison = stats.compare(default_runs["epoch_s"], best_runs["epoch_s"]) if len(default_runs) else {
         "n_a": 0, "n_b": len(best_runs), "speedup": math.nan, "speedup_lo": math.nan, "note": "not measured"}
     advice.tied = _tied(mine, advice.table, advice.best, best_runs)
@@ -217,7 +217,7 @@ def advise(workload: str, model: str, *, host: str = "this", db: Db = None,
     advice.base_config = json.loads(best_runs.sort_values("created_at").iloc[-1]["config_json"])
     # NOTE: the cores of the host the best ran on (the smallest, if --host any pooled several)
     advice.cores = int(best_runs["cores"].dropna().min()) if best_runs["cores"].notna().any() else os.cpu_count()
-    measured = runs[_match(runs, advice.problem)]
+    measured = runs[stats.matching(runs, advice.problem)]
     advice.suggestions = _suggest(advice.best, advice.verdict, measured, advice.cores or 2)
     advice.gpu_idle = _gpu_idle(best_runs)
     return advice
@@ -341,7 +341,7 @@ def _tied(mine: pd.DataFrame, table: pd.DataFrame, best: dict[str, Any],
     out = []
     for _, row in table.iloc[1:].iterrows():
         knobs = dict(zip(KNOB_KEYS, _native(row[list(KNOB_KEYS)])))
-        other = mine[_match(mine, knobs)]["epoch_s"]
+        other = mine[stats.matching(mine, knobs)]["epoch_s"]
         if stats.compare(other, best_runs["epoch_s"])["verdict"] == "no clear difference":
             out.append(knobs)
     return out
@@ -354,7 +354,7 @@ def _is_measured(best: dict[str, Any], s: Suggestion, measured: pd.DataFrame) ->
     if knobs["loader"] not in _POOLED:
         knobs["workers"] = 0
     single = measured[measured["mode"] == "single"]
-    return bool(_match(single, knobs).any())
+    return bool(stats.matching(single, knobs).any())
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -383,7 +383,7 @@ def _on_host(runs: pd.DataFrame, host: str) -> tuple[pd.Series, str]:
 def _left_out(single: pd.DataFrame, problem: dict[str, Any]) -> str | None:
     """Runs of the same problem under other host fingerprints (other machines, or other thread settings):
     never pooled or compared with these, so say they exist."""
-    same = _match(single, {k: v for k, v in problem.items() if k != "host_fingerprint"})
+    same = stats.matching(single, {k: v for k, v in problem.items() if k != "host_fingerprint"})
     other = single[same & (single["host_fingerprint"] != problem["host_fingerprint"])]
     if other.empty:
         return None
@@ -402,13 +402,6 @@ def _default(table: pd.DataFrame, best: dict[str, Any]) -> dict[str, Any]:
     else:
         row = table.iloc[-1]
     return dict(zip(KNOB_KEYS, _native(row[list(KNOB_KEYS)])))
-
-
-def _match(df: pd.DataFrame, values: dict[str, Any]) -> pd.Series:
-    mask = pd.Series(True, index=df.index)
-    for k, v in values.items():
-        mask &= df[k].isna() if v is None else (df[k] == v).fillna(False).astype(bool)
-    return mask
 
 
 def _native(values: Any) -> list[Any]:
