@@ -7,7 +7,7 @@ the dashboard loads torch only when a config is validated or a job is queued.
 
 from __future__ import annotations
 
-from engine.advisor import CONFIRM_REPEATS, advise
+from engine.advisor import CONFIRM_REPEATS, advise, render_advice
 from engine.baseline import EXAMPLE as BASELINE_EXAMPLE
 from engine.baseline import parse as parse_baseline
 from engine.browser import PLUGIN_FIELDS, browser_sweep, browser_values, check_browser_config
@@ -42,6 +42,6 @@ __all__ = ["BASELINE_EXAMPLE", "CONFIRM_REPEATS", "ConfigError", "EXPLORE_FILTER
            "end_traceback", "ensure_worker", "epoch_breakdown_chart", "epoch_chart", "estimate_duration",
            "explore_axes", "explore_filter_options", "explore_summary", "field_choices", "get_epochs", "get_run",
            "get_steps", "ingest_pending", "job_progress", "list_jobs", "list_saved_queries", "load_view",
-           "metric_chart", "parse_baseline", "pending_summary", "plugin_choices", "purge", "ray_available", "restore",
-           "run_query", "save_query", "save_view", "search_runs", "set_notes", "set_tags", "soft_delete",
+           "metric_chart", "parse_baseline", "pending_summary", "plugin_choices", "purge", "ray_available",
+           "render_advice", "restore", "run_query", "save_query", "save_view", "search_runs", "set_notes", "set_tags", "soft_delete",
            "step_timeline_chart", "submit", "submit_ray_sweep", "submit_sweep", "table_schema", "worker_alive"]
