@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import logging
 import os
 import sys
 import threading
@@ -20,7 +19,7 @@ import traceback
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from engine.runner import main
+from engine.runner import exit_child, main
 
 __all__ = ["PRELOAD", "parent_state", "serve"]
 
@@ -81,13 +80,7 @@ def _child(run_dir: str, env: dict[str, str], ready_w: int, proto: BinaryIO) -> 
     except BaseException:  # noqa: BLE001 - reported in stderr.log like a cold child's traceback
         traceback.print_exc()
     finally:
-        logging.shutdown()
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except OSError:  # stderr.log on a full disk: the exit status still says how the run ended
-                pass
-        os._exit(rc)
+        exit_child(rc)
 
 
 def _fork(req: dict[str, Any], proto: BinaryIO) -> None:

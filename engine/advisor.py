@@ -2,7 +2,7 @@
 host, how much it beats the default, why (the bound verdict), and what to measure next.
 
     advice = advise("jpeg", "cnn")              # host="this" | "any" | a host fingerprint
-    print(advice.render())
+    print(render_advice(advice))
     Path("next.toml").write_text(advice.next_sweep_toml())   # then: python -m engine sweep next.toml
 
 Only done, single-model runs are ranked, by the median over runs of `epoch_s` (each run's median
@@ -28,15 +28,14 @@ from typing import Any
 
 import pandas as pd
 
-from engine import baseline as yours
-from engine import stats
+from engine import baseline, stats
 from engine.config import RunConfig
 from engine.measure.verdicts import VERDICTS
 from engine.paths import Db
 from engine.store import done_runs
 
 __all__ = ["Advice", "CONFIRM_REPEATS", "GPU_IDLE_KEYS", "KNOB_KEYS", "PROBLEM_KEYS", "QUIET_GPU", "Suggestion",
-           "advise", "gpu_line"]
+           "advise", "gpu_line", "render_advice"]
 
 log = logging.getLogger(__name__)
 
@@ -46,20 +45,23 @@ PROBLEM_KEYS = ("n_samples", "image_size", "num_classes", "work_us", "latency_ms
                 "optimizer", "device", "code_hash", "host_fingerprint")
 # The loader settings (and batch size) ranked against each other: loader, workers, prefetch_depth, start_method,
 # persistent_workers, pin_memory, batch_size; a user's baseline names the same ones
-KNOB_KEYS = yours.BASELINE_KEYS
+KNOB_KEYS = baseline.BASELINE_KEYS
 _POOLED = ("threads", "processes")  # loaders with workers
 # 7 repeats per config: with 6 or more a side stats.ratio_ci has a 95% interval (6 + 7 is the least)
 CONFIRM_REPEATS = 7
 
 
-@dataclass
+@dataclass(frozen=True)
 class Suggestion:
     changes: dict[str, Any]   # fields to change from the best config (mode/n_models for fused)
     reason: str
 
 
-@dataclass
+@dataclass(frozen=True)
 class Advice:
+    """What advise() found: built once, at the end; render_advice(advice) says it in words."""
+
+
     workload: str
     model: str
     host: str                                   # "this" | "any" | a fingerprint, as asked
@@ -92,55 +94,13 @@ class Advice:
         """Your setup and the best, `repeats` runs each in a random order: the runs a 95% interval needs."""
         if not self.base_config:
             raise ValueError(self.message or "nothing measured yet: no sweep to propose")
-        return yours.confirm_sweep_toml(self.base_config, self.default, self.best, repeats=repeats,
+        return baseline.confirm_sweep_toml(self.base_config, self.default, self.best, repeats=repeats,
                                   title=f"your setup vs the best for {self.workload} + {self.model}, "
                                         "proposed by `python -m engine advise`")
 
     @property
     def speedup(self) -> float | None:
         return self.comparison.get("speedup")
-
-    def render(self) -> str:
-        if self.message:
-            return self.message
-        row = self.table.iloc[0]
-        lines = [f"{self.workload} + {self.model} on {self.host_label}: {self.n_runs} done runs, "
-                 f"{len(self.table)} configs (single-model runs; {_fmt_problem(self.problem)})"]
-        if self.warning:
-            lines.append(f"warning: {self.warning}")
-        epoch = _fmt_ci(row["median"], row["ci_lo"], row["ci_hi"], row["n"])
-        lines.append(f"best: {describe(self.best)}: epoch {epoch}"
-                     f" over {row['n']} run(s){' (noisy: CV over 10%)' if row['noisy'] else ''}")
-        if self.tied:
-            shown = "; ".join(describe(t) for t in self.tied[:4]) + ("; ..." if len(self.tied) > 4 else "")
-            lines.append(f"tied with the best (no clear difference at 95%, or too few runs to tell): {shown}")
-        c = self.comparison
-        if self.baseline:
-            lines += _vs_baseline_lines(self)
-        elif self.default == self.best:
-            lines.append("the default is the fastest measured config")
-        else:
-            if c.get("note"):
-                judged = c["note"]
-            else:
-                judged = (f"95% CI {c['speedup_lo']:.2f}-{c['speedup_hi']:.2f}x, "
-                          + ("a clear difference" if c["verdict"] == "B faster" else c["verdict"]))
-            lines.append(f"vs {describe(self.default)}: epoch {c['median_a']:.3f} s, so {c['speedup']:.2f}x "
-                         f"faster ({judged})")
-        if self.verdict:
-            eff = f", efficiency {self.efficiency:.0%}" if self.efficiency is not None else ""
-            lines.append(f"verdict: {self.verdict}{eff}" + (f": {self.verdict_help}" if self.verdict_help else ""))
-        if self.gpu_idle:
-            lines.append(gpu_line(self.gpu_idle, self.best))
-        if self.suggestions:
-            lines.append("try next:")
-            lines += [f"  {i}. {_fmt_changes(s.changes)}: {s.reason}" for i, s in enumerate(self.suggestions, 1)]
-            lines.append(f"  the sweep repeats the best and each of these {CONFIRM_REPEATS} times: enough runs "
-                         "for a 95% interval of every speedup")
-            host = "" if self.host == "this" else f" --host {self.host}"
-            lines.append(f"  one command: python -m engine advise --workload {self.workload} --model {self.model}"
-                         f"{host} --write-sweep next.toml && python -m engine sweep next.toml")
-        return "\n".join(lines)
 
     def next_sweep_toml(self, repeats: int = CONFIRM_REPEATS) -> str:
         """A SweepConfig TOML: the best config as base, a grid over it and the suggested neighbours, each
@@ -166,8 +126,8 @@ class Advice:
         out = [f"# next measurements for {self.workload} + {self.model}, proposed by `python -m engine advise`",
                "# run: python -m engine sweep <this file>", f'name = "next-{self.workload}-{self.model}"',
                f"repeats = {repeats}", "seed = 0", "", "[base]"]
-        out += [f"{k} = {yours.toml_value(v)}" for k, v in base.items()]
-        out += ["", "[grid]"] + [f"{k} = {yours.toml_value(v)}" for k, v in grid.items()]
+        out += [f"{k} = {baseline.toml_value(v)}" for k, v in base.items()]
+        out += ["", "[grid]"] + [f"{k} = {baseline.toml_value(v)}" for k, v in grid.items()]
         return "\n".join(out) + "\n"
 
 
@@ -175,52 +135,126 @@ def advise(workload: str, model: str, *, host: str = "this", db: Db = None,
            where: dict[str, Any] | None = None, baseline: str | dict[str, Any] | None = None) -> Advice:
     """Advice for workload + model from the done runs in the store (see the module docstring).
     `baseline`: the user's setup, e.g. "loader=processes,workers=4,batch_size=64" (engine.baseline.parse)."""
-    given = yours.parse(baseline)  # bad input fails before the store is read
+    given = _parse_baseline(baseline)  # bad input fails before the store is read
     runs = done_runs(workload, model, db)
     on_host, label = _on_host(runs, host)
-    advice = Advice(workload=workload, model=model, host=host, host_label=label, baseline=given)
-    others = int((~on_host).sum())
-    runs = runs[on_host]
-    for k, v in (where or {}).items():
+    asked = {"workload": workload, "model": model, "host": host, "host_label": label, "baseline": given}
+    runs = _where(runs[on_host], where or {})
+    single = runs[runs["mode"] == "single"].dropna(subset=["epoch_s"])
+    if single.empty:
+        return Advice(**asked, message=_no_runs(workload, model, label, int((~on_host).sum()), given))
+    # --- the problem: the most-measured data/model settings ---
+    problems = single.groupby(list(PROBLEM_KEYS), dropna=False).size().sort_values(ascending=False, kind="stable")
+    problem = dict(zip(PROBLEM_KEYS, _native(problems.index[0])))
+    mine = single[stats.matching(single, problem)]
+    table = stats.summarize_configs(mine, list(KNOB_KEYS))
+    # --- best, default (sync or the user's setup), their runs ---
+    best = dict(zip(KNOB_KEYS, _native(table.iloc[0][list(KNOB_KEYS)])))
+    default = _reference(given, problem["device"], table, best)
+    best_runs, default_runs = mine[stats.matching(mine, best)], mine[stats.matching(mine, default)]
+    # --- why, and what to try next ---
+    verdict, verdict_help = _verdict(best_runs)
+    efficiency = best_runs["efficiency"].dropna()
+    # NOTE: the cores of the host the best ran on (the smallest, if --host any pooled several)
+    cores = int(best_runs["cores"].dropna().min()) if best_runs["cores"].notna().any() else os.cpu_count()
+    measured = runs[stats.matching(runs, problem)]
+    return Advice(
+        **asked, n_runs=len(mine), problem=problem, table=table, best=best, default=default,
+        comparison=_comparison(default_runs, best_runs), tied=_tied(mine, table, best, best_runs), cores=cores,
+        verdict=verdict, verdict_help=verdict_help,
+        efficiency=float(efficiency.median()) if len(efficiency) else None,
+        suggestions=_suggest(best, verdict, measured, cores or 2),
+        warning=stats.mixed_hosts_warning(mine) or _left_out(single, problem),
+        base_config=json.loads(best_runs.sort_values("created_at").iloc[-1]["config_json"]),
+        gpu_idle=_gpu_idle(best_runs))
+
+
+def _parse_baseline(value: str | dict[str, Any] | None) -> dict[str, Any]:
+    """The user's setup as given to advise() (whose `baseline` argument hides this module's `baseline`)."""
+    return baseline.parse(value)
+
+
+def _where(runs: pd.DataFrame, where: dict[str, Any]) -> pd.DataFrame:
+    for k, v in where.items():
         if k not in runs.columns:
             raise ValueError(f"where: '{k}' is not a column of the runs table")
         runs = runs[runs[k] == v]
-    single = runs[runs["mode"] == "single"].dropna(subset=["epoch_s"])
-    if single.empty:
-        hint = f" ({others} on other hosts: --host any)" if others else ""
-        advice.message = (f"no runs for {workload}+{model} on {label}{hint}; try: "
-                          f"python -m engine sweep examples/loaders.toml (edit its workload and model), or "
-                          f"python -m engine tune --workload {workload} --model {model} --budget 10m"
-                          + (f" --baseline {yours.describe_baseline(given)}" if given else ""))
-        return advice
-    # --- the problem: the most-measured data/model settings ---
-    problems = single.groupby(list(PROBLEM_KEYS), dropna=False).size().sort_values(ascending=False, kind="stable")
-    advice.problem = dict(zip(PROBLEM_KEYS, _native(problems.index[0])))
-    mine = single[_match(single, advice.problem)]
-    advice.n_runs, advice.warning = len(mine), stats.mixed_hosts_warning(mine) or _left_out(single, advice.problem)
-    advice.table = stats.summarize_configs(mine, list(KNOB_KEYS))
-    # --- best, default, comparison ---
-    advice.best = dict(zip(KNOB_KEYS, _native(advice.table.iloc[0][list(KNOB_KEYS)])))
-    advice.default = (yours.knobs(given, device=advice.problem["device"]) if given
-                      else _default(advice.table, advice.best))
-    best_runs, default_runs = mine[_match(mine, advice.best)], mine[_match(mine, advice.default)]
-    advice.comparison = stats.compare(default_runs["epoch_s"], best_runs["epoch_s"]) if len(default_runs) else {
-        "n_a": 0, "n_b": len(best_runs), "speedup": math.nan, "speedup_lo": math.nan, "note": "not measured"}
-    advice.tied = _tied(mine, advice.table, advice.best, best_runs)
+    return runs
+
+
+def _no_runs(workload: str, model: str, label: str, others: int, given: dict[str, Any]) -> str:
+    hint = f" ({others} on other hosts: --host any)" if others else ""
+    return (f"no runs for {workload}+{model} on {label}{hint}; try: "
+            f"python -m engine sweep examples/loaders.toml (edit its workload and model), or "
+            f"python -m engine tune --workload {workload} --model {model} --budget 10m"
+            + (f" --baseline {baseline.describe_baseline(given)}" if given else ""))
+
+
+def _reference(given: dict[str, Any], device: Any, table: pd.DataFrame, best: dict[str, Any]) -> dict[str, Any]:
+    """What the best is compared with: the user's setup when given, else the default (_default)."""
+    return baseline.knobs(given, device=device) if given else _default(table, best)
+
+
+def _comparison(default_runs: pd.DataFrame, best_runs: pd.DataFrame) -> dict[str, Any]:
+    if not len(default_runs):
+        return {"n_a": 0, "n_b": len(best_runs), "speedup": math.nan, "speedup_lo": math.nan, "note": "not measured"}
+    return stats.compare(default_runs["epoch_s"], best_runs["epoch_s"])
+
+
+def _verdict(best_runs: pd.DataFrame) -> tuple[str | None, str | None]:
+    """The best's most common verdict, and what would help (stored with the runs, else the verdict's own)."""
     verdicts = best_runs["verdict"].dropna()
-    advice.verdict = verdicts.mode().iloc[0] if len(verdicts) else None
-    helps = best_runs[best_runs["verdict"] == advice.verdict]["verdict_help"].dropna() \
+    verdict = verdicts.mode().iloc[0] if len(verdicts) else None
+    helps = best_runs[best_runs["verdict"] == verdict]["verdict_help"].dropna() \
         if "verdict_help" in best_runs else pd.Series(dtype=object)
-    advice.verdict_help = helps.mode().iloc[0] if len(helps) else VERDICTS.get(advice.verdict or "")
-    eff = best_runs["efficiency"].dropna()
-    advice.efficiency = float(eff.median()) if len(eff) else None
-    advice.base_config = json.loads(best_runs.sort_values("created_at").iloc[-1]["config_json"])
-    # NOTE: the cores of the host the best ran on (the smallest, if --host any pooled several)
-    advice.cores = int(best_runs["cores"].dropna().min()) if best_runs["cores"].notna().any() else os.cpu_count()
-    measured = runs[_match(runs, advice.problem)]
-    advice.suggestions = _suggest(advice.best, advice.verdict, measured, advice.cores or 2)
-    advice.gpu_idle = _gpu_idle(best_runs)
-    return advice
+    return verdict, helps.mode().iloc[0] if len(helps) else VERDICTS.get(verdict or "")
+
+
+# ---------------------------------------------------------------------------- in words
+
+
+def render_advice(advice: Advice) -> str:
+    """The advice in words, as `python -m engine advise` prints it and the dashboard shows it."""
+    if advice.message:
+        return advice.message
+    row = advice.table.iloc[0]
+    lines = [f"{advice.workload} + {advice.model} on {advice.host_label}: {advice.n_runs} done runs, "
+             f"{len(advice.table)} configs (single-model runs; {_fmt_problem(advice.problem)})"]
+    if advice.warning:
+        lines.append(f"warning: {advice.warning}")
+    epoch = _fmt_ci(row["median"], row["ci_lo"], row["ci_hi"], row["n"])
+    lines.append(f"best: {describe(advice.best)}: epoch {epoch}"
+                 f" over {row['n']} run(s){' (noisy: CV over 10%)' if row['noisy'] else ''}")
+    if advice.tied:
+        shown = "; ".join(describe(t) for t in advice.tied[:4]) + ("; ..." if len(advice.tied) > 4 else "")
+        lines.append(f"tied with the best (no clear difference at 95%, or too few runs to tell): {shown}")
+    c = advice.comparison
+    if advice.baseline:
+        lines += _vs_baseline_lines(advice)
+    elif advice.default == advice.best:
+        lines.append("the default is the fastest measured config")
+    else:
+        if c.get("note"):
+            judged = c["note"]
+        else:
+            judged = (f"95% CI {c['speedup_lo']:.2f}-{c['speedup_hi']:.2f}x, "
+                      + ("a clear difference" if c["verdict"] == "B faster" else c["verdict"]))
+        lines.append(f"vs {describe(advice.default)}: epoch {c['median_a']:.3f} s, so {c['speedup']:.2f}x "
+                     f"faster ({judged})")
+    if advice.verdict:
+        eff = f", efficiency {advice.efficiency:.0%}" if advice.efficiency is not None else ""
+        lines.append(f"verdict: {advice.verdict}{eff}" + (f": {advice.verdict_help}" if advice.verdict_help else ""))
+    if advice.gpu_idle:
+        lines.append(gpu_line(advice.gpu_idle, advice.best))
+    if advice.suggestions:
+        lines.append("try next:")
+        lines += [f"  {i}. {_fmt_changes(s.changes)}: {s.reason}" for i, s in enumerate(advice.suggestions, 1)]
+        lines.append(f"  the sweep repeats the best and each of these {CONFIRM_REPEATS} times: enough runs "
+                     "for a 95% interval of every speedup")
+        host = "" if advice.host == "this" else f" --host {advice.host}"
+        lines.append(f"  one command: python -m engine advise --workload {advice.workload} --model {advice.model}"
+                     f"{host} --write-sweep next.toml && python -m engine sweep next.toml")
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------- GPU idle
@@ -276,7 +310,7 @@ def _vs_baseline_lines(advice: Advice) -> list[str]:
         host = "" if advice.host == "this" else f" --host {advice.host}"
         lines.append(f"  confirm it ({CONFIRM_REPEATS} runs of each, in a random order): python -m engine advise "
                      f"--workload {advice.workload} --model {advice.model}{host} --baseline "
-                     f"{yours.describe_baseline(advice.baseline)} --write-confirm confirm.toml && "
+                     f"{baseline.describe_baseline(advice.baseline)} --write-confirm confirm.toml && "
                      "python -m engine sweep confirm.toml")
     return lines
 
@@ -341,7 +375,7 @@ def _tied(mine: pd.DataFrame, table: pd.DataFrame, best: dict[str, Any],
     out = []
     for _, row in table.iloc[1:].iterrows():
         knobs = dict(zip(KNOB_KEYS, _native(row[list(KNOB_KEYS)])))
-        other = mine[_match(mine, knobs)]["epoch_s"]
+        other = mine[stats.matching(mine, knobs)]["epoch_s"]
         if stats.compare(other, best_runs["epoch_s"])["verdict"] == "no clear difference":
             out.append(knobs)
     return out
@@ -354,7 +388,7 @@ def _is_measured(best: dict[str, Any], s: Suggestion, measured: pd.DataFrame) ->
     if knobs["loader"] not in _POOLED:
         knobs["workers"] = 0
     single = measured[measured["mode"] == "single"]
-    return bool(_match(single, knobs).any())
+    return bool(stats.matching(single, knobs).any())
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -383,7 +417,7 @@ def _on_host(runs: pd.DataFrame, host: str) -> tuple[pd.Series, str]:
 def _left_out(single: pd.DataFrame, problem: dict[str, Any]) -> str | None:
     """Runs of the same problem under other host fingerprints (other machines, or other thread settings):
     never pooled or compared with these, so say they exist."""
-    same = _match(single, {k: v for k, v in problem.items() if k != "host_fingerprint"})
+    same = stats.matching(single, {k: v for k, v in problem.items() if k != "host_fingerprint"})
     other = single[same & (single["host_fingerprint"] != problem["host_fingerprint"])]
     if other.empty:
         return None
@@ -402,13 +436,6 @@ def _default(table: pd.DataFrame, best: dict[str, Any]) -> dict[str, Any]:
     else:
         row = table.iloc[-1]
     return dict(zip(KNOB_KEYS, _native(row[list(KNOB_KEYS)])))
-
-
-def _match(df: pd.DataFrame, values: dict[str, Any]) -> pd.Series:
-    mask = pd.Series(True, index=df.index)
-    for k, v in values.items():
-        mask &= df[k].isna() if v is None else (df[k] == v).fillna(False).astype(bool)
-    return mask
 
 
 def _native(values: Any) -> list[Any]:

@@ -7,10 +7,11 @@ the dashboard loads torch only when a config is validated or a job is queued.
 
 from __future__ import annotations
 
-from engine.advisor import CONFIRM_REPEATS, advise
+from engine.advisor import CONFIRM_REPEATS, advise, render_advice
 from engine.baseline import EXAMPLE as BASELINE_EXAMPLE
 from engine.baseline import parse as parse_baseline
-from engine.browser import PLUGIN_FIELDS, browser_sweep, browser_values, check_browser_config
+from engine.browser import PLUGIN_FIELDS, browser_config, browser_sweep, browser_sweep_config, browser_values, \
+    check_browser_config
 from engine.browser import choices as plugin_choices
 from engine.charts import (METRIC_LABELS, auto_chart, compare_chart, epoch_breakdown_chart, epoch_chart, metric_chart,
                            prediction_chart, step_timeline_chart)
@@ -36,13 +37,14 @@ from engine.store.version import current as data_version
 
 __all__ = ["BASELINE_EXAMPLE", "CONFIRM_REPEATS", "ConfigError", "EXPLORE_FILTERS", "EXPLORE_METRICS", "INSTALL_HINT",
            "METRIC_LABELS", "PLUGIN_FIELDS", "PRESETS", "RAY_ADDRESS_ENV", "RAY_SWEEP", "RunConfig", "RunStatus",
-           "STARTUP_PHASES", "SweepConfig", "TRACE_FILE", "VERDICTS", "advise", "auto_chart", "browser_sweep",
-           "browser_values", "bump_data_version", "cancel", "check_browser_config", "check_host", "check_host_all",
-           "compare_chart", "config_fields", "count_runs", "data_version", "db_path", "default_ray_address",
-           "end_traceback", "ensure_worker", "epoch_breakdown_chart", "epoch_chart", "estimate_duration",
-           "explore_axes", "explore_filter_options", "explore_predictions", "explore_summary", "field_choices",
-           "get_epochs", "get_run", "get_steps", "ingest_pending", "job_progress", "list_jobs", "list_saved_queries",
-           "load_view", "metric_chart", "parse_baseline", "pending_summary", "plugin_choices", "prediction_chart",
-           "purge", "ray_available", "restore", "run_query", "save_query", "save_view", "search_runs", "set_notes",
-           "set_tags", "soft_delete", "step_timeline_chart", "submit", "submit_ray_sweep", "submit_sweep",
-           "table_schema", "worker_alive"]
+           "STARTUP_PHASES", "SweepConfig", "TRACE_FILE", "VERDICTS", "advise", "auto_chart", "browser_config",
+           "browser_sweep", "browser_sweep_config", "browser_values", "bump_data_version", "cancel",
+           "check_browser_config", "check_host", "check_host_all", "compare_chart", "config_fields", "count_runs",
+           "data_version", "db_path", "default_ray_address", "end_traceback", "ensure_worker",
+           "epoch_breakdown_chart", "epoch_chart", "estimate_duration", "explore_axes", "explore_filter_options",
+           "explore_predictions", "explore_summary", "field_choices", "get_epochs", "get_run", "get_steps",
+           "ingest_pending", "job_progress", "list_jobs", "list_saved_queries", "load_view", "metric_chart",
+           "parse_baseline", "pending_summary", "plugin_choices", "prediction_chart", "purge", "ray_available",
+           "render_advice", "restore", "run_query", "save_query", "save_view", "search_runs", "set_notes", "set_tags",
+           "soft_delete", "step_timeline_chart", "submit", "submit_ray_sweep", "submit_sweep", "table_schema",
+           "worker_alive"]

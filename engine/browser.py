@@ -9,6 +9,8 @@ must be one the owner registered for that field's kind. `check_browser_config` i
 data roots. Nothing here imports a user's module.
 
     values = browser_values({"workload": "my_images", "loader": "threads"})   # workload -> "mypkg.data:build"
+    cfg = browser_config(form_values)                                         # the whole gate, in order
+    sweep, configs = browser_sweep_config(base, grid, repeats=3)
 """
 
 from __future__ import annotations
@@ -19,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from engine._plugin_registry import plugins_file, registered
-from engine.config import RunConfig, field_choices
+from engine.config import RunConfig, SweepConfig, field_choices
 from engine.errors import ConfigError, printable
 from engine.paths import DATA_DIR
 
-__all__ = ["PLUGIN_FIELDS", "browser_sweep", "browser_values", "check_browser_config", "check_plugins", "choices",
-           "data_roots"]
+__all__ = ["PLUGIN_FIELDS", "browser_config", "browser_sweep", "browser_sweep_config", "browser_values",
+           "check_browser_config", "check_plugins", "choices", "data_roots"]
 
 # Fields that may hold a plugin spec -> the registered kind that may fill them (model_b is a second model).
 PLUGIN_FIELDS = {"workload": "workload", "model": "model", "model_b": "model", "collate": "collate", "loss": "loss"}
@@ -126,3 +128,34 @@ def check_browser_config(cfg: RunConfig) -> None:
         raise ConfigError("folder", f"'{cfg.folder}' is outside the folders this dashboard may read "
                                     f"({', '.join(map(str, roots))}); move the data there or ask whoever runs the "
                                     "dashboard to add its folder to LOADERLAB_DATA_ROOTS")
+
+
+def browser_config(values: dict[str, Any]) -> RunConfig:
+    """The run form's values through the whole gate, in order: registered names become specs (any other plugin
+    value stops here), the folder is checked against the data roots before RunConfig walks it, then the config is
+    built (validated) and checked again whole. ConfigError names the field."""
+    mapped = browser_values(values)
+    _check_folder(mapped, mapped.get("folder"))
+    cfg = RunConfig.from_dict(mapped)
+    check_browser_config(cfg)
+    return cfg
+
+
+def browser_sweep_config(base: dict[str, Any], grid: dict[str, list[Any]], repeats: int
+                         ) -> tuple[SweepConfig, list[RunConfig]]:
+    """The sweep builder's base and axes through the same gate as browser_config, every folder and every config
+    of the grid; returns the sweep and its distinct configs (built once)."""
+    base, grid = browser_sweep(base, grid)
+    for folder in [base.get("folder"), *grid.get("folder", [])]:
+        _check_folder(base, folder)
+    sweep = SweepConfig.from_dict({"name": "ui-sweep", "base": base, "grid": grid, "repeats": int(repeats)})
+    configs = sweep.configs()
+    for cfg in configs:
+        check_browser_config(cfg)
+    return sweep, configs
+
+
+def _check_folder(values: dict[str, Any], folder: Any) -> None:
+    """The data-root check on the values that name paths alone, before anything walks the folder (from_dict's
+    folder check says what it found there)."""
+    check_browser_config(RunConfig(workload=str(values.get("workload") or ""), folder=str(folder or "")))

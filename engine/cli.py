@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterator, TextIO
 
 import pandas as pd
 
-from engine.advisor import advise, describe
+from engine.advisor import advise, describe, render_advice
 from engine.baseline import parse as parse_baseline
 from engine.config import DEFAULT_MAX_RUNS, RunConfig, SweepConfig, config_fields, field_choices, load_toml
 from engine.demo import ensure_demo
@@ -463,7 +463,7 @@ def _advise_options(p: argparse.ArgumentParser) -> None:
 def cmd_advise(args: argparse.Namespace) -> int:
     """The best measured config for a workload and model on this host, and what to try next."""
     advice = advise(args.workload, args.model, host=args.host, db=args.db, baseline=args.baseline)
-    print(advice.render())
+    print(render_advice(advice))
     if args.write_confirm:
         _write_confirm(args.write_confirm, advice.confirm_sweep_toml if advice.default != advice.best else None)
     if args.write_sweep and advice.base_config:

@@ -25,7 +25,7 @@ import pandas as pd
 
 from engine import paths
 from engine._lab_compare import compare_runs
-from engine.advisor import advise as _advise
+from engine.advisor import advise as _advise, render_advice
 from engine.config import RunConfig, SweepConfig
 from engine.errors import ConfigError
 from engine.paths import Db
@@ -126,7 +126,7 @@ def advise(*, workload: str, model: str, baseline: str | dict[str, Any] | None =
             "needs_confirmation": a.needs_confirmation,
             "next_sweep_toml": a.next_sweep_toml() if a.base_config else None,
             "confirm_sweep_toml": a.confirm_sweep_toml() if a.base_config and a.default != a.best else None,
-            "text": a.render()}
+            "text": render_advice(a)}
 
 
 def tune(*, workload: str, model: str, budget: str | float = "10m", baseline: str | dict[str, Any] | None = None,

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import threading
 import time
@@ -37,8 +38,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+from engine.errors import disk_full
+from engine.status import RunStatus
+
 __all__ = ["EPOCH_FIELDS", "GPU_EPOCH_FIELDS", "LAUNCHER_LOCK", "STEP_FIELDS", "STORE_FILE", "RunLog", "claim",
-           "end_traceback", "first_event", "heartbeat_age", "held_by_launcher", "iter_events", "launching", "owner",
+           "dead_end", "end_dead_run", "end_traceback", "first_event", "heartbeat_age", "held_by_launcher", "iter_events", "launching", "owner",
            "read_events", "read_span", "tail_events"]
 
 STEP_FIELDS = ("step", "data_wait_s", "h2d_s", "compute_s", "total_s")
@@ -47,6 +51,8 @@ GPU_EPOCH_FIELDS = ("gpu_idle_s", "gpu_idle_data_s", "gpu_idle_copy_s", "gpu_idl
 EPOCH_FIELDS = ("model_idx", "rank", "epoch", "warmup", "wall_s", "samples", "samples_per_s", "ttfb_s",
                 "data_wait_s", "h2d_s", "compute_s", "n_steps", "t_start", "t_end", "loss", "allreduce_s",
                 *GPU_EPOCH_FIELDS)
+log = logging.getLogger(__name__)
+
 STORE_FILE = "store"  # <run_dir>/store: the resolved path of the store the RunLog belongs to
 LAUNCHER_LOCK = "launcher.lock"  # <run_dir>/launcher.lock: flocked by the launcher until it has tried to store the run
 
@@ -155,6 +161,44 @@ def _default(obj: Any) -> Any:
     if isinstance(obj, Path):
         return str(obj)
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def dead_end(cause: str, *, killed: bool) -> tuple[RunStatus, str]:
+    """(status, error) of a run whose process is gone without writing its own `end`: the one rule that the runner,
+    the store (a stale heartbeat) and the job worker's recovery follow. `killed` when something killed it (a signal,
+    silence, its worker's death), `failed` when it exited on its own before finishing; its finished epochs are kept
+    either way, and the error says so."""
+    return (RunStatus.KILLED if killed else RunStatus.FAILED), f"{cause}; finished epochs kept"
+
+
+def end_dead_run(run_dir: str | Path, status: str, error: str | None,
+                 events: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Append the `end` a run could not write itself, and its `start` if it died before that, from the files its
+    launcher wrote (config.json, meta.json), so it is stored as killed or failed with the reason, not lost.
+
+    `events`: the log's events when the caller has read them already. Returns the events the RunLog could not take
+    (its disk is full): the caller hands those to the store directly.
+    """
+    run_dir = Path(run_dir)
+    events = iter_events(run_dir) if events is None else events
+    missing = [{"type": "end", "t": time.time(), "status": status, "error": error}]
+    if not any(e.get("type") == "start" for e in events):
+        # NOTE: it died before its start event (killed while importing, or a crash at start-up)
+        meta = json.loads((run_dir / "meta.json").read_text())
+        missing.insert(0, {"type": "start", "t": time.time(), "run_id": run_dir.name,
+                           "config": json.loads((run_dir / "config.json").read_text()), "host": {}, "pid": None,
+                           **{k: v for k, v in meta.items() if k != "run_id"}})
+    try:
+        with RunLog(run_dir) as runlog:
+            for event in missing:
+                runlog.write(event["type"], **{k: v for k, v in event.items() if k not in ("type", "t")})
+    except OSError as e:
+        if disk_full(e) is None:
+            raise
+        log.warning("run %s: its RunLog cannot take its end (%s); the store gets it directly", run_dir.name,
+                    disk_full(e))
+        return missing
+    return []
 
 
 def read_events(run_dir: str | Path) -> list[dict[str, Any]]:

@@ -32,11 +32,11 @@ from engine.hostfit import check_host
 from engine.paths import ROOT, Db, db_path, runs_dir
 from engine.plugins import is_spec
 from engine.preflight import preflight
-from engine.runlog import RunLog, claim, iter_events, launching, tail_events
+from engine.runlog import RunLog, claim, dead_end, end_dead_run, iter_events, launching, tail_events
 from engine.status import RunStatus
 from engine.warm import run_env
 
-__all__ = ["EXIT_DISK_FULL", "REJECTED", "RunResult", "execute", "kill_group", "launch", "new_run_id"]
+__all__ = ["EXIT_DISK_FULL", "REJECTED", "RunResult", "execute", "exit_child", "kill_group", "launch", "new_run_id"]
 
 log = logging.getLogger(__name__)
 _TRACEBACK_CHARS = 50_000  # the end of a failed run's traceback kept in its RunLog (the innermost error is last)
@@ -342,28 +342,9 @@ def _close_log(run_dir: Path, returncode: int,
     if ending is None:
         tail = (run_dir / "stderr.log").read_text(errors="replace").strip().splitlines()[-3:]
         how = f"signal {-returncode}" if returncode < 0 else f"exit status {returncode}"
-        ending = (RunStatus.KILLED if returncode < 0 else RunStatus.FAILED,
-                  f"the run process ended with {how} before finishing; finished epochs kept"
-                  + (f". Last output: {' | '.join(tail)}" if tail else ""))
-    missing = [{"type": "end", "t": time.time(), "status": ending[0], "error": ending[1]}]
-    if not any(e["type"] == "start" for e in events):
-        # NOTE: it died before its start event (killed while importing, or a crash at start-up): record
-        # the run from what the parent wrote, so it is stored as killed/failed with the reason, not lost
-        meta = json.loads((run_dir / "meta.json").read_text())
-        missing.insert(0, {"type": "start", "t": time.time(), "run_id": run_dir.name,
-                           "config": json.loads((run_dir / "config.json").read_text()), "host": {}, "pid": None,
-                           **{k: v for k, v in meta.items() if k != "run_id"}})
-    try:
-        with RunLog(run_dir) as runlog:
-            for event in missing:
-                runlog.write(event["type"], **{k: v for k, v in event.items() if k not in ("type", "t")})
-    except OSError as e:
-        if disk_full(e) is None:
-            raise
-        log.warning("run %s: its RunLog cannot take its end (%s); the store gets it directly", run_dir.name,
-                    disk_full(e))
-        return ending, missing
-    return ending, []
+        status, error = dead_end(f"the run process ended with {how} before finishing", killed=returncode < 0)
+        ending = (status, error + (f". Last output: {' | '.join(tail)}" if tail else ""))
+    return ending, end_dead_run(run_dir, *ending, events=events)
 
 
 def main(argv: list[str]) -> int:
@@ -371,10 +352,11 @@ def main(argv: list[str]) -> int:
     return execute(Path(argv[0]))
 
 
-if __name__ == "__main__":
-    code = main(sys.argv[1:])
-    # NOTE: no interpreter teardown (about a second with torch loaded, bench/startup.py "reap"): the RunLog is
-    # closed and fsynced and the loader workers joined by now; a warm-forked run ends the same way
+def exit_child(code: int) -> None:
+    """End a run child, cold or warm-forked, with `code` and no interpreter teardown. Never returns.
+
+    NOTE: teardown costs about a second with torch loaded (bench/startup.py "reap"), and buys nothing: the RunLog
+    is closed and fsynced and the loader workers joined by now."""
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -382,3 +364,7 @@ if __name__ == "__main__":
         except OSError:  # stderr.log on a full disk: the exit status still says how the run ended
             pass
     os._exit(code)
+
+
+if __name__ == "__main__":
+    exit_child(main(sys.argv[1:]))

@@ -26,7 +26,7 @@ from engine.config import config_fields
 from engine.measure.waits import wait_percentiles
 from engine.status import RunStatus
 
-__all__ = ["MIN_FOR_CI", "NOISY_CV", "ci_text", "compare", "cv", "median_ci", "median_ci_ranks",
+__all__ = ["MIN_FOR_CI", "NOISY_CV", "ci_text", "compare", "cv", "matching", "median_ci", "median_ci_ranks",
            "mixed_hosts_warning", "ratio_ci", "speedup_vs_sequential", "summarize_configs", "time_breakdown",
            "verdict"]
 
@@ -306,10 +306,10 @@ def speedup_vs_sequential(runs_df: pd.DataFrame, confidence: float = 0.95) -> pd
     for key, group in contenders.groupby(group_cols, dropna=False, sort=True):
         fixed = dict(zip(group_cols, key))
         base_mode = "single" if fixed["mode"] == "fused" else "dual-sequential"
-        match = (df["mode"] == base_mode) & _same(df, fixed, [c for c in ("sweep_id", "host_fingerprint",
-                                                                        "code_hash") if c in fixed] + keys)
+        match = (df["mode"] == base_mode) & matching(df, {c: fixed[c] for c in ("sweep_id", "host_fingerprint",
+                                                                                "code_hash", *keys) if c in fixed})
         if base_mode == "dual-sequential":
-            match &= _same(df, fixed, [c for c in _DUAL_MODELS if c in fixed])
+            match &= matching(df, {c: fixed[c] for c in _DUAL_MODELS if c in fixed})
         base = df[match]
         c = compare(1 / base["samples_per_s"], 1 / group["samples_per_s"], confidence) if len(base) else None
         row = {**fixed, "n": len(group), "baseline_mode": base_mode, "baseline_n": len(base),
@@ -323,10 +323,11 @@ def speedup_vs_sequential(runs_df: pd.DataFrame, confidence: float = 0.95) -> pd
     return out if len(out) else pd.DataFrame(columns=cols)
 
 
-def _same(df: pd.DataFrame, fixed: dict[str, Any], cols: list[str]) -> pd.Series:
-    """Rows of df equal to fixed on cols, where missing equals missing."""
+def matching(df: pd.DataFrame, values: dict[str, Any]) -> pd.Series:
+    """Rows of df equal to `values` on each of its columns, where missing (None, NaN) equals missing: the one
+    definition of "the same settings" that the speedups and the advisor use."""
     mask = pd.Series(True, index=df.index)
-    for c in cols:
-        v = fixed[c]
-        mask &= df[c].isna() if v is None or pd.isna(v) else (df[c] == v).fillna(False).astype(bool)
+    for c, v in values.items():
+        missing = v is None or (pd.api.types.is_scalar(v) and pd.isna(v))
+        mask &= df[c].isna() if missing else (df[c] == v).fillna(False).astype(bool)
     return mask

@@ -40,7 +40,7 @@ def panel(options: dict[str, Any]) -> None:
         with shown("The advisor could not read the store"):
             # once per store version, not per rerun
             advice = cached("advise", workload, model, host=host, baseline=baseline or None)
-            st.code(advice.render(), language=None)
+            st.code(api.render_advice(advice), language=None)
             if advice.warning:
                 st.warning(plain(advice.warning))
             if advice.suggestions and st.button("Queue the suggested sweep", key="advisor.queue"):

@@ -173,15 +173,20 @@ def _widget(f: dataclasses.Field, key: str) -> Any:
     return st.text_input(label, key=key, help=help_)
 
 
-def _paths_only(values: dict[str, Any]) -> Any:
-    """An unvalidated RunConfig holding only the values that name paths, for the data-root check."""
-    return api.RunConfig(workload=str(values.get("workload") or ""), folder=str(values.get("folder") or ""))
-
-
 def run_form(prefix: str) -> FormResult:
     """Render every RunConfig field, grouped; validate; show a ConfigError under the field it names."""
     for warning in _bind_url(prefix):
         st.warning(plain(warning))  # they quote the URL: text, never Markdown
+    values, slots = _draw_fields(prefix)
+    result = _validate(values, slots, st.empty())
+    _publish_url(prefix, values)
+    st.session_state[f"{prefix}._values"] = {f.name: values[f.name] for f in _fields()}
+    return result
+
+
+def _draw_fields(prefix: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One expander per field group, three columns each: the widgets' values and, per field, an empty slot under
+    its widget for its error."""
     groups: dict[str, list[dataclasses.Field]] = {}
     for f in _fields():
         groups.setdefault(f.metadata.get("group", "other"), []).append(f)
@@ -193,22 +198,21 @@ def run_form(prefix: str) -> FormResult:
                 with cols[i % 3]:
                     values[f.name] = _widget(f, f"{prefix}.{f.name}")
                     slots[f.name] = st.empty()
-    top = st.empty()
+    return values, slots
+
+
+def _validate(values: dict[str, Any], slots: dict[str, Any], top: Any) -> FormResult:
+    """The browser's gate (engine.browser.browser_config), then this host's check; a ConfigError is shown under
+    the field it names (or at the top)."""
     result = FormResult(values)
     try:
-        mapped = api.browser_values(values)  # registered names -> specs; any other plugin value stops here
-        # NOTE: the data-root check first: from_dict's folder check walks the folder and says what it found
-        api.check_browser_config(_paths_only(mapped))
-        cfg = api.RunConfig.from_dict(mapped)
-        api.check_browser_config(cfg)  # a folder from the browser must lie under a data root
+        cfg = api.browser_config(values)
         for warning in api.check_host(cfg):  # refused (a ConfigError) when this host cannot run it
             st.warning(warning)
         result.cfg = cfg
     except api.ConfigError as e:
         result.error = e
         (slots.get(e.field) or top).error(f"**{plain(e.field)}**: {plain(e.message)}")
-    _publish_url(prefix, values)
-    st.session_state[f"{prefix}._values"] = {f.name: values[f.name] for f in _fields()}
     return result
 
 
@@ -235,16 +239,10 @@ def sweep_builder(prefix: str, base: dict[str, Any]) -> SweepResult:
                               help="runs per distinct config, for a median and a 95% CI")
     out = SweepResult()
     try:
-        base, grid = api.browser_sweep(base, grid)  # registered names -> specs; any other plugin value stops here
-        for folder in [base.get("folder"), *grid.get("folder", [])]:
-            api.check_browser_config(_paths_only({**base, "folder": folder}))  # before anything walks it
-        sweep = api.SweepConfig.from_dict({"name": "ui-sweep", "base": base, "grid": grid, "repeats": int(repeats)})
-        for cfg in sweep.configs():
-            api.check_browser_config(cfg)
-        for warning in api.check_host_all(sweep.configs()):  # refused when this host cannot run one of them
+        sweep, configs = api.browser_sweep_config(base, grid, int(repeats))
+        for warning in api.check_host_all(configs):  # refused when this host cannot run one of them
             st.warning(warning)
-        out.sweep, out.n_configs = sweep, len(sweep.configs())
-        out.n_runs = out.n_configs * int(repeats)
+        out.sweep, out.n_configs, out.n_runs = sweep, len(configs), len(configs) * int(repeats)
     except api.ConfigError as e:
         out.error = e
         st.error(f"**{plain(e.field)}**: {plain(e.message)}")

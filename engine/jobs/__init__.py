@@ -5,7 +5,8 @@ that took the job), with a spool beside it while a program outside LoaderLab hol
 
     queue.py     submit, submit_sweep, submit_ray_sweep, list_jobs, cancel      (the pages' and the CLI's side)
     progress.py  job_progress (RunLog tailing, ETA) and estimate_duration
-    worker.py    the worker process: its loop, and ensure_worker / worker_alive / stop_worker
+    worker.py    the worker process: its loop
+    control.py   ensure_worker / worker_alive / worker_pid / stop_worker: the worker from outside
     serve.py     `python -m engine serve` (make run): the dashboard and the worker it started, stopped together
     spool.py     job rows waiting beside a held store
     (the SQL of the `jobs` table is engine/store/jobs.py)
@@ -20,7 +21,8 @@ from engine.jobs.progress import DEFAULT_S_PER_SAMPLE, RUN_OVERHEAD_S, estimate_
 from engine.jobs.queue import (RAY_ADDRESS_ENV, RAY_SWEEP, cancel, default_ray_address, list_jobs, submit,
                                submit_ray_sweep, submit_sweep)
 from engine.jobs.serve import serve
-from engine.jobs.worker import ensure_worker, run_worker, stop_worker, worker_alive, worker_pid
+from engine.jobs.control import ensure_worker, stop_worker, worker_alive, worker_pid
+from engine.jobs.worker import run_worker
 
 __all__ = ["DEFAULT_S_PER_SAMPLE", "RAY_ADDRESS_ENV", "RAY_SWEEP", "RUN_OVERHEAD_S", "cancel", "default_ray_address",
            "ensure_worker", "estimate_duration", "job_progress", "list_jobs", "run_worker", "serve", "stop_worker",

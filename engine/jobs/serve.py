@@ -20,7 +20,7 @@ import sys
 import time
 from typing import Callable
 
-from engine.jobs.worker import ensure_worker, stop_worker, worker_pid
+from engine.jobs.control import ensure_worker, stop_worker, worker_pid
 from engine.paths import ROOT, Db, db_path
 from engine.warm import run_env
 

@@ -1,5 +1,5 @@
 """The job worker: its own process, `python -m engine worker`, that takes the oldest queued job, runs it and
-closes it, one at a time; and how the dashboard starts, finds and stops it.
+closes it, one at a time. How the dashboard starts, finds and stops it: engine/jobs/control.py.
 
 One worker per store, so one per host with the default store: the live worker holds an flock on
 `<jobs_dir>/worker.lock` (its pid is written into the file). A job is one run (engine.runner.launch, a
@@ -9,7 +9,6 @@ run as it lands). Either way Cancel is the marker file `<jobs_dir>/<job_id>.canc
 turned into the executor's cancel Event.
 
     python -m engine worker [--db PATH] [--ensure | --once]     # engine/cli.py parses the flags
-    ensure_worker(db); worker_alive(db); stop_worker(db)          # what `make run` and the dashboard do
 
 NOTE: one job at a time on the whole host, not one per device: runs on two GPUs still share the CPU
 cores that load their data, so running them side by side would corrupt both timings.
@@ -17,14 +16,11 @@ cores that load their data, so running them side by side would corrupt both timi
 
 from __future__ import annotations
 
-import fcntl
 import itertools
 import json
 import logging
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -35,18 +31,19 @@ import psutil
 from engine.config import RunConfig, SweepConfig
 from engine.errors import ConfigError, StoreBusy, StoreError
 from engine.jobs import spool
+from engine.jobs.control import lock_path, try_lock, unlock, write_pid
 from engine.jobs.queue import RAY_SWEEP, job_spec, marker, now
-from engine.paths import ROOT, Db, db_path, jobs_dir, runs_dir
+from engine.paths import Db, db_path, runs_dir
 from engine.ray_executor import reap_leftovers, run_sweep_ray
-from engine.runlog import RunLog, iter_events
+from engine.runlog import dead_end, end_dead_run, iter_events
 from engine.runner import kill_group, launch
 from engine.status import RunStatus
 from engine.store import ingest_pending, ingest_run
 from engine.store import jobs as job_table
 from engine.store.ingest import DEFER_AFTER_S
-from engine.warm import WarmParent, run_env
+from engine.warm import WarmParent
 
-__all__ = ["ensure_worker", "lock_path", "run_worker", "stop_worker", "worker_alive", "worker_pid"]
+__all__ = ["run_worker"]
 
 log = logging.getLogger(__name__)
 
@@ -54,77 +51,78 @@ STALE_AFTER_S = 30.0  # a run whose heartbeat is older is marked killed (DESIGN:
 SCAN_EVERY_S = 30.0  # how often an idle worker looks for stale or un-ingested RunLogs
 
 
-def lock_path(db: Db) -> Path:
-    path = jobs_dir(db) / "worker.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def _try_lock(db: Db) -> int | None:
-    """An fd holding the worker lock, or None when a live worker holds it."""
-    fd = os.open(lock_path(db), os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
-
-
-def _unlock(fd: int) -> None:
-    fcntl.flock(fd, fcntl.LOCK_UN)
-    os.close(fd)
-
-
 def run_worker(db: Db = None, *, once: bool = False, poll_s: float = 1.0, lock_fd: int | None = None) -> int:
     """Run queued jobs one at a time until SIGTERM (or, with once, until the queue is empty). Exit status 0."""
-    fd = lock_fd if lock_fd is not None else _try_lock(db)
+    fd = lock_fd if lock_fd is not None else try_lock(db)
     if fd is None:
         log.info("a worker for %s is alive already (see %s); exiting", db_path(db), lock_path(db))
         return 0
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    write_pid(fd, os.getpid())
     stop = threading.Event()
     restore = _on_signals(stop)
     log.info("job worker pid %d serving %s", os.getpid(), db_path(db))
     _reap_ray(db)
     try:
-        recovered, last_scan, last_error = False, 0.0, None
-        while not stop.is_set():
-            try:
-                spool.flush(db)  # jobs queued or closed while the store was held; before _recover, which may close them
-                if not recovered:  # in the loop: a store held at start-up is waited out like any other
-                    _recover(db)
-                    recovered = True
-                if time.monotonic() - last_scan > SCAN_EVERY_S:
-                    ingest_pending(db=db, stale_after_s=STALE_AFTER_S)
-                    last_scan = time.monotonic()
-                job = _take(db)
-                last_error = None
-            except StoreError as e:  # e.g. a user's duckdb shell or notebook: never wait for it, never crash
-                # NOTE: jobs still run: from the spool, or from the store while it can be read; their RunLogs
-                # and statuses wait beside the store and are stored by this loop as soon as the holder closes
-                job = _take_held(db) if isinstance(e, StoreBusy) else None
-                if str(e) != last_error:  # once per holder, not every 5 s for hours
-                    log.warning("store not writable now (jobs still run; results are stored when it is): %s", e)
-                last_error = str(e)
-                if job is None:
-                    stop.wait(5 * poll_s)
-                    continue
-            if job is not None:
-                _run_job(job, db, stop, poll_s)
-                last_scan = 0.0  # its run may have been left in its RunLog (store held): store it next loop
-            elif once:
-                break
-            else:
-                stop.wait(poll_s)
+        # NOTE: each run forks from the warm parent (engine/warm.py), which goes with the worker: no process left
+        with WarmParent() as warm:
+            _loop(db, stop, warm, once=once, poll_s=poll_s)
     finally:
-        while _WARM:  # the warm parent goes with the worker: no process left behind
-            _WARM.pop().close()
         restore()
-        _unlock(fd)
+        unlock(fd)
         log.info("job worker pid %d stopped", os.getpid())
     return 0
+
+
+def _loop(db: Db, stop: threading.Event, warm: WarmParent, *, once: bool, poll_s: float) -> None:
+    """Take the oldest job and run it, the store's chores first; while the store is held, run jobs anyway."""
+    chores, last_error = _Chores(db), None
+    while not stop.is_set():
+        try:
+            chores.run()
+            job, last_error = _take(db), None
+        except StoreError as e:  # e.g. a user's duckdb shell or notebook: never wait for it, never crash
+            job, last_error = _take_while_held(db, e, last_error)
+            if job is None:
+                stop.wait(5 * poll_s)
+                continue
+        if job is not None:
+            _run_job(job, db, stop, poll_s, warm)
+            chores.rescan_soon()  # its run may have been left in its RunLog (store held): store it next loop
+        elif once:
+            break
+        else:
+            stop.wait(poll_s)
+
+
+class _Chores:
+    """What the loop does for the store before each take: flush the spool, recover once, rescan now and then."""
+
+    def __init__(self, db: Db):
+        self.db, self.recovered, self.last_scan = db, False, 0.0
+
+    def run(self) -> None:
+        spool.flush(self.db)  # jobs queued or closed while the store was held; before _recover, which may close them
+        if not self.recovered:  # in the loop: a store held at start-up is waited out like any other
+            _recover(self.db)
+            self.recovered = True
+        if time.monotonic() - self.last_scan > SCAN_EVERY_S:
+            ingest_pending(db=self.db, stale_after_s=STALE_AFTER_S)
+            self.last_scan = time.monotonic()
+
+    def rescan_soon(self) -> None:
+        self.last_scan = 0.0
+
+
+def _take_while_held(db: Db, e: StoreError, last_error: str | None) -> tuple[dict[str, Any] | None, str]:
+    """The job to run while the store cannot be written (from the spool, or the store while it can be read), and
+    the error, logged once per holder rather than every 5 s for hours.
+
+    NOTE: jobs still run; their RunLogs and statuses wait beside the store and are stored by the loop as soon as
+    the holder closes it."""
+    job = _take_held(db) if isinstance(e, StoreBusy) else None
+    if str(e) != last_error:
+        log.warning("store not writable now (jobs still run; results are stored when it is): %s", e)
+    return job, str(e)
 
 
 def _reap_ray(db: Db) -> None:
@@ -205,7 +203,7 @@ def _job_status(run_status: str) -> str:
     return run_status if run_status in (RunStatus.DONE, RunStatus.CANCELLED) else RunStatus.FAILED
 
 
-def _run_job(job: dict[str, Any], db: Db, stop: threading.Event, poll_s: float) -> None:
+def _run_job(job: dict[str, Any], db: Db, stop: threading.Event, poll_s: float, warm: WarmParent) -> None:
     job_id, cancel_marker = job["job_id"], marker(db, job["job_id"])
     if cancel_marker.exists():
         return _finish(db, job_id, RunStatus.CANCELLED, "cancelled before it started", stop, job)
@@ -221,7 +219,7 @@ def _run_job(job: dict[str, Any], db: Db, stop: threading.Event, poll_s: float) 
             if spec.get("kind") == RAY_SWEEP:
                 status, error = _ray_sweep(job, spec, db, watch.event)
             else:
-                status, error = _one_run(job, spec, db, watch.event, why)
+                status, error = _one_run(job, spec, db, watch.event, why, warm)
         if status == RunStatus.CANCELLED and stop.is_set() and not cancel_marker.exists():
             error = why()
     except ConfigError as e:  # this machine may differ from the submitter's
@@ -233,20 +231,14 @@ def _run_job(job: dict[str, Any], db: Db, stop: threading.Event, poll_s: float) 
 
 
 def _one_run(job: dict[str, Any], spec: dict[str, Any], db: Db, cancel: threading.Event,
-             why: Callable[[], str]) -> tuple[str, str | None]:
+             why: Callable[[], str], warm: WarmParent) -> tuple[str, str | None]:
     position = marker(db, job["job_id"], ".json")  # a sweep job's (config_idx, repeat_idx)
     meta = {"run_id": job["run_id"], "sweep_id": job["sweep_id"], "job_id": job["job_id"],
             **(json.loads(position.read_text()) if position.exists() else {})}
     insist = bool(meta.pop("oversubscribe", False))  # the submitter insisted on oversubscribing (engine.hostfit)
-    if not _WARM:  # started at the first run job, kept for the next: each run forks from it (engine/warm.py)
-
-        _WARM.append(WarmParent())
-    result = launch(RunConfig.from_dict(spec), db=db, meta=meta, cancel=cancel, cancel_reason=why, warm=_WARM[0],
+    result = launch(RunConfig.from_dict(spec), db=db, meta=meta, cancel=cancel, cancel_reason=why, warm=warm,
                     oversubscribe=insist or None)
     return _job_status(result.status), result.error
-
-
-_WARM: list[Any] = []  # this worker's warm parent, if it has run a job
 
 
 def _ray_sweep(job: dict[str, Any], spec: dict[str, Any], db: Db, cancel: threading.Event) -> tuple[str, str | None]:
@@ -300,19 +292,19 @@ def _recover(db: Db) -> None:
         if run_id is None:  # a ray-sweep: its driver died with the worker; the runs that landed are stored
             _finish(db, job_id, RunStatus.FAILED, "worker died during the Ray sweep; the runs that landed are kept")
             continue
-        run_dir = runs_dir(db) / run_id
+        run_dir, unlogged = runs_dir(db) / run_id, []
         end = next((e for e in iter_events(run_dir) if e.get("type") == "end"), None)
         if end is not None:  # the run ended; only the worker's bookkeeping was lost
             status, error = _job_status(end.get("status")), end.get("error")
         else:
             _kill_orphan(run_dir)
-            status, error = RunStatus.FAILED, "worker died; finished epochs kept"
+            run_status, error = dead_end("worker died", killed=True)
+            status = _job_status(run_status)
             if (run_dir / "events.jsonl").exists():
-                with RunLog(run_dir) as runlog:
-                    runlog.write("end", status=RunStatus.KILLED, error=error)
+                unlogged = end_dead_run(run_dir, run_status, error)
         if (run_dir / "events.jsonl").exists():
             try:
-                ingest_run(run_dir, db=db, job_id=job_id)
+                ingest_run(run_dir, db=db, job_id=job_id, extra_events=unlogged)
             except ValueError as e:  # a log without a start event: nothing to keep
                 log.warning("run %s of job %s not ingested: %s", run_id, job_id, e)
         _finish(db, job_id, status, error)
@@ -333,61 +325,3 @@ def _kill_orphan(run_dir: Path) -> None:
         if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
             break
         time.sleep(0.05)
-
-
-# ---------------------------------------------------------------------------- the worker process, from outside
-
-
-def worker_alive(db: Db = None) -> bool:
-    fd = _try_lock(db)
-    if fd is None:
-        return True
-    _unlock(fd)
-    return False
-
-
-def worker_pid(db: Db = None) -> int | None:
-    """The live worker's pid (it writes it into the lock file), or None."""
-    if not worker_alive(db):
-        return None
-    text = lock_path(db).read_text().strip()
-    return int(text) if text.isdigit() else None
-
-
-def ensure_worker(db: Db = None) -> int | None:
-    """Start a detached worker (`python -m engine worker`) if none is alive; returns its pid, or None if one was
-    alive already.
-
-    NOTE: the lock is taken here and handed to the child (pass_fds), so two quick calls can never start two.
-    """
-    fd = _try_lock(db)
-    if fd is None:
-        return None
-    try:
-        path = db_path(db)
-        with open(jobs_dir(db) / "worker.log", "ab") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "engine", "worker", "--db", str(path), "--lock-fd", str(fd)],
-                                    cwd=ROOT, env=run_env(), stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                    pass_fds=(fd,), start_new_session=True)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{proc.pid}\n".encode(), 0)
-    finally:
-        os.close(fd)  # the child's copy keeps the lock
-    log.info("started job worker pid %d for %s (log: %s)", proc.pid, path, jobs_dir(db) / "worker.log")
-    return proc.pid
-
-
-def stop_worker(db: Db = None, timeout_s: float = 30.0) -> bool:
-    """SIGTERM the worker (it cancels its run and exits); SIGKILL it past timeout_s. True if one was stopped."""
-    pid = worker_pid(db)
-    if pid is None:
-        return False
-    try:
-        proc = psutil.Process(pid)
-        proc.terminate()
-        proc.wait(timeout_s)
-    except psutil.TimeoutExpired:
-        proc.kill()
-    except psutil.NoSuchProcess:
-        pass
-    return True

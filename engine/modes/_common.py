@@ -23,6 +23,7 @@ from engine import devices, models
 from engine.errors import ConfigError
 from engine.loaders import to_device
 from engine.measure import startup
+from engine.measure.throughput import samples_per_s, span_s
 from engine.measure.timers import EpochTimer
 from engine.modes._base import RunContext
 from engine.plugins import is_spec
@@ -99,25 +100,20 @@ def throughput(events: list[dict[str, Any]], per: str = "model") -> dict[str, An
     """Run figures over steady-state epochs (all epochs if every one is warm-up).
 
     aggregate_samples_per_s = samples of all models / wall time from the first start to the last end
-    (DESIGN.md); wall_s_total is that wall time; per_<per>_samples_per_s[i] is model (or rank) i's samples
-    over its own first start to last end.
+    (engine/measure/throughput.py, as the store's); wall_s_total is that wall time; per_<per>_samples_per_s[i]
+    is model (or rank) i's samples over its own first start to last end.
     """
     steady = [e for e in events if not e["warmup"]] or events
     if not steady:
         return {}
-    wall = max(e["t_end"] for e in steady) - min(e["t_start"] for e in steady)
+    wall = span_s(steady)
     groups: dict[int, list[dict[str, Any]]] = {}
     for e in steady:
         groups.setdefault(e["model_idx"] if per == "model" else e["rank"], []).append(e)
-    per_group = []
-    for key in sorted(groups):
-        g = groups[key]
-        span = max(e["t_end"] for e in g) - min(e["t_start"] for e in g)
-        per_group.append(sum(e["samples"] for e in g) / span if span > 0 else 0.0)
-    total = sum(e["samples"] for e in steady)
-    return {"aggregate_samples_per_s": total / wall if wall > 0 else 0.0, "wall_s_total": wall,
-            "aggregate_samples": total, f"per_{per}_samples_per_s": per_group, f"n_{per}s_run": len(groups),
-            f"mean_{per}_samples_per_s": statistics.fmean(per_group)}
+    per_group = [samples_per_s(groups[key]) or 0.0 for key in sorted(groups)]
+    return {"aggregate_samples_per_s": samples_per_s(steady, wall) or 0.0, "wall_s_total": wall,
+            "aggregate_samples": sum(e["samples"] for e in steady), f"per_{per}_samples_per_s": per_group,
+            f"n_{per}s_run": len(groups), f"mean_{per}_samples_per_s": statistics.fmean(per_group)}
 
 
 class Recorder:

@@ -13,14 +13,15 @@ from typing import Any, Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from engine.measure.throughput import samples_per_s, span_s
 from engine.measure.waits import wait_percentiles
 from engine.runlog import EPOCH_FIELDS, STEP_FIELDS
+from engine.store.tables import column_types
 
 __all__ = ["calibrations_table", "coerce", "epochs_table", "gpu_idle_summary", "samples_table", "steps_table",
            "summarize", "unique_epochs"]
 
 _KEYS = ("model_idx", "rank", "epoch")
-_INT32 = {"model_idx", "rank", "epoch", "n_steps", "step"}
 SAMPLE_FIELDS = ("t", "cpu_percent", "rss_bytes", "gpu_util", "gpu_mem_bytes")
 
 
@@ -56,17 +57,7 @@ def coerce(value: Any, sql_type: str) -> Any:
     return _CONVERT.get(sql_type.split()[0], (_str, None))[0](value)
 
 
-def _sql_type(name: str) -> str:
-    if name == "warmup" or name == "cached":
-        return "BOOLEAN"
-    if name in ("samples", "rss_bytes", "gpu_mem_bytes"):
-        return "BIGINT"
-    if name in ("kind",):
-        return "VARCHAR"
-    return "INTEGER" if name in _INT32 else "DOUBLE"
-
-
-def _table(run_id: str, names: tuple[str, ...], rows: list[tuple | list | dict]) -> pa.Table:
+def _table(run_id: str, table: str, names: tuple[str, ...], rows: list[tuple | list | dict]) -> pa.Table:
     """Columns from rows (sequences in `names` order, or dicts), coerced to the store's types."""
     if rows and isinstance(rows[0], dict):
         raw = [[r.get(name) for r in rows] for name in names]
@@ -74,13 +65,14 @@ def _table(run_id: str, names: tuple[str, ...], rows: list[tuple | list | dict])
         raw = [list(col) for col in zip(*rows)][: len(names)]  # NOTE: transposed in C; steps are most rows
     else:
         raw = [[r[i] if i < len(r) else None for r in rows] for i in range(len(names))]
-    return _columns_table(run_id, names, raw if rows else [[] for _ in names])
+    return _columns_table(run_id, table, names, raw if rows else [[] for _ in names])
 
 
-def _columns_table(run_id: str, names: tuple[str, ...], raw: list[list]) -> pa.Table:
+def _columns_table(run_id: str, table: str, names: tuple[str, ...], raw: list[list]) -> pa.Table:
+    types = column_types(table)  # the store's DDL says each column's type
     cols: dict[str, pa.Array] = {"run_id": pa.array([run_id] * len(raw[0]) if raw else [], pa.string())}
     for name, values in zip(names, raw):
-        cols[name] = _column(values, *_CONVERT[_sql_type(name)])
+        cols[name] = _column(values, *_CONVERT[types[name]])
     return pa.table(cols)
 
 
@@ -110,7 +102,7 @@ def unique_epochs(events: list[dict]) -> list[dict]:
 
 
 def epochs_table(run_id: str, epochs: list[dict]) -> pa.Table:
-    return _table(run_id, EPOCH_FIELDS, epochs)
+    return _table(run_id, "epochs", EPOCH_FIELDS, epochs)
 
 
 def steps_table(run_id: str, epochs: list[dict]) -> pa.Table:
@@ -127,7 +119,7 @@ def steps_table(run_id: str, epochs: list[dict]) -> pa.Table:
         else:  # short or long rows: pad or cut to the step fields
             for j, col in enumerate(cols[len(_KEYS):]):
                 col.extend(s[j] if j < len(s) else None for s in steps)
-    return _columns_table(run_id, names, cols)
+    return _columns_table(run_id, "steps", names, cols)
 
 
 def _unique_steps(steps: list) -> list:
@@ -151,12 +143,12 @@ def _slow_steps(steps: list) -> list:
 
 def samples_table(run_id: str, events: list[dict]) -> pa.Table:
     rows = [r for e in events if e.get("type") == "samples" for r in e.get("rows") or [] if isinstance(r, list)]
-    return _table(run_id, SAMPLE_FIELDS, rows)
+    return _table(run_id, "samples", SAMPLE_FIELDS, rows)
 
 
 def calibrations_table(run_id: str, events: list[dict]) -> pa.Table:
     cals = [e for e in events if e.get("type") == "calibration"]
-    return _table(run_id, ("kind", "seconds", "ttfb_s", "cached"), cals)
+    return _table(run_id, "calibrations", ("kind", "seconds", "ttfb_s", "cached"), cals)
 
 
 def summarize(epochs: list[dict], samples: pa.Table, waits: list[float] | None = None) -> dict[str, Any]:
@@ -176,16 +168,10 @@ def summarize(epochs: list[dict], samples: pa.Table, waits: list[float] | None =
     walls = [w for w in (_epoch_wall(group) for group in by_epoch.values()) if w is not None]
     if walls:
         out["epoch_s"] = statistics.median(walls)
-        total = sum(_float(e.get("samples")) or 0.0 for e in steady)
-        span = sum(walls)
-        if steady:
-            # NOTE: DESIGN's aggregate throughput, for every mode (single too, as Recorder.finish): all models'
-            # samples over ONE span, first start to last end; summing per-epoch spans would count twice the
-            # time two drifting processes overlap, and leave out a single run's gaps between epochs.
-            starts = [t for t in (_float(e.get("t_start")) for e in steady) if t is not None]
-            ends = [t for t in (_float(e.get("t_end")) for e in steady) if t is not None]
-            span = max(ends) - min(starts) if starts and ends else span
-        out["samples_per_s"] = total / span if span > 0 else None
+        # one definition with Recorder.finish (engine/measure/throughput.py): one span, first start to last end
+        times = [{k: _float(e.get(k)) for k in ("samples", "t_start", "t_end")} for e in steady]
+        span = span_s(times)
+        out["samples_per_s"] = samples_per_s(times, sum(walls) if span is None else span)
     ttfbs = [t for t in (_float(e.get("ttfb_s")) for e in steady) if t is not None]
     out["ttfb_s"] = statistics.median(ttfbs) if ttfbs else None
     # NOTE: shares are of the epochs' wall time, so what no timer explains shows up as `other`

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from engine.errors import StoreBusy
 
-__all__ = ["SidecarLock", "backoff"]
+__all__ = ["SidecarLock", "backoff", "proc_lock_holders"]
 
 log = logging.getLogger(__name__)
 
@@ -100,20 +100,27 @@ class SidecarLock:
 
 
 def _holders(fd: int) -> list[int]:
-    """Pids holding a flock on this file, from /proc/locks (Linux); [] where that is unavailable."""
-    suffix = f":{os.fstat(fd).st_ino}"
-    pids: list[int] = []
+    """Pids holding a flock on this file; [] where /proc/locks is unavailable."""
+    return proc_lock_holders(os.fstat(fd).st_ino, "FLOCK")
+
+
+def proc_lock_holders(inode: int, kind: str) -> list[int]:
+    """Pids holding a lock of this kind ("FLOCK": ours, "POSIX": DuckDB's) on the file with this inode, from
+    /proc/locks (Linux); [] where that is unavailable."""
+    suffix = f":{inode}"
     try:
         with open("/proc/locks", encoding="ascii", errors="replace") as fh:
-            for line in fh:
-                parts = line.split()
-                if "->" in parts or len(parts) < 6 or parts[1] != "FLOCK":
-                    continue  # "->" marks a waiter, not a holder
-                if parts[5].endswith(suffix) and parts[4].isdigit():
-                    pids.append(int(parts[4]))
+            lines = fh.readlines()
     except OSError:
         return []
-    return sorted(set(pids))
+    pids = set()
+    for line in lines:
+        parts = line.split()
+        if "->" in parts or len(parts) < 6 or parts[1] != kind:
+            continue  # "->" marks a waiter, not a holder
+        if parts[5].endswith(suffix) and parts[4].isdigit():
+            pids.add(int(parts[4]))
+    return sorted(pids)
 
 
 def _recorded_pid(path: Path) -> list[int]:

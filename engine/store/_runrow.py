@@ -10,6 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from engine.runlog import dead_end
 from engine.status import ENDED, RunStatus
 from engine.store import _events as ev
 from engine.store.schema import SUMMARY_COLUMNS, config_columns
@@ -68,8 +69,8 @@ def run_row(run_id: str, run_dir: Path, events: list[dict], start: dict, epochs:
         status = end.get("status") if end.get("status") in _STATUSES else RunStatus.FAILED
         error, ended_at = end.get("error"), utc(end.get("t"))
     elif stale_after_s is not None and heartbeat_age is not None and heartbeat_age > stale_after_s:
-        status, ended_at = RunStatus.KILLED, utc(max(ev.coerce(e.get("t"), "DOUBLE") or 0.0 for e in events))
-        error = f"no heartbeat for {heartbeat_age:.0f}s; the run process died (finished epochs kept)"
+        status, error = dead_end(f"no heartbeat for {heartbeat_age:.0f}s: the run process died", killed=True)
+        ended_at = utc(max(ev.coerce(e.get("t"), "DOUBLE") or 0.0 for e in events))
     else:
         status, error, ended_at = RunStatus.RUNNING, None, None
     cfg = start.get("config") if isinstance(start.get("config"), dict) else {}

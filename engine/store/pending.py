@@ -23,6 +23,7 @@ from pathlib import Path
 
 from engine.paths import Db, db_path, runs_dir
 from engine.runlog import heartbeat_age, held_by_launcher, owner
+from engine.store._lock import proc_lock_holders
 from engine.store.connect import connect
 from engine.errors import StoreError
 
@@ -94,19 +95,10 @@ def holder(db: Db = None) -> str | None:
 def lock_holders(path: Path) -> list[int]:
     """Pids with a POSIX lock (DuckDB's) on this file; [] where /proc/locks is unavailable."""
     try:
-        suffix = f":{path.stat().st_ino}"
-        with open("/proc/locks", encoding="ascii", errors="replace") as fh:
-            lines = fh.readlines()
+        inode = path.stat().st_ino
     except OSError:
         return []
-    pids = set()
-    for line in lines:
-        parts = line.split()
-        if "->" in parts or len(parts) < 6 or parts[1] != "POSIX":
-            continue  # "->" marks a waiter, not a holder
-        if parts[5].endswith(suffix) and parts[4].isdigit():
-            pids.add(int(parts[4]))
-    return sorted(pids)
+    return proc_lock_holders(inode, "POSIX")
 
 
 def read_marker(run_dir: Path) -> int | None:

@@ -6,10 +6,12 @@ The `runs` table also gets one column per RunConfig field; schema.py adds those 
 
 from __future__ import annotations
 
+import re
+
 from engine.runlog import GPU_EPOCH_FIELDS
 
 __all__ = ["BUILTIN_QUERIES", "EPOCH_COLUMNS_V4", "RUN_COLUMNS", "STORED_BUILTINS", "SUMMARY_COLUMNS",
-           "SUMMARY_COLUMNS_V2", "SUMMARY_COLUMNS_V4", "SUMMARY_COLUMNS_V5", "TABLES"]
+           "SUMMARY_COLUMNS_V2", "SUMMARY_COLUMNS_V4", "SUMMARY_COLUMNS_V5", "TABLES", "column_types"]
 
 # Run-level columns schema v4 added: GPU idle and its parts (engine/measure/idle.py) over steady epochs with NVML's
 # utilisation and peak device memory beside them, NULL on CPU; where the start-up went (the RunLog's `startup`
@@ -77,6 +79,8 @@ TABLES = {
 # The History page's built-in queries, the one list: shown first on the page, and their names cannot be taken
 # by a user's query (engine/store/views.py). A store keeps STORED_BUILTINS as rows of saved_queries as well
 # (builtin = true, written when it was created: schema v1); the others are read from here.
+
+
 BUILTIN_QUERIES = {
     "recent runs": "SELECT run_id, status, workload, loader, workers, mode, model, epoch_s, samples_per_s\n"
                    "FROM runs WHERE NOT deleted ORDER BY created_at DESC LIMIT 50",
@@ -105,3 +109,9 @@ BUILTIN_QUERIES = {
         "FROM runs WHERE NOT deleted\nGROUP BY day ORDER BY day"),
 }
 STORED_BUILTINS = ("recent runs", "fastest loader per workload", "where the time goes")
+
+
+def column_types(table: str) -> dict[str, str]:
+    """{column: SQL type} of one of TABLES, read from its DDL: what ingest coerces a RunLog's values to."""
+    body = re.sub(r",?\s*PRIMARY KEY \([^)]*\)", "", TABLES[table])
+    return dict(col.strip().split(" ", 1) for col in body.split(","))

@@ -11,6 +11,7 @@ different augmentations of the same underlying sample.
 
 from __future__ import annotations
 
+import logging
 import operator
 import threading
 import time
@@ -21,6 +22,8 @@ import torch
 from torch.utils.data import Dataset
 
 __all__ = ["BankWorkload", "SeededDataset", "ShardDataset", "best_seconds", "sample_seed"]
+
+log = logging.getLogger(__name__)
 
 _MASK64 = (1 << 64) - 1
 
@@ -103,10 +106,18 @@ class BankWorkload(SeededDataset):
     The bank is built lazily, once per process, from the seed, and is never pickled: a spawned worker
     rebuilds the identical bank instead of receiving up to 64 MiB through a pipe. Labels belong to bank
     slots, so a model can learn them. Per (epoch, index), the sample is circularly shifted and maybe
-    flipped (cheap, and always a fresh tensor, so no sample aliases the bank). Subclasses add `_work`.
+    flipped (cheap, and always a fresh tensor, so no sample aliases the bank).
+
+    Subclasses with per-sample work set WORK_UNIT and `work_rate` (units per second, calibrated once per process)
+    and spend `work_units` in `_work`. NOTE: work_us becomes a fixed amount of work, calibrated when the workload is
+    built, not a perf_counter deadline: under contention a sample still does the same work and takes longer, which
+    is what a concurrency benchmark has to see. With a deadline, threads waiting for the GIL would see it pass, do
+    less work, and look like they scale.
     """
 
     BANK_BYTES = 64 * 2**20
+    WORK_UNIT = ""  # what work_rate counts, e.g. "cumsum elements"; "" for no per-sample work
+    work_rate: Callable[[], float] | None = None
 
     def __init__(self, cfg: Any):
         super().__init__(cfg)
@@ -115,6 +126,11 @@ class BankWorkload(SeededDataset):
         self._bank: np.ndarray | None = None  # (bank_size, 3, S, S) float32
         self._labels: list[int] | None = None
         self._lock = threading.Lock()
+        self.work_units = 0
+        if cfg.work_us > 0 and self.work_rate is not None:
+            self.work_units = max(1, round(cfg.work_us * 1e-6 * self.work_rate()))
+            log.debug("%s work_us=%s -> %d %s per sample", type(self).__name__, cfg.work_us, self.work_units,
+                      self.WORK_UNIT)
 
     def _ensure_bank(self) -> tuple[np.ndarray, list[int]]:
         if self._bank is None:
@@ -139,7 +155,7 @@ class BankWorkload(SeededDataset):
         return torch.from_numpy(x), labels[slot]
 
     def _work(self) -> None:
-        """Per-sample CPU work (cfg.work_us); the subclass decides whether it holds the GIL."""
+        """Spend `work_units` of per-sample CPU work (cfg.work_us); the subclass decides whether it holds the GIL."""
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

@@ -9,14 +9,10 @@ same sweep with `--workload tensor` and `--workload pyloop` shows the difference
 from __future__ import annotations
 
 import functools
-import logging
-from typing import Any
 
 from engine.workloads._base import BankWorkload, best_seconds
 
 __all__ = ["PyloopWorkload"]
-
-log = logging.getLogger(__name__)
 
 
 def _spin(iterations: int) -> int:
@@ -34,20 +30,12 @@ def _iterations_per_second() -> float:
 
 
 class PyloopWorkload(BankWorkload):
-    """Random tensors from the seed; `work_us` of GIL-holding Python arithmetic per sample.
+    """Random tensors from the seed; `work_us` of GIL-holding Python arithmetic per sample: a fixed iteration count
+    (BankWorkload says why)."""
 
-    NOTE: like `tensor`, work_us becomes a fixed iteration count calibrated when the workload is built,
-    not a perf_counter deadline. With a deadline, threads waiting for the GIL would see their deadline
-    pass and do less work, and threads would look like they scale: the very effect this hides.
-    """
-
-    def __init__(self, cfg: Any):
-        super().__init__(cfg)
-        self.work_iterations = 0
-        if cfg.work_us > 0:
-            self.work_iterations = max(1, round(cfg.work_us * 1e-6 * _iterations_per_second()))
-            log.debug("pyloop work_us=%s -> %d iterations per sample", cfg.work_us, self.work_iterations)
+    WORK_UNIT = "iterations"
+    work_rate = staticmethod(_iterations_per_second)
 
     def _work(self) -> None:
-        if self.work_iterations:
-            _spin(self.work_iterations)
+        if self.work_units:
+            _spin(self.work_units)

@@ -10,17 +10,13 @@ thread workers can overlap it: compare with the `pyloop` workload, whose work ho
 from __future__ import annotations
 
 import functools
-import logging
 import threading
-from typing import Any
 
 import torch
 
 from engine.workloads._base import BankWorkload, best_seconds
 
 __all__ = ["TensorWorkload"]
-
-log = logging.getLogger(__name__)
 
 # NOTE: the work is cumsum over a 1-D float32 buffer. A 1-D scan runs on one thread whatever
 # torch.get_num_threads() says (elementwise ops would be split across threads above 32k elements),
@@ -51,22 +47,14 @@ def _elements_per_second() -> float:
 
 
 class TensorWorkload(BankWorkload):
-    """Random tensors from the seed; `work_us` of GIL-releasing torch work per sample.
+    """Random tensors from the seed; `work_us` of GIL-releasing torch work per sample: a fixed number of cumsum
+    elements (BankWorkload says why)."""
 
-    NOTE: work_us is turned into a fixed amount of work (a number of cumsum elements), calibrated
-    once when the workload is built, not a deadline: under contention a sample still does the same
-    work and takes longer, which is exactly what a concurrency benchmark has to see.
-    """
-
-    def __init__(self, cfg: Any):
-        super().__init__(cfg)
-        self.work_elements = 0
-        if cfg.work_us > 0:
-            self.work_elements = max(1, round(cfg.work_us * 1e-6 * _elements_per_second()))
-            log.debug("tensor work_us=%s -> %d cumsum elements per sample", cfg.work_us, self.work_elements)
+    WORK_UNIT = "cumsum elements"
+    work_rate = staticmethod(_elements_per_second)
 
     def _work(self) -> None:
-        left = self.work_elements
+        left = self.work_units
         if not left:
             return
         src, out = _work_buffers()

@@ -9,7 +9,7 @@ from datetime import datetime
 import pandas as pd
 import pytest
 
-from engine.advisor import advise
+from engine.advisor import advise, render_advice
 from engine.config import RunConfig
 from engine.measure.host import fingerprint
 from engine.store import connect
@@ -63,7 +63,7 @@ def test_best_config_speedup_and_neighbours(seeded):
     assert advice.verdict == "data-bound" and advice.efficiency == pytest.approx(0.9)
     # data-bound: more workers, a deeper queue, the other pool kind; none measured yet
     assert [s.changes for s in advice.suggestions] == [{"workers": 8}, {"prefetch_depth": 4}, {"loader": "processes"}]
-    text = advice.render()
+    text = render_advice(advice)
     assert "threads, 4 workers" in text and "2.50x" in text and "data-bound" in text and "workers=8" in text
     assert advice.warning is None and advice.tied == []
     assert "tied with the best" not in text and "7 times" in text
@@ -76,7 +76,7 @@ def test_configs_tied_with_the_best_are_listed(seeded):
     tied = {(t["loader"], t["workers"]) for t in advice.tied}
     assert ("processes", 4) in tied and ("prefetch", 0) in tied
     assert ("threads", 2) not in tied and ("sync", 0) not in tied
-    assert "tied with the best (no clear difference at 95%" in advice.render()
+    assert "tied with the best (no clear difference at 95%" in render_advice(advice)
 
 
 def test_two_core_host_already_data_bound_with_two_processes_gets_no_more_workers(store):
@@ -86,7 +86,7 @@ def test_two_core_host_already_data_bound_with_two_processes_gets_no_more_worker
     assert advice.best["loader"] == "processes" and advice.verdict == "data-bound" and advice.cores == 2
     changes = [s.changes for s in advice.suggestions]
     assert {"workers": 4} not in changes and changes[0] == {"prefetch_depth": 4}
-    assert "workers=4" not in advice.render()
+    assert "workers=4" not in render_advice(advice)
     # the same runs on an 8-core host: doubling the processes is the first thing to try
     _seed(store, _rows(_seven(1.0), loader="processes", workers=2, cores=8, host="h8"))
     assert advise("tensor", "mlp", host="h8", db=store).suggestions[0].changes == {"workers": 4}
@@ -127,7 +127,7 @@ def test_any_host_never_compares_across_fingerprints(seeded):
     advice = advise("tensor", "mlp", host="any", db=seeded)
     assert advice.problem["host_fingerprint"] == HOST and advice.n_runs == 28  # the most-measured fingerprint
     assert advice.best["batch_size"] == 64  # h2's faster run is another host's: not pooled, not compared
-    assert "3 run(s) of this problem under 1 other host fingerprint(s) (h2: " in advice.render()
+    assert "3 run(s) of this problem under 1 other host fingerprint(s) (h2: " in render_advice(advice)
     theirs = advise("tensor", "mlp", host="h2", db=seeded)
     assert theirs.best["batch_size"] == 512 and theirs.warning is None
 
@@ -150,7 +150,7 @@ def test_this_host_is_this_machine_whatever_threads_its_runs_had(store):
 def test_this_host_and_empty_store(store):
     advice = advise("jpeg", "cnn", db=store)
     assert "no runs for jpeg+cnn on this host" in advice.message
-    assert "python -m engine sweep examples/loaders.toml" in advice.render()
+    assert "python -m engine sweep examples/loaders.toml" in render_advice(advice)
     with pytest.raises(ValueError, match="no runs"):
         advice.next_sweep_toml()
     _seed(store, _rows([1.0, 1.0, 1.0]))  # runs on host h1 only: this host still has none
@@ -166,7 +166,7 @@ def test_baseline_is_the_comparison_side_with_an_interval(seeded):
     c = advice.comparison
     assert c["n_a"] == c["n_b"] == 7 and c["speedup"] == pytest.approx(1.0 / 0.8, rel=0.02)
     assert 1.0 < c["speedup_lo"] and c["verdict"] == "B faster" and not advice.needs_confirmation
-    text = advice.render()
+    text = render_advice(advice)
     assert "best is 1.25x faster than your setup (processes, 2 workers, depth 2, batch 64) (95% CI" in text
     assert "vs sync" not in text and "confirm it" not in text
 
@@ -177,7 +177,7 @@ def test_baseline_with_too_few_runs_proposes_the_confirmation_sweep(seeded):
     _seed(seeded, _rows([1.5, 1.6], loader="processes", workers=4, batch_size=64))
     advice = advise("tensor", "mlp", host=HOST, db=seeded, baseline={"loader": "processes", "workers": 4})
     assert advice.comparison["n_a"] == 2 and advice.needs_confirmation
-    text = advice.render()
+    text = render_advice(advice)
     assert "by the medians, no clear difference (no interval: 2 runs" in text
     assert "--baseline loader=processes,workers=4 --write-confirm" in text
     sweep = SweepConfig.from_dict(tomllib.loads(advice.confirm_sweep_toml()))
@@ -185,13 +185,13 @@ def test_baseline_with_too_few_runs_proposes_the_confirmation_sweep(seeded):
     assert [(c.loader, c.workers) for c in sweep.configs()] == [("processes", 4), ("threads", 4)]  # only those two
     # never measured at all: said so, and the same sweep measures it
     unmeasured = advise("tensor", "mlp", host=HOST, db=seeded, baseline="loader=threads,workers=16")
-    assert "no stored runs for this problem yet" in unmeasured.render() and unmeasured.needs_confirmation
+    assert "no stored runs for this problem yet" in render_advice(unmeasured) and unmeasured.needs_confirmation
 
 
 def test_baseline_that_is_the_best_says_so(seeded):
     advice = advise("tensor", "mlp", host=HOST, db=seeded, baseline="loader=threads,workers=4,batch_size=64")
     assert advice.default == advice.best and not advice.needs_confirmation
-    assert "your setup (threads, 4 workers, depth 2, batch 64) is the fastest measured config" in advice.render()
+    assert "your setup (threads, 4 workers, depth 2, batch 64) is the fastest measured config" in render_advice(advice)
 
 
 @pytest.mark.parametrize(("text", "says"), [
@@ -222,4 +222,5 @@ def test_the_users_setup_matches_its_real_runs_as_stored(store):
         assert launch(cfg, db=store).status == "done"
     advice = advise("tensor", "mlp", db=store, baseline="loader=sync,prefetch_depth=8,batch_size=32")
     assert advice.problem["device"] == "cpu" and advice.default["pin_memory"] is False
-    assert {advice.comparison["n_a"], advice.comparison["n_b"]} == {1} or advice.default == advice.best, advice.render()
+    assert {advice.comparison["n_a"], advice.comparison["n_b"]} == {1} or advice.default == advice.best, \
+        render_advice(advice)

@@ -9,7 +9,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.config import ConfigError, RunConfig, SweepConfig, config_fields, field_choices
-from engine.registry import LOADERS, MODES
 
 
 def test_defaults_validate():
@@ -45,10 +44,22 @@ def test_unknown_loader_lists_choices():
         RunConfig.from_dict({"loader": "thread"})
 
 
-def test_choices_come_from_the_registries():
-    by_name = {f.name: f for f in config_fields()}
-    assert field_choices(by_name["loader"]) == tuple(LOADERS)
-    assert field_choices(by_name["mode"]) == tuple(MODES)
+def test_the_form_offers_what_a_user_may_launch():
+    """Every choice a select box offers is one the schema knows (it may still need another field, or a GPU), and a
+    name it does not offer is refused, naming that field."""
+    for f in config_fields():
+        offered = field_choices(f)
+        if offered is None:
+            continue
+        assert offered, f.name
+        for value in offered:
+            try:
+                RunConfig.from_dict({f.name: value})
+            except ConfigError as e:
+                assert "unknown" not in e.message, (f.name, value, e.message)
+        with pytest.raises(ConfigError) as refused:
+            RunConfig.from_dict({f.name: "not-offered"})
+        assert refused.value.field == f.name and "unknown" in refused.value.message
 
 
 def test_strings_are_coerced_like_cli_and_url_values():

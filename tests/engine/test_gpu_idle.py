@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.advisor import advise
+from engine.advisor import advise, render_advice
 from engine.cli import _print_summary
 from engine.config import RunConfig
 from engine.runlog import GPU_EPOCH_FIELDS
@@ -81,14 +81,14 @@ def test_the_advisor_says_what_the_gpu_waits_on_and_what_would_cut_it(store):
     runs = store.parent / "runs"
     for i in range(3):
         ingest_run(write_gpu_run(runs, f"gpu{i}"), db=store)
-    text = advise("jpeg", "cnn", host="any", db=store).render()
+    text = render_advice(advise("jpeg", "cnn", host="any", db=store))
     assert "GPU: it waits on data 38% of each step; more workers would cut it" in text, text
 
 
 def test_the_advisor_names_the_host_when_launches_keep_the_gpu_waiting(store):
     host_bound = {**STEADY, "gpu_idle_data_s": 0.01, "gpu_idle_other_s": 0.188}
     ingest_run(write_gpu_run(store.parent / "runs", "g", epochs=[WARMUP, host_bound, host_bound]), db=store)
-    text = advise("jpeg", "cnn", host="any", db=store).render()
+    text = render_advice(advise("jpeg", "cnn", host="any", db=store))
     assert "waits on the host (launches, Python, syncs) 38% of each step; bigger batches" in text, text
 
 
@@ -96,7 +96,7 @@ def test_the_advisor_says_nothing_of_a_gpu_for_cpu_runs(store):
     cpu = write_gpu_run(store.parent / "runs", "c", device="cpu",
                         epochs=[{"wall_s": 0.4, **{k: None for k in GPU_EPOCH_FIELDS}}] * 2)
     ingest_run(cpu, db=store)
-    assert "GPU" not in advise("jpeg", "cnn", host="any", db=store).render()
+    assert "GPU" not in render_advice(advise("jpeg", "cnn", host="any", db=store))
 
 
 def test_the_cli_summary_says_what_the_gpu_waited_on(store, capsys):

@@ -1,14 +1,18 @@
 """Every mode family's own lower bound (ModeSpec.bound), through real runs with bound=True.
 
-The checks are on structure, not speed: which passes ran, on what share of the data, and how the
-mode combined them (phases in series, the slower model for concurrent duals, stages summed).
+The checks are on structure: which passes ran and on what share of the data; and on the one property every
+mode's bound has, whatever formula combines its passes: it is a bound, so a quiet run's epoch never beats it
+(engine/measure/bound.py's formulas themselves are not restated here).
 """
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
+from engine.measure.bound import STALE
 from engine.runlog import read_events
 from tests.engine._mode_runs import launch_mode, summary_of
 
@@ -36,27 +40,20 @@ def _loader(cals: list[dict]) -> dict:
 def test_single_bounds_one_phase_of_loader_against_the_step(tmp_path):
     summary, cals = _run(tmp_path, mode="single")
     assert summary["bound_phases"] == 1 and _loader(cals)["samples"] == 128
-    # no less than the loader, the step, or the CPU both need of this host's cores
-    assert summary["bound_s"] >= max(summary["loader_only_s"], summary["compute_only_s"], summary["cpu_bound_s"]) \
-        + summary["bound_ttfb_s"] - 1e-9
     assert summary["loader_cpu_s"] > 0 and summary["compute_cpu_s"] > 0
 
 
 def test_dual_sequential_loads_the_epoch_once_per_model(tmp_path):
     summary, cals = _run(tmp_path, mode="dual-sequential")
-    a, b = _compute(cals)
-    loader = _loader(cals)["seconds"]
-    assert summary["bound_phases"] == 2 and "overlap" not in summary
-    assert summary["loader_only_s"] == pytest.approx(2 * loader)
-    assert summary["bound_s"] >= max(loader, a) + max(loader, b) + 2 * summary["bound_ttfb_s"] - 1e-9
+    assert len(_compute(cals)) == 2 and _loader(cals)["samples"] == 128
+    assert summary["bound_phases"] == 2 and "overlap" not in summary  # one after the other: nothing to overlap
 
 
 @pytest.mark.parametrize("mode", ["dual-threads", "dual-processes"])
 def test_concurrent_duals_bound_by_the_slower_model_and_report_overlap(tmp_path, mode):
     summary, cals = _run(tmp_path, mode=mode)
-    a, b = _compute(cals)
-    assert summary["compute_only_s"] == pytest.approx(max(a, b))
-    assert summary["serial_bound_s"] >= summary["bound_s"]
+    assert len(_compute(cals)) == 2
+    assert summary["serial_bound_s"] >= summary["bound_s"]  # running them together can only help
     assert "overlap" in summary  # its own figure: how much of A + B the concurrency hid
 
 
@@ -75,16 +72,14 @@ def test_fused_bounds_by_the_vmapped_step_of_all_models(tmp_path):
 
 def test_split_calibrates_each_stage_and_sums_them_without_micro_batches(tmp_path):
     summary, cals = _run(tmp_path, mode="split", n_stages=2, depth=2)
-    stages = _compute(cals)
-    assert len(stages) == 2 and summary["compute_only_s"] == pytest.approx(sum(stages))
+    assert len(_compute(cals)) == 2  # each stage calibrated
     assert "serial_bound_s" not in summary
 
 
 def test_split_pipeline_bounds_by_the_busiest_device(tmp_path):
     summary, cals = _run(tmp_path, mode="split", n_stages=2, depth=2, micro_batches=2)
-    stages = _compute(cals)
-    # both stages on the one CPU: that device's sum; the serial bound is the same sum
-    assert summary["compute_only_s"] == pytest.approx(sum(stages))
+    assert len(_compute(cals)) == 2
+    # both stages on the one CPU: micro-batches cannot overlap what one device does, so no gain over serial
     assert summary["serial_bound_s"] == pytest.approx(summary["bound_s"])
 
 
@@ -105,3 +100,25 @@ def test_the_run_row_keeps_the_bound_figures(tmp_path):
     assert row["serial_bound_s"] == pytest.approx(summary["serial_bound_s"])
     assert row["calib_age_s"] == pytest.approx(summary["calib_age_s"])
     assert [e for e in read_events(result.run_dir) if e["type"] == "calibration"]
+
+
+# every mode this CPU runs, each with what it needs
+_CPU_MODES = [dict(mode="single"), dict(mode="dual-sequential"), dict(mode="dual-threads"),
+              dict(mode="dual-processes"), dict(mode="fused", n_models=2), dict(mode="split", n_stages=2, depth=2),
+              dict(mode="split", n_stages=2, depth=2, micro_batches=2), dict(mode="ddp", world_size=2)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fields", _CPU_MODES, ids=lambda f: "-".join(map(str, f.values())))
+def test_a_bound_never_exceeds_a_quiet_runs_epoch(tmp_path, fields):
+    """Whatever formula a mode combines its passes with, the result is a bound: the run's steady epoch is no
+    faster (efficiency = bound / epoch at most 1).
+
+    NOTE: 1024 samples keep an epoch at tens of milliseconds, where a hiccup is not the whole epoch (TINY's few
+    milliseconds are noise). The loader is sync, whose bound is exact rather than a margin below the run: held to
+    1.25 as in test_bound; on a machine busier than its cores, passes slowed by others read higher now and then,
+    so STALE's allowance comes on top there."""
+    quiet = os.getloadavg()[0] < len(os.sched_getaffinity(0))
+    summary, _ = _run(tmp_path, n_samples=1024, image_size=16, **fields)
+    limit = 1.25 if quiet and os.getloadavg()[0] < len(os.sched_getaffinity(0)) else 1.25 * STALE
+    assert summary["efficiency"] <= limit, (limit, summary["efficiency"], summary.get("bound_note"))

@@ -117,11 +117,11 @@ def test_spawned_process_sees_the_same_samples():
 
 def test_work_us_adds_calibrated_work_without_changing_samples():
     plain, busy = make("tensor"), make("tensor", work_us=1000)
-    assert plain.work_elements == 0 and busy.work_elements > 0
-    assert make("tensor", work_us=100).work_elements == pytest.approx(busy.work_elements / 10, rel=0.01)
+    assert plain.work_units == 0 and busy.work_units > 0
+    assert make("tensor", work_us=100).work_units == pytest.approx(busy.work_units / 10, rel=0.01)
     assert torch.equal(plain[(1, 2)][0], busy[(1, 2)][0])
     loop, busy_loop = make("pyloop"), make("pyloop", work_us=1000)
-    assert loop.work_iterations == 0 and busy_loop.work_iterations > 0
+    assert loop.work_units == 0 and busy_loop.work_units > 0
     assert torch.equal(loop[(1, 2)][0], busy_loop[(1, 2)][0])
 
 
