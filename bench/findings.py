@@ -13,7 +13,7 @@ programs hold them) spins and slows down by 10-50x at random, which would swamp 
 with one thread the comparisons measure the loaders and modes. `--threads 0` measures that effect too.
 
 Per claim: the two sides' medians over repeats (7 per config: 6 + 7 is the least for an interval), their
-ratio (A time / B time, > 1: B is faster) with its exact 95% interval (engine.stats.compare: order-statistic
+ratio (A time / B time, > 1: B is faster) with its exact 95% interval (engine.analysis.stats.compare: order-statistic
 intervals of each median whose coverages multiply to 95%), and the status, by the rules in _status:
   B faster      confirmed when the interval is above 1, contradicted when below, else no clear difference
   B not slower  confirmed when the interval's low end is >= 1 - NOT_SLOWER_MARGIN (B at most 5% slower),
@@ -40,11 +40,11 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine import stats  # noqa: E402
+from engine.analysis import stats  # noqa: E402
 from engine.config import SweepConfig, load_toml  # noqa: E402
 from engine.measure.host import fingerprint  # noqa: E402
 from engine.store import connect  # noqa: E402
-from engine.sweep import run_sweep  # noqa: E402
+from engine.sweeps.local import run_sweep  # noqa: E402
 
 
 NOT_SLOWER_MARGIN = 0.05   # "B not slower": B's median at most 5% above A's, with 95% confidence

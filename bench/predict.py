@@ -1,4 +1,4 @@
-"""How close predicted epoch times come (issue 20 §3): engine/predict.py against real runs of settings it never saw.
+"""How close predicted epoch times come (issue 20 §3): engine/advice/predict.py against real runs of settings it never saw.
 
     .venv/bin/python bench/predict.py [--workload all|jpeg|pyloop|tensor] [--work-us 300] [--latency-ms 5]
         [--n-samples 512] [--epochs 3] [--repeats 1] [--quick] [--out FILE] [--db PATH]
@@ -6,7 +6,7 @@
 Three workloads: jpeg decode (jpeg + cnn width 16, 48 px), GIL-bound Python (pyloop + mlp, --work-us per sample)
 and a per-sample sleep (tensor + mlp, --latency-ms). For each, ONE probe is measured (engine/measure/probe.py, in
 a child, into a fresh calibrations folder: what a calibration measures, once) and predicts every loader setting;
-then each setting runs for real (engine.runner.launch, forked from one warm parent, bound off, 1 warm-up epoch +
+then each setting runs for real (engine.run.runner.launch, forked from one warm parent, bound off, 1 warm-up epoch +
 the rest steady) and its median steady epoch comes from the store. No run is used for fitting: every row is held
 out. With --repeats N the settings run N rounds, each round in the same order, and the measured figure is the
 median of the runs' medians.
@@ -33,14 +33,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from engine.advice.predict import Prediction, predict  # noqa: E402
 from engine.config import RunConfig  # noqa: E402
-from engine.hostfit import usable_cpus  # noqa: E402
 from engine.measure.host import fingerprint  # noqa: E402
 from engine.paths import ROOT  # noqa: E402
-from engine.predict import Prediction, predict  # noqa: E402
-from engine.runner import launch  # noqa: E402
+from engine.run.hostfit import usable_cpus  # noqa: E402
+from engine.run.runner import launch  # noqa: E402
+from engine.run.warm import WarmParent, run_env  # noqa: E402
 from engine.store import get_run  # noqa: E402
-from engine.warm import WarmParent, run_env  # noqa: E402
 
 # (loader, workers, intra-op threads): threads 0 = torch's default
 SETTINGS = [("sync", 0, 0), ("sync", 0, 1), ("prefetch", 0, 0), ("prefetch", 0, 1),

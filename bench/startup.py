@@ -3,7 +3,7 @@
     .venv/bin/python bench/startup.py [--runs 20] [--workers 0] [--device cpu|cuda]
 
 A sweep of N tiny runs (tensor workload, 32 samples, 1 epoch, no warm-up epoch, no bound) through the real
-engine.runner.launch, cold and warm interleaved (cold, warm, warm, cold, ...) in this one process so that drift
+engine.run.runner.launch, cold and warm interleaved (cold, warm, warm, cold, ...) in this one process so that drift
 of the machine hits both alike, into a temporary store. Per run: overhead = launch()'s wall time minus the
 wall time of the epochs it stored, split by the RunLog's timestamps into
     spawn   launch() called -> the child's start event (interpreter + imports, or fork + reading the config)
@@ -33,8 +33,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.config import RunConfig  # noqa: E402
-from engine.runner import launch  # noqa: E402
-from engine.warm import WarmParent  # noqa: E402
+from engine.run.runner import launch  # noqa: E402
+from engine.run.warm import WarmParent  # noqa: E402
 
 PHASES = ("overhead", "spawn", "setup", "finish", "reap")
 STARTUP = {"startup": "startup_s", "imports": "startup_imports_s", "cuda": "startup_cuda_s", "build": "startup_build_s",

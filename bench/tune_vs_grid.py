@@ -2,14 +2,14 @@
 
     .venv/bin/python bench/tune_vs_grid.py [--pipeline jpeg|own] [--repeats 7] [--share 0.2] [--quick] [--out FILE]
 
-The grid: every candidate of tune's space (engine.tune.candidates: loader x workers x prefetch depth x intra-op
+The grid: every candidate of tune's space (engine.advice.tune.candidates: loader x workers x prefetch depth x intra-op
 threads, batch size fixed) runs --repeats times, the rounds interleaved (each round in its own seeded order),
 each run with tune's first-rung epochs (1 warm-up + RUNG0_EPOCHS steady), forked from one warm parent as tune's
 runs are. Its wall time, start-ups included, is what an exhaustive search costs. Then tune runs with a budget of
 --share (20%) of that wall time, in a store of its own (so its probe is measured, not found cached: its cost is
 in the budget), over the same space. Tune's answer is then scored on the grid's runs of the same setting, like
 with like: its throughput as a share of the grid best's (goal >= 95%), with the exact 95% interval of the ratio of
-medians (engine.stats.compare), and against processes, 1 worker, 1 intra-op thread, the issue's hand-found
+medians (engine.analysis.stats.compare), and against processes, 1 worker, 1 intra-op thread, the issue's hand-found
 setting (the check: tune's answer is at least as fast).
 
 Pipelines: jpeg (jpeg + cnn width 16, 512 images at 48 px: the issue's table) and own (examples/own_pipeline: PIL
@@ -33,14 +33,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from engine import stats  # noqa: E402
+from engine.advice.tune import CONFIRM_REPEATS, RUNG0_EPOCHS, candidates, tune  # noqa: E402
+from engine.analysis import stats  # noqa: E402
 from engine.config import RunConfig  # noqa: E402
-from engine.hostfit import usable_cpus  # noqa: E402
 from engine.measure.host import fingerprint  # noqa: E402
-from engine.runner import launch  # noqa: E402
+from engine.run.hostfit import usable_cpus  # noqa: E402
+from engine.run.runner import launch  # noqa: E402
+from engine.run.warm import WarmParent  # noqa: E402
 from engine.store import get_run  # noqa: E402
-from engine.tune import CONFIRM_REPEATS, RUNG0_EPOCHS, candidates, tune  # noqa: E402
-from engine.warm import WarmParent  # noqa: E402
 
 PIPELINES = {
     "jpeg": {"workload": "jpeg", "model": "cnn", "width": 16, "image_size": 48},

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/why.py [--n-samples 512] [--image-size 48] [--epochs 4] [--db /tmp/bench/why.duckdb]
 
-jpeg + cnn (width 16), one run per row, run one after another through `engine.runner.launch` (a subprocess
+jpeg + cnn (width 16), one run per row, run one after another through `engine.run.runner.launch` (a subprocess
 each, calibrated as every run is). Beside the stored bound, the old one (max(loader, compute) + TTFB, as if
 loader workers and the model each had the machine to itself) shows what the cores change. Take it on a quiet
 machine: a figure taken while anything else runs says nothing about this machine.
@@ -18,9 +18,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.config import RunConfig  # noqa: E402
-from engine.hostfit import usable_cpus  # noqa: E402
 from engine.measure.host import fingerprint  # noqa: E402
-from engine.runner import launch  # noqa: E402
+from engine.run.hostfit import usable_cpus  # noqa: E402
+from engine.run.runner import launch  # noqa: E402
 from engine.store import get_run  # noqa: E402
 
 # (loader, workers, threads): threads 0 = torch's default (all cores)

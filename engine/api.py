@@ -7,25 +7,24 @@ the dashboard loads torch only when a config is validated or a job is queued.
 
 from __future__ import annotations
 
-from engine.advisor import CONFIRM_REPEATS, advise, render_advice
-from engine.baseline import EXAMPLE as BASELINE_EXAMPLE
-from engine.baseline import parse as parse_baseline
-from engine.browser import PLUGIN_FIELDS, browser_config, browser_sweep, browser_sweep_config, browser_values, \
-    check_browser_config
-from engine.browser import choices as plugin_choices
-from engine.charts import (METRIC_LABELS, auto_chart, compare_chart, epoch_breakdown_chart, epoch_chart, metric_chart,
-                           prediction_chart, step_timeline_chart)
+from engine.advice.advisor import CONFIRM_REPEATS, advise, render_advice
+from engine.advice.baseline import EXAMPLE as BASELINE_EXAMPLE
+from engine.advice.baseline import parse as parse_baseline
+from engine.analysis.charts import (METRIC_LABELS, auto_chart, compare_chart, epoch_breakdown_chart, epoch_chart,
+                                    metric_chart, prediction_chart, step_timeline_chart)
 from engine.config import RunConfig, SweepConfig, config_fields, field_choices
 from engine.errors import ConfigError
-from engine.hostfit import check_all as check_host_all
-from engine.hostfit import check_host
 from engine.jobs import (RAY_ADDRESS_ENV, RAY_SWEEP, cancel, default_ray_address, ensure_worker, estimate_duration,
                          job_progress, list_jobs, submit, submit_ray_sweep, submit_sweep, worker_alive)
 from engine.measure.startup import PHASES as STARTUP_PHASES
 from engine.measure.verdicts import VERDICTS
 from engine.paths import TRACE_FILE, db_path
+from engine.plugins.browser import PLUGIN_FIELDS, browser_config, browser_sweep, browser_sweep_config, browser_values, \
+    check_browser_config
+from engine.plugins.browser import choices as plugin_choices
 from engine.presets import PRESETS
-from engine.ray_executor import INSTALL_HINT, ray_available
+from engine.run.hostfit import check_all as check_host_all
+from engine.run.hostfit import check_host
 from engine.runlog import end_traceback
 from engine.status import RunStatus
 from engine.store import (EXPLORE_FILTERS, EXPLORE_METRICS, count_runs, explore_axes,
@@ -34,6 +33,7 @@ from engine.store import (EXPLORE_FILTERS, EXPLORE_METRICS, count_runs, explore_
                           save_query, save_view, search_runs, set_notes, set_tags, soft_delete, table_schema)
 from engine.store.version import bump as bump_data_version
 from engine.store.version import current as data_version
+from engine.sweeps.ray import INSTALL_HINT, ray_available
 
 __all__ = ["BASELINE_EXAMPLE", "CONFIRM_REPEATS", "ConfigError", "EXPLORE_FILTERS", "EXPLORE_METRICS", "INSTALL_HINT",
            "METRIC_LABELS", "PLUGIN_FIELDS", "PRESETS", "RAY_ADDRESS_ENV", "RAY_SWEEP", "RunConfig", "RunStatus",

@@ -34,24 +34,24 @@ from typing import Any, Callable, Iterator, TextIO
 
 import pandas as pd
 
-from engine.advisor import advise, describe, render_advice
-from engine.baseline import parse as parse_baseline
+from engine.advice.advisor import advise, describe, render_advice
+from engine.advice.baseline import parse as parse_baseline
+from engine.advice.predict import MODES
+from engine.advice.tune import candidates, parse_budget, tune
+from engine.analysis.stats import speedup_vs_sequential
 from engine.config import DEFAULT_MAX_RUNS, RunConfig, SweepConfig, config_fields, field_choices, load_toml
-from engine.demo import ensure_demo
 from engine.errors import ConfigError, StoreBusy, StoreCorrupt, StoreError, StoreVersionError, UsageError, printable
-from engine.hostfit import HEAVY, OVERSUBSCRIBE_ENV, check_all, check_host
 from engine.jobs import ensure_worker, run_worker, serve, stop_worker, worker_pid
 from engine.paths import Db, calibrations_dir, db_path
-from engine.predict import MODES
-from engine.preflight import DEFAULT_TIMEOUT_S, TIMEOUT_ENV, preflight, set_time_limit
-from engine.ray_executor import require_ray, run_sweep_ray
-from engine.runner import launch
-from engine.stats import speedup_vs_sequential
+from engine.run.hostfit import HEAVY, OVERSUBSCRIBE_ENV, check_all, check_host
+from engine.run.preflight import DEFAULT_TIMEOUT_S, TIMEOUT_ENV, preflight, set_time_limit
+from engine.run.runner import launch
 from engine.status import RunStatus
 from engine.store import (export, export_bundle, get_epochs, get_run, import_results, ingest_pending, list_runs,
                           pending_summary, prepare, reads_only, stream_query)
-from engine.sweep import run_sweep
-from engine.tune import candidates, parse_budget, tune
+from engine.sweeps.demo import ensure_demo
+from engine.sweeps.local import run_sweep
+from engine.sweeps.ray import require_ray, run_sweep_ray
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
 
@@ -406,7 +406,7 @@ def _speedups_options(p: argparse.ArgumentParser) -> None:
 @command(_speedups_options, reads=True,
          help="dual-* and fused vs the same models one after another, with 95%% intervals")
 def cmd_speedups(args: argparse.Namespace) -> int:
-    """Each dual-* and fused config's speedup over training its models in turn (engine.stats.speedup_vs_sequential)."""
+    """Each dual-* and fused config's speedup over training its models in turn (engine.analysis.stats.speedup_vs_sequential)."""
     filters = {"status": RunStatus.DONE, **({"sweep_id": args.sweep} if args.sweep else {})}
     table = speedup_vs_sequential(list_runs(db=args.db, limit=1_000_000, filters=filters))
     if table.empty:

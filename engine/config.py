@@ -20,8 +20,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from engine._spec import SPEC_RE
 from engine.errors import ConfigError, printable
+from engine.plugins.spec import SPEC_RE
 
 __all__ = ["ConfigError", "DEFAULT_MAX_RUNS", "RunConfig", "SweepConfig", "config_fields", "field_choices", "load_toml",
            "printable"]
@@ -42,7 +42,7 @@ def _f(default: Any, help: str, group: str, **meta: Any) -> Any:
 class RunConfig:
     # --- workload ---
     workload: str = _f("tensor", "dataset to load: a built-in name, or your own as 'module.path:callable' "
-                                 "(see engine/plugins.py)", "workload", choices="workloads", plugin=True)
+                                 "(see engine/plugins/__init__.py)", "workload", choices="workloads", plugin=True)
     n_samples: int = _f(2048, "samples per epoch", "workload", min=1, max=10_000_000)
     image_size: int = _f(32, "side of the square images the model sees", "workload", min=8, max=1024)
     num_classes: int = _f(10, "label classes", "workload", min=2, max=100_000)
@@ -109,7 +109,7 @@ class RunConfig:
 
         registry=False leaves out the checks that need the registry, and with it torch: the names of workloads,
         loaders, models and modes, the device, each mode's rules. Only for a launcher whose run child checks
-        them anyway (`python -m engine run`: engine.runner rejects such a config before its RunLog starts)."""
+        them anyway (`python -m engine run`: engine.run.runner rejects such a config before its RunLog starts)."""
         if not isinstance(data, dict):
             raise ConfigError("config", f"expected a table of fields, got {type(data).__name__}")
         known = {f.name: f for f in dataclasses.fields(cls)}
@@ -273,7 +273,7 @@ def _check_field(f: dataclasses.Field, value: Any, registry: bool = True) -> Non
     if typ is str and len(value) > 4096:
         raise ConfigError(f.name, "is longer than 4096 characters")
     if f.metadata.get("plugin") and SPEC_RE.match(value):
-        return  # NOTE: only the spelling is checked here; engine.preflight imports and tries it
+        return  # NOTE: only the spelling is checked here; engine.run.preflight imports and tries it
     if not registry and isinstance(f.metadata.get("choices"), str):
         return  # a registry's name: the run child checks it (RunConfig.from_dict)
     choices = field_choices(f)

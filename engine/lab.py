@@ -24,18 +24,18 @@ from typing import Any, Iterable
 import pandas as pd
 
 from engine import paths
-from engine._lab_compare import compare_runs
-from engine.advisor import advise as _advise, render_advice
+from engine.advice.advisor import advise as _advise, render_advice
+from engine.advice.predict import MODES
+from engine.advice.tune import candidates, parse_budget
+from engine.advice.tune import tune as _tune
+from engine.analysis.compare import compare_runs
+from engine.analysis.stats import speedup_vs_sequential
 from engine.config import RunConfig, SweepConfig
 from engine.errors import ConfigError
 from engine.paths import Db
-from engine.runner import launch
-from engine.stats import speedup_vs_sequential
+from engine.run.runner import launch
 from engine.store import get_run, list_runs, run_query
-from engine.sweep import run_sweep
-from engine.predict import MODES
-from engine.tune import candidates, parse_budget
-from engine.tune import tune as _tune
+from engine.sweeps.local import run_sweep
 
 __all__ = ["advise", "compare", "db_path", "predict", "run", "runs", "speedups", "sweep", "tune"]
 
@@ -85,7 +85,7 @@ def runs(*, db: Db = None, limit: int = 10_000, **filters: Any) -> pd.DataFrame:
 def compare(what: Iterable[str] | str | pd.DataFrame, *, by: list[str] | None = None,
             db: Db = None) -> pd.DataFrame:
     """Each distinct config among the runs: n, median epoch_s with its exact 95% interval, and its speedup over
-    the slowest config with the interval and verdict of engine.stats.compare (the CLI's and the advisor's).
+    the slowest config with the interval and verdict of engine.analysis.stats.compare (the CLI's and the advisor's).
 
     `what`: run ids, a read-only SQL query returning run_id, or a DataFrame of runs. `by`: the fields that
     tell configs apart (default: the config fields that differ among the runs). Runs of other hosts or
@@ -98,8 +98,8 @@ def compare(what: Iterable[str] | str | pd.DataFrame, *, by: list[str] | None = 
 
 def speedups(what: Iterable[str] | str | pd.DataFrame | None = None, *, db: Db = None) -> pd.DataFrame:
     """Each dual-* and fused config's speedup over training the same models one after another, with the 95%
-    interval and verdict of engine.stats.compare: dual-* against dual-sequential, fused xN against N single
-    runs, matched within one sweep, host fingerprint and plugin code (engine.stats.speedup_vs_sequential).
+    interval and verdict of engine.analysis.stats.compare: dual-* against dual-sequential, fused xN against N single
+    runs, matched within one sweep, host fingerprint and plugin code (engine.analysis.stats.speedup_vs_sequential).
 
     `what`: as for compare (run ids, a query, a DataFrame); default: every done run in the store.
 
@@ -132,7 +132,7 @@ def advise(*, workload: str, model: str, baseline: str | dict[str, Any] | None =
 def tune(*, workload: str, model: str, budget: str | float = "10m", baseline: str | dict[str, Any] | None = None,
          base: dict[str, Any] | None = None, progress: bool = True, db: Db = None, **options: Any) -> dict[str, Any]:
     """Successive halving over loader settings within `budget` ("90s", "10m", seconds), then the best confirmed
-    against sync or your `baseline` by interleaved runs (engine.tune). The answer as data.
+    against sync or your `baseline` by interleaved runs (engine.advice.tune). The answer as data.
 
         t = lab.tune(workload="tensor", model="mlp", budget="5m", baseline="loader=processes,workers=4")
         t["best"], t["speedup"], (t["speedup_lo"], t["speedup_hi"]), t["runs"]"""

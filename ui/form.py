@@ -202,7 +202,7 @@ def _draw_fields(prefix: str) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def _validate(values: dict[str, Any], slots: dict[str, Any], top: Any) -> FormResult:
-    """The browser's gate (engine.browser.browser_config), then this host's check; a ConfigError is shown under
+    """The browser's gate (engine.plugins.browser.browser_config), then this host's check; a ConfigError is shown under
     the field it names (or at the top)."""
     result = FormResult(values)
     try:

@@ -5,7 +5,7 @@ whole sweep, or the single run, as ONE job that the worker drives through the Ra
 address comes from $LOADERLAB_RAY_ADDRESS, overridable under Settings; empty means a local Ray instance.
 
 Progress of a running job comes from its RunLog (engine.jobs.job_progress), not the store, so the
-per-epoch chart (engine.charts.epoch_chart, compact) grows while the run is going; a Ray job's progress
+per-epoch chart (engine.analysis.charts.epoch_chart, compact) grows while the run is going; a Ray job's progress
 is its runs landed in the store.
 Each job with a run links to `/runs?run=<run_id>`.
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 
 from engine.paths import ROOT, Db, db_path, jobs_dir
-from engine.warm import run_env
+from engine.run.warm import run_env
 
 __all__ = ["ensure_worker", "lock_path", "stop_worker", "try_lock", "unlock", "worker_alive", "worker_pid",
            "write_pid"]

@@ -28,17 +28,17 @@ from typing import Any
 
 import pandas as pd
 
-from engine.browser import check_browser_config
 from engine.config import RunConfig, SweepConfig
 from engine.errors import ConfigError, StoreHeld
-from engine.hostfit import check_all, check_host
 from engine.jobs import spool
 from engine.paths import Db, jobs_dir
-from engine.ray_executor import INSTALL_HINT, ray_available
-from engine.runner import new_run_id
+from engine.plugins.browser import check_browser_config
+from engine.run.hostfit import check_all, check_host
+from engine.run.runner import new_run_id
 from engine.status import RunStatus
 from engine.store import jobs as job_table
-from engine.sweep import new_sweep_id
+from engine.sweeps.local import new_sweep_id
+from engine.sweeps.ray import INSTALL_HINT, ray_available
 
 __all__ = ["RAY_ADDRESS_ENV", "RAY_SWEEP", "cancel", "default_ray_address", "find_job", "job_spec", "list_jobs",
            "marker", "now", "submit", "submit_ray_sweep", "submit_sweep"]
@@ -72,8 +72,8 @@ def submit(cfg: RunConfig, *, origin: str, sweep_id: str | None = None, db: Db =
     """Queue one validated run; returns the job id. The run id is fixed now so the page can link to it.
 
     origin: "cli" (the CLI, a notebook, the engine itself) or "browser", which adds the browser's rules
-    (engine.browser.check_browser_config) before anything is stored. A config this host cannot fit is refused
-    (engine.hostfit.check_host: its warnings are for the caller to show, through it); `oversubscribe` insists on
+    (engine.plugins.browser.check_browser_config) before anything is stored. A config this host cannot fit is refused
+    (engine.run.hostfit.check_host: its warnings are for the caller to show, through it); `oversubscribe` insists on
     heavy oversubscription, and the worker's run keeps that.
     """
     _check_origin([cfg], origin)
@@ -96,7 +96,7 @@ def _check_origin(configs: list[RunConfig], origin: str) -> None:
 
 def submit_sweep(sweep: SweepConfig, *, origin: str, db: Db = None, oversubscribe: bool = False) -> list[str]:
     """Queue every planned run of a sweep, in its seeded random order; returns the job ids in that order. Every
-    config is checked against this host first (engine.hostfit.check_all), as submit() does."""
+    config is checked against this host first (engine.run.hostfit.check_all), as submit() does."""
     _check_origin(sweep.configs(), origin)
     check_all(sweep.configs(), oversubscribe=oversubscribe)
     repeats: dict[int, int] = {}

@@ -22,7 +22,7 @@ from typing import Callable
 
 from engine.jobs.control import ensure_worker, stop_worker, worker_pid
 from engine.paths import ROOT, Db, db_path
-from engine.warm import run_env
+from engine.run.warm import run_env
 
 __all__ = ["STOP_SIGNALS", "dashboard_command", "serve"]
 

@@ -2,9 +2,9 @@
 closes it, one at a time. How the dashboard starts, finds and stops it: engine/jobs/control.py.
 
 One worker per store, so one per host with the default store: the live worker holds an flock on
-`<jobs_dir>/worker.lock` (its pid is written into the file). A job is one run (engine.runner.launch, a
+`<jobs_dir>/worker.lock` (its pid is written into the file). A job is one run (engine.run.runner.launch, a
 subprocess that never opens DuckDB nor imports streamlit, forked from the worker's warm parent) or, kind
-"ray-sweep", a whole sweep on a Ray cluster (engine.ray_executor.run_sweep_ray, whose driver ingests each
+"ray-sweep", a whole sweep on a Ray cluster (engine.sweeps.ray.run_sweep_ray, whose driver ingests each
 run as it lands). Either way Cancel is the marker file `<jobs_dir>/<job_id>.cancel`, watched here and
 turned into the executor's cancel Event.
 
@@ -34,14 +34,14 @@ from engine.jobs import spool
 from engine.jobs.control import lock_path, try_lock, unlock, write_pid
 from engine.jobs.queue import RAY_SWEEP, job_spec, marker, now
 from engine.paths import Db, db_path, runs_dir
-from engine.ray_executor import reap_leftovers, run_sweep_ray
+from engine.run.runner import kill_group, launch
+from engine.run.warm import WarmParent
 from engine.runlog import dead_end, end_dead_run, iter_events
-from engine.runner import kill_group, launch
 from engine.status import RunStatus
 from engine.store import ingest_pending, ingest_run
 from engine.store import jobs as job_table
 from engine.store.ingest import DEFER_AFTER_S
-from engine.warm import WarmParent
+from engine.sweeps.ray import reap_leftovers, run_sweep_ray
 
 __all__ = ["run_worker"]
 
@@ -63,7 +63,7 @@ def run_worker(db: Db = None, *, once: bool = False, poll_s: float = 1.0, lock_f
     log.info("job worker pid %d serving %s", os.getpid(), db_path(db))
     _reap_ray(db)
     try:
-        # NOTE: each run forks from the warm parent (engine/warm.py), which goes with the worker: no process left
+        # NOTE: each run forks from the warm parent (engine/run/warm.py), which goes with the worker: no process left
         with WarmParent() as warm:
             _loop(db, stop, warm, once=once, poll_s=poll_s)
     finally:
@@ -235,7 +235,7 @@ def _one_run(job: dict[str, Any], spec: dict[str, Any], db: Db, cancel: threadin
     position = marker(db, job["job_id"], ".json")  # a sweep job's (config_idx, repeat_idx)
     meta = {"run_id": job["run_id"], "sweep_id": job["sweep_id"], "job_id": job["job_id"],
             **(json.loads(position.read_text()) if position.exists() else {})}
-    insist = bool(meta.pop("oversubscribe", False))  # the submitter insisted on oversubscribing (engine.hostfit)
+    insist = bool(meta.pop("oversubscribe", False))  # the submitter insisted on oversubscribing (engine.run.hostfit)
     result = launch(RunConfig.from_dict(spec), db=db, meta=meta, cancel=cancel, cancel_reason=why, warm=warm,
                     oversubscribe=insist or None)
     return _job_status(result.status), result.error

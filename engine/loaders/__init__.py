@@ -11,12 +11,12 @@ cfg.worker_timeout_s, and are context managers whose close() stops their threads
 `to_device(batch, device)` is the copy every mode makes (a no-op for batches a loader already placed).
 """
 
-from engine._unique import unique
 from engine.loaders._base import Loader, LoaderTimeout, epoch_batches, to_device
 from engine.loaders.prefetch import PrefetchLoader
 from engine.loaders.processes import ProcessLoader
 from engine.loaders.sync import SyncLoader
 from engine.loaders.threads import ThreadLoader
+from engine.names import unique
 
 __all__ = ["LOADERS", "Loader", "LoaderTimeout", "PrefetchLoader", "ProcessLoader", "SyncLoader", "ThreadLoader",
            "epoch_batches", "to_device"]

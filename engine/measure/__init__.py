@@ -5,7 +5,7 @@
     sampler.py      CPU %, memory (PSS of the run's process tree) and GPU, sampled in a thread (nvml.py)
     host.py         the host fingerprint a run is compared by
     bound.py        the lower bound and efficiency (the passes: _passes.py, _stage_step.py)
-    probe.py        what a batch, a step and the GIL cost, apart from any loader setting (engine/predict.py's input)
+    probe.py        what a batch, a step and the GIL cost, apart from any loader setting (engine/advice/predict.py's input)
     forecast.py     a run's predicted epoch: before it runs from a cached probe (prior), else after from its own
     verdicts.py     what limits a run, in words, and what would help (no torch: the pages read it)
     waits.py        data-wait percentiles

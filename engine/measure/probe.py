@@ -1,4 +1,4 @@
-"""The probe behind engine/predict.py: what one sample, one batch and one step cost on this machine, apart from
+"""The probe behind engine/advice/predict.py: what one sample, one batch and one step cost on this machine, apart from
 any loader setting, measured in a few seconds.
 
     load     the dataset's fetch + collate (+ the copy to the device) of whole batches on one thread, as a loader
@@ -11,7 +11,7 @@ any loader setting, measured in a few seconds.
              CPU seconds per step. Two points fit Amdahl's law for any thread count between.
 
 The probe does not depend on the loader, its workers or its threads, so one probe predicts them all
-(engine/predict.py). It is cached per workload, model, batch size and device on this host
+(engine/advice/predict.py). It is cached per workload, model, batch size and device on this host
 (`<store dir>/calibrations/probe-*.json`): a later run of the same pipeline, in any sweep, is predicted
 before it runs.
 """
@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
-from engine.hostfit import usable_cpus
 from engine.loaders import LOADERS, epoch_batches, to_device
 from engine.measure._passes import compute_pass
+from engine.run.hostfit import usable_cpus
 from engine.workloads import build_dataset
 
 if TYPE_CHECKING:  # annotations only: the run side does not import the config (engine/registry.py says why)

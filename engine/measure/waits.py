@@ -1,4 +1,4 @@
-"""Data-wait percentiles: the one definition behind the runs table, the run detail and engine.stats.
+"""Data-wait percentiles: the one definition behind the runs table, the run detail and engine.analysis.stats.
 
 Over the steps of steady (non-warm-up) epochs, each epoch's first step left out (its wait is the time to
 first batch, reported apart as ttfb_s), all models and ranks pooled. pQ is the nearest-rank percentile:

@@ -6,7 +6,7 @@
     _base.py        make_optimizer, loss_fn, split_stages (split mode), check_vmappable (fused mode)
 
 MODELS maps the names "mlp", "cnn" and "transformer" to these classes. A config's model may instead be
-the user's own, "module.path:callable" (engine/plugins.py): runs build either through build_model.
+the user's own, "module.path:callable" (engine/plugins/__init__.py): runs build either through build_model.
 
     model = build_model(cfg, dataset.sample_shape, dataset.num_classes)
 """
@@ -17,12 +17,12 @@ from typing import Any
 
 from torch import nn
 
-from engine._unique import unique
 from engine.errors import ConfigError
 from engine.models._base import check_vmappable, loss_fn, make_optimizer, set_loss, split_stages
 from engine.models.cnn import CNN
 from engine.models.mlp import MLP
 from engine.models.transformer import Transformer
+from engine.names import unique
 from engine.plugins import call_factory, is_spec, resolve
 
 __all__ = ["CNN", "MLP", "MODELS", "Transformer", "build_model", "check_vmappable", "loss_fn", "make_optimizer",

@@ -7,7 +7,7 @@ so the split mode can cut it with `split_stages(model, n)` and the fused mode ca
     opt = make_optimizer(model.parameters(), "sgd", lr=0.05)
     stages = split_stages(model, 2)          # stages[1](stages[0](x)) == model(x)
 
-A user's model (engine/plugins.py) that is not an nn.Sequential can still be split: its `stages()`
+A user's model (engine/plugins/__init__.py) that is not an nn.Sequential can still be split: its `stages()`
 method returns its blocks in forward order (`as_sequential`).
 """
 

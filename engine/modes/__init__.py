@@ -11,9 +11,9 @@ Each file holds its loop and its lower bound (the passes engine/measure/bound.py
 
 from __future__ import annotations
 
-from engine._unique import unique
 from engine.modes import ddp, dual, fused, single, split
 from engine.modes._base import ModeSpec, RunContext
+from engine.names import unique
 
 __all__ = ["MODES", "ModeSpec", "RunContext"]
 

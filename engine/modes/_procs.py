@@ -53,7 +53,7 @@ def _child_main(i: int, fn: Callable[..., None], args: tuple, q: Any, barrier: A
         raise  # torch's wrapper records the traceback and exits non-zero; the parent sees both
     q.put((_DONE, i, None))
     # NOTE: done: flush the queue, then exit without the interpreter's teardown, as a run child does
-    # (engine/runner.py). Teardown has nothing left to save here, and it is where torch's C++ threads
+    # (engine/run/runner.py). Teardown has nothing left to save here, and it is where torch's C++ threads
     # (gloo's, the CUDA caching allocator's) meet a half-finalised interpreter and can abort the process.
     q.close()
     q.join_thread()

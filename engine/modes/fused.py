@@ -143,7 +143,7 @@ def _check(cfg: RunConfig) -> None:
         raise ConfigError("n_models", f"fused trains n_models >= 2 models as one program, got {cfg.n_models}; "
                                       "use mode single for one model")
     if is_spec(cfg.model):
-        return  # a user's model is built for its data: engine.preflight trains two copies under vmap
+        return  # a user's model is built for its data: engine.run.preflight trains two copies under vmap
     # the vmap check is structural, so a tiny instance of the architecture is enough
     check_vmappable(MODELS[cfg.model]((3, 8, 8), cfg.num_classes, 8, cfg.depth))
 

@@ -24,7 +24,7 @@ def run(ctx: RunContext) -> None:
     recorder = Recorder(ctx)
     # --- build: data, model, optimizer (seeded, so the same config gives the same weights) ---
     torch.manual_seed(cfg.seed)
-    dataset = build_dataset(cfg)  # a built-in workload, or the user's own (engine/plugins.py)
+    dataset = build_dataset(cfg)  # a built-in workload, or the user's own (engine/plugins/__init__.py)
     model = build_model(cfg, dataset.sample_shape, dataset.num_classes).to(device)
     opt = make_optimizer(model.parameters(), cfg.optimizer, cfg.lr)
 

@@ -27,12 +27,12 @@ from torch import nn
 from engine.devices import resolve as resolve_device
 from engine.errors import ConfigError
 from engine.loaders import LOADERS, to_device
-from engine.measure._stage_step import stage_builder
 from engine.measure.bound import Calibrator, Phase
 from engine.measure.timers import EpochTimer
 from engine.models import MODELS, build_model, loss_fn, make_optimizer, split_stages
 from engine.modes._base import ModeSpec, RunContext
 from engine.modes._common import Recorder, check_devices, epoch_payload, fail_point
+from engine.modes._stage_step import stage_builder
 from engine.plugins import is_spec
 from engine.workloads import build_dataset
 
@@ -179,7 +179,7 @@ def _check(cfg: RunConfig) -> None:
         raise ConfigError("micro_batches", f"must be at most batch_size ({cfg.batch_size}): each micro-batch needs "
                                            f"a sample")
     if is_spec(cfg.model):
-        return  # a user's model is built for its data: engine.preflight cuts it on one real batch
+        return  # a user's model is built for its data: engine.run.preflight cuts it on one real batch
     # how many blocks there are to cut depends on the architecture and depth only: a tiny instance says
     split_stages(MODELS[cfg.model]((3, 8, 8), cfg.num_classes, 8, cfg.depth), cfg.n_stages)
 

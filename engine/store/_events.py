@@ -181,7 +181,7 @@ def summarize(epochs: list[dict], samples: pa.Table, waits: list[float] | None =
     for k, v in parts.items():
         out[k.removesuffix("_s") + "_share"] = v / whole if whole > 0 else None
     out["other_share"] = max(0.0, 1.0 - sum(parts.values()) / whole) if whole > 0 else None
-    # one definition with engine.stats (engine/measure/waits.py): each epoch's first step is its TTFB, left out
+    # one definition with engine.analysis.stats (engine/measure/waits.py): each epoch's first step is its TTFB, left out
     if waits is None:
         waits = _finite_sorted([s[1] for e in steady for s in e.get("steps") or []
                                 if isinstance(s, (list, tuple)) and len(s) > 1 and s[0] != 0])

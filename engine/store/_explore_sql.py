@@ -2,7 +2,7 @@
 count of distinct configs a point pools (with the fields that differ).
 
 Interval: the binomial order-statistic interval [x_(k), x_(n-k+1)] of the median, the same method as
-engine.stats (`median_ci_ranks`), needing n >= 6 at 95 %; below that a group has no interval.
+engine.analysis.stats (`median_ci_ranks`), needing n >= 6 at 95 %; below that a group has no interval.
 The ranks are computed here in Python for the group sizes present and joined into the query.
 
 Pooling: two runs are the same config when every RunConfig field that shapes the timing is equal,
@@ -14,8 +14,8 @@ from __future__ import annotations
 import functools
 import math
 
+from engine.analysis.stats import median_ci_ranks
 from engine.config import config_fields
-from engine.stats import median_ci_ranks
 
 __all__ = ["NOT_CONFIG", "ci_ranks", "config_columns", "pool_sql"]
 
@@ -39,7 +39,7 @@ def _exact_ranks(n: int, confidence: float) -> tuple[int, int] | None:
 def ci_ranks(n: int, confidence: float = 0.95) -> tuple[int, int] | None:
     """1-based ranks (lo, hi) of the exact interval of the median of n values, or None (n too small).
 
-    engine.stats.median_ci_ranks for small groups; the same ranks in floating point (log-gamma terms)
+    engine.analysis.stats.median_ci_ranks for small groups; the same ranks in floating point (log-gamma terms)
     for big ones, where its exact integer arithmetic takes about a second per size (n = 3000)."""
     n = int(n)
     if n > _EXACT_INTS_UP_TO:

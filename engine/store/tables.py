@@ -26,7 +26,7 @@ _SUMMARY_V4 = {
     "loader_cpu_s": "DOUBLE", "compute_cpu_s": "DOUBLE", "cpu_bound_s": "DOUBLE", "usable_cores": "DOUBLE",
     "runnable_threads": "INTEGER", "verdict_help": "VARCHAR",
 }
-# Run-level columns schema v5 added: the epoch predicted for the run's setting (engine/predict.py), what the
+# Run-level columns schema v5 added: the epoch predicted for the run's setting (engine/advice/predict.py), what the
 # prediction came from ('prior': a probe taken before the run; 'own': the run's own, after it) and its limit
 _SUMMARY_V5 = {"predicted_epoch_s": "DOUBLE", "predicted_from": "VARCHAR", "predicted_limit": "VARCHAR"}
 # Run-level figures computed at ingest (or copied from the run's `summary` event).
@@ -57,7 +57,7 @@ RUN_COLUMNS = {
     "torch_version": "VARCHAR", "python_version": "VARCHAR", "git_commit": "VARCHAR", "config_json": "VARCHAR",
     "tags": "VARCHAR", "notes": "VARCHAR", "deleted": "BOOLEAN DEFAULT false", "summary_json": "VARCHAR",
     "run_dir": "VARCHAR", "ingested_bytes": "BIGINT", **SUMMARY_COLUMNS,
-    # schema v3: sha256 of the user's plugin source (engine/plugins.py); NULL for built-in workloads and models
+    # schema v3: sha256 of the user's plugin source (engine/plugins/__init__.py); NULL for built-in workloads and models
     "code_hash": "VARCHAR",
 }
 _KEYS = "model_idx INTEGER, rank INTEGER, epoch INTEGER"

@@ -4,7 +4,7 @@
     pyloop   the same tensors; work_us of GIL-holding Python work per sample
     jpeg     synthetic JPEGs generated once under data/datasets/, decoded and augmented per sample
     folder   the user's ImageFolder-style directory (--folder), same transform as jpeg
-    plugin   not a name: PluginDataset wraps the user's own dataset ('module:callable', engine/plugins.py)
+    plugin   not a name: PluginDataset wraps the user's own dataset ('module:callable', engine/plugins/__init__.py)
 
 Every workload takes `(cfg)`, has `num_classes` and `sample_shape`, and answers `ds[index]` or
 `ds[(epoch, index)]` with `(x float32 CHW, y int)`, deterministically; see `_base.SeededDataset`.
@@ -19,8 +19,8 @@ from typing import Any
 
 from torch.utils.data import IterableDataset
 
-from engine._unique import unique
 from engine.errors import ConfigError
+from engine.names import unique
 from engine.plugins import call_factory, is_spec, resolve
 from engine.workloads._base import SeededDataset, ShardDataset
 from engine.workloads.folder import FolderWorkload

@@ -32,7 +32,7 @@ def _tiny(**over):
 def seeded_template(tmp_path_factory) -> tuple[Path, list[str]]:
     """Two real runs through the runner, then 6 synthetic repeats of the first (other ids, jittered times)."""
     from engine.measure.verdicts import VERDICTS
-    from engine.runner import launch
+    from engine.run.runner import launch
     from engine.store import connect
 
     db = tmp_path_factory.mktemp("seeded") / "loaderlab.duckdb"

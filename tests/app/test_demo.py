@@ -12,8 +12,8 @@ from collections import Counter
 import pytest
 
 from engine import api
-from engine.demo import demo_sweep, ensure_demo
-from engine.stats import MIN_FOR_CI
+from engine.analysis.stats import MIN_FOR_CI
+from engine.sweeps.demo import demo_sweep, ensure_demo
 
 DEMO_REPEATS = demo_sweep().repeats  # examples/demo.toml
 

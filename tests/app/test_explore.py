@@ -152,9 +152,9 @@ def test_a_point_that_pools_configs_says_so_in_table_hover_and_banner(seeded, op
 
 
 def test_explore_ranks_are_the_stats_modules_ranks():
-    """One CI method everywhere: Explore's fast ranks for big groups equal engine.stats' exact ones."""
+    """One CI method everywhere: Explore's fast ranks for big groups equal engine.analysis.stats' exact ones."""
     from engine.store._explore_sql import _exact_ranks
-    from engine.stats import median_ci_ranks
+    from engine.analysis.stats import median_ci_ranks
 
     for n in (*range(1, 60), 99, 100, 257, 400, 401, 777):
         assert _exact_ranks(n, 0.95) == median_ci_ranks(n, 0.95), n

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
 
 from engine import api, jobs, registry
-from engine.browser import PLUGIN_FIELDS
 from engine.config import config_fields, field_choices
 from engine.paths import jobs_dir, runs_dir
+from engine.plugins.browser import PLUGIN_FIELDS
 from engine.store import list_runs
 from tests._markup import seen
 from tests.app.conftest import APP

@@ -14,10 +14,10 @@ import pytest
 
 from engine import jobs
 from engine.config import RunConfig, SweepConfig, config_fields
-from engine.hostfit import usable_cores
 from engine.paths import jobs_dir, runs_dir
 from engine.presets import PRESETS
-from engine.runner import kill_group
+from engine.run.hostfit import usable_cores
+from engine.run.runner import kill_group
 from engine.store import connect
 from tests._markup import live_markup, seen
 

@@ -4,7 +4,7 @@ recorded GPU run (tests/engine/_gpu_runlog.py) and a real CPU run."""
 from __future__ import annotations
 
 from engine.config import RunConfig
-from engine.runner import launch
+from engine.run.runner import launch
 from engine.store import ingest_run
 from tests.engine._gpu_runlog import write_gpu_run
 

@@ -15,7 +15,7 @@ from engine.measure.trace import TRACE_FILE
 @pytest.fixture(scope="module")
 def traced_store(tmp_path_factory):
     """One real traced run and one untraced run in a store of their own."""
-    from engine.runner import launch  # noqa: PLC0415
+    from engine.run.runner import launch  # noqa: PLC0415
 
     db = tmp_path_factory.mktemp("traced") / "loaderlab.duckdb"
     tiny = dict(workload="tensor", n_samples=64, image_size=8, width=8, epochs=2, batch_size=32, bound=False)

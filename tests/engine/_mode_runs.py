@@ -25,8 +25,8 @@ TINY: dict[str, Any] = dict(workload="tensor", n_samples=128, image_size=8, widt
 
 
 def launch_mode(store: Path, **fields: Any) -> tuple[Any, list[dict[str, Any]]]:
-    """Run TINY + fields through engine.runner.launch; return the result and the run's events."""
-    from engine.runner import launch  # noqa: PLC0415
+    """Run TINY + fields through engine.run.runner.launch; return the result and the run's events."""
+    from engine.run.runner import launch  # noqa: PLC0415
 
     result = launch(RunConfig.from_dict({**TINY, **fields}), db=store)
     return result, read_events(result.run_dir)

@@ -1,4 +1,4 @@
-"""engine.advisor on a store seeded with synthetic runs of known epoch times."""
+"""engine.advice.advisor on a store seeded with synthetic runs of known epoch times."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from datetime import datetime
 import pandas as pd
 import pytest
 
-from engine.advisor import advise, render_advice
+from engine.advice.advisor import advise, render_advice
 from engine.config import RunConfig
 from engine.measure.host import fingerprint
 from engine.store import connect
@@ -213,7 +213,7 @@ def test_bad_baseline_is_one_error_naming_baseline(store, text, says):
 def test_the_users_setup_matches_its_real_runs_as_stored(store):
     """Real runs store what took effect (no pinning on a CPU, the fields a loader ignores normalised); a baseline
     typed with the defaults (pin_memory on) must still find them."""
-    from engine.runner import launch  # noqa: PLC0415
+    from engine.run.runner import launch  # noqa: PLC0415
 
     tiny = {"workload": "tensor", "model": "mlp", "n_samples": 64, "image_size": 8, "width": 8, "epochs": 2,
             "batch_size": 32, "bound": False, "sample_hz": 0.0, "device": "cpu"}

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from engine.config import RunConfig
 from engine.measure._passes import loader_pass
 from engine.measure.bound import EXPLAINED, FAIL_ENV, STALE, VERDICTS, Phase, _figures
+from engine.run.runner import launch
 from engine.runlog import read_events
-from engine.runner import launch
 from engine.store import get_run
 from tests.engine import _slow_start
 from tests.engine._slow_start import SLOW_ITEMS, SLOW_S

@@ -278,7 +278,7 @@ def test_a_disk_full_mid_run_is_one_line_and_stored_as_failed_with_where(tmp_pat
 def test_a_runlog_with_no_room_at_all_still_stores_the_run_as_failed_disk_full(tmp_path, store):
     """The RunLog's file is /dev/full from the start: neither the run nor the launcher can write a byte of it. The
     launcher stores the run directly (failed, disk full), so it is not found later as `killed` with no reason."""
-    from engine.runner import launch  # noqa: PLC0415
+    from engine.run.runner import launch  # noqa: PLC0415
     from engine.store import get_run  # noqa: PLC0415
 
     run_dir = store.parent / "runs" / "20250101-120000-d15cf0"

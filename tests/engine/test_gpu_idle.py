@@ -11,11 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.advisor import advise, render_advice
+from engine.advice.advisor import advise, render_advice
 from engine.cli import _print_summary
 from engine.config import RunConfig
+from engine.run.runner import launch
 from engine.runlog import GPU_EPOCH_FIELDS
-from engine.runner import launch
 from engine.store import explore_summary, get_epochs, get_run, ingest_run
 from tests.engine._gpu_runlog import STEADY, WARMUP, write_gpu_run
 

@@ -18,10 +18,10 @@ import pytest
 import torch
 
 from engine.config import ConfigError, RunConfig
-from engine.hostfit import HEAVY, OVERSUBSCRIBE_ENV, available_memory, check_host, usable_cores
 from engine.jobs import list_jobs, submit, submit_sweep
 from engine.paths import jobs_dir
-from engine.runner import launch
+from engine.run.hostfit import HEAVY, OVERSUBSCRIBE_ENV, available_memory, check_host, usable_cores
+from engine.run.runner import launch
 
 ROOT = Path(__file__).resolve().parents[2]
 CORES = len(os.sched_getaffinity(0))  # at least the usable cores (a cgroup quota may allow fewer)
@@ -136,7 +136,7 @@ def test_job_submit_refuses_and_keeps_the_insistence_for_the_worker(store):
 
 
 def test_tune_refuses_a_base_the_host_cannot_run(store):
-    from engine.tune import tune  # noqa: PLC0415
+    from engine.advice.tune import tune  # noqa: PLC0415
 
     with pytest.raises(ConfigError, match="^world_size: "):
         tune("tensor", "mlp", budget_s=5, db=store, base={"mode": "ddp", "world_size": MANY, "device": "cpu"},

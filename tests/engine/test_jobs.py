@@ -14,9 +14,9 @@ import pytest
 from engine import jobs
 from engine.config import ConfigError, RunConfig, SweepConfig
 from engine.paths import runs_dir
-from engine.ray_executor import ray_available
-from engine.runner import kill_group
+from engine.run.runner import kill_group
 from engine.store import connect, get_epochs, get_run
+from engine.sweeps.ray import ray_available
 from tests._wait import wait_for as _wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -18,11 +18,11 @@ import pytest
 from engine import jobs
 from engine.config import SweepConfig
 from engine.paths import jobs_dir
-from engine.ray_executor import ray_available
-from engine.ray_executor._node import scratch_dir
-from engine.ray_executor._session import sessions_dir
-from engine.runner import kill_group
+from engine.run.runner import kill_group
 from engine.store import get_epochs, list_runs
+from engine.sweeps.ray import ray_available
+from engine.sweeps.ray._node import scratch_dir
+from engine.sweeps.ray._session import sessions_dir
 
 pytestmark = pytest.mark.slow
 

@@ -10,10 +10,10 @@ import pytest
 
 from engine import cli
 from engine.config import RunConfig
-from engine.store.merge import RUN_TABLES, export_bundle, import_results
+from engine.run.runner import launch
 from engine.runlog import RunLog, claim, owner
-from engine.runner import launch
 from engine.store import connect, export, ingest_pending, ingest_run, list_runs, set_tags, soft_delete
+from engine.store.merge import RUN_TABLES, export_bundle, import_results
 
 HOST_ONLY = ("run_dir", "ingested_bytes")
 

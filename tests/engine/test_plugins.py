@@ -16,7 +16,7 @@ import torch
 from engine.cli import main
 from engine.config import ConfigError, RunConfig
 from engine.plugins import code_hash, registered
-from engine.preflight import preflight
+from engine.run.preflight import preflight
 from engine.workloads import build_dataset
 
 from tests.engine._mode_runs import launch_mode, run_in_process
@@ -386,7 +386,7 @@ def test_code_hash_covers_the_package_and_changes_with_it(tmp_path, monkeypatch)
     assert first == code_hash([spec, "tensor", ""]) and code_hash(["tensor", "mlp"]) is None
     (pkg / "helpers.py").write_text("SCALE = 2\n")  # not the factory's file, but in its package
     assert code_hash([spec]) != first
-    from engine._plugin_hash import _sources  # noqa: PLC0415 - an installed library counts by its version
+    from engine.plugins.hashing import _sources  # noqa: PLC0415 - an installed library counts by its version
 
     assert _sources("torch.nn.functional", torch.nn.functional) == {f"torch@{importlib.metadata.version('torch')}": b""}
 
@@ -417,7 +417,7 @@ def test_explore_tells_runs_of_changed_code_apart(store):
 def test_speedups_never_pair_runs_of_different_code():
     import pandas as pd  # noqa: PLC0415
 
-    from engine.stats import speedup_vs_sequential  # noqa: PLC0415
+    from engine.analysis.stats import speedup_vs_sequential  # noqa: PLC0415
 
     base = RunConfig(workload="m:d", model="m:n").to_dict()
     rows = [{**base, "run_id": f"{mode}{h}{i}", "sweep_id": "s", "host_fingerprint": "h", "status": "done",

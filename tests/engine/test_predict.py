@@ -1,4 +1,4 @@
-"""engine.predict's capacity model as properties (Hypothesis over probes): more cores never slow a setting,
+"""engine.advice.predict's capacity model as properties (Hypothesis over probes): more cores never slow a setting,
 more latency never speeds one, more process workers never slow one that fits the cores, a sync loader on a CPU
 is never predicted faster than the same setting overlapped, and no prediction beats the work the cores must do.
 The probe (engine/measure/probe.py) on real pipelines: a sleep is latency that holds no GIL, a Python loop is
@@ -13,14 +13,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from engine.advice.predict import MODES, predict, rank
 from engine.config import RunConfig
 from engine.measure.forecast import FAIL_ENV as FAIL_PROBE_ENV
 from engine.measure.probe import probe
 from engine.measure.verdicts import VERDICTS
 from engine.modes._common import step_builder
-from engine.predict import MODES, predict, rank
+from engine.run.runner import launch
 from engine.runlog import read_events
-from engine.runner import launch
 from engine.store import get_run
 
 CPU = torch.device("cpu")

@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from engine.config import ConfigError, RunConfig
-from engine.preflight import TIMEOUT_ENV, preflight, time_limit
+from engine.run.preflight import TIMEOUT_ENV, preflight, time_limit
 
 ROOT = Path(__file__).resolve().parents[2]
 

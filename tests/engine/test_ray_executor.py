@@ -15,10 +15,10 @@ import psutil
 import pytest
 
 from engine.config import RunConfig, SweepConfig
-from engine.ray_executor import connect_ray, gpus_needed, ray_available, require_ray, run_sweep_ray
-from engine.ray_executor._node import scratch_dir
 from engine.store import get_epochs, get_steps, list_runs
-from engine.sweep import run_sweep
+from engine.sweeps.local import run_sweep
+from engine.sweeps.ray import connect_ray, gpus_needed, ray_available, require_ray, run_sweep_ray
+from engine.sweeps.ray._node import scratch_dir
 
 pytestmark = pytest.mark.slow
 
@@ -68,7 +68,7 @@ class _Killer(threading.Thread):
         while not self.stop.wait(0.1):
             for p in psutil.process_iter(["pid", "cmdline"]):
                 cmd = p.info["cmdline"] or []
-                if "engine.runner" not in cmd or "loaderlab-ray" not in cmd[-1]:
+                if "engine.run.runner" not in cmd or "loaderlab-ray" not in cmd[-1]:
                     continue
                 run_dir = Path(cmd[-1])
                 try:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 
-from engine.ray_executor._session import reap_leftovers, sessions_dir
+from engine.sweeps.ray._session import reap_leftovers, sessions_dir
 
 SLEEPER = "import sys, time; f = open(sys.argv[1], 'a') if sys.argv[1:] and sys.argv[2:] == ['open'] else None; " \
           "time.sleep(120)"

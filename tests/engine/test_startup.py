@@ -9,8 +9,8 @@ import pytest
 
 from engine.config import RunConfig
 from engine.measure.startup import PHASES
+from engine.run.runner import launch
 from engine.runlog import read_events
-from engine.runner import launch
 from engine.store import get_run
 
 TINY = dict(workload="tensor", n_samples=64, image_size=8, width=8, epochs=2, batch_size=16, device="cpu",

@@ -1,4 +1,4 @@
-"""engine.stats: exact intervals of the median and of ratios (coverage checked by simulation), noise flags,
+"""engine.analysis.stats: exact intervals of the median and of ratios (coverage checked by simulation), noise flags,
 comparisons, time breakdowns and mode speedups."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engine import stats
+from engine.analysis import stats
 
 
 def test_median_ci_ranks_are_the_exact_binomial_order_statistics():

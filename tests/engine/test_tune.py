@@ -1,4 +1,4 @@
-"""engine.tune: budgets parse or fail by name; the space varies intra-op threads jointly with workers; a tiny tune
+"""engine.advice.tune: budgets parse or fail by name; the space varies intra-op threads jointly with workers; a tiny tune
 on the tensor workload runs the predicted fastest first, halves, and reports a config with each run's prediction;
 a mode the model does not cover is tuned by plain halving."""
 
@@ -10,9 +10,9 @@ import random
 import pytest
 
 from engine import cli
+from engine.advice.tune import TuneResult, candidates, parse_budget, run_flags, tune
 from engine.config import ConfigError, RunConfig
 from engine.store import list_runs
-from engine.tune import TuneResult, candidates, parse_budget, run_flags, tune
 
 TINY = {"n_samples": 128, "image_size": 8, "width": 8, "batch_size": 32, "device": "cpu", "sample_hz": 0.0}
 
@@ -86,7 +86,8 @@ def test_the_confirmation_sweep_gives_each_side_its_own_threads():
 
 
 def test_confirmation_has_enough_runs_for_an_interval():
-    from engine import stats, tune as tune_mod
+    from engine.analysis import stats
+    from engine.advice import tune as tune_mod
 
     n = tune_mod.CONFIRM_REPEATS
     assert n >= 5 and not math.isnan(stats.ratio_ci(range(1, n + 1), range(1, n + 1))[1])  # a 95% low end exists
@@ -149,8 +150,8 @@ def test_use_it_is_the_run_command_of_the_best_with_the_shared_fields():
 
 
 def test_baseline_keys_are_the_advisors_knobs():
-    from engine.advisor import KNOB_KEYS
-    from engine.baseline import BASELINE_KEYS
+    from engine.advice.advisor import KNOB_KEYS
+    from engine.advice.baseline import BASELINE_KEYS
 
     assert BASELINE_KEYS == KNOB_KEYS
 
@@ -167,7 +168,7 @@ def test_bad_baseline_exits_2_naming_it_and_stores_nothing(store, capsys):
 
 @pytest.mark.slow
 def test_tune_with_a_baseline_confirms_the_best_against_it(store):
-    """Through engine.lab.tune, the notebook's way in, which returns engine.tune's answer as data."""
+    """Through engine.lab.tune, the notebook's way in, which returns engine.advice.tune's answer as data."""
     import tomllib
 
     from engine import lab
@@ -197,8 +198,8 @@ def test_tune_with_a_baseline_confirms_the_best_against_it(store):
 
 @pytest.mark.slow
 def test_the_first_rung_runs_the_predicted_fastest_in_predicted_order_then_candidate_0(store):
-    from engine import tune as tune_mod
-    from engine.predict import rank
+    from engine.advice import tune as tune_mod
+    from engine.advice.predict import rank
 
     base = {**TINY, "latency_ms": 1.0}
     result = tune("tensor", "mlp", budget_s=600, db=store, base=base, progress=False, top_k=3, eta=10,

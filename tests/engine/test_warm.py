@@ -1,4 +1,4 @@
-"""Warm start (engine/warm.py): runs forked from one parent that imported torch are the runs a cold start makes.
+"""Warm start (engine/run/warm.py): runs forked from one parent that imported torch are the runs a cold start makes.
 
 Real processes throughout: a real warm parent, real forked runs with real loader workers, a real store.
 """
@@ -22,10 +22,10 @@ import pytest
 
 from engine.config import RunConfig, SweepConfig
 from engine.paths import ROOT, runs_dir
-from engine.runner import launch
+from engine.run.runner import launch
+from engine.run.warm import WarmParent
 from engine.store import get_run
-from engine.sweep import run_sweep
-from engine.warm import WarmParent
+from engine.sweeps.local import run_sweep
 
 TINY = dict(workload="tensor", n_samples=32, image_size=8, width=8, epochs=2, batch_size=8, bound=False,
             sample_hz=2.0, device="cpu")  # a CPU run on every machine (the warm parent never touches CUDA)
@@ -64,7 +64,7 @@ def _warm_parents() -> set[int]:
     found = set()
     for p in psutil.Process().children(recursive=True):
         try:
-            if "engine._warm_server" in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE:
+            if "engine.run._warm_server" in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE:
                 found.add(p.pid)
         except psutil.Error:
             pass
@@ -87,7 +87,7 @@ def test_a_warm_sweep_stores_the_rows_a_cold_one_does(store, monkeypatch, caplog
     hot = run_sweep(sweep, db=store, progress=False)
     assert _warm_parents() == before  # the sweep's warm parent ended with the sweep
     monkeypatch.setenv("LOADERLAB_WARM", "0")
-    with caplog.at_level(logging.INFO, logger="engine.warm"):
+    with caplog.at_level(logging.INFO, logger="engine.run.warm"):
         cold = run_sweep(sweep, db=store, progress=False)
     assert [r.warm for r in hot.results] == [True, True] and [r.warm for r in cold.results] == [False, False]
     assert "LOADERLAB_WARM=0: runs start cold" in caplog.text
@@ -172,7 +172,7 @@ def test_a_dead_warm_parent_means_cold_runs_with_a_log_line(store, caplog, monke
     with WarmParent() as parent:
         parent.status()
         os.kill(parent.pid, signal.SIGKILL)
-        with caplog.at_level(logging.WARNING, logger="engine.warm"):
+        with caplog.at_level(logging.WARNING, logger="engine.run.warm"):
             result = launch(RunConfig.from_dict(TINY), db=store, warm=parent)
     assert not result.warm and result.status == "done", result.error
     assert "runs start cold" in caplog.text
@@ -202,7 +202,7 @@ def test_a_job_runs_warm_in_the_worker_and_imports_from_the_submitters_folder(st
     job_id = jobs.submit(cfg, db=store, origin="cli")
     monkeypatch.chdir(ROOT)  # the worker runs elsewhere, as one started by ensure_worker() does
     before = _warm_parents()
-    with caplog.at_level(logging.INFO, logger="engine.warm"):
+    with caplog.at_level(logging.INFO, logger="engine.run.warm"):
         assert run_worker(store, once=True) == 0
     progress = jobs.job_progress(job_id, store)
     assert progress["status"] == "done", progress

@@ -23,8 +23,8 @@ from streamlit.testing.v1 import AppTest
 from engine import jobs
 from engine.config import RunConfig
 from engine.paths import runs_dir
+from engine.run.runner import kill_group
 from engine.runlog import read_events
-from engine.runner import kill_group
 from engine.store import connect, epoch_time_by, get_epochs, list_runs, run_query
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -3,7 +3,7 @@ marked killed, failed or cancelled with the reason. Plus: a stuck or silently de
 run within worker_timeout_s (never a hang), and a CUDA OOM fails the run with the OOM message.
 
 Kills, run a few at a time in threads (each is one real run subprocess):
-  28 × SIGKILL of the run process (`python -m engine.runner`): 20 under launch(), whose parent side notices,
+  28 × SIGKILL of the run process (`python -m engine.run.runner`): 20 under launch(), whose parent side notices,
        8 with no parent left (as when the CLI died too), found stale by ingest_pending;
   12 × SIGKILL of one loader worker process (processes loader, worker_timeout_s=120: found in < 15 s);
   10 × SIGTERM of the job worker (`python -m engine worker`), restarted on the same store after each.
@@ -30,8 +30,8 @@ import torch
 from engine import jobs
 from engine.config import RunConfig
 from engine.paths import runs_dir
+from engine.run.runner import kill_group, launch
 from engine.runlog import read_events, tail_events
-from engine.runner import kill_group, launch
 from engine.store import get_epochs, get_run, get_steps, ingest_pending
 from tests._wait import wait_for
 
@@ -162,7 +162,7 @@ def test_sigkill_of_an_orphaned_run_process_is_found_stale(store):
         (run_dir / "config.json").write_text(RunConfig.from_dict(TINY).to_json())
         (run_dir / "meta.json").write_text("{}")
         with open(run_dir / "stderr.log", "wb") as err:  # what launch() starts: the documented child command
-            proc = subprocess.Popen([sys.executable, "-m", "engine.runner", str(run_dir)], cwd=ROOT, env=_env(),
+            proc = subprocess.Popen([sys.executable, "-m", "engine.run.runner", str(run_dir)], cwd=ROOT, env=_env(),
                                     stdout=err, stderr=err, start_new_session=True)
         (run_dir / "pid").write_text(str(proc.pid))
         where = _kill_point(rng, run_dir, startup_share=0.0)  # before its start event there is no run to keep

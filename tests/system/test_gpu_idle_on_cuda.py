@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from engine.config import RunConfig
-from engine.runner import launch
+from engine.run.runner import launch
 from engine.store import get_epochs, get_run
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -15,8 +15,8 @@ import pytest
 
 from engine import jobs
 from engine.config import RunConfig
+from engine.run.runner import kill_group
 from engine.runlog import read_events
-from engine.runner import kill_group
 from engine.store import connect, get_run, list_runs, pending_summary
 from tests._wait import wait_for
 

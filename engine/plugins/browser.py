@@ -1,7 +1,7 @@
 """What a config from the browser may hold: plugins by registered name only, never as a module path,
 and a `folder` only under the data roots.
 
-The server's owner registers plugins in a TOML file (engine._plugin_registry). A config that comes
+The server's owner registers plugins in a TOML file (engine.plugins.registered). A config that comes
 from the browser (the Launch form, its URL, the sweep builder) names a built-in or a registered plugin;
 `browser_values` maps a registered name to its spec and refuses everything else, before RunConfig
 sees the value. `check_plugins` is the last gate at submit(origin="browser"): any spec left in a config
@@ -20,10 +20,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from engine._plugin_registry import plugins_file, registered
 from engine.config import RunConfig, SweepConfig, field_choices
 from engine.errors import ConfigError, printable
 from engine.paths import DATA_DIR
+from engine.plugins.registered import plugins_file, registered
 
 __all__ = ["PLUGIN_FIELDS", "browser_config", "browser_sweep", "browser_sweep_config", "browser_values",
            "check_browser_config", "check_plugins", "choices", "data_roots"]

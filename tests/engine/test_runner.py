@@ -10,7 +10,7 @@ import torch
 from PIL import Image
 
 from engine.config import ConfigError, RunConfig, SweepConfig
-from engine.runner import launch
+from engine.run.runner import launch
 from engine.store import get_run
 
 TINY = {"workload": "tensor", "n_samples": 64, "image_size": 8, "width": 8, "batch_size": 32, "epochs": 2,
@@ -121,9 +121,9 @@ def test_auto_threads_records_what_torch_chose(tmp_path):
 
 
 def test_wait_percentiles_have_one_definition_in_the_store_and_in_stats(tmp_path):
-    """The runs table and run detail read the stored p50/p90/p99; engine.stats recomputes them from the
+    """The runs table and run detail read the stored p50/p90/p99; engine.analysis.stats recomputes them from the
     stored steps: the same numbers, so no page can show two different p99s for one run."""
-    from engine.stats import time_breakdown  # noqa: PLC0415
+    from engine.analysis.stats import time_breakdown  # noqa: PLC0415
     from engine.store import get_epochs, get_steps  # noqa: PLC0415
 
     db = tmp_path / "s.duckdb"

@@ -5,7 +5,7 @@ limit, before a run is launched.
     metas = preflight_all(sweep.configs())    # one child checks every config not checked yet
 
 Built-in configs return at once and start nothing. A config that names a plugin is checked by
-`python -m engine._plugin_check` (engine/_plugin_check.py), which builds the dataset and model with torch.
+`python -m engine.run._plugin_check` (engine/run/_plugin_check.py), which builds the dataset and model with torch.
 Each call into the user's code gets the time limit (LOADERLAB_PREFLIGHT_TIMEOUT_S, default 60 s; the CLI's
 --preflight-timeout sets it); past it the child is killed and a ConfigError names the plugin and what it was
 doing. A plugin that exits the process (sys.exit, os._exit, a crash) is that plugin's ConfigError too.
@@ -35,11 +35,11 @@ import tempfile
 import time
 from typing import Any
 
-from engine._plugin_hash import stamp
 from engine.errors import ConfigError, printable
 from engine.paths import ROOT
 from engine.plugins import specs_of
-from engine.warm import run_env
+from engine.plugins.hashing import stamp
+from engine.run.warm import run_env
 
 __all__ = ["DEFAULT_TIMEOUT_S", "TIMEOUT_ENV", "preflight", "preflight_all", "set_time_limit", "time_limit"]
 
@@ -124,11 +124,11 @@ _Found = tuple[dict[str, Any], list[str], list[Any]]  # (meta, roots, stamp) of 
 
 
 def _check(configs: list[Any], cwd: str, limit: float) -> list[_Found]:
-    """Run the checks in `python -m engine._plugin_check`; (meta, roots, stamp) per config, or the first error
-    raised. roots and stamp: the source files hashed, as the child saw them (engine._plugin_hash)."""
+    """Run the checks in `python -m engine.run._plugin_check`; (meta, roots, stamp) per config, or the first error
+    raised. roots and stamp: the source files hashed, as the child saw them (engine.plugins.hashing)."""
     request = json.dumps({"configs": [c.to_dict() for c in configs], "cwd": cwd}).encode()
     with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen([sys.executable, "-m", "engine._plugin_check"], cwd=ROOT, env=run_env(),
+        proc = subprocess.Popen([sys.executable, "-m", "engine.run._plugin_check"], cwd=ROOT, env=run_env(),
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, start_new_session=True)
         try:
             proc.stdin.write(request)

@@ -1,10 +1,10 @@
 """Warm start: a sweep's runs forked from a parent that has already imported torch and the engine.
 
 A cold run pays the interpreter's start, `import torch` and the engine's imports (seconds) before its first
-batch. A sweep (and the job worker) keeps one WarmParent (engine/_warm_server.py), which imports them once and
+batch. A sweep (and the job worker) keeps one WarmParent (engine/run/_warm_server.py), which imports them once and
 forks a child per run. The child is what a cold child is: its own session (kill_group(pid) kills it and its
 loader workers), stdout and stderr to <run_dir>/stderr.log, stdin /dev/null, the launcher's environment, the
-checkout as its folder, engine.runner's main. launch() stays in charge: pid file, tailing, cancel, kills, ingest.
+checkout as its folder, engine.run.runner's main. launch() stays in charge: pid file, tailing, cancel, kills, ingest.
 
     with WarmParent() as warm:
         launch(cfg, warm=warm)      # forked warm; cold (with a log line) whenever warm cannot be had
@@ -97,7 +97,7 @@ class WarmParent:
             log.info("LOADERLAB_WARM=0: runs start cold")
         elif enabled:
             self._env = run_env()
-            self._proc = subprocess.Popen([sys.executable, "-m", "engine._warm_server"], cwd=ROOT, env=self._env,
+            self._proc = subprocess.Popen([sys.executable, "-m", "engine.run._warm_server"], cwd=ROOT, env=self._env,
                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                           start_new_session=True, bufsize=0)
             self._ready: dict[str, Any] | None = None

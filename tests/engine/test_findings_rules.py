@@ -1,4 +1,4 @@
-"""bench/findings.py judges every claim by engine.stats' exact interval of the ratio: "not slower" needs the
+"""bench/findings.py judges every claim by engine.analysis.stats' exact interval of the ratio: "not slower" needs the
 low end >= 1 - margin, a claim with no interval is never confirmed, and the sweeps give each side 7 runs."""
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def test_b_faster_uses_the_ratio_interval(findings):
 
 
 def test_every_findings_sweep_gives_each_config_enough_runs_for_an_interval():
-    from engine import stats
+    from engine.analysis import stats
 
     paths = sorted((ROOT / "examples").glob("findings_*.toml"))
     assert len(paths) == 5

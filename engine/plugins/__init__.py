@@ -9,9 +9,9 @@ or the user's module until a run or a check asks for it.
     registered()                                       # {"my_images": {"workload": "mypkg.data:build"}, ...}
     item_rng()                                         # in a dataset's __getitem__: a per-item Generator
 
-Preflight (one batch tried before launch) is engine/preflight.py. What the server's owner registers for the
-dashboard lives in a TOML file (engine/_plugin_registry.py);
-the browser only ever picks a name. code_hash is in engine/_plugin_hash.py. Runs build a plugin's dataset
+Preflight (one batch tried before launch) is engine/run/preflight.py. What the server's owner registers for the
+dashboard lives in a TOML file (engine/plugins/registered.py);
+the browser only ever picks a name. code_hash is in engine/plugins/hashing.py. Runs build a plugin's dataset
 and model with engine.workloads.build_dataset and engine.models.build_model.
 """
 
@@ -26,10 +26,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from engine._plugin_hash import code_hash
-from engine._plugin_registry import KINDS, plugins_file, registered
-from engine._spec import SPEC_RE, is_spec
 from engine.errors import ConfigError, printable
+from engine.plugins.hashing import code_hash
+from engine.plugins.registered import KINDS, plugins_file, registered
+from engine.plugins.spec import SPEC_RE, is_spec
 
 __all__ = ["KINDS", "SPEC_RE", "call_factory", "code_hash", "current_seed", "is_spec", "item_rng", "plugins_file",
            "registered", "resolve", "set_item_seed", "specs_of"]

@@ -12,13 +12,13 @@ from tqdm import tqdm
 
 from engine.config import RunConfig
 from engine.paths import Db, db_path, runs_dir
-from engine.ray_executor import _node
-from engine.ray_executor._cluster import Node, alive_nodes
+from engine.run.runner import RunResult, new_run_id
 from engine.runlog import RunLog, claim, launching, read_events
-from engine.runner import RunResult, new_run_id
 from engine.status import RunStatus
 from engine.store import ingest_run
-from engine.sweep import SweepResult
+from engine.sweeps.local import SweepResult
+from engine.sweeps.ray import _node
+from engine.sweeps.ray._cluster import Node, alive_nodes
 
 __all__ = ["Driver", "Trial", "gpus_needed"]
 

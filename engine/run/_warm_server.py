@@ -1,4 +1,4 @@
-"""The warm parent: `python -m engine._warm_server`, started and spoken to by engine.warm.WarmParent.
+"""The warm parent: `python -m engine.run._warm_server`, started and spoken to by engine.run.warm.WarmParent.
 
 It imports torch and the engine's run-side modules once, then forks one child per run on request. Protocol:
 JSON lines on its stdin/stdout, one run in flight at a time:
@@ -19,13 +19,13 @@ import traceback
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from engine.runner import exit_child, main
+from engine.run.runner import exit_child, main
 
 __all__ = ["PRELOAD", "parent_state", "serve"]
 
 # what a run child imports: numpy (its BLAS pool is the baseline of threads allowed), torch, torch._dynamo (torch
 # imports it lazily at a run's first optimizer step: seconds, sympy included), the engine's run-side modules
-PRELOAD = ("numpy", "torch", "torch._dynamo", "torch.profiler", "engine.runner", "engine.devices",
+PRELOAD = ("numpy", "torch", "torch._dynamo", "torch.profiler", "engine.run.runner", "engine.devices",
            "engine.measure.bound", "engine.measure.host", "engine.measure.sampler", "engine.modes", "engine.registry",
            "engine.plugins")
 _BASELINE: dict[str, int] = {}  # native threads once numpy is loaded: its BLAS pool, made at load time
@@ -72,7 +72,7 @@ def _child(run_dir: str, env: dict[str, str], ready_w: int, proto: BinaryIO) -> 
             os.dup2(fd, to)
         os.environ.clear()
         os.environ.update(env)
-        os.chdir(Path(__file__).resolve().parent.parent)  # the checkout, as a cold child's cwd
+        os.chdir(ROOT)  # the checkout, as a cold child's cwd
         sys.argv = [sys.argv[0], run_dir]
         rc = main([run_dir])
     except SystemExit as e:

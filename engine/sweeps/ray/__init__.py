@@ -11,7 +11,7 @@ Placement. Trials that share a device corrupt each other's timings, so:
 The driver picks each trial's node (NodeAffinitySchedulingStrategy, hard) from a table of what runs where;
 Ray's resource accounting enforces the same rule. Nodes that join during a sweep are used within seconds.
 
-On its node a trial is the normal runner (engine.runner.launch into a node-local scratch store). Its
+On its node a trial is the normal runner (engine.run.runner.launch into a node-local scratch store). Its
 RunLog (events.jsonl + stderr tail) goes back to the driver, which writes it under its own runs/ folder
 and ingests it, so a Ray run lands in the store exactly like a local one. A trial whose worker or node
 dies is recorded as a failed run with the reason; when the node is still up, a salvage task first kills
@@ -33,11 +33,11 @@ from tqdm import tqdm
 
 from engine.config import SweepConfig
 from engine.paths import Db
-from engine.preflight import preflight_all
-from engine.ray_executor._cluster import INSTALL_HINT, connect_ray, ray_available, require_ray
-from engine.ray_executor._driver import Driver, Trial, gpus_needed
-from engine.ray_executor._session import reap_leftovers, sessions_dir
-from engine.sweep import SweepResult, new_sweep_id
+from engine.run.preflight import preflight_all
+from engine.sweeps.local import SweepResult, new_sweep_id
+from engine.sweeps.ray._cluster import INSTALL_HINT, connect_ray, ray_available, require_ray
+from engine.sweeps.ray._driver import Driver, Trial, gpus_needed
+from engine.sweeps.ray._session import reap_leftovers, sessions_dir
 
 __all__ = ["INSTALL_HINT", "connect_ray", "gpus_needed", "ray_available", "reap_leftovers", "require_ray",
            "run_sweep_ray"]
@@ -51,7 +51,7 @@ def run_sweep_ray(sweep: SweepConfig, *, db: Db = None, address: str | None = No
     address: None (a local instance; num_cpus caps it), "auto", "host:port" or "ray://host:port"; a
     process already connected (ray.init) is used as it is. cancel: set it (from another thread, e.g. a
     job worker) to stop dispatching and cancel running trials; their finished epochs are kept.
-    Ctrl-C does the same, then re-raises. Returns the same SweepResult as engine.sweep.run_sweep.
+    Ctrl-C does the same, then re-raises. Returns the same SweepResult as engine.sweeps.local.run_sweep.
     """
     require_ray()
     meta = {**(meta or {}), "cwd": (meta or {}).get("cwd") or os.getcwd()}  # each run imports user modules from here

@@ -2,7 +2,7 @@
 
 Random order so slow drift of the machine (thermal, other tenants) does not favour one config.
 This is the `local` executor: this machine, one run at a time, each forked from one warm parent
-(engine/warm.py). The `ray` executor, the same plan spread over a cluster, is engine/ray_executor/
+(engine/run/warm.py). The `ray` executor, the same plan spread over a cluster, is engine/sweeps/ray/
 (run_sweep_ray); both return a SweepResult. `python -m engine sweep FILE.toml [--executor ray]`.
 """
 
@@ -18,12 +18,12 @@ from typing import Any
 from tqdm import tqdm
 
 from engine.config import SweepConfig
-from engine.hostfit import check_all
 from engine.paths import Db
-from engine.preflight import preflight_all
-from engine.runner import RunResult, launch
+from engine.run.hostfit import check_all
+from engine.run.preflight import preflight_all
+from engine.run.runner import RunResult, launch
+from engine.run.warm import WarmParent
 from engine.status import RunStatus
-from engine.warm import WarmParent
 
 __all__ = ["SweepResult", "new_sweep_id", "run_sweep"]
 
@@ -58,7 +58,7 @@ def run_sweep(sweep: SweepConfig, *, db: Db = None, progress: bool = True,
     repeats_seen: dict[int, int] = {}
     bar = tqdm(total=len(plan), desc=f"sweep {sweep.name}", unit="run", disable=not progress, file=sys.stderr,
                dynamic_ncols=True)
-    # one warm parent for the sweep: each run forks from it instead of importing torch again (engine/warm.py)
+    # one warm parent for the sweep: each run forks from it instead of importing torch again (engine/run/warm.py)
     with bar, WarmParent(enabled=len(plan) > 1) as warm:
         for config_idx, cfg in plan:
             repeat_idx = repeats_seen.get(config_idx, 0)

@@ -17,7 +17,7 @@ from typing import Any, Iterator
 import psutil
 
 from engine.config import RunConfig
-from engine.runner import kill_group, launch
+from engine.run.runner import kill_group, launch
 
 __all__ = ["salvage", "scratch_dir", "trial"]
 
@@ -70,7 +70,7 @@ def _node_thread_env() -> Iterator[None]:
 
 
 def trial(cfg: dict[str, Any], meta: dict[str, Any], run_id: str) -> dict[str, Any] | None:
-    """One run through engine.runner.launch on this node, returned as {"events", "stderr", "host"}."""
+    """One run through engine.run.runner.launch on this node, returned as {"events", "stderr", "host"}."""
     scratch = scratch_dir(run_id)
     with _node_thread_env():
         launch(RunConfig.from_dict(cfg), db=scratch / "scratch.duckdb", meta={**meta, "run_id": run_id})

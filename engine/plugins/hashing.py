@@ -10,7 +10,7 @@ as a loss costs nothing.
     code_hash(["mypkg.data:build", "mypkg.nets:resnet"])   # 64 hex digits; None without a plugin spec
     roots = source_roots(specs); stamp(roots)              # what it read, and a cheap check that it is unchanged
 
-A launcher that checked a plugin in a child process (engine/preflight.py) keeps the child's `stamp` of the
+A launcher that checked a plugin in a child process (engine/run/preflight.py) keeps the child's `stamp` of the
 files hashed: the same stamp later means the same code, without importing the user's module itself.
 """
 
@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable
 
-from engine._spec import SPEC_RE
+from engine.plugins.spec import SPEC_RE
 
 __all__ = ["code_hash", "installed", "source_roots", "stamp"]
 

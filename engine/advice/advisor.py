@@ -13,7 +13,7 @@ and model settings on one host fingerprint (PROBLEM_KEYS; the fingerprint holds 
 When several problems were measured, the one with the most runs is advised on (narrow it with `where`).
 
 The best is compared with sync, or with the user's own setup when they give one (`baseline`, see
-engine/baseline.py): the speedup's 95% interval needs 6 + 7 stored runs of the two; with fewer, the
+engine/advice/baseline.py): the speedup's 95% interval needs 6 + 7 stored runs of the two; with fewer, the
 advice proposes the sweep that measures both (`confirm_sweep_toml`).
 """
 
@@ -28,7 +28,8 @@ from typing import Any
 
 import pandas as pd
 
-from engine import baseline, stats
+from engine.advice import baseline
+from engine.analysis import stats
 from engine.config import RunConfig
 from engine.measure.verdicts import VERDICTS
 from engine.paths import Db
@@ -134,7 +135,7 @@ class Advice:
 def advise(workload: str, model: str, *, host: str = "this", db: Db = None,
            where: dict[str, Any] | None = None, baseline: str | dict[str, Any] | None = None) -> Advice:
     """Advice for workload + model from the done runs in the store (see the module docstring).
-    `baseline`: the user's setup, e.g. "loader=processes,workers=4,batch_size=64" (engine.baseline.parse)."""
+    `baseline`: the user's setup, e.g. "loader=processes,workers=4,batch_size=64" (engine.advice.baseline.parse)."""
     given = _parse_baseline(baseline)  # bad input fails before the store is read
     runs = done_runs(workload, model, db)
     on_host, label = _on_host(runs, host)

@@ -17,9 +17,9 @@ import re
 import tomllib
 from pathlib import Path
 
-from engine._spec import SPEC_RE
 from engine.errors import ConfigError, printable
 from engine.paths import Db, db_path
+from engine.plugins.spec import SPEC_RE
 
 __all__ = ["KINDS", "plugins_file", "registered"]
 

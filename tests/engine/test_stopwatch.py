@@ -100,7 +100,7 @@ def test_stored_epoch_times_fit_inside_a_clock_around_the_runner(tmp_path):
     """The path that produces stored numbers: launch() (subprocess, sampler on), ingest, the store. An
     independent clock around it must contain every stored epoch, and their walls must add up to less
     than it: an epoch timer that started late or ran on after the epoch would show here."""
-    from engine.runner import launch  # noqa: PLC0415
+    from engine.run.runner import launch  # noqa: PLC0415
     from engine.store import get_epochs, get_run  # noqa: PLC0415
 
     cfg = RunConfig.from_dict({**CFG, "n_samples": 256, "epochs": 3, "sample_hz": 20.0, "bound": False,

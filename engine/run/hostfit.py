@@ -117,7 +117,7 @@ def demand(cfg: Any) -> Demand:
     spawned_workers = workers if cfg.start_method != "fork" else 0  # NOTE: forked workers share the parent's pages
     models = cfg.n_models if cfg.mode == "fused" else 2 if cfg.mode.startswith("dual-") else copies
     # NOTE: the models' weights are counted only where torch is loaded already: the CLI's parent leaves torch to
-    # the run child, which checks again before its RunLog starts (engine/runner.py)
+    # the run child, which checks again before its RunLog starts (engine/run/runner.py)
     model_bytes = _model_bytes(cfg) if "torch" in sys.modules and _on_cpu(cfg) else 0
     per_process = PROCESS_BYTES + _bank_bytes(cfg)
     parts: dict[str, int] = {}  # memory by the field that makes it (the launching run process itself: "run")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from engine.errors import ConfigError
-from engine.ray_executor._session import forget_session, record_session
+from engine.sweeps.ray._session import forget_session, record_session
 
 __all__ = ["INSTALL_HINT", "Node", "alive_nodes", "connect_ray", "ray_available", "require_ray"]
 

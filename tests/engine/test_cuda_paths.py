@@ -4,7 +4,7 @@ The CPU tests cover the logic that does not need a GPU (pool reuse, the order of
 fetch, the CPU record). The `gpu` tests run the real thing and are skipped without CUDA: no fake stream
 or event stands in for CUDA here.
 
-    .venv/bin/python -m pytest tests/system/test_cuda_paths.py -q
+    .venv/bin/python -m pytest tests/engine/test_cuda_paths.py -q
 """
 
 from __future__ import annotations

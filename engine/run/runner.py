@@ -4,7 +4,7 @@ Why a subprocess: a clean CUDA context, memory that can be measured, and a run t
 (its process group holds the loader workers too). The child never opens DuckDB; the parent ingests.
 
     result = launch(cfg, db="data/loaderlab.duckdb")      # parent side: spawn, watch, ingest
-    python -m engine.runner data/runs/<run_id>            # child side: what launch() spawns
+    python -m engine.run.runner data/runs/<run_id>            # child side: what launch() spawns
 """
 
 from __future__ import annotations
@@ -28,13 +28,13 @@ from typing import Any, Callable
 
 from engine.config import RunConfig
 from engine.errors import ConfigError, disk_full, user_error
-from engine.hostfit import check_host
 from engine.paths import ROOT, Db, db_path, runs_dir
 from engine.plugins import is_spec
-from engine.preflight import preflight
+from engine.run.hostfit import check_host
+from engine.run.preflight import preflight
+from engine.run.warm import run_env
 from engine.runlog import RunLog, claim, dead_end, end_dead_run, iter_events, launching, tail_events
 from engine.status import RunStatus
-from engine.warm import run_env
 
 __all__ = ["EXIT_DISK_FULL", "REJECTED", "RunResult", "execute", "exit_child", "kill_group", "launch", "new_run_id"]
 
@@ -53,7 +53,7 @@ class RunResult:
     run_dir: Path
     stored: bool = True  # False: another session held the store; the RunLog waits for the next ingest
     held_by: str | None = None  # who held it, e.g. "pid 1234 (python3)"
-    warm: bool = False  # forked from a warm parent (engine.warm), not started cold
+    warm: bool = False  # forked from a warm parent (engine.run.warm), not started cold
 
 
 def new_run_id() -> str:
@@ -232,8 +232,8 @@ def launch(cfg: RunConfig, *, db: Db = None, meta: dict[str, Any] | None = None,
     Ctrl-C or `cancel` kills the whole process group; finished epochs are kept and the run is
     marked cancelled with `cancel_reason`. A child that wrote its `end` event but has not exited
     after exit_grace_s (a worker it cannot reap) is killed: the run is over either way. `warm`, an
-    engine.warm.WarmParent, forks the child from a parent that has imported torch already (else: cold).
-    A config this host cannot fit is refused first (engine.hostfit; `oversubscribe` None: the environment's).
+    engine.run.warm.WarmParent, forks the child from a parent that has imported torch already (else: cold).
+    A config this host cannot fit is refused first (engine.run.hostfit; `oversubscribe` None: the environment's).
     """
     check_host(cfg, oversubscribe=oversubscribe)  # a ConfigError before any RunLog; its warnings are the caller's
     meta = dict(meta or {})
@@ -300,14 +300,14 @@ def _nap(proc: Any, poll_s: float) -> None:
 
 
 def _start(run_dir: Path, warm: Any) -> Any:
-    """The child: forked by the warm parent when there is one that can, else `python -m engine.runner` (cold)."""
+    """The child: forked by the warm parent when there is one that can, else `python -m engine.run.runner` (cold)."""
     env = run_env()
     (run_dir / "stderr.log").write_bytes(b"")
     child = warm.start(run_dir, env) if warm is not None else None
     if child is not None:
         return child
     with open(run_dir / "stderr.log", "wb") as err:
-        return subprocess.Popen([sys.executable, "-m", "engine.runner", str(run_dir)], cwd=ROOT, env=env,
+        return subprocess.Popen([sys.executable, "-m", "engine.run.runner", str(run_dir)], cwd=ROOT, env=env,
                                 stdin=subprocess.DEVNULL, stdout=err, stderr=err, start_new_session=True)
 
 

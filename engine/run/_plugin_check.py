@@ -5,7 +5,7 @@ as a `failed` run minutes later: a missing module or callable, a factory that ra
 wrong type, items that are not tensors, a collate or loss that breaks, labels out of range for the
 logits, a model with too few logits, and a model that lacks what its mode needs (split: stages; fused: vmap).
 
-    python -m engine._plugin_check      # what engine/preflight.py starts: JSON lines in and out (see main)
+    python -m engine.run._plugin_check      # what engine/run/preflight.py starts: JSON lines in and out (see main)
     extra_meta = preflight(cfg)         # in this process: {"code_hash": "..."} for a plugin run, {} for built-ins
 
 Before each call into the user's code it reports a phase (which plugin, doing what) to the launcher, which
@@ -31,8 +31,8 @@ from engine.errors import ConfigError, printable
 from engine.loaders import epoch_batches
 from engine.models import build_model, loss_fn, split_stages
 from engine.modes.fused import FusedStep
-from engine._plugin_hash import source_roots, stamp
 from engine.plugins import code_hash, is_spec, resolve, specs_of
+from engine.plugins.hashing import source_roots, stamp
 from engine.workloads import build_dataset
 from engine.workloads.plugin import BadItem
 
@@ -50,7 +50,7 @@ _REPORT: list[Callable[..., None]] = [lambda **_: None]  # main() sends each pha
 def preflight(cfg: RunConfig, cwd: str | None = None) -> dict[str, Any]:
     """Check cfg's plugins on one small batch on the CPU; returns the run's extra meta (its code_hash).
 
-    NOTE: meant for a fresh process (main, started by engine/preflight.py): the user's modules are imported once
+    NOTE: meant for a fresh process (main, started by engine/run/preflight.py): the user's modules are imported once
     and kept, and the loss they set stays set."""
     specs = specs_of(cfg)
     if not specs:
@@ -244,7 +244,7 @@ def _check_mode(cfg: RunConfig, model: Any, x: Any, y: Any) -> None:
 
 
 def main() -> None:
-    """`python -m engine._plugin_check`: read {"configs": [RunConfig dicts], "cwd": folder} on stdin, check each.
+    """`python -m engine.run._plugin_check`: read {"configs": [RunConfig dicts], "cwd": folder} on stdin, check each.
 
     Writes JSON lines to the launcher: {"ready": true} once torch and the engine are imported, {"phase", "field",
     "spec", "kind"} before each call into the user's code, {"done": i, "meta", "roots", "stamp"} per config, and

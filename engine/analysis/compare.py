@@ -1,4 +1,4 @@
-"""lab.compare's table: one row per distinct config among some runs, with engine.stats' intervals.
+"""lab.compare's table: one row per distinct config among some runs, with engine.analysis.stats' intervals.
 
 Configs are told apart by the config fields that differ among the runs (or the caller's `by`), and
 always by host fingerprint and plugin code hash: a speedup is only computed against a reference of
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from engine import stats
+from engine.analysis import stats
 from engine.config import config_fields
 from engine.status import RunStatus
 

@@ -13,7 +13,7 @@ seconds of what a batch, a step and the GIL cost here, apart from any loader set
 calibrations (<store dir>/calibrations, cached per host), else measured now in a child process
 (engine/measure/_probe_child.py) before the warm parent starts, so nothing of tune's competes for the cores it
 measures. That time counts in the budget, at most PROBE_SHARE of it (past that the child is stopped and tune
-goes on without). engine/predict.py then ranks the candidates by predicted steady epoch, and the first rung runs
+goes on without). engine/advice/predict.py then ranks the candidates by predicted steady epoch, and the first rung runs
 the TOP_K predicted fastest, fastest first, then candidate 0 (sync, or the user's `baseline`). Settings the
 model cannot tell apart (prefetch depth, which it does not read) take one slot, the first listed. Candidates the
 model cannot rank (a mode it does not cover, or no probe: it failed, ran out of its share, or --no-predict) all
@@ -52,19 +52,19 @@ from typing import Any
 import pandas as pd
 from tqdm import tqdm
 
-from engine import baseline as yours
-from engine import stats
-from engine.advisor import describe
+from engine.advice import baseline as yours
+from engine.advice.advisor import describe
+from engine.advice.predict import MODES, Prediction, predict
+from engine.analysis import stats
 from engine.config import RunConfig
 from engine.errors import ConfigError
-from engine.hostfit import check_all, usable_cores
 from engine.paths import ROOT, Db, calibrations_dir
-from engine.predict import MODES, Prediction, predict
+from engine.run.hostfit import check_all, usable_cores
+from engine.run.runner import launch
+from engine.run.warm import WarmParent, run_env
 from engine.runlog import read_events
-from engine.runner import launch
 from engine.status import RunStatus
-from engine.sweep import new_sweep_id
-from engine.warm import WarmParent, run_env
+from engine.sweeps.local import new_sweep_id
 
 __all__ = ["CONFIRM_REPEATS", "ETA", "PROBE_SHARE", "RUNG0_EPOCHS", "SEARCH_SHARE", "TOP_K", "TuneResult",
            "candidates", "parse_budget", "run_flags", "tune"]
@@ -419,7 +419,7 @@ def _compare_confirmed(result: TuneResult) -> None:
 
 def _measure(cfg: RunConfig, db: Db, result: TuneResult, idx: int, rung: int, steady: int,
              epochs_of: dict[int, list[float]], warm: Any = None) -> dict[str, Any]:
-    """One real run of candidate idx (forked from `warm`, an engine.warm.WarmParent, when it can); its row for the
+    """One real run of candidate idx (forked from `warm`, an engine.run.warm.WarmParent, when it can); its row for the
     result table (epoch_s is nan when it failed; predicted_s nan when the model had no prediction)."""
     started = time.monotonic()
     meta = {"sweep_id": result.sweep_id, "config_idx": idx, "repeat_idx": rung}
