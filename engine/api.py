@@ -23,8 +23,8 @@ from engine.plugins.browser import PLUGIN_FIELDS, browser_config, browser_sweep,
     check_browser_config
 from engine.plugins.browser import choices as plugin_choices
 from engine.presets import PRESETS
-from engine.run.hostfit import check_all as check_host_all
-from engine.run.hostfit import check_host
+from engine.run.hostfit import check_machine as check_host  # the registry's rules, then the host's limits
+from engine.run.hostfit import check_machine_all as check_host_all
 from engine.runlog import end_traceback
 from engine.status import RunStatus
 from engine.store import (EXPLORE_FILTERS, EXPLORE_METRICS, count_runs, explore_axes,

@@ -43,7 +43,7 @@ from engine.config import DEFAULT_MAX_RUNS, RunConfig, SweepConfig, config_field
 from engine.errors import ConfigError, StoreBusy, StoreCorrupt, StoreError, StoreVersionError, UsageError, printable
 from engine.jobs import ensure_worker, run_worker, serve, stop_worker, worker_pid
 from engine.paths import Db, calibrations_dir, db_path
-from engine.run.hostfit import HEAVY, OVERSUBSCRIBE_ENV, check_all, check_host
+from engine.run.hostfit import HEAVY, OVERSUBSCRIBE_ENV, check_all, check_host, check_machine, check_rules
 from engine.run.preflight import DEFAULT_TIMEOUT_S, TIMEOUT_ENV, preflight, set_time_limit
 from engine.run.runner import launch
 from engine.status import RunStatus
@@ -139,8 +139,8 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
             p.named_flags = [*getattr(p, "named_flags", []), (action, f, tail)]
 
 
-def _config_from_args(args: argparse.Namespace, registry: bool = True) -> RunConfig:
-    """The config of the flags and --config; registry=False leaves the checks that import torch to the run child."""
+def _config_from_args(args: argparse.Namespace) -> RunConfig:
+    """The config of the flags and --config, checked against the schema (the machine: hostfit.check_rules)."""
     data: dict[str, Any] = {}
     if args.config:
         data.update(load_toml(args.config))
@@ -148,7 +148,7 @@ def _config_from_args(args: argparse.Namespace, registry: bool = True) -> RunCon
         value = getattr(args, f.name, None)
         if value is not None:
             data[f.name] = value
-    return RunConfig.from_dict(data, registry=registry)
+    return RunConfig.from_dict(data)
 
 
 # ---------------------------------------------------------------------------- run, sweep
@@ -189,10 +189,11 @@ def _run_options(p: argparse.ArgumentParser) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     """Run one config (flags, or --config FILE.toml with flags overriding it)."""
     _launch_settings(args)
-    # NOTE: a run's child imports torch and checks what needs it (the names, the device, the mode's rules) before
-    # its RunLog starts; launch() raises what it refuses. Checking here too imported torch twice (seconds).
-    cfg = _config_from_args(args, registry=args.dry_run)
-    _warn(check_host(cfg))  # refused here, in one line, when this host cannot run it
+    # NOTE: a run's child imports torch and makes the machine's checks (the device, the mode's rules) before its
+    # RunLog starts; launch() raises what it refuses. Checking here too imported torch twice (seconds).
+    cfg = _config_from_args(args)
+    # refused here, in one line, when this host cannot run it (--dry-run: the machine's rules too, as the run's)
+    _warn(check_machine(cfg) if args.dry_run else check_host(cfg))
     if args.dry_run:
         preflight(cfg)  # a plugin's one-batch check is validation too: --dry-run is how to try your plugin
         print(json.dumps(cfg.to_dict(), indent=2))
@@ -293,6 +294,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     _prepare_store(args.db, defer=True)  # a store that cannot be used is refused before the grid is even built
     print(f"sweep {printable(sweep.name)}: {sweep.describe()}", file=sys.stderr)  # said before a config is built
     distinct = len(sweep.configs())  # every config validated, once: the runs below reuse them
+    check_rules(sweep.configs())  # on this machine, as before any run; a Ray node's runs check theirs again
     if distinct < sweep.size():
         print(f"  {distinct} distinct configs ({distinct * sweep.repeats} runs): the others differ only in fields "
               "their loader or mode ignores", file=sys.stderr)
@@ -406,7 +408,8 @@ def _speedups_options(p: argparse.ArgumentParser) -> None:
 @command(_speedups_options, reads=True,
          help="dual-* and fused vs the same models one after another, with 95%% intervals")
 def cmd_speedups(args: argparse.Namespace) -> int:
-    """Each dual-* and fused config's speedup over training its models in turn (engine.analysis.stats.speedup_vs_sequential)."""
+    """Each dual-* and fused config's speedup over training its models in turn
+    (engine.analysis.stats.speedup_vs_sequential)."""
     filters = {"status": RunStatus.DONE, **({"sweep_id": args.sweep} if args.sweep else {})}
     table = speedup_vs_sequential(list_runs(db=args.db, limit=1_000_000, filters=filters))
     if table.empty:
@@ -500,7 +503,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             raise ConfigError("set", f"'{item}' is not FIELD=VALUE, e.g. --set batch_size=128")
         base[key.strip()] = value.strip()
     parse_baseline(args.baseline)  # bad input is named before the store is looked at or created
-    RunConfig.from_dict({**base, "workload": args.workload, "model": args.model})
+    check_rules([RunConfig.from_dict({**base, "workload": args.workload, "model": args.model})])
     _prepare_store(args.db, defer=True)
     result = tune(args.workload, args.model, budget_s=budget, db=args.db, base=base, progress=not args.quiet,
                   baseline=args.baseline, predicted=not args.no_predict)

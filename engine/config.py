@@ -17,10 +17,10 @@ import random
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from engine.errors import ConfigError, printable
+from engine.names import NAMES
 from engine.plugins.spec import SPEC_RE
 
 __all__ = ["ConfigError", "DEFAULT_MAX_RUNS", "RunConfig", "SweepConfig", "config_fields", "field_choices", "load_toml",
@@ -104,12 +104,12 @@ class RunConfig:
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def from_dict(cls, data: dict[str, Any], *, registry: bool = True) -> "RunConfig":
+    def from_dict(cls, data: dict[str, Any]) -> "RunConfig":
         """Build and validate from plain data (TOML, JSON, form, URL). Unknown keys are rejected by name.
 
-        registry=False leaves out the checks that need the registry, and with it torch: the names of workloads,
-        loaders, models and modes, the device, each mode's rules. Only for a launcher whose run child checks
-        them anyway (`python -m engine run`: engine.run.runner rejects such a config before its RunLog starts)."""
+        NOTE: this is the schema alone; it imports no torch. What depends on the machine (the device, --trace, each
+        workload's and mode's rules) is engine.registry.check's, which the launchers call: the run child before its
+        RunLog starts, submit, the dashboard's form through engine.api, and --dry-run."""
         if not isinstance(data, dict):
             raise ConfigError("config", f"expected a table of fields, got {type(data).__name__}")
         known = {f.name: f for f in dataclasses.fields(cls)}
@@ -120,7 +120,7 @@ class RunConfig:
                 raise ConfigError(str(key), f"unknown field; choose from: {', '.join(sorted(known))}")
             kwargs[name] = _coerce(known[name], value)
         cfg = cls(**kwargs)
-        cfg.validate(registry=registry)
+        cfg.validate()
         if cfg.loader in ("sync", "prefetch"):
             cfg.workers = 0  # NOTE: these loaders use no workers; normalising keeps a loader×workers grid honest
         return cfg
@@ -165,28 +165,22 @@ class RunConfig:
         return out
 
     # ------------------------------------------------------------------ validation
-    def validate(self, *, registry: bool = True) -> None:
-        """Raise ConfigError naming the first bad field. Checks types, limits, choices and cross-field rules
-        (without `registry`, those that need no torch: see from_dict)."""
+    def validate(self) -> None:
+        """Raise ConfigError naming the first bad field. Checks types, limits, choices (the registries' names
+        included: engine.names) and cross-field rules; the machine's checks are engine.registry.check's."""
         for f in dataclasses.fields(self):
-            _check_field(f, getattr(self, f.name), registry)
+            _check_field(f, getattr(self, f.name))
         if self.warmup_epochs >= self.epochs:
             raise ConfigError("warmup_epochs", f"must be less than epochs ({self.epochs}) so that some epochs count")
         if self.loader in ("threads", "processes") and self.workers < 1:
             raise ConfigError("workers", f"loader '{self.loader}' needs workers >= 1")
         if self.workload == "folder" and not self.folder:
             raise ConfigError("folder", "the folder workload needs --folder PATH to a directory of class subfolders")
-        if registry:
-            _registry().check_config(self)  # the device, and the rules of the workload, the mode and --trace
 
-
-def _registry() -> ModuleType:
-    """engine.registry, which imports torch and every loader, model, workload and mode."""
-    # NOTE: imported here, not at the top: the dashboard and the notebook API import this module and must
-    # not load torch until a config is validated or a select box lists the registry's names
-    from engine import registry  # noqa: PLC0415
-
-    return registry
+    def refused(self, e: ConfigError) -> ConfigError:
+        """`e` as a check of this config says it: naming the grid point that made it, for a config of a sweep."""
+        where = self.__dict__.get("_point", "")
+        return ConfigError(e.field, f"{e.message} (in grid point {where})" if where else e.message)
 
 
 def _default(name: str) -> Any:
@@ -204,7 +198,7 @@ def field_choices(f: dataclasses.Field) -> tuple[str, ...] | None:
     if choices is None:
         return None
     if isinstance(choices, str):
-        return tuple(_registry().names(choices))
+        return NAMES[choices]
     return tuple(choices)
 
 
@@ -259,7 +253,7 @@ def _coerce(f: dataclasses.Field, value: Any) -> Any:
         raise ConfigError(f.name, f"expected {typ.__name__ if typ is not list else 'a list'}, got {value!r:.60}")
 
 
-def _check_field(f: dataclasses.Field, value: Any, registry: bool = True) -> None:
+def _check_field(f: dataclasses.Field, value: Any) -> None:
     typ = _type_of(f)
     if typ is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
@@ -274,8 +268,6 @@ def _check_field(f: dataclasses.Field, value: Any, registry: bool = True) -> Non
         raise ConfigError(f.name, "is longer than 4096 characters")
     if f.metadata.get("plugin") and SPEC_RE.match(value):
         return  # NOTE: only the spelling is checked here; engine.run.preflight imports and tries it
-    if not registry and isinstance(f.metadata.get("choices"), str):
-        return  # a registry's name: the run child checks it (RunConfig.from_dict)
     choices = field_choices(f)
     if choices is not None and value not in choices:
         own = ", or your own as 'module.path:callable'" if f.metadata.get("plugin") else ""
@@ -384,14 +376,16 @@ class SweepConfig:
                                  ((list(p), list(p.values())) for p in self.points))
         for keys, combo in points:
             data = {**self.base, **dict(zip(keys, combo))}
+            where = ", ".join(f"{k}={v}" for k, v in zip(keys, combo))
             try:
                 cfg = RunConfig.from_dict(data)
             except ConfigError as e:
-                where = ", ".join(f"{k}={v}" for k, v in zip(keys, combo))
                 raise ConfigError(e.field, f"{e.message} (in grid point {where})" if where else e.message) from None
             key = json.dumps(cfg.effective(), sort_keys=True)
             if key not in seen:  # else the same run under other ignored values
                 seen.add(key)
+                # NOTE: not a field (asdict, ==, the store skip it): the launcher's machine check names the point too
+                cfg.__dict__["_point"] = where
                 out.append(cfg)
         self.__dict__["_configs"] = (stamp, out)
         return list(out)

@@ -1,15 +1,28 @@
-"""The rule every registry keeps: a name means one thing. LOADERS, MODELS, MODES and WORKLOADS are built here.
+"""The registries' names, and the rule every registry keeps: a name means one thing.
+
+The names are written here as static tuples so that the schema (engine/config.py) can offer and check them
+without importing the registries, which import torch. Each package builds its registry with `unique`, and
+tests/engine/test_config.py holds every tuple equal to its registry's keys, in order.
 
     LOADERS = unique("loader", [("sync", SyncLoader), ("threads", ThreadLoader)])   # a plain dict
+    NAMES["loaders"]                                                                 # ("sync", "prefetch", ...)
 """
 
 from __future__ import annotations
 
 from typing import TypeVar
 
-__all__ = ["unique"]
+__all__ = ["NAMES", "unique"]
 
 T = TypeVar("T")
+
+NAMES: dict[str, tuple[str, ...]] = {
+    "workloads": ("tensor", "jpeg", "pyloop", "folder"),  # engine/workloads/__init__.py
+    "loaders": ("sync", "prefetch", "threads", "processes"),  # engine/loaders/__init__.py
+    "models": ("mlp", "cnn", "transformer"),  # engine/models/__init__.py
+    "modes": ("single", "dual-sequential", "dual-threads", "dual-processes", "dual-streams", "fused", "split",
+              "ddp"),  # engine/modes/__init__.py
+}
 
 
 def unique(kind: str, entries: list[tuple[str, T]]) -> dict[str, T]:

@@ -59,7 +59,7 @@ from engine.analysis import stats
 from engine.config import RunConfig
 from engine.errors import ConfigError
 from engine.paths import ROOT, Db, calibrations_dir
-from engine.run.hostfit import check_all, usable_cores
+from engine.run.hostfit import check_machine_all, usable_cores
 from engine.run.runner import launch
 from engine.run.warm import WarmParent, run_env
 from engine.runlog import read_events
@@ -254,7 +254,7 @@ def tune(workload: str, model: str, *, budget_s: float, db: Db = None,
     """
     given = yours.parse(baseline)
     cfg0, configs = _configs(workload, model, base, space, given)
-    for warning in check_all(configs):  # a base this host cannot fit fails here, before the probe and the first run
+    for warning in check_machine_all(configs):  # a base this host cannot fit fails here, before the probe and the first run
         log.warning("%s", warning)
     t0 = time.monotonic()
     bar = tqdm(total=round(budget_s), desc=f"tune {workload}+{model}", unit="s", disable=not progress,

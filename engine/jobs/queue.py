@@ -33,7 +33,7 @@ from engine.errors import ConfigError, StoreHeld
 from engine.jobs import spool
 from engine.paths import Db, jobs_dir
 from engine.plugins.browser import check_browser_config
-from engine.run.hostfit import check_all, check_host
+from engine.run.hostfit import check_machine, check_machine_all, check_rules
 from engine.run.runner import new_run_id
 from engine.status import RunStatus
 from engine.store import jobs as job_table
@@ -73,11 +73,11 @@ def submit(cfg: RunConfig, *, origin: str, sweep_id: str | None = None, db: Db =
 
     origin: "cli" (the CLI, a notebook, the engine itself) or "browser", which adds the browser's rules
     (engine.plugins.browser.check_browser_config) before anything is stored. A config this host cannot fit is refused
-    (engine.run.hostfit.check_host: its warnings are for the caller to show, through it); `oversubscribe` insists on
+    (engine.run.hostfit.check_machine: its warnings are for the caller to show, through it); `oversubscribe` insists on
     heavy oversubscription, and the worker's run keeps that.
     """
     _check_origin([cfg], origin)
-    check_host(cfg, oversubscribe=oversubscribe)
+    check_machine(cfg, oversubscribe=oversubscribe)
     return _insert([(cfg, _insisted(None, oversubscribe))], sweep_id, db)[0]
 
 
@@ -96,9 +96,9 @@ def _check_origin(configs: list[RunConfig], origin: str) -> None:
 
 def submit_sweep(sweep: SweepConfig, *, origin: str, db: Db = None, oversubscribe: bool = False) -> list[str]:
     """Queue every planned run of a sweep, in its seeded random order; returns the job ids in that order. Every
-    config is checked against this host first (engine.run.hostfit.check_all), as submit() does."""
+    config is checked against this host first (engine.run.hostfit.check_machine_all), as submit() does."""
     _check_origin(sweep.configs(), origin)
-    check_all(sweep.configs(), oversubscribe=oversubscribe)
+    check_machine_all(sweep.configs(), oversubscribe=oversubscribe)
     repeats: dict[int, int] = {}
     items = []
     for config_idx, cfg in sweep.plan():
@@ -123,6 +123,7 @@ def submit_ray_sweep(sweep: SweepConfig | RunConfig, *, origin: str, address: st
     if isinstance(sweep, RunConfig):
         sweep = SweepConfig.from_dict({"name": "run", "base": sweep.to_dict()})
     _check_origin(sweep.configs(), origin)
+    check_rules(sweep.configs())  # the registry's rules here; a node's runs check the host's limits (launch)
     address = (address or "").strip() or None
     if address and any(c.isspace() for c in address):
         raise ConfigError("ray_address", f"{address!r} has spaces; use auto, host:port or ray://host:port")

@@ -33,7 +33,7 @@ from engine.errors import ConfigError
 from engine.plugins import is_spec
 
 __all__ = ["HEAVY", "OVERSUBSCRIBE_ENV", "PROCESS_BYTES", "Demand", "available_memory", "check_all", "check_host",
-           "demand", "oversubscribe_from_env", "usable_cores",
+           "check_machine", "check_machine_all", "check_rules", "demand", "oversubscribe_from_env", "usable_cores",
            "usable_cpus"]
 
 OVERSUBSCRIBE_ENV = "LOADERLAB_OVERSUBSCRIBE"
@@ -162,6 +162,28 @@ def check_all(configs: list[Any], *, oversubscribe: bool | None = None) -> list[
     for cfg in configs:
         warnings.update(dict.fromkeys(check_host(cfg, oversubscribe=oversubscribe)))
     return list(warnings)
+
+
+def check_rules(configs: list[Any]) -> None:
+    """What the schema leaves to this machine and the registry (engine.registry.check: the device, --trace, each
+    workload's and mode's rules), on every config: the first refused raises, naming its field (and grid point)."""
+    # NOTE: imported here, the one gateway to it: the registry imports torch, and the dashboard, the CLI's parent
+    # and launch()'s parent import this module (a run's child checks its own config, before its RunLog starts)
+    from engine import registry  # noqa: PLC0415
+
+    registry.check_each(configs)
+
+
+def check_machine(cfg: Any, *, oversubscribe: bool | None = None) -> list[str]:
+    """Everything this machine decides about cfg before it is queued or tried: check_rules, then check_host."""
+    check_rules([cfg])
+    return check_host(cfg, oversubscribe=oversubscribe)
+
+
+def check_machine_all(configs: list[Any], *, oversubscribe: bool | None = None) -> list[str]:
+    """check_machine over a sweep's configs: every config's rules first, then the host's limits (check_all)."""
+    check_rules(configs)
+    return check_all(configs, oversubscribe=oversubscribe)
 
 
 def _smaller(field: str) -> str:

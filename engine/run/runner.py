@@ -78,7 +78,7 @@ def execute(run_dir: Path) -> int:
 def _execute(run_dir: Path) -> int:
     # NOTE: imported here: torch and the run side are imported only in the child; the launchers import this
     # module for launch() (CLI, dashboard's job worker, notebook) and must not load them
-    from engine import devices, modes, workloads  # noqa: PLC0415
+    from engine import devices, modes, registry, workloads  # noqa: PLC0415
     from engine.measure import bound, forecast, host, sampler  # noqa: PLC0415
     from engine.modes._ddp import torchrun_env  # noqa: PLC0415
 
@@ -91,8 +91,9 @@ def _execute(run_dir: Path) -> int:
         if meta["cwd"] in sys.path:
             sys.path.remove(meta["cwd"])
         sys.path.insert(0, meta["cwd"])
-    try:  # the checks a launcher may leave to the run (RunConfig.from_dict's registry=False): before any RunLog
+    try:  # the schema again, and the machine's checks (engine.registry.check, torch's to make): before any RunLog
         cfg = RunConfig.from_dict(json.loads((run_dir / "config.json").read_text()))
+        registry.check(cfg)
         # memory again, now with the model's weights (the launcher may not have imported torch to count them);
         # oversubscription was the launcher's to refuse or insist on
         check_host(cfg, oversubscribe=True)
@@ -227,7 +228,7 @@ def launch(cfg: RunConfig, *, db: Db = None, meta: dict[str, Any] | None = None,
            oversubscribe: bool | None = None) -> RunResult:
     """Run cfg in a subprocess, stream its events to on_event, ingest it, and return how it ended.
 
-    A config the child refuses (the checks RunConfig.from_dict(registry=False) left to it) raises its ConfigError
+    A config the child refuses (the machine's checks, engine.registry.check, made where torch is) raises its ConfigError
     here, with nothing stored and the run's folder removed, as if the launcher had checked it.
     Ctrl-C or `cancel` kills the whole process group; finished epochs are kept and the run is
     marked cancelled with `cancel_reason`. A child that wrote its `end` event but has not exited

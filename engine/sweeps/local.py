@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from engine.config import SweepConfig
 from engine.paths import Db
-from engine.run.hostfit import check_all
+from engine.run.hostfit import check_machine_all
 from engine.run.preflight import preflight_all
 from engine.run.runner import RunResult, launch
 from engine.run.warm import WarmParent
@@ -52,7 +52,7 @@ def run_sweep(sweep: SweepConfig, *, db: Db = None, progress: bool = True,
     """Run every planned config locally; a failed run is recorded and the sweep goes on."""
     plan = sweep.plan()
     # a config this host cannot fit, or a bad plugin, anywhere in the grid fails before the first run is stored
-    check_all(sweep.configs())  # (its warnings are the front end's to show: the CLI prints them, the form too)
+    check_machine_all(sweep.configs())  # (its warnings are the front end's to show: the CLI prints them, the form too)
     preflight_all(sweep.configs(), cwd=(meta or {}).get("cwd"))  # one preflight child for them all
     result = SweepResult(sweep_id or new_sweep_id(sweep.name))
     repeats_seen: dict[int, int] = {}

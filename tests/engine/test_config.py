@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.config import ConfigError, RunConfig, SweepConfig, config_fields, field_choices
+from engine.names import NAMES
+from engine.registry import LOADERS, MODELS, MODES, WORKLOADS, check
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_defaults_validate():
@@ -34,7 +41,7 @@ def test_defaults_validate():
 ])
 def test_bad_input_names_the_field(data, field):
     with pytest.raises(ConfigError) as err:
-        RunConfig.from_dict(data)
+        check(RunConfig.from_dict(data))  # the schema, then the machine's rules: what every launcher checks
     assert err.value.field == field
     assert field in str(err.value)
 
@@ -60,6 +67,34 @@ def test_the_form_offers_what_a_user_may_launch():
         with pytest.raises(ConfigError) as refused:
             RunConfig.from_dict({f.name: "not-offered"})
         assert refused.value.field == f.name and "unknown" in refused.value.message
+
+
+def test_the_static_names_are_the_registries_keys_in_order():
+    """The schema offers and checks the names without importing the registries (torch): they must agree."""
+    registries = {"workloads": WORKLOADS, "loaders": LOADERS, "models": MODELS, "modes": MODES}
+    assert set(NAMES) == set(registries)
+    assert {kind: tuple(registry) for kind, registry in registries.items()} == NAMES
+
+
+def test_the_schema_imports_no_torch():
+    """A fresh interpreter validates a config, a sweep and every field's choices without loading torch."""
+    code = ("import sys\n"
+            "from engine.config import RunConfig, SweepConfig, config_fields, field_choices\n"
+            "RunConfig.from_dict({'loader': 'threads', 'workers': 2, 'mode': 'ddp', 'device': 'cuda:99'})\n"
+            "SweepConfig.from_dict({'grid': {'loader': ['sync', 'threads'], 'workers': [1, 2]}})\n"
+            "[field_choices(f) for f in config_fields()]\n"
+            "print('torch' in sys.modules, 'engine.registry' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "False"]
+
+
+def test_a_sweeps_machine_check_names_the_grid_point():
+    sweep = SweepConfig.from_dict({"base": {"device": "cpu"}, "grid": {"trace": [False, True], "mode": ["ddp"]}})
+    check(sweep.configs()[0])
+    with pytest.raises(ConfigError) as err:
+        check(sweep.configs()[1])
+    assert err.value.field == "trace" and err.value.message.endswith("(in grid point trace=True, mode=ddp)")
 
 
 def test_strings_are_coerced_like_cli_and_url_values():
