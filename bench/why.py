@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.config import RunConfig  # noqa: E402
 from engine.measure.host import fingerprint  # noqa: E402
-from engine.run.hostfit import usable_cpus  # noqa: E402
+from engine.measure.capacity import usable_cpus  # noqa: E402
 from engine.run.runner import launch  # noqa: E402
 from engine.store import get_run  # noqa: E402
 

@@ -4,7 +4,8 @@
     cuda_events.py  CUDA events, pooled, read at epoch end (no per-step synchronize)
     sampler.py      CPU %, memory (PSS of the run's process tree) and GPU, sampled in a thread (nvml.py)
     host.py         the host fingerprint a run is compared by
-    bound.py        the lower bound and efficiency (the passes: _passes.py, _stage_step.py)
+    capacity.py     the CPUs and memory this process may use (affinity, cgroup)
+    bound.py        the lower bound and efficiency (its passes: _passes.py; split's: modes/_stage_step.py)
     probe.py        what a batch, a step and the GIL cost, apart from any loader setting (engine/advice/predict.py's input)
     forecast.py     a run's predicted epoch: before it runs from a cached probe (prior), else after from its own
     verdicts.py     what limits a run, in words, and what would help (no torch: the pages read it)

@@ -59,8 +59,8 @@ from typing import Any, Callable, NamedTuple
 import torch
 
 from engine.measure._passes import compute_pass, loader_pass
+from engine.measure.capacity import usable_cpus
 from engine.measure.verdicts import OVERLAP_MIN, VERDICTS, serial_kind, verdict_help
-from engine.run.hostfit import usable_cpus
 from engine.runlog import read_events
 
 __all__ = ["COMPUTE_KEYS", "EXPLAINED", "FAIL_ENV", "LOADER_KEYS", "STALE", "VERDICTS", "Calibrator", "Pass", "Phase",

@@ -29,7 +29,7 @@ import torch
 
 from engine.loaders import LOADERS, epoch_batches, to_device
 from engine.measure._passes import compute_pass
-from engine.run.hostfit import usable_cpus
+from engine.measure.capacity import usable_cpus
 from engine.workloads import build_dataset
 
 if TYPE_CHECKING:  # annotations only: the run side does not import the config (engine/registry.py says why)

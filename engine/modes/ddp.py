@@ -45,7 +45,7 @@ from engine.workloads import ShardDataset, build_dataset
 if TYPE_CHECKING:  # annotations only: the run side does not import the config (engine/registry.py says why)
     from engine.config import RunConfig
 
-__all__ = ["SPEC", "bound", "run"]
+__all__ = ["SPEC", "bound", "run", "torchrun_env"]  # torchrun_env: the runner asks what torchrun started
 
 log = logging.getLogger(__name__)
 

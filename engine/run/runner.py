@@ -80,7 +80,7 @@ def _execute(run_dir: Path) -> int:
     # module for launch() (CLI, dashboard's job worker, notebook) and must not load them
     from engine import devices, modes, registry, workloads  # noqa: PLC0415
     from engine.measure import bound, forecast, host, sampler  # noqa: PLC0415
-    from engine.modes._ddp import torchrun_env  # noqa: PLC0415
+    from engine.modes.ddp import torchrun_env  # noqa: PLC0415
 
     imported_at = time.time()  # the end of start-up's first phase (engine/measure/startup.py)
     meta = json.loads((run_dir / "meta.json").read_text())

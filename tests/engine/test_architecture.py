@@ -42,7 +42,9 @@ def test_importing_the_whole_engine_loads_no_streamlit():
 
 
 def test_pages_use_the_engine_api_not_torch_or_duckdb():
-    for page in (ROOT / "pages").glob("*.py"):
+    pages = sorted((ROOT / "pages").glob("*.py"))
+    assert len(pages) >= 4  # launch, explore, runs, history: a check over no file checks nothing
+    for page in pages:
         assert not _imports(page) & {"torch", "duckdb", "threading", "multiprocessing"}, page.name
 
 
@@ -64,6 +66,7 @@ def _engine_imports(path: Path) -> list[str]:
 def test_the_dashboard_imports_only_the_engine_api():
     """ui/, pages/ and app.py reach the engine through engine.api alone: one surface to read and keep torch-free."""
     files = [*sorted((ROOT / "ui").glob("*.py")), *sorted((ROOT / "pages").glob("*.py")), ROOT / "app.py"]
+    assert len(files) > 10  # ui/ and pages/ were found
     found = {str(p.relative_to(ROOT)): sorted(set(_engine_imports(p)) - {"engine.api"}) for p in files}
     assert {f: names for f, names in found.items() if names} == {}
     assert "engine.api" in _engine_imports(ROOT / "ui" / "cache.py")  # the check sees what it should
@@ -80,7 +83,8 @@ def test_the_engine_api_is_explicit_and_sorted():
 # ---------------------------------------------------------------------------- the import graph
 
 ENGINE = ROOT / "engine"
-MAX_FUNCTION_IMPORTS = 30
+MAX_FUNCTION_IMPORTS = 14  # what the code needs: torch, Ray and the store kept out of processes that must not load them
+MAX_TOP_LEVEL_FILES = 15
 
 
 def _engine_modules() -> dict[str, Path]:
@@ -130,20 +134,25 @@ def _targets(module: str, node: ast.stmt, modules: dict[str, Path]) -> set[str]:
     return out
 
 
-def _graph(hidden: bool = False) -> dict[str, set[str]]:
+def _graph(hidden: bool = False, checking: bool = False) -> dict[str, set[str]]:
     """Module -> the engine modules it imports at import time; with hidden, also those imported inside functions
-    (when the function runs: a loop through them is the same loop, hidden). TYPE_CHECKING imports never run."""
+    (when the function runs: a loop through them is the same loop, hidden); with checking, also those imported
+    under TYPE_CHECKING (they never run, but a loop through them is still one module needing the other)."""
     modules = _engine_modules()
-    return {m: {t for node in (_every_import if hidden else _top_level)(ast.parse(p.read_text()).body)
-                for t in _targets(m, node, modules)}
+
+    def imports(body: list[ast.stmt]) -> list[ast.stmt]:
+        return _every_import(body, checking) if hidden else _top_level(body)
+
+    return {m: {t for node in imports(ast.parse(p.read_text()).body) for t in _targets(m, node, modules)}
             for m, p in modules.items()}
 
 
-def _every_import(body: list[ast.stmt]) -> list[ast.stmt]:
-    checking = {id(n) for node in body if isinstance(node, ast.If) and isinstance(node.test, ast.Name)
-                and node.test.id == "TYPE_CHECKING" for n in ast.walk(node)}
+def _every_import(body: list[ast.stmt], checking: bool = False) -> list[ast.stmt]:
+    hidden = set() if checking else {id(n) for node in body if isinstance(node, ast.If)
+                                     and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+                                     for n in ast.walk(node)}
     return [n for node in body for n in ast.walk(node)
-            if isinstance(n, (ast.Import, ast.ImportFrom)) and id(n) not in checking]
+            if isinstance(n, (ast.Import, ast.ImportFrom)) and id(n) not in hidden]
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -180,8 +189,39 @@ def test_no_cycle_hides_behind_imports_inside_functions():
     """The same, counting the imports placed inside functions (they run when the function does): the loop
     config -> registry -> loaders, modes -> config once hid behind one of them."""
     graph = _graph(hidden=True)
-    assert "engine.registry" in graph["engine.config"]  # the one lazy import that closed it is seen
+    assert "engine.registry" in graph["engine.run.hostfit"]  # the launchers' one lazy way to the registry is seen
     assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
+
+
+def test_no_cycle_even_counting_type_checking_imports():
+    """The schema depends on nothing of the run side, even for annotations: the run side's modules import the
+    config under TYPE_CHECKING, so the config must never reach them, by any import."""
+    graph = _graph(hidden=True, checking=True)
+    assert "engine.config" in graph["engine.modes._base"]  # an annotation-only import is seen
+    assert "engine.registry" not in graph["engine.config"]  # the schema checks names without the registries
+    assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
+
+
+# ---------------------------------------------------------------------------- the layout
+
+
+def test_the_engines_top_level_is_small():
+    """Entry points, the schema and the registries, and a few leaves; the rest lives in packages named by role."""
+    files = sorted(p.name for p in ENGINE.glob("*.py"))
+    assert "config.py" in files  # the check sees the folder
+    assert len(files) <= MAX_TOP_LEVEL_FILES, files
+
+
+def test_private_modules_live_inside_the_package_that_uses_them():
+    """A `_x.py` is its package's own: none at engine/'s top level (it would have no owner), and none imported
+    from outside its package, at import time, inside a function or for annotations."""
+    assert [p.name for p in ENGINE.glob("_*.py") if p.name not in ("__init__.py", "__main__.py")] == []
+    graph = _graph(hidden=True, checking=True)
+    private = [m for m in graph if m.split(".")[-1].startswith("_")]
+    assert "engine.run._warm_server" in private  # the check sees what it should
+    outside = [f"{m} -> {t}" for m, targets in graph.items() for t in targets if t in private
+               and not m.startswith(t.rsplit(".", 1)[0] + ".") and m != t.rsplit(".", 1)[0]]
+    assert outside == []
 
 
 def test_the_cycle_finder_finds_a_package_cycle():
