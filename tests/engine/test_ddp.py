@@ -12,6 +12,7 @@ from _mode_runs import TINY, assert_no_orphans, epochs_of, launch_mode, summary_
 from engine.config import ConfigError, RunConfig
 from engine.modes._common import FAIL_AT_ENV
 from engine.modes._ddp import cuda_ranks, free_port, torchrun_env
+from engine.registry import check
 from engine.workloads import ShardDataset
 
 
@@ -78,7 +79,7 @@ def test_under_torchrun_the_run_joins_the_group_instead_of_spawning(store, monke
 
 def test_world_size_beyond_the_samples_is_refused():
     with pytest.raises(ConfigError) as err:
-        RunConfig.from_dict({**TINY, "mode": "ddp", "world_size": 200})
+        check(RunConfig.from_dict({**TINY, "mode": "ddp", "world_size": 200}))  # schema, then machine
     assert err.value.field == "world_size"
 
 
@@ -113,7 +114,7 @@ def test_torchrun_world_beyond_the_gpus_is_refused_before_running(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", str(torch.cuda.device_count() + 1))
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     with pytest.raises(ConfigError) as err:
-        RunConfig.from_dict({**TINY, "mode": "ddp", "device": "cuda"})
+        check(RunConfig.from_dict({**TINY, "mode": "ddp", "device": "cuda"}))  # schema, then machine
     assert err.value.field == "WORLD_SIZE"
 
 

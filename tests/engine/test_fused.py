@@ -15,6 +15,7 @@ from torch import nn
 from engine.config import ConfigError, RunConfig
 from engine.models import CNN, MLP, Transformer, loss_fn, make_optimizer
 from engine.modes.fused import FusedStep, model_lrs
+from engine.registry import check
 
 
 def _models(cls, n):
@@ -90,7 +91,7 @@ def test_a_model_that_cannot_be_vmapped_is_refused_by_name():
 
 def test_fused_needs_two_models():
     with pytest.raises(ConfigError) as err:
-        RunConfig.from_dict({**TINY, "mode": "fused", "n_models": 1})
+        check(RunConfig.from_dict({**TINY, "mode": "fused", "n_models": 1}))  # schema, then machine
     assert err.value.field == "n_models"
 
 

@@ -18,6 +18,7 @@ from engine.models import CNN, MLP
 from engine.modes import MODES
 from engine.modes._common import FAIL_AT_ENV, build_model
 from engine.modes._fanout import FanOut, Stopped
+from engine.registry import check
 
 LOADERS = [dict(loader="sync"), dict(loader="prefetch"), dict(loader="threads", workers=2),
            dict(loader="processes", workers=1)]
@@ -141,14 +142,14 @@ def test_model_b_and_width_b_build_the_second_model():
 ])
 def test_bad_dual_configs_name_the_field(fields, field):
     with pytest.raises(ConfigError) as err:
-        RunConfig.from_dict({**TINY, **fields})
+        check(RunConfig.from_dict({**TINY, **fields}))  # schema, then machine
     assert err.value.field == field
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
 def test_dual_streams_without_cuda_says_so():
     with pytest.raises(ConfigError, match="needs a CUDA GPU") as err:
-        RunConfig.from_dict({**TINY, "mode": "dual-streams"})
+        check(RunConfig.from_dict({**TINY, "mode": "dual-streams"}))  # schema, then machine
     assert err.value.field == "mode"
 
 

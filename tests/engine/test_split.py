@@ -14,6 +14,7 @@ from _mode_runs import TINY, epochs_of, launch_mode, run_in_process, summary_of
 from engine.config import ConfigError, RunConfig
 from engine.models import CNN, MLP, Transformer, loss_fn, split_stages
 from engine.modes.split import Pipeline, stage_devices
+from engine.registry import check
 
 
 def _check_equivalent(cls, n_stages, micro_batches, devices):
@@ -67,7 +68,7 @@ def test_stage_devices_place_contiguous_blocks():
 ])
 def test_bad_split_configs_name_the_field(fields, field):
     with pytest.raises(ConfigError) as err:
-        RunConfig.from_dict({**TINY, "mode": "split", **fields})
+        check(RunConfig.from_dict({**TINY, "mode": "split", **fields}))  # schema, then machine
     assert err.value.field == field
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from engine.config import ConfigError, RunConfig
 from engine.measure.trace import TRACE_FILE, TRACED_MODES, trace_path
+from engine.registry import check
 from engine.store import connect
 from tests.engine._mode_runs import TINY, launch_mode
 
@@ -68,7 +69,7 @@ def test_modes_the_profiler_cannot_see_refuse_trace_by_name(mode, device):
     there (auto, cuda) must not put a host-dependent error in its place."""
     assert mode not in TRACED_MODES
     with pytest.raises(ConfigError) as err:
-        RunConfig.from_dict({**TINY, "mode": mode, "trace": True, "device": device, "world_size": 2})
+        check(RunConfig.from_dict({**TINY, "mode": mode, "trace": True, "device": device, "world_size": 2}))
     assert err.value.field == "trace" and mode in err.value.message
 
 
