@@ -13,7 +13,6 @@ start. To keep jobs running with no dashboard, start `python -m engine worker --
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import subprocess
 import sys

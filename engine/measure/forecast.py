@@ -27,7 +27,7 @@ from engine import devices
 from engine.advice import predict
 from engine.measure.host import fingerprint
 from engine.measure.probe import probe
-from engine.modes._common import step_builder
+from engine.modes import step_builder
 from engine.measure.capacity import usable_cpus
 
 if TYPE_CHECKING:  # annotations only: the run side does not import the config (engine/registry.py says why)

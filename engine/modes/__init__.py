@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from engine.modes import ddp, dual, fused, single, split
 from engine.modes._base import ModeSpec, RunContext
+from engine.modes._common import step_builder
 from engine.names import unique
 
-__all__ = ["MODES", "ModeSpec", "RunContext"]
+__all__ = ["MODES", "ModeSpec", "RunContext", "step_builder"]
 
 MODES = unique("mode", [
     ("single", single.SPEC),

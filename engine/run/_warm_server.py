@@ -19,6 +19,7 @@ import traceback
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from engine.paths import ROOT
 from engine.run.runner import exit_child, main
 
 __all__ = ["PRELOAD", "parent_state", "serve"]

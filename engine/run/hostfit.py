@@ -25,7 +25,6 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-import psutil
 
 from engine.errors import ConfigError
 from engine.measure.capacity import available_memory, usable_cores, usable_cpus

@@ -83,7 +83,7 @@ def test_the_engine_api_is_explicit_and_sorted():
 # ---------------------------------------------------------------------------- the import graph
 
 ENGINE = ROOT / "engine"
-MAX_FUNCTION_IMPORTS = 14  # what the code needs: torch, Ray and the store kept out of processes that must not load them
+MAX_FUNCTION_IMPORTS = 17  # what the code needs: torch, Ray and the store kept out of processes that must not load them
 MAX_TOP_LEVEL_FILES = 15
 
 

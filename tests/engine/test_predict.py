@@ -18,7 +18,7 @@ from engine.config import RunConfig
 from engine.measure.forecast import FAIL_ENV as FAIL_PROBE_ENV
 from engine.measure.probe import probe
 from engine.measure.verdicts import VERDICTS
-from engine.modes._common import step_builder
+from engine.modes import step_builder
 from engine.run.runner import launch
 from engine.runlog import read_events
 from engine.store import get_run
