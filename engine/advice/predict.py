@@ -15,9 +15,10 @@ The model, per batch (b samples; probe figures scaled per sample when the batch 
                                                 (t: the run's intra-op threads, at most the usable cores)
     cores     (W + step CPU) / usable cores     step CPU: its busy work; when runnable threads (t + workers)
                                                 outnumber the cores, what its t threads burn (OpenMP spins on
-                                                a core a worker wants)
+                                                a core a worker wants), and their spin after it (measured)
 
-    epoch     = the largest of      data      first batch + (batches - 1) x producer + one step
+    epoch     = the largest of      data      waves of w batches (w producers start together) x w x producer
+                                              + one step
                                     compute   first batch + batches x compute
                                     cores     batches x cores
                 (a sync loader on a CPU cannot overlap: batches x (producer + compute))
@@ -84,15 +85,19 @@ def predict(cfg: RunConfig, probe: dict[str, Any], cores: float | None = None) -
     loader_threads = {"sync": 0, "prefetch": 1}.get(cfg.loader, cfg.workers)
     runnable = threads + loader_threads
     on_cpu = probe["device"] == "cpu"
-    busy = spin_cpu if on_cpu and runnable > cores else step_cpu
+    # NOTE: past the cores, the intra-op threads' spinning takes cores the loader wants: while the step runs, and
+    # after it while the loop waits for the next batch (the probe measures how long OpenMP spins then)
+    after = probe.get("spin_after_step_s", 0.0) * (threads - 1) / max(1, probe["default_threads"] - 1)
+    busy = spin_cpu + after if on_cpu and runnable > cores else step_cpu
     produce = _producer(cfg, latency, work, probe.get("gil_share"))
     cpu = batches * (work + busy) / cores
     if on_cpu and cfg.loader == "sync":  # one thread loads, then steps: nothing overlaps
         terms = {serial_kind(produce, step_wall): batches * (produce + step_wall), "cpu-bound": cpu}
     else:
-        # the first batch is waited for in full (one producer makes it), the last batch's step runs after it
-        first = latency + work
-        terms = {"data-bound": first + (batches - 1) * produce + step_wall,
+        # the first batch is waited for in full (one producer makes it), the last batch's step runs after it; w
+        # producers start together, so batches come in waves of w (8 batches, 4 workers: 2 waves, not 1 + 7/4)
+        first, producers = latency + work, max(1, loader_threads) if cfg.loader in ("threads", "processes") else 1
+        terms = {"data-bound": math.ceil(batches / producers) * producers * produce + step_wall,
                  "compute-bound": first + batches * step_wall, "cpu-bound": cpu}
     limit = max(terms, key=terms.__getitem__)
     return Prediction(terms[limit], limit, terms, runnable, cores, per_sample != 1.0)
