@@ -42,8 +42,8 @@ from engine.errors import disk_full
 from engine.status import RunStatus
 
 __all__ = ["EPOCH_FIELDS", "GPU_EPOCH_FIELDS", "LAUNCHER_LOCK", "STEP_FIELDS", "STORE_FILE", "RunLog", "claim",
-           "dead_end", "end_dead_run", "end_traceback", "first_event", "heartbeat_age", "held_by_launcher", "iter_events", "launching", "owner",
-           "read_events", "read_span", "tail_events"]
+           "dead_end", "end_dead_run", "end_traceback", "first_event", "heartbeat_age", "held_by_launcher",
+           "iter_events", "launching", "owner", "read_events", "read_span", "tail_events"]
 
 STEP_FIELDS = ("step", "data_wait_s", "h2d_s", "compute_s", "total_s")
 # what the compute stream lost per epoch, and why (engine/measure/timers.py, idle.py): None where not measured
