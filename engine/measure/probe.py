@@ -43,7 +43,7 @@ PROBE_KEYS = ("workload", "n_samples", "image_size", "num_classes", "work_us", "
 _LOAD_S = 0.4      # wall seconds of batches each load measurement aims at (at least 2 batches)
 _STEPS = 16        # steps replayed per thread count
 _TOO_BUSY = 1.5   # core sharing (see _core_sharing) above which the GIL share is not told apart from it
-_SPIN_WINDOW_S = 0.05  # idle after a parallel op: longer than OpenMP's spin before its threads sleep
+_SPIN_WINDOW_S = 0.04  # idle after a parallel op: longer than OpenMP's spin before its threads sleep
 _WARM_BATCHES = 1  # untimed: lazy first use of the dataset (file cache, decoder set-up)
 
 
@@ -73,7 +73,7 @@ def _spin_after_step() -> float:
     The median of a few tries: a parallel matmul, then an idle window."""
     a = torch.randn(256, 256)
     tries = []
-    for _ in range(5):
+    for _ in range(3):
         torch.mm(a, a)
         cpu0, main0 = time.process_time(), time.thread_time()
         time.sleep(_SPIN_WINDOW_S)
