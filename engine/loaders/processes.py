@@ -72,9 +72,10 @@ class ProcessLoader(Loader):
             # and one stopped by SIGSTOP never dies of the SIGTERM that follows (its exit would hang)
             self._kill_workers()
             raise LoaderTimeout.after(self.name, self.cfg.worker_timeout_s) from None
-        except (EOFError, OSError) as err:
-            # NOTE: a worker killed while handing over a batch's shared memory surfaces as a bare EOFError
-            # or "connection reset" from the pipe: name the dead worker instead
+        except Exception as err:  # noqa: BLE001 - re-raised as it came unless a dead worker explains it
+            # NOTE: a worker killed while handing over a batch's shared memory surfaces as a bare EOFError or
+            # "connection reset" from the pipe, or as a KeyError naming multiprocessing's QueueFeederThread (CI,
+            # a worker killed in the first epoch): name the dead worker instead
             raise self._worker_death(err) or err
         finally:
             if not self.cfg.persistent_workers:
