@@ -537,7 +537,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         taken = probe.get("taken_at") or 0
         print(f"probe from {datetime.fromtimestamp(taken):%Y-%m-%d %H:%M}, {time.time() - taken:.0f} s old "
               f"({printable(cfg.workload)} + {printable(cfg.model)}, {probe['device']}, {probe['cores']:g} cores)")
-    table = pd.DataFrame(rows([cfg] if one else candidates(cfg), probe))
+    table = pd.DataFrame(rows([cfg] if one else candidates(cfg, default_threads=probe["default_threads"]), probe))
     if one:
         row = table.iloc[0]
         print(f"{_setting(row)}: predicted epoch {row['predicted_epoch_s']:.3f} s · {row['samples_per_s']:.0f} "

@@ -161,7 +161,8 @@ def predict(*, db: Db = None, **fields: Any) -> pd.DataFrame:
     if cfg.mode not in MODES:
         raise ConfigError("mode", f"predict models the {', '.join(MODES)} mode only, not '{cfg.mode}'")
     probe, _ = cached_or_new(cfg, paths.calibrations_dir(db))
-    return pd.DataFrame(rows([cfg] if "loader" in fields else candidates(cfg), probe))
+    space = [cfg] if "loader" in fields else candidates(cfg, default_threads=probe["default_threads"])
+    return pd.DataFrame(rows(space, probe))
 
 
 # ---------------------------------------------------------------------------- helpers

@@ -451,7 +451,7 @@ def describe(knobs: dict[str, Any]) -> str:
     """'threads, 4 workers, depth 2, batch 64': the knobs that matter for this loader."""
     parts = [str(knobs["loader"])]
     if knobs["loader"] in _POOLED:
-        parts.append(f"{knobs['workers']} workers")
+        parts.append(f"{knobs['workers']} worker{'' if knobs['workers'] == 1 else 's'}")
     if knobs["loader"] != "sync":
         parts.append(f"depth {knobs['prefetch_depth']}")
     if knobs["loader"] == "processes" and not knobs.get("persistent_workers", True):

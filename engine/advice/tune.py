@@ -213,7 +213,7 @@ class TuneResult:
 
 
 def _describe(cfg: RunConfig) -> str:
-    """advisor.describe, and the intra-op threads when set: 'processes, 1 workers, depth 2, batch 64, 1 intra-op
+    """advisor.describe, and the intra-op threads when set: 'processes, 1 worker, depth 2, batch 64, 1 intra-op
     thread'."""
     t = cfg.threads
     return describe(cfg.to_dict()) + (f", {t} intra-op thread{'s' if t > 1 else ''}" if t else "")

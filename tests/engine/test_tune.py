@@ -184,10 +184,10 @@ def test_tune_with_a_baseline_confirms_the_best_against_it(store):
     assert set(runs[runs.loader != "threads"]["batch_size"]) == {32}   # the base's batch_size wins over yours
     best = t["best"]
     if best == {**yours, "epochs": best["epochs"]}:
-        assert "your setup (threads, 1 workers, depth 2, batch 16) was the fastest measured" in t["text"]
+        assert "your setup (threads, 1 worker, depth 2, batch 16) was the fastest measured" in t["text"]
     else:   # the confirmation runs are your setup's and the best's, and the answer names your setup
         assert sorted(r["loader"] for r in t["confirm_runs"]) == sorted(["threads", best["loader"]])
-        assert "vs your setup (threads, 1 workers, depth 2, batch 16): " in t["text"]
+        assert "vs your setup (threads, 1 worker, depth 2, batch 16): " in t["text"]
         assert "no interval: 1 run" in t["text"] and "--write-confirm" in t["text"] and t["speedup_lo"] is None
         sweep = SweepConfig.from_dict(tomllib.loads(t["confirm_sweep_toml"]))
         assert [c.loader for c in sweep.configs()] == ["threads", best["loader"]] and sweep.repeats == 7
