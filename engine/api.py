@@ -12,7 +12,7 @@ from engine.advice.baseline import EXAMPLE as BASELINE_EXAMPLE
 from engine.advice.baseline import parse as parse_baseline
 from engine.analysis.charts import (METRIC_LABELS, auto_chart, compare_chart, epoch_breakdown_chart, epoch_chart,
                                     metric_chart, prediction_chart, step_timeline_chart)
-from engine.config import RunConfig, SweepConfig, config_fields, field_choices
+from engine.config import RunConfig, SweepConfig, config_fields, field_choices, field_type, field_value
 from engine.errors import ConfigError
 from engine.jobs import (RAY_ADDRESS_ENV, RAY_SWEEP, cancel, default_ray_address, ensure_worker, estimate_duration,
                          job_progress, list_jobs, submit, submit_ray_sweep, submit_sweep, worker_alive)
@@ -42,9 +42,9 @@ __all__ = ["BASELINE_EXAMPLE", "CONFIRM_REPEATS", "ConfigError", "EXPLORE_FILTER
            "check_browser_config", "check_host", "check_host_all", "compare_chart", "config_fields", "count_runs",
            "data_version", "db_path", "default_ray_address", "end_traceback", "ensure_worker",
            "epoch_breakdown_chart", "epoch_chart", "estimate_duration", "explore_axes", "explore_filter_options",
-           "explore_predictions", "explore_summary", "field_choices", "get_epochs", "get_run", "get_steps",
-           "ingest_pending", "job_progress", "list_jobs", "list_saved_queries", "load_view", "metric_chart",
-           "parse_baseline", "pending_summary", "plugin_choices", "prediction_chart", "purge", "ray_available",
-           "render_advice", "restore", "run_query", "save_query", "save_view", "search_runs", "set_notes", "set_tags",
-           "soft_delete", "step_timeline_chart", "submit", "submit_ray_sweep", "submit_sweep", "table_schema",
-           "worker_alive"]
+           "explore_predictions", "explore_summary", "field_choices", "field_type", "field_value", "get_epochs",
+           "get_run", "get_steps", "ingest_pending", "job_progress", "list_jobs", "list_saved_queries", "load_view",
+           "metric_chart", "parse_baseline", "pending_summary", "plugin_choices", "prediction_chart", "purge",
+           "ray_available", "render_advice", "restore", "run_query", "save_query", "save_view", "search_runs",
+           "set_notes", "set_tags", "soft_delete", "step_timeline_chart", "submit", "submit_ray_sweep",
+           "submit_sweep", "table_schema", "worker_alive"]

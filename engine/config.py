@@ -23,8 +23,8 @@ from engine.errors import ConfigError, printable
 from engine.names import NAMES
 from engine.plugins.spec import SPEC_RE
 
-__all__ = ["ConfigError", "DEFAULT_MAX_RUNS", "RunConfig", "SweepConfig", "config_fields", "field_choices", "load_toml",
-           "printable"]
+__all__ = ["ConfigError", "DEFAULT_MAX_RUNS", "RunConfig", "SweepConfig", "config_fields", "field_choices", "field_type",
+           "field_value", "load_toml", "printable"]
 
 DEFAULT_MAX_RUNS = 1000  # a sweep's runs (configs × repeats) unless its max_runs says more
 
@@ -202,13 +202,24 @@ def field_choices(f: dataclasses.Field) -> tuple[str, ...] | None:
     return tuple(choices)
 
 
-def _type_of(f: dataclasses.Field) -> type:
+def field_type(f: dataclasses.Field) -> type:
+    """The Python type a field's values have: int, float, bool, str or list (of str)."""
     return {"int": int, "float": float, "bool": bool, "str": str, "list[str]": list}[str(f.type)]
+
+
+def field_value(f: dataclasses.Field, value: Any) -> Any:
+    """`value` (a CLI word, URL text, a TOML or form value) as field f's type within its limits, or a ConfigError
+    naming the field. The choices are left to validate(): the launch form shows an unknown choice and refuses it
+    under its widget."""
+    out = _coerce(f, value)
+    _check_limits(f, out)
+    return out
 
 
 def _coerce(f: dataclasses.Field, value: Any) -> Any:
     """Strings from CLI/URL/form become the field's type; anything unconvertible is a ConfigError."""
-    typ = _type_of(f)
+    typ = field_type(f)
+    why = ""
     try:
         if typ is bool:
             if isinstance(value, bool):
@@ -225,16 +236,27 @@ def _coerce(f: dataclasses.Field, value: Any) -> Any:
                 raise ValueError
             if "auto" in f.metadata and isinstance(value, str) and value.strip().lower() == "auto":
                 return f.metadata["auto"]
-            if isinstance(value, float):
-                if not value.is_integer():
-                    raise ValueError
-                return int(value)
-            return int(str(value).strip())
+            if isinstance(value, int):
+                return value
+            if isinstance(value, str):
+                try:
+                    return int(value.strip())
+                except ValueError:
+                    value = value.strip()
+                    number = float(value)  # NOTE: "2.0" and "1e6" are whole numbers too (a URL, a sweep axis)
+            else:
+                number = float(value)
+            why = " (not a finite number)" if not math.isfinite(number) else \
+                " (not a whole number)" if not number.is_integer() else ""
+            if why:
+                raise ValueError
+            return int(number)
         if typ is float:
             if isinstance(value, bool):
                 raise ValueError
             out = float(value)
-            if out != out or out in (float("inf"), float("-inf")):
+            if not math.isfinite(out):
+                why = " (not a finite number)"
                 raise ValueError
             return out
         if typ is list:
@@ -250,22 +272,16 @@ def _coerce(f: dataclasses.Field, value: Any) -> Any:
             raise ValueError
         return text
     except (TypeError, ValueError, OverflowError):
-        raise ConfigError(f.name, f"expected {typ.__name__ if typ is not list else 'a list'}, got {value!r:.60}")
+        raise ConfigError(f.name, f"expected {typ.__name__ if typ is not list else 'a list'}, got {value!r:.60}{why}")
 
 
 def _check_field(f: dataclasses.Field, value: Any) -> None:
-    typ = _type_of(f)
+    typ = field_type(f)
     if typ is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
         raise ConfigError(f.name, f"expected {typ.__name__}, got {value!r:.60}")
-    lo, hi = f.metadata.get("min"), f.metadata.get("max")
-    if lo is not None and value < lo:
-        raise ConfigError(f.name, f"must be >= {lo}, got {value}")
-    if hi is not None and value > hi:
-        raise ConfigError(f.name, f"must be <= {hi}, got {value}")
-    if typ is str and len(value) > 4096:
-        raise ConfigError(f.name, "is longer than 4096 characters")
+    _check_limits(f, value)
     if f.metadata.get("plugin") and SPEC_RE.match(value):
         return  # NOTE: only the spelling is checked here; engine.run.preflight imports and tries it
     choices = field_choices(f)
@@ -275,6 +291,16 @@ def _check_field(f: dataclasses.Field, value: Any) -> None:
     if f.metadata.get("plugin") and value and choices is None:
         raise ConfigError(f.name, f"'{printable(value[:200])}' is not a plugin spec; write 'module.path:callable', "
                                   "e.g. 'mypkg.data:build', or leave it empty for the default")
+
+
+def _check_limits(f: dataclasses.Field, value: Any) -> None:
+    lo, hi = f.metadata.get("min"), f.metadata.get("max")
+    if lo is not None and value < lo:
+        raise ConfigError(f.name, f"must be >= {lo}, got {value!r:.60}")
+    if hi is not None and value > hi:
+        raise ConfigError(f.name, f"must be <= {hi}, got {value!r:.60}")
+    if isinstance(value, str) and len(value) > 4096:
+        raise ConfigError(f.name, "is longer than 4096 characters")
 
 
 # ---------------------------------------------------------------------------- sweeps

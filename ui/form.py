@@ -14,19 +14,20 @@ the field that ConfigError names.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import streamlit as st
 
 from engine import api
+from ui import state
+from ui.state import Param
 from ui.text import plain
 
-__all__ = ["FormResult", "SweepResult", "apply_values", "preset_picker", "run_form", "sweep_builder"]
+__all__ = ["FormResult", "SweepResult", "preset_picker", "run_form", "sweep_builder"]
 
 _OPEN_GROUPS = ("workload", "loader", "model", "training")  # the rest start collapsed
-_TRUE = ("1", "true", "yes", "on")
 _PLUGIN_HELP = {"workload": "dataset to load", "model": "architecture", "model_b": "dual-*: second model's "
                 "architecture (empty: same as model)", "collate": "batch collate (empty: torch's default_collate)",
                 "loss": "loss(logits, y) (empty: cross-entropy)"}
@@ -62,57 +63,23 @@ def _defaults() -> dict[str, Any]:
     return api.RunConfig().to_dict()
 
 
-def _number(f: dataclasses.Field, value: Any) -> int | float:
-    """A number within the field's bounds, or ValueError saying what is wrong with it (never clamped: a URL's
-    batch_size=-1 or n_samples=1e99 is as wrong as workers=abc, and the user hears so)."""
-    kind = str(f.type)
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"expected {kind}") from None
-    if not math.isfinite(number):  # "nan", "1e309" from a URL: no widget can hold them
-        raise ValueError("not a finite number")
-    if kind == "int" and not number.is_integer():
-        raise ValueError("expected a whole number")
-    lo, hi = f.metadata.get("min"), f.metadata.get("max")
-    if lo is not None and number < lo:
-        raise ValueError(f"below the smallest allowed, {lo}")
-    if hi is not None and number > hi:
-        raise ValueError(f"above the largest allowed, {hi}")
-    return int(number) if kind == "int" else number
-
-
 def _widget_value(f: dataclasses.Field, value: Any) -> Any:
-    """A config value as its widget holds it: a number within bounds, comma text for lists. ValueError if unusable."""
-    kind = str(f.type)
-    if kind == "list[str]":
-        return ", ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
-    if kind == "bool":
-        return value if isinstance(value, bool) else str(value).strip().lower() in _TRUE
-    if kind in ("int", "float"):
-        return _number(f, value)
-    return str(value)
-
-
-def apply_values(prefix: str, values: dict[str, Any]) -> list[str]:
-    """Set the form's widgets to these field values (a preset, a URL); an unusable one is replaced by the field's
-    default, with a warning naming it."""
-    warnings = []
-    for f in _fields():
-        if f.name in values:
-            key = f"{prefix}.{f.name}"
-            try:
-                st.session_state[key] = _widget_value(f, values[f.name])
-            except (TypeError, ValueError) as e:
-                st.session_state[key] = default = _widget_value(f, _defaults()[f.name])
-                warnings.append(f"Ignored {f.name}={str(values[f.name])[:60]!r}: {e}; using the default, {default}.")
-    return warnings
+    """A config value as its widget holds it: the field's type within its limits (the schema's own coercion, so a
+    URL's batch_size=-1 or n_samples=1e99 is as wrong as workers=abc, never clamped), lists as comma text.
+    ValueError saying what is wrong otherwise."""
+    try:
+        typed = api.field_value(f, value)
+    except api.ConfigError as e:
+        raise ValueError(e.message) from None
+    return ", ".join(typed) if api.field_type(f) is list else typed
 
 
 def _apply_preset(prefix: str) -> None:
     name = st.session_state.get(f"{prefix}.preset")
     if name in api.PRESETS:
-        apply_values(prefix, {**_defaults(), **api.PRESETS[name]().to_dict()})
+        values = {**_defaults(), **api.PRESETS[name]().to_dict()}
+        for f in _fields():
+            st.session_state[f"{prefix}.{f.name}"] = _widget_value(f, values[f.name])
 
 
 def preset_picker(prefix: str) -> None:
@@ -121,32 +88,23 @@ def preset_picker(prefix: str) -> None:
                  args=(prefix,), help="fills the form; every field can still be changed")
 
 
+def _spec(values: dict[str, Any]) -> dict[str, Param]:
+    """The form's URL parameters: one per visible field, read by the schema's coercion; `values` give the defaults
+    (a URL's preset changes them)."""
+    return {f.name: Param(_widget_value(f, values[f.name]), kind="value", parse=partial(_widget_value, f))
+            for f in _fields()}
+
+
 def _bind_url(prefix: str) -> list[str]:
-    """Fill the widgets from the URL on first load, or when the URL changed since the form last wrote it."""
-    ss, params = st.session_state, st.query_params.to_dict()
-    shadow = ss.get(f"{prefix}._values")
-    if shadow is not None and (ss.get(f"{prefix}._url") == params or not params):
-        # Nothing new in the URL (an empty one too: coming back from another page). Streamlit forgets the
-        # state of widgets another page did not draw, so restore the form's last values.
-        apply_values(prefix, {k: v for k, v in shadow.items() if f"{prefix}.{k}" not in ss})
-        return []
-    ss[f"{prefix}._url"] = params
-    known = {f.name for f in _fields()}
-    warnings = [f"Ignored the unknown URL parameter '{k}'." for k in params if k not in known and k != "preset"]
+    """Fill the widgets from the URL when it changed since the form last wrote it (ui/state.bind)."""
+    params = st.query_params.to_dict()
+    # NOTE: another page leaves the URL empty, and Streamlit forgets the state of widgets it did not draw: coming
+    # back, the form is as it was left, not reset to the defaults
+    params = params or state.published(prefix) or {}
     values = _defaults()
-    if params.get("preset") in api.PRESETS:
+    if params.get("preset") in api.PRESETS:  # ?preset=NAME: that preset's values are the defaults under the URL's
         values.update(api.PRESETS[params["preset"]]().to_dict())
-    values.update({k: v for k, v in params.items() if k in known})
-    return warnings + apply_values(prefix, values)
-
-
-def _publish_url(prefix: str, values: dict[str, Any]) -> None:
-    defaults = {f.name: _widget_value(f, _defaults()[f.name]) for f in _fields()}
-    params = {k: str(v).lower() if isinstance(v, bool) else str(v)
-              for k, v in values.items() if k in defaults and v != defaults[k]}
-    if params != st.query_params.to_dict():
-        st.query_params.from_dict(params)
-    st.session_state[f"{prefix}._url"] = params
+    return state.bind(prefix, _spec(values), {k: v for k, v in params.items() if k != "preset"})
 
 
 def _widget(f: dataclasses.Field, key: str) -> Any:
@@ -159,16 +117,15 @@ def _widget(f: dataclasses.Field, key: str) -> Any:
         if st.session_state.get(key) not in options:  # e.g. from a URL: shown, then rejected inline
             options.append(st.session_state[key])
         return st.selectbox(label, options, key=key, help=help_, format_func=lambda v: v if v != "" else "(default)")
-    kind = str(f.type)
-    if kind == "bool":
+    kind = api.field_type(f)
+    if kind is bool:
         return st.checkbox(label, key=key, help=help_)
-    if kind in ("int", "float"):
-        cast = int if kind == "int" else float
+    if kind in (int, float):
         lo, hi = f.metadata.get("min"), f.metadata.get("max")
-        return st.number_input(label, min_value=None if lo is None else cast(lo), help=help_, key=key,
-                               max_value=None if hi is None else cast(hi), step=cast(1) if kind == "int" else None,
-                               format=None if kind == "int" else "%g")
-    if kind == "list[str]":
+        return st.number_input(label, min_value=None if lo is None else kind(lo), help=help_, key=key,
+                               max_value=None if hi is None else kind(hi), step=kind(1) if kind is int else None,
+                               format=None if kind is int else "%g")
+    if kind is list:
         return st.text_input(label, key=key, help=(help_ or "") + " (comma-separated)")
     return st.text_input(label, key=key, help=help_)
 
@@ -179,8 +136,7 @@ def run_form(prefix: str) -> FormResult:
         st.warning(plain(warning))  # they quote the URL: text, never Markdown
     values, slots = _draw_fields(prefix)
     result = _validate(values, slots, st.empty())
-    _publish_url(prefix, values)
-    st.session_state[f"{prefix}._values"] = {f.name: values[f.name] for f in _fields()}
+    state.publish(prefix, _spec(_defaults()), values)
     return result
 
 
@@ -230,7 +186,7 @@ def sweep_builder(prefix: str, base: dict[str, Any]) -> SweepResult:
     grid = {}
     for name in axes:
         f = by_name[name]
-        sep = ";" if str(f.type) == "list[str]" else ","
+        sep = ";" if api.field_type(f) is list else ","
         start = _widget_value(f, base.get(f.name, ""))  # the run form's value: add more to vary it
         text = st.text_input(f"{name} values", value=str(start).lower() if isinstance(start, bool) else str(start),
                              key=f"{prefix}.axis.{name}", help=_axis_help(f, sep))

@@ -22,7 +22,7 @@ import streamlit as st
 from engine import api
 from ui.text import plain
 
-__all__ = ["Param", "bind", "decode", "encode", "publish", "restore_view", "share_link", "widget_key"]
+__all__ = ["Param", "bind", "decode", "encode", "publish", "published", "restore_view", "share_link", "widget_key"]
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -30,11 +30,13 @@ _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 @dataclass(frozen=True)
 class Param:
     """One URL parameter. kind: "choice" (one of choices), "many" (comma list of choices),
-    "date" (ISO date or empty), "ids" (comma list of run ids), "text" (free text)."""
+    "date" (ISO date or empty), "ids" (comma list of run ids), "text" (free text), "value" (what `parse` makes
+    of the text: the launch form's config fields, through the schema's own coercion; ValueError if unusable)."""
 
     default: Any
     kind: str = "choice"
     choices: Sequence[str] | Callable[[], Sequence[str]] | None = None
+    parse: Callable[[str], Any] | None = None
 
     def allowed(self) -> Sequence[str] | None:
         return self.choices() if callable(self.choices) else self.choices
@@ -46,6 +48,8 @@ def widget_key(page: str, name: str) -> str:
 
 def _check(name: str, raw: str, p: Param) -> Any:
     """The parameter's value, or ValueError saying why it is not acceptable."""
+    if p.kind == "value":
+        return p.parse(raw)
     allowed = p.allowed()
     if p.kind == "choice":
         if allowed is not None and raw not in allowed:
@@ -80,7 +84,9 @@ def decode(params: Mapping[str, str], spec: Mapping[str, Param]) -> tuple[dict[s
         try:
             state[name] = _check(name, str(raw), spec[name])
         except ValueError as e:
-            warnings.append(f"Ignored URL parameter {name}={str(raw)[:60]!r}: {e}; using the default.")
+            default = spec[name].default
+            said = f", {default}" if default not in ("", None, []) else ""
+            warnings.append(f"Ignored URL parameter {name}={str(raw)[:60]!r}: {e}; using the default{said}.")
     return state, warnings
 
 
@@ -93,6 +99,8 @@ def encode(state: Mapping[str, Any], spec: Mapping[str, Param]) -> dict[str, str
             value = value.isoformat()
         if value in (None, p.default) or value == [] and p.default == []:
             continue
+        if isinstance(value, bool):
+            value = str(value).lower()  # what parse reads back: true, false
         out[name] = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
     return out
 
@@ -130,6 +138,11 @@ def publish(page: str, spec: Mapping[str, Param], state: Mapping[str, Any] | Non
         st.query_params.from_dict(params)
     ss[f"_url.{page}"] = params
     return params
+
+
+def published(page: str) -> dict[str, str] | None:
+    """The parameters `publish` last wrote for the page in this session (None before it did)."""
+    return st.session_state.get(f"_url.{page}")
 
 
 def restore_view(page: str) -> dict[str, str] | None:

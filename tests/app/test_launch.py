@@ -98,19 +98,19 @@ def test_preset_and_url_fill_the_form_and_the_form_writes_the_url(launch):
 
 
 @pytest.mark.parametrize("field, value, why", [
-    ("batch_size", "-1", "below the smallest allowed, 1"), ("n_samples", "1e99", "above the largest allowed"),
-    ("workers", "2.5", "whole number"), ("latency_ms", "-3", "below the smallest allowed"),
-    ("epochs", "abc", "expected int"), ("lr", "nan", "not a finite number"),
+    ("batch_size", "-1", "must be >= 1"), ("n_samples", "1e99", "must be <= 10000000"),
+    ("workers", "2.5", "not a whole number"), ("latency_ms", "-3", "must be >= 0.0"),
+    ("epochs", "abc", "expected int"), ("lr", "nan", "not a finite number"), ("pin_memory", "maybe", "expected bool"),
 ])
 def test_an_out_of_range_url_value_is_named_in_a_warning_not_clamped(launch, field, value, why):
     """Issue 19: /launch?batch_size=-1 and n_samples=1e99 were clamped silently while other bad values warned."""
     at = launch(**{field: value})
     assert not at.exception
-    warnings = [w.value for w in at.warning if f"Ignored {field}=" in seen(w.value)]
+    warnings = [w.value for w in at.warning if f"Ignored URL parameter {field}=" in seen(w.value)]
     assert len(warnings) == 1, [seen(w.value) for w in at.warning]
     assert why in seen(warnings[0]) and not live_markup(warnings[0]), warnings
     default = getattr(RunConfig(), field)
-    assert at.number_input(key=f"run.{field}").value == default  # the default, as the warning says
+    assert at.session_state[f"run.{field}"] == default  # the default, as the warning says
     assert f"using the default, {default}" in seen(warnings[0])
 
 
@@ -159,7 +159,9 @@ def test_jobs_panel_shows_live_progress_and_cancels(launch, store):
     assert "**running**" in card
     assert at.get("plotly_chart") and any("ETA" in p.proto.text for p in at.get("progress"))
     at.button(key=f"launch.cancel.{job_id}").click().run()
-    assert "**cancelling**" in next(seen(m.value) for m in at.markdown if job_id in seen(m.value))
+    cards = [seen(m.value) for m in at.markdown if job_id in seen(m.value)]
+    # NOTE: the worker may end the run before this rerun draws the panel; a job no longer active has no card
+    assert cards and "**cancelling**" in cards[0] or jobs.job_progress(job_id, store)["status"] == "cancelled", cards
     while jobs.job_progress(job_id, store)["status"] != "cancelled":
         assert time.monotonic() < deadline, "the job was never cancelled"
         time.sleep(0.2)
@@ -192,7 +194,8 @@ def test_ray_target_queues_the_sweep_as_one_job_with_the_address_from_settings(l
     run_job = jobs.list_jobs(store).loc[0]
     spec = json.loads(run_job["config_json"])
     assert (run_job["kind"], spec["runs"], spec["address"]) == ("ray-sweep", 1, "127.0.0.1:1")
-    assert RunConfig.from_dict(spec["sweep"]["base"]) == RunConfig.from_dict(at.session_state["run._values"])
+    form = {f.name: at.session_state[f"run.{f.name}"] for f in config_fields() if f"run.{f.name}" in at.session_state}
+    assert RunConfig.from_dict(spec["sweep"]["base"]) == RunConfig.from_dict(form)
     deadline = time.monotonic() + 90
     while (p := jobs.job_progress(job_id, store))["status"] != "failed":  # the worker ran it: no cluster there
         assert time.monotonic() < deadline and p["status"] in ("queued", "running"), p
