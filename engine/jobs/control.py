@@ -12,6 +12,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -99,9 +100,23 @@ def stop_worker(db: Db = None, timeout_s: float = 30.0) -> bool:
     try:
         proc = psutil.Process(pid)
         proc.terminate()
-        proc.wait(timeout_s)
-    except psutil.TimeoutExpired:
-        proc.kill()
+        if not _ends(proc, timeout_s):
+            proc.kill()
     except psutil.NoSuchProcess:
         pass
     return True
+
+
+def _ends(proc: psutil.Process, timeout_s: float) -> bool:
+    """Whether the process ends within timeout_s. NOTE: a worker another process started (serve, the dashboard)
+    stays a zombie until that parent reaps it, and psutil's wait() on a process that is not our child waits for the
+    pid to vanish: 30 s for `worker --stop` beside `make run`, though the worker had exited at once."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            proc.wait(min(0.1, max(0.0, deadline - time.monotonic())))  # reaps it when it is our child
+            return True
+        except psutil.TimeoutExpired:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return True
+    return False

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
@@ -185,3 +187,23 @@ def test_ray_sweep_job_refused_without_ray_and_failed_when_its_worker_died(store
     progress = jobs.job_progress(job_id, store)
     assert progress["status"] == "failed" and "worker died during the Ray sweep" in progress["error"]
     assert (progress["runs_done"], progress["runs_total"], progress["eta_s"]) == (0, 2, 0.0)
+
+
+def test_stop_sees_a_worker_that_exited_though_its_parent_has_not_reaped_it(store):
+    """`worker --stop` beside `make run`: the worker is serve's child, and stays a zombie until serve reaps it. The
+    stop waited for the pid to vanish (its whole limit, then a SIGKILL of the zombie) though the worker had ended."""
+    parent = subprocess.Popen(["sh", "-c", "sleep 0.2 & echo $!; exec sleep 60"], stdout=subprocess.PIPE, text=True)
+    lock = os.open(jobs.control.lock_path(store), os.O_RDWR | os.O_CREAT)
+    try:
+        zombie = psutil.Process(int(parent.stdout.readline()))
+        _wait_for(lambda: zombie.status() == psutil.STATUS_ZOMBIE, "the unreaped child", timeout_s=10)
+        fcntl.flock(lock, fcntl.LOCK_EX)  # held as a live worker holds it, naming the zombie
+        jobs.control.write_pid(lock, zombie.pid)
+        assert jobs.worker_pid(store) == zombie.pid
+        started = time.monotonic()
+        assert jobs.stop_worker(store, timeout_s=30.0)
+        assert time.monotonic() - started < 15.0  # it saw the end, not its limit
+    finally:
+        os.close(lock)
+        parent.kill()
+        parent.wait()
