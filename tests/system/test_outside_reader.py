@@ -112,8 +112,8 @@ def test_every_sweep_run_lands_after_the_session_closes(store, holder, tmp_path)
 
 
 def test_a_job_running_when_a_session_opens_lands_when_it_closes(store, tmp_path):
-    cfg = RunConfig.from_dict({"workload": "tensor", "n_samples": 64, "image_size": 8, "width": 8,
-                               "batch_size": 16, "epochs": 3, "latency_ms": 150.0, "bound": False, "device": "cpu"})
+    cfg = RunConfig.from_dict({"workload": "tensor", "n_samples": 32, "image_size": 8, "width": 8,
+                               "batch_size": 16, "epochs": 2, "latency_ms": 100.0, "bound": False, "device": "cpu"})
     job_id = jobs.submit(cfg, db=store, origin="cli")
     log = open(tmp_path / "worker.log", "wb")
     worker = subprocess.Popen([sys.executable, "-m", "engine", "worker", "--db", str(store), "--poll-s", "0.2"],
