@@ -13,8 +13,8 @@ medians (engine.analysis.stats.compare), and against processes, 1 worker, 1 intr
 setting (the check: tune's answer is at least as fast).
 
 Pipelines: jpeg (jpeg + cnn width 16, 512 images at 48 px: the issue's table) and own (examples/own_pipeline: PIL
-decode and augmentation, a small ResNet, 512 images at 64 px). Take it on a quiet machine. --quick (a few
-candidates, small data, one repeat) is the smoke test's, not a figure.
+decode and augmentation, a small ResNet of width 16, 512 images at 64 px in batches of 32, as its sweep.toml). Take
+it on a quiet machine. --quick (a few candidates, small data, one repeat) is the smoke test's, not a figure.
 """
 
 from __future__ import annotations
@@ -44,8 +44,9 @@ from engine.store import get_run  # noqa: E402
 
 PIPELINES = {
     "jpeg": {"workload": "jpeg", "model": "cnn", "width": 16, "image_size": 48},
+    # examples/own_pipeline/sweep.toml's pipeline (the default width 64 made an epoch 18-32 s: a 4-hour grid)
     "own": {"workload": "examples.own_pipeline.data:build", "model": "examples.own_pipeline.nets:resnet",
-            "image_size": 64, "num_classes": 8},
+            "image_size": 64, "num_classes": 8, "width": 16, "depth": 2, "batch_size": 32},
 }
 KNOBS = ("loader", "workers", "prefetch_depth", "threads")
 REFERENCE = {"loader": "processes", "workers": 1, "prefetch_depth": 2, "threads": 1}

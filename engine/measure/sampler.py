@@ -10,6 +10,13 @@ GPU fields come from engine/measure/nvml.py: the GPU found by UUID, each counter
 one that the GPU lacks (utilisation on a MIG slice) drops that field, never the sampler.
 
 Rows go to the RunLog in batches (`samples` events) so sampling never costs an fsync per row.
+
+What sampling costs the run it measures: CPU % is cheap (a /proc read per process); PSS is not (the kernel walks
+each process's whole memory map: about 2.3 ms for a process that imported torch, its forked workers alike), nor is
+finding the tree (psutil reads every process on the machine: about 1 ms). So those two are read at most every
+SLOW_EVERY_S, CPU % at every tick; a row between two memory reads carries the last one, and a worker started
+since the last look is counted from the next. On 2 cores with two loader workers at 10 Hz, the sampler thread's
+CPU went from 16.4 ms a tick to about 2 (`bench/sampler.py`, bench/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ from engine.runlog import RunLog
 __all__ = ["Sampler"]
 
 log = logging.getLogger(__name__)
+
+SLOW_EVERY_S = 0.5  # PSS reads and finding the tree (see the module doc); a memory peak shorter than this can be missed
 
 
 def _memory(p: psutil.Process) -> tuple[int, bool]:
@@ -76,13 +85,15 @@ class Sampler:
         last_flush = time.monotonic()
         for p in self._tree(root, known):
             _safe(p.cpu_percent)
+        tree, rss, slow_at = [], 0, -SLOW_EVERY_S
         while not self._stop.wait(self.period):
-            cpu, rss = 0.0, 0
-            for p in self._tree(root, known):
-                cpu += _safe(p.cpu_percent) or 0.0
-                used, pss = _memory(p)
-                rss += used
-                self.all_pss = self.all_pss and pss
+            if time.monotonic() - slow_at >= SLOW_EVERY_S:
+                tree, rss, slow_at = self._tree(root, known), 0, time.monotonic()
+                for p in tree:
+                    used, pss = _memory(p)
+                    rss += used
+                    self.all_pss = self.all_pss and pss
+            cpu = sum(_safe(p.cpu_percent) or 0.0 for p in tree)
             util, mem = gpu.read()
             self.rows.append([time.time(), cpu, int(rss), util, mem])
             self.peak_rss = max(self.peak_rss, int(rss))
