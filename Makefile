@@ -9,6 +9,9 @@ CLUSTER_STAMP := $(VENV)/.cluster-$(shell cat requirements.txt requirements-clus
 PORT ?= 8501
 ADDRESS ?= 127.0.0.1
 PYTEST_ARGS ?=
+# pytest-xdist workers for `make test` (0: one process). Two keep the suite under 20 minutes on 2 cores: most of its
+# time is subprocesses starting and waiting, and tests/conftest.py gives each worker its share of the cores.
+TEST_WORKERS ?= 2
 
 .PHONY: install run demo worker test browser-deps share clean bench test-gpu bench-gpu
 
@@ -44,7 +47,7 @@ browser-deps:
 	@command -v chromium >/dev/null || { echo "chromium is missing and could not be installed"; exit 1; }
 
 test: $(CLUSTER_STAMP) browser-deps
-	LOADERLAB_REQUIRE_BROWSER=1 LOADERLAB_REQUIRE_RAY=1 $(PY) -m pytest $(PYTEST_ARGS)
+	LOADERLAB_REQUIRE_BROWSER=1 LOADERLAB_REQUIRE_RAY=1 $(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 bench: install
 	$(PY) bench/loaders.py
