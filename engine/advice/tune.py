@@ -52,7 +52,8 @@ from typing import Any
 import pandas as pd
 from tqdm import tqdm
 
-from engine.advice import baseline as yours
+from engine.advice.baseline import BASELINE_KEYS, confirm_sweep_toml
+from engine.advice.baseline import parse as parse_baseline
 from engine.advice.advisor import describe
 from engine.advice.predict import MODES, Prediction, predict
 from engine.analysis import stats
@@ -154,11 +155,11 @@ class TuneResult:
             raise ValueError("nothing to confirm: " + ("no run finished" if self.best is None
                                                        else "candidate 0 was the fastest"))
         ref, best = self.configs[0].to_dict(), self.best.to_dict()
-        keys = (*yours.BASELINE_KEYS, "threads")  # both sides name theirs: the base holds the best's
+        keys = (*BASELINE_KEYS, "threads")  # both sides name theirs: the base holds the best's
         title = (f"{'your setup' if self.baseline else 'sync'} vs the best found by `python -m engine tune` "
                  f"{self.sweep_id}")
-        return yours.confirm_sweep_toml(best, {k: ref[k] for k in keys}, {k: best[k] for k in keys}, repeats=repeats,
-                                        title=title)
+        return confirm_sweep_toml(best, {k: ref[k] for k in keys}, {k: best[k] for k in keys}, repeats=repeats,
+                                  title=title)
 
     def render(self) -> str:
         confirming = f" + {len(self.confirm_rows)} confirming runs" if self.confirm_rows else ""
@@ -252,7 +253,7 @@ def tune(workload: str, model: str, *, budget_s: float, db: Db = None,
     the side the best is confirmed against; its batch_size is every candidate's unless `base` sets one.
     `predicted=False`: no probe, no ranking: successive halving over every candidate (--no-predict).
     """
-    given = yours.parse(baseline)
+    given = parse_baseline(baseline)
     cfg0, configs = _configs(workload, model, base, space, given)
     for warning in check_machine_all(configs):  # a base this host cannot fit fails here, before the probe and the first run
         log.warning("%s", warning)
