@@ -123,11 +123,14 @@ def test_probe_finds_latency_and_work_that_release_the_gil(fields: dict) -> None
 
 
 def test_probe_finds_python_work_holds_the_gil_and_predicts_processes_beat_threads() -> None:
-    base, p = _probe(workload="pyloop", work_us=1500)
+    for _ in range(3):  # NOTE: a machine too busy to tell the GIL from a wait for a core says None (the suite's
+        base, p = _probe(workload="pyloop", work_us=1500)  # other worker can make it so): probe again
+        if p["gil_share"] is not None or p["cores"] < 2:
+            break
     assert p["load_cpu_s"] >= 0.5 * p["load_wall_s"]  # CPU work (a sleep is < 0.5: above); a busy machine waits
-    if p["gil_share"] is None:
-        pytest.skip("one usable core, or a machine too busy to tell the GIL from a wait for a core")
-    assert p["gil_share"] > 0.5
+    if p["cores"] >= 2 and p["gil_share"] is not None:
+        assert p["gil_share"] > 0.5
+    # measured or not (unmeasured counts as GIL-bound, the worst case), processes are predicted faster
     threads = predict(_cfg("threads", 2, 1, base), p).epoch_s
     procs = predict(_cfg("processes", 2, 1, base), p).epoch_s
     assert procs < threads
