@@ -13,6 +13,9 @@ The model, per batch (b samples; probe figures scaled per sample when the batch 
               processes (w)    (L + W) / w
     compute   C(t) = C1 ((1 - q) + q / t)       Amdahl's law through the probe's 1-thread and default-thread steps
                                                 (t: the run's intra-op threads, at most the usable cores)
+              past the cores (t + w runnable > cores, a loader beside the step): C + min(W / w, C) (s - 1),
+                                                s = (t + w) / cores: the step time-sliced with the producers' work;
+                                                C = C(1) when t > 1 (a time-sliced OpenMP team loses its speed-up)
     cores     (W + step CPU) / usable cores     step CPU: its busy work; when runnable threads (t + workers)
                                                 outnumber the cores, what its t threads burn (OpenMP spins on
                                                 a core a worker wants), and their spin after it (measured)
@@ -89,6 +92,12 @@ def predict(cfg: RunConfig, probe: dict[str, Any], cores: float | None = None) -
     # after it while the loop waits for the next batch (the probe measures how long OpenMP spins then)
     after = probe.get("spin_after_step_s", 0.0) * (threads - 1) / max(1, probe["default_threads"] - 1)
     busy = spin_cpu + after if on_cpu and runnable > cores else step_cpu
+    if on_cpu and cfg.loader != "sync" and runnable > cores:
+        # NOTE: an OpenMP team time-sliced with the loader's producers loses its parallel speed-up (each barrier waits
+        # for the thread that is off its core): on 2 cores a jpeg + cnn step of 22-30 ms on 2 threads read 62-68 ms
+        # beside one decoding worker, slower than on 1 thread (43 ms). So it is taken at its one-thread time.
+        one = _step(probe, 1)[0] * per_sample if threads > 1 else step_wall
+        step_wall = _shared_step(max(step_wall, one), work, loader_threads, runnable / cores)
     produce = _producer(cfg, latency, work, probe.get("gil_share"))
     cpu = batches * (work + busy) / cores
     if on_cpu and cfg.loader == "sync":  # one thread loads, then steps: nothing overlaps
@@ -118,6 +127,16 @@ def _producer(cfg: RunConfig, latency: float, work: float, gil: float | None) ->
     if cfg.loader == "processes":
         return (latency + work) / max(1, cfg.workers)
     return latency + work
+
+
+def _shared_step(step: float, work: float, producers: int, share: float) -> float:
+    """The step's wall time when its threads and the loader's producers outnumber the cores (share = runnable /
+    cores > 1). Processor sharing: while all are runnable each gets 1/share of a core; the producers make one batch
+    (`work` CPU-seconds) per step between them, each its 1/producers, so the step runs slowed for as long as that
+    overlaps it, then alone. NOTE: on 2 cores, jpeg + cnn on 1 thread, 8 batches of 40 ms decoding: beside 2 and 4
+    process workers the epochs read 0.472 and 0.499 s; with those runs' own 43 ms step this gives 53 and 58 ms a
+    step, 0.46 and 0.50 s an epoch (without it, 0.38 s for both)."""
+    return step + min(work / max(1, producers), step) * (share - 1)
 
 
 def _step(probe: dict[str, Any], threads: int) -> tuple[float, float, float]:
