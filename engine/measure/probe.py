@@ -2,8 +2,9 @@
 any loader setting, measured in a few seconds.
 
     load     the dataset's fetch + collate (+ the copy to the device) of whole batches on one thread, as a loader
-             worker runs them (one intra-op thread): wall and CPU seconds per batch, the fastest of a few windows. Wall minus CPU is latency
-             (sleeps, I/O), which any number of workers overlap; CPU is work that needs a core.
+             worker runs them (one intra-op thread): wall and CPU seconds per batch, the fastest of a few windows.
+             Wall minus CPU is latency (sleeps, I/O), which any number of workers overlap; CPU is work that needs
+             a core.
     gil      the same batches on two threads at once: the extra wall time over one thread, as a share of the CPU
              work, is the share that holds the GIL (0: decoding in C, sleeps; 1: pure Python) and so cannot run
              on two threads at once, however many threads a `threads` loader has.

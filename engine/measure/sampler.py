@@ -16,7 +16,7 @@ each process's whole memory map: about 2.3 ms for a process that imported torch,
 finding the tree (psutil reads every process on the machine: about 1 ms). So those two are read at most every
 SLOW_EVERY_S, CPU % at every tick; a row between two memory reads carries the last one, and a worker started
 since the last look is counted from the next. On 2 cores with two loader workers at 10 Hz, the sampler thread's
-CPU went from 16.4 ms a tick to about 2 (`bench/sampler.py`, bench/RESULTS.md).
+CPU went from 16.2 ms a tick to 3.7 (`bench/sampler.py`, bench/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ __all__ = ["Sampler"]
 
 log = logging.getLogger(__name__)
 
-SLOW_EVERY_S = 0.5  # PSS reads and finding the tree (see the module doc); a memory peak shorter than this can be missed
+SLOW_EVERY_S = 0.5  # PSS reads and finding the tree (see the module doc); a shorter memory peak can be missed
 
 
 def _memory(p: psutil.Process) -> tuple[int, bool]:
