@@ -39,7 +39,8 @@ def _steps(seconds: float) -> list[float]:
     """Per-step wall seconds of a small CNN trained on one thread for `seconds`."""
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(16, 16, 3),
-                              torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(16, 10))
+                              torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                              torch.nn.Linear(16, 10))
     opt = torch.optim.SGD(net.parameters(), lr=0.01)
     x, y = torch.randn(64, 3, 48, 48), torch.randint(0, 10, (64,))
     out, end = [], time.perf_counter() + seconds

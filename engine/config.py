@@ -23,8 +23,8 @@ from engine.errors import ConfigError, printable
 from engine.names import NAMES
 from engine.plugins.spec import SPEC_RE
 
-__all__ = ["ConfigError", "DEFAULT_MAX_RUNS", "RunConfig", "SweepConfig", "config_fields", "field_choices", "field_type",
-           "field_value", "load_toml", "printable"]
+__all__ = ["ConfigError", "DEFAULT_MAX_RUNS", "RunConfig", "SweepConfig", "config_fields", "field_choices",
+           "field_type", "field_value", "load_toml", "printable"]
 
 DEFAULT_MAX_RUNS = 1000  # a sweep's runs (configs × repeats) unless its max_runs says more
 
