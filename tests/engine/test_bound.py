@@ -234,6 +234,7 @@ def _quiet() -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.quiet
 @pytest.mark.parametrize("workload", ["slow first epoch", "tensor"])
 @pytest.mark.parametrize("loader, start_method", LOADER_STARTS)
 def test_efficiency_stays_at_most_one_for_every_loader_and_start_method(tmp_path, slow_start, loader, start_method,

@@ -109,6 +109,7 @@ _CPU_MODES = [dict(mode="single"), dict(mode="dual-sequential"), dict(mode="dual
 
 
 @pytest.mark.slow
+@pytest.mark.quiet
 @pytest.mark.parametrize("fields", _CPU_MODES, ids=lambda f: "-".join(map(str, f.values())))
 def test_a_bound_never_exceeds_a_quiet_runs_epoch(tmp_path, fields):
     """Whatever formula a mode combines its passes with, the result is a bound: the run's steady epoch is no
