@@ -6,7 +6,7 @@
     host.py         the host fingerprint a run is compared by
     capacity.py     the CPUs and memory this process may use (affinity, cgroup)
     bound.py        the lower bound and efficiency (its passes: _passes.py; split's: modes/_stage_step.py)
-    probe.py        what a batch, a step and the GIL cost, apart from any loader setting (engine/advice/predict.py's input)
+    probe.py        what a batch, a step and the GIL cost, apart from any loader setting (predict's input)
     forecast.py     a run's predicted epoch: before it runs from a cached probe (prior), else after from its own
     verdicts.py     what limits a run, in words, and what would help (no torch: the pages read it)
     waits.py        data-wait percentiles

@@ -15,7 +15,7 @@ from engine.workloads import ShardDataset, build_dataset
 if TYPE_CHECKING:  # annotations only: the run side does not import the config (engine/registry.py says why)
     from engine.config import RunConfig
 
-__all__ = ["compute_pass", "loader_pass"]
+__all__ = ["compute_pass", "loader_pass", "time_again"]
 
 _MAX_REPLAY_BYTES = 1 << 30  # replay at most 1 GiB of batches, then scale by the batch count
 _REPLAYS, _REPLAY_BUDGET_S = 3, 2.0
@@ -46,9 +46,9 @@ def loader_pass(cfg: RunConfig, device: torch.device, shard: tuple[int, int] | N
         # from epoch 1 (not 0): generated files are already warm, and the data order is not the run's first
         first = _loader_epoch(loader, 1, device)
         steady = [_loader_epoch(loader, 2, device)]
-        # a short epoch is timed again (up to _REPLAYS, within _LOADER_BUDGET_S), and the fastest kept, as the
-        # compute pass keeps its fastest replay: a hiccup from another process would otherwise raise the bound
-        while _again(len(steady), sum(s["ttfb_s"] + s["seconds"] for s in steady), _LOADER_BUDGET_S):
+        # a short epoch is timed again (time_again: within _LOADER_BUDGET_S), and the fastest kept, as the compute
+        # pass keeps its fastest replay: a hiccup from another process would otherwise raise the bound
+        while time_again(len(steady), sum(s["ttfb_s"] + s["seconds"] for s in steady), _LOADER_BUDGET_S):
             steady.append(_loader_epoch(loader, 2 + len(steady), device))
     fastest = min(steady, key=lambda s: s["seconds"])
     return {**fastest, "first_epoch_s": first["seconds"], "first_ttfb_s": first["ttfb_s"]}
@@ -101,21 +101,22 @@ def compute_pass(cfg: RunConfig, device: torch.device, build: Callable[[Any], li
 
 
 def _fastest_replay(step: Callable, inputs: list, device: torch.device) -> tuple[float, float]:
-    """Wall and CPU seconds of the fastest replay of the batches: at least _REPLAYS of them (while they take
-    < _REPLAY_BUDGET_S in all), and as many as span _MIN_TIMED_S. The CPU-seconds are the whole process's: on a GPU, what launching costs.
+    """Wall and CPU seconds of the fastest replay of the batches (as many as time_again asks for, within
+    _REPLAY_BUDGET_S). The CPU-seconds are the whole process's: on a GPU, what launching costs.
 
     NOTE: the fastest, because a bound is what the step allows: a replay slowed by another process
     on the machine would raise the bound and pass the slowdown off as the run's efficiency.
     """
     times = [_replay(step, inputs, device)]
-    while _again(len(times), sum(t for t, _ in times), _REPLAY_BUDGET_S):
+    while time_again(len(times), sum(t for t, _ in times), _REPLAY_BUDGET_S):
         times.append(_replay(step, inputs, device))
     return min(times)
 
 
-def _again(timed: int, spent_s: float, budget_s: float) -> bool:
-    """Whether to time a pass once more: fewer than _REPLAYS timed, or all of them inside _MIN_TIMED_S (a stretch
-    in which the core may have run slow throughout); never past the budget."""
+def time_again(timed: int, spent_s: float, budget_s: float) -> bool:
+    """Whether to time a measurement once more (and keep the fastest): fewer than _REPLAYS timed, or all of them
+    inside _MIN_TIMED_S (a stretch in which the core may have run slow throughout); never past the budget. The
+    passes and the predictor's probe (engine/measure/probe.py) both ask it."""
     return spent_s < budget_s and (timed < _REPLAYS or spent_s < _MIN_TIMED_S)
 
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import torch
 
 from engine.loaders import LOADERS, epoch_batches, to_device
-from engine.measure._passes import compute_pass
+from engine.measure._passes import compute_pass, time_again
 from engine.measure.capacity import usable_cpus
 from engine.workloads import build_dataset
 
@@ -46,7 +46,7 @@ _STEPS = 16        # steps replayed per thread count
 _TOO_BUSY = 1.5   # core sharing (see _core_sharing) above which the GIL share is not told apart from it
 _SPIN_WINDOW_S = 0.04  # idle after a parallel op: longer than OpenMP's spin before its threads sleep
 _WARM_BATCHES = 1  # untimed: lazy first use of the dataset (file cache, decoder set-up)
-# NOTE: each load figure is the fastest of up to _REPEATS windows, as the bound's passes keep their fastest: a window
+# NOTE: each load figure is the fastest of a few windows (_fastest), as the bound's passes keep their fastest: a window
 # is a fraction of a second, and a hiccup of the machine inside it (seen: 68 ms a jpeg batch against 41 ms) would
 # mispredict every setting of the pipeline, since they all come from this one probe
 _REPEATS = 3
@@ -133,10 +133,10 @@ def _core_sharing(seconds: float) -> float:
 
 
 def _fastest(measure: Callable[[], tuple[float, ...]]) -> tuple[float, ...]:
-    """The fastest (by its first figure, wall seconds) of up to _REPEATS measurements, repeated only while they add
-    up to under _REPEATS x _LOAD_S: a slow pipeline's probe stays a few seconds."""
+    """The fastest (by its first figure, wall seconds) of the measurements time_again asks for, while they add up
+    to under _REPEATS x _LOAD_S: a slow pipeline's probe stays a few seconds."""
     tries = [measure()]
-    while len(tries) < _REPEATS and sum(t[0] for t in tries) < _REPEATS * _LOAD_S:
+    while time_again(len(tries), sum(t[0] for t in tries), _REPEATS * _LOAD_S):
         tries.append(measure())
     return min(tries)
 
