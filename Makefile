@@ -46,7 +46,7 @@ browser-deps:
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 	@command -v chromium >/dev/null || { echo "chromium is missing and could not be installed"; exit 1; }
 
-# The tests marked quiet (a bound no run beats: the passes and the run must see the same machine) run one at a time
+# The tests marked quiet (a bound no run beats, the probe's GIL share: each needs the cores to itself) run one at a time
 # first, the rest on TEST_WORKERS; PYTEST_ARGS go to both (paths, -k, -x; not -m). Exit 5 is "none selected here".
 PYTEST := LOADERLAB_REQUIRE_BROWSER=1 LOADERLAB_REQUIRE_RAY=1 $(PY) -m pytest
 test: $(CLUSTER_STAMP) browser-deps

@@ -107,6 +107,8 @@ def _probe(**fields) -> tuple[RunConfig, dict]:
     return cfg, probe(cfg, CPU, step_builder(cfg, 0, CPU))
 
 
+@pytest.mark.quiet  # NOTE: the GIL share is the extra wall of two threads: another test loading the cores between the
+# probe's windows read GIL-free work as 0.56 GIL-held under xdist (fresh-clone CI)
 @pytest.mark.parametrize("fields", [{"latency_ms": 4.0}, {"work_us": 2000}], ids=["sleep", "numpy-like work"])
 def test_probe_finds_latency_and_work_that_release_the_gil(fields: dict) -> None:
     for _ in range(3):  # NOTE: as below: a machine too busy to tell the GIL from a wait for a core says None
@@ -126,6 +128,7 @@ def test_probe_finds_latency_and_work_that_release_the_gil(fields: dict) -> None
             assert fast < slow  # released GIL: threads overlap the loading
 
 
+@pytest.mark.quiet
 def test_probe_finds_python_work_holds_the_gil_and_predicts_processes_beat_threads() -> None:
     for _ in range(3):  # NOTE: a machine too busy to tell the GIL from a wait for a core says None (the suite's
         base, p = _probe(workload="pyloop", work_us=1500)  # other worker can make it so): probe again
