@@ -4,6 +4,7 @@
     cuda_events.py  CUDA events, pooled, read at epoch end (no per-step synchronize)
     sampler.py      CPU %, memory (PSS of the run's process tree) and GPU, sampled in a thread (nvml.py)
     host.py         the host fingerprint a run is compared by
+    pools.py        thread pools the lab does not set (BLAS, OpenMP in user code), found and limited by threadpoolctl
     capacity.py     the CPUs and memory this process may use (affinity, cgroup)
     bound.py        the lower bound and efficiency (its passes: _passes.py; split's: modes/_stage_step.py)
     probe.py        what a batch, a step and the GIL cost, apart from any loader setting (predict's input)

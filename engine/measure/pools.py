@@ -1,0 +1,91 @@
+"""Thread pools the lab does not set: BLAS (OpenBLAS, MKL, BLIS) and OpenMP runtimes other than torch's own.
+
+A user's transform may call numpy, SciPy or OpenCV, whose BLAS or OpenMP pools start their own threads inside every
+loader worker and beside torch's intra-op threads. torch.set_num_threads does not reach them. threadpoolctl (the
+well-kept library for this) finds them among the libraries this process has loaded, and limits them.
+
+    hidden_pools()            -> [{"api": "openblas", "lib": "libscipy_openblas", "threads": 2}, ...]
+    with limit_pools(1): ...  # BLAS and foreign OpenMP pools at one thread each, restored after
+    cap_pools(1)              # the same for the rest of this process's life (a loader worker's init)
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any, Iterator
+
+from threadpoolctl import threadpool_info, threadpool_limits
+
+__all__ = ["cap_pools", "extra_threads", "hidden_pools", "limit_pools", "pools_text"]
+
+
+def _torch_lib_dir() -> str | None:
+    """The folder of torch's own shared libraries: its OpenMP runtime is the intra-op pool the lab sets."""
+    try:
+        import torch  # noqa: PLC0415 - only to locate its libraries; every caller has it loaded already
+    except ImportError:
+        return None
+    return str(Path(torch.__file__).resolve().parent)
+
+
+def hidden_pools() -> list[dict[str, Any]]:
+    """The BLAS and OpenMP pools loaded in this process that are not torch's intra-op pool, with their sizes.
+
+    NOTE: only libraries already loaded are seen: call it after the user's dataset has run an item (numpy's
+    OpenBLAS loads with numpy; an OpenMP runtime may load with the first call that needs it)."""
+    torch_dir = _torch_lib_dir()
+    out = []
+    for p in threadpool_info():
+        path = str(Path(p.get("filepath") or "").resolve())
+        if p.get("user_api") == "openmp" and torch_dir and path.startswith(torch_dir):
+            continue  # torch's OpenMP: the intra-op threads, which the run sets and records itself
+        out.append({"api": p.get("internal_api") or p.get("user_api"), "lib": p.get("prefix"),
+                    "threads": int(p.get("num_threads") or 1)})
+    return out
+
+
+def extra_threads(pools: list[dict[str, Any]]) -> int:
+    """Runnable threads the pools add beside the thread that calls into them: each pool's size less that thread.
+
+    NOTE: pools of one process run one at a time in the calling thread's turn (a transform calls BLAS, then returns),
+    so the largest pool counts, not their sum."""
+    return max((p["threads"] - 1 for p in pools), default=0)
+
+
+def _limits(n: int) -> dict[str, int]:
+    """threadpoolctl's limits by library prefix: every loaded pool but torch's own OpenMP at n threads."""
+    torch_dir = _torch_lib_dir()
+    limits: dict[str, int] = {}
+    for p in threadpool_info():
+        path = str(Path(p.get("filepath") or "").resolve())
+        if p.get("user_api") == "openmp" and torch_dir and path.startswith(torch_dir):
+            continue
+        limits[p["prefix"]] = n
+    return limits
+
+
+@contextlib.contextmanager
+def limit_pools(n: int) -> Iterator[None]:
+    """BLAS pools and foreign OpenMP pools limited to n threads each for the block (torch's pool is left alone);
+    n <= 0 changes nothing."""
+    if n <= 0 or not (limits := _limits(n)):
+        yield
+        return
+    with threadpool_limits(limits=limits):
+        yield
+
+
+def cap_pools(n: int) -> None:
+    """limit_pools(n) for the rest of this process's life: a loader worker calls it once as it starts.
+
+    NOTE: a library loaded later (the first numpy import inside the worker) is not capped; call it after the
+    dataset's imports, or limit_pools around each item."""
+    if n > 0 and (limits := _limits(n)):
+        threadpool_limits(limits=limits)
+
+
+def pools_text(pools: list[dict[str, Any]]) -> str:
+    """'openblas (libscipy_openblas) 2 threads' per pool, joined: the words the verdict and the run page use."""
+    return ", ".join(f"{p['api']} ({p['lib']}) {p['threads']} thread{'s' if p['threads'] != 1 else ''}"
+                     for p in pools) or "none"
