@@ -1,10 +1,10 @@
-"""How close predicted epoch times come (issue 20 §3): engine/advice/predict.py against real runs of settings it never saw.
+"""How close predicted epoch times come (issue 20 §3): engine/predict/model.py against real runs of settings it never saw.
 
     .venv/bin/python bench/predict.py [--workload all|jpeg|pyloop|tensor] [--work-us 300] [--latency-ms 5]
         [--n-samples 512] [--epochs 3] [--repeats 1] [--quick] [--out FILE] [--db PATH]
 
 Three workloads: jpeg decode (jpeg + cnn width 16, 48 px), GIL-bound Python (pyloop + mlp, --work-us per sample)
-and a per-sample sleep (tensor + mlp, --latency-ms). For each, ONE probe is measured (engine/measure/probe.py, in
+and a per-sample sleep (tensor + mlp, --latency-ms). For each, ONE probe is measured (engine/predict/probe.py, in
 a child, into a fresh calibrations folder: what a calibration measures, once) and predicts every loader setting;
 then each setting runs for real (engine.run.runner.launch, forked from one warm parent, bound off, 1 warm-up epoch +
 the rest steady) and its median steady epoch comes from the store. No run is used for fitting: every row is held
@@ -33,7 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.advice.predict import Prediction, predict  # noqa: E402
+from engine.predict.model import Prediction, predict  # noqa: E402
 from engine.config import RunConfig  # noqa: E402
 from engine.measure.host import fingerprint  # noqa: E402
 from engine.paths import ROOT  # noqa: E402
@@ -129,7 +129,7 @@ def _workload(name: str, base: RunConfig, settings: list[tuple[str, int, int]], 
 
 def _probe(base: RunConfig, calibrations: Path) -> dict[str, Any]:
     """Measured once, in a child, into a folder of its own: never an earlier cached one."""
-    out = subprocess.run([sys.executable, "-m", "engine.measure._probe_child", str(calibrations)],
+    out = subprocess.run([sys.executable, "-m", "engine.predict._probe_child", str(calibrations)],
                          input=json.dumps(base.to_dict()), capture_output=True, text=True, cwd=ROOT, env=run_env(),
                          check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])["probe"]

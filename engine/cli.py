@@ -36,7 +36,7 @@ import pandas as pd
 
 from engine.advice.advisor import advise, describe, render_advice
 from engine.advice.baseline import parse as parse_baseline
-from engine.advice.predict import MODES
+from engine.predict import MODES
 from engine.advice.tune import candidates, parse_budget, tune
 from engine.analysis.stats import speedup_vs_sequential
 from engine.config import DEFAULT_MAX_RUNS, RunConfig, SweepConfig, config_fields, field_choices, load_toml
@@ -49,7 +49,7 @@ from engine.run.runner import launch
 from engine.status import RunStatus
 from engine.store import (export, export_bundle, get_epochs, get_run, import_results, ingest_pending, list_runs,
                           pending_summary, prepare, reads_only, stream_query)
-from engine.sweeps.demo import ensure_demo
+from engine.jobs.demo import ensure_demo
 from engine.sweeps.local import run_sweep
 from engine.sweeps.ray import require_ray, run_sweep_ray
 
@@ -524,7 +524,7 @@ def _predict_options(p: argparse.ArgumentParser) -> None:
 def cmd_predict(args: argparse.Namespace) -> int:
     """Predict the steady epoch time of a loader setting from a few-second probe of the pipeline on this host."""
     # NOTE: imported here: the probe needs torch, which the other commands' parent process does without
-    from engine.measure.forecast import cached_or_new, rows  # noqa: PLC0415
+    from engine.predict.forecast import cached_or_new, rows  # noqa: PLC0415
 
     cfg = _config_from_args(args)
     if cfg.mode not in MODES:

@@ -21,7 +21,7 @@ from typing import Any
 
 from engine.errors import ConfigError, printable
 from engine.names import NAMES
-from engine.plugins.spec import SPEC_RE
+from engine.names import SPEC_RE
 
 __all__ = ["ConfigError", "DEFAULT_MAX_RUNS", "RunConfig", "SweepConfig", "config_fields", "field_choices",
            "field_type", "field_value", "load_toml", "printable"]

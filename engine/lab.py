@@ -25,7 +25,7 @@ import pandas as pd
 
 from engine import paths
 from engine.advice.advisor import advise as _advise, render_advice
-from engine.advice.predict import MODES
+from engine.predict import MODES
 from engine.advice.tune import candidates, parse_budget
 from engine.advice.tune import tune as _tune
 from engine.analysis.compare import compare_runs
@@ -155,7 +155,7 @@ def predict(*, db: Db = None, **fields: Any) -> pd.DataFrame:
         lab.predict(workload="jpeg", model="cnn")                                   # ranked
         lab.predict(workload="jpeg", model="cnn", loader="processes", workers=2, threads=1)"""
     # NOTE: imported here: the probe needs torch, which importing lab does not load
-    from engine.measure.forecast import cached_or_new, rows  # noqa: PLC0415
+    from engine.predict.forecast import cached_or_new, rows  # noqa: PLC0415
 
     cfg = RunConfig.from_dict(fields)
     if cfg.mode not in MODES:

@@ -1,4 +1,5 @@
-"""The registries' names, and the rule every registry keeps: a name means one thing.
+"""The registries' names, the rule every registry keeps (a name means one thing), and the spelling of a user's own
+name, a plugin spec "module.path:callable".
 
 The names are written here as static tuples so that the schema (engine/config.py) can offer and check them
 without importing the registries, which import torch. Each package builds its registry with `unique`, and
@@ -6,13 +7,18 @@ tests/engine/test_config.py holds every tuple equal to its registry's keys, in o
 
     LOADERS = unique("loader", [("sync", SyncLoader), ("threads", ThreadLoader)])   # a plain dict
     NAMES["loaders"]                                                                 # ("sync", "prefetch", ...)
+    is_spec("mypkg.data:build")                                                      # True
+
+A leaf module (it imports nothing from the engine): the schema checks a spec's spelling with neither torch nor the
+plugin machinery, which sits above the schema.
 """
 
 from __future__ import annotations
 
+import re
 from typing import TypeVar
 
-__all__ = ["NAMES", "unique"]
+__all__ = ["NAMES", "SPEC_RE", "is_spec", "unique"]
 
 T = TypeVar("T")
 
@@ -33,3 +39,11 @@ def unique(kind: str, entries: list[tuple[str, T]]) -> dict[str, T]:
             raise RuntimeError(f"duplicate {kind} name '{name}' in the registry")
         out[name] = factory
     return out
+
+
+SPEC_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def is_spec(value: str) -> bool:
+    """Whether `value` is spelled as a plugin spec, 'module.path:callable'."""
+    return bool(SPEC_RE.match(value))

@@ -19,7 +19,7 @@ Events (every event has "type" and "t", a unix timestamp):
   calibration  kind ("loader" | "compute"), seconds, ttfb_s, cached (bool)
   prediction   predicted_epoch_s, predicted_from ("prior": before the first epoch, from a probe already cached;
                "own": after the calibration, from the run's own probe), predicted_limit, predicted_terms,
-               probe_age_s (engine/measure/forecast.py)
+               probe_age_s (engine/predict/forecast.py)
   samples      rows: [[t, cpu_percent, rss_bytes, gpu_util, gpu_mem_bytes], ...]   (batched)
   summary      free-form dict of run-level figures (bound_s, efficiency, verdict, peak_rss, calibration_s, ...)
   end          status ("done" | "failed" | "cancelled" | "killed": engine.status.RunStatus), error (str | None: one

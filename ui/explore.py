@@ -29,7 +29,7 @@ _VERDICT_HELP = ("commonest verdict among the group's runs: " + "; ".join(f"{k}:
                  + " (the run page gives the counts)")
 
 
-_PREDICTED_HELP = "median predicted epoch of the group's runs (engine/advice/predict.py): compare with the measured median"
+_PREDICTED_HELP = "median predicted epoch of the group's runs (engine/predict/model.py): compare with the measured median"
 _FROM_HELP = ("commonest source of the group's predictions: prior = predicted before the run from an earlier probe "
               "(held out); own = fitted on the run's own probe, after it (not a held-out prediction)")
 

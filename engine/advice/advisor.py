@@ -77,7 +77,7 @@ class Advice:
     tied: list[dict[str, Any]] = field(default_factory=list)    # configs with no clear difference from the best
     cores: int | None = None                                    # logical cores of the host the best ran on
     verdict: str | None = None
-    verdict_help: str | None = None                             # what would help (engine/measure/bound.py)
+    verdict_help: str | None = None                             # what would help (engine/calibrate/bound.py)
     efficiency: float | None = None
     suggestions: list[Suggestion] = field(default_factory=list)
     warning: str | None = None

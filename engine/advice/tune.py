@@ -8,12 +8,12 @@ jointly with the workers, intra-op threads {auto (torch's default), 1, what fits
 small CPU box the threads are the biggest lever (issue 20: on 2 cores, processes with 1 worker on 1 thread ran
 1.4x faster than sync on torch's default): workers and the model's OpenMP threads share the same cores.
 
-Ranked by prediction first. Before any run, tune gets the base pipeline's probe (engine/measure/probe.py: a few
+Ranked by prediction first. Before any run, tune gets the base pipeline's probe (engine/predict/probe.py: a few
 seconds of what a batch, a step and the GIL cost here, apart from any loader setting): from the store's
 calibrations (<store dir>/calibrations, cached per host), else measured now in a child process
-(engine/measure/_probe_child.py) before the warm parent starts, so nothing of tune's competes for the cores it
+(engine/predict/_probe_child.py) before the warm parent starts, so nothing of tune's competes for the cores it
 measures. That time counts in the budget, at most PROBE_SHARE of it (past that the child is stopped and tune
-goes on without). engine/advice/predict.py then ranks the candidates by predicted steady epoch, and the first rung runs
+goes on without). engine/predict/model.py then ranks the candidates by predicted steady epoch, and the first rung runs
 the TOP_K predicted fastest, fastest first, then candidate 0 (sync, or the user's `baseline`). Settings the
 model cannot tell apart (prefetch depth, which it does not read) take one slot, the first listed. Candidates the
 model cannot rank (a mode it does not cover, or no probe: it failed, ran out of its share, or --no-predict) all
@@ -55,7 +55,7 @@ from tqdm import tqdm
 from engine.advice.baseline import BASELINE_KEYS, confirm_sweep_toml
 from engine.advice.baseline import parse as parse_baseline
 from engine.advice.advisor import describe
-from engine.advice.predict import MODES, Prediction, predict
+from engine.predict import MODES, Prediction, predict
 from engine.analysis import stats
 from engine.config import RunConfig
 from engine.errors import ConfigError
@@ -133,7 +133,7 @@ class TuneResult:
     comparison: dict[str, Any] = field(default_factory=dict)    # stats.compare(candidate 0's runs, best's), confirmed
     baseline: dict[str, Any] = field(default_factory=dict)      # the user's setup as given: candidate 0
     confirm_rows: list[dict[str, Any]] = field(default_factory=list)   # the interleaved runs of sync and best
-    probe: dict[str, Any] | None = None        # what the predictions came from (engine/measure/probe.py)
+    probe: dict[str, Any] | None = None        # what the predictions came from (engine/predict/probe.py)
     probe_note: str = ""                       # where it came from, or why there is none
     predictions: dict[int, Prediction] = field(default_factory=dict)   # candidate -> its predicted steady epoch
 
@@ -338,7 +338,7 @@ def _first_rung(result: TuneResult, top_k: int, rng: random.Random) -> list[int]
 
 def _probe(cfg0: RunConfig, db: Db, timeout_s: float, wanted: bool) -> tuple[dict[str, Any] | None, str]:
     """The base pipeline's probe, from the store's calibrations or measured in a child
-    (engine/measure/_probe_child.py), and a note on where it came from or why there is none."""
+    (engine/predict/_probe_child.py), and a note on where it came from or why there is none."""
     if not wanted:
         return None, "--no-predict"
     if cfg0.mode not in MODES:
@@ -347,7 +347,7 @@ def _probe(cfg0: RunConfig, db: Db, timeout_s: float, wanted: bool) -> tuple[dic
     timeout_s = max(1.0, timeout_s)
     started = time.monotonic()
     try:
-        out = subprocess.run([sys.executable, "-m", "engine.measure._probe_child", str(calibrations)],
+        out = subprocess.run([sys.executable, "-m", "engine.predict._probe_child", str(calibrations)],
                              input=json.dumps(cfg0.to_dict()), capture_output=True, text=True, cwd=ROOT,
                              env=run_env(), timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:

@@ -1,6 +1,6 @@
 """What this machine lets a process use: CPUs (its affinity, capped by the cgroup's quota) and memory (what is
 available, capped by the cgroup's limit). Torch-free: the host-aware limits (engine/run/hostfit.py) read it
-before anything is launched, and the lower bound (engine/measure/bound.py) divides CPU-seconds by usable_cpus.
+before anything is launched, and the lower bound (engine/calibrate/bound.py) divides CPU-seconds by usable_cpus.
 
     usable_cpus()        # 1.5 in a container given one and a half CPUs
     usable_cores()       # 2: whole cores, one process each
@@ -22,7 +22,7 @@ _CGROUP = Path("/sys/fs/cgroup")
 
 def usable_cpus() -> float:
     """CPUs this process may use: its CPU affinity, capped by the cgroup's CPU quota (a container's share, which
-    may be fractional: 1.5). The lower bound divides CPU-seconds by it (engine/measure/bound.py)."""
+    may be fractional: 1.5). The lower bound divides CPU-seconds by it (engine/calibrate/bound.py)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (psutil.cpu_count() or 1)
     quota = _cgroup_cpus()
     return max(0.01, min(float(cores), quota)) if quota else float(cores)

@@ -12,6 +12,7 @@ well-kept library for this) finds them among the libraries this process has load
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -21,12 +22,10 @@ __all__ = ["cap_pools", "extra_threads", "hidden_pools", "limit_pools", "pools_t
 
 
 def _torch_lib_dir() -> str | None:
-    """The folder of torch's own shared libraries: its OpenMP runtime is the intra-op pool the lab sets."""
-    try:
-        import torch  # noqa: PLC0415 - only to locate its libraries; every caller has it loaded already
-    except ImportError:
-        return None
-    return str(Path(torch.__file__).resolve().parent)
+    """The folder of torch's own shared libraries: its OpenMP runtime is the intra-op pool the lab sets. Found
+    without importing torch (a caller that has not loaded it has no torch pool to tell apart)."""
+    spec = importlib.util.find_spec("torch")
+    return str(Path(spec.origin).resolve().parent) if spec and spec.origin else None
 
 
 def hidden_pools() -> list[dict[str, Any]]:

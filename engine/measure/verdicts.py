@@ -1,6 +1,6 @@
 """The verdicts' vocabulary: what limits a run, and one line of what would help.
 
-One list for the CLI summary, the run page, Explore and the advisor (engine/measure/bound.py decides which
+One list for the CLI summary, the run page, Explore and the advisor (engine/calibrate/bound.py decides which
 applies). Pure: the dashboard and the advisor import it without torch.
 """
 

@@ -6,7 +6,7 @@
     split.py    one model cut into pipeline stages over devices (GPipe micro-batches)
     ddp.py      data parallel over world_size processes (torch.distributed)
 
-Each file holds its loop and its lower bound (the passes engine/measure/bound.py measures for it).
+Each file holds its loop and its lower bound (the passes engine/calibrate/bound.py measures for it).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ def no_check(cfg: RunConfig) -> None:
 class ModeSpec:
     """run: the loop. check: extra config rules. bound: the mode's lower bound: given the run's
     Calibrator it returns the Phases its epoch runs, or None for no bound from this process
-    (engine/measure/bound.py)."""
+    (engine/calibrate/bound.py)."""
 
     run: Callable[["RunContext"], None]
     bound: Callable[[Any], Any]

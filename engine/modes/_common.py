@@ -59,7 +59,7 @@ def build_model(cfg: RunConfig, dataset: Any, idx: int, device: torch.device, *,
 
 def step_builder(cfg: RunConfig, idx: int, device: torch.device, *, dual: bool = False
                  ) -> Callable[[Any], list[Callable]]:
-    """For a mode's lower bound (engine/measure/bound.py): dataset -> [model idx's train_step on device]."""
+    """For a mode's lower bound (engine/calibrate/bound.py): dataset -> [model idx's train_step on device]."""
     def build(dataset: Any) -> list[Callable]:
         model = build_model(cfg, dataset, idx, device, dual=dual)
         opt = models.make_optimizer(model.parameters(), cfg.optimizer, cfg.lr)

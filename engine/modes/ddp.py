@@ -34,7 +34,7 @@ import torch.distributed as dist
 from engine import devices
 from engine.errors import ConfigError
 from engine.loaders import LOADERS, epoch_batches
-from engine.measure.bound import Calibrator, Phase
+from engine.calibrate import Calibrator, Phase
 from engine.models import build_model, make_optimizer
 from engine.modes._base import ModeSpec, RunContext
 from engine.modes._common import Recorder, epoch_payload, fail_point, step_builder, train_epoch

@@ -27,7 +27,7 @@ from engine import devices
 from engine.errors import ConfigError
 from engine.loaders import LOADERS
 from engine.measure import trace
-from engine.measure.bound import Calibrator, Pass, Phase
+from engine.calibrate import Calibrator, Pass, Phase
 from engine.models import make_optimizer
 from engine.modes._base import ModeSpec, RunContext
 from engine.modes._common import Recorder, build_model, check_devices, check_model_b, epoch_payload, fail_point, \

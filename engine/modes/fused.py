@@ -27,7 +27,7 @@ from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 from engine.errors import ConfigError
 from engine.loaders import LOADERS, to_device
 from engine.measure import trace
-from engine.measure.bound import Calibrator, Phase
+from engine.calibrate import Calibrator, Phase
 from engine.measure.timers import EpochTimer
 from engine.models import MODELS, check_vmappable, loss_fn, make_optimizer
 from engine.modes._base import ModeSpec, RunContext

@@ -8,7 +8,7 @@ import torch
 
 from engine.loaders import LOADERS
 from engine.measure import trace
-from engine.measure.bound import Calibrator, Phase
+from engine.calibrate import Calibrator, Phase
 from engine.models import build_model, make_optimizer
 from engine.modes._base import ModeSpec, RunContext
 from engine.modes._common import Recorder, epoch_payload, step_builder, train_epoch

@@ -27,7 +27,7 @@ from torch import nn
 from engine.devices import resolve as resolve_device
 from engine.errors import ConfigError
 from engine.loaders import LOADERS, to_device
-from engine.measure.bound import Calibrator, Phase
+from engine.calibrate import Calibrator, Phase
 from engine.measure.timers import EpochTimer
 from engine.models import MODELS, build_model, loss_fn, make_optimizer, split_stages
 from engine.modes._base import ModeSpec, RunContext

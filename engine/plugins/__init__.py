@@ -29,7 +29,7 @@ import numpy as np
 from engine.errors import ConfigError, printable
 from engine.plugins.hashing import code_hash
 from engine.plugins.registered import KINDS, plugins_file, registered
-from engine.plugins.spec import SPEC_RE, is_spec
+from engine.names import SPEC_RE, is_spec
 
 __all__ = ["KINDS", "SPEC_RE", "call_factory", "code_hash", "current_seed", "is_spec", "item_rng", "plugins_file",
            "registered", "resolve", "set_item_seed", "specs_of"]

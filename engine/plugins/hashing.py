@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable
 
-from engine.plugins.spec import SPEC_RE
+from engine.names import SPEC_RE
 
 __all__ = ["code_hash", "installed", "source_roots", "stamp"]
 

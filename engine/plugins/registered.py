@@ -19,7 +19,7 @@ from pathlib import Path
 
 from engine.errors import ConfigError, printable
 from engine.paths import Db, db_path
-from engine.plugins.spec import SPEC_RE
+from engine.names import SPEC_RE
 
 __all__ = ["KINDS", "plugins_file", "registered"]
 

@@ -27,7 +27,7 @@ __all__ = ["PRELOAD", "parent_state", "serve"]
 # what a run child imports: numpy (its BLAS pool is the baseline of threads allowed), torch, torch._dynamo (torch
 # imports it lazily at a run's first optimizer step: seconds, sympy included), the engine's run-side modules
 PRELOAD = ("numpy", "torch", "torch._dynamo", "torch.profiler", "engine.run.runner", "engine.devices",
-           "engine.measure.bound", "engine.measure.host", "engine.measure.sampler", "engine.modes", "engine.registry",
+           "engine.calibrate.bound", "engine.measure.host", "engine.measure.sampler", "engine.modes", "engine.registry",
            "engine.plugins")
 _BASELINE: dict[str, int] = {}  # native threads once numpy is loaded: its BLAS pool, made at load time
 

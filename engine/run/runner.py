@@ -78,8 +78,9 @@ def execute(run_dir: Path) -> int:
 def _execute(run_dir: Path) -> int:
     # NOTE: imported here: torch and the run side are imported only in the child; the launchers import this
     # module for launch() (CLI, dashboard's job worker, notebook) and must not load them
-    from engine import devices, modes, registry, workloads  # noqa: PLC0415
-    from engine.measure import bound, forecast, host, sampler  # noqa: PLC0415
+    from engine import calibrate, devices, modes, registry, workloads  # noqa: PLC0415
+    from engine.measure import host, sampler  # noqa: PLC0415
+    from engine.predict import forecast  # noqa: PLC0415
     from engine.modes.ddp import torchrun_env  # noqa: PLC0415
 
     imported_at = time.time()  # the end of start-up's first phase (engine/measure/startup.py)
@@ -116,7 +117,7 @@ def _execute(run_dir: Path) -> int:
         runlog.write("start", run_id=run_dir.name, config=stored, host=host.fingerprint(), pid=os.getpid(),
                      device=str(device), **meta)
         ctx = modes.RunContext(cfg=cfg, log=runlog, device=device)
-        calibrations = run_dir.parent.parent / "calibrations"  # beside the bound's (engine/measure/bound.py)
+        calibrations = run_dir.parent.parent / "calibrations"  # beside the bound's (engine/calibrate/bound.py)
         # NOTE: written before the first epoch, so a prior prediction is honestly made before the run
         predicted = _predict(forecast.prior, cfg, device, calibrations) if forecast.covered(cfg) else None
         if predicted:
@@ -133,7 +134,7 @@ def _execute(run_dir: Path) -> int:
             ctx.summary.update(s.summary())
             if cfg.bound:
                 t = time.perf_counter()
-                ctx.summary.update(_calibrate(bound.calibrate, ctx, run_dir, spec.bound))
+                ctx.summary.update(_calibrate(calibrate.calibrate, ctx, run_dir, spec.bound))
                 ctx.summary["calibration_s"] = time.perf_counter() - t
                 if predicted is None and forecast.covered(cfg):  # no probe before the run: its own, after it
                     if own := _predict(forecast.own, cfg, device, calibrations, default_threads):

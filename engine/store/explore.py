@@ -29,7 +29,7 @@ __all__ = ["EXPLORE_FILTERS", "EXPLORE_METRICS", "explore_axes", "explore_filter
 EXPLORE_METRICS = ("epoch_s", "samples_per_s", "data_wait_share", "gpu_idle_share", "gpu_idle_data_share",
                    "gpu_idle_copy_share", "gpu_idle_other_share", "mean_gpu_util", "startup_s")
 EXPLORE_FILTERS = ("workload", "model", "host", "tag")
-# per run beside its predicted and measured epochs: what the prediction's hover names (engine/advice/predict.py's knobs)
+# per run beside its predicted and measured epochs: what the prediction's hover names (engine/predict/model.py's knobs)
 _PREDICTED_SETTING = ("workload", "model", "loader", "workers", "prefetch_depth", "threads", "batch_size")
 _EXTRA_AXES = ("host", "gpu_name", "sweep_id")
 
@@ -127,7 +127,7 @@ def explore_summary(x: str, *, metric: str = "epoch_s", color: str | None = None
 
 
 def explore_predictions(filters: dict[str, Any] | None = None, limit: int = 5000, db: Db = None) -> pd.DataFrame:
-    """Finished runs that were predicted (engine/advice/predict.py), newest first: run_id, the measured median steady
+    """Finished runs that were predicted (engine/predict/model.py), newest first: run_id, the measured median steady
     epoch (epoch_s), predicted_epoch_s, predicted_from ('prior': held out; 'own': fitted on the run's own probe),
     predicted_limit and the setting's fields; the Explore page's filters apply."""
     where, params = filter_sql(filters)

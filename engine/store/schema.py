@@ -81,7 +81,7 @@ def _v4(conn: duckdb.DuckDBPyConnection) -> None:
 
 
 def _v5(conn: duckdb.DuckDBPyConnection) -> None:
-    """The predicted epoch beside the measured one (engine/advice/predict.py): its value, what it came from, its limit.
+    """The predicted epoch beside the measured one (engine/predict/model.py): its value, what it came from, its limit.
 
     NOTE: NULL for the runs already stored: never predicted, and no probe of theirs is left to predict them now."""
     for name in SUMMARY_COLUMNS_V5:

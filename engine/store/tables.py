@@ -22,11 +22,11 @@ _SUMMARY_V4 = {
     "mean_gpu_util": "DOUBLE", "peak_gpu_mem_bytes": "BIGINT",
     "startup_s": "DOUBLE", "startup_imports_s": "DOUBLE", "startup_cuda_s": "DOUBLE", "startup_build_s": "DOUBLE",
     "startup_first_batch_s": "DOUBLE", "calibration_s": "DOUBLE",
-    # the bound knows the machine's cores (engine/measure/bound.py), and says what would help
+    # the bound knows the machine's cores (engine/calibrate/bound.py), and says what would help
     "loader_cpu_s": "DOUBLE", "compute_cpu_s": "DOUBLE", "cpu_bound_s": "DOUBLE", "usable_cores": "DOUBLE",
     "runnable_threads": "INTEGER", "verdict_help": "VARCHAR",
 }
-# Run-level columns schema v5 added: the epoch predicted for the run's setting (engine/advice/predict.py), what the
+# Run-level columns schema v5 added: the epoch predicted for the run's setting (engine/predict/model.py), what the
 # prediction came from ('prior': a probe taken before the run; 'own': the run's own, after it) and its limit
 _SUMMARY_V5 = {"predicted_epoch_s": "DOUBLE", "predicted_from": "VARCHAR", "predicted_limit": "VARCHAR"}
 # Run-level figures computed at ingest (or copied from the run's `summary` event).
@@ -36,7 +36,7 @@ SUMMARY_COLUMNS = {
     "verdict": "VARCHAR", "peak_rss_bytes": "BIGINT", "mean_cpu_pct": "DOUBLE", "n_epochs": "INTEGER",
     "other_share": "DOUBLE", "data_wait_p50_s": "DOUBLE", "data_wait_p90_s": "DOUBLE", "data_wait_p99_s": "DOUBLE",
     "loader_only_s": "DOUBLE", "compute_only_s": "DOUBLE", "aggregate_samples_per_s": "DOUBLE",
-    # schema v2: the bound per mode (engine/measure/bound.py)
+    # schema v2: the bound per mode (engine/calibrate/bound.py)
     "overlap": "DOUBLE", "serial_bound_s": "DOUBLE", "calib_age_s": "DOUBLE", "bound_note": "VARCHAR",
     "bound_error": "VARCHAR",
     **_SUMMARY_V4,

@@ -13,7 +13,7 @@ import pytest
 
 from engine import api
 from engine.analysis.stats import MIN_FOR_CI
-from engine.sweeps.demo import demo_sweep, ensure_demo
+from engine.jobs.demo import demo_sweep, ensure_demo
 
 DEMO_REPEATS = demo_sweep().repeats  # examples/demo.toml
 

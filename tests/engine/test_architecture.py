@@ -83,7 +83,8 @@ def test_the_engine_api_is_explicit_and_sorted():
 # ---------------------------------------------------------------------------- the import graph
 
 ENGINE = ROOT / "engine"
-MAX_FUNCTION_IMPORTS = 17  # what the code needs: torch, Ray and the store kept out of processes that must not load them
+MAX_FUNCTION_IMPORTS = 18  # what the code needs: torch, Ray and the store kept out of processes that must not load them
+# (18: the run child imports the bound and the prediction from their own packages since measure/ became a leaf)
 MAX_TOP_LEVEL_FILES = 15
 
 
@@ -285,3 +286,73 @@ def test_only_the_store_runs_sql():
                     and node.func.attr in ("execute", "executemany", "sql"):
                 offenders.append(f"{rel}:{node.lineno}: .{node.func.attr}()")
     assert offenders == []
+
+
+# ---------------------------------------------------------------------------- the layers
+
+# The engine's packages and top-level modules, lowest first: a module imports only from its own layer or below.
+# Instruments (measure) under what a run is built from, under the bound's passes that drive them, under the modes
+# whose bound it is, under the prediction that replays a mode's step, under the run, the store of runs, the queue
+# and the advice; the entry points on top.
+LAYERS = [
+    {"errors", "status", "names", "paths"},
+    {"config", "devices", "runlog"},
+    {"plugins", "presets"},
+    {"measure"},
+    {"workloads", "models", "loaders"},
+    {"calibrate"},
+    {"modes"},
+    {"registry"},
+    {"predict"},
+    {"analysis"},
+    {"store"},
+    {"run"},
+    {"sweeps"},
+    {"jobs"},
+    {"advice"},
+    {"api", "lab", "cli", "__main__", "engine"},
+]
+MAX_IMPORTS_UP = 1  # the goal of the house: at most one arrow back up a layer, each named below
+IMPORTS_UP: set[str] = set()
+
+
+def _layer(module: str) -> int:
+    """A module's layer: that of its package under engine/ (engine.modes.fused -> modes), or its own name."""
+    parts = module.split(".")
+    name = parts[1] if len(parts) > 1 else "engine"
+    return next(i for i, group in enumerate(LAYERS) if name in group)
+
+
+def _imports_up() -> list[str]:
+    graph = _graph(hidden=True, checking=True)
+    return sorted(f"{m} -> {t}" for m, targets in graph.items() for t in targets if _layer(t) > _layer(m))
+
+
+def test_every_engine_package_has_a_layer():
+    modules = _engine_modules()
+    named = {m.split(".")[1] if "." in m else "engine" for m in modules}
+    assert "measure" in named and "predict" in named  # the check sees the packages
+    assert sorted(named - set().union(*LAYERS)) == []
+
+
+def test_layers_run_one_way():
+    """No import runs back up a layer (counting imports inside functions and for annotations), beyond the few
+    named in IMPORTS_UP: the layering cannot slide back unnoticed."""
+    up = _imports_up()
+    assert len(up) <= MAX_IMPORTS_UP, up
+    assert set(up) <= IMPORTS_UP, up
+
+
+def test_measure_is_a_leaf_of_instruments():
+    """engine/measure/ imports no loader, mode, workload, bound, prediction, run or advice: instruments only."""
+    graph = _graph(hidden=True, checking=True)
+    above = {"loaders", "modes", "workloads", "models", "calibrate", "predict", "run", "advice", "registry"}
+    reached = sorted(f"{m} -> {t}" for m, targets in graph.items() if m.startswith("engine.measure")
+                     for t in targets if len(t.split(".")) > 1 and t.split(".")[1] in above)
+    assert "engine.measure.timers" in graph  # the check sees the package
+    assert reached == []
+
+
+def test_the_layer_check_finds_an_import_up():
+    assert _layer("engine.measure.timers") < _layer("engine.modes.single") < _layer("engine.advice.tune")
+    assert _layer("engine.cli") == len(LAYERS) - 1

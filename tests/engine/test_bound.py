@@ -1,4 +1,4 @@
-"""engine.measure.bound through real runs: a latency-dominated run is data-bound with efficiency near 1,
+"""engine.calibrate.bound through real runs: a latency-dominated run is data-bound with efficiency near 1,
 a big model on in-memory data is compute-bound, a loader and a model that cannot overlap (sync loader)
 are told so (no-overlap) with a bound of load + compute, a failing calibration leaves the run done, and a
 sweep reuses calibrations within a repeat. The bound's arithmetic as properties (more cores never raise
@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.config import RunConfig
-from engine.measure._passes import loader_pass
-from engine.measure.bound import EXPLAINED, FAIL_ENV, STALE, VERDICTS, Phase, _figures
+from engine.calibrate._passes import loader_pass
+from engine.calibrate.bound import EXPLAINED, FAIL_ENV, STALE, VERDICTS, Phase, _figures
 from engine.run.runner import launch
 from engine.runlog import read_events
 from engine.store import get_run

@@ -2,7 +2,7 @@
 
 The checks are on structure: which passes ran and on what share of the data; and on the one property every
 mode's bound has, whatever formula combines its passes: it is a bound, so a quiet run's epoch never beats it
-(engine/measure/bound.py's formulas themselves are not restated here).
+(engine/calibrate/bound.py's formulas themselves are not restated here).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 import pytest
 import torch
 
-from engine.measure.bound import STALE
+from engine.calibrate import STALE
 from engine.runlog import read_events
 from tests.engine._mode_runs import launch_mode, summary_of
 

@@ -1,7 +1,7 @@
-"""engine.advice.predict's capacity model as properties (Hypothesis over probes): more cores never slow a setting,
+"""engine.predict.model's capacity model as properties (Hypothesis over probes): more cores never slow a setting,
 more latency never speeds one, more process workers never slow one that fits the cores, a sync loader on a CPU
 is never predicted faster than the same setting overlapped, and no prediction beats the work the cores must do.
-The probe (engine/measure/probe.py) on real pipelines: a sleep is latency that holds no GIL, a Python loop is
+The probe (engine/predict/probe.py) on real pipelines: a sleep is latency that holds no GIL, a Python loop is
 CPU work that holds it, and what that predicts for threads against processes."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.advice.predict import MODES, predict, rank
+from engine.predict.model import MODES, predict, rank
 from engine.config import RunConfig
-from engine.measure.forecast import FAIL_ENV as FAIL_PROBE_ENV
-from engine.measure.probe import probe
+from engine.predict.forecast import FAIL_ENV as FAIL_PROBE_ENV
+from engine.predict.probe import probe
 from engine.measure.verdicts import VERDICTS
 from engine.modes import step_builder
 from engine.run.runner import launch

@@ -199,7 +199,7 @@ def test_tune_with_a_baseline_confirms_the_best_against_it(store):
 @pytest.mark.slow
 def test_the_first_rung_runs_the_predicted_fastest_in_predicted_order_then_candidate_0(store):
     from engine.advice import tune as tune_mod
-    from engine.advice.predict import rank
+    from engine.predict.model import rank
 
     base = {**TINY, "latency_ms": 1.0}
     result = tune("tensor", "mlp", budget_s=600, db=store, base=base, progress=False, top_k=3, eta=10,

@@ -1,4 +1,4 @@
-"""A run's predicted epoch (engine/advice/predict.py), made in the run's process and written to its RunLog as a
+"""A run's predicted epoch (engine/predict/model.py), made in the run's process and written to its RunLog as a
 `prediction` event: predicted_epoch_s, predicted_from, predicted_limit (the store's `runs` columns).
 
     prior   a probe of the same pipeline on this host is already in `<store dir>/calibrations/`: the run is
@@ -6,7 +6,7 @@
     own     no probe yet: after the run's calibration, the probe is measured here, saved for later runs, and the
             run predicted from it (not held out: bench/predict.py must not count it as a prediction)
 
-Only for modes the model covers (engine.advice.predict.MODES) and runs with a bound. A probe that fails leaves the run
+Only for modes the model covers (engine.predict.model.MODES) and runs with a bound. A probe that fails leaves the run
 as it was, with no prediction; the run's own figures stand.
 
 The CLI's `predict` and lab.predict share the rest: the cached probe or a new one (`cached_or_new`) and the
@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from engine import devices
-from engine.advice import predict
+from engine.predict import model as predict
 from engine.measure.host import fingerprint
-from engine.measure.probe import probe
+from engine.predict.probe import probe
 from engine.modes import step_builder
 from engine.measure.capacity import usable_cpus
 

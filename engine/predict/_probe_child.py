@@ -1,6 +1,6 @@
 """The probe of one pipeline on this host, from the calibrations cache or measured now, in a process of its own.
 
-    python -m engine.measure._probe_child CALIBRATIONS_DIR < config.json    # one JSON line: {"probe", "cached"}
+    python -m engine.predict._probe_child CALIBRATIONS_DIR < config.json    # one JSON line: {"probe", "cached"}
 
 `tune` asks for its base pipeline's probe here before its first run, not in its own process: tune lives through
 every run, and a probe run there would leave it a CUDA context (GPU memory the runs then lack) and warm OpenMP
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from engine.config import RunConfig
-from engine.measure.forecast import cached_or_new
+from engine.predict.forecast import cached_or_new
 
 __all__ = ["main"]
 

@@ -14,7 +14,7 @@ from this process). What can overlap in a mode decides its phases:
   ddp                 rank 0 only: its shard through the loader, its share of the batches through one
                       model, at the world size that ran (torchrun's); all-reduce is not in the bound
 
-This module keeps the shared passes (engine/measure/_passes.py) and the arithmetic:
+This module keeps the shared passes (engine/calibrate/_passes.py) and the arithmetic:
 
   loader-only   iterate the loader, no model: one warm-up epoch, then the fastest of up to 3 timed (steady time
                 after the first batch), with the CPU-seconds of the whole process tree (loader workers included)
@@ -58,7 +58,7 @@ from typing import Any, Callable, NamedTuple
 
 import torch
 
-from engine.measure._passes import compute_pass, loader_pass
+from engine.calibrate._passes import compute_pass, loader_pass
 from engine.measure.capacity import usable_cpus
 from engine.measure.verdicts import OVERLAP_MIN, VERDICTS, serial_kind, verdict_help
 from engine.runlog import read_events

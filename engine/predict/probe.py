@@ -1,4 +1,4 @@
-"""The probe behind engine/advice/predict.py: what one sample, one batch and one step cost on this machine, apart from
+"""The probe behind engine/predict/model.py: what one sample, one batch and one step cost on this machine, apart from
 any loader setting, measured in a few seconds.
 
     load     the dataset's fetch + collate (+ the copy to the device) of whole batches on one thread, as a loader
@@ -12,7 +12,7 @@ any loader setting, measured in a few seconds.
              CPU seconds per step. Two points fit Amdahl's law for any thread count between.
 
 The probe does not depend on the loader, its workers or its threads, so one probe predicts them all
-(engine/advice/predict.py). It is cached per workload, model, batch size and device on this host
+(engine/predict/model.py). It is cached per workload, model, batch size and device on this host
 (`<store dir>/calibrations/probe-*.json`): a later run of the same pipeline, in any sweep, is predicted
 before it runs.
 """
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import torch
 
 from engine.loaders import LOADERS, epoch_batches, to_device
-from engine.measure._passes import compute_pass, time_again
+from engine.calibrate import compute_pass, time_again
 from engine.measure.capacity import usable_cpus
 from engine.workloads import build_dataset
 

@@ -1,5 +1,5 @@
 """Predict the steady epoch time of a loader setting before running it, from a capacity model of this machine and
-this pipeline (the probe, engine/measure/probe.py).
+this pipeline (the probe, engine/predict/probe.py).
 
     python -m engine predict --workload jpeg --model cnn                      # every tune candidate, ranked
     python -m engine predict --workload jpeg --model cnn --loader processes --workers 2 --threads 1
@@ -159,7 +159,7 @@ def probe_path(calibrations: Path, cfg: RunConfig, machine: str, device: str) ->
     """Where cfg's probe lives: keyed by the pipeline (PROBE_KEYS), the machine and the device type, not by the
     loader or the sweep, so every run of the pipeline on this host finds it."""
     # NOTE: here, not at the top: the probe's module imports torch, which the CLI's parent and the pages must not load
-    from engine.measure.probe import PROBE_KEYS
+    from engine.predict.probe import PROBE_KEYS
     key = [machine, device, [getattr(cfg, k) if k != "device" else device for k in PROBE_KEYS]]
     return calibrations / f"probe-{hashlib.sha1(json.dumps(key).encode()).hexdigest()[:16]}.json"
 

@@ -1,4 +1,4 @@
-"""The two calibration passes behind engine/measure/bound.py, measured in the run's process after the run."""
+"""The two calibration passes behind engine/calibrate/bound.py, measured in the run's process after the run."""
 
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ def _fastest_replay(step: Callable, inputs: list, device: torch.device) -> tuple
 def time_again(timed: int, spent_s: float, budget_s: float) -> bool:
     """Whether to time a measurement once more (and keep the fastest): fewer than _REPLAYS timed, or all of them
     inside _MIN_TIMED_S (a stretch in which the core may have run slow throughout); never past the budget. The
-    passes and the predictor's probe (engine/measure/probe.py) both ask it."""
+    passes and the predictor's probe (engine/predict/probe.py) both ask it."""
     return spent_s < budget_s and (timed < _REPLAYS or spent_s < _MIN_TIMED_S)
 
 

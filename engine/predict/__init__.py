@@ -1,0 +1,15 @@
+"""Predict before you run: how long a steady epoch of a loader setting takes on this machine, and what limits it.
+
+    model.py         the capacity model: a setting and a probe -> a predicted epoch and its limit (no torch)
+    probe.py         what a batch, a step and the GIL cost on this machine, apart from any loader setting
+    _probe_child.py  the probe in a child process (tune's, before its warm parent starts)
+    forecast.py      a run's predicted epoch (prior: from a cached probe; own: from the run's) and predict's table
+
+It sits above the modes (the probe replays a mode's step) and below the run, which stores each prediction beside
+its measured epoch. This face exports the model alone, so that importing it loads no torch: the CLI's parent, the
+notebook API and the dashboard read it; the probe and the forecast are imported where torch is.
+"""
+
+from engine.predict.model import MODES, Prediction, load_probe, predict, probe_path, rank, save_probe
+
+__all__ = ["MODES", "Prediction", "load_probe", "predict", "probe_path", "rank", "save_probe"]
