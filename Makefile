@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 # time is subprocesses starting and waiting, and tests/conftest.py gives each worker its share of the cores.
 TEST_WORKERS ?= 2
 
-.PHONY: install run demo worker test browser-deps share clean bench test-gpu bench-gpu
+.PHONY: install run demo worker test browser-deps share clean bench test-gpu bench-gpu docs docs-serve
 
 $(STAMP): requirements.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -53,6 +53,14 @@ test: $(CLUSTER_STAMP) browser-deps
 	$(PYTEST) -m quiet $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(PYTEST) -n $(TEST_WORKERS) -m "not quiet" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
+# The docs site (docs/, mkdocs.yml): built strictly, so a broken link or a missing page fails; the CLI reference is
+# generated from the CLI's parsers as it builds. `make test` builds it too (tests/docs/test_docs.py).
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
+docs-serve: install
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve --dev-addr 127.0.0.1:8000
+
 bench: install
 	$(PY) bench/loaders.py
 
@@ -79,4 +87,4 @@ share: demo
 	LOADERLAB_TOKEN=$$TOKEN $(PY) -m engine serve --address 0.0.0.0 --port $(PORT)
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache site
