@@ -30,7 +30,7 @@ __all__ = ["MIN_FOR_CI", "NOISY_CV", "ci_text", "compare", "cv", "matching", "me
            "mixed_hosts_warning", "ratio_ci", "speedup_vs_sequential", "summarize_configs", "time_breakdown",
            "verdict"]
 
-NOISY_CV = 0.10   # DESIGN: a coefficient of variation over 10% flags a config as noisy
+NOISY_CV = 0.10   # docs/design.md: a coefficient of variation over 10% flags a config as noisy
 MIN_FOR_CI = 6    # the fewest values whose exact interval of the median reaches 95% (n=5 gives 93.75%)
 
 

@@ -47,7 +47,7 @@ __all__ = ["run_worker"]
 
 log = logging.getLogger(__name__)
 
-STALE_AFTER_S = 30.0  # a run whose heartbeat is older is marked killed (DESIGN: stale runs)
+STALE_AFTER_S = 30.0  # a run whose heartbeat is older is marked killed (docs/design.md: stale runs)
 SCAN_EVERY_S = 30.0  # how often an idle worker looks for stale or un-ingested RunLogs
 
 

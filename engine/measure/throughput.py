@@ -1,7 +1,7 @@
 """Samples per second of a run: the one definition behind the modes' run figures and the store's runs table.
 
-DESIGN's aggregate throughput: the samples of every model and rank over ONE span, from the first epoch's start
-to the last epoch's end. Summing per-epoch spans instead would count twice the time two drifting processes
+The aggregate throughput of docs/design.md: the samples of every model and rank over ONE span, from the first
+epoch's start to the last epoch's end. Summing per-epoch spans instead would count twice the time two drifting processes
 overlap, and leave out a single run's gaps between epochs. Pure: the store reads it without torch.
 
     rate = samples_per_s(steady_epochs)   # None when no epoch has a start and an end

@@ -3,6 +3,7 @@
     loss = train_step(model, opt, x, y)                            # forward, backward, step
     model = build_model(cfg, dataset, idx=1, device=device)       # dual-*: model_b / width_b for idx 1
     record = train_epoch(model, opt, loader.epoch(e), device)     # the single loop's body, for one model
+    record, loss = timed_epoch(batches, device, step)              # the one timed loop, for any step
     recorder.write(epoch_payload(cfg, model_idx, rank, e, record))
     recorder.finish()                                              # ctx.summary: aggregate figures
 
@@ -32,7 +33,7 @@ if TYPE_CHECKING:  # annotations only: the run side does not import the config (
     from engine.config import RunConfig
 
 __all__ = ["FAIL_AT_ENV", "Recorder", "build_model", "check_devices", "check_model_b", "epoch_payload",
-           "fail_point", "step_builder", "throughput", "train_epoch", "train_step"]
+           "fail_point", "step_builder", "throughput", "timed_epoch", "train_epoch", "train_step"]
 
 FAIL_AT_ENV = "LOADERLAB_FAIL_AT"
 
@@ -67,20 +68,34 @@ def step_builder(cfg: RunConfig, idx: int, device: torch.device, *, dual: bool =
     return build
 
 
-def train_epoch(model: torch.nn.Module, opt: torch.optim.Optimizer, batches: Iterable, device: torch.device
-                ) -> dict[str, Any]:
-    """One epoch of one model over `batches`, timed like the single loop; the record includes the mean loss."""
+def timed_epoch(batches: Iterable, device: torch.device, step: Callable[[torch.Tensor, torch.Tensor], Any],
+                settle: Callable[[], None] | None = None) -> tuple[dict[str, Any], torch.Tensor | None]:
+    """The one timed epoch loop every mode runs: for each batch, the wait for it, its copy to `device` and
+    `step(x, y)`, timed by an EpochTimer. `step` returns the batch's mean loss (one per model: a tensor of N), or
+    None when it keeps its own; `settle` runs after the last step and before the timer's end (split: the other
+    devices' streams). Returns the timer's record and the mean loss per sample (None if the step kept none)."""
     timer = EpochTimer(device)
-    loss_sum = torch.zeros((), device=device)
+    loss_sum: torch.Tensor | None = None
     samples = 0
     for batch in timer.batches(batches):
         with timer.copy():
             x, y = to_device(batch, device)
         with timer.compute():
-            loss_sum += train_step(model, opt, x, y) * y.shape[0]
+            loss = step(x, y)
+            if loss is not None:  # NOTE: summed as a tensor: no .item() (a sync) inside the timed step
+                loss_sum = loss * y.shape[0] if loss_sum is None else loss_sum + loss * y.shape[0]
         samples += y.shape[0]
+    if settle is not None:
+        settle()
     record = timer.finish(samples)
-    record["loss"] = loss_sum.item() / max(samples, 1)
+    return record, None if loss_sum is None else loss_sum / max(samples, 1)
+
+
+def train_epoch(model: torch.nn.Module, opt: torch.optim.Optimizer, batches: Iterable, device: torch.device
+                ) -> dict[str, Any]:
+    """One epoch of one model over `batches` (the timed loop); the record includes the mean loss."""
+    record, loss = timed_epoch(batches, device, lambda x, y: train_step(model, opt, x, y))
+    record["loss"] = loss.item() if loss is not None else 0.0
     return record
 
 

@@ -15,12 +15,12 @@ import torch
 
 from engine import devices
 from engine.errors import ConfigError
-from engine.loaders import LOADERS, to_device
+from engine.loaders import LOADERS
 from engine.measure import cuda_events
-from engine.measure.timers import EpochTimer
 from engine.models import make_optimizer
 from engine.modes._base import RunContext
-from engine.modes._common import Recorder, build_model, check_model_b, epoch_payload, fail_point, train_step
+from engine.modes._common import (Recorder, build_model, check_model_b, epoch_payload, fail_point, timed_epoch,
+                                  train_step)
 from engine.workloads import build_dataset
 
 if TYPE_CHECKING:  # annotations only: the run side does not import the config (engine/registry.py says why)
@@ -40,6 +40,27 @@ def check_streams(cfg: RunConfig) -> None:
         raise ConfigError("device", f"dual-streams runs on a CUDA device, not '{cfg.device}'; use auto or cuda")
 
 
+def _both(models: list, opts: list, streams: list, pool: cuda_events.EventPool, spans: list[list[cuda_events.Span]],
+          x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """One step of both models, each on its own stream after the batch's copy; the default stream then waits for
+    both. Returns their losses, [2], on the default stream."""
+    main = torch.cuda.current_stream(x.device)
+    losses = []
+    for i, (model, opt, stream) in enumerate(zip(models, opts, streams)):
+        stream.wait_stream(main)  # the batch is ready
+        with torch.cuda.stream(stream):
+            span = pool.span()
+            span.start.record(stream)
+            losses.append(train_step(model, opt, x, y))
+            span.end.record(stream)
+        spans[i].append(span)
+    for stream in streams:
+        main.wait_stream(stream)
+    for loss in losses:
+        loss.record_stream(main)  # NOTE: made on a model's stream, read on the default one: not reused before that
+    return torch.stack(losses)
+
+
 def run_streams(ctx: RunContext) -> None:
     cfg, device = ctx.cfg, ctx.device
     if device.type != "cuda":
@@ -57,32 +78,15 @@ def run_streams(ctx: RunContext) -> None:
             for i in range(len(models)):
                 fail_point(i, epoch)
             # --- one epoch: one shared data wait and copy per step, one compute span per model ---
-            timer = EpochTimer(device)
             spans: list[list[cuda_events.Span]] = [[] for _ in models]
-            loss_sums = [torch.zeros((), device=device) for _ in models]
-            samples = 0
-            for batch in timer.batches(loader.epoch(epoch)):
-                with timer.copy():
-                    x, y = to_device(batch, device)
-                with timer.compute():
-                    main = torch.cuda.current_stream(device)
-                    for i, (model, opt, stream) in enumerate(zip(models, opts, streams)):
-                        stream.wait_stream(main)  # the batch (and the loss accumulators) are ready
-                        with torch.cuda.stream(stream):
-                            span = pool.span()
-                            span.start.record(stream)
-                            loss_sums[i] += train_step(model, opt, x, y) * y.shape[0]
-                            span.end.record(stream)
-                        spans[i].append(span)
-                    for stream in streams:
-                        main.wait_stream(stream)
-                samples += y.shape[0]
-            record = timer.finish(samples)  # synchronizes: every event below has completed
+            record, losses = timed_epoch(loader.epoch(epoch), device,
+                                         lambda x, y: _both(models, opts, streams, pool, spans, x, y))
             # --- record: the shared step timings, with each model's own stream compute time ---
-            for i in range(len(models)):
+            for i in range(len(models)):  # the timer's end synchronized: every event below has completed
                 compute = [span.seconds() for span in spans[i]]
                 steps = [[*row[:3], compute[k], row[4]] for k, row in enumerate(record["steps"])]
                 recorder.write(epoch_payload(cfg, i, 0, epoch, {
-                    **record, "compute_s": sum(compute), "steps": steps, "loss": loss_sums[i].item() / max(samples, 1),
+                    **record, "compute_s": sum(compute), "steps": steps,
+                    "loss": losses[i].item() if losses is not None else 0.0,
                 }))
     recorder.finish()

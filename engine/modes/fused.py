@@ -25,13 +25,12 @@ import torch
 from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 
 from engine.errors import ConfigError
-from engine.loaders import LOADERS, to_device
+from engine.loaders import LOADERS
 from engine.measure import trace
 from engine.calibrate import Calibrator, Phase
-from engine.measure.timers import EpochTimer
 from engine.models import MODELS, check_vmappable, loss_fn, make_optimizer
 from engine.modes._base import ModeSpec, RunContext
-from engine.modes._common import Recorder, build_model, epoch_payload, fail_point
+from engine.modes._common import Recorder, build_model, epoch_payload, fail_point, timed_epoch
 from engine.plugins import is_spec
 from engine.workloads import build_dataset
 
@@ -117,16 +116,8 @@ def run(ctx: RunContext) -> None:
 
 def _epoch(step: Any, batches: Any, n_models: int, device: torch.device) -> tuple[dict[str, Any], list[float]]:
     """One epoch: every step trains all N models at once. Returns the timer's record and each model's mean loss."""
-    timer = EpochTimer(device)
-    loss_sums = torch.zeros(n_models, device=device)
-    samples = 0
-    for batch in timer.batches(batches):
-        with timer.copy():
-            x, y = to_device(batch, device)
-        with timer.compute():
-            loss_sums += step(x, y) * y.shape[0]
-        samples += y.shape[0]
-    return timer.finish(samples), (loss_sums / max(samples, 1)).tolist()
+    record, losses = timed_epoch(batches, device, step)
+    return record, losses.tolist() if losses is not None else [0.0] * n_models
 
 
 def bound(cal: Calibrator) -> list[Phase]:

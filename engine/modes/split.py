@@ -26,12 +26,11 @@ from torch import nn
 
 from engine.devices import resolve as resolve_device
 from engine.errors import ConfigError
-from engine.loaders import LOADERS, to_device
+from engine.loaders import LOADERS
 from engine.calibrate import Calibrator, Phase
-from engine.measure.timers import EpochTimer
 from engine.models import MODELS, build_model, loss_fn, make_optimizer, split_stages
 from engine.modes._base import ModeSpec, RunContext
-from engine.modes._common import Recorder, check_devices, epoch_payload, fail_point
+from engine.modes._common import Recorder, check_devices, epoch_payload, fail_point, timed_epoch
 from engine.modes._stage_step import stage_builder
 from engine.plugins import is_spec
 from engine.workloads import build_dataset
@@ -122,6 +121,21 @@ class Pipeline:
                 torch.cuda.current_stream(first).wait_event(event)
 
 
+def _step(pipe: Pipeline, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """One split step: the pipelined forward and backward, the optimizer step, the first device waiting for all."""
+    opt.zero_grad(set_to_none=True)
+    loss = pipe.forward_backward(x, y)
+    opt.step()
+    pipe.sync_to_first()
+    return loss
+
+
+def _sync_others(devices: list[torch.device], first: torch.device) -> None:
+    """Before the epoch's timer ends on the first device: every other CUDA device has finished its work."""
+    for device in {d for d in devices if d.type == "cuda" and d != first}:
+        torch.cuda.synchronize(device)
+
+
 def run(ctx: RunContext) -> None:
     cfg = ctx.cfg
     # --- build: the model (seeded like single), cut into stages placed on their devices ---
@@ -138,22 +152,9 @@ def run(ctx: RunContext) -> None:
         for epoch in range(cfg.epochs):
             fail_point(0, epoch)
             # --- one epoch: every step is one pipelined forward/backward plus the optimizer step ---
-            timer = EpochTimer(first)
-            loss_sum = torch.zeros((), device=devices[-1])
-            samples = 0
-            for batch in timer.batches(loader.epoch(epoch)):
-                with timer.copy():
-                    x, y = to_device(batch, first)
-                with timer.compute():
-                    opt.zero_grad(set_to_none=True)
-                    loss_sum += pipe.forward_backward(x, y) * y.shape[0]
-                    opt.step()
-                    pipe.sync_to_first()
-                samples += y.shape[0]
-            for device in {d for d in devices if d.type == "cuda" and d != first}:
-                torch.cuda.synchronize(device)
-            record = timer.finish(samples)
-            record["loss"] = loss_sum.item() / max(samples, 1)
+            record, loss = timed_epoch(loader.epoch(epoch), first, lambda x, y: _step(pipe, opt, x, y),
+                                       settle=lambda: _sync_others(devices, first))
+            record["loss"] = loss.item() if loss is not None else 0.0
             recorder.write(epoch_payload(cfg, 0, 0, epoch, record))
     recorder.finish()
 

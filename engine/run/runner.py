@@ -191,7 +191,7 @@ def _predict(how: Callable[..., dict[str, Any] | None], *args: Any) -> dict[str,
 
 
 class _Heartbeat:
-    """Touches the heartbeat every second so a hung or dead run is noticed (DESIGN: stale runs)."""
+    """Touches the heartbeat every second so a hung or dead run is noticed (docs/design.md: stale runs)."""
 
     def __init__(self, runlog: RunLog, period_s: float = 1.0):
         self.runlog, self.period = runlog, period_s
