@@ -9,9 +9,9 @@ Pipeline, built per epoch:
 
 Stage functions run on this loader's pool of `workers` threads, each with torch.set_num_threads(1), under
 SPDL's asyncio event loop thread: like `threads`, it wins when the dataset releases the GIL and loses to
-processes on pure-Python work. SPDL's own failure handling skips a failed item by default; here the
-first failure halts the pipeline (max_failures=0) and the stage's exception is re-raised in the consumer
-with its original message. No batch within worker_timeout_s raises LoaderTimeout naming the stage
+processes on pure-Python work. SPDL's own failure handling skips a failed item by default; here a stage's
+exception travels down the pipeline as a value and is re-raised in the consumer with its original message
+(max_failures=0 halts the pipeline on anything else). No batch within worker_timeout_s raises LoaderTimeout naming the stage
 that holds calls in flight; a pipeline that ends short of the plan (stopped, cancelled) fails the epoch.
 """
 
@@ -37,25 +37,26 @@ STOP_S = 3.0  # how long close() waits for SPDL's event loop to wind down (a stu
 
 
 class _Watch:
-    """One epoch's stage bookkeeping: the calls in flight per stage, and the first stage error."""
+    """One epoch's stage bookkeeping: the calls in flight per stage, and the stage threads."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._busy: dict[str, dict[int, float]] = {}  # stage -> {call id: start time}
-        self.error: ExceptionWrapper | None = None
         self.threads: list[threading.Thread] = []  # the pool's threads, joined at close()
 
     def wrap(self, stage: str, fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """fn, timed in flight; its exception becomes an ExceptionWrapper *value* that travels down the pipeline.
+
+        NOTE: a value, not a raise: SPDL logs every failed task's traceback (ERROR, to stderr), and a run that
+        fails must say so in one line. A batch holding a wrapped error is that error (see _first_error)."""
         def run(arg: Any) -> Any:
             call = id(arg)
             with self._lock:
                 self._busy.setdefault(stage, {})[call] = time.monotonic()
             try:
-                return fn(arg)
+                return _first_error(arg) or fn(arg)
             except Exception:
-                if self.error is None:
-                    self.error = ExceptionWrapper(where=f"in the spdl loader's '{stage}' stage")
-                raise
+                return ExceptionWrapper(where=f"in the spdl loader's '{stage}' stage")
             finally:
                 with self._lock:
                     self._busy[stage].pop(call, None)
@@ -102,10 +103,10 @@ class SpdlLoader(Loader):
                 except TimeoutError:
                     raise LoaderTimeout(f"{LoaderTimeout.after(self.name, self.cfg.worker_timeout_s)}; "
                                         f"{watch.stuck()}") from None
-                except Exception as err:  # noqa: BLE001 - a stage's own error is re-raised as it came
-                    if watch.error is not None:
-                        watch.error.reraise()
+                except Exception as err:  # noqa: BLE001 - SPDL's own failure (a stage's errors come as values)
                     raise RuntimeError(f"spdl loader: the pipeline failed ({type(err).__name__}: {err})") from err
+                if isinstance(batch, ExceptionWrapper):
+                    batch.reraise()  # the stage's exception, its original message and traceback text
                 delivered += 1
                 yield batch
             if delivered != self.num_batches:
@@ -137,6 +138,13 @@ class SpdlLoader(Loader):
                     log.warning("spdl loader: stage thread %s still busy after %.1f s; leaving it to finish",
                                 t.name, STOP_S)
         self._watches.clear()
+
+
+def _first_error(arg: Any) -> ExceptionWrapper | None:
+    """The error a fetched sample carries into the collate stage (a list of samples), if any."""
+    if isinstance(arg, list):
+        return next((a for a in arg if isinstance(a, ExceptionWrapper)), None)
+    return None
 
 
 def _stop(pipeline: Pipeline) -> None:
