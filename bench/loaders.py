@@ -3,6 +3,12 @@ and the engine's overhead against a plain `for x, y in DataLoader(...)` loop at 
 
     .venv/bin/python bench/loaders.py [--n-samples 1000] [--epochs 3] [--repeats 3]
 
+With --versus: DataLoader (`processes`), torchdata.nodes (`threads`) and SPDL (`spdl`) at equal workers on jpeg
+decode, the GIL-bound pyloop and examples/own_pipeline, loader only, each run a fresh process, interleaved, with
+epoch time, CPU-seconds and peak PSS and their 95% intervals (bench/_loaders_versus.py says how):
+
+    .venv/bin/python bench/loaders.py --versus [--repeats 7] [--workers 2] [--n-samples 1000] [--epochs 3]
+
 Engine and plain loops run interleaved in this one process run, so the ratio engine/plain is a
 side-by-side measurement (the machine's noise hits both alike). Target: ratio <= 1.03.
 The engine is timed in-process here (the single-mode loop, its EpochTimer included), because the
@@ -21,6 +27,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import _loaders_versus as versus  # noqa: E402 (bench/, beside this script)
 
 from engine.config import RunConfig  # noqa: E402
 from engine.loaders._base import epoch_batches  # noqa: E402
@@ -78,11 +86,18 @@ def main() -> None:
     ap.add_argument("--n-samples", type=int, default=1000)
     ap.add_argument("--image-size", type=int, default=64)
     ap.add_argument("--epochs", type=int, default=3)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--workers", default="0,1,2,4")
+    ap.add_argument("--repeats", type=int, default=None, help="3; with --versus 7 (the fewest for an interval)")
+    ap.add_argument("--workers", default=None, help="0,1,2,4; with --versus one count for all three (2)")
+    ap.add_argument("--versus", action="store_true", help="DataLoader vs torchdata.nodes vs SPDL (docstring)")
+    ap.add_argument("--workloads", default="jpeg,pyloop,own_pipeline", help="with --versus")
     args = ap.parse_args()
     host = fingerprint()
     print(f"machine: {host['cpu_model']}, {host['cores']} cores, torch {host['torch_version']}")
+    if args.versus:
+        base = dict(n_samples=args.n_samples, image_size=args.image_size, batch_size=32, seed=0, device="cpu")
+        versus.run(args.workloads.split(","), int(args.workers or 2), args.repeats or 7, args.epochs, base)
+        return
+    args.repeats, args.workers = args.repeats or 3, args.workers or "0,1,2,4"
     base = dict(workload="jpeg", n_samples=args.n_samples, image_size=args.image_size, model="cnn", width=16,
                 depth=2, batch_size=64, epochs=args.epochs, warmup_epochs=1, bound=False)
     WORKLOADS["jpeg"](RunConfig.from_dict(base))  # generate the files before anything is timed

@@ -53,7 +53,7 @@ class RunConfig:
     seed: int = _f(0, "seed for data, shuffling and initial weights", "workload", min=0, max=2**31 - 1)
     # --- loader ---
     loader: str = _f("sync", "how batches are produced", "loader", choices="loaders")
-    workers: int = _f(0, "threads or processes producing batches (threads, processes)", "loader", min=0, max=256)
+    workers: int = _f(0, "threads or processes producing batches (threads, processes, spdl)", "loader", min=0, max=256)
     prefetch_depth: int = _f(2, "batches kept ready ahead of the training loop", "loader", min=1, max=1024)
     start_method: str = _f("fork", "multiprocessing start method (processes)", "loader",
                            choices=("fork", "spawn", "forkserver"))
@@ -172,7 +172,7 @@ class RunConfig:
             _check_field(f, getattr(self, f.name))
         if self.warmup_epochs >= self.epochs:
             raise ConfigError("warmup_epochs", f"must be less than epochs ({self.epochs}) so that some epochs count")
-        if self.loader in ("threads", "processes") and self.workers < 1:
+        if self.loader in ("threads", "processes", "spdl") and self.workers < 1:
             raise ConfigError("workers", f"loader '{self.loader}' needs workers >= 1")
         if self.workload == "folder" and not self.folder:
             raise ConfigError("folder", "the folder workload needs --folder PATH to a directory of class subfolders")

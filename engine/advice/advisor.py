@@ -47,7 +47,7 @@ PROBLEM_KEYS = ("n_samples", "image_size", "num_classes", "work_us", "latency_ms
 # The loader settings (and batch size) ranked against each other: loader, workers, prefetch_depth, start_method,
 # persistent_workers, pin_memory, batch_size; a user's baseline names the same ones
 KNOB_KEYS = baseline.BASELINE_KEYS
-_POOLED = ("threads", "processes")  # loaders with workers
+_POOLED = ("threads", "processes", "spdl")  # loaders with workers
 # 7 repeats per config: with 6 or more a side stats.ratio_ci has a 95% interval (6 + 7 is the least)
 CONFIRM_REPEATS = 7
 
@@ -331,7 +331,7 @@ def _candidates(best: dict[str, Any], cores: int) -> dict[str, list[Suggestion]]
             out["more"].append(Suggestion({"workers": w * 2}, "more workers produce batches faster"))
         if w >= 2:
             out["fewer"].append(Suggestion({"workers": w // 2}, "fewer workers cost less start-up and contention"))
-        other = "processes" if loader == "threads" else "threads"
+        other = "threads" if loader == "processes" else "processes"  # spdl's stages are threads too
         why = ("processes sidestep the GIL" if other == "processes" else "threads skip pickling and start-up")
         out["switch"].append(Suggestion({"loader": other}, why))
     else:

@@ -95,7 +95,7 @@ def parse_budget(text: str | float) -> float:
 
 
 def candidates(base: RunConfig, cores: int | None = None, default_threads: int | None = None) -> list[RunConfig]:
-    """sync; prefetch and threads/processes x workers {1, 2, 4, ... <= cores (at least 2)}, each with
+    """sync; prefetch and threads/processes/spdl x workers {1, 2, 4, ... <= cores (at least 2)}, each with
     prefetch_depth {2, 8}; each of those with intra-op threads {0 (auto: torch's default), 1, what fits: cores -
     the loader's threads (workers; prefetch's one), at least 1}, without repeats (an explicit count equal to
     `default_threads`, torch's default when known, is auto's twin). A base that sets threads keeps them. Everything
@@ -106,7 +106,7 @@ def candidates(base: RunConfig, cores: int | None = None, default_threads: int |
     for depth in (2, 8):
         settings.append(base.replace(loader="prefetch", workers=0, prefetch_depth=depth))
         settings += [base.replace(loader=loader, workers=w, prefetch_depth=depth)
-                     for loader in ("threads", "processes") for w in workers]
+                     for loader in ("threads", "processes", "spdl") for w in workers]
     return [s.replace(threads=t) for s in settings for t in _thread_counts(s, cores, default_threads)]
 
 

@@ -4,6 +4,7 @@
     prefetch   one background thread keeps batches ready; on CUDA it also overlaps the host-to-device copy
     threads    N threads (torchdata.nodes.ParallelMapper) build batches in parallel
     processes  N worker processes (torch DataLoader)
+    spdl       an SPDL pipeline (spdl.pipeline): N threads fetch samples, then aggregate and collate
 
 LOADERS maps each name to its class. All take (dataset, cfg, device), yield the same batches in the same
 order for a given seed and epoch via `loader.epoch(e)`, raise LoaderTimeout when no batch arrives within
@@ -14,13 +15,15 @@ cfg.worker_timeout_s, and are context managers whose close() stops their threads
 from engine.loaders._base import Loader, LoaderTimeout, epoch_batches, to_device
 from engine.loaders.prefetch import PrefetchLoader
 from engine.loaders.processes import ProcessLoader
+from engine.loaders.spdl import SpdlLoader
 from engine.loaders.sync import SyncLoader
 from engine.loaders.threads import ThreadLoader
 from engine.names import unique
 
-__all__ = ["LOADERS", "Loader", "LoaderTimeout", "PrefetchLoader", "ProcessLoader", "SyncLoader", "ThreadLoader",
-           "epoch_batches", "to_device"]
+__all__ = ["LOADERS", "Loader", "LoaderTimeout", "PrefetchLoader", "ProcessLoader", "SpdlLoader", "SyncLoader",
+           "ThreadLoader", "epoch_batches", "to_device"]
 
 LOADERS = unique("loader", [
     ("sync", SyncLoader), ("prefetch", PrefetchLoader), ("threads", ThreadLoader), ("processes", ProcessLoader),
+    ("spdl", SpdlLoader),
 ])

@@ -201,7 +201,11 @@ class Loader:
 
     def fetch(self, keys: list[Key]) -> tuple[Tensor, Tensor]:
         """One batch: the samples of `keys`, collated (pinned when it will be copied to CUDA)."""
-        x, y = self.collate([self.dataset[k] for k in keys])
+        return self.assemble([self.dataset[k] for k in keys])
+
+    def assemble(self, samples: list[Any]) -> tuple[Tensor, Tensor]:
+        """Collate fetched samples into one batch (pinned when it will be copied to CUDA)."""
+        x, y = self.collate(samples)
         y = y if y.is_floating_point() else y.long()  # NOTE: float labels are a user's soft targets: keep them
         if self.pin:
             x, y = x.pin_memory(), y.pin_memory()

@@ -105,7 +105,8 @@ def predict(cfg: RunConfig, probe: dict[str, Any], cores: float | None = None) -
     else:
         # the first batch is waited for in full (one producer makes it), the last batch's step runs after it; w
         # producers start together, so batches come in waves of w (8 batches, 4 workers: 2 waves, not 1 + 7/4)
-        first, producers = latency + work, max(1, loader_threads) if cfg.loader in ("threads", "processes") else 1
+        first = latency + work
+        producers = max(1, loader_threads) if cfg.loader in ("threads", "processes", "spdl") else 1
         terms = {"data-bound": math.ceil(batches / producers) * producers * produce + step_wall,
                  "compute-bound": first + batches * step_wall, "cpu-bound": cpu}
     limit = max(terms, key=terms.__getitem__)
@@ -121,7 +122,7 @@ def rank(configs: list[RunConfig], probe: dict[str, Any], cores: float | None = 
 
 def _producer(cfg: RunConfig, latency: float, work: float, gil: float | None) -> float:
     """Seconds per batch the loader's producers need, cores aside (the cores term charges those)."""
-    if cfg.loader == "threads":
+    if cfg.loader in ("threads", "spdl"):  # spdl's stages run on `workers` threads: the same GIL share applies
         g = 1.0 if gil is None else gil  # NOTE: unmeasured (one core): assume the worst, GIL-bound
         return (latency + (1 - g) * work) / max(1, cfg.workers) + g * work
     if cfg.loader == "processes":

@@ -200,7 +200,7 @@ def test_a_failing_calibration_keeps_the_run_done_with_bound_error(tmp_path, mon
 
 # Every loader, and the processes loader under each start method (the others ignore it).
 LOADER_STARTS = [("sync", "fork"), ("prefetch", "fork"), ("threads", "fork"), ("processes", "fork"),
-                 ("processes", "spawn"), ("processes", "forkserver")]
+                 ("processes", "spawn"), ("processes", "forkserver"), ("spdl", "fork")]
 # 64 samples, 8 per batch, 2 workers: a short epoch, so whatever a loader pays once would dominate the pass
 SMALL = {"n_samples": 64, "image_size": 8, "width": 8, "batch_size": 8, "epochs": 4, "warmup_epochs": 1,
          "workers": 2, "device": "cpu", "sample_hz": 0.0, "threads": 1}

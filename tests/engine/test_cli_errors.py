@@ -207,7 +207,7 @@ def build(**cfg):
 '''
 
 
-@pytest.mark.parametrize("loader", ["sync", "prefetch", "threads", "processes"])
+@pytest.mark.parametrize("loader", ["sync", "prefetch", "threads", "processes", "spdl"])
 def test_a_failed_run_is_one_line_for_every_loader_with_the_traceback_in_its_runlog(tmp_path, store, loader):
     (tmp_path / "failing_data.py").write_text(FAILING_DATA)
     out = cli("run", "--workload", "failing_data:build", "--num-classes", "2", "--image-size", "8", "--batch-size",

@@ -61,7 +61,7 @@ def test_every_findings_sweep_gives_each_config_enough_runs_for_an_interval():
     from engine.analysis import stats
 
     paths = sorted((ROOT / "examples").glob("findings_*.toml"))
-    assert len(paths) == 5
+    assert len(paths) == 6
     for path in paths:
         sweep = SweepConfig.from_dict(tomllib.loads(path.read_text()))
         assert sweep.repeats >= 7, path.name

@@ -17,11 +17,13 @@ import torch
 from _loader_fixtures import TinyDataset
 
 from engine.config import ConfigError, RunConfig
-from engine.loaders import (LoaderTimeout, PrefetchLoader, ProcessLoader, SyncLoader, ThreadLoader,
+from engine.loaders import (LoaderTimeout, PrefetchLoader, ProcessLoader, SpdlLoader, SyncLoader, ThreadLoader,
                             epoch_batches)
 
-KINDS = {"sync": SyncLoader, "prefetch": PrefetchLoader, "threads": ThreadLoader, "processes": ProcessLoader}
-CASES = [("sync", 0), ("prefetch", 0), ("threads", 1), ("threads", 2), ("processes", 1), ("processes", 2)]
+KINDS = {"sync": SyncLoader, "prefetch": PrefetchLoader, "threads": ThreadLoader, "processes": ProcessLoader,
+         "spdl": SpdlLoader}
+CASES = [("sync", 0), ("prefetch", 0), ("threads", 1), ("threads", 2), ("processes", 1), ("processes", 2),
+         ("spdl", 1), ("spdl", 2)]
 IDS = [f"{k}-{w}" for k, w in CASES]
 BACKGROUND = [c for c in CASES if c[0] != "sync"]  # loaders with a producer that can time out
 N, BS, SEED = 37, 4, 7  # 37 is not a multiple of 4: the last batch is smaller
@@ -105,7 +107,7 @@ def test_samples_are_produced_where_the_loader_says(kind, workers):
     else:
         assert pids == {os.getpid()}
         assert (tids == {here}) == (kind == "sync")
-        if kind == "threads":
+        if kind in ("threads", "spdl"):
             assert 1 <= len(tids) <= workers
 
 
@@ -168,7 +170,7 @@ def test_spawned_workers_deliver_the_sync_batches():
     assert leftovers(before) == ([], [])
 
 
-@pytest.mark.parametrize("kind", ["threads", "processes"])
+@pytest.mark.parametrize("kind", ["threads", "processes", "spdl"])
 def test_parallel_loaders_need_workers(kind):
     with pytest.raises(ConfigError) as err:
         make(kind, TinyDataset(N), 0)

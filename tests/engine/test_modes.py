@@ -21,7 +21,7 @@ from engine.modes._fanout import FanOut, Stopped
 from engine.registry import check
 
 LOADERS = [dict(loader="sync"), dict(loader="prefetch"), dict(loader="threads", workers=2),
-           dict(loader="processes", workers=1)]
+           dict(loader="processes", workers=1), dict(loader="spdl", workers=2)]
 
 
 def test_registry_order():
