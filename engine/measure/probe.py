@@ -9,7 +9,8 @@ any loader setting, measured in a few seconds.
              heavy-tailed wait (object storage) is random by nature, and the fastest of a few windows misses
              its tail, which every epoch pays.
     pools    the BLAS and OpenMP pools the transform loaded (engine/measure/pools.py), their sizes, and the
-             CPU-seconds they spin after a batch while the caller does something else.
+             CPU-seconds they spin after a batch while the caller does something else (pools the transform
+             loaded but never ran, like the OpenBLAS that comes with numpy, are listed apart and not counted).
     spread   how far the load's windows disagree (and the latency's standard error): each prediction's range.
     gil      the same batches on two threads at once: the extra wall time over one thread, as a share of the CPU
              work, is the share that holds the GIL (0: decoding in C, sleeps; 1: pure Python) and so cannot run
@@ -63,6 +64,7 @@ _WARM_BATCHES = 1  # untimed: lazy first use of the dataset (file cache, decoder
 _REPEATS = 3
 _LATENT = 0.25     # a latency share of the load's wall above which its mean latency is measured over more batches
 _TAIL_S = 1.5      # wall seconds the mean latency may take, beyond the windows
+_POOL_BUSY = 0.05  # CPU of other threads, as a share of the loading thread's, past which a hidden pool is in use
 _TAIL_ITEMS = 512  # items enough to see a heavy tail's weight (lognormal, sigma 1: the mean within ~10 %)
 
 
@@ -107,12 +109,15 @@ def _load(fetch: Callable, keys: list, device: torch.device, cores: float) -> di
     with _threads(1):
         for k in keys[:_WARM_BATCHES]:
             one(k)
-        pools = hidden_pools()  # NOTE: after an item: the transform's libraries are loaded by now
-        # with pools, the CPU of their threads is the load's too (the process's CPU, this thread the only one busy)
-        clock = time.process_time if pools else time.thread_time
-        t0 = time.perf_counter()
+        loaded = hidden_pools()  # NOTE: after an item: the transform's libraries are loaded by now
+        t0, c0, own0 = time.perf_counter(), time.process_time(), time.thread_time()
         one(keys[_WARM_BATCHES % len(keys)])
         first = time.perf_counter() - t0
+        # a pool counts where its threads worked beside this one (numpy's OpenBLAS is loaded with torch, and idle
+        # unless the transform calls it); then their CPU is the load's too (the process's, this thread the only one)
+        pools = loaded if (time.process_time() - c0) - (time.thread_time() - own0) > \
+            _POOL_BUSY * (time.thread_time() - own0) else []
+        clock = time.process_time if pools else time.thread_time
         n = max(2, min(len(keys), math.ceil(_LOAD_S / max(first, 1e-4))))
         batch = [keys[i % len(keys)] for i in range(n)]
         tries = _tries(lambda: _one_thread(one, batch, clock))
@@ -131,7 +136,7 @@ def _load(fetch: Callable, keys: list, device: torch.device, cores: float) -> di
         min(1.0, max(0.0, (two - wall - cpu * (shared - 1)) / cpu)) if cpu > 0 else 0.0
     cpu = min(cpu, wall) if not pools else cpu
     return {"load_wall_s": cpu + latency, "load_cpu_s": cpu, "load_fastest_wall_s": wall, "gil_share": gil,
-            "core_sharing": shared, "pools": pools, "pool_spin_s": pool_spin,
+            "core_sharing": shared, "pools": pools, "pools_loaded": loaded, "pool_spin_s": pool_spin,
             "spread": _spread([w for w, _ in tries], waits, cpu + latency), "latency_batches": len(waits) * n}
 
 
