@@ -43,8 +43,8 @@ residual = measured / predicted, per predicted limit. A later prediction is scal
 limit (of all limits where its own has none), `adjusted`. bench/predict.py fits them only on other settings' runs.
 
 The largest term names the limit in the bound's words (engine/measure/verdicts.py): data-bound, compute-bound,
-cpu-bound, no-overlap, gil-contention (where the vocabulary has it; cpu-bound before). Predictions cover the single mode; other modes' loops (two models, pipelines, ranks)
-are not modelled and get none.
+cpu-bound, no-overlap, gil-contention (where the vocabulary has it; cpu-bound before). Predictions cover the
+single mode; other modes' loops (two models, pipelines, ranks) are not modelled and get none.
 
 Accuracy is measured, not assumed: `bench/predict.py` fits on one probe and compares with measured medians of
 settings it never saw (bench/RESULTS.md, "Predict before you run").

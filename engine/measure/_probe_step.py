@@ -9,6 +9,7 @@ loses is the time the step held the GIL.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from typing import Any, Callable
@@ -30,12 +31,8 @@ def step_beside_python(cfg: Any, device: torch.device, steps: Callable[[Any], li
     thread; `shared`: how much slower two GIL-free threads run now than one (engine/measure/probe.py), so a busy
     machine's wait for a core is not read as the GIL."""
     dataset = build_dataset(cfg.replace(latency_ms=0.0, work_us=0))
-    batches = []
     with LOADERS["sync"](dataset, cfg.replace(loader="sync", workers=0), torch.device("cpu")) as loader:
-        for i, (x, y) in enumerate(loader.epoch(1)):
-            if i >= _BATCHES:
-                break
-            batches.append((x.to(device), y.to(device)))
+        batches = [(x.to(device), y.to(device)) for x, y in itertools.islice(loader.epoch(1), _BATCHES)]
     step = steps(dataset)[0]
     step(*batches[0])  # untimed: allocator and kernel selection
 

@@ -22,8 +22,8 @@ any loader setting, measured in a few seconds.
 
 The probe does not depend on the loader, its workers or its threads, so one probe predicts them all
 (engine/advice/predict.py). It is cached per workload, model, batch size and device on this host, and
-per thread environment (OMP_NUM_THREADS and the like) and CPU affinity (`<store dir>/calibrations/probe-*.json`): a later run of the same pipeline, in any sweep, is predicted
-before it runs.
+per thread environment (OMP_NUM_THREADS and the like) and CPU affinity (`<store dir>/calibrations/probe-*.json`):
+a later run of the same pipeline, in any sweep, is predicted before it runs.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def probe(cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[Call
     gil_free = load["core_sharing"] <= _TOO_BUSY and cores >= 2  # NOTE: one core, or too busy: the GIL is not told
     with _threads(1):
         beside = step_beside_python(cfg, device, steps, load["core_sharing"]) if gil_free else {}
-    load.update({"step_gil_share": beside.get("step_gil_share"), "step_beside_python": beside.get("step_beside_python")})
+    load.update({k: beside.get(k) for k in ("step_gil_share", "step_beside_python")})
     return {"batch_size": cfg.batch_size, "n_samples": len(dataset), "batches": len(keys), "cores": cores,
             "default_threads": default, "device": device.type, **load, "compute": compute, "spin_after_step_s": spin,
             "taken_at": time.time()}
