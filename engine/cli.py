@@ -576,7 +576,7 @@ def _predicted_table(table: pd.DataFrame) -> str:
                      "(run them to know)")
     if not shown["range (s)"].iloc[1:].str.startswith("~").eq(False).all():
         notes.append("~: the range overlaps the fastest's: this machine's noise cannot rank the two")
-    return "\n".join([text, *notes])
+    return text + ("\n\n" + "\n".join(notes) if notes else "")  # a blank line: the table ends there
 
 
 def _differs(first: Any, other: Any) -> str:
