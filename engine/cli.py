@@ -36,6 +36,7 @@ import pandas as pd
 
 from engine.advice.advisor import advise, describe, render_advice
 from engine.advice.baseline import parse as parse_baseline
+from engine.advice.learned import learned_residuals
 from engine.advice.predict import MODES
 from engine.advice.tune import candidates, parse_budget, tune
 from engine.analysis.stats import speedup_vs_sequential
@@ -525,7 +526,6 @@ def _predict_options(p: argparse.ArgumentParser) -> None:
 def cmd_predict(args: argparse.Namespace) -> int:
     """Predict the steady epoch time of a loader setting from a few-second probe of the pipeline on this host."""
     # NOTE: imported here: the probe needs torch, which the other commands' parent process does without
-    from engine.advice.learned import learned_residuals  # noqa: PLC0415
     from engine.measure.forecast import cached_or_new, rows  # noqa: PLC0415
 
     cfg = _config_from_args(args)

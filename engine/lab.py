@@ -25,6 +25,7 @@ import pandas as pd
 
 from engine import paths
 from engine.advice.advisor import advise as _advise, render_advice
+from engine.advice.learned import learned_residuals
 from engine.advice.predict import MODES
 from engine.advice.tune import candidates, parse_budget
 from engine.advice.tune import tune as _tune
@@ -157,7 +158,6 @@ def predict(*, db: Db = None, **fields: Any) -> pd.DataFrame:
         lab.predict(workload="jpeg", model="cnn")                                   # ranked
         lab.predict(workload="jpeg", model="cnn", loader="processes", workers=2, threads=1)"""
     # NOTE: imported here: the probe needs torch, which importing lab does not load
-    from engine.advice.learned import learned_residuals  # noqa: PLC0415
     from engine.measure.forecast import cached_or_new, rows  # noqa: PLC0415
 
     cfg = RunConfig.from_dict(fields)

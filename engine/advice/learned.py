@@ -3,7 +3,7 @@ in the single mode, is a measured point (its setting and its median steady epoch
 `residuals` turns them into measured / predicted per limit, and `adjusted` scales a later prediction by them
 (predicted_from 'prior+runs').
 
-    points = earlier_runs(cfg, db)                       # [(RunConfig, epoch_s)], newest first
+    points = earlier_runs(cfg, db, machine)              # [(RunConfig, epoch_s)], newest first
     ranked = predict.rank(configs, probe, found=predict.residuals(points, probe))
 
 Reads the store (read-only) and never writes it; a store that does not exist yet has no points.
@@ -36,16 +36,11 @@ def same_pipeline(a: RunConfig, b: RunConfig) -> bool:
     return all(getattr(a, k, None) == getattr(b, k, None) for k in PIPELINE_KEYS)
 
 
-def earlier_runs(cfg: RunConfig, db: Db = None, machine: str | None = None, device: str = "cpu"
-                 ) -> list[tuple[RunConfig, float]]:
-    """(setting, median steady epoch) of every `done` single-mode run of cfg's pipeline on `machine` (this host's
-    when None) and a device of type `device`, newest first."""
+def earlier_runs(cfg: RunConfig, db: Db, machine: str, device: str = "cpu") -> list[tuple[RunConfig, float]]:
+    """(setting, median steady epoch) of every `done` single-mode run of cfg's pipeline on `machine` (the host's
+    `machine` fingerprint, engine/measure/host.py) and a device of type `device`, newest first."""
     if not db_path(db).exists():
         return []
-    if machine is None:
-        # NOTE: here: the host module reads torch's settings, which importing the advice package does not load
-        from engine.measure.host import fingerprint  # noqa: PLC0415
-        machine = fingerprint()["machine"]
     rows = list_runs(db=db, limit=_LIMIT, filters={"status": "done", "mode": list(MODES)})
     out = []
     for _, row in rows.iterrows():
@@ -73,7 +68,10 @@ def _machine(row: Any) -> str | None:
 
 
 def learned_residuals(cfg: RunConfig, db: Db, probe: dict[str, Any]) -> tuple[dict[str, list[float]], int]:
-    """The residuals (engine/advice/predict.py's `residuals`) of cfg's pipeline's earlier runs on this host under
-    `probe`, and how many runs they come from; nothing where the store has none."""
-    points = earlier_runs(cfg, db, device=probe["device"])
+    """The residuals (engine/advice/predict.py's `residuals`) of cfg's pipeline's earlier runs on the probe's host
+    under `probe`, and how many runs they come from; nothing where the store has none, or the probe does not say
+    its host (an older probe)."""
+    if not probe.get("machine"):
+        return {}, 0
+    points = earlier_runs(cfg, db, probe["machine"], device=probe["device"])
     return residuals(points, probe), len(points)

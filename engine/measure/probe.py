@@ -42,6 +42,7 @@ from engine.loaders import LOADERS, epoch_batches, to_device
 from engine.measure._passes import compute_pass, time_again
 from engine.measure._probe_step import step_beside_python
 from engine.measure.capacity import usable_cpus
+from engine.measure.host import fingerprint
 from engine.measure.pools import hidden_pools
 from engine.workloads import build_dataset
 
@@ -88,7 +89,7 @@ def probe(cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[Call
     load.update({k: beside.get(k) for k in ("step_gil_share", "step_beside_python")})
     return {"batch_size": cfg.batch_size, "n_samples": len(dataset), "batches": len(keys), "cores": cores,
             "default_threads": default, "device": device.type, **load, "compute": compute, "spin_after_step_s": spin,
-            "taken_at": time.time()}
+            "machine": fingerprint()["machine"], "taken_at": time.time()}
 
 
 def _spin_after_step() -> float:

@@ -16,6 +16,7 @@ from engine.advice.learned import earlier_runs, learned_residuals
 from engine.advice.predict import LOADER_SHAPES, adjusted, apart, predict, probe_path, residuals
 from engine.config import RunConfig
 from engine.measure.forecast import rows
+from engine.measure.host import fingerprint
 from engine.paths import ROOT
 from engine.run.runner import launch
 
@@ -140,10 +141,12 @@ def test_earlier_done_runs_of_the_pipeline_are_its_points_and_no_other_pipelines
     db = tmp_path / "s.duckdb"
     for loader in ("sync", "prefetch"):
         assert launch(RunConfig.from_dict({**TINY, "loader": loader}), db=db).status == "done"
-    mine = earlier_runs(RunConfig.from_dict(TINY), db)
+    machine = fingerprint()["machine"]
+    mine = earlier_runs(RunConfig.from_dict(TINY), db, machine)
     assert sorted(c.loader for c, _ in mine) == ["prefetch", "sync"] and all(s > 0 for _, s in mine)
-    assert earlier_runs(RunConfig.from_dict({**TINY, "latency_ms": 2.0}), db) == []  # another pipeline
+    assert earlier_runs(RunConfig.from_dict({**TINY, "latency_ms": 2.0}), db, machine) == []  # another pipeline
+    assert earlier_runs(RunConfig.from_dict(TINY), db, "another host") == []
     probe = json.loads(next((tmp_path / "calibrations").glob("probe-*.json")).read_text())
     found, n = learned_residuals(RunConfig.from_dict(TINY), db, probe)
     assert n == 2 and sum(len(r) for r in found.values()) == 2
-    assert earlier_runs(RunConfig.from_dict(TINY), tmp_path / "none.duckdb") == []  # no store: no points
+    assert earlier_runs(RunConfig.from_dict(TINY), tmp_path / "none.duckdb", machine) == []  # no store: none
