@@ -7,7 +7,7 @@ new flag. Every command takes `--db PATH`. Exit status: 0 ok · 2 bad input (one
 
 Commands that read (runs, show, query, export, speedups, advise, export-bundle, predict) never write: they run
 inside store.reads_only(), refuse a store path that does not exist, and only say when finished runs wait to be
-stored. (predict opens no store: it writes only its probe's cache file, beside the store.)
+stored. (predict only reads the store, where one exists, for earlier runs to learn from; it writes its probe's cache file.)
 Commands that write call _prepare_store() before they start anything: a store that cannot be used is refused
 there, and a missing one is created, in one line each.
 
@@ -36,6 +36,7 @@ import pandas as pd
 
 from engine.advice.advisor import advise, describe, render_advice
 from engine.advice.baseline import parse as parse_baseline
+from engine.advice.learned import learned_residuals
 from engine.predict import MODES
 from engine.advice.tune import candidates, parse_budget, tune
 from engine.analysis.stats import speedup_vs_sequential
@@ -518,7 +519,8 @@ def _predict_options(p: argparse.ArgumentParser) -> None:
     _add_config_flags(p)
 
 
-# NOTE: reads=True: it never opens the store, let alone creates one; it writes only the probe's cache file beside it
+# NOTE: reads=True: it reads the store only where one exists (earlier runs), never creates one; it writes only the
+# probe's cache file beside it
 @command(_predict_options, reads=True,
          help="the predicted epoch time of a loader setting, or (no --loader) of every setting tune would try, ranked")
 def cmd_predict(args: argparse.Namespace) -> int:
@@ -537,18 +539,51 @@ def cmd_predict(args: argparse.Namespace) -> int:
         taken = probe.get("taken_at") or 0
         print(f"probe from {datetime.fromtimestamp(taken):%Y-%m-%d %H:%M}, {time.time() - taken:.0f} s old "
               f"({printable(cfg.workload)} + {printable(cfg.model)}, {probe['device']}, {probe['cores']:g} cores)")
-    table = pd.DataFrame(rows([cfg] if one else candidates(cfg, default_threads=probe["default_threads"]), probe))
+    found, n_runs = learned_residuals(cfg, args.db, probe)
+    if n_runs:
+        print(f"adjusted by {n_runs} earlier run(s) of this pipeline on this host (prior+runs)")
+    table = pd.DataFrame(rows([cfg] if one else candidates(cfg, default_threads=probe["default_threads"]), probe,
+                              found))
     if one:
         row = table.iloc[0]
-        print(f"{_setting(row)}: predicted epoch {row['predicted_epoch_s']:.3f} s · {row['samples_per_s']:.0f} "
-              f"samples/s · limit: {row['limit']}")
+        print(f"{_setting(row)}: predicted epoch {row['predicted_epoch_s']:.3f} s ({row['predicted_lo_s']:.3f}-"
+              f"{row['predicted_hi_s']:.3f}) · {row['samples_per_s']:.0f} samples/s · limit: {row['limit']}")
         return 0
-    table.insert(0, "setting", [_setting(r) for _, r in table.iterrows()])
-    shown = table[["setting", "predicted_epoch_s", "samples_per_s", "limit"]].rename(
-        columns={"predicted_epoch_s": "predicted epoch (s)", "samples_per_s": "samples/s"})
-    print(_shown(shown).to_string(index=False, formatters={"predicted epoch (s)": "{:.3f}".format,
-                                                           "samples/s": "{:.0f}".format}))
+    print(_predicted_table(table))
     return 0
+
+
+def _predicted_table(table: pd.DataFrame) -> str:
+    """One line per prediction: settings the model predicts alike share a line (it cannot tell them apart), and
+    a `~` marks a range that overlaps the fastest's (this machine's noise cannot rank the two)."""
+    alike: dict[int, list[int]] = {}
+    for i, r in table.iterrows():
+        alike.setdefault(i if pd.isna(r["same_as"]) else int(r["same_as"]), []).append(i)
+    shown = table.loc[sorted(alike)].copy()
+    shown.insert(0, "setting", [_setting(r) for _, r in shown.iterrows()])
+    shown["alike (the model cannot tell apart)"] = ["; ".join(_differs(table.loc[i], table.loc[j])
+                                                             for j in alike[i][1:]) for i in shown.index]
+    shown["range (s)"] = [f"{'' if a else '~'}{lo:.3f}-{hi:.3f}" for lo, hi, a in
+                          zip(shown["predicted_lo_s"], shown["predicted_hi_s"], shown["apart"])]
+    shown = shown[["setting", "predicted_epoch_s", "range (s)", "samples_per_s", "limit",
+                   "alike (the model cannot tell apart)"]].rename(
+        columns={"predicted_epoch_s": "predicted epoch (s)", "samples_per_s": "samples/s"})
+    text = _shown(shown).to_string(index=False, formatters={"predicted epoch (s)": "{:.3f}".format,
+                                                            "samples/s": "{:.0f}".format})
+    notes = []
+    if len(shown) < len(table):
+        notes.append("alike: settings predicted the same as the row's, shown once: the model cannot tell them apart "
+                     "(run them to know)")
+    if not shown["range (s)"].iloc[1:].str.startswith("~").eq(False).all():
+        notes.append("~: the range overlaps the fastest's: this machine's noise cannot rank the two")
+    return text + ("\n\n" + "\n".join(notes) if notes else "")  # a blank line: the table ends there
+
+
+def _differs(first: Any, other: Any) -> str:
+    """'depth 8' or 'threads, 1 worker': what `other` sets unlike `first`, in the setting's words."""
+    names = {"loader": "", "workers": "workers ", "prefetch_depth": "depth ", "threads": "threads ",
+             "batch_size": "batch "}
+    return ", ".join(f"{names[k]}{other[k]}" for k in names if other[k] != first[k]) or _setting(other)
 
 
 def _setting(row: Any) -> str:

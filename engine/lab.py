@@ -25,6 +25,7 @@ import pandas as pd
 
 from engine import paths
 from engine.advice.advisor import advise as _advise, render_advice
+from engine.advice.learned import learned_residuals
 from engine.predict import MODES
 from engine.advice.tune import candidates, parse_budget
 from engine.advice.tune import tune as _tune
@@ -148,7 +149,9 @@ def tune(*, workload: str, model: str, budget: str | float = "10m", baseline: st
 
 def predict(*, db: Db = None, **fields: Any) -> pd.DataFrame:
     """The predicted steady epoch of RunConfig `fields`' setting (one row, when `loader` is given) or of every
-    setting tune would try, fastest first: the setting's fields, predicted_epoch_s, samples_per_s and the limit.
+    setting tune would try, fastest first: the setting's fields, predicted_epoch_s, its range (predicted_lo_s,
+    predicted_hi_s), samples_per_s, the limit, predicted_from ('prior+runs' where the store holds earlier runs of
+    the pipeline on this host: their residuals adjust it), same_as and apart (engine/predict/forecast.py rows).
     The probe is the store's cached one for this pipeline on this host, else measured now (a few seconds, in
     this process) and cached beside the store; the store itself is not opened.
 
@@ -162,7 +165,7 @@ def predict(*, db: Db = None, **fields: Any) -> pd.DataFrame:
         raise ConfigError("mode", f"predict models the {', '.join(MODES)} mode only, not '{cfg.mode}'")
     probe, _ = cached_or_new(cfg, paths.calibrations_dir(db))
     space = [cfg] if "loader" in fields else candidates(cfg, default_threads=probe["default_threads"])
-    return pd.DataFrame(rows(space, probe))
+    return pd.DataFrame(rows(space, probe, learned_residuals(cfg, db, probe)[0]))
 
 
 # ---------------------------------------------------------------------------- helpers

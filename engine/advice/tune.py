@@ -55,7 +55,8 @@ from tqdm import tqdm
 from engine.advice.baseline import BASELINE_KEYS, confirm_sweep_toml
 from engine.advice.baseline import parse as parse_baseline
 from engine.advice.advisor import describe
-from engine.predict import MODES, Prediction, predict
+from engine.advice.learned import learned_residuals
+from engine.predict import MODES, Prediction, adjusted, predict
 from engine.analysis import stats
 from engine.config import RunConfig
 from engine.errors import ConfigError
@@ -268,7 +269,9 @@ def tune(workload: str, model: str, *, budget_s: float, db: Db = None,
             result.probe, result.probe_note = _probe(cfg0, db, budget_s * PROBE_SHARE, predicted)
             if result.probe is not None:  # torch's default thread count is known now: an explicit twin of it goes
                 cfg0, result.configs = _configs(workload, model, base, space, given, result.probe["default_threads"])
-                result.predictions = {i: p for i, c in enumerate(result.configs)
+                # earlier runs of the pipeline on this host (another tune's, a sweep's) correct the model: prior+runs
+                found = learned_residuals(cfg0, db, result.probe)[0]
+                result.predictions = {i: adjusted(p, found) for i, c in enumerate(result.configs)
                                       if (p := predict(c, result.probe)) is not None}
             _search(result, cfg0, db, t0, bar, rng, eta, rung0_epochs, confirm_repeats, top_k)
         except KeyboardInterrupt:

@@ -10,6 +10,8 @@ its measured epoch. This face exports the model alone, so that importing it load
 notebook API and the dashboard read it; the probe and the forecast are imported where torch is.
 """
 
-from engine.predict.model import MODES, Prediction, load_probe, predict, probe_path, rank, save_probe
+from engine.predict.model import (GIL_LIMIT, LOADER_SHAPES, MODES, LoaderShape, Prediction, adjusted, apart, load_probe,
+                                  predict, probe_path, rank, residuals, save_probe)
 
-__all__ = ["MODES", "Prediction", "load_probe", "predict", "probe_path", "rank", "save_probe"]
+__all__ = ["GIL_LIMIT", "LOADER_SHAPES", "MODES", "LoaderShape", "Prediction", "adjusted", "apart", "load_probe",
+           "predict", "probe_path", "rank", "residuals", "save_probe"]

@@ -1,5 +1,6 @@
 """A run's predicted epoch (engine/predict/model.py), made in the run's process and written to its RunLog as a
-`prediction` event: predicted_epoch_s, predicted_from, predicted_limit (the store's `runs` columns).
+`prediction` event: predicted_epoch_s, predicted_from, predicted_limit, and its range predicted_lo_s and
+predicted_hi_s (the store's `runs` columns).
 
     prior   a probe of the same pipeline on this host is already in `<store dir>/calibrations/`: the run is
             predicted before its first epoch, from figures it could not have influenced (a held-out prediction)
@@ -10,7 +11,9 @@ Only for modes the model covers (engine.predict.model.MODES) and runs with a bou
 as it was, with no prediction; the run's own figures stand.
 
 The CLI's `predict` and lab.predict share the rest: the cached probe or a new one (`cached_or_new`) and the
-ranked rows of a list of settings (`rows`).
+ranked rows of a list of settings (`rows`), adjusted by the residuals of the pipeline's earlier runs where the
+caller read them from the store (engine/advice/learned.py): `prior+runs`. A run itself never opens the store, so
+its own stored prediction stays `prior` or `own`.
 """
 
 from __future__ import annotations
@@ -24,11 +27,11 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from engine import devices
-from engine.predict import model as predict
-from engine.measure.host import fingerprint
-from engine.predict.probe import probe
-from engine.modes import step_builder
 from engine.measure.capacity import usable_cpus
+from engine.measure.host import fingerprint
+from engine.modes import step_builder
+from engine.predict import model as predict
+from engine.predict.probe import probe
 
 if TYPE_CHECKING:  # annotations only: the run side does not import the config (engine/registry.py says why)
     from engine.config import RunConfig
@@ -86,7 +89,8 @@ def _fields(cfg: RunConfig, measured: dict[str, Any], source: str) -> dict[str, 
         return {}
     taken = measured.get("taken_at")
     return {"predicted_epoch_s": p.epoch_s, "predicted_from": source, "predicted_limit": p.limit,
-            "predicted_terms": p.terms, "probe_age_s": time.time() - taken if taken else None}
+            "predicted_lo_s": p.lo, "predicted_hi_s": p.hi, "predicted_terms": p.terms,
+            "probe_age_s": time.time() - taken if taken else None}
 
 
 def cached_or_new(cfg: RunConfig, calibrations: Path, say: Callable[[str], None] | None = None
@@ -110,11 +114,26 @@ def cached_or_new(cfg: RunConfig, calibrations: Path, say: Callable[[str], None]
     return measured, False
 
 
-def rows(configs: list[RunConfig], measured: dict[str, Any]) -> list[dict[str, Any]]:
-    """The configs the model covers, fastest predicted first: each one's SETTING_FIELDS, predicted_epoch_s,
-    samples_per_s and limit (on the cores this process may use)."""
-    out = []
-    for cfg, p in predict.rank(configs, measured, usable_cpus()):
+def rows(configs: list[RunConfig], measured: dict[str, Any], found: dict[str, list[float]] | None = None
+         ) -> list[dict[str, Any]]:
+    """The configs the model covers, fastest predicted first: each one's SETTING_FIELDS, predicted_epoch_s, its
+    range (predicted_lo_s, predicted_hi_s), samples_per_s, limit, predicted_from ('prior', or 'prior+runs' with
+    `found`, the residuals of earlier runs), `same_as` (the index of an earlier row the model predicts exactly
+    alike: the model cannot tell the two apart) and `apart` (whether its range clears the fastest row's: else the
+    machine's noise cannot rank the two)."""
+    out: list[dict[str, Any]] = []
+    ranked = predict.rank(configs, measured, usable_cpus(), found)
+    for i, (cfg, p) in enumerate(ranked):
+        same = next((j for j, (_, q) in enumerate(ranked[:i]) if _alike(p, q)), None)
         out.append({**{k: getattr(cfg, k) for k in SETTING_FIELDS}, "predicted_epoch_s": p.epoch_s,
-                    "samples_per_s": measured["n_samples"] / p.epoch_s if p.epoch_s > 0 else None, "limit": p.limit})
+                    "predicted_lo_s": p.lo, "predicted_hi_s": p.hi,
+                    "samples_per_s": measured["n_samples"] / p.epoch_s if p.epoch_s > 0 else None, "limit": p.limit,
+                    "predicted_from": p.source, "same_as": same, "apart": i == 0 or predict.apart(p, ranked[0][1])})
     return out
+
+
+def _alike(a: predict.Prediction, b: predict.Prediction) -> bool:
+    """The same prediction to the last digit it is shown with, from the same terms: the model sees no difference."""
+    return a.limit == b.limit and abs(a.epoch_s - b.epoch_s) <= 1e-9 * max(a.epoch_s, b.epoch_s) and \
+        a.terms.keys() == b.terms.keys() and all(abs(a.terms[k] - b.terms[k]) <= 1e-9 * max(1.0, a.terms[k])
+                                                 for k in a.terms)

@@ -6,16 +6,22 @@ this pipeline (the probe, engine/predict/probe.py).
 
 The model, per batch (b samples; probe figures scaled per sample when the batch size differs):
 
-    latency   L = load wall - load CPU          (sleeps, I/O: any number of workers overlap it)
-    work      W = load CPU                      (needs a core; a share g of it holds the GIL)
+    latency   L = load wall - load CPU          (sleeps, I/O: any number of workers overlap it; the mean over many
+                                                items, so a heavy tail counts as often as it comes)
+    work      W = load CPU                      (needs a core; a share g of it holds the GIL; the calling thread's
+                                                and the hidden pools' (BLAS, OpenMP) threads' CPU together)
     producer  sync, prefetch   L + W            one thread makes every batch
               threads   (w)    (L + (1-g) W) / w + g W     the GIL-held share never runs on two threads
               processes (w)    (L + W) / w
-    compute   C(t) = C1 ((1 - q) + q / t)       Amdahl's law through the probe's 1-thread and default-thread steps
-                                                (t: the run's intra-op threads, at most the usable cores)
+    compute   C(t) = C1 ((1 - q) + q / n)       Amdahl's law through the probe's 1-thread and default-thread steps
+                                                (n = min(t, cores) when threads help, q >= 0; n = t when they slow
+                                                the step, q < 0: the team's overhead comes with its t threads
+                                                whatever the cores, so more cores never slow it)
               past the cores (t + w runnable > cores, a loader beside the step): C + min(W / w, C) (s - 1),
                                                 s = (t + w) / cores: the step time-sliced with the producers' work;
                                                 C = C(1) when t > 1 (a time-sliced OpenMP team loses its speed-up)
+    runnable  t + the loader's producer threads + the hidden pools' extra threads (per worker process, or once in
+              the training process; capped by the setting's transform_threads)
     cores     (W + step CPU) / usable cores     step CPU: its busy work; when runnable threads (t + workers)
                                                 outnumber the cores, what its t threads burn (OpenMP spins on
                                                 a core a worker wants), and their spin after it (measured)
@@ -24,11 +30,21 @@ The model, per batch (b samples; probe figures scaled per sample when the batch 
                                               + one step
                                     compute   first batch + batches x compute
                                     cores     batches x cores
+                                    gil       batches x (g W + gs C): a producer thread in the step's process
+                                              (sync aside, which does not overlap) and the step take turns on
+                                              the GIL; gs is the step's own GIL-held share (measured)
                 (a sync loader on a CPU cannot overlap: batches x (producer + compute))
 
+Each prediction has a range, lo..hi, from the probe's own spread (its windows' fastest against slowest) or, with
+earlier runs, the residuals' spread; two settings whose ranges overlap cannot be told apart on this machine.
+
+Learning from what ran (`prior+runs`): every `done` run of the pipeline on this host is a measured point;
+residual = measured / predicted, per predicted limit. A later prediction is scaled by the median residual of its
+limit (of all limits where its own has none), `adjusted`. bench/predict.py fits them only on other settings' runs.
+
 The largest term names the limit in the bound's words (engine/measure/verdicts.py): data-bound, compute-bound,
-cpu-bound, no-overlap. Predictions cover the single mode; other modes' loops (two models, pipelines, ranks)
-are not modelled and get none.
+cpu-bound, no-overlap, gil-contention (where the vocabulary has it; cpu-bound before). Predictions cover the
+single mode; other modes' loops (two models, pipelines, ranks) are not modelled and get none.
 
 Accuracy is measured, not assumed: `bench/predict.py` fits on one probe and compares with measured medians of
 settings it never saw (bench/RESULTS.md, "Predict before you run").
@@ -39,26 +55,60 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import dataclass
+import os
+import statistics
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
-from engine.measure.verdicts import serial_kind
+from engine.measure.verdicts import VERDICTS, serial_kind
 
 if TYPE_CHECKING:  # annotations only
     from engine.config import RunConfig
 
-__all__ = ["MODES", "Prediction", "load_probe", "predict", "probe_path", "rank", "save_probe"]
+__all__ = ["GIL_LIMIT", "LOADER_SHAPES", "MODES", "LoaderShape", "Prediction", "adjusted", "apart", "load_probe",
+           "predict", "probe_path", "rank", "residuals", "save_probe"]
 
 MODES = ("single",)  # the modes the model covers
 _SLOWER = -4.0  # the least Amdahl share: a step at n threads at most 1 - q (1 - 1/n) = 3x slower at 2 threads
+_SPREAD_MIN = 0.03  # NOTE: the least half-width of a range (relative): two windows of one probe never agree exactly
+# NOTE: the verdict that names a producer thread and the step taking turns on the GIL, where the vocabulary has it
+GIL_LIMIT = "gil-contention" if "gil-contention" in VERDICTS else "cpu-bound"
+# the environment that sets the thread pools a probe measures under (its cache key: engine/predict/probe.py)
+_THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
+               "NUMEXPR_NUM_THREADS")
+
+
+@dataclass(frozen=True)
+class LoaderShape:
+    """A loader as the model sees it. threads(workers): the runnable threads it adds beside the training thread;
+    producers(workers): how many make batches at once; in_process: its producers are threads of the training
+    process (they share its GIL and its hidden pools; else each worker process has pools of its own);
+    overlaps: loading overlaps the step (sync's does not)."""
+
+    threads: Callable[[int], int]
+    producers: Callable[[int], int]
+    in_process: bool
+    overlaps: bool = True
+
+
+# NOTE: a loader missing here gets no prediction; a thread-based one (spdl, say) is one more line like `threads`
+LOADER_SHAPES: dict[str, LoaderShape] = {
+    "sync": LoaderShape(threads=lambda w: 0, producers=lambda w: 1, in_process=True, overlaps=False),
+    "prefetch": LoaderShape(threads=lambda w: 1, producers=lambda w: 1, in_process=True),
+    "threads": LoaderShape(threads=lambda w: max(1, w), producers=lambda w: max(1, w), in_process=True),
+    # spdl: its fetch stage runs on `workers` threads of the training process, so it is shaped as threads
+    "spdl": LoaderShape(threads=lambda w: max(1, w), producers=lambda w: max(1, w), in_process=True),
+    "processes": LoaderShape(threads=lambda w: max(1, w), producers=lambda w: max(1, w), in_process=False),
+}
 
 
 @dataclass(frozen=True)
 class Prediction:
     """A predicted steady epoch and what limits it. terms: the per-epoch seconds of each limit (the verdict
-    names); runnable: intra-op threads + loader threads, against `cores`; scaled: the batch size differs from
-    the probe's, so per-sample costs were scaled (less sure)."""
+    names); runnable: intra-op threads + loader threads + hidden pools' extra threads, against `cores`; scaled: the
+    batch size differs from the probe's, so per-sample costs were scaled (less sure); lo..hi: the range the
+    probe's spread (or the residuals') allows; source: 'prior' (the probe alone) or 'prior+runs' (adjusted)."""
 
     epoch_s: float
     limit: str
@@ -66,6 +116,9 @@ class Prediction:
     runnable: int
     cores: float
     scaled: bool = False
+    lo: float = 0.0
+    hi: float = 0.0
+    source: str = "prior"
 
     @property
     def oversubscribed(self) -> bool:
@@ -74,74 +127,131 @@ class Prediction:
 
 def predict(cfg: RunConfig, probe: dict[str, Any], cores: float | None = None) -> Prediction | None:
     """The steady epoch of cfg's loader setting on a machine with `cores` usable CPUs (default: the probe's);
-    None for a mode the model does not cover."""
-    if cfg.mode not in MODES:
+    None for a mode or a loader the model does not cover."""
+    shape = LOADER_SHAPES.get(cfg.loader)
+    if cfg.mode not in MODES or shape is None:
         return None
     cores = float(cores or probe["cores"])
     per_sample = cfg.batch_size / probe["batch_size"]
     batches = math.ceil(probe["n_samples"] / cfg.batch_size)
     work = probe["load_cpu_s"] * per_sample
     latency = max(0.0, probe["load_wall_s"] * per_sample - work)
-    threads = min(cfg.threads or probe["default_threads"], max(1, int(cores)))
-    step_wall, step_cpu, spin_cpu = _step(probe, threads)
-    step_wall, step_cpu, spin_cpu = step_wall * per_sample, step_cpu * per_sample, spin_cpu * per_sample
-    loader_threads = {"sync": 0, "prefetch": 1}.get(cfg.loader, cfg.workers)
-    runnable = threads + loader_threads
+    threads = cfg.threads or probe["default_threads"]
+    step_wall, step_cpu, spin_cpu = (x * per_sample for x in _step(probe, threads, cores))
+    pool_extra, pool_spin = _pools(cfg, probe, shape)
+    pool_spin *= per_sample
+    loader_threads = shape.threads(cfg.workers)
+    runnable = threads + loader_threads + pool_extra
     on_cpu = probe["device"] == "cpu"
     # NOTE: past the cores, the intra-op threads' spinning takes cores the loader wants: while the step runs, and
     # after it while the loop waits for the next batch (the probe measures how long OpenMP spins then)
     after = probe.get("spin_after_step_s", 0.0) * (threads - 1) / max(1, probe["default_threads"] - 1)
-    busy = spin_cpu + after if on_cpu and runnable > cores else step_cpu
-    if on_cpu and cfg.loader != "sync" and runnable > cores:
+    busy = (spin_cpu + after if on_cpu and runnable > cores else step_cpu) + pool_spin
+    producers = shape.producers(cfg.workers)
+    if on_cpu and runnable > cores and (shape.overlaps or pool_extra):
         # NOTE: an OpenMP team time-sliced with the loader's producers loses its parallel speed-up (each barrier waits
         # for the thread that is off its core): on 2 cores a jpeg + cnn step of 22-30 ms on 2 threads read 62-68 ms
-        # beside one decoding worker, slower than on 1 thread (43 ms). So it is taken at its one-thread time.
-        one = _step(probe, 1)[0] * per_sample if threads > 1 else step_wall
-        step_wall = _shared_step(max(step_wall, one), work, loader_threads, runnable / cores)
-    produce = _producer(cfg, latency, work, probe.get("gil_share"))
+        # beside one decoding worker, slower than on 1 thread (43 ms). So it is taken at its one-thread time. Beside
+        # it run the producers' work (an overlapping loader) and the hidden pools' spin after each transform.
+        one = _step(probe, 1, cores)[0] * per_sample if threads > 1 else step_wall
+        beside = (work / producers if shape.overlaps else 0.0) + pool_spin
+        step_wall = _shared_step(max(step_wall, one), beside, runnable / cores)
+    gil = 1.0 if probe.get("gil_share") is None else probe["gil_share"]  # NOTE: unmeasured (one core): GIL-bound
+    in_process = shape.in_process and shape.overlaps
+    alone = step_wall
+    if in_process and probe.get("step_beside_python"):
+        # a Python-bound producer thread slows the step while it holds the GIL (the step waits for its turn);
+        # NOTE: never by more than the producer holds it: the step can wait no longer than that
+        step_wall += min(gil * work / producers, step_wall) * min(1.0, probe["step_beside_python"] - 1)
+    produce = _producer(latency, work, gil if shape.in_process else 0.0, producers)
     cpu = batches * (work + busy) / cores
-    if on_cpu and cfg.loader == "sync":  # one thread loads, then steps: nothing overlaps
+    if on_cpu and not shape.overlaps:  # one thread loads, then steps: nothing overlaps
         terms = {serial_kind(produce, step_wall): batches * (produce + step_wall), "cpu-bound": cpu}
     else:
         # the first batch is waited for in full (one producer makes it), the last batch's step runs after it; w
         # producers start together, so batches come in waves of w (8 batches, 4 workers: 2 waves, not 1 + 7/4)
-        first = latency + work
-        producers = max(1, loader_threads) if cfg.loader in ("threads", "processes", "spdl") else 1
-        terms = {"data-bound": math.ceil(batches / producers) * producers * produce + step_wall,
-                 "compute-bound": first + batches * step_wall, "cpu-bound": cpu}
+        # (the last step runs with nothing made beside it)
+        terms = {"data-bound": math.ceil(batches / producers) * producers * produce + alone,
+                 "compute-bound": latency + work + (batches - 1) * step_wall + alone, "cpu-bound": cpu}
+        if in_process:
+            # a producer thread in the step's process and the step cannot overlap the parts both hold the GIL for
+            shared = batches * (gil * work + (probe.get("step_gil_share") or 0.0) * alone)
+            terms[GIL_LIMIT] = max(terms.get(GIL_LIMIT, 0.0), shared)
     limit = max(terms, key=terms.__getitem__)
-    return Prediction(terms[limit], limit, terms, runnable, cores, per_sample != 1.0)
+    epoch = terms[limit]
+    spread = max(_SPREAD_MIN, probe.get("spread") or 0.0)
+    return Prediction(epoch, limit, terms, runnable, cores, per_sample != 1.0, epoch / (1 + spread),
+                      epoch * (1 + spread))
 
 
-def rank(configs: list[RunConfig], probe: dict[str, Any], cores: float | None = None
-         ) -> list[tuple[RunConfig, Prediction]]:
-    """The configs the model covers, fastest predicted first (ties keep their order)."""
+def rank(configs: list[RunConfig], probe: dict[str, Any], cores: float | None = None,
+         found: dict[str, list[float]] | None = None) -> list[tuple[RunConfig, Prediction]]:
+    """The configs the model covers, fastest predicted first (ties keep their order); `found`: residuals of
+    earlier runs (`residuals`) that adjust each prediction."""
     predicted = [(c, predict(c, probe, cores)) for c in configs]
-    return sorted(((c, p) for c, p in predicted if p is not None), key=lambda cp: cp[1].epoch_s)
+    kept = [(c, adjusted(p, found) if found else p) for c, p in predicted if p is not None]
+    return sorted(kept, key=lambda cp: cp[1].epoch_s)
 
 
-def _producer(cfg: RunConfig, latency: float, work: float, gil: float | None) -> float:
-    """Seconds per batch the loader's producers need, cores aside (the cores term charges those)."""
-    if cfg.loader in ("threads", "spdl"):  # spdl's stages run on `workers` threads: the same GIL share applies
-        g = 1.0 if gil is None else gil  # NOTE: unmeasured (one core): assume the worst, GIL-bound
-        return (latency + (1 - g) * work) / max(1, cfg.workers) + g * work
-    if cfg.loader == "processes":
-        return (latency + work) / max(1, cfg.workers)
-    return latency + work
+def residuals(points: list[tuple[RunConfig, float]], probe: dict[str, Any], cores: float | None = None
+              ) -> dict[str, list[float]]:
+    """measured / predicted of each (setting, measured steady epoch) point, grouped by the limit the probe
+    predicted: what earlier runs say the model gets wrong, per resource."""
+    out: dict[str, list[float]] = {}
+    for cfg, measured in points:
+        p = predict(cfg, probe, cores)
+        if p is not None and p.epoch_s > 0 and measured and measured > 0:
+            out.setdefault(p.limit, []).append(measured / p.epoch_s)
+    return out
 
 
-def _shared_step(step: float, work: float, producers: int, share: float) -> float:
-    """The step's wall time when its threads and the loader's producers outnumber the cores (share = runnable /
-    cores > 1). Processor sharing: while all are runnable each gets 1/share of a core; the producers make one batch
-    (`work` CPU-seconds) per step between them, each its 1/producers, so the step runs slowed for as long as that
-    overlaps it, then alone. NOTE: on 2 cores, jpeg + cnn on 1 thread, 8 batches of 40 ms decoding: beside 2 and 4
-    process workers the epochs read 0.472 and 0.499 s; with those runs' own 43 ms step this gives 53 and 58 ms a
-    step, 0.46 and 0.50 s an epoch (without it, 0.38 s for both)."""
-    return step + min(work / max(1, producers), step) * (share - 1)
+def adjusted(p: Prediction, found: dict[str, list[float]]) -> Prediction:
+    """p scaled by the median residual of its limit (of every limit where its own has none): 'prior+runs'. Its
+    range is the residuals' own spread about that median, never narrower than the probe's."""
+    ratios = found.get(p.limit) or [r for rs in found.values() for r in rs]
+    if not ratios:
+        return p
+    factor = statistics.median(ratios)
+    spread = max([p.hi / p.epoch_s - 1 if p.epoch_s > 0 else _SPREAD_MIN] + [abs(r / factor - 1) for r in ratios])
+    epoch = p.epoch_s * factor
+    return replace(p, epoch_s=epoch, lo=epoch / (1 + spread), hi=epoch * (1 + spread), source="prior+runs")
 
 
-def _step(probe: dict[str, Any], threads: int) -> tuple[float, float, float]:
-    """Per step at `threads` intra-op threads: wall, CPU of busy work, CPU its threads burn (spins included)."""
+def apart(a: Prediction, b: Prediction) -> bool:
+    """Whether two predictions can be told apart on this machine: their ranges do not overlap."""
+    return a.hi < b.lo or b.hi < a.lo
+
+
+def _producer(latency: float, work: float, gil: float, producers: int) -> float:
+    """Seconds per batch the loader's producers need, cores aside (the cores term charges those): the GIL-held
+    share g of the work never runs on two threads of one process at once (g = 0 for worker processes)."""
+    return (latency + (1 - gil) * work) / producers + gil * work
+
+
+def _pools(cfg: RunConfig, probe: dict[str, Any], shape: LoaderShape) -> tuple[int, float]:
+    """The hidden pools' (BLAS, foreign OpenMP; engine/measure/pools.py) extra runnable threads and the CPU-seconds
+    they spin per batch: in each worker process, or once in the training process; at most the setting's
+    transform_threads where it sets one (the pools it caps)."""
+    size = max((p["threads"] for p in probe.get("pools") or []), default=1)
+    cap = getattr(cfg, "transform_threads", 0) or 0
+    capped = min(size, cap) if cap > 0 else size
+    processes = 1 if shape.in_process else shape.producers(cfg.workers)
+    spin = probe.get("pool_spin_s", 0.0) * (capped - 1) / (size - 1) if size > 1 else 0.0
+    return processes * (capped - 1), processes * spin
+
+
+def _shared_step(step: float, beside: float, share: float) -> float:
+    """The step's wall time when its threads and others outnumber the cores (share = runnable / cores > 1).
+    Processor sharing: while all are runnable each gets 1/share of a core; `beside` is the CPU-seconds one other
+    thread burns per step (a producer's share of a batch, a pool's spin), so the step runs slowed for as long as
+    that overlaps it, then alone. NOTE: on 2 cores, jpeg + cnn on 1 thread, 8 batches of 40 ms decoding: beside 2
+    and 4 process workers the epochs read 0.472 and 0.499 s; with those runs' own 43 ms step this gives 53 and 58
+    ms a step, 0.46 and 0.50 s an epoch (without it, 0.38 s for both)."""
+    return step + min(beside, step) * (share - 1)
+
+
+def _step(probe: dict[str, Any], threads: int, cores: float) -> tuple[float, float, float]:
+    """Per step at `threads` intra-op threads on `cores`: wall, CPU of busy work, CPU its threads burn (spins)."""
     one = probe["compute"]["1"]
     n = probe["default_threads"]
     many = probe["compute"].get(str(n), one)
@@ -150,19 +260,36 @@ def _step(probe: dict[str, Any], threads: int) -> tuple[float, float, float]:
         # Amdahl: many = one ((1 - q) + q / n). NOTE: q below 0 is a step that threads slow down (a small model:
         # more synchronising than work), measured as 0.6 s at 2 threads against 0.44 s at 1 on a 2-core box
         parallel = min(1.0, max(_SLOWER, (1 - many["wall_s"] / one["wall_s"]) * n / (n - 1)))
-    wall = one["wall_s"] * ((1 - parallel) + parallel / threads)
+    # NOTE: threads that help run at most `cores` at once; threads that slow the step slow it by their number, on
+    # any cores (the team synchronises all t). Capping those at the cores read 4 threads as slower on 3 cores than
+    # on 2 (9.62, 10.47, 10.90 s on 2, 3, 4): more cores slowing a setting
+    on = min(threads, max(1, int(cores))) if parallel >= 0 else threads
+    wall = one["wall_s"] * ((1 - parallel) + parallel / on)
     thread_s = n * many["wall_s"]
-    spin = many["cpu_s"] * (threads * wall) / thread_s if thread_s > 0 else one["cpu_s"]
+    spin = many["cpu_s"] * (on * wall) / thread_s if thread_s > 0 else one["cpu_s"]
     return wall, one["cpu_s"], max(one["cpu_s"], spin)
 
 
 def probe_path(calibrations: Path, cfg: RunConfig, machine: str, device: str) -> Path:
-    """Where cfg's probe lives: keyed by the pipeline (PROBE_KEYS), the machine and the device type, not by the
-    loader or the sweep, so every run of the pipeline on this host finds it."""
+    """Where cfg's probe lives: keyed by the pipeline (PROBE_KEYS), the machine, the device type, and what sets the
+    thread pools it measured under (the thread variables, the CPUs this process may run on), not by the loader or
+    the sweep, so every run of the pipeline on this host and under these settings finds it."""
     # NOTE: here, not at the top: the probe's module imports torch, which the CLI's parent and the pages must not load
     from engine.predict.probe import PROBE_KEYS
     key = [machine, device, [getattr(cfg, k) if k != "device" else device for k in PROBE_KEYS]]
+    pools = {k: os.environ.get(k) for k in _THREAD_ENV if os.environ.get(k) is not None}
+    if pools or _affinity() is not None:  # NOTE: the default layout keeps the key (and the cache) it always had
+        key.append([pools, _affinity()])
     return calibrations / f"probe-{hashlib.sha1(json.dumps(key).encode()).hexdigest()[:16]}.json"
+
+
+def _affinity() -> list[int] | None:
+    """The CPUs this process may run on, where it is narrower than the machine's (None: all of them)."""
+    try:
+        mine = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+    return None if len(mine) == (os.cpu_count() or len(mine)) else mine
 
 
 def load_probe(path: Path) -> dict[str, Any] | None:

@@ -4,23 +4,33 @@ any loader setting, measured in a few seconds.
     load     the dataset's fetch + collate (+ the copy to the device) of whole batches on one thread, as a loader
              worker runs them (one intra-op thread): wall and CPU seconds per batch, the fastest of a few windows.
              Wall minus CPU is latency (sleeps, I/O), which any number of workers overlap; CPU is work that needs
-             a core.
+             a core (the calling thread's and, where the transform runs them, its hidden pools' threads).
+    latency  where the load waits more than it works, the mean over more batches, spread over the epoch: a
+             heavy-tailed wait (object storage) is random by nature, and the fastest of a few windows misses
+             its tail, which every epoch pays.
+    pools    the BLAS and OpenMP pools the transform loaded (engine/measure/pools.py), their sizes, and the
+             CPU-seconds they spin after a batch while the caller does something else (pools the transform
+             loaded but never ran, like the OpenBLAS that comes with numpy, are listed apart and not counted).
+    spread   how far the load's windows disagree (and the latency's standard error): each prediction's range.
     gil      the same batches on two threads at once: the extra wall time over one thread, as a share of the CPU
              work, is the share that holds the GIL (0: decoding in C, sleeps; 1: pure Python) and so cannot run
              on two threads at once, however many threads a `threads` loader has.
     compute  the epoch's step replayed on cached batches at one intra-op thread and at torch's default: wall and
              CPU seconds per step. Two points fit Amdahl's law for any thread count between.
+    step gil the step beside a pure-Python thread (engine/predict/_probe_step.py): its GIL-held share, and how
+             much slower it runs while a producer thread wants the GIL.
 
 The probe does not depend on the loader, its workers or its threads, so one probe predicts them all
-(engine/predict/model.py). It is cached per workload, model, batch size and device on this host
-(`<store dir>/calibrations/probe-*.json`): a later run of the same pipeline, in any sweep, is predicted
-before it runs.
+(engine/predict/model.py). It is cached per workload, model, batch size and device on this host, and
+per thread environment (OMP_NUM_THREADS and the like) and CPU affinity (`<store dir>/calibrations/probe-*.json`):
+a later run of the same pipeline, in any sweep, is predicted before it runs.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import statistics
 import threading
 import time
 from contextlib import contextmanager
@@ -28,9 +38,12 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
-from engine.loaders import LOADERS, epoch_batches, to_device
 from engine.calibrate import compute_pass, time_again
+from engine.loaders import LOADERS, epoch_batches, to_device
 from engine.measure.capacity import usable_cpus
+from engine.measure.host import fingerprint
+from engine.measure.pools import hidden_pools
+from engine.predict._probe_step import step_beside_python
 from engine.workloads import build_dataset
 
 if TYPE_CHECKING:  # annotations only: the run side does not import the config (engine/registry.py says why)
@@ -50,6 +63,10 @@ _WARM_BATCHES = 1  # untimed: lazy first use of the dataset (file cache, decoder
 # is a fraction of a second, and a hiccup of the machine inside it (seen: 68 ms a jpeg batch against 41 ms) would
 # mispredict every setting of the pipeline, since they all come from this one probe
 _REPEATS = 3
+_LATENT = 0.25     # a latency share of the load's wall above which its mean latency is measured over more batches
+_TAIL_S = 1.5      # wall seconds the mean latency may take, beyond the windows
+_POOL_BUSY = 0.05  # CPU of other threads, as a share of the loading thread's, past which a hidden pool is in use
+_TAIL_ITEMS = 512  # items enough to see a heavy tail's weight (lognormal, sigma 1: the mean within ~10 %)
 
 
 def probe(cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[Callable]]) -> dict[str, Any]:
@@ -66,9 +83,13 @@ def probe(cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[Call
             c = compute_pass(cfg, device, steps, fraction)
         compute[str(threads)] = {"wall_s": c["seconds"] / c["batches"], "cpu_s": c["cpu_s"] / c["batches"]}
     spin = _spin_after_step() if device.type == "cpu" and default > 1 else 0.0
+    gil_free = load["core_sharing"] <= _TOO_BUSY and cores >= 2  # NOTE: one core, or too busy: the GIL is not told
+    with _threads(1):
+        beside = step_beside_python(cfg, device, steps, load["core_sharing"]) if gil_free else {}
+    load.update({k: beside.get(k) for k in ("step_gil_share", "step_beside_python")})
     return {"batch_size": cfg.batch_size, "n_samples": len(dataset), "batches": len(keys), "cores": cores,
             "default_threads": default, "device": device.type, **load, "compute": compute, "spin_after_step_s": spin,
-            "taken_at": time.time()}
+            "machine": fingerprint()["machine"], "taken_at": time.time()}
 
 
 def _spin_after_step() -> float:
@@ -77,39 +98,80 @@ def _spin_after_step() -> float:
     pays it (the processes loader, 2 workers beside 2 intra-op threads: 0.147 s a jpeg epoch against 0.112 s).
     The median of a few tries: a parallel matmul, then an idle window."""
     a = torch.randn(256, 256)
-    tries = []
-    for _ in range(3):
-        torch.mm(a, a)
-        cpu0, main0 = time.process_time(), time.thread_time()
-        time.sleep(_SPIN_WINDOW_S)
-        tries.append(max(0.0, (time.process_time() - cpu0) - (time.thread_time() - main0)))
-    return sorted(tries)[len(tries) // 2]
+    return _spin_after(lambda: torch.mm(a, a))
 
 
 def _load(fetch: Callable, keys: list, device: torch.device, cores: float) -> dict[str, Any]:
-    """Per batch: wall and CPU seconds of fetch + collate (+ copy) on one thread, and the GIL share (None on one
-    core: two threads would wait for the core, not the GIL)."""
+    """Per batch: wall and CPU seconds of fetch + collate (+ copy) on one thread, the GIL share (None on one core:
+    two threads would wait for the core, not the GIL), the hidden pools, and the spread of the windows."""
     def one(batch_keys: list) -> None:
         to_device(fetch(batch_keys), device)
 
     with _threads(1):
         for k in keys[:_WARM_BATCHES]:
             one(k)
-        t0 = time.perf_counter()
+        loaded = hidden_pools()  # NOTE: after an item: the transform's libraries are loaded by now
+        t0, c0, own0 = time.perf_counter(), time.process_time(), time.thread_time()
         one(keys[_WARM_BATCHES % len(keys)])
         first = time.perf_counter() - t0
+        # a pool counts where its threads worked beside this one (numpy's OpenBLAS is loaded with torch, and idle
+        # unless the transform calls it); then their CPU is the load's too (the process's, this thread the only one)
+        pools = loaded if (time.process_time() - c0) - (time.thread_time() - own0) > \
+            _POOL_BUSY * (time.thread_time() - own0) else []
+        clock = time.process_time if pools else time.thread_time
         n = max(2, min(len(keys), math.ceil(_LOAD_S / max(first, 1e-4))))
         batch = [keys[i % len(keys)] for i in range(n)]
-        wall, cpu = _fastest(lambda: _one_thread(one, batch))
-        wall, cpu = wall / n, cpu / n
+        tries = _tries(lambda: _one_thread(one, batch, clock))
+        wall, cpu = (x / n for x in min(tries))
+        waits = [max(0.0, w - c) / n for w, c in tries]
+        if wall > 0 and (wall - cpu) / wall > _LATENT:  # latency: its mean, over more of the epoch's batches
+            waits += _more_waits(one, keys[n:], n, clock)
         two = _fastest(lambda: (_two_threads(one, batch),))[0] / n if cores >= 2 else None
         shared = _core_sharing(cpu * n) if two is not None and cpu > 0 else 1.0
+        pool_spin = _spin_after(lambda: one(batch[0])) if pools else 0.0
+    latency = sum(waits) / len(waits) if wall > 0 and (wall - cpu) / wall > _LATENT else max(0.0, wall - cpu)
     # the second thread's extra wall, past what sharing the cores now costs any two threads, is the GIL-held work
     # it had to wait for; as a share of the CPU work
     # (None where it cannot tell: one core, or a machine so busy that two threads get about one core between them)
     gil = None if two is None or shared > _TOO_BUSY else \
         min(1.0, max(0.0, (two - wall - cpu * (shared - 1)) / cpu)) if cpu > 0 else 0.0
-    return {"load_wall_s": wall, "load_cpu_s": min(cpu, wall), "gil_share": gil, "core_sharing": shared}
+    cpu = min(cpu, wall) if not pools else cpu
+    return {"load_wall_s": cpu + latency, "load_cpu_s": cpu, "load_fastest_wall_s": wall, "gil_share": gil,
+            "core_sharing": shared, "pools": pools, "pools_loaded": loaded, "pool_spin_s": pool_spin,
+            "spread": _spread([w for w, _ in tries], waits, cpu + latency), "latency_batches": len(waits) * n}
+
+
+def _more_waits(one: Callable[[Any], None], rest: list, n: int, clock: Callable[[], float]) -> list[float]:
+    """Latency per batch of windows of n batches over the rest of the epoch, while they take under _TAIL_S and
+    until _TAIL_ITEMS items (counted as batches x n of the first window's size) are seen."""
+    waits: list[float] = []
+    t0 = time.perf_counter()
+    for i in range(0, len(rest) - n + 1, n):
+        if time.perf_counter() - t0 > _TAIL_S or (len(waits) + 3) * n * len(rest[0]) >= _TAIL_ITEMS:
+            break
+        w, c = _one_thread(one, rest[i:i + n], clock)
+        waits.append(max(0.0, w - c) / n)
+    return waits
+
+
+def _spread(walls: list[float], waits: list[float], per_batch: float) -> float:
+    """The relative half-width a prediction's range gets: how far the windows' walls spread about the fastest,
+    and twice the mean latency's standard error, as shares of the batch's time."""
+    windows = (max(walls) - min(walls)) / min(walls) / 2 if min(walls) > 0 else 0.0
+    sem = statistics.stdev(waits) / math.sqrt(len(waits)) if len(waits) > 1 else 0.0
+    return max(windows, 2 * sem / per_batch if per_batch > 0 else 0.0)
+
+
+def _spin_after(work: Callable[[], None]) -> float:
+    """CPU-seconds this process's other threads burn in an idle window after work() (a pool's threads spinning
+    before they sleep): the median of a few tries."""
+    tries = []
+    for _ in range(3):
+        work()
+        cpu0, main0 = time.process_time(), time.thread_time()
+        time.sleep(_SPIN_WINDOW_S)
+        tries.append(max(0.0, (time.process_time() - cpu0) - (time.thread_time() - main0)))
+    return sorted(tries)[len(tries) // 2]
 
 
 def _core_sharing(seconds: float) -> float:
@@ -132,21 +194,27 @@ def _core_sharing(seconds: float) -> float:
     return max(1.0, _two_threads(work, [None]) / alone) if alone > 0 else 1.0
 
 
-def _fastest(measure: Callable[[], tuple[float, ...]]) -> tuple[float, ...]:
-    """The fastest (by its first figure, wall seconds) of the measurements time_again asks for, while they add up
-    to under _REPEATS x _LOAD_S: a slow pipeline's probe stays a few seconds."""
+def _tries(measure: Callable[[], tuple[float, ...]]) -> list[tuple[float, ...]]:
+    """The measurements time_again asks for, while they add up (by their first figure, wall seconds) to under
+    _REPEATS x _LOAD_S: a slow pipeline's probe stays a few seconds."""
     tries = [measure()]
     while time_again(len(tries), sum(t[0] for t in tries), _REPEATS * _LOAD_S):
         tries.append(measure())
-    return min(tries)
+    return tries
 
 
-def _one_thread(one: Callable[[Any], None], batch: list) -> tuple[float, float]:
-    """Wall and CPU seconds for this thread to run one(k) for each k of `batch`."""
-    t0, c0 = time.perf_counter(), time.thread_time()
+def _fastest(measure: Callable[[], tuple[float, ...]]) -> tuple[float, ...]:
+    """The fastest of _tries (by wall seconds)."""
+    return min(_tries(measure))
+
+
+def _one_thread(one: Callable[[Any], None], batch: list, clock: Callable[[], float] = time.thread_time
+                ) -> tuple[float, float]:
+    """Wall and CPU seconds (by `clock`) for this thread to run one(k) for each k of `batch`."""
+    t0, c0 = time.perf_counter(), clock()
     for k in batch:
         one(k)
-    return time.perf_counter() - t0, time.thread_time() - c0
+    return time.perf_counter() - t0, clock() - c0
 
 
 def _two_threads(one: Callable[[Any], None], batch: list) -> float:

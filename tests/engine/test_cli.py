@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -181,9 +182,13 @@ def test_predict_ranks_the_tune_space_then_answers_one_setting_from_the_cached_p
     ranked = cli("predict", *PREDICT, db=db)
     assert ranked.returncode == 0, ranked.stderr
     assert "probing tensor + mlp on cpu" in ranked.stderr  # said before the few seconds it takes
-    header, *rows = ranked.stdout.strip().splitlines()
-    assert header.split()[0] == "setting" and "limit" in header and len(rows) >= 4
-    epochs = [float(r.split()[-3]) for r in rows]  # setting ... | epoch | samples/s | limit
+    table = ranked.stdout.strip().split("\n\n")[0]  # notes, if any, follow a blank line
+    header, *rows = table.splitlines()
+    assert header.split()[0] == "setting" and "limit" in header and "range (s)" in header and len(rows) >= 4
+    # setting ... | epoch | range | samples/s | limit | alike: the epoch is the figure before its range
+    epochs = [float(t[i - 1]) for t in (r.split() for r in rows)
+              for i, tok in enumerate(t) if re.fullmatch(r"~?[\d.]+-[\d.]+", tok)]
+    assert len(epochs) == len(rows)
     assert all(e > 0 for e in epochs) and epochs == sorted(epochs)
     assert {r.split(",")[0].strip() for r in rows} >= {"sync", "prefetch", "threads", "processes"}
 

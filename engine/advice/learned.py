@@ -1,0 +1,77 @@
+"""What earlier runs of a pipeline say about the predictor: every `done` run of the same pipeline on this host,
+in the single mode, is a measured point (its setting and its median steady epoch). engine/predict/model.py's
+`residuals` turns them into measured / predicted per limit, and `adjusted` scales a later prediction by them
+(predicted_from 'prior+runs').
+
+    points = earlier_runs(cfg, db, machine)              # [(RunConfig, epoch_s)], newest first
+    ranked = predict.rank(configs, probe, found=predict.residuals(points, probe))
+
+Reads the store (read-only) and never writes it; a store that does not exist yet has no points.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from engine.config import RunConfig
+from engine.predict import MODES, residuals
+from engine.errors import ConfigError
+from engine.paths import Db, db_path
+from engine.store import list_runs
+
+__all__ = ["PIPELINE_KEYS", "earlier_runs", "learned_residuals", "same_pipeline"]
+
+log = logging.getLogger(__name__)
+
+# what makes two runs the same pipeline (the probe's keys, engine/predict/probe.py, but the batch size: a
+# residual is per sample, and the model scales it)
+PIPELINE_KEYS = ("workload", "n_samples", "image_size", "num_classes", "work_us", "latency_ms", "folder", "seed",
+                 "model", "width", "depth", "optimizer", "lr", "collate", "loss")
+_LIMIT = 2000  # the newest runs looked at: more is history, not this pipeline's current state
+
+
+def same_pipeline(a: RunConfig, b: RunConfig) -> bool:
+    return all(getattr(a, k, None) == getattr(b, k, None) for k in PIPELINE_KEYS)
+
+
+def earlier_runs(cfg: RunConfig, db: Db, machine: str, device: str = "cpu") -> list[tuple[RunConfig, float]]:
+    """(setting, median steady epoch) of every `done` single-mode run of cfg's pipeline on `machine` (the host's
+    `machine` fingerprint, engine/measure/host.py) and a device of type `device`, newest first."""
+    if not db_path(db).exists():
+        return []
+    rows = list_runs(db=db, limit=_LIMIT, filters={"status": "done", "mode": list(MODES)})
+    out = []
+    for _, row in rows.iterrows():
+        run = _config(row)
+        if run is None or not same_pipeline(run, cfg) or _machine(row) != machine or \
+                str(run.device).split(":")[0] != device:
+            continue
+        if row.get("epoch_s") is not None and row["epoch_s"] == row["epoch_s"] and row["epoch_s"] > 0:
+            out.append((run, float(row["epoch_s"])))
+    return out
+
+
+def _config(row: Any) -> RunConfig | None:
+    try:
+        return RunConfig.from_dict(json.loads(row["config_json"]))
+    except (ConfigError, TypeError, ValueError):  # a run of an older layout: not a point
+        return None
+
+
+def _machine(row: Any) -> str | None:
+    try:
+        return json.loads(row["host_json"]).get("machine")
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
+def learned_residuals(cfg: RunConfig, db: Db, probe: dict[str, Any]) -> tuple[dict[str, list[float]], int]:
+    """The residuals (engine/predict/model.py's `residuals`) of cfg's pipeline's earlier runs on the probe's host
+    under `probe`, and how many runs they come from; nothing where the store has none, or the probe does not say
+    its host (an older probe)."""
+    if not probe.get("machine"):
+        return {}, 0
+    points = earlier_runs(cfg, db, probe["machine"], device=probe["device"])
+    return residuals(points, probe), len(points)
