@@ -43,6 +43,7 @@ from engine.config import DEFAULT_MAX_RUNS, RunConfig, SweepConfig, config_field
 from engine.errors import ConfigError, StoreBusy, StoreCorrupt, StoreError, StoreVersionError, UsageError, printable
 from engine.jobs import ensure_worker, run_worker, serve, stop_worker, worker_pid
 from engine.paths import Db, calibrations_dir, db_path
+from engine.run.observed import observe
 from engine.run.hostfit import HEAVY, OVERSUBSCRIBE_ENV, check_all, check_host, check_machine, check_rules
 from engine.run.preflight import DEFAULT_TIMEOUT_S, TIMEOUT_ENV, preflight, set_time_limit
 from engine.run.runner import launch
@@ -440,6 +441,24 @@ def cmd_export(args: argparse.Namespace) -> int:
     out = export(args.out or f"loaderlab-{args.table}.{args.format}", args.format, db=args.db, table=args.table)
     print(out)
     return 0
+
+
+# ---------------------------------------------------------------------------- observe
+
+
+def _observe_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--name", default=None, help="a tag for the runs (default: none)")
+    p.add_argument("script", nargs=argparse.REMAINDER, metavar="-- python train.py ARGS",
+                   help="your training script's command, unchanged, after --")
+
+
+@command(_observe_options, pending="never",
+         help="run your training script unchanged and store a run for each DataLoader it iterates")
+def cmd_observe(args: argparse.Namespace) -> int:
+    """Run `python train.py ARGS` as it is; each DataLoader it iterates is observed and stored as its own run
+    (source 'observed'). The script's exit status is this command's."""
+    _prepare_store(args.db, defer=True)
+    return observe(args.script, name=args.name, db=args.db, say=lambda line: print(line, file=sys.stderr))
 
 
 # ---------------------------------------------------------------------------- advise, tune
