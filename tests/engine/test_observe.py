@@ -10,9 +10,11 @@ into the lab's fields, keeps the two loaders apart, and counts fetches, never th
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import duckdb
@@ -20,6 +22,9 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from engine.advice import baseline_of_run, resolve_baseline
+from engine.advice.baseline import parse as parse_baseline
+from engine.advice.tune import tune
 from engine.observe._settings import read_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,11 +81,18 @@ def _check_two_streams(runs: dict[str, dict], epochs: int) -> None:
     for t, v in zip(train["epochs"], val["epochs"]):
         assert t["wall_s"] - t["data_wait_s"] - t["compute_s"] >= 0.9 * v["wall_s"] > 0
     assert train["epoch_s"] is not None and train["peak_rss_bytes"] > 0
+    assert {e["gpu_idle_s"] for e in train["epochs"]} == {None}   # on the CPU: not measured, never 0
 
 
-def test_observe_stores_each_dataloader_of_an_unchanged_script_as_its_own_run(tmp_path):
-    store = tmp_path / "s.duckdb"
-    out = observe(store, str(SCRIPT), "--epochs", "2", name="mine")
+@pytest.fixture(scope="module")
+def observed(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """The script observed once, 2 epochs: (its store, the observe command's result)."""
+    store = tmp_path_factory.mktemp("observed") / "s.duckdb"
+    return store, observe(store, str(SCRIPT), "--epochs", "2", name="mine")
+
+
+def test_observe_stores_each_dataloader_of_an_unchanged_script_as_its_own_run(observed):
+    store, out = observed
     assert out.returncode == 0, out.stderr
     assert "epoch 1 loss" in out.stdout  # the script's own output, untouched
     runs = _by_loader_line(store)
@@ -170,3 +182,98 @@ def test_settings_that_map_go_to_the_labs_fields_and_the_others_are_named():
     assert "batch_size: set by a batch sampler without a batch_size" in settings["unmapped"]
     config, settings = read_settings(iter(ds))   # not a DataLoader: nothing maps, and the run says so
     assert "loader" not in config and settings["unmapped"][0].startswith("loader: not a torch.utils.data.DataLoader")
+
+
+class _SlowItems(torch.utils.data.Dataset):
+    """Items that take 1 ms each to read: a sync loader keeps the GPU waiting on data."""
+
+    def __len__(self):
+        return 256
+
+    def __getitem__(self, i):
+        time.sleep(0.001)
+        return torch.full((64,), float(i)), i % 2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_gpu_idle_and_its_data_wait_part_are_measured(store):
+    """Events at the loop's boundaries, read once per epoch: the GPU's gaps, most of them waiting for data."""
+    from engine import watch
+    from engine.store import get_epochs
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 2)).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = DataLoader(_SlowItems(), batch_size=32)
+    for _ in range(2):
+        for x, y in watch(loader, db=store):
+            loss = torch.nn.functional.cross_entropy(model(x.cuda()), y.cuda())
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    run_id = _runs_raw(store)[0]["run_id"]
+    for e in get_epochs(run_id, db=store).to_dict("records"):
+        assert e["gpu_idle_s"] > 0
+        assert e["gpu_idle_copy_s"] is None or math.isnan(e["gpu_idle_copy_s"])   # the loop's copies are not seen
+        assert e["gpu_idle_data_s"] + e["gpu_idle_other_s"] == pytest.approx(e["gpu_idle_s"], rel=1e-6)
+        assert e["gpu_idle_data_s"] > 0.5 * e["gpu_idle_s"]   # 32 ms of reads per step, well under 1 ms of compute
+
+
+def _runs_raw(store: Path) -> list[dict]:
+    with duckdb.connect(str(store), read_only=True) as conn:
+        cur = conn.execute("SELECT * FROM runs")
+        return [dict(zip([d[0] for d in cur.description], r)) for r in cur.fetchall()]
+
+
+# ---------------------------------------------------------------------------- from observation to answer
+
+
+def test_an_observed_run_is_the_baseline_its_loader_settings_say(observed):
+    store, _ = observed
+    train = _by_loader_line(store)["train"]
+    assert baseline_of_run(train["run_id"], db=store) == parse_baseline(
+        "loader=processes,workers=2,prefetch_depth=3,start_method=fork,persistent_workers=true,pin_memory=false,"
+        "batch_size=32")
+    assert resolve_baseline(None, train["run_id"], db=store) == baseline_of_run(train["run_id"], db=store)
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["advise", "--baseline-run", "no-such-run"], "baseline_run: no run 'no-such-run' in the store"),
+    (["tune", "--budget", "1s", "--baseline-run", "x", "--baseline", "loader=sync"], "not both"),
+])
+def test_a_bad_baseline_run_gets_one_line_and_exit_2(observed, argv, says):
+    store, _ = observed
+    out = subprocess.run([sys.executable, "-m", "engine", *argv, "--db", str(store)], cwd=ROOT, env=_env(store),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2
+    assert len(out.stderr.strip().splitlines()) == 1 and says in out.stderr, out.stderr
+
+
+@pytest.mark.slow
+def test_predict_shows_the_observed_setting_beside_what_was_observed(observed):
+    store, _ = observed
+    train = _by_loader_line(store)["train"]
+    out = subprocess.run([sys.executable, "-m", "engine", "predict", "--workload", "tensor", "--model", "mlp",
+                          "--image-size", "8", "--width", "8", "--device", "cpu", "--baseline-run", train["run_id"],
+                          "--db", str(store)], cwd=ROOT, env=_env(store), capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("processes, 2 workers, depth 3, batch 32"), out.stdout   # the observed setting
+    assert f"observed ({train['run_id']}" in out.stdout and "predicted / observed" in out.stdout
+
+
+@pytest.mark.slow
+def test_tune_from_an_observed_run_answers_with_a_95_interval(observed):
+    """The observed setting is candidate 0, re-run by the lab on the workload named, and the best is confirmed
+    against it with interleaved runs: the answer has its 95 % interval."""
+    store, _ = observed
+    train = _by_loader_line(store)["train"]
+    tiny = {"n_samples": 256, "image_size": 8, "width": 8, "device": "cpu", "sample_hz": 0.0}
+    result = tune("tensor", "mlp", budget_s=1800, db=store, base=tiny, progress=False, space=[{"loader": "sync"}],
+                  baseline=resolve_baseline(None, train["run_id"], db=store))
+    yours = result.configs[0]
+    assert (yours.loader, yours.workers, yours.prefetch_depth, yours.batch_size) == ("processes", 2, 3, 32)
+    text = result.render()
+    assert "your setup (processes, 2 workers, depth 3, batch 32" in text
+    if result.best_idx != 0:   # the best is another setting: confirmed against yours, with its interval
+        assert "95% CI" in text and not math.isnan(result.comparison["speedup_lo"]), text
+    else:
+        assert "your setup (processes, 2 workers, depth 3, batch 32) was the fastest measured" in text
