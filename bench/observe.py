@@ -73,6 +73,7 @@ def main() -> None:
             rng.shuffle(order)
             got = {kind: _epoch(loader if kind == "plain" else watched, n, a) for kind in order}
             rows.append(got)
+        watched.close()  # stored before the temporary store goes
     per_step = {k: [r[k][0] / r[k][2] * 1000 for r in rows] for k in ("plain", "watched")}
     ratios = [w / p_ for w, p_ in zip(per_step["watched"], per_step["plain"])]
     print(f"machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, 1 intra-op thread; "

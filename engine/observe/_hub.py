@@ -4,7 +4,9 @@ Torch-free and store-free at import: under `python -m engine observe` it is load
 once a DataLoader is iterated (engine/observe/_boot.py), and the streams' measuring side (_stream.py: the sampler,
 the host fingerprint, CUDA events) only then, when the script has imported torch itself.
 
-Two ways in: `watch(loader)` in the user's own process (the run is stored at each epoch's end and at exit), and
+Two ways in: `watch(loader)` in the user's own process (the run is stored when the loop ends: Watched.close() or
+the program's exit; NOTE: not at each epoch's end, where storing cost seconds of the user's loop on a busy machine,
+and the RunLog is the live record meanwhile), and
 the `observe` command's child (the env names the RunLogs' folder, store and run-id prefix; the parent stores the
 runs once the script exits, so the script's process never opens the store).
 """
@@ -25,7 +27,7 @@ from typing import Any
 
 from engine.paths import Db, db_path, runs_dir
 
-__all__ = ["ENV_NAME", "ENV_PREFIX", "ENV_RUNS", "ENV_STORE", "enter", "epoch_ended", "finish_all", "leave",
+__all__ = ["ENV_NAME", "ENV_PREFIX", "ENV_RUNS", "ENV_STORE", "close", "enter", "finish_all", "leave",
            "stream_for"]
 
 log = logging.getLogger(__name__)
@@ -86,14 +88,23 @@ def leave(stream: Any, nested_in: list[tuple[Any, int]], t0: float) -> None:
             outer.excluded += now - t0
 
 
-def epoch_ended(stream: Any) -> None:
-    if not _child():
-        _store(stream)
+def close(obj: Any) -> None:
+    """End a loader's run now, as done (a notebook's loop that is over), and store it under watch()."""
+    try:
+        stream = _by_loader.get(obj)
+    except TypeError:
+        stream = None
+    if stream is not None and not stream.ended:
+        stream.finish("done", None)
+        if not _child():
+            _store(stream)
 
 
 def finish_all(status: str, error: str | None) -> None:
     """End every stream's run (the script ended: `status` as engine.status says it) and, under watch(), store it."""
     for stream in _streams:
+        if stream.ended:  # closed already (Watched.close)
+            continue
         stream.finish(status, error)
         if not _child():
             _store(stream)

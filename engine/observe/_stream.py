@@ -199,5 +199,4 @@ class _Epoch:
                   "ttfb_s": self.ttfb or 0.0, "data_wait_s": sum(self.waits) + end_wait, "h2d_s": None,
                   "compute_s": sum(self.steps), "n_steps": len(steps), "t_start": self.t_start,
                   "t_end": time.time(), "loss": None, "allreduce_s": None, "steps": steps, **gpu})
-        _hub.epoch_ended(s)
 

@@ -5,8 +5,8 @@
         for x, y in watch(train_loader):      # the same batches; each pass is one epoch of the run
             ...
 
-Each loader is one run (`source = 'observed'`) whose RunLog is written as the loop goes and stored at each epoch's
-end and when the program ends (engine/observe/_stream.py says what is timed). `name` tags the run; `db` is the
+Each loader is one run (`source = 'observed'`) whose RunLog is written as the loop goes and stored when the loop
+ends: `close()` on what watch() returned, else when the program ends (engine/observe/_stream.py says what is timed). `name` tags the run; `db` is the
 store (default: $LOADERLAB_DB, else data/loaderlab.duckdb).
 """
 
@@ -35,6 +35,10 @@ class Watched:
 
     def __len__(self) -> int:
         return len(self.loader)
+
+    def close(self) -> None:
+        """End the run now and store it (else it ends when the program does): a notebook's finished loop."""
+        _hub.close(self.loader)
 
 
 def watch(loader: Any, *, name: str | None = None, db: Db = None) -> Watched:

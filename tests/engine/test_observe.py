@@ -204,12 +204,14 @@ def test_on_cuda_gpu_idle_and_its_data_wait_part_are_measured(store):
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 2)).cuda()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     loader = DataLoader(_SlowItems(), batch_size=32)
+    watched = watch(loader, db=store)
     for _ in range(2):
-        for x, y in watch(loader, db=store):
+        for x, y in watched:
             loss = torch.nn.functional.cross_entropy(model(x.cuda()), y.cuda())
             opt.zero_grad()
             loss.backward()
             opt.step()
+    watched.close()
     run_id = _runs_raw(store)[0]["run_id"]
     for e in get_epochs(run_id, db=store).to_dict("records"):
         assert e["gpu_idle_s"] > 0
