@@ -94,7 +94,7 @@ def explore_summary(x: str, *, metric: str = "epoch_s", color: str | None = None
     by_source = [] if "source" in groups else ["coalesce(source, 'lab')"]
     keys = ", ".join([*(_q(c) for c in groups), *by_source])
     cols = ", ".join([*(_q(c) for c in groups), *(f"{e} AS source" for e in by_source)])
-    names = ", ".join(_q(c) for c in [*groups, *(["source"] if by_source else [])])
+    names = ", ".join([*(_q(c) for c in groups), *(['"source"'] if by_source else [])])
     where, params = filter_sql(filters)
     lo, hi = ("vs[r.lo]", "vs[r.hi]") if interval == "ci" else ("q_lo", "q_hi")
     pool_inner, pool_outer = pool_sql(groups)
