@@ -57,7 +57,8 @@ def _runs(store: Path, names: dict[int, str]) -> dict[str, dict]:
 
 
 def _by_loader_line(store: Path) -> dict[str, dict]:
-    return _runs(store, {_line_of(SCRIPT, "train = DataLoader("): "train", _line_of(SCRIPT, "val = DataLoader("): "val"})
+    return _runs(store, {_line_of(SCRIPT, "train = DataLoader("): "train",
+                         _line_of(SCRIPT, "val = DataLoader("): "val"})
 
 
 def _check_two_streams(runs: dict[str, dict], epochs: int) -> None:
