@@ -7,8 +7,7 @@
 
 Each loader is one run (`source = 'observed'`) whose RunLog is written as the loop goes and stored when the loop
 ends: `close()` on what watch() returned, else when the program ends (engine/observe/_stream.py says what is
-timed). `name` tags the run; `db` is the
-store (default: $LOADERLAB_DB, else data/loaderlab.duckdb).
+timed). `name` tags the run; `db` is the store (default: $LOADERLAB_DB, else data/loaderlab.duckdb).
 """
 
 from __future__ import annotations
