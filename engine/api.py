@@ -7,6 +7,7 @@ the dashboard loads torch only when a config is validated or a job is queued.
 
 from __future__ import annotations
 
+from engine.advice import next_steps as observed_next_steps
 from engine.advice.advisor import CONFIRM_REPEATS, advise, render_advice
 from engine.advice.baseline import EXAMPLE as BASELINE_EXAMPLE
 from engine.advice.baseline import parse as parse_baseline
@@ -44,7 +45,7 @@ __all__ = ["BASELINE_EXAMPLE", "CONFIRM_REPEATS", "ConfigError", "EXPLORE_FILTER
            "epoch_breakdown_chart", "epoch_chart", "estimate_duration", "explore_axes", "explore_filter_options",
            "explore_predictions", "explore_summary", "field_choices", "field_type", "field_value", "get_epochs",
            "get_run", "get_steps", "ingest_pending", "job_progress", "list_jobs", "list_saved_queries", "load_view",
-           "metric_chart", "parse_baseline", "pending_summary", "plugin_choices", "prediction_chart", "purge",
+           "metric_chart", "observed_next_steps", "parse_baseline", "pending_summary", "plugin_choices", "prediction_chart", "purge",
            "ray_available", "render_advice", "restore", "run_query", "save_query", "save_view", "search_runs",
            "set_notes", "set_tags", "soft_delete", "step_timeline_chart", "submit", "submit_ray_sweep",
            "submit_sweep", "table_schema", "worker_alive"]

@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterator, TextIO
 
 import pandas as pd
 
+from engine.advice import observed_line, predict_fields, resolve_baseline
 from engine.advice.advisor import advise, describe, render_advice
 from engine.advice.baseline import parse as parse_baseline
 from engine.advice.learned import learned_residuals
@@ -44,6 +45,7 @@ from engine.config import DEFAULT_MAX_RUNS, RunConfig, SweepConfig, config_field
 from engine.errors import ConfigError, StoreBusy, StoreCorrupt, StoreError, StoreVersionError, UsageError, printable
 from engine.jobs import ensure_worker, run_worker, serve, stop_worker, worker_pid
 from engine.paths import Db, calibrations_dir, db_path
+from engine.run.observed import observe
 from engine.run.hostfit import HEAVY, OVERSUBSCRIBE_ENV, check_all, check_host, check_machine, check_rules
 from engine.run.preflight import DEFAULT_TIMEOUT_S, TIMEOUT_ENV, preflight, set_time_limit
 from engine.run.runner import launch
@@ -443,6 +445,24 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------- observe
+
+
+def _observe_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--name", default=None, help="a tag for the runs (default: none)")
+    p.add_argument("script", nargs=argparse.REMAINDER, metavar="-- python train.py ARGS",
+                   help="your training script's command, unchanged, after --")
+
+
+@command(_observe_options, pending="never",
+         help="run your training script unchanged and store a run for each DataLoader it iterates")
+def cmd_observe(args: argparse.Namespace) -> int:
+    """Run `python train.py ARGS` as it is; each DataLoader it iterates is observed and stored as its own run
+    (source 'observed'). The script's exit status is this command's."""
+    _prepare_store(args.db, defer=True)
+    return observe(args.script, name=args.name, db=args.db, say=lambda line: print(line, file=sys.stderr))
+
+
 # ---------------------------------------------------------------------------- advise, tune
 
 
@@ -455,6 +475,23 @@ def _baseline_options(p: argparse.ArgumentParser) -> None:
                         "e.g. --baseline loader=processes,workers=4,batch_size=64")
     p.add_argument("--write-confirm", metavar="PATH", help="write the confirmation sweep (TOML) to PATH: your setup "
                    "(or sync) and the best, 7 runs each in a random order")
+    _baseline_run_option(p)
+
+
+def _baseline_run_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--baseline-run", default=None, metavar="RUN_ID",
+                   help="a stored run's loader settings as your setup, e.g. a run of your own loop (python -m engine "
+                        "observe); the lab runs them on the --workload and --model you name")
+
+
+def _baseline_of(args: argparse.Namespace) -> str | dict[str, Any] | None:
+    """--baseline, or --baseline-run's settings (saying on which pipeline the lab will measure them)."""
+    given = resolve_baseline(args.baseline, args.baseline_run, args.db)
+    if args.baseline_run:
+        print(f"your setup from run {args.baseline_run}: {given}; measured on --workload {args.workload} --model "
+              f"{args.model} (name your own dataset and model as module:callable for an answer about your "
+              "pipeline)", file=sys.stderr)
+    return given
 
 
 def _advise_options(p: argparse.ArgumentParser) -> None:
@@ -466,7 +503,7 @@ def _advise_options(p: argparse.ArgumentParser) -> None:
 @command(_advise_options, reads=True)
 def cmd_advise(args: argparse.Namespace) -> int:
     """The best measured config for a workload and model on this host, and what to try next."""
-    advice = advise(args.workload, args.model, host=args.host, db=args.db, baseline=args.baseline)
+    advice = advise(args.workload, args.model, host=args.host, db=args.db, baseline=_baseline_of(args))
     print(render_advice(advice))
     if args.write_confirm:
         _write_confirm(args.write_confirm, advice.confirm_sweep_toml if advice.default != advice.best else None)
@@ -504,10 +541,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
             raise ConfigError("set", f"'{item}' is not FIELD=VALUE, e.g. --set batch_size=128")
         base[key.strip()] = value.strip()
     parse_baseline(args.baseline)  # bad input is named before the store is looked at or created
+    given = _baseline_of(args) if args.baseline_run else args.baseline
     check_rules([RunConfig.from_dict({**base, "workload": args.workload, "model": args.model})])
     _prepare_store(args.db, defer=True)
     result = tune(args.workload, args.model, budget_s=budget, db=args.db, base=base, progress=not args.quiet,
-                  baseline=args.baseline, predicted=not args.no_predict)
+                  baseline=given, predicted=not args.no_predict)
     print(result.render())
     if args.write_confirm:
         _write_confirm(args.write_confirm, result.confirm_sweep_toml if result.best_idx else None)
@@ -517,10 +555,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
 def _predict_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="TOML file of config fields; flags override it")
     _add_config_flags(p)
+    _baseline_run_option(p)
 
 
-# NOTE: reads=True: it reads the store only where one exists (earlier runs), never creates one; it writes only the
-# probe's cache file beside it
+# NOTE: reads=True: it reads the store only where one exists (earlier runs, --baseline-run's run), never creates
+# one; it writes only the probe's cache file beside it
 @command(_predict_options, reads=True,
          help="the predicted epoch time of a loader setting, or (no --loader) of every setting tune would try, ranked")
 def cmd_predict(args: argparse.Namespace) -> int:
@@ -533,6 +572,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
         raise ConfigError("mode", f"predict models the {', '.join(MODES)} mode only, not '{cfg.mode}'; run it and "
                                   "read its bound (python -m engine run ...) instead")
     one = args.loader is not None or (bool(args.config) and "loader" in load_toml(args.config))
+    observed = predict_fields(args.baseline_run, args.db) if args.baseline_run else None
+    cfg, one = (cfg.replace(**observed[0]), True) if observed else (cfg, one)
     probe, cached = cached_or_new(cfg, calibrations_dir(args.db),
                                   say=lambda line: print(line, file=sys.stderr, flush=True))
     if cached:
@@ -548,6 +589,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
         row = table.iloc[0]
         print(f"{_setting(row)}: predicted epoch {row['predicted_epoch_s']:.3f} s ({row['predicted_lo_s']:.3f}-"
               f"{row['predicted_hi_s']:.3f}) · {row['samples_per_s']:.0f} samples/s · limit: {row['limit']}")
+        if observed:
+            print(observed_line(observed[1], row["predicted_epoch_s"]))
         return 0
     print(_predicted_table(table))
     return 0

@@ -14,6 +14,7 @@ import streamlit as st
 
 from engine import api
 from ui import cache, run_costs
+from ui.observed import observed
 from ui.cache import cached
 from ui.text import plain
 from ui.trace import trace_download
@@ -109,6 +110,7 @@ def detail(run: dict[str, Any]) -> None:
         st.error(f"The run failed: {plain(run['error'])}")
         _traceback(run)
     _figures(run)
+    observed(run)  # a run of the user's own loop: what was observed, what the lab would try next
     epochs = cached("get_epochs", run_id)
     c1, c2 = st.columns(2)
     c1.plotly_chart(api.epoch_chart(epochs), key="runs.epoch_chart")

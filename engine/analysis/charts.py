@@ -88,6 +88,8 @@ def metric_chart(summary: pd.DataFrame, *, x: str, metric: str = "epoch_s", colo
                               **{c: ":.3f" if c != "verdict" else True for c in _VERDICT if c in df}}, title=title)
     if facet:
         kwargs["facet_col_wrap"] = 3
+    if "source" in df and (df["source"] == "observed").any():  # the user's own loop, marked apart from the lab's
+        kwargs["symbol"] = "source"
     if numeric_x:
         fig = px.line(df, markers=True, **kwargs)
     else:

@@ -15,7 +15,8 @@ from engine.status import RunStatus
 
 __all__ = ["compare_runs"]
 
-_SEPARATE = ("host_fingerprint", "code_hash")   # never pooled, never compared across
+_SEPARATE = ("host_fingerprint", "code_hash", "source")   # never pooled, never compared across (source: the
+# user's own loop, observed, is not the lab's)
 _IGNORED = {"tag"}                               # a label, not a setting
 
 

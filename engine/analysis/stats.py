@@ -301,7 +301,7 @@ def speedup_vs_sequential(runs_df: pd.DataFrame, confidence: float = 0.95) -> pd
     contenders = df[(mode.str.startswith("dual-") & (mode != "dual-sequential")) | (mode == "fused")]
     # NOTE: a Ray sweep spans nodes: a speedup never divides one host's time by another's
     # NOTE: code_hash too: a user's changed dataset or model is another config (NULL for built-ins)
-    group_cols = ["sweep_id", "host_fingerprint", "code_hash", "mode", "n_models", *_DUAL_FIELDS, *keys]
+    group_cols = ["sweep_id", "host_fingerprint", "code_hash", "source", "mode", "n_models", *_DUAL_FIELDS, *keys]
     group_cols = [c for c in dict.fromkeys(group_cols) if c in df.columns]
     for key, group in contenders.groupby(group_cols, dropna=False, sort=True):
         fixed = dict(zip(group_cols, key))

@@ -89,7 +89,12 @@ def explore_summary(x: str, *, metric: str = "epoch_s", color: str | None = None
     if interval not in ("ci", "quantiles"):
         raise ValueError("interval must be 'ci' or 'quantiles'")
     groups = list(dict.fromkeys(c for c in (x, color, facet) if c))
-    cols = ", ".join(_q(c) for c in groups)
+    # NOTE: a run of the user's own loop (source 'observed') never pools with the lab's runs of the same settings:
+    # the loops differ. Every summary is split by source ('lab' for NULL), and says which each point is.
+    by_source = [] if "source" in groups else ["coalesce(source, 'lab')"]
+    keys = ", ".join([*(_q(c) for c in groups), *by_source])
+    cols = ", ".join([*(_q(c) for c in groups), *(f"{e} AS source" for e in by_source)])
+    names = ", ".join([*(_q(c) for c in groups), *(['"source"'] if by_source else [])])
     where, params = filter_sql(filters)
     lo, hi = ("vs[r.lo]", "vs[r.hi]") if interval == "ci" else ("q_lo", "q_hi")
     pool_inner, pool_outer = pool_sql(groups)
@@ -105,8 +110,8 @@ def explore_summary(x: str, *, metric: str = "epoch_s", color: str | None = None
                    {pool_inner},
                    list(run_id ORDER BY created_at DESC) AS ids
             FROM runs WHERE {where} AND "{metric}" IS NOT NULL
-            GROUP BY {cols})
-        SELECT {cols}, g.n, median,
+            GROUP BY {keys})
+        SELECT {names}, g.n, median,
                CASE WHEN r.lo IS NOT NULL THEN {lo} END AS lo, CASE WHEN r.lo IS NOT NULL THEN {hi} END AS hi,
                CASE WHEN r.lo IS NULL THEN 'no interval: ' || g.n || (CASE WHEN g.n = 1 THEN ' run' ELSE ' runs' END)
                     END AS interval_note,
@@ -114,10 +119,10 @@ def explore_summary(x: str, *, metric: str = "epoch_s", color: str | None = None
                coalesce(cv > {NOISY_CV}, false) AS noisy, n_hosts, n_torch,
                {pool_outer},
                array_to_string(ids[1:{int(max_ids)}], ',') AS run_ids
-        FROM g LEFT JOIN _ci_ranks r ON r.n = g.n ORDER BY {cols}"""
+        FROM g LEFT JOIN _ci_ranks r ON r.n = g.n ORDER BY {names}"""
     with connect(db, read_only=True) as conn:
         sizes = conn.execute(f'SELECT DISTINCT count(*) FROM runs WHERE {where} AND "{metric}" IS NOT NULL '
-                             f"GROUP BY {cols}", params).fetchall()
+                             f"GROUP BY {keys}", params).fetchall()
         ranks = [(n, *r) for (n,) in sizes if (r := ci_ranks(n))]
         conn.register("_ci_ranks", pd.DataFrame(ranks or None, columns=["n", "lo", "hi"]).astype("int64"))
         try:

@@ -26,7 +26,7 @@ __all__ = ["LIVE", "RUN_TABLE_COLUMNS", "count_runs", "done_runs", "epoch_time_b
 
 LIVE = "NOT coalesce(deleted, false)"  # the condition that leaves soft-deleted runs out
 # The Runs page's table: its columns, in order
-RUN_TABLE_COLUMNS = ("run_id", "status", "created_at", "workload", "model", "loader", "workers", "prefetch_depth",
+RUN_TABLE_COLUMNS = ("run_id", "status", "source", "created_at", "workload", "model", "loader", "workers", "prefetch_depth",
                      "batch_size", "mode", "n_models", "device", "epoch_s", "samples_per_s", "data_wait_share",
                      "bound_s", "efficiency", "verdict", "tag", "tags", "notes", "host", "deleted")
 
@@ -87,7 +87,7 @@ def search_runs(text: str = "", *, statuses: list[str] | tuple[str, ...] = (), i
     with connect(db, read_only=True) as conn:
         where, params = _filter_sql(conn, {"status": list(statuses)} if statuses else None, include_deleted)
         if text.strip():
-            where.append("concat_ws(' ', run_id, tags, notes, workload, model, loader, tag, host, verdict) ILIKE ?")
+            where.append("concat_ws(' ', run_id, tags, notes, workload, model, loader, tag, host, verdict, source) ILIKE ?")
             params.append(f"%{text.strip()}%")
         return conn.execute(f"SELECT {cols} FROM runs WHERE {' AND '.join(where or ['true'])} "
                             "ORDER BY created_at DESC NULLS LAST, run_id DESC LIMIT ?", [*params, int(limit)]).fetchdf()

@@ -18,8 +18,8 @@ import duckdb
 from engine.config import config_fields
 from engine.errors import StoreVersionError
 from engine.store.tables import (BUILTIN_QUERIES, EPOCH_COLUMNS_V4, RUN_COLUMNS, STORED_BUILTINS, SUMMARY_COLUMNS,
-                                 SUMMARY_COLUMNS_V2, SUMMARY_COLUMNS_V4, SUMMARY_COLUMNS_V5,
-                                 SUMMARY_COLUMNS_V6_PREDICTED, TABLES)
+                                 SUMMARY_COLUMNS_V2, SUMMARY_COLUMNS_V4, SUMMARY_COLUMNS_V5, SUMMARY_COLUMNS_V6,
+                                 TABLES)
 
 __all__ = ["MIGRATIONS", "RUN_COLUMNS", "SCHEMA_VERSION", "SUMMARY_COLUMNS", "TABLES", "config_columns",
            "ensure_schema", "needs_upgrade", "schema_version"]
@@ -90,10 +90,11 @@ def _v5(conn: duckdb.DuckDBPyConnection) -> None:
 
 
 def _v6(conn: duckdb.DuckDBPyConnection) -> None:
-    """The predicted epoch's range (predicted_lo_s, predicted_hi_s), from the probe's spread or the residuals'.
+    """The predicted epoch's range (predicted_lo_s, predicted_hi_s), from the probe's spread or the residuals'; runs of
+    the user's own loop (engine/observe/): their source, the stream observed, the loader's settings.
 
-    NOTE: NULL for the runs already stored: their probe's spread was never measured."""
-    for name in SUMMARY_COLUMNS_V6_PREDICTED:
+    NOTE: NULL for the runs already stored: their probe's spread was never measured, and every one is the lab's own."""
+    for name in SUMMARY_COLUMNS_V6:
         conn.execute(f'ALTER TABLE runs ADD COLUMN IF NOT EXISTS "{name}" {SUMMARY_COLUMNS[name]}')
 
 

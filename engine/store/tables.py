@@ -12,7 +12,7 @@ from engine.runlog import GPU_EPOCH_FIELDS
 
 __all__ = ["BUILTIN_QUERIES", "EPOCH_COLUMNS_V4", "RUN_COLUMNS", "STORED_BUILTINS", "SUMMARY_COLUMNS",
            "SUMMARY_COLUMNS_V2", "SUMMARY_COLUMNS_V4", "SUMMARY_COLUMNS_V5",
-           "SUMMARY_COLUMNS_V6_PREDICTED", "TABLES", "column_types"]
+           "SUMMARY_COLUMNS_V6", "TABLES", "column_types"]
 
 # Run-level columns schema v4 added: GPU idle and its parts (engine/measure/idle.py) over steady epochs with NVML's
 # utilisation and peak device memory beside them, NULL on CPU; where the start-up went (the RunLog's `startup`
@@ -30,9 +30,12 @@ _SUMMARY_V4 = {
 # Run-level columns schema v5 added: the epoch predicted for the run's setting (engine/predict/model.py), what the
 # prediction came from ('prior': a probe taken before the run; 'own': the run's own, after it) and its limit
 _SUMMARY_V5 = {"predicted_epoch_s": "DOUBLE", "predicted_from": "VARCHAR", "predicted_limit": "VARCHAR"}
-# Run-level columns schema v6 added (the prediction's side): the range the probe's spread allows around the
-# predicted epoch; two settings whose ranges overlap cannot be told apart on that machine
-_SUMMARY_V6_PREDICTED = {"predicted_lo_s": "DOUBLE", "predicted_hi_s": "DOUBLE"}
+# Run-level columns schema v6 added: the predicted epoch's range (predicted_lo_s, predicted_hi_s: two settings whose
+# ranges overlap cannot be told apart on that machine); a run of the user's own loop (engine/observe/): source
+# 'observed' (NULL: the lab's run), the stream it observed (where its DataLoader was made: file:line) and the loader's
+# settings as read from the object, JSON, with those the lab's fields cannot hold listed under "unmapped"
+_SUMMARY_V6 = {"predicted_lo_s": "DOUBLE", "predicted_hi_s": "DOUBLE",
+               "source": "VARCHAR", "observed_stream": "VARCHAR", "observed_settings": "VARCHAR"}
 # Run-level figures computed at ingest (or copied from the run's `summary` event).
 SUMMARY_COLUMNS = {
     "epoch_s": "DOUBLE", "samples_per_s": "DOUBLE", "ttfb_s": "DOUBLE", "data_wait_share": "DOUBLE",
@@ -45,13 +48,13 @@ SUMMARY_COLUMNS = {
     "bound_error": "VARCHAR",
     **_SUMMARY_V4,
     **_SUMMARY_V5,
-    **_SUMMARY_V6_PREDICTED,
+    **_SUMMARY_V6,
 }
 # Summary columns each schema version added (a migration adds them to an older file).
 SUMMARY_COLUMNS_V2 = ("overlap", "serial_bound_s", "calib_age_s", "bound_note", "bound_error")
 SUMMARY_COLUMNS_V4 = tuple(_SUMMARY_V4)
 SUMMARY_COLUMNS_V5 = tuple(_SUMMARY_V5)
-SUMMARY_COLUMNS_V6_PREDICTED = tuple(_SUMMARY_V6_PREDICTED)
+SUMMARY_COLUMNS_V6 = tuple(_SUMMARY_V6)
 # Epoch columns schema v4 added: the GPU clock's fields of each epoch (engine/measure/timers.py), NULL on CPU
 EPOCH_COLUMNS_V4 = GPU_EPOCH_FIELDS
 # Fixed `runs` columns; config columns follow, generated from RunConfig.

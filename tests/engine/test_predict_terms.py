@@ -79,7 +79,7 @@ def test_every_loader_the_lab_has_is_modelled_or_says_it_is_not() -> None:
     from engine.loaders import LOADERS  # noqa: PLC0415 - the registry, to hold the model's table against it
     probe = _probe(0.01, 0.01, (0.01, 0.01))
     for name in LOADERS:
-        got = predict(_cfg(name, 2 if name in ("threads", "processes") else 0), probe)
+        got = predict(_cfg(name, 0 if name in ("sync", "prefetch") else 2), probe)
         assert (got is not None) == (name in LOADER_SHAPES), name
 
 

@@ -1,0 +1,47 @@
+"""`watch(loader)`: the user's own training loop, observed with one line.
+
+    from engine import watch
+    for epoch in range(epochs):
+        for x, y in watch(train_loader):      # the same batches; each pass is one epoch of the run
+            ...
+
+Each loader is one run (`source = 'observed'`) whose RunLog is written as the loop goes and stored when the loop
+ends: `close()` on what watch() returned, else when the program ends (engine/observe/_stream.py says what is
+timed). `name` tags the run; `db` is the store (default: $LOADERLAB_DB, else data/loaderlab.duckdb).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Iterator
+
+from engine.observe import _hub
+from engine.paths import Db
+
+__all__ = ["Watched", "watch"]
+
+
+class Watched:
+    """An iterable over the loader's batches; iterating it again is the loader's next epoch."""
+
+    def __init__(self, loader: Any, site: str, name: str | None, db: Db):
+        self.loader, self.site, self.name, self.db = loader, site, name, db
+
+    def __iter__(self) -> Iterator:
+        stream = _hub.stream_for(self.loader, self.site, name=self.name, db=self.db)
+        t0, t_start = time.perf_counter(), time.time()
+        return stream.epoch(iter(self.loader), t0, t_start)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def close(self) -> None:
+        """End the run now and store it (else it ends when the program does): a notebook's finished loop."""
+        _hub.close(self.loader)
+
+
+def watch(loader: Any, *, name: str | None = None, db: Db = None) -> Watched:
+    """The loader's batches, timed: see the module doc. The run is named by where watch() was called (file:line)."""
+    caller = sys._getframe(1)
+    return Watched(loader, f"{caller.f_code.co_filename}:{caller.f_lineno}", name, db)
