@@ -291,7 +291,7 @@ def test_only_the_store_runs_sql():
 # ---------------------------------------------------------------------------- the layers
 
 # The engine's packages and top-level modules, lowest first: a module imports only from its own layer or below.
-# Instruments (measure) under what a run is built from, under the bound's passes that drive them, under the modes
+# Instruments (measure) under the observer of a user's own loop (which reads them), under what a run is built from, under the bound's passes that drive them, under the modes
 # whose bound it is, under the prediction that replays a mode's step, under the run, the store of runs, the queue
 # and the advice; the entry points on top.
 LAYERS = [
@@ -299,6 +299,7 @@ LAYERS = [
     {"config", "devices", "runlog"},
     {"plugins", "presets"},
     {"measure"},
+    {"observe"},
     {"workloads", "models", "loaders"},
     {"calibrate"},
     {"modes"},
