@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -24,11 +25,9 @@ __all__ = ["cap_pools", "extra_threads", "hidden_pools", "limit_pools", "pool_fi
 
 def _torch_lib_dir() -> str | None:
     """The folder of torch's own shared libraries: its OpenMP runtime is the intra-op pool the lab sets."""
-    try:
-        import torch  # noqa: PLC0415 - only to locate its libraries; every caller has it loaded already
-    except ImportError:
-        return None
-    return str(Path(torch.__file__).resolve().parent)
+    torch = sys.modules.get("torch")  # NOTE: never imported here: every caller has loaded it already, or has no pool
+    return str(Path(torch.__file__).resolve().parent) if torch is not None and getattr(torch, "__file__", None) \
+        else None
 
 
 def hidden_pools() -> list[dict[str, Any]]:
