@@ -177,8 +177,11 @@ class Calibrator:
         return [Pass(w, c) for w, c in zip(result["per_step"], cpu)]
 
     def _cached(self, kind: str, keys: tuple[str, ...], extra: list[Any], measure: Callable) -> dict[str, Any]:
+        # NOTE: the pools' environment and the usable cores too: a loader pass taken beside 2-thread BLAS pools
+        # (spectrogram, processes, 2 workers: 3.2 s) was reused by a run of the same sweep under OMP_NUM_THREADS=1
+        # (1.7 s), as the same config fields; its efficiency read 1.87
         key_data = [self.scope, kind, [getattr(self.cfg, k) for k in keys], extra,
-                    [os.environ.get(k) for k in _POOL_ENV]]
+                    [os.environ.get(k) for k in _POOL_ENV], usable_cpus()]
         path = self.cache / f"{hashlib.sha1(json.dumps(key_data).encode()).hexdigest()[:16]}.json"
         cached = path.exists()
         if cached:

@@ -85,6 +85,17 @@ def test_calibrations_are_taken_once_per_repeat_and_shared_within_it(sweep_runs)
     assert reused["compute"] == taken["compute"] and reused["loader"] > taken["loader"]
 
 
+def test_a_run_under_other_pool_settings_measures_its_own_loader_pass(tmp_path, monkeypatch):
+    """OMP_NUM_THREADS sizes the BLAS pools a transform runs (numpy's OpenBLAS reads it), not a config field: a pass
+    cached under one setting is no bound of a run under another, even in the same sweep and repeat."""
+    db, cfg, meta = tmp_path / "s.duckdb", RunConfig.from_dict({**SLOW_DATA, "latency_ms": 1.0}), {"sweep_id": "env"}
+    first = launch(cfg, db=db, meta={**meta, "repeat_idx": 0})
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    other = launch(cfg, db=db, meta={**meta, "repeat_idx": 0})
+    assert first.status == other.status == "done", (first.error, other.error)
+    assert _calibrations(other.run_dir) == {"loader": False, "compute": False}  # measured again, not reused
+
+
 def test_big_model_on_in_memory_data_is_bound_by_compute(tmp_path):
     """The compute pass dominates. NOTE: the verdict's threshold is a timing, so on a shared machine the run
     may fall below EXPLAINED (overhead-bound); it is never data-bound. The rule itself: the next test."""
