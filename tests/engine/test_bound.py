@@ -249,8 +249,8 @@ def test_the_loader_pass_times_a_steady_epoch_not_the_first(slow_start, loader, 
 def test_efficiency_stays_within_1_25_for_sync_and_1_1_for_other_loaders_and_start_methods(
         tmp_path, slow_start, loader, start_method, workload):
     """The bound is close to a bound: a quiet machine's run beats it by no more than the allowance (1.25 for sync,
-    whose bound is exact; STALE, 1.1, for the others). Above 1 the engine shows no fraction and no verdict. With the tensor workload, a short epoch is all
-    start-up a fresh loader could add (a GPU box's spawned workers import a CUDA torch); with a dataset whose first
+    whose bound is exact; STALE, 1.1, for the others). Above 1 the engine shows no fraction and no verdict. With the
+    tensor workload, a short epoch is all start-up a fresh loader could add (a GPU box's spawned workers import a CUDA torch); with a dataset whose first
     epoch is slow, the run's warm-up epoch pays what the steady ones do not, so the pass must not pay it either
     (a fresh loader's first epoch here: efficiency 3 to 15).
 
