@@ -18,7 +18,7 @@ from engine.errors import ConfigError
 from engine.jobs import (RAY_ADDRESS_ENV, RAY_SWEEP, cancel, default_ray_address, ensure_worker, estimate_duration,
                          job_progress, list_jobs, submit, submit_ray_sweep, submit_sweep, worker_alive)
 from engine.measure.startup import PHASES as STARTUP_PHASES
-from engine.measure.verdicts import VERDICTS
+from engine.measure.verdicts import VERDICTS, efficiency_text
 from engine.paths import TRACE_FILE, db_path
 from engine.plugins.browser import PLUGIN_FIELDS, browser_config, browser_sweep, browser_sweep_config, browser_values, \
     check_browser_config
@@ -41,7 +41,7 @@ __all__ = ["BASELINE_EXAMPLE", "CONFIRM_REPEATS", "ConfigError", "EXPLORE_FILTER
            "STARTUP_PHASES", "SweepConfig", "TRACE_FILE", "VERDICTS", "advise", "auto_chart", "browser_config",
            "browser_sweep", "browser_sweep_config", "browser_values", "bump_data_version", "cancel",
            "check_browser_config", "check_host", "check_host_all", "compare_chart", "config_fields", "count_runs",
-           "data_version", "db_path", "default_ray_address", "end_traceback", "ensure_worker",
+           "data_version", "db_path", "default_ray_address", "efficiency_text", "end_traceback", "ensure_worker",
            "epoch_breakdown_chart", "epoch_chart", "estimate_duration", "explore_axes", "explore_filter_options",
            "explore_predictions", "explore_summary", "field_choices", "field_type", "field_value", "get_epochs",
            "get_run", "get_steps", "ingest_pending", "job_progress", "list_jobs", "list_saved_queries", "load_view",

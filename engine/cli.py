@@ -44,6 +44,7 @@ from engine.analysis.stats import speedup_vs_sequential
 from engine.config import DEFAULT_MAX_RUNS, RunConfig, SweepConfig, config_fields, field_choices, load_toml
 from engine.errors import ConfigError, StoreBusy, StoreCorrupt, StoreError, StoreVersionError, UsageError, printable
 from engine.jobs import ensure_worker, run_worker, serve, stop_worker, worker_pid
+from engine.measure.verdicts import efficiency_text
 from engine.paths import Db, calibrations_dir, db_path
 from engine.run.observed import observe
 from engine.run.hostfit import HEAVY, OVERSUBSCRIBE_ENV, check_all, check_host, check_machine, check_rules
@@ -232,9 +233,9 @@ def _print_summary(run_id: str, db: Db) -> None:
         parts.append(f"epoch {run['epoch_s']:.3f} s (median, warm-up excluded)")
     if run.get("samples_per_s") is not None:
         parts.append(f"{run['samples_per_s']:.0f} samples/s")
-    if run.get("efficiency") is not None:
-        parts.append(f"bound {run['bound_s']:.3f} s, efficiency {run['efficiency']:.0%}"
-                     + (f", {run['verdict']}" if run.get("verdict") else ""))
+    if run.get("efficiency") is not None:  # above 1 no fraction and no verdict (engine/measure/verdicts.py)
+        parts.append(f"bound {run['bound_s']:.3f} s, efficiency {efficiency_text(run['efficiency'])}"
+                     + (f", {run['verdict']}" if run.get("verdict") and run["efficiency"] <= 1 else ""))
     if _given(run.get("overlap")):  # concurrent modes: how much of A + B's compute the concurrency hid
         parts.append(f"overlap {run['overlap']:.0%}")
     print(" · ".join(parts))

@@ -80,6 +80,9 @@ class RunConfig:
     device: str = _f("auto", "auto, cpu, cuda or cuda:N", "training")
     threads: int = _f(0, "intra-op threads (torch.set_num_threads); auto (or 0): torch's default, and the count it "
                          "chose is recorded with the run", "training", min=0, max=1024, auto=0)
+    transform_threads: int = _f(0, "threads of the BLAS/OpenMP pools your transforms bring (numpy, SciPy, OpenCV) in "
+                                   "loader workers and producer threads; auto (or 0): as the libraries set them",
+                                "training", min=0, max=1024, auto=0)
     tag: str = _f("", "free-form label to group runs", "training")
     # --- concurrency mode ---
     mode: str = _f("single", "how models share the machine", "mode", choices="modes")

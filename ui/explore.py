@@ -109,9 +109,14 @@ def chart(args: dict[str, Any]) -> pd.DataFrame:
         st.session_state["_explore.picked"] = picked
         st.session_state[_k("sel")] = picked
     table = summary.rename(columns={"median": f"median {_LABELS[args['metric']]}"})
+    if "efficiency" in table:  # above 1 no fraction and no verdict: the bound was measured under other conditions
+        above = table["efficiency"] > 1
+        table = table.assign(efficiency=table["efficiency"].map(api.efficiency_text))
+        if "verdict" in table:
+            table.loc[above, "verdict"] = None
     st.dataframe(table, hide_index=True, key=_k("table"), column_config={
         "run_ids": st.column_config.TextColumn("run ids (newest first)", width="large"),
-        "efficiency": st.column_config.NumberColumn("efficiency", format="%.2f", help="lower bound ÷ measured"),
+        "efficiency": st.column_config.TextColumn("efficiency", help="lower bound ÷ measured"),
         "bound_s": st.column_config.NumberColumn("bound (s)", format="%.3f", help="median lower bound of an epoch"),
         "verdict": st.column_config.TextColumn("verdict", help=_VERDICT_HELP),
         "predicted_epoch_s": st.column_config.NumberColumn("predicted (s)", format="%.3f", help=_PREDICTED_HELP),

@@ -57,21 +57,25 @@ _FIGURES = {"epoch_s": ("epoch time", "{:.3f} s"), "samples_per_s": ("samples/s"
 
 
 def _fmt(key: str, value: Any) -> str:
+    if key == "efficiency" and value is not None:
+        return api.efficiency_text(value)  # above 1: no fraction, and no verdict (_figures)
     return "–" if value is None or value != value else _FIGURES[key][1].format(value)
 
 
 def _cores(run: dict[str, Any]) -> str:
-    cores, threads = run.get("usable_cores"), run.get("runnable_threads")
+    cores, threads, extra = run.get("usable_cores"), run.get("runnable_threads"), run.get("extra_threads")
     if cores is None or cores != cores or threads is None or threads != threads:
         return ""
-    return f": {cores:g} here, {int(threads)} runnable threads in this run"
+    pools = f", {int(extra)} of them in pools the lab did not set (BLAS, OpenMP)" if extra and extra == extra else ""
+    return f": {cores:g} here, {int(threads)} runnable threads in this run{pools}"
 
 
 def _figures(run: dict[str, Any]) -> None:
     cols = st.columns(5)
     for col, key in zip(cols, list(_FIGURES)[:5]):
         col.metric(_FIGURES[key][0], _fmt(key, run.get(key)))
-    verdict = plain(_fmt("verdict", run.get("verdict")))
+    eff = run.get("efficiency")
+    verdict = plain(_fmt("verdict", run.get("verdict") if eff is None or eff != eff or eff <= 1 else None))
     st.markdown(f"Verdict: **{verdict}**" + (f": {plain(run['verdict_help'])}" if run.get("verdict_help") else "")
                 + " (efficiency = lower bound ÷ measured epoch; the bound is the most of the loader pass, the compute "
                   "pass, and their CPU-seconds over the usable cores" + _cores(run) + ")")

@@ -31,7 +31,7 @@ import pandas as pd
 from engine.advice import baseline
 from engine.analysis import stats
 from engine.config import RunConfig
-from engine.measure.verdicts import VERDICTS
+from engine.measure.verdicts import VERDICTS, efficiency_text
 from engine.paths import Db
 from engine.store import done_runs
 
@@ -242,8 +242,8 @@ def render_advice(advice: Advice) -> str:
                       + ("a clear difference" if c["verdict"] == "B faster" else c["verdict"]))
         lines.append(f"vs {describe(advice.default)}: epoch {c['median_a']:.3f} s, so {c['speedup']:.2f}x "
                      f"faster ({judged})")
-    if advice.verdict:
-        eff = f", efficiency {advice.efficiency:.0%}" if advice.efficiency is not None else ""
+    if advice.verdict and (advice.efficiency is None or advice.efficiency <= 1):  # above 1: no verdict
+        eff = f", efficiency {efficiency_text(advice.efficiency)}" if advice.efficiency is not None else ""
         lines.append(f"verdict: {advice.verdict}{eff}" + (f": {advice.verdict_help}" if advice.verdict_help else ""))
     if advice.gpu_idle:
         lines.append(gpu_line(advice.gpu_idle, advice.best))

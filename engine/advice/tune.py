@@ -4,7 +4,8 @@
     result = tune("jpeg", "cnn", budget_s=600); print(result.render())
 
 The space (`candidates`): sync, prefetch and threads/processes x workers, each with prefetch_depth {2, 8} and,
-jointly with the workers, intra-op threads {auto (torch's default), 1, what fits: cores - loader threads}. On a
+jointly with the workers, intra-op threads {auto (torch's default), 1, what fits: cores - loader threads} (and
+transform_threads {auto, 1} where the probe saw a BLAS/OpenMP pool of its own where items load). On a
 small CPU box the threads are the biggest lever (issue 20: on 2 cores, processes with 1 worker on 1 thread ran
 1.4x faster than sync on torch's default): workers and the model's OpenMP threads share the same cores.
 
@@ -95,12 +96,15 @@ def parse_budget(text: str | float) -> float:
     return seconds
 
 
-def candidates(base: RunConfig, cores: int | None = None, default_threads: int | None = None) -> list[RunConfig]:
+def candidates(base: RunConfig, cores: int | None = None, default_threads: int | None = None,
+               hidden_pools: bool = False) -> list[RunConfig]:
     """sync; prefetch and threads/processes/spdl x workers {1, 2, 4, ... <= cores (at least 2)}, each with
     prefetch_depth {2, 8}; each of those with intra-op threads {0 (auto: torch's default), 1, what fits: cores -
     the loader's threads (workers; prefetch's one), at least 1}, without repeats (an explicit count equal to
     `default_threads`, torch's default when known, is auto's twin). A base that sets threads keeps them. Everything
-    else (batch_size included) is the base's. cores: usable cores (affinity, cgroup quota) by default."""
+    else (batch_size included) is the base's. cores: usable cores (affinity, cgroup quota) by default.
+    hidden_pools: the probe saw a BLAS/OpenMP pool of more than one thread where items load; each candidate then
+    also runs with transform_threads=1 (unless the base sets transform_threads)."""
     cores = cores or usable_cores()
     workers = [w for w in (1, 2, 4, 8, 16, 32, 64) if w <= max(2, cores)]
     settings = [base.replace(loader="sync", workers=0)]
@@ -108,7 +112,10 @@ def candidates(base: RunConfig, cores: int | None = None, default_threads: int |
         settings.append(base.replace(loader="prefetch", workers=0, prefetch_depth=depth))
         settings += [base.replace(loader=loader, workers=w, prefetch_depth=depth)
                      for loader in ("threads", "processes", "spdl") for w in workers]
-    return [s.replace(threads=t) for s in settings for t in _thread_counts(s, cores, default_threads)]
+    out = [s.replace(threads=t) for s in settings for t in _thread_counts(s, cores, default_threads)]
+    if hidden_pools and not base.transform_threads:
+        out += [c.replace(transform_threads=1) for c in out]
+    return out
 
 
 def _thread_counts(cfg: RunConfig, cores: int, default: int | None) -> list[int]:
@@ -268,7 +275,10 @@ def tune(workload: str, model: str, *, budget_s: float, db: Db = None,
             bar.set_postfix_str("probe", refresh=True)
             result.probe, result.probe_note = _probe(cfg0, db, budget_s * PROBE_SHARE, predicted)
             if result.probe is not None:  # torch's default thread count is known now: an explicit twin of it goes
-                cfg0, result.configs = _configs(workload, model, base, space, given, result.probe["default_threads"])
+                # NOTE: the probe's "pools" (hidden_pools() where it loaded), when it records them
+                hidden = any(p.get("threads", 1) > 1 for p in result.probe.get("pools") or [])
+                cfg0, result.configs = _configs(workload, model, base, space, given, result.probe["default_threads"],
+                                                hidden)
                 # earlier runs of the pipeline on this host (another tune's, a sweep's) correct the model: prior+runs
                 found = learned_residuals(cfg0, db, result.probe)[0]
                 result.predictions = {i: adjusted(p, found) for i, c in enumerate(result.configs)
@@ -369,13 +379,14 @@ def _probe(cfg0: RunConfig, db: Db, timeout_s: float, wanted: bool) -> tuple[dic
 
 
 def _configs(workload: str, model: str, base: dict[str, Any] | None, space: list[dict[str, Any]] | None,
-             given: dict[str, Any], default_threads: int | None = None) -> tuple[RunConfig, list[RunConfig]]:
+             given: dict[str, Any], default_threads: int | None = None,
+             hidden_pools: bool = False) -> tuple[RunConfig, list[RunConfig]]:
     """The fields every candidate shares (cfg0) and the candidates: the user's setup, if given, first."""
     batch = {"batch_size": given["batch_size"]} if "batch_size" in given else {}
     fields = {"bound": False, "tag": "tune", **batch, **(base or {}), "workload": workload, "model": model}
     cfg0 = RunConfig.from_dict(fields)
     configs = [cfg0.replace(**changes) for changes in space] if space else candidates(
-        cfg0, default_threads=default_threads)
+        cfg0, default_threads=default_threads, hidden_pools=hidden_pools)
     if given:
         ref = cfg0.replace(**given)
         configs = [ref] + [c for c in configs if c != ref]

@@ -139,12 +139,18 @@ def _single_thread_cpu(step: Callable, inputs: list, device: torch.device) -> fl
 
 
 def _replay(step: Callable, inputs: list, device: torch.device) -> tuple[float, float]:
+    """Wall seconds to the end of the device's work, and the CPU-seconds the host spent issuing it.
+
+    NOTE: the CPU reading is taken before the final synchronize: on CUDA the host spins in it while the GPU
+    finishes, and those CPU-seconds (up to the whole wall time) are no work the step asks of the cores; counted,
+    they inflated the bound's cores term on GPU hosts with few cores. On a CPU the sync is a no-op."""
     _sync(device)
     t0, cpu0 = time.perf_counter(), tree_cpu_s()
     for x, y in inputs:
         step(x, y)
+    cpu1 = tree_cpu_s()
     _sync(device)
-    return time.perf_counter() - t0, tree_cpu_s() - cpu0
+    return time.perf_counter() - t0, cpu1 - cpu0
 
 
 def _sync(device: torch.device) -> None:

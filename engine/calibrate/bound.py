@@ -31,9 +31,15 @@ This module keeps the shared passes (engine/calibrate/_passes.py) and the arithm
     efficiency = bound / median steady-state epoch time          (1.0 = nothing left on the table)
     verdict    = what limits the run, from VERDICTS, with one line of what would help (`verdict_help`):
                  the bound's largest term when it explains >= EXPLAINED of the time (data-bound,
-                 compute-bound, cpu-bound, no-overlap); else oversubscribed (more runnable threads than
-                 cores), cpu-bound (the run kept the cores busy) or overhead-bound (none of these);
-                 none when efficiency > STALE (not a fraction)
+                 compute-bound, cpu-bound, no-overlap); else, in this order:
+                   gil-contention  a prefetch/threads producer that computes in Python (the probe's GIL share of
+                                   the load, else a loader pass busy on about one core) beside cores left idle
+                   hidden-threads  the cores were busy (SATURATED, over the steady epochs) and runnable threads,
+                                   the pools the lab did not set included (engine/measure/pools.py), exceed them
+                   oversubscribed  the same with no such pool: the lab's own threads and workers exceed them
+                   cpu-bound       the cores were busy
+                   overhead-bound  none of these;
+                 none when efficiency > 1 (no fraction: the bound was measured under other conditions)
     overlap    = concurrent modes only: (serial bound - measured) / (serial bound - bound), where the
                  serial bound charges the models' compute one after another: 0 = no overlap, 1 = perfect,
                  below 0 = slower than one after another; none when serial bound - bound is under
@@ -60,21 +66,25 @@ import torch
 
 from engine.calibrate._passes import compute_pass, loader_pass
 from engine.measure.capacity import usable_cpus
+from engine.measure.pools import pool_fix
 from engine.measure.verdicts import OVERLAP_MIN, VERDICTS, serial_kind, verdict_help
 from engine.runlog import read_events
 
-__all__ = ["COMPUTE_KEYS", "EXPLAINED", "FAIL_ENV", "LOADER_KEYS", "STALE", "VERDICTS", "Calibrator", "Pass", "Phase",
-           "calibrate", "verdict"]
+__all__ = ["COMPUTE_KEYS", "EXPLAINED", "FAIL_ENV", "GIL_HELD", "LOADER_KEYS", "STALE", "VERDICTS", "Calibrator",
+           "Pass", "Phase", "calibrate", "steady_cpu_pct", "verdict"]
 
 log = logging.getLogger(__name__)
 
 EXPLAINED = 0.8
 FAIL_ENV = "LOADERLAB_FAIL_CALIBRATION"  # test hook: calibration raises, the run must stay `done`
-STALE = 1.1  # efficiency above this is no fraction: the bound was measured under other conditions
+STALE = 1.1  # the tests' allowance for a bound measured a moment apart from its run on a shared machine
 SATURATED = 0.9  # a run whose process tree kept this share of the usable cores busy was short of CPU
+GIL_HELD = 0.5  # a load whose probe measured at least this share of its CPU work under the GIL is Python-bound
 _WORKLOAD_KEYS = ("workload", "n_samples", "image_size", "num_classes", "work_us", "latency_ms", "folder", "seed")
 LOADER_KEYS = _WORKLOAD_KEYS + ("loader", "workers", "prefetch_depth", "start_method", "persistent_workers",
-                                "pin_memory", "batch_size", "device", "threads", "collate")
+                                "pin_memory", "batch_size", "device", "threads", "collate", "transform_threads")
+# the environment that sizes the pools a pass runs beside (OpenMP, BLAS): a pass cached under one is not the other's
+_POOL_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 COMPUTE_KEYS = ("model", "width", "depth", "optimizer", "lr", "batch_size", "device", "image_size", "num_classes",
                 "n_samples", "workload", "folder", "mode", "n_models", "lr_spread", "model_b", "width_b",
                 "devices", "n_stages", "micro_batches", "threads", "collate", "loss")
@@ -109,13 +119,30 @@ class Phase:
         return {serial_kind(self.loader_s, self.compute_s): self.loader_s + self.compute_s, "cpu-bound": cpu}
 
 
-def verdict(kind: str | None, efficiency: float, oversubscribed: bool = False, saturated: bool = False) -> str | None:
-    """kind: the bound's largest term. Below EXPLAINED the bound does not explain the run: say why if we can."""
-    if efficiency > STALE:
+def verdict(kind: str | None, efficiency: float, oversubscribed: bool = False, saturated: bool = False,
+            hidden: bool = False, gil: bool = False) -> str | None:
+    """kind: the bound's largest term. Below EXPLAINED the bound does not explain the run: say why if we can.
+    oversubscribed counts only where the cores were busy (saturated): workers asleep on I/O take no core."""
+    if efficiency > 1.0:
         return None
     if efficiency >= EXPLAINED:
         return kind
-    return "oversubscribed" if oversubscribed else "cpu-bound" if saturated else "overhead-bound"
+    if gil and not saturated:
+        return "gil-contention"
+    if oversubscribed and saturated:
+        return "hidden-threads" if hidden else "oversubscribed"
+    return "cpu-bound" if saturated else "overhead-bound"
+
+
+def _gil_held(loader: str | None, phases: list[Phase], gil_share: float | None) -> bool:
+    """Whether a producer thread beside the step computes in Python: prefetch or threads, a loader pass that kept
+    about one core busy (it computes, not sleeps on I/O, and threads did not spread it over more), and, where the
+    pipeline's probe measured it, a GIL-held share of the load of at least GIL_HELD."""
+    load_s = sum(p.loader_s for p in phases)
+    if loader not in ("prefetch", "threads") or load_s <= 0:
+        return False
+    busy = sum(p.loader_cpu_s for p in phases) / load_s
+    return 0.5 <= busy < 1.5 and (gil_share is None or gil_share >= GIL_HELD)
 
 
 class Calibrator:
@@ -150,7 +177,11 @@ class Calibrator:
         return [Pass(w, c) for w, c in zip(result["per_step"], cpu)]
 
     def _cached(self, kind: str, keys: tuple[str, ...], extra: list[Any], measure: Callable) -> dict[str, Any]:
-        key_data = [self.scope, kind, [getattr(self.cfg, k) for k in keys], extra]
+        # NOTE: the pools' environment and the usable cores too: a loader pass taken beside 2-thread BLAS pools
+        # (spectrogram, processes, 2 workers: 3.2 s) was reused by a run of the same sweep under OMP_NUM_THREADS=1
+        # (1.7 s), as the same config fields; its efficiency read 1.87
+        key_data = [self.scope, kind, [getattr(self.cfg, k) for k in keys], extra,
+                    [os.environ.get(k) for k in _POOL_ENV], usable_cpus()]
         path = self.cache / f"{hashlib.sha1(json.dumps(key_data).encode()).hexdigest()[:16]}.json"
         cached = path.exists()
         if cached:
@@ -186,22 +217,42 @@ def calibrate(ctx: Any, run_dir: Path, bound: Callable[[Calibrator], list[Phase]
     measured = statistics.median(steady)
     ttfb = statistics.median(e["ttfb_s"] for e in steady_events)
     world = int(ctx.summary.get("world_size_run") or ctx.cfg.world_size)
-    return _figures(phases, measured, ttfb, time.time() - min(cal.taken), _threads(ctx.cfg, world),
-                    ctx.summary.get("mean_cpu_pct"))
+    # NOTE: the verdict's CPU % is the steady epochs' only: start-up and the warm-up epoch idle or spike the cores
+    cpu_pct = steady_cpu_pct(events, steady_events)
+    figures = _figures(phases, measured, ttfb, time.time() - min(cal.taken), _threads(ctx.cfg, world, ctx.summary),
+                       ctx.summary.get("mean_cpu_pct") if cpu_pct is None else cpu_pct,
+                       ctx.summary.get("probe_gil_share"))
+    return {**figures, "steady_cpu_pct": cpu_pct}
 
 
-def _threads(cfg: Any, world: int) -> dict[str, Any]:
+def steady_cpu_pct(events: list[dict[str, Any]], steady: list[dict[str, Any]]) -> float | None:
+    """The process tree's mean CPU % over the steady epochs (the sampler's rows inside their [t_start, t_end])."""
+    spans = [(e["t_start"], e["t_end"]) for e in steady if e.get("t_start") is not None and e.get("t_end")]
+    cpu = [row[1] for e in events if e["type"] == "samples" for row in e.get("rows") or []
+           if row[1] is not None and any(a <= row[0] <= b for a, b in spans)]
+    return statistics.fmean(cpu) if cpu else None
+
+
+def _threads(cfg: Any, world: int, summary: dict[str, Any] | None = None) -> dict[str, Any]:
     """The run's runnable threads against the usable cores: intra-op threads (split among a mode's processes)
-    plus one per loader worker (sync: none beyond the main thread; prefetch: its producer), per loader."""
+    plus one per loader worker (sync: none beyond the main thread; prefetch: its producer), per loader, plus the
+    threads of the pools the lab did not set where the items load (`extra`, from the run's record of them), with
+    the words of the fix, and why items load one at a time where they do (a plugin dataset under `threads`)."""
+    summary = summary or {}
     intra = torch.get_num_threads()
     procs = world if cfg.mode == "ddp" else 2 if cfg.mode == "dual-processes" else 1
     loaders = procs if procs > 1 else 2 if cfg.mode == "dual-threads" and cfg.dual_data == "separate" else 1
     per_loader = {"sync": 0, "prefetch": 1}.get(cfg.loader, cfg.workers)
-    return {"intra_op": max(1, intra // procs) * procs, "loader": per_loader * loaders, "cores": usable_cpus()}
+    out = {"intra_op": max(1, intra // procs) * procs, "loader": per_loader * loaders, "cores": usable_cpus(),
+           "extra": int(summary.get("extra_threads") or 0) * loaders, "kind": cfg.loader,
+           "pools": pool_fix(summary.get("thread_pools"), cfg.loader)}
+    if summary.get("items_serialised") and cfg.loader == "threads" and cfg.workers > 1:
+        out["items_note"] = summary.get("items_note")
+    return out
 
 
 def _figures(phases: list[Phase], measured: float, ttfb: float, age_s: float, threads: dict[str, Any],
-             mean_cpu_pct: float | None = None) -> dict[str, Any]:
+             mean_cpu_pct: float | None = None, gil_share: float | None = None) -> dict[str, Any]:
     cores = threads["cores"]
     by_kind: dict[str, float] = {}
     bound_s = ttfb * len(phases)
@@ -211,9 +262,11 @@ def _figures(phases: list[Phase], measured: float, ttfb: float, age_s: float, th
         by_kind[kind] = by_kind.get(kind, 0.0) + terms[kind]
         bound_s += terms[kind]
     efficiency = bound_s / measured if measured > 0 else None
-    runnable = threads["intra_op"] + threads["loader"]
+    extra = threads.get("extra", 0)
+    runnable = threads["intra_op"] + threads["loader"] + extra
     saturated = mean_cpu_pct is not None and mean_cpu_pct >= SATURATED * cores * 100
-    name = verdict(max(by_kind, key=by_kind.__getitem__), efficiency or 0.0, runnable > cores, saturated)
+    name = verdict(max(by_kind, key=by_kind.__getitem__), efficiency or 0.0, runnable > cores, saturated,
+                   hidden=extra > 0, gil=_gil_held(threads.get("kind"), phases, gil_share))
     out: dict[str, Any] = {
         "bound_s": bound_s, "efficiency": efficiency, "loader_only_s": sum(p.loader_s for p in phases),
         "compute_only_s": sum(p.compute_s for p in phases), "loader_cpu_s": sum(p.loader_cpu_s for p in phases),
@@ -221,9 +274,10 @@ def _figures(phases: list[Phase], measured: float, ttfb: float, age_s: float, th
         "cpu_bound_s": sum((p.loader_cpu_s + p.compute_cpu_s) / cores for p in phases),
         "usable_cores": cores, "runnable_threads": runnable, "bound_ttfb_s": ttfb, "bound_phases": len(phases),
         "calib_age_s": age_s, "verdict": name, "verdict_help": verdict_help(name, threads)}
-    if efficiency is not None and efficiency > STALE:
-        out["bound_note"] = (f"efficiency {efficiency:.2f} > {STALE}: the run beat its lower bound; the calibration, "
-                             f"taken {age_s:.0f} s before, ran under other conditions (a busier machine?); no verdict")
+    if efficiency is not None and efficiency > 1.0:
+        out["bound_note"] = (f"efficiency {efficiency:.2f} ≥ 1: bound measured under other conditions: the run beat "
+                             f"its lower bound; the calibration, taken {age_s:.0f} s before, ran under other "
+                             "conditions (a busier machine?); no verdict")
     if all(p.serial_compute_s is not None for p in phases):
         serial = sum(max(Phase(p.loader_s, p.serial_compute_s, None, p.loader_cpu_s, p.compute_cpu_s,
                                p.overlaps).terms(cores).values()) for p in phases) + ttfb * len(phases)

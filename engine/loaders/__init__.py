@@ -10,9 +10,11 @@ LOADERS maps each name to its class. All take (dataset, cfg, device), yield the 
 order for a given seed and epoch via `loader.epoch(e)`, raise LoaderTimeout when no batch arrives within
 cfg.worker_timeout_s, and are context managers whose close() stops their threads and processes.
 `to_device(batch, device)` is the copy every mode makes (a no-op for batches a loader already placed).
+Every loader caps the BLAS/OpenMP pools where its items load at cfg.transform_threads (0: as they are) and notes
+them: `seen_pools()` is what the run records (engine/measure/pools.py).
 """
 
-from engine.loaders._base import Loader, LoaderTimeout, epoch_batches, to_device
+from engine.loaders._base import Loader, LoaderTimeout, epoch_batches, seen_pools, to_device
 from engine.loaders.prefetch import PrefetchLoader
 from engine.loaders.processes import ProcessLoader
 from engine.loaders.spdl import SpdlLoader
@@ -21,7 +23,7 @@ from engine.loaders.threads import ThreadLoader
 from engine.names import unique
 
 __all__ = ["LOADERS", "Loader", "LoaderTimeout", "PrefetchLoader", "ProcessLoader", "SpdlLoader", "SyncLoader",
-           "ThreadLoader", "epoch_batches", "to_device"]
+           "ThreadLoader", "epoch_batches", "seen_pools", "to_device"]
 
 LOADERS = unique("loader", [
     ("sync", SyncLoader), ("prefetch", PrefetchLoader), ("threads", ThreadLoader), ("processes", ProcessLoader),

@@ -27,13 +27,26 @@ from torch._utils import ExceptionWrapper  # NOTE: what DataLoader and torchdata
 from torch.utils.data import Sampler, default_collate
 
 from engine.errors import ConfigError
+from engine.measure.pools import cap_pools, hidden_pools
 from engine.plugins import resolve
 
-__all__ = ["BackgroundIterator", "EpochBatchSampler", "Loader", "LoaderTimeout", "epoch_batches", "to_device"]
+__all__ = ["BackgroundIterator", "EpochBatchSampler", "Loader", "LoaderTimeout", "epoch_batches", "seen_pools",
+           "to_device"]
 
 log = logging.getLogger(__name__)
 Key = tuple[int, int]  # (epoch, index): what a dataset's __getitem__ takes
 _END = object()
+_SEEN: dict[str, list[dict[str, Any]]] = {}  # the pools this process's loaders saw where items load, by place
+
+
+def seen_pools() -> dict[str, list[dict[str, Any]]]:
+    """{place: pools} as the loaders of this process last saw them (engine/measure/pools.py): `training` (sync),
+    `producer` (prefetch, threads), `worker` (a processes loader's workers), after transform_threads applied."""
+    return dict(_SEEN)
+
+
+def note_pools(place: str, pools: list[dict[str, Any]]) -> None:
+    _SEEN[place] = pools
 
 
 class LoaderTimeout(RuntimeError):
@@ -165,6 +178,7 @@ class Loader:
 
     name = "base"
     uses_workers = False  # threads and processes need cfg.workers >= 1
+    loads_here = True  # items load in this process (processes: in its workers, which cap their own pools)
 
     def __init__(self, dataset: Any, cfg: Any, device: torch.device | str):
         if self.uses_workers and cfg.workers < 1:
@@ -176,6 +190,10 @@ class Loader:
         self._active: weakref.ref | None = None  # the epoch generator in flight, if any
         self._producers: list[BackgroundIterator] = []  # finished epochs' producers, joined at close()
         self._closed = False
+        self._here = threading.local()  # whether this thread has applied transform_threads yet
+        self._caps: list[Any] = []  # threadpoolctl limiters to undo at close(), oldest first
+        if self.loads_here:
+            self._cap_pools()  # NOTE: here too, not only in the loading threads: see _pools_here
 
     @property
     def num_batches(self) -> int:
@@ -201,6 +219,8 @@ class Loader:
 
     def fetch(self, keys: list[Key]) -> tuple[Tensor, Tensor]:
         """One batch: the samples of `keys`, collated (pinned when it will be copied to CUDA)."""
+        if not getattr(self._here, "pools", False):
+            self._pools_here()
         return self.assemble([self.dataset[k] for k in keys])
 
     def assemble(self, samples: list[Any]) -> tuple[Tensor, Tensor]:
@@ -210,6 +230,21 @@ class Loader:
         if self.pin:
             x, y = x.pin_memory(), y.pin_memory()
         return x, y
+
+    def _pools_here(self) -> None:
+        """Once per loading thread: cap the transform's pools at transform_threads (0: as they are), and note them.
+
+        NOTE: per thread, because an OpenMP runtime's limit is the calling thread's; BLAS limits are the
+        process's, and close() undoes them (a loader in a test or notebook must not leave them capped). The
+        constructing thread caps them first: OpenBLAS ignores a cap set from a new thread once an earlier cap
+        was undone (threadpoolctl 3.8, scipy-openblas 0.3.x), but not one set from the thread that undid it."""
+        self._here.pools = True
+        self._cap_pools()
+        note_pools("training" if self.name == "sync" else "producer", hidden_pools())
+
+    def _cap_pools(self) -> None:
+        if (cap := cap_pools(getattr(self.cfg, "transform_threads", 0))) is not None:
+            self._caps.append(cap)
 
     def _finish_active(self) -> None:
         gen = self._active() if self._active is not None else None
@@ -226,6 +261,9 @@ class Loader:
             producer.join()
         self._producers.clear()
         self._shutdown()
+        for cap in reversed(self._caps):  # newest first: the oldest holds the pools' original sizes
+            cap.restore_original_limits()
+        self._caps.clear()
 
     def _shutdown(self) -> None:
         """Subclasses release what outlives one epoch (e.g. persistent worker processes)."""

@@ -14,36 +14,46 @@ but only when the loop runs in the main thread.
 
 from __future__ import annotations
 
+import functools
+import multiprocessing
+import queue
 import signal
 import time
-from typing import Iterator
+from typing import Any, Iterator
 
 import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from engine.loaders._base import Loader, LoaderTimeout
+from engine.loaders._base import Loader, LoaderTimeout, note_pools
+from engine.measure.pools import cap_pools, hidden_pools
 
 __all__ = ["POLL_S", "ProcessLoader"]
 
 POLL_S = 0.5  # how often a waiting consumer checks that the workers are alive (bounds death detection)
 
 
-def _init_worker(worker_id: int) -> None:
+def _init_worker(transform_threads: int, report: Any, worker_id: int) -> None:
     # Module level so that spawn/forkserver can pickle it. Workers must not oversubscribe the cores.
     torch.set_num_threads(1)
+    cap_pools(transform_threads)  # the BLAS/OpenMP pools the dataset's imports brought (numpy is loaded by now)
+    report.put((worker_id, hidden_pools()))
 
 
 class ProcessLoader(Loader):
     name = "processes"
     uses_workers = True
+    loads_here = False
 
     def __init__(self, dataset, cfg, device):
         super().__init__(dataset, cfg, device)
+        # each worker reports the pools it runs the transform with (engine/measure/pools.py)
+        self._reports = multiprocessing.get_context(cfg.start_method).Queue()
+        init = functools.partial(_init_worker, getattr(cfg, "transform_threads", 0), self._reports)
         self._dl = DataLoader(
             dataset, batch_sampler=self.sampler, num_workers=cfg.workers, prefetch_factor=cfg.prefetch_depth,
             persistent_workers=cfg.persistent_workers, pin_memory=self.pin,
-            multiprocessing_context=cfg.start_method, timeout=cfg.worker_timeout_s, worker_init_fn=_init_worker,
+            multiprocessing_context=cfg.start_method, timeout=cfg.worker_timeout_s, worker_init_fn=init,
             collate_fn=self.collate,
         )
         self._it = None  # the DataLoader iterator that owns the worker processes
@@ -63,6 +73,7 @@ class ProcessLoader(Loader):
                 try:
                     x, y = self._next()
                 except StopIteration:
+                    self.worker_pools()  # the workers have run by now: their reports are in
                     return
                 yield x, y
         except RuntimeError as err:
@@ -93,6 +104,19 @@ class ProcessLoader(Loader):
             except RuntimeError as err:
                 if "DataLoader timed out" not in str(err) or time.monotonic() >= deadline:
                     raise
+
+    def worker_pools(self) -> list[dict[str, Any]]:
+        """The pools the workers reported as they started (the largest), noted for the run's record too."""
+        seen = []
+        while True:
+            try:
+                seen.append(self._reports.get_nowait()[1])
+            except (queue.Empty, OSError, ValueError):
+                break
+        largest = max(seen, key=lambda pools: max((p["threads"] for p in pools), default=0), default=[])
+        if seen:
+            note_pools("worker", largest)
+        return largest
 
     def worker_pids(self) -> list[int]:
         """Pids of the live worker processes (best effort: empty between non-persistent epochs)."""
@@ -136,6 +160,8 @@ class ProcessLoader(Loader):
 
     def _shutdown(self) -> None:
         self._stop_workers()  # persistent workers: the DataLoader's cached iterator is this same one
+        self.worker_pools()
+        self._reports.close()
 
 
 def _how(exitcode: int | None) -> str:

@@ -6,26 +6,28 @@ well-kept library for this) finds them among the libraries this process has load
 
     hidden_pools()            -> [{"api": "openblas", "lib": "libscipy_openblas", "threads": 2}, ...]
     with limit_pools(1): ...  # BLAS and foreign OpenMP pools at one thread each, restored after
-    cap_pools(1)              # the same for the rest of this process's life (a loader worker's init)
+    cap_pools(1)              # the same until undone (a loader worker's init, once)
+    pools_record(seen, loader, workers)  # the run's stored record: thread_pools (JSON text) and extra_threads
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
+import json
+import sys
 from pathlib import Path
 from typing import Any, Iterator
 
 from threadpoolctl import threadpool_info, threadpool_limits
 
-__all__ = ["cap_pools", "extra_threads", "hidden_pools", "limit_pools", "pools_text"]
+__all__ = ["cap_pools", "extra_threads", "hidden_pools", "limit_pools", "pool_fix", "pools_record", "pools_text"]
 
 
 def _torch_lib_dir() -> str | None:
-    """The folder of torch's own shared libraries: its OpenMP runtime is the intra-op pool the lab sets. Found
-    without importing torch (a caller that has not loaded it has no torch pool to tell apart)."""
-    spec = importlib.util.find_spec("torch")
-    return str(Path(spec.origin).resolve().parent) if spec and spec.origin else None
+    """The folder of torch's own shared libraries: its OpenMP runtime is the intra-op pool the lab sets."""
+    torch = sys.modules.get("torch")  # NOTE: never imported here: every caller has loaded it already, or has no pool
+    return str(Path(torch.__file__).resolve().parent) if torch is not None and getattr(torch, "__file__", None) \
+        else None
 
 
 def hidden_pools() -> list[dict[str, Any]]:
@@ -75,13 +77,43 @@ def limit_pools(n: int) -> Iterator[None]:
         yield
 
 
-def cap_pools(n: int) -> None:
-    """limit_pools(n) for the rest of this process's life: a loader worker calls it once as it starts.
+def cap_pools(n: int) -> Any:
+    """limit_pools(n) until undone: a loader worker calls it once as it starts. Returns threadpoolctl's limiter
+    (its restore_original_limits() undoes it), or None when nothing was capped.
 
     NOTE: a library loaded later (the first numpy import inside the worker) is not capped; call it after the
     dataset's imports, or limit_pools around each item."""
     if n > 0 and (limits := _limits(n)):
-        threadpool_limits(limits=limits)
+        return threadpool_limits(limits=limits)
+    return None
+
+
+def pools_record(seen: dict[str, list[dict[str, Any]]], loader: str, workers: int) -> dict[str, Any]:
+    """The run's record of the pools: `thread_pools` (JSON text, {where: pools}; where is `training`, `producer`
+    for prefetch and threads, `worker` for each process of processes) and `extra_threads`, the runnable threads
+    they add where the transform runs (sync: the training thread; processes: every worker).
+
+    NOTE: the threads of one process share its BLAS pool (OpenBLAS serves one call at a time), so the threads
+    loader's pool counts once; each worker process has its own."""
+    where = {"sync": "training", "processes": "worker"}.get(loader, "producer")
+    pools = seen.get(where) or []
+    extra = extra_threads(pools) * (max(1, workers) if loader == "processes" else 1)
+    return {"thread_pools": json.dumps(seen, sort_keys=True), "extra_threads": extra}
+
+
+def pool_fix(seen_text: str | None, loader: str) -> str | None:
+    """'openblas (libscipy_openblas) 2 threads in each loader worker: set transform_threads=1': the words of the
+    hidden-threads verdict, or None when the run saw no pool of more than one thread where its transform ran."""
+    try:
+        seen = json.loads(seen_text or "{}")
+    except ValueError:
+        return None
+    where = {"sync": "training", "processes": "worker"}.get(loader, "producer")
+    big = [p for p in seen.get(where) or [] if p.get("threads", 1) > 1]
+    if not big:
+        return None
+    place = {"training": "the training process", "worker": "each loader worker"}.get(where, "the producer threads")
+    return f"{pools_text(big)} in {place}: set transform_threads=1"
 
 
 def pools_text(pools: list[dict[str, Any]]) -> str:

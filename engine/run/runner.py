@@ -78,8 +78,8 @@ def execute(run_dir: Path) -> int:
 def _execute(run_dir: Path) -> int:
     # NOTE: imported here: torch and the run side are imported only in the child; the launchers import this
     # module for launch() (CLI, dashboard's job worker, notebook) and must not load them
-    from engine import calibrate, devices, modes, registry, workloads  # noqa: PLC0415
-    from engine.measure import host, sampler  # noqa: PLC0415
+    from engine import calibrate, devices, loaders, modes, registry, workloads  # noqa: PLC0415
+    from engine.measure import host, pools, sampler  # noqa: PLC0415
     from engine.predict import forecast  # noqa: PLC0415
     from engine.modes.ddp import torchrun_env  # noqa: PLC0415
 
@@ -107,7 +107,7 @@ def _execute(run_dir: Path) -> int:
     spec = modes.MODES[cfg.mode]
     with RunLog(run_dir) as runlog:
         try:
-            stored = _stored_config(cfg, device, workloads.build_dataset)  # a plugin's factory runs here first
+            stored, items = _stored_config(cfg, device, workloads.build_dataset)  # a plugin's factory runs here first
         except (Exception, SystemExit) as e:  # noqa: BLE001 - recorded as the run's failure, as below
             runlog.write("start", run_id=run_dir.name, config=cfg.effective(device=str(device)),
                          host=host.fingerprint(), pid=os.getpid(), device=str(device), **meta)
@@ -132,6 +132,13 @@ def _execute(run_dir: Path) -> int:
                 ctx.sampler = s
                 spec.run(ctx)
             ctx.summary.update(s.summary())
+            # the pools the loaders saw where items load (engine/measure/pools.py), and the plugin's lock
+            ctx.summary.update(pools.pools_record({"training": pools.hidden_pools(), **loaders.seen_pools()},
+                                                  cfg.loader, cfg.workers), **items)
+            if predicted:  # NOTE: the prior's probe, through forecast's own path: its GIL share of the load
+                found = forecast.predict.load_probe(forecast.predict.probe_path(
+                    calibrations, cfg, host.fingerprint()["machine"], device.type)) or {}
+                ctx.summary["probe_gil_share"] = found.get("gil_share")
             if cfg.bound:
                 t = time.perf_counter()
                 ctx.summary.update(_calibrate(calibrate.calibrate, ctx, run_dir, spec.bound))
@@ -162,14 +169,18 @@ def _failed(runlog: RunLog, e: BaseException) -> int:
     return 1
 
 
-def _stored_config(cfg: RunConfig, device: Any, build_dataset: Callable[[RunConfig], Any]) -> dict[str, Any]:
+def _stored_config(cfg: RunConfig, device: Any,
+                   build_dataset: Callable[[RunConfig], Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """What ran: fields the mode and loader ignore normalised, the device it resolved to; a folder's real image
-    and class counts."""
-    out = cfg.effective(device=str(device))
+    and class counts. And for a plugin's dataset, whether its items load one at a time (engine/workloads/plugin.py):
+    items_serialised, items_note."""
+    out, items = cfg.effective(device=str(device)), {}
     if cfg.workload == "folder" or is_spec(cfg.workload):  # a user's dataset may hold other counts than asked
         dataset = build_dataset(cfg)  # NOTE: lists the files once; the mode lists them again (cheap)
         out.update(n_samples=len(dataset), num_classes=dataset.num_classes)
-    return out
+        if hasattr(dataset, "items_serialised"):
+            items = {"items_serialised": dataset.items_serialised, "items_note": dataset.serial_note}
+    return out, items
 
 
 def _calibrate(calibrate: Callable[..., dict[str, Any]], ctx: Any, run_dir: Path, hook: Any) -> dict[str, Any]:

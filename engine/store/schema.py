@@ -91,9 +91,11 @@ def _v5(conn: duckdb.DuckDBPyConnection) -> None:
 
 def _v6(conn: duckdb.DuckDBPyConnection) -> None:
     """The predicted epoch's range (predicted_lo_s, predicted_hi_s), from the probe's spread or the residuals'; runs of
-    the user's own loop (engine/observe/): their source, the stream observed, the loader's settings.
+    the user's own loop (engine/observe/): their source, the stream observed, the loader's settings; the pools the lab
+    did not set and the threads they add, a plugin's items loaded one at a time, the steady epochs' CPU %.
 
-    NOTE: NULL for the runs already stored: their probe's spread was never measured, and every one is the lab's own."""
+    NOTE: NULL for the runs already stored: not measured or not recorded (an empty list or 0 would misstate it), and
+    every one of them is the lab's own."""
     for name in SUMMARY_COLUMNS_V6:
         conn.execute(f'ALTER TABLE runs ADD COLUMN IF NOT EXISTS "{name}" {SUMMARY_COLUMNS[name]}')
 

@@ -11,8 +11,8 @@ import re
 from engine.runlog import GPU_EPOCH_FIELDS
 
 __all__ = ["BUILTIN_QUERIES", "EPOCH_COLUMNS_V4", "RUN_COLUMNS", "STORED_BUILTINS", "SUMMARY_COLUMNS",
-           "SUMMARY_COLUMNS_V2", "SUMMARY_COLUMNS_V4", "SUMMARY_COLUMNS_V5",
-           "SUMMARY_COLUMNS_V6", "TABLES", "column_types"]
+           "SUMMARY_COLUMNS_V2", "SUMMARY_COLUMNS_V4", "SUMMARY_COLUMNS_V5", "SUMMARY_COLUMNS_V6", "TABLES",
+           "column_types"]
 
 # Run-level columns schema v4 added: GPU idle and its parts (engine/measure/idle.py) over steady epochs with NVML's
 # utilisation and peak device memory beside them, NULL on CPU; where the start-up went (the RunLog's `startup`
@@ -33,9 +33,14 @@ _SUMMARY_V5 = {"predicted_epoch_s": "DOUBLE", "predicted_from": "VARCHAR", "pred
 # Run-level columns schema v6 added: the predicted epoch's range (predicted_lo_s, predicted_hi_s: two settings whose
 # ranges overlap cannot be told apart on that machine); a run of the user's own loop (engine/observe/): source
 # 'observed' (NULL: the lab's run), the stream it observed (where its DataLoader was made: file:line) and the loader's
-# settings as read from the object, JSON, with those the lab's fields cannot hold listed under "unmapped"
+# settings as read from the object, JSON, with those the lab's fields cannot hold listed under "unmapped"; the pools
+# the lab did not set where items loaded (engine/measure/pools.py, JSON text {place: pools}) and the runnable threads
+# they add; whether a plugin's items loaded one at a time and why; the process tree's CPU % over the steady epochs
+# only (what the verdict reads)
 _SUMMARY_V6 = {"predicted_lo_s": "DOUBLE", "predicted_hi_s": "DOUBLE",
-               "source": "VARCHAR", "observed_stream": "VARCHAR", "observed_settings": "VARCHAR"}
+               "source": "VARCHAR", "observed_stream": "VARCHAR", "observed_settings": "VARCHAR",
+               "thread_pools": "VARCHAR", "extra_threads": "INTEGER", "items_serialised": "BOOLEAN",
+               "items_note": "VARCHAR", "steady_cpu_pct": "DOUBLE"}
 # Run-level figures computed at ingest (or copied from the run's `summary` event).
 SUMMARY_COLUMNS = {
     "epoch_s": "DOUBLE", "samples_per_s": "DOUBLE", "ttfb_s": "DOUBLE", "data_wait_share": "DOUBLE",

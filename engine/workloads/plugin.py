@@ -5,10 +5,13 @@ before each item seeds `torch`, `numpy` and `random` from `sample_seed(seed, epo
 transforms that draw from the global generators then give the same item in any loader and process,
 and a different augmentation each epoch. Labels come out as Python ints (or tensors, for soft labels).
 
-NOTE: the global generators are shared by the threads of one process, so the item is loaded under a
-per-process lock (seed, then load): items of the `threads` loader do not overlap. A dataset whose
-items draw only from `engine.plugins.item_rng()` (a per-item numpy Generator, thread-safe) or from
-no generator at all sets the class attribute `thread_safe = True`, and its items run in parallel.
+NOTE: the global generators are shared by the threads of one process, so an item whose output depends on them is
+loaded under a per-process lock (seed, then load): items of the `threads` loader do not overlap then. Whether it
+depends on them is found out as the dataset is built: a few items are loaded twice, under two different global
+seeds (the item's own `item_rng()` seed kept), and compared. Items that come out the same load in parallel, with no
+lock and no global seeding; `items_serialised` and `serial_note` say which it is, for the run's record and
+verdict. A dataset that declares `thread_safe = True` (it draws only from `engine.plugins.item_rng()`, a per-item
+numpy Generator, or from no generator) skips the check.
 A model whose forward draws from torch's generator (dropout) while `prefetch` or `threads` load in
 the background can still shift torch draws in the loader thread; `sync` and `processes` are exact.
 
@@ -17,6 +20,7 @@ the background can still shift torch draws in the loader thread; `sync` and `pro
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import threading
@@ -29,7 +33,15 @@ from engine.errors import ConfigError, printable
 from engine.plugins import set_item_seed
 from engine.workloads._base import SeededDataset, sample_seed
 
-__all__ = ["BadItem", "PluginDataset"]
+__all__ = ["CHECKED_ITEMS", "SERIAL_NOTE", "BadItem", "PluginDataset"]
+
+log = logging.getLogger(__name__)
+
+CHECKED_ITEMS = 3  # items loaded under two global seeds to find out whether the output depends on them
+_OTHER_SEED = 0x9E3779B9  # mixed into the global generators' seed for the second load of a checked item
+SERIAL_NOTE = ("items load one at a time: the dataset's output depends on the global generators (torch, numpy, "
+               "random), which the threads of one process share; declare thread_safe = True if it does not, or draw "
+               "from engine.plugins.item_rng() (a per-item generator)")
 
 
 class BadItem(TypeError):
@@ -53,9 +65,20 @@ class PluginDataset(SeededDataset):
         classes = getattr(inner, "num_classes", None)
         if isinstance(classes, int) and not isinstance(classes, bool) and classes > 0:
             self.num_classes = classes  # NOTE: the dataset knows its classes better than the config's default
-        self._lock: threading.Lock | None = None if getattr(inner, "thread_safe", False) else threading.Lock()
+        self._lock: threading.Lock | None = threading.Lock()  # until the check below finds it is not needed
         self._pid = os.getpid()
         self.sample_shape = self._probe()  # what the model is built for; items must all share it
+        if getattr(inner, "thread_safe", False) or not self._uses_global_generators():
+            self._lock = None
+
+    @property
+    def items_serialised(self) -> bool:
+        """Whether items load one at a time in one process (the `threads` loader's items do not overlap)."""
+        return self._lock is not None
+
+    @property
+    def serial_note(self) -> str | None:
+        return SERIAL_NOTE if self.items_serialised else None
 
     def _probe(self) -> tuple[int, ...]:
         """Item 0's x shape. The global generators are restored after it, so the model built next is seeded
@@ -76,21 +99,46 @@ class PluginDataset(SeededDataset):
             random.setstate(states[2])
         return tuple(x.shape)
 
+    def _uses_global_generators(self) -> bool:
+        """Whether the first CHECKED_ITEMS items change when the global generators are seeded otherwise.
+
+        NOTE: an item that reads the clock or a file that changes also differs: it keeps the lock, which costs
+        speed, never exactness. A dataset that draws from them only on some items may pass unseen: it declares
+        nothing wrong, and its items then differ between runs of the `threads` loader (the README says so)."""
+        states = torch.random.get_rng_state(), np.random.get_state(), random.getstate()
+        try:
+            for index in range(min(CHECKED_ITEMS, self._len)):
+                seed = sample_seed(self.seed, 0, index)
+                if not _same(self._item(seed, index), self._item(seed, index, seed ^ _OTHER_SEED)):
+                    log.info("'%s': items depend on the global generators; they load one at a time", self.spec)
+                    return True
+        except Exception:  # noqa: BLE001 - item 0 loaded in _probe; a later item failing fails the run, with its index
+            return True
+        finally:
+            torch.random.set_rng_state(states[0])
+            np.random.set_state(states[1])
+            random.setstate(states[2])
+        return False
+
     def _load(self, epoch: int, index: int) -> tuple[torch.Tensor, Any]:
         seed = sample_seed(self.seed, epoch, index)
         if self._lock is None:
-            return self._item(seed, index)
+            return self._item(seed, index, None)  # NOTE: no global seeding: it changes nothing, and would race
         if self._pid != os.getpid():
             # NOTE: a forked worker inherits the lock as it was, maybe held by a thread that does not exist there
             self._lock, self._pid = threading.Lock(), os.getpid()
         with self._lock:
             return self._item(seed, index)
 
-    def _item(self, seed: int, index: int) -> tuple[torch.Tensor, Any]:
+    def _item(self, seed: int, index: int, global_seed: int | None = -1) -> tuple[torch.Tensor, Any]:
+        """Item `index` with item_rng() seeded by `seed` and the global generators by `global_seed` (-1: the same
+        seed; None: left alone)."""
         set_item_seed(seed)  # what engine.plugins.item_rng() seeds from, in this thread
-        torch.default_generator.manual_seed(seed)  # NOTE: the CPU generator only: CUDA's stay the training's
-        np.random.seed(seed & 0xFFFFFFFF)  # NOTE: numpy's legacy seed takes 32 bits
-        random.seed(seed)
+        if global_seed is not None:
+            g = seed if global_seed == -1 else global_seed
+            torch.default_generator.manual_seed(g)  # NOTE: the CPU generator only: CUDA's stay the training's
+            np.random.seed(g & 0xFFFFFFFF)  # NOTE: numpy's legacy seed takes 32 bits
+            random.seed(g)
         try:
             item = self.inner[index]
         finally:
@@ -129,3 +177,14 @@ class PluginDataset(SeededDataset):
 
     def __repr__(self) -> str:
         return f"PluginDataset({self.spec}, n={len(self)}, shape={self.sample_shape}, classes={self.num_classes})"
+
+
+def _same(a: tuple[torch.Tensor, Any], b: tuple[torch.Tensor, Any]) -> bool:
+    """Two loads of a checked item agree: the same x (NaN where NaN) and the same label."""
+    (xa, ya), (xb, yb) = a, b
+    if isinstance(ya, torch.Tensor) or isinstance(yb, torch.Tensor):
+        same_y = isinstance(ya, torch.Tensor) and isinstance(yb, torch.Tensor) and torch.equal(ya, yb)
+    else:
+        same_y = ya == yb
+    return bool(same_y) and xa.shape == xb.shape and xa.dtype == xb.dtype and \
+        bool(torch.isclose(xa, xb, rtol=0, atol=0, equal_nan=True).all())

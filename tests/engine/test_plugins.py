@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.metadata
 import secrets
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
@@ -27,6 +28,8 @@ EXAMPLE = {"workload": "examples.own_pipeline.data:build", "model": "examples.ow
 
 PLUGIN = '''
 import random
+import threading
+import time
 
 import numpy as np
 import torch
@@ -74,6 +77,47 @@ def numpy_items(**_):
 
 def big_labels(**_):
     return Noisy(8, 8, 0, labels=lambda i: i)  # no num_classes: the config's 2, but labels reach 7
+
+class Overlap:
+    """Counts how many items are inside __getitem__ at once (the most seen), across the threads of a loader."""
+
+    def __init__(self):
+        self.lock, self.now, self.most = threading.Lock(), 0, 0
+
+    def __enter__(self):
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+
+    def __exit__(self, *exc):
+        with self.lock:
+            self.now -= 1
+
+
+class Waits(Dataset):
+    """An I/O-like item: a 20 ms wait, then bytes from a per-item generator; no global generator is touched."""
+
+    overlap = Overlap()
+
+    def __init__(self, n, draw_global=False):
+        self.n, self.draw_global = n, draw_global
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        with self.overlap:
+            time.sleep(0.02)
+        x = torch.from_numpy(np.random.default_rng(i).random(4).astype(np.float32))
+        return (x + float(np.random.rand()) if self.draw_global else x), i % 3
+
+
+def waits(**_):
+    return Waits(32)
+
+def waits_global(**_):
+    return Waits(32, draw_global=True)
+
 
 class Listed(Noisy):
     """ImageFolder-style: the labels listed up front (targets), one bad one deep in the data."""
@@ -223,6 +267,37 @@ def test_random_user_transforms_give_the_same_batches_on_every_loader(plug, whic
     # the transforms are random: another epoch augments the same samples differently
     other = sorted(_batches(cfg, "sync", 2), key=lambda b: b[1].tolist())
     assert not all(torch.equal(a[0], b[0]) for a, b in zip(other, sorted(ref, key=lambda b: b[1].tolist())))
+
+
+def _overlap_under_threads(plug: str, factory: str) -> tuple[Any, int, list]:
+    """The dataset, the most items its threads loader (4 workers) had in flight at once, and its batches."""
+    from engine.registry import LOADERS  # noqa: PLC0415
+
+    cfg = tiny(plug, workload=f"{plug}:{factory}", n_samples=32, loader="threads", workers=4)
+    ds = build_dataset(cfg)
+    ds.inner.overlap.most = 0
+    with LOADERS["threads"](ds, cfg, torch.device("cpu")) as it:
+        batches = list(it.epoch(1))
+    return ds, ds.inner.overlap.most, batches
+
+
+def test_a_dataset_that_draws_no_global_generator_loads_in_parallel_under_threads(plug):
+    ds, most, _ = _overlap_under_threads(plug, "waits")
+    assert not ds.items_serialised and ds.serial_note is None
+    assert most >= 2  # 4 worker threads, 20 ms items: several in flight at once
+
+
+def test_a_dataset_that_draws_global_generators_keeps_the_lock_says_so_and_stays_exact(plug):
+    ds, most, got = _overlap_under_threads(plug, "waits_global")
+    assert ds.items_serialised and "one at a time" in ds.serial_note and "thread_safe = True" in ds.serial_note
+    assert most == 1
+    ref = _batches(tiny(plug, workload=f"{plug}:waits_global", n_samples=32), "sync", 1)
+    assert len(got) == len(ref) and all(torch.equal(x, rx) and torch.equal(y, ry)
+                                        for (x, y), (rx, ry) in zip(got, ref))
+    # the draws do shape the items: another epoch's items differ, so the equality above is not vacuous
+    other = _batches(tiny(plug, workload=f"{plug}:waits_global", n_samples=32), "sync", 2)
+    sums = [sorted(torch.cat([x for x, _ in batches]).sum(1).tolist()) for batches in (ref, other)]
+    assert sums[0] != sums[1]
 
 
 # ---------------------------------------------------------------------------- bad plugins

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import duckdb
+import pytest
 
 from engine.store import schema
-from engine.store.tables import EPOCH_COLUMNS_V4, SUMMARY_COLUMNS_V2, SUMMARY_COLUMNS_V4, SUMMARY_COLUMNS_V5, \
-    SUMMARY_COLUMNS_V6
+from engine.store.tables import (EPOCH_COLUMNS_V4, SUMMARY_COLUMNS_V2, SUMMARY_COLUMNS_V4, SUMMARY_COLUMNS_V5,
+                                 SUMMARY_COLUMNS_V6)
 
 
 def _v1_file(path) -> None:
@@ -67,35 +68,21 @@ def test_a_v3_store_gains_the_gpu_idle_and_start_up_columns_and_its_old_runs_rea
     assert (tmp_path / "loaderlab.duckdb.bak-v3").exists()
 
 
-def test_a_v4_store_gains_the_prediction_columns_and_its_old_runs_read_null(tmp_path):
+@pytest.mark.parametrize("old, added", [(4, SUMMARY_COLUMNS_V5), (5, SUMMARY_COLUMNS_V6)], ids=["v4", "v5"])
+def test_an_older_store_gains_the_next_versions_columns_and_its_old_runs_read_null(tmp_path, old, added):
+    """v5 added the prediction's columns (never predicted then), v6 the pools and the plugin's lock (not recorded
+    then): NULL for the runs already stored, not a made-up figure or "no pools"."""
     path = tmp_path / "loaderlab.duckdb"
-    with duckdb.connect(str(path)) as conn:  # as LoaderLab v4 wrote it: without the columns v5 adds
+    with duckdb.connect(str(path)) as conn:  # as LoaderLab `old` wrote it: without the columns the next one adds
         conn.execute("CREATE TABLE schema_version (version INTEGER, applied_at TIMESTAMP)")
         schema._v1(conn)
-        conn.execute("INSERT INTO schema_version VALUES (1, now()), (2, now()), (3, now()), (4, now())")
-        for name in SUMMARY_COLUMNS_V5:
+        conn.execute("INSERT INTO schema_version VALUES " + ", ".join(f"({v}, now())" for v in range(1, old + 1)))
+        for name in added:
             conn.execute(f'ALTER TABLE runs DROP COLUMN "{name}"')
         conn.execute("INSERT INTO runs (run_id, status, epoch_s) VALUES ('old', 'done', 1.5)")
         assert schema.needs_upgrade(conn, path)
         schema.ensure_schema(conn, path)
-        runs = conn.execute(f"SELECT epoch_s, {', '.join(SUMMARY_COLUMNS_V5)} FROM runs").fetchall()
+        runs = conn.execute(f"SELECT epoch_s, {', '.join(added)} FROM runs").fetchall()
         assert conn.execute("SELECT max(version) FROM schema_version").fetchall() == [(schema.SCHEMA_VERSION,)]
-    assert runs == [(1.5, None, None, None)]  # never predicted: NULL, not a made-up figure
-    assert (tmp_path / "loaderlab.duckdb.bak-v4").exists()
-
-
-def test_a_v5_store_gains_the_v6_columns_and_its_old_runs_read_null(tmp_path):
-    path = tmp_path / "loaderlab.duckdb"
-    with duckdb.connect(str(path)) as conn:  # as LoaderLab v5 wrote it: without the columns v6 adds
-        conn.execute("CREATE TABLE schema_version (version INTEGER, applied_at TIMESTAMP)")
-        schema._v1(conn)
-        conn.execute("INSERT INTO schema_version VALUES (1, now()), (2, now()), (3, now()), (4, now()), (5, now())")
-        for name in SUMMARY_COLUMNS_V6:
-            conn.execute(f'ALTER TABLE runs DROP COLUMN "{name}"')
-        conn.execute("INSERT INTO runs (run_id, status, epoch_s) VALUES ('old', 'done', 1.5)")
-        assert schema.needs_upgrade(conn, path)
-        schema.ensure_schema(conn, path)
-        runs = conn.execute(f"SELECT epoch_s, {', '.join(SUMMARY_COLUMNS_V6)} FROM runs").fetchall()
-        assert conn.execute("SELECT max(version) FROM schema_version").fetchall() == [(6,)]
-    assert runs == [(1.5,) + (None,) * len(SUMMARY_COLUMNS_V6)]  # source NULL: the lab's own; no range measured
-    assert (tmp_path / "loaderlab.duckdb.bak-v5").exists()
+    assert runs == [(1.5, *[None] * len(added))]
+    assert (tmp_path / f"loaderlab.duckdb.bak-v{old}").exists()

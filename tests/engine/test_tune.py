@@ -72,6 +72,17 @@ def test_threads_the_base_sets_are_kept_like_its_batch_size():
     assert len({c.to_json() for c in cands}) == len(cands)
 
 
+def test_hidden_pools_add_a_transform_threads_1_twin_of_each_candidate_unless_the_base_sets_it():
+    plain = candidates(RunConfig.from_dict(TINY), cores=4)
+    assert {c.transform_threads for c in plain} == {0}
+    both = candidates(RunConfig.from_dict(TINY), cores=4, hidden_pools=True)
+    assert len(both) == 2 * len(plain) and len({c.to_json() for c in both}) == len(both)
+    assert {c.to_json() for c in both if c.transform_threads == 1} == \
+        {c.replace(transform_threads=1).to_json() for c in plain}
+    kept = candidates(RunConfig.from_dict({**TINY, "transform_threads": 2}), cores=4, hidden_pools=True)
+    assert {c.transform_threads for c in kept} == {2} and len(kept) == len(plain)
+
+
 def test_the_confirmation_sweep_gives_each_side_its_own_threads():
     """The best's threads are a base field of the sweep file: without its own, candidate 0 would inherit them."""
     import tomllib

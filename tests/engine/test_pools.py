@@ -1,0 +1,72 @@
+"""engine/measure/pools.py through real loaders and a real run: the BLAS pool numpy brings is seen where items load,
+transform_threads caps it there (each worker of `processes`, the producer threads, sync's training thread) and close()
+gives the process its pools back; a run stores the pools it loaded with and the threads they add.
+
+    .venv/bin/python -m pytest tests/engine/test_pools.py -q
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from threadpoolctl import threadpool_limits
+
+from engine.config import RunConfig
+from engine.loaders import LOADERS, seen_pools
+from engine.measure.pools import hidden_pools, pool_fix, pools_record
+from engine.run.runner import launch
+from engine.store import get_run
+from engine.workloads import build_dataset
+
+SPECTRO = {"workload": "bench.pipelines.spectrogram:build", "model": "bench.pipelines.spectrogram:model",
+           "n_samples": 16, "batch_size": 8, "device": "cpu", "threads": 1}
+PLACE = {"sync": "training", "prefetch": "producer", "threads": "producer", "processes": "worker"}
+
+np.ones(1)  # numpy's BLAS is loaded: the pools below are seen
+pytestmark = pytest.mark.skipif(not any(p["threads"] > 1 for p in hidden_pools()),
+                                reason="numpy's BLAS runs one thread here (one core?): nothing to cap")
+
+
+def _load(loader: str, transform_threads: int) -> list[dict]:
+    cfg = RunConfig.from_dict({**SPECTRO, "loader": loader, "workers": 2 if loader in ("threads", "processes") else 0,
+                               "transform_threads": transform_threads})
+    with LOADERS[loader](build_dataset(cfg), cfg, torch.device("cpu")) as it:
+        assert len(list(it.epoch(1))) == 2
+    return seen_pools()[PLACE[loader]]
+
+
+@pytest.mark.parametrize("loader", ["sync", "prefetch", "threads", "processes"])
+def test_transform_threads_caps_the_pools_where_items_load_and_close_gives_them_back(loader):
+    before = [p["threads"] for p in hidden_pools()]
+    assert max(p["threads"] for p in _load(loader, 0)) > 1  # auto: as the library set them
+    assert [p["threads"] for p in _load(loader, 1)] == [1] * len(before)
+    assert [p["threads"] for p in hidden_pools()] == before  # the test process has its pools back
+
+
+def test_the_record_counts_a_pool_per_worker_process_and_once_per_process_of_threads():
+    seen = {"worker": [{"api": "openblas", "lib": "libopenblas", "threads": 4}],
+            "producer": [{"api": "openblas", "lib": "libopenblas", "threads": 4}]}
+    assert pools_record(seen, "processes", 3)["extra_threads"] == 9  # three processes, three pools
+    assert pools_record(seen, "threads", 3)["extra_threads"] == 3  # one process: one pool, whatever calls it
+    assert pools_record(seen, "sync", 0)["extra_threads"] == 0  # sync loads in the training thread: none seen there
+    assert json.loads(pools_record(seen, "sync", 0)["thread_pools"]) == seen
+    assert pool_fix(pools_record(seen, "processes", 3)["thread_pools"], "processes") == \
+        "openblas (libopenblas) 4 threads in each loader worker: set transform_threads=1"
+    with threadpool_limits(limits=1):
+        assert pool_fix(json.dumps({"worker": hidden_pools()}), "processes") is None  # one thread: nothing hidden
+
+
+def test_a_run_stores_the_pools_its_workers_loaded_with_and_the_threads_they_add(tmp_path):
+    db = tmp_path / "s.duckdb"
+    fields = {**SPECTRO, "loader": "processes", "workers": 1, "epochs": 2, "bound": False, "sample_hz": 0.0}
+    auto = launch(RunConfig.from_dict(fields), db=db)
+    capped = launch(RunConfig.from_dict({**fields, "transform_threads": 1}), db=db)
+    rows = [get_run(r.run_id, db=db) for r in (auto, capped)]
+    assert [r["status"] for r in rows] == ["done", "done"], [r["error"] for r in rows]
+    workers = [json.loads(r["thread_pools"])["worker"] for r in rows]
+    assert max(p["threads"] for p in workers[0]) > 1 and rows[0]["extra_threads"] >= 1
+    assert all(p["threads"] == 1 for p in workers[1]) and rows[1]["extra_threads"] == 0
+    assert rows[1]["transform_threads"] == 1
