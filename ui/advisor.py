@@ -41,6 +41,9 @@ def panel(options: dict[str, Any]) -> None:
             # once per store version, not per rerun
             advice = cached("advise", workload, model, host=host, baseline=baseline or None)
             st.code(api.render_advice(advice), language=None)
+            if advice.base_config:  # the answer as code, with st.code's copy button
+                st.code(api.snippet({**advice.base_config, **advice.best}, "the best measured here"),
+                        language="python")
             if advice.warning:
                 st.warning(plain(advice.warning))
             if advice.suggestions and st.button("Queue the suggested sweep", key="advisor.queue"):

@@ -128,6 +128,15 @@ def detail(run: dict[str, Any]) -> None:
         st.dataframe(config, hide_index=True, key="runs.config")
         st.json({k: v for k, v in run.items() if k not in _HIDDEN and k not in run["config"]}, expanded=False)
     _edit(run)
+    _code(run)
+
+
+def _code(run: dict[str, Any]) -> None:
+    """The page ends with the code to paste: this run's loader, built from the user's dataset (copy button)."""
+    if run["config"].get("loader") not in api.SNIPPETS:
+        return
+    st.markdown("**The code: this run's loader, built from your `dataset`**")
+    st.code(api.snippet(run["config"], api.run_title(run)), language="python")
 
 
 def _edit(run: dict[str, Any]) -> None:

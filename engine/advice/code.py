@@ -23,8 +23,11 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from engine.config import RunConfig
+from engine.errors import ConfigError, printable
+from engine.paths import Db
+from engine.store import get_run
 
-__all__ = ["SNIPPETS", "collate_lines", "pin_expr", "snippet"]
+__all__ = ["SNIPPETS", "code_of_run", "collate_lines", "parse_setting", "pin_expr", "run_title", "snippet"]
 
 Builder = Callable[[dict[str, Any]], list[str]]
 ORDER_NOTE = ("# NOTE: the same batches and samples per epoch as the lab's loader, in another order: the lab draws\n"
@@ -142,3 +145,43 @@ def snippet(setting: dict[str, Any] | RunConfig, title: str = "") -> str:
     head = [f"# {title}" if title else "# LoaderLab: the loader of this setting",
             "# `dataset` is your map-style dataset: dataset[i] -> (x, y)", "import torch", ""]
     return "\n".join(head + _threads_lines(s) + [""] + SNIPPETS[loader](s)) + "\n"
+
+
+def parse_setting(text: str) -> RunConfig:
+    """'loader=processes,workers=4,threads=1' -> the RunConfig of those fields (the rest: defaults), checked."""
+    pairs: dict[str, str] = {}
+    for item in str(text).split(","):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError("setting", f"'{printable(item.strip()[:80])}' is not FIELD=VALUE; write e.g. "
+                                         "--setting loader=processes,workers=4,threads=1")
+        pairs[key.strip()] = value.strip()
+    try:
+        return RunConfig.from_dict(pairs)
+    except ConfigError as e:
+        raise ConfigError("setting", f"{e.field}: {e.message}") from None
+
+
+def run_title(run: dict[str, Any]) -> str:
+    """'LoaderLab run <id>: processes, 2 workers, ...: epoch 0.512 s, peak memory 812 MiB (PSS)'."""
+    c = run.get("config") or {}
+    parts = [f"LoaderLab run {run['run_id']}: {c.get('loader')}"]
+    if c.get("workers"):
+        parts.append(f"{c['workers']} workers")
+    epoch, peak = run.get("epoch_s"), run.get("peak_rss_bytes")
+    if epoch is not None and epoch == epoch:
+        parts.append(f"epoch {epoch:.3f} s")
+    if peak is not None and peak == peak:
+        parts.append(f"peak memory {peak / 2**20:.0f} MiB (PSS, process tree)")
+    return ", ".join(parts)
+
+
+def code_of_run(run_id: str, db: Db = None) -> str:
+    """The snippet for the setting a stored run used; a run that is not stored is a ConfigError on run_id."""
+    run = get_run(run_id, db=db)
+    if run is None:
+        raise ConfigError("run_id", f"no run '{printable(run_id[:80])}' in this store; list them with "
+                                    "python -m engine runs")
+    if run["config"].get("loader") not in SNIPPETS:
+        raise ConfigError("run_id", f"run {run_id} used loader '{run['config'].get('loader')}', which has no code")
+    return snippet(run["config"], run_title(run))

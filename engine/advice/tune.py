@@ -54,6 +54,7 @@ from tqdm import tqdm
 
 from engine.advice.baseline import BASELINE_KEYS, confirm_sweep_toml
 from engine.advice.baseline import parse as parse_baseline
+from engine.advice import memory
 from engine.advice.advisor import describe
 from engine.advice.predict import MODES, Prediction, predict
 from engine.analysis import stats
@@ -136,6 +137,9 @@ class TuneResult:
     probe: dict[str, Any] | None = None        # what the predictions came from (engine/measure/probe.py)
     probe_note: str = ""                       # where it came from, or why there is none
     predictions: dict[int, Prediction] = field(default_factory=dict)   # candidate -> its predicted steady epoch
+    max_memory: int | None = None              # --max-memory: no answer's measured peak PSS is above it
+    skipped: list[RunConfig] = field(default_factory=list)   # settings the memory estimate said cannot fit: not run
+    footprint: dict[str, Any] | None = None    # the memory estimate: base and per-worker bytes (advice/memory.py)
 
     @property
     def table(self) -> pd.DataFrame:
@@ -189,6 +193,8 @@ class TuneResult:
         if self.best_idx != 0 and (not c or math.isnan(c.get("speedup_lo", math.nan))):
             lines.append(f"confirm it ({CONFIRM_REPEATS} runs of each, in a random order): add --write-confirm "
                          "confirm.toml, then python -m engine sweep confirm.toml")
+        lines += memory.answer_lines(self.rows + self.confirm_rows, self.best_idx, self.max_memory,
+                                     len(self.skipped), self.footprint, "your setup" if self.baseline else "sync")
         lines.append(f"use it: python -m engine run {run_flags(self.best)}")
         return "\n".join(lines)
 
@@ -244,7 +250,7 @@ def tune(workload: str, model: str, *, budget_s: float, db: Db = None,
          base: dict[str, Any] | None = None, progress: bool = True, space: list[dict[str, Any]] | None = None,
          eta: int = ETA, rung0_epochs: int = RUNG0_EPOCHS, confirm_repeats: int = CONFIRM_REPEATS,
          seed: int = 0, baseline: str | dict[str, Any] | None = None, predicted: bool = True,
-         top_k: int = TOP_K) -> TuneResult:
+         top_k: int = TOP_K, max_memory: str | int | None = None) -> TuneResult:
     """Rank by prediction, then successive halving within budget_s seconds of wall time (see the module docstring).
 
     `space` replaces the default candidates: a list of field changes, e.g. [{"loader": "sync"},
@@ -252,8 +258,11 @@ def tune(workload: str, model: str, *, budget_s: float, db: Db = None,
     `baseline`: the user's setup, e.g. "loader=processes,workers=4,batch_size=64": it becomes candidate 0,
     the side the best is confirmed against; its batch_size is every candidate's unless `base` sets one.
     `predicted=False`: no probe, no ranking: successive halving over every candidate (--no-predict).
+    `max_memory` ("8G", bytes): no setting whose measured peak PSS is above it is the answer, and settings the
+    memory estimate says cannot fit are not run (engine/advice/memory.py).
     """
     given = parse_baseline(baseline)
+    cap = memory.parse_size(max_memory)
     cfg0, configs = _configs(workload, model, base, space, given)
     for warning in check_machine_all(configs):  # a base this host cannot fit fails here, before the probe and the first run
         log.warning("%s", warning)
@@ -261,13 +270,19 @@ def tune(workload: str, model: str, *, budget_s: float, db: Db = None,
     bar = tqdm(total=round(budget_s), desc=f"tune {workload}+{model}", unit="s", disable=not progress,
                file=sys.stderr, dynamic_ncols=True)
     rng = random.Random(seed)
-    result = TuneResult(sweep_id=new_sweep_id("tune"), budget_s=budget_s, configs=configs, baseline=given)
+    result = TuneResult(sweep_id=new_sweep_id("tune"), budget_s=budget_s, configs=configs, baseline=given,
+                        max_memory=cap)
     with bar:
         try:
             bar.set_postfix_str("probe", refresh=True)
             result.probe, result.probe_note = _probe(cfg0, db, budget_s * PROBE_SHARE, predicted)
             if result.probe is not None:  # torch's default thread count is known now: an explicit twin of it goes
                 cfg0, result.configs = _configs(workload, model, base, space, given, result.probe["default_threads"])
+            if cap is not None:
+                bar.set_postfix_str("memory estimate", refresh=True)
+                result.configs, result.skipped, result.footprint = memory.within_cap(
+                    result.configs, cfg0, cap, max(10.0, budget_s * PROBE_SHARE))
+            if result.probe is not None:
                 result.predictions = {i: p for i, c in enumerate(result.configs)
                                       if (p := predict(c, result.probe)) is not None}
             _search(result, cfg0, db, t0, bar, rng, eta, rung0_epochs, confirm_repeats, top_k)
@@ -382,6 +397,7 @@ def _configs(workload: str, model: str, base: dict[str, Any] | None, space: list
 def _pick_best(result: TuneResult) -> None:
     """Best = fastest among candidates measured in the highest rung reached."""
     done = [r for r in result.rows if not math.isnan(r["epoch_s"])]
+    done = [r for r in done if memory.fits(r.get("peak_bytes"), result.max_memory)]  # over the cap: never the answer
     if done:
         top = max(r["rung"] for r in done)
         result.best_idx = min((r for r in done if r["rung"] == top), key=lambda r: r["epoch_s"])["candidate"]
@@ -435,12 +451,18 @@ def _measure(cfg: RunConfig, db: Db, result: TuneResult, idx: int, rung: int, st
             "workers": cfg.workers, "prefetch_depth": cfg.prefetch_depth, "threads": cfg.threads,
             "batch_size": cfg.batch_size, "status": run.status, "run_id": run.run_id, "epoch_s": epoch_s,
             "predicted_s": predicted.epoch_s if predicted else math.nan,
-            "limit": predicted.limit if predicted else None, "run_s": time.monotonic() - started, "warm": run.warm}
+            "limit": predicted.limit if predicted else None, "run_s": time.monotonic() - started, "warm": run.warm,
+            "peak_bytes": _peak(run.run_dir) if run.status == RunStatus.DONE else None}
 
 
 def _steady_walls(run_dir: Any) -> list[float]:
     return [e["wall_s"] for e in read_events(run_dir)
             if e["type"] == "epoch" and not e.get("warmup") and e.get("model_idx", 0) == 0]
+
+
+def _peak(run_dir: Any) -> int | None:
+    """The run's peak PSS of its whole process tree (its summary's peak_rss_bytes), None when unsampled."""
+    return next((e.get("peak_rss_bytes") for e in read_events(run_dir) if e["type"] == "summary"), None)
 
 
 def _estimate(rows: list[dict[str, Any]], walls: list[float] | None, cfg: RunConfig) -> float:
