@@ -181,7 +181,9 @@ def test_predict_ranks_the_tune_space_then_answers_one_setting_from_the_cached_p
     ranked = cli("predict", *PREDICT, db=db)
     assert ranked.returncode == 0, ranked.stderr
     assert "probing tensor + mlp on cpu" in ranked.stderr  # said before the few seconds it takes
-    header, *rows = ranked.stdout.strip().splitlines()
+    table, code = ranked.stdout.split("\n\n# --- the code", 1)  # the table, then the top setting as code
+    assert "loader = " in code
+    header, *rows = table.strip().splitlines()
     assert header.split()[0] == "setting" and "limit" in header and len(rows) >= 4
     epochs = [float(r.split()[-3]) for r in rows]  # setting ... | epoch | samples/s | limit
     assert all(e > 0 for e in epochs) and epochs == sorted(epochs)

@@ -3,6 +3,12 @@ same number of batches and the same samples per epoch as the lab's own loader fo
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from threadpoolctl import threadpool_info
@@ -11,6 +17,7 @@ from engine.advice.code import SNIPPETS, snippet
 from engine.config import RunConfig
 from engine.loaders import LOADERS
 
+ROOT = Path(__file__).resolve().parents[2]
 N, BATCH = 50, 8  # 7 batches, the last one short: drop_last must not differ
 
 
@@ -99,3 +106,37 @@ def test_the_dataloader_call_carries_every_knob_the_run_set():
 def test_a_loader_without_code_is_named():
     with pytest.raises(KeyError, match="loaders with code: sync"):
         snippet({"loader": "nope"})
+
+
+def _cli(*args: str, db: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "engine", *args, "--db", str(db)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_code_of_a_stored_run_builds_its_loader_and_runs(store):
+    ran = _cli("run", "--workload", "tensor", "--n-samples", "64", "--image-size", "8", "--width", "8", "--batch-size",
+               "8", "--epochs", "2", "--device", "cpu", "--loader", "processes", "--workers", "2", "--threads", "1",
+               "--prefetch-depth", "3", "--no-bound", "--quiet", db=store)
+    assert ran.returncode == 0, ran.stderr
+    run_id = json.loads(_cli("query", "SELECT run_id FROM runs", "--format", "json", db=store).stdout)[0]["run_id"]
+    out = _cli("code", run_id, db=store)
+    assert out.returncode == 0, out.stderr
+    assert f"LoaderLab run {run_id}: processes, 2 workers" in out.stdout and "prefetch_factor=3" in out.stdout
+    scope = {"dataset": IndexDataset()}
+    before = torch.get_num_threads()
+    try:
+        exec(compile(out.stdout, "<code>", "exec"), scope)  # noqa: S102 - what the user pastes
+        assert sorted(_ids(list(scope["loader"]))) == list(range(N)) and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+        del scope
+    missing = _cli("code", "20200101-000000-abcdef", db=store)
+    assert missing.returncode == 2 and "run_id" in missing.stderr and len(missing.stderr.strip().splitlines()) == 1
+
+
+def test_code_of_a_setting_not_run_yet_names_a_bad_field(tmp_path):
+    out = _cli("code", "--setting", "loader=threads,workers=3,threads=2", db=tmp_path / "s.duckdb")
+    assert out.returncode == 0, out.stderr
+    assert "num_workers=3" in out.stdout and "torch.set_num_threads(2)" in out.stdout
+    bad = _cli("code", "--setting", "loader=threads,workers=0", db=tmp_path / "s.duckdb")
+    assert bad.returncode == 2 and bad.stderr.startswith("error: setting: workers")
