@@ -55,6 +55,7 @@ from tqdm import tqdm
 from engine.advice.baseline import BASELINE_KEYS, confirm_sweep_toml
 from engine.advice.baseline import parse as parse_baseline
 from engine.advice import memory
+from engine.advice._knobs import siblings, widen
 from engine.advice.advisor import describe
 from engine.advice.predict import MODES, Prediction, predict
 from engine.analysis import stats
@@ -140,6 +141,7 @@ class TuneResult:
     max_memory: int | None = None              # --max-memory: no answer's measured peak PSS is above it
     skipped: list[RunConfig] = field(default_factory=list)   # settings the memory estimate said cannot fit: not run
     footprint: dict[str, Any] | None = None    # the memory estimate: base and per-worker bytes (advice/memory.py)
+    knobs: str = ""                            # the knobs the model cannot rank that the space varies (_knobs.py)
 
     @property
     def table(self) -> pd.DataFrame:
@@ -202,8 +204,10 @@ class TuneResult:
         n = len(self.configs)
         if not self.predictions:
             return f"no prediction ({self.probe_note}): successive halving over all {n} candidates"
+        knobs = (f"; {self.knobs}: not read by the model, so each of those brought its variants and halving decides"
+                 if self.knobs else "")
         return (f"ranked {len(self.predictions)} of {n} candidates by prediction ({self.probe_note}); the first rung "
-                "ran the predicted fastest and candidate 0")
+                f"ran the predicted fastest and candidate 0{knobs}")
 
     def _runs_table(self) -> list[str]:
         """The search's runs, each with its predicted steady epoch beside the measured one."""
@@ -278,6 +282,8 @@ def tune(workload: str, model: str, *, budget_s: float, db: Db = None,
             result.probe, result.probe_note = _probe(cfg0, db, budget_s * PROBE_SHARE, predicted)
             if result.probe is not None:  # torch's default thread count is known now: an explicit twin of it goes
                 cfg0, result.configs = _configs(workload, model, base, space, given, result.probe["default_threads"])
+            if not space:  # jointly with pin_memory, persistent_workers, the start method, where they can matter
+                result.configs, result.knobs = widen(result.configs, cfg0, result.probe)
             if cap is not None:
                 bar.set_postfix_str("memory estimate", refresh=True)
                 result.configs, result.skipped, result.footprint = memory.within_cap(
@@ -344,6 +350,7 @@ def _first_rung(result: TuneResult, top_k: int, rng: random.Random) -> list[int]
         if len(first) < top_k and key not in told_apart:
             first.append(idx)
             told_apart.add(key)
+    first += siblings(result.configs, first)  # variants the model cannot tell apart: halving decides
     if result.predictions and 0 not in first:
         first.append(0)
     rest = [i for i in range(len(result.configs)) if i not in result.predictions and i not in first]
