@@ -133,8 +133,8 @@ def detail(run: dict[str, Any]) -> None:
 
 def _code(run: dict[str, Any]) -> None:
     """The page ends with the code to paste: this run's loader, built from the user's dataset (copy button)."""
-    if run["config"].get("loader") not in api.SNIPPETS:
-        return
+    if run.get("status") != api.RunStatus.DONE or run["config"].get("loader") not in api.SNIPPETS:
+        return  # a failed run's setting is no answer to paste
     st.markdown("**The code: this run's loader, built from your `dataset`**")
     st.code(api.snippet(run["config"], api.run_title(run)), language="python")
 
