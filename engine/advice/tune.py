@@ -350,7 +350,9 @@ def _first_rung(result: TuneResult, top_k: int, rng: random.Random) -> list[int]
         if len(first) < top_k and key not in told_apart:
             first.append(idx)
             told_apart.add(key)
-    first += siblings(result.configs, first)  # variants the model cannot tell apart: halving decides
+    # each pick's variants in the knobs the model does not read (pin, persistent workers, start method) run beside it:
+    # halving decides between them
+    first = list(dict.fromkeys(j for i in first for j in (i, *siblings(result.configs, [i]))))
     if result.predictions and 0 not in first:
         first.append(0)
     rest = [i for i in range(len(result.configs)) if i not in result.predictions and i not in first]
