@@ -113,6 +113,7 @@ def _cli(*args: str, db: Path) -> subprocess.CompletedProcess:
                           text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
+@pytest.mark.slow
 def test_code_of_a_stored_run_builds_its_loader_and_runs(store):
     ran = _cli("run", "--workload", "tensor", "--n-samples", "64", "--image-size", "8", "--width", "8", "--batch-size",
                "8", "--epochs", "2", "--device", "cpu", "--loader", "processes", "--workers", "2", "--threads", "1",
@@ -130,6 +131,11 @@ def test_code_of_a_stored_run_builds_its_loader_and_runs(store):
     finally:
         torch.set_num_threads(before)
         del scope
+    advice = _cli("advise", "--workload", "tensor", "--model", "mlp", "--host", "any", "--max-memory", "64G",
+                  db=store)
+    assert advice.returncode == 0, advice.stderr
+    answer, code = advice.stdout.split("# --- the code", 1)  # the advice, then its code, last
+    assert "under the 64.00 GiB cap" in answer and "num_workers=2" in code and "prefetch_factor=3" in code
     missing = _cli("code", "20200101-000000-abcdef", db=store)
     assert missing.returncode == 2 and "run_id" in missing.stderr and len(missing.stderr.strip().splitlines()) == 1
 

@@ -132,6 +132,9 @@ def test_budget_stops_the_tune_after_the_first_run(store, capsys):
     assert "1 runs" in out and "budget spent" in out and "best: " in out   # the first of a shuffled rung
     # no interleaved runs, so no speedup claimed
     assert "faster than" not in out and "best vs" not in out and "95% CI" not in out
+    assert "peak memory (PSS, whole process tree): " in out   # the best's, against nothing: no interleaved runs
+    answer, code = out.split("# --- the code", 1)   # the answer, then the code that builds its loader, last
+    assert "loader = " in code and "best: " in answer
     assert cli.build_parser().parse_args(["advise", "--host", "any"]).host == "any"
 
 
