@@ -34,10 +34,12 @@ from typing import Any, Callable, Iterator, TextIO
 
 import pandas as pd
 
-from engine.advice import observed_line, predict_fields, resolve_baseline
+from engine.advice import observed_line, predict_fields, read_loader, resolve_baseline
 from engine.advice.advisor import advise, describe, render_advice
 from engine.advice.baseline import parse as parse_baseline
+from engine.advice.code import code_of_run, parse_setting, snippet
 from engine.advice.learned import learned_residuals
+from engine.advice.memory import parse_size
 from engine.predict import MODES
 from engine.advice.tune import candidates, parse_budget, tune
 from engine.analysis.stats import speedup_vs_sequential
@@ -474,6 +476,11 @@ def _baseline_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baseline", default=None, metavar="FIELD=VALUE,...",
                    help="your current loader setup, the side the best is compared with (default: sync), "
                         "e.g. --baseline loader=processes,workers=4,batch_size=64")
+    p.add_argument("--baseline-from", default=None, metavar="MODULE:CALLABLE",
+                   help="your setup read from your own DataLoader: a callable (no arguments) that returns it, e.g. "
+                        "mypkg.train:make_loader; instead of --baseline")
+    p.add_argument("--max-memory", default=None, metavar="SIZE",
+                   help="no answer peaks above this much memory (PSS of the whole process tree), e.g. 8G or 512M")
     p.add_argument("--write-confirm", metavar="PATH", help="write the confirmation sweep (TOML) to PATH: your setup "
                    "(or sync) and the best, 7 runs each in a random order")
     _baseline_run_option(p)
@@ -486,13 +493,24 @@ def _baseline_run_option(p: argparse.ArgumentParser) -> None:
 
 
 def _baseline_of(args: argparse.Namespace) -> str | dict[str, Any] | None:
-    """--baseline, or --baseline-run's settings (saying on which pipeline the lab will measure them)."""
+    """--baseline, the settings read from --baseline-from's DataLoader, or --baseline-run's (saying on which pipeline
+    the lab will measure them); more than one is bad input."""
+    if args.baseline_from and (args.baseline or args.baseline_run):
+        raise ConfigError("baseline_from", "give one of --baseline, --baseline-from and --baseline-run")
+    if args.baseline_from:
+        return read_loader(args.baseline_from)
     given = resolve_baseline(args.baseline, args.baseline_run, args.db)
     if args.baseline_run:
         print(f"your setup from run {args.baseline_run}: {given}; measured on --workload {args.workload} --model "
               f"{args.model} (name your own dataset and model as module:callable for an answer about your "
               "pipeline)", file=sys.stderr)
     return given
+
+
+def _print_code(setting: dict[str, Any] | RunConfig | None, title: str) -> None:
+    """The answer as code, last: what the user pastes."""
+    if setting is not None:
+        print(f"\n# --- the code: paste it where your loader is built ---\n{snippet(setting, title)}", end="")
 
 
 def _advise_options(p: argparse.ArgumentParser) -> None:
@@ -504,8 +522,13 @@ def _advise_options(p: argparse.ArgumentParser) -> None:
 @command(_advise_options, reads=True)
 def cmd_advise(args: argparse.Namespace) -> int:
     """The best measured config for a workload and model on this host, and what to try next."""
-    advice = advise(args.workload, args.model, host=args.host, db=args.db, baseline=_baseline_of(args))
+    max_memory = parse_size(args.max_memory)
+    advice = advise(args.workload, args.model, host=args.host, db=args.db, baseline=_baseline_of(args),
+                    max_memory=max_memory)
     print(render_advice(advice))
+    if advice.base_config:
+        _print_code({**advice.base_config, **advice.best}, f"the best for {args.workload} + {args.model}: "
+                                                            f"{describe(advice.best)}")
     if args.write_confirm:
         _write_confirm(args.write_confirm, advice.confirm_sweep_toml if advice.default != advice.best else None)
     if args.write_sweep and advice.base_config:
@@ -541,13 +564,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
         if not sep or not key.strip():
             raise ConfigError("set", f"'{item}' is not FIELD=VALUE, e.g. --set batch_size=128")
         base[key.strip()] = value.strip()
-    parse_baseline(args.baseline)  # bad input is named before the store is looked at or created
-    given = _baseline_of(args) if args.baseline_run else args.baseline
+    given = parse_baseline(_baseline_of(args))  # bad input is named before the store is looked at or created
+    max_memory = parse_size(args.max_memory)
     check_rules([RunConfig.from_dict({**base, "workload": args.workload, "model": args.model})])
     _prepare_store(args.db, defer=True)
     result = tune(args.workload, args.model, budget_s=budget, db=args.db, base=base, progress=not args.quiet,
-                  baseline=given, predicted=not args.no_predict)
+                  baseline=given or None, predicted=not args.no_predict, max_memory=max_memory)
     print(result.render())
+    _print_code(result.best, f"the best found by tune {result.sweep_id}")
     if args.write_confirm:
         _write_confirm(args.write_confirm, result.confirm_sweep_toml if result.best_idx else None)
     return 0 if result.best is not None else 1
@@ -592,8 +616,32 @@ def cmd_predict(args: argparse.Namespace) -> int:
               f"{row['predicted_hi_s']:.3f}) · {row['samples_per_s']:.0f} samples/s · limit: {row['limit']}")
         if observed:
             print(observed_line(observed[1], row["predicted_epoch_s"]))
+        _print_code(cfg, f"the setting predicted: {_setting(row)}")
         return 0
     print(_predicted_table(table))
+    top = table.iloc[0]
+    _print_code(cfg.replace(**{k: _native(top[k]) for k in ("loader", "workers", "prefetch_depth", "threads")}),
+                f"the setting predicted fastest: {printable(_setting(top))}")
+    return 0
+
+
+def _native(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") else value
+
+
+def _code_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_id", nargs="?", metavar="RUN_ID", help="a stored run: the code for the setting it used")
+    p.add_argument("--setting", metavar="FIELD=VALUE,...", help="a setting not run yet instead, e.g. "
+                   "--setting loader=processes,workers=4,threads=1")
+
+
+@command(_code_options, reads=True)
+def cmd_code(args: argparse.Namespace) -> int:
+    """The Python that builds a run's loader (or --setting's) from your dataset, to paste into your training."""
+    if bool(args.run_id) == bool(args.setting):
+        raise ConfigError("run_id", "give a RUN_ID or --setting loader=...,workers=..., one of them")
+    print(code_of_run(args.run_id, args.db) if args.run_id else snippet(parse_setting(args.setting),
+                                                                          f"the setting {args.setting}"), end="")
     return 0
 
 

@@ -8,6 +8,7 @@
     lab.speedups(df)                           # dual-* and fused vs the same models one after another
     lab.advise(workload="mypkg.data:build", model="mypkg.nets:resnet", baseline="loader=processes,workers=4")
     lab.predict(workload="jpeg", model="cnn")  # every setting tune would try, fastest predicted first
+    print(lab.code(run_id))                    # the Python that builds that run's loader from your dataset
 
 Every function takes `db=`; without it the store is the CLI's: $LOADERLAB_DB, else the checkout's
 data/loaderlab.duckdb (engine.paths), never the notebook's working directory. A plugin module is
@@ -25,6 +26,7 @@ import pandas as pd
 
 from engine import paths
 from engine.advice.advisor import advise as _advise, render_advice
+from engine.advice.code import code_of_run, snippet
 from engine.advice.learned import learned_residuals
 from engine.predict import MODES
 from engine.advice.tune import candidates, parse_budget
@@ -38,7 +40,7 @@ from engine.run.runner import launch
 from engine.store import get_run, list_runs, run_query
 from engine.sweeps.local import run_sweep
 
-__all__ = ["advise", "compare", "db_path", "predict", "run", "runs", "speedups", "sweep", "tune"]
+__all__ = ["advise", "code", "compare", "db_path", "predict", "run", "runs", "speedups", "sweep", "tune"]
 
 _SUMMARY = ("run_id", "status", "error", "workload", "model", "loader", "workers", "mode", "batch_size", "epoch_s",
             "samples_per_s", "ttfb_s", "bound_s", "efficiency", "verdict", "data_wait_share", "peak_rss_bytes",
@@ -110,13 +112,13 @@ def speedups(what: Iterable[str] | str | pd.DataFrame | None = None, *, db: Db =
 
 
 def advise(*, workload: str, model: str, baseline: str | dict[str, Any] | None = None, host: str = "this",
-           where: dict[str, Any] | None = None, db: Db = None) -> dict[str, Any]:
+           where: dict[str, Any] | None = None, max_memory: str | int | None = None, db: Db = None) -> dict[str, Any]:
     """The advisor's answer as data: best config, its speedup over sync or your `baseline` with the interval,
     the configs tied with it, the verdict, what to try next, and the sweeps that would confirm it.
 
         a = lab.advise(workload="tensor", model="mlp", baseline="loader=processes,workers=4,batch_size=64")
         a["speedup"], a["speedup_lo"], a["speedup_hi"], a["tied"], a["confirm_sweep_toml"]"""
-    a = _advise(workload, model, host=host, db=db, where=where, baseline=baseline)
+    a = _advise(workload, model, host=host, db=db, where=where, baseline=baseline, max_memory=max_memory)
     c = a.comparison
     return {"workload": workload, "model": model, "message": a.message, "n_runs": a.n_runs, "problem": a.problem,
             "best": a.best, "reference": a.default, "baseline": a.baseline, "speedup": _num(c.get("speedup")),
@@ -124,7 +126,9 @@ def advise(*, workload: str, model: str, baseline: str | dict[str, Any] | None =
             "comparison": c, "tied": a.tied, "verdict": a.verdict, "efficiency": a.efficiency,
             "warning": a.warning, "table": a.table,
             "suggestions": [{"changes": s.changes, "reason": s.reason} for s in a.suggestions],
-            "needs_confirmation": a.needs_confirmation,
+            "needs_confirmation": a.needs_confirmation, "memory": a.memory,
+            "code": snippet({**a.base_config, **a.best}, f"the best for {workload} + {model}")
+            if a.base_config else None,
             "next_sweep_toml": a.next_sweep_toml() if a.base_config else None,
             "confirm_sweep_toml": a.confirm_sweep_toml() if a.base_config and a.default != a.best else None,
             "text": render_advice(a)}
@@ -144,7 +148,19 @@ def tune(*, workload: str, model: str, budget: str | float = "10m", baseline: st
             "baseline": r.baseline, "speedup": _num(c.get("speedup")), "speedup_lo": _num(c.get("speedup_lo")),
             "speedup_hi": _num(c.get("speedup_hi")), "comparison": c, "stop_reason": r.stop_reason,
             "spent_s": r.spent_s, "runs": r.table, "confirm_runs": r.confirm_rows,
-            "confirm_sweep_toml": r.confirm_sweep_toml() if r.best_idx else None, "text": r.render()}
+            "confirm_sweep_toml": r.confirm_sweep_toml() if r.best_idx else None, "text": r.render(),
+            "code": snippet(r.best, f"the best found by tune {r.sweep_id}") if r.best else None}
+
+
+def code(run_id: str | None = None, *, db: Db = None, **setting: Any) -> str:
+    """The Python that builds a stored run's loader (or a `setting`'s, as RunConfig fields) from your `dataset`,
+    bound to `loader`: what to paste into your training script.
+
+        print(lab.code("20250101-120000-a1b2c3"))
+        print(lab.code(loader="processes", workers=4, threads=1))"""
+    if run_id is not None:
+        return code_of_run(run_id, db=db)
+    return snippet(RunConfig.from_dict(setting), "the setting " + ", ".join(f"{k}={v}" for k, v in setting.items()))
 
 
 def predict(*, db: Db = None, **fields: Any) -> pd.DataFrame:

@@ -32,15 +32,23 @@ def panel(options: dict[str, Any]) -> None:
         typed = st.text_input("Your current setup (optional)", key="advisor.baseline", placeholder=api.BASELINE_EXAMPLE,
                               help="What your DataLoader uses today, as FIELD=VALUE pairs of loader settings: the "
                                    "best is compared with it instead of sync (CLI: --baseline)")
-        baseline = None
+        cap_text = st.text_input("Memory cap (optional)", key="advisor.max_memory", placeholder="8G",
+                                 help="no config whose runs peaked above this (PSS of the whole process tree) is the "
+                                      "best (CLI: --max-memory)")
+        baseline = cap = None
         with shown("Your current setup"):
             baseline = api.parse_baseline(typed)   # only loader settings pass: never a module path
-        if baseline is None:
+        with shown("Memory cap"):
+            cap = api.parse_size(cap_text) or 0
+        if baseline is None or cap is None:
             return
         with shown("The advisor could not read the store"):
             # once per store version, not per rerun
-            advice = cached("advise", workload, model, host=host, baseline=baseline or None)
+            advice = cached("advise", workload, model, host=host, baseline=baseline or None, max_memory=cap or None)
             st.code(api.render_advice(advice), language=None)
+            if advice.base_config:  # the answer as code, with st.code's copy button
+                st.code(api.snippet({**advice.base_config, **advice.best}, "the best measured here"),
+                        language="python")
             if advice.warning:
                 st.warning(plain(advice.warning))
             if advice.suggestions and st.button("Queue the suggested sweep", key="advisor.queue"):

@@ -40,7 +40,9 @@ def spec(options: dict[str, Any]) -> dict[str, Param]:
     return {
         "metric": Param("epoch_s", choices=list(api.EXPLORE_METRICS)),
         "x": Param("loader", choices=axes),
-        "color": Param("", choices=["", *axes]),
+        # NOTE: threads by default: on a small CPU box the intra-op threads are the first lever (the demo's first
+        # chart shows it), and a store that never varied them shows one colour
+        "color": Param("threads", choices=["", *axes]),
         "facet": Param("", choices=["", *axes]),
         "interval": Param("ci", choices=["ci", "quantiles"]),
         **{f: Param([], "many", choices=list(options.get(f, []))) for f in api.EXPLORE_FILTERS},

@@ -134,6 +134,15 @@ def detail(run: dict[str, Any]) -> None:
         st.dataframe(config, hide_index=True, key="runs.config")
         st.json({k: v for k, v in run.items() if k not in _HIDDEN and k not in run["config"]}, expanded=False)
     _edit(run)
+    _code(run)
+
+
+def _code(run: dict[str, Any]) -> None:
+    """The page ends with the code to paste: this run's loader, built from the user's dataset (copy button)."""
+    if run.get("status") != api.RunStatus.DONE or run["config"].get("loader") not in api.SNIPPETS:
+        return  # a failed run's setting is no answer to paste
+    st.markdown("**The code: this run's loader, built from your `dataset`**")
+    st.code(api.snippet(run["config"], api.run_title(run)), language="python")
 
 
 def _edit(run: dict[str, Any]) -> None:

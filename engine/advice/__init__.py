@@ -1,8 +1,10 @@
 """What to run next, from what was measured: the advisor's verdict and pick (advisor), the user's own setup
-as a baseline (baseline), the tuner that searches a budget of runs (tune) and the epoch-time predictor (predict).
+as a baseline (baseline, and read from their own DataLoader: read_loader), the tuner that searches a budget of runs
+(tune), the epoch-time predictor (predict), the answer as code (code) and memory against a cap (memory).
 """
 
+from engine.advice._baseline_from import read_loader
 from engine.advice._baseline_run import (baseline_of_run, next_steps, observed_line, predict_fields,
                                            resolve_baseline)
 
-__all__ = ["baseline_of_run", "next_steps", "observed_line", "predict_fields", "resolve_baseline"]
+__all__ = ["baseline_of_run", "next_steps", "observed_line", "predict_fields", "read_loader", "resolve_baseline"]

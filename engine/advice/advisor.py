@@ -28,7 +28,7 @@ from typing import Any
 
 import pandas as pd
 
-from engine.advice import baseline
+from engine.advice import baseline, memory
 from engine.analysis import stats
 from engine.config import RunConfig
 from engine.measure.verdicts import VERDICTS, efficiency_text
@@ -84,6 +84,7 @@ class Advice:
     base_config: dict[str, Any] = field(default_factory=dict)   # a best run's full config
     baseline: dict[str, Any] = field(default_factory=dict)      # the user's setup as given; default is its knobs
     gpu_idle: dict[str, float] = field(default_factory=dict)    # the best's GPU idle shares (median); empty on CPU
+    memory: str | None = None                                   # the best's peak PSS against your setup and the cap
 
     @property
     def needs_confirmation(self) -> bool:
@@ -133,10 +134,13 @@ class Advice:
 
 
 def advise(workload: str, model: str, *, host: str = "this", db: Db = None,
-           where: dict[str, Any] | None = None, baseline: str | dict[str, Any] | None = None) -> Advice:
+           where: dict[str, Any] | None = None, baseline: str | dict[str, Any] | None = None,
+           max_memory: str | int | None = None) -> Advice:
     """Advice for workload + model from the done runs in the store (see the module docstring).
-    `baseline`: the user's setup, e.g. "loader=processes,workers=4,batch_size=64" (engine.advice.baseline.parse)."""
+    `baseline`: the user's setup, e.g. "loader=processes,workers=4,batch_size=64" (engine.advice.baseline.parse).
+    `max_memory` ("8G"): a config with a run whose peak PSS was above it is never the best."""
     given = _parse_baseline(baseline)  # bad input fails before the store is read
+    cap = memory.parse_size(max_memory)
     runs = done_runs(workload, model, db)
     on_host, label = _on_host(runs, host)
     asked = {"workload": workload, "model": model, "host": host, "host_label": label, "baseline": given}
@@ -147,12 +151,16 @@ def advise(workload: str, model: str, *, host: str = "this", db: Db = None,
     # --- the problem: the most-measured data/model settings ---
     problems = single.groupby(list(PROBLEM_KEYS), dropna=False).size().sort_values(ascending=False, kind="stable")
     problem = dict(zip(PROBLEM_KEYS, _native(problems.index[0])))
-    mine = single[stats.matching(single, problem)]
+    every = single[stats.matching(single, problem)]
+    mine = memory.drop_over_cap(every, list(KNOB_KEYS), cap)
+    if mine.empty:
+        return Advice(**asked, message=f"every measured config of {workload}+{model} peaked above the "
+                                       f"{memory.fmt_bytes(cap)} cap (--max-memory)")
     table = stats.summarize_configs(mine, list(KNOB_KEYS))
     # --- best, default (sync or the user's setup), their runs ---
     best = dict(zip(KNOB_KEYS, _native(table.iloc[0][list(KNOB_KEYS)])))
     default = _reference(given, problem["device"], table, best)
-    best_runs, default_runs = mine[stats.matching(mine, best)], mine[stats.matching(mine, default)]
+    best_runs, default_runs = mine[stats.matching(mine, best)], every[stats.matching(every, default)]
     # --- why, and what to try next ---
     verdict, verdict_help = _verdict(best_runs)
     efficiency = best_runs["efficiency"].dropna()
@@ -167,7 +175,9 @@ def advise(workload: str, model: str, *, host: str = "this", db: Db = None,
         suggestions=_suggest(best, verdict, measured, cores or 2),
         warning=stats.mixed_hosts_warning(mine) or _left_out(single, problem),
         base_config=json.loads(best_runs.sort_values("created_at").iloc[-1]["config_json"]),
-        gpu_idle=_gpu_idle(best_runs))
+        gpu_idle=_gpu_idle(best_runs), memory=memory.peak_line(
+            _max(best_runs, "peak_rss_bytes"), _max(default_runs, "peak_rss_bytes") if default != best else None,
+            cap, "your setup" if given else describe(default)))
 
 
 def _parse_baseline(value: str | dict[str, Any] | None) -> dict[str, Any]:
@@ -247,6 +257,8 @@ def render_advice(advice: Advice) -> str:
         lines.append(f"verdict: {advice.verdict}{eff}" + (f": {advice.verdict_help}" if advice.verdict_help else ""))
     if advice.gpu_idle:
         lines.append(gpu_line(advice.gpu_idle, advice.best))
+    if advice.memory:
+        lines.append(advice.memory)
     if advice.suggestions:
         lines.append("try next:")
         lines += [f"  {i}. {_fmt_changes(s.changes)}: {s.reason}" for i, s in enumerate(advice.suggestions, 1)]
@@ -437,6 +449,10 @@ def _default(table: pd.DataFrame, best: dict[str, Any]) -> dict[str, Any]:
     else:
         row = table.iloc[-1]
     return dict(zip(KNOB_KEYS, _native(row[list(KNOB_KEYS)])))
+
+
+def _max(runs: pd.DataFrame, column: str) -> float | None:
+    return float(runs[column].max()) if column in runs and runs[column].notna().any() else None
 
 
 def _native(values: Any) -> list[Any]:

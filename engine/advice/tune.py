@@ -55,6 +55,8 @@ from tqdm import tqdm
 
 from engine.advice.baseline import BASELINE_KEYS, confirm_sweep_toml
 from engine.advice.baseline import parse as parse_baseline
+from engine.advice import memory
+from engine.advice._knobs import siblings, widen
 from engine.advice.advisor import describe
 from engine.advice.learned import learned_residuals
 from engine.predict import MODES, Prediction, adjusted, predict
@@ -144,6 +146,10 @@ class TuneResult:
     probe: dict[str, Any] | None = None        # what the predictions came from (engine/predict/probe.py)
     probe_note: str = ""                       # where it came from, or why there is none
     predictions: dict[int, Prediction] = field(default_factory=dict)   # candidate -> its predicted steady epoch
+    max_memory: int | None = None              # --max-memory: no answer's measured peak PSS is above it
+    skipped: list[RunConfig] = field(default_factory=list)   # settings the memory estimate said cannot fit: not run
+    footprint: dict[str, Any] | None = None    # the memory estimate: base and per-worker bytes (advice/memory.py)
+    knobs: str = ""                            # the knobs the model cannot rank that the space varies (_knobs.py)
 
     @property
     def table(self) -> pd.DataFrame:
@@ -197,6 +203,8 @@ class TuneResult:
         if self.best_idx != 0 and (not c or math.isnan(c.get("speedup_lo", math.nan))):
             lines.append(f"confirm it ({CONFIRM_REPEATS} runs of each, in a random order): add --write-confirm "
                          "confirm.toml, then python -m engine sweep confirm.toml")
+        lines += memory.answer_lines(self.rows + self.confirm_rows, self.best_idx, self.max_memory,
+                                     len(self.skipped), self.footprint, "your setup" if self.baseline else "sync")
         lines.append(f"use it: python -m engine run {run_flags(self.best)}")
         return "\n".join(lines)
 
@@ -204,8 +212,10 @@ class TuneResult:
         n = len(self.configs)
         if not self.predictions:
             return f"no prediction ({self.probe_note}): successive halving over all {n} candidates"
+        knobs = (f"; {self.knobs}: not read by the model, so each of those brought its variants and halving decides"
+                 if self.knobs else "")
         return (f"ranked {len(self.predictions)} of {n} candidates by prediction ({self.probe_note}); the first rung "
-                "ran the predicted fastest and candidate 0")
+                f"ran the predicted fastest and candidate 0{knobs}")
 
     def _runs_table(self) -> list[str]:
         """The search's runs, each with its predicted steady epoch beside the measured one."""
@@ -252,7 +262,7 @@ def tune(workload: str, model: str, *, budget_s: float, db: Db = None,
          base: dict[str, Any] | None = None, progress: bool = True, space: list[dict[str, Any]] | None = None,
          eta: int = ETA, rung0_epochs: int = RUNG0_EPOCHS, confirm_repeats: int = CONFIRM_REPEATS,
          seed: int = 0, baseline: str | dict[str, Any] | None = None, predicted: bool = True,
-         top_k: int = TOP_K) -> TuneResult:
+         top_k: int = TOP_K, max_memory: str | int | None = None) -> TuneResult:
     """Rank by prediction, then successive halving within budget_s seconds of wall time (see the module docstring).
 
     `space` replaces the default candidates: a list of field changes, e.g. [{"loader": "sync"},
@@ -260,8 +270,11 @@ def tune(workload: str, model: str, *, budget_s: float, db: Db = None,
     `baseline`: the user's setup, e.g. "loader=processes,workers=4,batch_size=64": it becomes candidate 0,
     the side the best is confirmed against; its batch_size is every candidate's unless `base` sets one.
     `predicted=False`: no probe, no ranking: successive halving over every candidate (--no-predict).
+    `max_memory` ("8G", bytes): no setting whose measured peak PSS is above it is the answer, and settings the
+    memory estimate says cannot fit are not run (engine/advice/memory.py).
     """
     given = parse_baseline(baseline)
+    cap = memory.parse_size(max_memory)
     cfg0, configs = _configs(workload, model, base, space, given)
     for warning in check_machine_all(configs):  # a base this host cannot fit fails here, before the probe and the first run
         log.warning("%s", warning)
@@ -269,7 +282,8 @@ def tune(workload: str, model: str, *, budget_s: float, db: Db = None,
     bar = tqdm(total=round(budget_s), desc=f"tune {workload}+{model}", unit="s", disable=not progress,
                file=sys.stderr, dynamic_ncols=True)
     rng = random.Random(seed)
-    result = TuneResult(sweep_id=new_sweep_id("tune"), budget_s=budget_s, configs=configs, baseline=given)
+    result = TuneResult(sweep_id=new_sweep_id("tune"), budget_s=budget_s, configs=configs, baseline=given,
+                        max_memory=cap)
     with bar:
         try:
             bar.set_postfix_str("probe", refresh=True)
@@ -279,6 +293,13 @@ def tune(workload: str, model: str, *, budget_s: float, db: Db = None,
                 hidden = any(p.get("threads", 1) > 1 for p in result.probe.get("pools") or [])
                 cfg0, result.configs = _configs(workload, model, base, space, given, result.probe["default_threads"],
                                                 hidden)
+            if not space:  # jointly with pin_memory, persistent_workers, the start method, where they can matter
+                result.configs, result.knobs = widen(result.configs, cfg0, result.probe)
+            if cap is not None:
+                bar.set_postfix_str("memory estimate", refresh=True)
+                result.configs, result.skipped, result.footprint = memory.within_cap(
+                    result.configs, cfg0, cap, max(10.0, budget_s * PROBE_SHARE))
+            if result.probe is not None:
                 # earlier runs of the pipeline on this host (another tune's, a sweep's) correct the model: prior+runs
                 found = learned_residuals(cfg0, db, result.probe)[0]
                 result.predictions = {i: adjusted(p, found) for i, c in enumerate(result.configs)
@@ -342,6 +363,9 @@ def _first_rung(result: TuneResult, top_k: int, rng: random.Random) -> list[int]
         if len(first) < top_k and key not in told_apart:
             first.append(idx)
             told_apart.add(key)
+    # each pick's variants in the knobs the model does not read (pin, persistent workers, start method) run beside it:
+    # halving decides between them
+    first = list(dict.fromkeys(j for i in first for j in (i, *siblings(result.configs, [i]))))
     if result.predictions and 0 not in first:
         first.append(0)
     rest = [i for i in range(len(result.configs)) if i not in result.predictions and i not in first]
@@ -396,6 +420,7 @@ def _configs(workload: str, model: str, base: dict[str, Any] | None, space: list
 def _pick_best(result: TuneResult) -> None:
     """Best = fastest among candidates measured in the highest rung reached."""
     done = [r for r in result.rows if not math.isnan(r["epoch_s"])]
+    done = [r for r in done if memory.fits(r.get("peak_bytes"), result.max_memory)]  # over the cap: never the answer
     if done:
         top = max(r["rung"] for r in done)
         result.best_idx = min((r for r in done if r["rung"] == top), key=lambda r: r["epoch_s"])["candidate"]
@@ -449,12 +474,18 @@ def _measure(cfg: RunConfig, db: Db, result: TuneResult, idx: int, rung: int, st
             "workers": cfg.workers, "prefetch_depth": cfg.prefetch_depth, "threads": cfg.threads,
             "batch_size": cfg.batch_size, "status": run.status, "run_id": run.run_id, "epoch_s": epoch_s,
             "predicted_s": predicted.epoch_s if predicted else math.nan,
-            "limit": predicted.limit if predicted else None, "run_s": time.monotonic() - started, "warm": run.warm}
+            "limit": predicted.limit if predicted else None, "run_s": time.monotonic() - started, "warm": run.warm,
+            "peak_bytes": _peak(run.run_dir) if run.status == RunStatus.DONE else None}
 
 
 def _steady_walls(run_dir: Any) -> list[float]:
     return [e["wall_s"] for e in read_events(run_dir)
             if e["type"] == "epoch" and not e.get("warmup") and e.get("model_idx", 0) == 0]
+
+
+def _peak(run_dir: Any) -> int | None:
+    """The run's peak PSS of its whole process tree (its summary's peak_rss_bytes), None when unsampled."""
+    return next((e.get("peak_rss_bytes") for e in read_events(run_dir) if e["type"] == "summary"), None)
 
 
 def _estimate(rows: list[dict[str, Any]], walls: list[float] | None, cfg: RunConfig) -> float:

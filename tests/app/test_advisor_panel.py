@@ -43,3 +43,18 @@ def test_a_bad_setup_is_one_error_naming_the_field_and_no_advice(seeded, open_pa
         "Your current setup: baseline: 'module' is not a loader setting; use: "
         "loader, workers, prefetch_depth, start_method, persistent_workers, pin_memory, batch_size"]
     assert not [c.value for c in at.code if "best:" in c.value]
+
+
+def test_the_advice_ends_with_its_code_and_a_memory_cap_is_read(seeded, open_page, no_problems):
+    at = open_page("explore")
+    at.selectbox(key="advisor.workload").select("tensor").run()
+    at.selectbox(key="advisor.host").select("any").run()
+    no_problems(at)
+    [code] = [c for c in at.code if c.language == "python"]
+    assert "loader = " in code.value and "the best measured here" in code.value
+    at.text_input(key="advisor.max_memory").input("lots").run()
+    assert [seen(e.value) for e in at.error] == ["Memory cap: max_memory: 'lots' is not a size; write e.g. 8G, "
+                                                 "512M or 1.5G"]
+    at.text_input(key="advisor.max_memory").input("2M").run()  # below every run's peak: none can be the answer
+    no_problems(at)
+    assert any("peaked above the 2 MiB cap" in c.value for c in at.code)

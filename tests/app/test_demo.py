@@ -31,12 +31,13 @@ def test_engine_demo_queues_the_sweep_once_with_seven_repeats_per_config(tmp_pat
     assert out.returncode == 0, out.stderr
     assert "demo sweep queued" in out.stdout
     jobs = api.list_jobs(db=db)
-    configs = Counter((c["workload"], c["model"], c["loader"], c["workers"])
+    configs = Counter((c["workload"], c["model"], c["loader"], c["workers"], c["threads"])
                       for c in map(json.loads, jobs["config_json"]))
     # 6 runs give each median an interval, and 7 on each side the advisor's ratio
     assert DEMO_REPEATS >= MIN_FOR_CI + 1 == 7 and set(configs.values()) == {DEMO_REPEATS}
-    assert set(configs) == {("jpeg", "cnn", "sync", 0), ("jpeg", "cnn", "prefetch", 0),
-                            ("jpeg", "cnn", "threads", 2), ("jpeg", "cnn", "processes", 2)}
+    assert set(configs) == {("jpeg", "cnn", "sync", 0, 0), ("jpeg", "cnn", "prefetch", 0, 0),
+                            ("jpeg", "cnn", "threads", 2, 0), ("jpeg", "cnn", "processes", 2, 0),
+                            ("jpeg", "cnn", "processes", 2, 1)}  # the four loaders, and what the lab recommends
     assert (jobs["status"] == "queued").all() and jobs["sweep_id"].nunique() == 1
 
     again = _cli("demo", "--db", db)  # the second `make run`: nothing more queued

@@ -38,6 +38,17 @@ def test_run_param_opens_the_detail_view(seeded, open_page, no_problems):
     assert at.query_params["epoch"] == "0"
 
 
+def test_the_run_page_ends_with_the_code_to_paste(seeded, open_page, no_problems):
+    db, ids = seeded
+    at = open_page("runs", run=ids[0])
+    no_problems(at)
+    code = at.code[-1]
+    assert code.language == "python" and f"LoaderLab run {ids[0]}: sync" in code.value
+    scope: dict = {"dataset": [(float(i), i) for i in range(10)]}
+    exec(compile(code.value, "<run page>", "exec"), scope)  # noqa: S102 - what the user copies, as it is
+    assert sum(len(y) for _, y in scope["loader"]) == 10
+
+
 def test_unknown_or_malformed_run_id_is_an_error(seeded, open_page):
     for bad, words in (("20990101-000000-ffffff", "no run"), ("<script>alert(1)</script>", "not a run id"),
                        ("../../etc/passwd", "not a run id")):

@@ -182,7 +182,9 @@ def test_predict_ranks_the_tune_space_then_answers_one_setting_from_the_cached_p
     ranked = cli("predict", *PREDICT, db=db)
     assert ranked.returncode == 0, ranked.stderr
     assert "probing tensor + mlp on cpu" in ranked.stderr  # said before the few seconds it takes
-    table = ranked.stdout.strip().split("\n\n")[0]  # notes, if any, follow a blank line
+    table, code = ranked.stdout.split("\n\n# --- the code", 1)  # the table (and its notes), then the top as code
+    assert "loader = " in code
+    table = table.strip().split("\n\n")[0]  # notes, if any, follow a blank line
     header, *rows = table.splitlines()
     assert header.split()[0] == "setting" and "limit" in header and "range (s)" in header and len(rows) >= 4
     # setting ... | epoch | range | samples/s | limit | alike: the epoch is the figure before its range

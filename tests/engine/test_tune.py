@@ -143,6 +143,9 @@ def test_budget_stops_the_tune_after_the_first_run(store, capsys):
     assert "1 runs" in out and "budget spent" in out and "best: " in out   # the first of a shuffled rung
     # no interleaved runs, so no speedup claimed
     assert "faster than" not in out and "best vs" not in out and "95% CI" not in out
+    assert "peak memory (PSS, whole process tree): " in out   # the best's, against nothing: no interleaved runs
+    answer, code = out.split("# --- the code", 1)   # the answer, then the code that builds its loader, last
+    assert "loader = " in code and "best: " in answer
     assert cli.build_parser().parse_args(["advise", "--host", "any"]).host == "any"
 
 
@@ -225,7 +228,8 @@ def test_the_first_rung_runs_the_predicted_fastest_in_predicted_order_then_candi
     order = [result.configs.index(c) for c, _ in rank(result.configs, result.probe)]
     ranked = ran[:-1] if len(ran) > 1 and ran[-1] == 0 else ran   # candidate 0 last, unless predicted among them
     assert ranked == sorted(ranked, key=order.index)       # fastest predicted first
-    assert 0 in ran and len(ranked) <= 3
+    told_apart = {(result.configs[i].loader, result.configs[i].workers, result.configs[i].threads) for i in ranked}
+    assert 0 in ran and len(told_apart) <= 3  # top_k settings the model tells apart, each with its knob variants
     # none left out is predicted faster than the last that ran, but for a twin the model cannot tell apart (depth)
     slowest = max(order.index(i) for i in ranked)
     for i in order[:slowest]:
