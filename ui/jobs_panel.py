@@ -64,7 +64,8 @@ def _run_card(group: Any) -> None:
         st.progress(min(1.0, p["epochs_done"] / max(1, p["epochs_total"])),
                     text=f"epoch {p['epochs_done']} of {p['epochs_total']} · ETA {duration_text(p['eta_s'])}")
         if p["epochs"]:
-            st.plotly_chart(api.epoch_chart(pd.DataFrame(p["epochs"]), compact=True), key=f"launch.chart.{job['job_id']}")
+            st.plotly_chart(api.epoch_chart(pd.DataFrame(p["epochs"]), compact=True),
+                            key=f"launch.chart.{job['job_id']}")
     # NOTE: a horizontal container sizes each to its content and wraps: columns cut the button to "C.." (issue 28)
     row = st.container(horizontal=True, vertical_alignment="center")
     if group.active_ids:

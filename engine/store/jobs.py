@@ -23,8 +23,9 @@ from engine.paths import Db
 from engine.store.connect import connect
 from engine.store.ingest import DEFER_AFTER_S
 
-__all__ = ["JOB_COLUMNS", "cancel_queued_job", "close_job", "finished_job_times", "get_job", "insert_jobs", "landed_runs",
-           "queued_jobs", "recent_jobs", "running_jobs", "store_held", "sweep_jobs", "take_next_job", "upsert_jobs"]
+__all__ = ["JOB_COLUMNS", "cancel_queued_job", "close_job", "finished_job_times", "get_job", "insert_jobs",
+           "landed_runs", "queued_jobs", "recent_jobs", "running_jobs", "store_held", "sweep_jobs", "take_next_job",
+           "upsert_jobs"]
 
 JOB_COLUMNS = pa.schema([("job_id", pa.string()), ("created_at", pa.timestamp("us")), ("status", pa.string()),
                          ("config_json", pa.string()), ("sweep_id", pa.string()), ("run_id", pa.string()),
