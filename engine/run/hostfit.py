@@ -30,9 +30,9 @@ from engine.errors import ConfigError
 from engine.measure.capacity import available_memory, usable_cores, usable_cpus
 from engine.plugins import is_spec
 
-__all__ = ["HEAVY", "INSIST_HINT", "OVERSUBSCRIBE_ENV", "PROCESS_BYTES", "Demand", "available_memory", "check_all", "check_host",
-           "check_machine", "check_machine_all", "check_rules", "demand", "oversubscribe_from_env", "usable_cores",
-           "usable_cpus"]
+__all__ = ["HEAVY", "INSIST_HINT", "OVERSUBSCRIBE_ENV", "PROCESS_BYTES", "Demand", "available_memory", "check_all",
+           "check_host", "check_machine", "check_machine_all", "check_rules", "demand", "oversubscribe_from_env",
+           "usable_cores", "usable_cpus"]
 
 OVERSUBSCRIBE_ENV = "LOADERLAB_OVERSUBSCRIBE"
 # the refusal's last words; the launch form says its checkbox instead (ui/form.py): no CLI flag in a browser
