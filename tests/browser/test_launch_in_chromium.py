@@ -63,9 +63,11 @@ def _fits(locator) -> bool:
                             "return t.scrollWidth <= t.clientWidth + 1 && !t.innerText.includes('…'); }")
 
 
-def _in_view(page, locator) -> bool:
-    box, view = locator.bounding_box(), page.viewport_size
-    return box is not None and box["x"] >= 0 and box["x"] + box["width"] <= view["width"]
+def _in_view(locator) -> bool:
+    """The element lies within the window's width. NOTE: read in the page, not with bounding_box(), which waits for
+    the element to hold still while the jobs panel redraws every 2 s."""
+    return locator.evaluate("el => { const r = el.getBoundingClientRect(); "
+                            "return r.width > 0 && r.left >= 0 && r.right <= window.innerWidth; }")
 
 
 def test_a_refused_workers_value_queues_nothing_and_is_said_under_the_field(dashboard, new_page):
@@ -95,7 +97,7 @@ def test_a_job_card_is_readable_and_a_cancelled_run_is_said_as_cancelled(dashboa
     cancel.wait_for(timeout=120_000)
     assert _fits(cancel), "the Cancel button's label is cut"
     link = page.get_by_role("link", name=f"run {run_id}")
-    assert _in_view(page, link), "the run link is off-screen"
+    assert _in_view(link), "the run link is off-screen"
     cancel.click()
     wait_for(lambda: api.job_progress(job_id, db)["status"] == "cancelled", "the run cancelled", 60)
     wait_for(lambda: api.get_run(run_id, db=db) is not None, "the cancelled run stored", 60)
@@ -108,7 +110,7 @@ def test_a_job_card_is_readable_and_a_cancelled_run_is_said_as_cancelled(dashboa
     assert len(page.context.pages) == 1
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.wait_for_load_state("networkidle")
-    page.screenshot(path=str(SHOTS / "run-page.png"))
+    page.screenshot(path=str(SHOTS / "run-page.png"), animations="disabled")
 
 
 def test_a_ticked_run_opens_in_this_tab(dashboard, new_page):
@@ -152,7 +154,7 @@ def test_a_2x2_sweep_is_one_card_with_progress_and_a_working_cancel_all(dashboar
     assert card.get_by_text(re.compile(r"ETA \d")).count() == 1
     cancel_all = card.get_by_role("button", name="Cancel all")
     assert _fits(cancel_all)
-    card.screenshot(path=str(SHOTS / "sweep-card.png"))
+    card.screenshot(path=str(SHOTS / "sweep-card.png"), animations="disabled")
 
     cancel_all.click()
     sweep = lambda: _jobs(db).dropna(subset=["sweep_id"])  # noqa: E731
