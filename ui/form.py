@@ -238,8 +238,10 @@ def sweep_builder(prefix: str, form: FormResult) -> SweepResult:
     out = SweepResult()
     try:
         refused = [e for e in form.errors if e.field not in grid]  # an axis replaces the form's value
-        if refused:
-            raise api.ConfigError(refused[0].field, "refused in the run form above; fix it there first")
+        if refused:  # NOTE: said once, under its field above; here only which one stops the sweep
+            out.error = refused[0]
+            st.error(f"The run form above refuses **{plain(label(refused[0].field))}**: fix it there first.")
+            return out
         sweep, configs = api.browser_sweep_config(form.values, grid, _repeats(repeats))
         for warning in api.check_host_all(configs, oversubscribe=form.oversubscribe):  # refused when one cannot fit
             st.warning(plain(warning))

@@ -63,5 +63,6 @@ def test_the_sweep_builder_refuses_a_module_path_on_any_plugin_axis(plugins):
     at.run()
     assert not at.exception
     assert any(m.startswith("**Workload**") and "os:system" in m for m in _messages(at)), _messages(at)
-    assert at.button(key="launch.queue_sweep").disabled
+    at.button(key="launch.queue_sweep").click().run()  # it refuses, naming the field
+    assert any(m.startswith("Nothing queued: fix **Workload**") for m in _messages(at)), _messages(at)
     assert jobs.list_jobs(store).empty and not imported(tmp)

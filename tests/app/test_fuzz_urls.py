@@ -192,7 +192,7 @@ def test_a_loader_named_in_the_url_but_not_registered_is_refused(no_worker, valu
     assert not at.exception
     assert "loader" in _errors_name_fields(at)
     at.button(key="launch.queue_run").click().run()
-    assert any("fix **loader**" in m for m in _messages(at))
+    assert any("fix **Loader**" in m for m in _messages(at))
     assert jobs.list_jobs(no_worker).empty
 
 
