@@ -2,13 +2,13 @@
 
 Jobs go into the store's queue and a worker process runs them (started here if none is alive), so
 closing the tab or restarting the dashboard does not stop them. The target is this machine or a Ray
-cluster (address under Settings, default $LOADERLAB_RAY_ADDRESS; empty: a local Ray instance).
+cluster (its address under the target once picked, default $LOADERLAB_RAY_ADDRESS; empty: a local Ray instance).
 """
 
 import streamlit as st
 
 from engine import api
-from ui import live, pending
+from ui import jobs_panel, live, pending
 from ui.auth import require_token
 from ui.errors import shown
 from ui.form import preset_picker, run_form, sweep_builder
@@ -27,8 +27,8 @@ with form_col:
     form = run_form("run")
     live.queue_run(form, target)
     st.subheader("Sweep")
-    st.caption("Vary any fields of the run above; each distinct config runs `repeats` times, in a seeded random order.")
-    live.queue_sweep(sweep_builder("sweep", form.values), target)
+    st.caption("Vary any fields of the run above; each distinct config runs Repeats times, in a seeded random order.")
+    live.queue_sweep(sweep_builder("sweep", form), target, oversubscribe=form.oversubscribe)
 with jobs_col:
     st.subheader("Jobs")
-    live.jobs_panel()
+    jobs_panel.jobs_panel()

@@ -29,5 +29,6 @@ with shown("Could not read the store"):
         st.divider()
 
     selected = runs.table()
+    runs.open_picked(selected)
     runs.actions(selected)
     state.publish("runs", runs.SPEC)

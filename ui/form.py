@@ -1,21 +1,26 @@
 """The run form and the sweep builder, generated from RunConfig's fields: a new field appears with no page change.
 
 One expander per field group; the widget follows the field's type (a select box when the field has
-choices from the registry, number inputs bounded by the field's min/max, a checkbox, a text input;
-list fields are comma-separated text). Values come from a preset, the URL (every field is a query
-parameter: `/launch?loader=threads&workers=4`) or the defaults, and fields that differ from the defaults
-are written back to the URL, so the launch view is always shareable. Bad values are shown inline under
-the field that ConfigError names.
+choices from the registry, a checkbox, a text input for numbers, text and lists: comma-separated).
+Values come from a preset, the URL (every field is a query parameter: `/launch?loader=threads&workers=4`)
+or the defaults (the demo's pipeline, examples/demo.toml, so a first run compares with the demo), and
+fields that differ from the defaults are written back to the URL, so the launch view is always shareable.
 
-    form = run_form("run")            # form.cfg: a valid RunConfig or None; form.error: the ConfigError
-    sweep = sweep_builder("sweep", form.values)
+The form runs exactly what it shows: the schema (engine.config.field_value, then RunConfig through
+engine.api.browser_config) is the only validator. NOTE: numbers are text inputs because Streamlit's
+number_input with min/max keeps its last valid value when the browser refuses one, so the schema never saw
+what the user typed (issue 28). Every refused field shows its one line under its widget, and the queue
+buttons refuse while any is refused, naming it. Labels are words; the help names the schema's field.
+
+    form = run_form("run")            # form.cfg: a valid RunConfig or None; form.errors: the ConfigErrors
+    sweep = sweep_builder("sweep", form)
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from functools import partial
+from dataclasses import dataclass, field
+from functools import cache, partial
 from typing import Any
 
 import streamlit as st
@@ -23,6 +28,7 @@ import streamlit as st
 from engine import api
 from ui import state
 from ui.state import Param
+from ui.form_labels import label, refusal
 from ui.text import plain
 
 __all__ = ["FormResult", "SweepResult", "preset_picker", "run_form", "sweep_builder"]
@@ -35,9 +41,14 @@ _PLUGIN_HELP = {"workload": "dataset to load", "model": "architecture", "model_b
 
 @dataclass
 class FormResult:
-    values: dict[str, Any]
+    values: dict[str, Any]  # as the widgets hold them: numbers as the text typed
     cfg: Any = None  # RunConfig when the values are valid
-    error: Any = None  # the ConfigError otherwise
+    errors: list[Any] = field(default_factory=list)  # the ConfigErrors otherwise, one per refused field
+    oversubscribe: bool = False  # the user insists on running more processes than cores
+
+    @property
+    def error(self) -> Any:
+        return self.errors[0] if self.errors else None
 
 
 @dataclass
@@ -59,19 +70,28 @@ def _choices(f: dataclasses.Field) -> tuple[str, ...] | None:
     return tuple(api.plugin_choices(f.name)) if f.name in api.PLUGIN_FIELDS else api.field_choices(f)
 
 
+@cache
+def _demo_defaults() -> tuple[tuple[str, Any], ...]:
+    base = {k: v for k, v in api.demo_sweep().base.items() if k != "tag"}
+    return tuple(api.RunConfig.from_dict(base).to_dict().items())
+
+
 def _defaults() -> dict[str, Any]:
-    return api.RunConfig().to_dict()
+    """RunConfig's defaults on the demo's pipeline (its base, less its tag): a newcomer's first run is comparable
+    with the demo's runs. A new dict each call: callers fill it."""
+    return {k: list(v) if isinstance(v, list) else v for k, v in _demo_defaults()}
 
 
 def _widget_value(f: dataclasses.Field, value: Any) -> Any:
     """A config value as its widget holds it: the field's type within its limits (the schema's own coercion, so a
-    URL's batch_size=-1 or n_samples=1e99 is as wrong as workers=abc, never clamped), lists as comma text.
+    URL's batch_size=-1 or n_samples=1e99 is as wrong as workers=abc, never clamped); numbers and lists as text.
     ValueError saying what is wrong otherwise."""
     try:
         typed = api.field_value(f, value)
     except api.ConfigError as e:
         raise ValueError(e.message) from None
-    return ", ".join(typed) if api.field_type(f) is list else typed
+    kind = api.field_type(f)
+    return ", ".join(typed) if kind is list else str(typed) if kind in (int, float) else typed
 
 
 def _apply_preset(prefix: str) -> None:
@@ -107,27 +127,28 @@ def _bind_url(prefix: str) -> list[str]:
     return state.bind(prefix, _spec(values), {k: v for k, v in params.items() if k != "preset"})
 
 
-def _widget(f: dataclasses.Field, key: str) -> Any:
-    label, help_ = f.name, f.metadata.get("help")
+def _help(f: dataclasses.Field) -> str:
+    """The field's help, its limits and its schema name (what a TOML file, a URL and the store call it)."""
+    help_ = f.metadata.get("help") or ""
     if f.name in api.PLUGIN_FIELDS:  # NOTE: the help must not invite a module path the browser may not give
         help_ = f"{_PLUGIN_HELP[f.name]}: a built-in, or a plugin the server's owner registered by name"
+    lo, hi = f.metadata.get("min"), f.metadata.get("max")
+    limits = f"; from {lo:g} to {hi:g}" if lo is not None and hi is not None else ""
+    lists = " (comma-separated)" if api.field_type(f) is list else ""
+    return f"{help_}{lists}{limits}. Field name: {f.name}"
+
+
+def _widget(f: dataclasses.Field, key: str) -> Any:
+    name, help_ = label(f.name), _help(f)
     choices = _choices(f)
     if choices is not None:
         options = list(choices)
         if st.session_state.get(key) not in options:  # e.g. from a URL: shown, then rejected inline
             options.append(st.session_state[key])
-        return st.selectbox(label, options, key=key, help=help_, format_func=lambda v: v if v != "" else "(default)")
-    kind = api.field_type(f)
-    if kind is bool:
-        return st.checkbox(label, key=key, help=help_)
-    if kind in (int, float):
-        lo, hi = f.metadata.get("min"), f.metadata.get("max")
-        return st.number_input(label, min_value=None if lo is None else kind(lo), help=help_, key=key,
-                               max_value=None if hi is None else kind(hi), step=kind(1) if kind is int else None,
-                               format=None if kind is int else "%g")
-    if kind is list:
-        return st.text_input(label, key=key, help=(help_ or "") + " (comma-separated)")
-    return st.text_input(label, key=key, help=help_)
+        return st.selectbox(name, options, key=key, help=help_, format_func=lambda v: v if v != "" else "(default)")
+    if api.field_type(f) is bool:
+        return st.checkbox(name, key=key, help=help_)
+    return st.text_input(name, key=key, help=help_)  # numbers too: the schema reads what was typed (see above)
 
 
 def run_form(prefix: str) -> FormResult:
@@ -135,7 +156,11 @@ def run_form(prefix: str) -> FormResult:
     for warning in _bind_url(prefix):
         st.warning(plain(warning))  # they quote the URL: text, never Markdown
     values, slots = _draw_fields(prefix)
-    result = _validate(values, slots, st.empty())
+    top = st.empty()
+    oversubscribe = st.checkbox("Oversubscribe: run even with more parallel processes than cores",
+                                key=f"{prefix}.oversubscribe",
+                                help="the processes time-share the cores, so the run measures that, not the loader")
+    result = _validate(values, slots, top, oversubscribe)
     state.publish(prefix, _spec(_defaults()), values)
     return result
 
@@ -157,18 +182,26 @@ def _draw_fields(prefix: str) -> tuple[dict[str, Any], dict[str, Any]]:
     return values, slots
 
 
-def _validate(values: dict[str, Any], slots: dict[str, Any], top: Any) -> FormResult:
-    """The browser's gate (engine.plugins.browser.browser_config), then this host's check; a ConfigError is shown under
-    the field it names (or at the top)."""
-    result = FormResult(values)
-    try:
-        cfg = api.browser_config(values)
-        for warning in api.check_host(cfg):  # refused (a ConfigError) when this host cannot run it
-            st.warning(warning)
-        result.cfg = cfg
-    except api.ConfigError as e:
-        result.error = e
-        (slots.get(e.field) or top).error(f"**{plain(e.field)}**: {plain(e.message)}")
+def _validate(values: dict[str, Any], slots: dict[str, Any], top: Any, oversubscribe: bool) -> FormResult:
+    """Each field through the schema's coercion and limits; when all pass, the browser's gate
+    (engine.plugins.browser.browser_config) and this host's check. Each ConfigError is shown under the field it names
+    (or at the top)."""
+    result = FormResult(values, oversubscribe=oversubscribe)
+    for f in _fields():
+        try:
+            api.field_value(f, values[f.name])
+        except api.ConfigError as e:
+            result.errors.append(e)
+    if not result.errors:
+        try:
+            cfg = api.browser_config(values)
+            for warning in api.check_host(cfg, oversubscribe=oversubscribe):  # a ConfigError when it cannot fit
+                st.warning(plain(warning))
+            result.cfg = cfg
+        except api.ConfigError as e:
+            result.errors.append(e)
+    for e in result.errors:
+        (slots.get(e.field) or top).error(f"**{plain(label(e.field))}**: {plain(refusal(e.message))}")
     return result
 
 
@@ -178,28 +211,49 @@ def _axis_help(f: dataclasses.Field, sep: str) -> str:
     return f"{f.metadata.get('help')} — values separated by '{sep}'{among}"
 
 
-def sweep_builder(prefix: str, base: dict[str, Any]) -> SweepResult:
-    """Axes over any fields (values comma-separated; `;` between list values) × repeats, on top of `base`."""
+def _axis_start(f: dataclasses.Field, value: Any) -> str:
+    """The run form's value as an axis' first value: add more to vary it (a refused value stays as typed)."""
+    try:
+        start = _widget_value(f, value)
+    except ValueError:
+        start = value
+    return str(start).lower() if isinstance(start, bool) else str(start)
+
+
+def sweep_builder(prefix: str, form: FormResult) -> SweepResult:
+    """Axes over any fields (values comma-separated; `;` between list values) × repeats, on top of the run form's
+    values. Refused while the run form refuses a field, naming it."""
     by_name = {f.name: f for f in _fields()}
-    axes = st.multiselect("Axes", list(by_name), key=f"{prefix}.axes",
+    axes = st.multiselect("Axes", list(by_name), key=f"{prefix}.axes", format_func=label,
                           help="fields to vary; every other field comes from the run form above")
     grid = {}
     for name in axes:
         f = by_name[name]
         sep = ";" if api.field_type(f) is list else ","
-        start = _widget_value(f, base.get(f.name, ""))  # the run form's value: add more to vary it
-        text = st.text_input(f"{name} values", value=str(start).lower() if isinstance(start, bool) else str(start),
+        text = st.text_input(f"{label(name)}: values", value=_axis_start(f, form.values.get(name, "")),
                              key=f"{prefix}.axis.{name}", help=_axis_help(f, sep))
         grid[name] = [v.strip() for v in text.split(sep) if v.strip()]
-    repeats = st.number_input("Repeats", min_value=1, max_value=1000, value=1, step=1, key=f"{prefix}.repeats",
-                              help="runs per distinct config, for a median and a 95% CI")
+    repeats = st.text_input("Repeats", value="1", key=f"{prefix}.repeats",
+                            help="runs per distinct config, for a median and a 95% CI; from 1 to 1000")
     out = SweepResult()
     try:
-        sweep, configs = api.browser_sweep_config(base, grid, int(repeats))
-        for warning in api.check_host_all(configs):  # refused when this host cannot run one of them
-            st.warning(warning)
-        out.sweep, out.n_configs, out.n_runs = sweep, len(configs), len(configs) * int(repeats)
+        refused = [e for e in form.errors if e.field not in grid]  # an axis replaces the form's value
+        if refused:  # NOTE: said once, under its field above; here only which one stops the sweep
+            out.error = refused[0]
+            st.error(f"The run form above refuses **{plain(label(refused[0].field))}**: fix it there first.")
+            return out
+        sweep, configs = api.browser_sweep_config(form.values, grid, _repeats(repeats))
+        for warning in api.check_host_all(configs, oversubscribe=form.oversubscribe):  # refused when one cannot fit
+            st.warning(plain(warning))
+        out.sweep, out.n_configs, out.n_runs = sweep, len(configs), len(configs) * sweep.repeats
     except api.ConfigError as e:
         out.error = e
-        st.error(f"**{plain(e.field)}**: {plain(e.message)}")
+        st.error(f"**{plain(label(e.field))}**: {plain(refusal(e.message))}")
     return out
+
+
+def _repeats(text: str) -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise api.ConfigError("repeats", f"expected a whole number from 1 to 1000, got {text[:60]!r}") from None

@@ -105,17 +105,32 @@ def _traceback(run: dict[str, Any]) -> None:
             st.code(text, language=None)
 
 
+def _cancelled(run: dict[str, Any], epochs: pd.DataFrame) -> dict[str, Any]:
+    """Say a cancelled run as cancelled (not as a failure), with its kept epochs, and the verdict they support when
+    it has none (its bound's passes never ran): the run with that verdict, for the figures."""
+    kept = int(epochs["epoch"].nunique()) if not epochs.empty else 0
+    st.info(f"Cancelled after {kept} finished epoch{'' if kept == 1 else 's'}: "
+            + ("they are kept, and the figures below come from them." if kept else "nothing was measured."),
+            icon=":material/cancel:")
+    if run.get("verdict") or not kept:
+        return run
+    name, why = api.kept_epochs_verdict(run)
+    return {**run, "verdict": name or "no verdict", "verdict_help": why}
+
+
 def detail(run: dict[str, Any]) -> None:
     run_id = run["run_id"]
     st.subheader(f"Run {plain(run_id)}")
     st.caption(plain(f"{run.get('status')} · created {run.get('created_at')} · host {run.get('host')} · "
                      f"{run.get('cpu_model') or ''} {run.get('gpu_name') or ''}"))
-    if run.get("error"):
+    epochs = cached("get_epochs", run_id)
+    if run.get("status") == api.RunStatus.CANCELLED:
+        run = _cancelled(run, epochs)
+    elif run.get("error"):
         st.error(f"The run failed: {plain(run['error'])}")
         _traceback(run)
     _figures(run)
     observed(run)  # a run of the user's own loop: what was observed, what the lab would try next
-    epochs = cached("get_epochs", run_id)
     c1, c2 = st.columns(2)
     c1.plotly_chart(api.epoch_chart(epochs), key="runs.epoch_chart")
     c2.plotly_chart(api.epoch_breakdown_chart(epochs), key="runs.breakdown")

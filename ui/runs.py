@@ -13,7 +13,7 @@ from ui import cache
 from ui.cache import cached
 from ui.state import Param
 
-__all__ = ["SPEC", "actions", "table"]
+__all__ = ["SPEC", "actions", "open_picked", "table"]
 
 STATUSES = [str(s) for s in api.RunStatus]  # queued, running, done, failed, cancelled, killed
 SPEC = {
@@ -37,12 +37,11 @@ def table() -> list[str]:
     if df.empty:
         st.info("No runs match. Queue one on the Launch page, or clear the search.")
         return []
-    df.insert(1, "open", "/runs?run=" + df["run_id"])
-    st.caption(f"{len(df)} runs shown (newest first; click a header to sort, tick rows to act on them)")
+    st.caption(f"{len(df)} runs shown (newest first; click a header to sort; tick one row to open it above, "
+               "or several to act on them)")
     event = st.dataframe(
         df, key="runs.table", hide_index=True, on_select="rerun", selection_mode="multi-row",
         column_config={
-            "open": st.column_config.LinkColumn("open", display_text="details", width="small"),
             "created_at": st.column_config.DatetimeColumn("created", format="YYYY-MM-DD HH:mm:ss"),
             "epoch_s": st.column_config.NumberColumn("epoch (s)", format="%.3f"),
             "samples_per_s": st.column_config.NumberColumn("samples/s", format="%.0f"),
@@ -53,6 +52,17 @@ def table() -> list[str]:
         })
     rows = event.selection.rows if event else []
     return [df["run_id"].iloc[i] for i in rows if i < len(df)]
+
+
+def open_picked(ids: list[str]) -> None:
+    """One ticked row opens that run's detail above the table, in this tab.
+
+    NOTE: a link column ("details") opened a new browser tab on every click (issue 28): Streamlit's LinkColumn
+    always targets a new tab."""
+    if len(ids) == 1 and ids[0] != st.session_state.get("runs.run"):
+        st.query_params.pop("compare", None)
+        st.query_params.update(run=ids[0])
+        st.rerun()
 
 
 def actions(ids: list[str]) -> None:

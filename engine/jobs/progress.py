@@ -1,10 +1,9 @@
-"""How far a job has got, and how long jobs will take: what the Launch page shows while they run.
+"""How far a job has got: what the Launch page shows while it runs.
 
 A run's progress comes from its RunLog, tailed from where the last poll stopped, not from the store, so
 the per-epoch chart grows while the run is going; a ray-sweep's progress is its runs landed in the store.
 
     p = job_progress(job_id)        # status, epochs done/total (or runs landed/planned), ETA, epoch rows
-    estimate_duration(configs)      # {"seconds", "runs", "from_history"} before a sweep is queued
 """
 
 from __future__ import annotations
@@ -13,27 +12,20 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from engine.config import RunConfig
 from engine.errors import StoreHeld
 from engine.jobs.queue import RAY_SWEEP, find_job, job_spec, marker, now
 from engine.paths import Db, runs_dir
 from engine.runlog import EPOCH_FIELDS, tail_events
 from engine.status import ENDED, RunStatus
 from engine.store import jobs as job_table
-from engine.store.queries import seconds_per_sample
 
-__all__ = ["DEFAULT_S_PER_SAMPLE", "RUN_OVERHEAD_S", "estimate_duration", "job_progress"]
+__all__ = ["job_progress"]
 
-# Duration estimate when the store has no similar run: seconds per sample-epoch (a small CPU MLP step)
-# and the fixed cost of one run (subprocess start, torch import, dataset build).
-DEFAULT_S_PER_SAMPLE = 1e-3
-RUN_OVERHEAD_S = 5.0
-
-
-def job_progress(job_id: str, db: Db = None) -> dict[str, Any]:
+def job_progress(job_id: str, db: Db = None, row: dict[str, Any] | None = None) -> dict[str, Any]:
     """Status, ETA and progress. A run: epochs done/total and per-epoch rows from its RunLog (live while it
-    runs). A ray-sweep: runs landed in the store with its sweep_id / runs planned, and counts by status."""
-    job = find_job(job_id, db)
+    runs). A ray-sweep: runs landed in the store with its sweep_id / runs planned, and counts by status.
+    row: the job's row as the caller read it (engine.jobs.job_groups), so its status agrees with the caller's."""
+    job = row or find_job(job_id, db)
     spec = job_spec(job["config_json"])
     out = {"job_id": job_id, "kind": spec.get("kind", "run"), "status": job["status"], "run_id": job["run_id"],
            "sweep_id": job["sweep_id"], "error": job["error"],
@@ -87,18 +79,3 @@ def _epoch_rows(run_dir: Path) -> list[dict[str, Any]]:
             _TAILS.clear()
         _TAILS[run_dir] = (offset, rows)
         return list(rows)
-
-
-def estimate_duration(configs: list[RunConfig], db: Db = None) -> dict[str, Any]:
-    """Seconds the configs will take: per run, RUN_OVERHEAD_S + seconds per sample × samples × passes.
-
-    Seconds per sample is the median epoch_s / n_samples of finished runs with the same workload and model,
-    else DEFAULT_S_PER_SAMPLE. Passes are the epochs, plus one for the lower-bound calibration.
-    """
-    seen = seconds_per_sample(db)
-    total, known = 0.0, 0
-    for c in configs:
-        per_sample = seen.get((c.workload, c.model))
-        known += per_sample is not None
-        total += RUN_OVERHEAD_S + (per_sample or DEFAULT_S_PER_SAMPLE) * c.n_samples * (c.epochs + int(c.bound))
-    return {"seconds": total, "runs": len(configs), "from_history": known}

@@ -41,7 +41,7 @@ from engine.sweeps.local import new_sweep_id
 from engine.sweeps.ray import INSTALL_HINT, ray_available
 
 __all__ = ["RAY_ADDRESS_ENV", "RAY_SWEEP", "cancel", "default_ray_address", "find_job", "job_spec", "list_jobs",
-           "marker", "now", "submit", "submit_ray_sweep", "submit_sweep"]
+           "marker", "now", "submit", "submit_ray_sweep", "submit_sweep", "with_labels"]
 
 log = logging.getLogger(__name__)
 
@@ -189,10 +189,13 @@ def list_jobs(db: Db = None, limit: int = 100) -> pd.DataFrame:
         extra = pd.DataFrame(spooled, columns=job_table.JOB_COLUMNS.names)
         df = pd.concat([df[~df["job_id"].isin(extra["job_id"])], extra], ignore_index=True) if len(df) else extra
         df = df.sort_values(["created_at", "job_id"], ascending=False).head(limit).reset_index(drop=True)
+    return with_labels(df)
+
+
+def with_labels(df: pd.DataFrame) -> pd.DataFrame:
+    """Job rows with a `kind` ("run" or "ray-sweep") and a short `label` of the config."""
     specs = [job_spec(c) for c in df["config_json"]]
-    df["kind"] = [s.get("kind", "run") for s in specs]
-    df["label"] = [_label(s) for s in specs]
-    return df
+    return df.assign(kind=[s.get("kind", "run") for s in specs], label=[_label(s) for s in specs])
 
 
 def _label(c: dict[str, Any]) -> str:

@@ -30,11 +30,13 @@ from engine.errors import ConfigError
 from engine.measure.capacity import available_memory, usable_cores, usable_cpus
 from engine.plugins import is_spec
 
-__all__ = ["HEAVY", "OVERSUBSCRIBE_ENV", "PROCESS_BYTES", "Demand", "available_memory", "check_all", "check_host",
-           "check_machine", "check_machine_all", "check_rules", "demand", "oversubscribe_from_env", "usable_cores",
-           "usable_cpus"]
+__all__ = ["HEAVY", "INSIST_HINT", "OVERSUBSCRIBE_ENV", "PROCESS_BYTES", "Demand", "available_memory", "check_all",
+           "check_host", "check_machine", "check_machine_all", "check_rules", "demand", "oversubscribe_from_env",
+           "usable_cores", "usable_cpus"]
 
 OVERSUBSCRIBE_ENV = "LOADERLAB_OVERSUBSCRIBE"
+# the refusal's last words; the launch form says its checkbox instead (ui/form.py): no CLI flag in a browser
+INSIST_HINT = f"pass --oversubscribe (or {OVERSUBSCRIBE_ENV}=1) to insist"
 HEAVY = 4  # parallel processes per usable core past which oversubscription is refused unless insisted on
 # NOTE: a lower bound, so a refusal is sound: a spawned Python process with torch and the engine imported holds
 # ~145 MiB of its own (USS; RSS ~220 MiB, which is what issue 19 measured: 14 GB for 64 ddp ranks)
@@ -103,8 +105,7 @@ def check_host(cfg: Any, *, oversubscribe: bool | None = None) -> list[str]:
     if need.processes > HEAVY * cores and not insist:
         raise ConfigError(need.process_field, f"{what} is {need.processes / cores:.0f}x oversubscribed: they would "
                                               "time-share the cores, and the run would measure that, not the "
-                                              f"loader; use at most {cores} (one per core), or pass --oversubscribe "
-                                              f"(or {OVERSUBSCRIBE_ENV}=1) to insist")
+                                              f"loader; use at most {cores} (one per core), or {INSIST_HINT}")
     return [f"{need.process_field}: {what}: they time-share the cores, so the run measures oversubscription"]
 
 

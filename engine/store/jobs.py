@@ -23,8 +23,9 @@ from engine.paths import Db
 from engine.store.connect import connect
 from engine.store.ingest import DEFER_AFTER_S
 
-__all__ = ["JOB_COLUMNS", "cancel_queued_job", "close_job", "get_job", "insert_jobs", "landed_runs", "queued_jobs",
-           "recent_jobs", "running_jobs", "store_held", "take_next_job", "upsert_jobs"]
+__all__ = ["JOB_COLUMNS", "cancel_queued_job", "close_job", "finished_job_times", "get_job", "insert_jobs",
+           "landed_runs", "queued_jobs", "recent_jobs", "running_jobs", "store_held", "sweep_jobs", "take_next_job",
+           "upsert_jobs"]
 
 JOB_COLUMNS = pa.schema([("job_id", pa.string()), ("created_at", pa.timestamp("us")), ("status", pa.string()),
                          ("config_json", pa.string()), ("sweep_id", pa.string()), ("run_id", pa.string()),
@@ -67,6 +68,28 @@ def get_job(job_id: str, db: Db) -> dict[str, Any] | None:
     """The job's row, or None. StoreHeld while another program holds the store for writing."""
     with connect(db, read_only=True, outside_wait_s=DEFER_AFTER_S) as conn:
         return _row(conn.execute("SELECT * FROM jobs WHERE job_id = ?", [job_id]))
+
+
+def sweep_jobs(sweep_ids: list[str], db: Db) -> pd.DataFrame:
+    """Every job of these sweeps, whatever recent_jobs' limit left out. StoreHeld as recent_jobs."""
+    if not sweep_ids:
+        return pd.DataFrame(columns=JOB_COLUMNS.names)
+    with connect(db, read_only=True, outside_wait_s=DEFER_AFTER_S) as conn:
+        return conn.execute("SELECT * FROM jobs WHERE list_contains(?, sweep_id) ORDER BY created_at DESC, "
+                            "job_id DESC", [list(sweep_ids)]).df()
+
+
+def finished_job_times(host: str, db: Db) -> list[dict[str, Any]]:
+    """Done jobs whose run ran on `host`: the run's workload, model, n_samples, epochs, bound and the job's wall
+    seconds from start to end (subprocess, dataset, calibration and ingest included): what a new job will take."""
+    with connect(db, read_only=True, outside_wait_s=DEFER_AFTER_S) as conn:
+        cur = conn.execute(
+            "SELECT r.workload, r.model, r.n_samples, r.epochs, r.bound, "
+            "epoch(j.ended_at - j.started_at) AS job_s FROM jobs j JOIN runs r USING (run_id) "
+            "WHERE j.status = 'done' AND r.host = ? AND j.started_at IS NOT NULL AND j.ended_at > j.started_at "
+            "ORDER BY j.ended_at DESC LIMIT 2000", [host])
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, t)) for t in cur.fetchall()]
 
 
 def landed_runs(sweep_id: str, db: Db) -> dict[str, int]:

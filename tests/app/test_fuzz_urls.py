@@ -23,6 +23,7 @@ from engine.plugins.browser import PLUGIN_FIELDS
 from engine.store import list_runs
 from tests._markup import seen
 from tests.app.conftest import APP
+from ui.form_labels import label
 
 FUZZ = settings(max_examples=25, deadline=None, database=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -136,8 +137,10 @@ def test_tampered_ids_are_a_clear_error(seeded, page, params, expected):
 
 
 def _errors_name_fields(at: AppTest) -> list[str]:
-    """The fields the form's inline errors name ("**field**: message")."""
-    return [seen(e.value.split("**")[1]) for e in at.error if e.value.startswith("**")]
+    """The fields the form's inline errors name ("**Label**: message"), as the schema's names."""
+    names = {label(n): n for n in [f.name for f in config_fields()] + ["config", "sweep.repeats"]}
+    return [names.get(seen(e.value.split("**")[1]), seen(e.value.split("**")[1])) for e in at.error
+            if e.value.startswith("**")]
 
 
 @pytest.mark.slow
@@ -157,8 +160,8 @@ def test_fuzzed_form_values_are_rejected_by_field_and_nothing_is_queued(no_worke
     def fuzz(edits):
         at = _open("launch", {})
         for f, value in edits:
-            widget = at.number_input(key=f"run.{f.name}") if f in numbers else at.text_input(key=f"run.{f.name}")
-            widget.set_value(int(value) if str(f.type) == "int" else value)
+            # numbers are text inputs: what is typed reaches the schema (issue 28)
+            at.text_input(key=f"run.{f.name}").set_value(str(int(value) if str(f.type) == "int" else value))
         at.run()
         assert not at.exception, [e.value for e in at.exception]
         named = _errors_name_fields(at)
@@ -189,7 +192,7 @@ def test_a_loader_named_in_the_url_but_not_registered_is_refused(no_worker, valu
     assert not at.exception
     assert "loader" in _errors_name_fields(at)
     at.button(key="launch.queue_run").click().run()
-    assert any("fix **loader**" in m for m in _messages(at))
+    assert any("fix **Loader**" in m for m in _messages(at))
     assert jobs.list_jobs(no_worker).empty
 
 
@@ -225,6 +228,6 @@ def test_a_folder_outside_the_data_roots_is_refused_before_it_is_read(no_worker,
     folder = {"empty": tmp_path / "empty", "missing": tmp_path / "missing", "root": "/"}[name]
     at = _open("launch", {"workload": "folder", "folder": str(folder)})
     assert not at.exception
-    inline = [seen(e.value) for e in at.error if e.value.startswith("**folder**")]
+    inline = [seen(e.value) for e in at.error if e.value.startswith("**Image folder**")]
     assert inline and all("LOADERLAB_DATA_ROOTS" in m for m in inline), inline
     assert not any(w in m for m in inline for w in ("does not exist", "no class subfolders", "cannot be read"))

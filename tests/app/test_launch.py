@@ -19,7 +19,13 @@ from engine.presets import PRESETS
 from engine.run.hostfit import usable_cores
 from engine.run.runner import kill_group
 from engine.store import connect
+from engine.jobs.demo import demo_sweep
 from tests._markup import live_markup, seen
+from ui.text import plain
+from ui.form_labels import label
+
+# the form's defaults: RunConfig's on the demo's pipeline (examples/demo.toml's base, less its tag)
+FORM_DEFAULTS = RunConfig.from_dict({k: v for k, v in demo_sweep().base.items() if k != "tag"})
 
 
 @pytest.fixture
@@ -36,14 +42,20 @@ def queue_run(at):
     return at.run()
 
 
+def run_links(at) -> list[str]:
+    """The query strings of the page's links to a run (st.page_link to the Runs page)."""
+    return [p.proto.query_string for p in at.get("page_link") if p.proto.query_string.startswith("run=")]
+
+
 def test_every_config_field_has_a_widget_and_the_form_queues_a_job(launch, store, no_problems):
     at = launch()
     no_problems(at)
-    keys = {w.key for kind in ("number_input", "selectbox", "checkbox", "text_input") for w in getattr(at, kind)}
+    keys = {w.key for kind in ("selectbox", "checkbox", "text_input") for w in getattr(at, kind)}
     assert {f"run.{f.name}" for f in config_fields() if f.metadata.get("ui") != "hidden"} <= keys
+    assert not at.number_input  # numbers are text the schema reads: no browser-side bound keeps an old value
     assert jobs.worker_alive(store)  # the page makes sure a worker runs the queue
     at.selectbox(key="run.preset").set_value("tiny_cpu").run()
-    at.number_input(key="run.n_samples").set_value(128)
+    at.text_input(key="run.n_samples").set_value("128")
     at = queue_run(at)
     no_problems(at)
     queued = jobs.list_jobs(store)
@@ -51,7 +63,36 @@ def test_every_config_field_has_a_widget_and_the_form_queues_a_job(launch, store
     cfg = RunConfig.from_dict(json.loads(queued.loc[0, "config_json"]))
     assert cfg == PRESETS["tiny_cpu"]().replace(n_samples=128)
     assert any(queued.loc[0, "job_id"] in seen(s.value) for s in at.success)
-    assert any(f"/runs?run={queued.loc[0, 'run_id']}" in m.value for m in at.markdown)
+    assert f"run={queued.loc[0, 'run_id']}" in run_links(at)  # in this tab, not a new one
+
+
+def test_the_form_opens_on_the_demos_pipeline_with_word_labels_and_the_schema_name_in_the_help(launch):
+    at = launch()
+    values = {f.name: at.session_state[f"run.{f.name}"] for f in config_fields() if f"run.{f.name}" in at.session_state}
+    assert RunConfig.from_dict(values) == FORM_DEFAULTS
+    assert (FORM_DEFAULTS.workload, FORM_DEFAULTS.model) == (demo_sweep().base["workload"], demo_sweep().base["model"])
+    for name in ("n_samples", "work_us", "latency_ms"):
+        widget = at.text_input(key=f"run.{name}")
+        assert widget.label == label(name) and "_" not in widget.label and f"Field name: {name}" in widget.help
+    assert not any(x.label == "Settings" for x in at.expander)  # the Ray address sits under the target now
+
+
+def test_a_refused_number_is_named_under_its_field_and_queues_nothing(launch, store):
+    """Issue 28: workers=-1 in a bounded number_input kept the last valid value, and Queue run queued that."""
+    at = launch()
+    at.text_input(key="run.workers").set_value("-1")
+    at.text_input(key="run.batch_size").set_value("100000000")
+    at = queue_run(at)
+    assert not at.exception
+    loader = [seen(e.value) for e in next(x for x in at.expander if x.label == "Loader").error]
+    training = [seen(e.value) for e in next(x for x in at.expander if x.label == "Training").error]
+    assert loader == ["**Workers**: must be >= 0, got -1"]
+    assert training == ["**Batch size**: must be <= 1000000, got 100000000"]
+    refusal = [seen(e.value) for e in at.error if "Nothing queued" in seen(e.value)]
+    assert refusal and "fix **Workers**, **Batch size** first" in refusal[0], refusal
+    at.button(key="launch.queue_sweep").click().run()
+    assert any("Nothing queued: fix **Workers**" in seen(e.value) for e in at.error)
+    assert jobs.list_jobs(store).empty
 
 
 @pytest.mark.parametrize("field, value, group", [("device", "cuda:9", "Training"), ("folder", "", "Workload")])
@@ -63,38 +104,46 @@ def test_bad_value_is_shown_under_its_field_and_nothing_is_queued(launch, store,
     at = queue_run(at)
     assert not at.exception
     inline = [e.value for e in next(x for x in at.expander if x.label == group).error]
-    assert inline and inline[0].startswith(f"**{field}**")
-    assert any(f"fix **{field}**" in e.value for e in at.error)
+    assert inline and inline[0].startswith(f"**{label(field)}**")
+    assert any(f"fix **{label(field)}**" in e.value for e in at.error)
     assert jobs.list_jobs(store).empty
 
 
-def test_the_form_refuses_ranks_this_host_cannot_run_and_warns_of_oversubscription(launch, store):
-    """The form goes through engine.api.check_host, as every launcher does: values relative to this host."""
+def test_the_form_refuses_ranks_this_host_cannot_run_and_the_checkbox_insists(launch, store):
+    """The form goes through engine.api.check_host, as every launcher does: values relative to this host. The
+    refusal names the form's checkbox, never the CLI's flag, and the checkbox queues the run as --oversubscribe."""
     cores = len(os.sched_getaffinity(0))
-    at = launch(mode="ddp", world_size=str(8 * cores), device="cpu")
+    at = launch(mode="ddp", world_size=str(8 * cores), device="cpu", workload="tensor", model="mlp")
     inline = [seen(e.value) for e in next(x for x in at.expander if x.label == "Mode").error]
-    assert inline and inline[0].startswith("**world_size**") and "oversubscribed" in inline[0]
+    assert inline and inline[0].startswith("**Processes (ddp)**: ") and "oversubscribed" in inline[0]
+    assert "--" not in inline[0] and "Oversubscribe" in inline[0], inline
     at = queue_run(at)
     assert jobs.list_jobs(store).empty
-    at.number_input(key="run.world_size").set_value(usable_cores() + 1).run()
+    at.checkbox(key="run.oversubscribe").check()
+    at = queue_run(at)
+    assert not at.exception and len(queued := jobs.list_jobs(store)) == 1
+    assert json.loads((jobs_dir(store) / f"{queued.loc[0, 'job_id']}.json").read_text())["oversubscribe"] is True
+    jobs.cancel(queued.loc[0, "job_id"], store)
+    at.checkbox(key="run.oversubscribe").uncheck()
+    at.text_input(key="run.world_size").set_value(str(usable_cores() + 1)).run()
     assert not at.error and any(seen(w.value).startswith("world_size: ") and "time-share" in seen(w.value)
                                 for w in at.warning)
 
 
 def test_preset_and_url_fill_the_form_and_the_form_writes_the_url(launch):
     at = launch(loader="threads", workers="3", pin_memory="false", bogus="1")
-    assert (at.selectbox(key="run.loader").value, at.number_input(key="run.workers").value) == ("threads", 3)
+    assert (at.selectbox(key="run.loader").value, at.text_input(key="run.workers").value) == ("threads", "3")
     assert at.checkbox(key="run.pin_memory").value is False
     assert any("bogus" in w.value for w in at.warning)
     at.selectbox(key="run.preset").set_value("storage_latency").run()
-    assert at.number_input(key="run.latency_ms").value == PRESETS["storage_latency"]().latency_ms
-    assert at.number_input(key="run.workers").value == 16
+    assert at.text_input(key="run.latency_ms").value == str(PRESETS["storage_latency"]().latency_ms)
+    assert at.text_input(key="run.workers").value == "16"
     assert at.query_params["latency_ms"] == "2.0" and at.query_params["loader"] == "threads"
     assert not at.error
     at.switch_page("pages/history.py").run()  # Streamlit drops the state of widgets it did not draw
     at.query_params.clear()
     at.switch_page("pages/launch.py").run()
-    assert at.number_input(key="run.workers").value == 16 and at.selectbox(key="run.loader").value == "threads"
+    assert at.text_input(key="run.workers").value == "16" and at.selectbox(key="run.loader").value == "threads"
 
 
 @pytest.mark.parametrize("field, value, why", [
@@ -109,16 +158,17 @@ def test_an_out_of_range_url_value_is_named_in_a_warning_not_clamped(launch, fie
     warnings = [w.value for w in at.warning if f"Ignored URL parameter {field}=" in seen(w.value)]
     assert len(warnings) == 1, [seen(w.value) for w in at.warning]
     assert why in seen(warnings[0]) and not live_markup(warnings[0]), warnings
-    default = getattr(RunConfig(), field)
-    assert at.session_state[f"run.{field}"] == default  # the default, as the warning says
+    default = getattr(FORM_DEFAULTS, field)
+    shown = default if isinstance(default, bool) else str(default)  # numbers are the text the form holds
+    assert at.session_state[f"run.{field}"] == shown  # the default, as the warning says
     assert f"using the default, {default}" in seen(warnings[0])
 
 
 def test_a_url_value_within_bounds_is_taken_without_a_warning(launch):
     at = launch(batch_size="1", n_samples="10000000", workers="2.0", latency_ms="0")
     assert not at.exception and not at.warning, [seen(w.value) for w in at.warning]
-    assert [at.number_input(key=f"run.{k}").value for k in ("batch_size", "n_samples", "workers", "latency_ms")] == \
-        [1, 10_000_000, 2, 0.0]
+    assert [at.text_input(key=f"run.{k}").value for k in ("batch_size", "n_samples", "workers", "latency_ms")] == \
+        ["1", "10000000", "2", "0.0"]
 
 
 def test_every_preset_is_valid_here():
@@ -131,12 +181,14 @@ def test_sweep_builder_counts_distinct_configs_times_repeats_and_queues_them(lau
     at.multiselect(key="sweep.axes").set_value(["loader", "workers"]).run()
     at.text_input(key="sweep.axis.loader").set_value("sync, prefetch")
     at.text_input(key="sweep.axis.workers").set_value("0, 1")
-    at.number_input(key="sweep.repeats").set_value(3).run()
+    at.text_input(key="sweep.repeats").set_value("3").run()
     # workers is normalised to 0 for sync and prefetch: 4 grid points, 2 distinct configs
     assert any(m.value.startswith("**6 runs** = 2 distinct configs × 3 repeats") for m in at.markdown)
     at.text_input(key="sweep.axis.workers").set_value("zero").run()
-    assert any(e.value.startswith("**workers**") for e in at.error)
-    assert at.button(key="launch.queue_sweep").disabled
+    assert any(e.value.startswith("**Workers**") for e in at.error)
+    at.button(key="launch.queue_sweep").click().run()
+    assert any(seen(e.value).startswith("Nothing queued: fix **Workers**") for e in at.error)
+    assert jobs.list_jobs(store).empty
     at.text_input(key="sweep.axis.workers").set_value("0").run()
     at.button(key="launch.queue_sweep").click().run()
     assert not at.exception and not at.error
@@ -155,13 +207,17 @@ def test_jobs_panel_shows_live_progress_and_cancels(launch, store):
         time.sleep(0.2)
     at.run()
     assert not at.exception and not at.error
-    card = next(seen(m.value) for m in at.markdown if job_id in seen(m.value))
-    assert "**running**" in card
+    label_ = jobs.list_jobs(store).loc[0, "label"]
+    card = next(m.value for m in at.markdown if m.value.endswith(plain(label_)))
+    assert card.startswith("**running**")
     assert at.get("plotly_chart") and any("ETA" in p.proto.text for p in at.get("progress"))
+    assert f"run={jobs.job_progress(job_id, store)['run_id']}" in run_links(at)
     at.button(key=f"launch.cancel.{job_id}").click().run()
-    cards = [seen(m.value) for m in at.markdown if job_id in seen(m.value)]
+    cards = [m.value for m in at.markdown if m.value.endswith(plain(label_))]
     # NOTE: the worker may end the run before this rerun draws the panel; a job no longer active has no card
-    assert cards and "**cancelling**" in cards[0] or jobs.job_progress(job_id, store)["status"] == "cancelled", cards
+    assert cards and cards[0].startswith("**cancelling**") or jobs.job_progress(job_id, store)["status"] == "cancelled"
+    table = at.dataframe[0].value
+    assert table.loc[0, "status"] in ("running", "cancelled")  # the card's state, from the same read
     while jobs.job_progress(job_id, store)["status"] != "cancelled":
         assert time.monotonic() < deadline, "the job was never cancelled"
         time.sleep(0.2)
@@ -173,14 +229,15 @@ def test_ray_target_queues_the_sweep_as_one_job_with_the_address_from_settings(l
     target = at.radio(key="launch.target")
     assert target.options == ["This machine", "Ray cluster"] and target.value == "This machine"
     assert not target.disabled  # Ray is installed here (requirements-cluster.txt)
+    assert "ray://head.example:10001" in seen(target.proto.captions[1])
+    target.set_value("Ray cluster").run()  # the address box shows once Ray is the target
     assert at.text_input(key="launch.ray_address").value == "ray://head.example:10001"
     # NOTE: nothing listens on port 1, so the worker fails the job in seconds instead of waiting for Ray
-    at.text_input(key="launch.ray_address").set_value("127.0.0.1:1")
-    target.set_value("Ray cluster").run()
+    at.text_input(key="launch.ray_address").set_value("127.0.0.1:1").run()
     assert "127.0.0.1:1" in seen(at.radio(key="launch.target").proto.captions[1])
     at.multiselect(key="sweep.axes").set_value(["batch_size"]).run()
     at.text_input(key="sweep.axis.batch_size").set_value("16, 32")
-    at.number_input(key="sweep.repeats").set_value(2).run()
+    at.text_input(key="sweep.repeats").set_value("2").run()
     at.button(key="launch.queue_sweep").click().run()
     assert not at.exception and not at.error
     queued = jobs.list_jobs(store)
@@ -202,8 +259,9 @@ def test_ray_target_queues_the_sweep_as_one_job_with_the_address_from_settings(l
         time.sleep(0.2)
     assert "could not connect to the Ray cluster at '127.0.0.1:1'" in p["error"]
     assert (p["runs_done"], p["runs_total"]) == (0, 4)
-    table = at.run().dataframe[0].value.set_index("job_id")
-    assert table.loc[job_id, "status"] == "failed" and table.loc[job_id, "label"].startswith("Ray sweep ui-sweep")
+    table = at.run().dataframe[0].value
+    row = table[table["what"].str.startswith("Ray sweep ui-sweep")].iloc[-1]
+    assert row["status"] == "failed" and "127.0.0.1:1" in row["error"]
 
 
 def test_without_ray_the_cluster_target_is_disabled_with_the_install_hint(launch, monkeypatch):
@@ -228,12 +286,13 @@ def test_a_running_ray_job_shows_its_runs_landed_and_cancels(launch, store):
             conn.execute("UPDATE jobs SET status = 'running', started_at = ? WHERE job_id = ?", [started, job_id])
             conn.execute("INSERT INTO runs (run_id, status, sweep_id) SELECT 'r1', 'done', sweep_id FROM jobs")
         at = launch()
-        card = next(seen(m.value) for m in at.markdown if job_id in seen(m.value))
-        assert "**running**" in card and "Ray sweep rs: 4 runs on auto" in card and "sweep rs-" in card
+        card = next(seen(m.value) for m in at.markdown if "Ray sweep rs" in seen(m.value))
+        assert card == "**running** · Ray sweep rs: 4 runs on auto"
+        assert any(seen(c.value).startswith("sweep rs-") for c in at.caption)
         progress = next(p.proto.text for p in at.get("progress"))
         assert progress.startswith("1/4 runs landed (1 done) · ETA ")
         at.button(key=f"launch.cancel.{job_id}").click().run()
-        assert "**cancelling**" in next(seen(m.value) for m in at.markdown if job_id in seen(m.value))
+        assert "**cancelling**" in next(m.value for m in at.markdown if "Ray sweep rs" in seen(m.value))
         assert (jobs_dir(store) / f"{job_id}.cancel").exists()  # what the worker watches
     finally:
         fcntl.flock(lock, fcntl.LOCK_UN)

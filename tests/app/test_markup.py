@@ -97,9 +97,9 @@ def test_a_query_error_quoting_the_url_is_shown_as_text(seeded, open_page):
 def test_a_launch_value_is_shown_as_text_under_its_field(seeded, open_page):
     at = open_page("launch", loader=LINK)
     assert not at.exception
-    inline = [e.value for e in at.error if e.value.startswith("**loader**")]
+    inline = [e.value for e in at.error if e.value.startswith("**Loader**")]
     assert inline and LINK[:40] in seen(inline[0]), _messages(at)
-    assert not live_markup(inline[0].removeprefix("**loader**")), inline
+    assert not live_markup(inline[0].removeprefix("**Loader**")), inline
 
 
 def _plotly_specs(at) -> str:

@@ -144,3 +144,36 @@ def test_failed_run_shows_its_error_line_and_its_traceback_from_the_runlog(store
     assert [seen(e.value) for e in at.error] == ["The run failed: ValueError: sample is corrupt"]
     assert [c.value.strip() for c in at.code] == [traceback.strip()]
     assert "Traceback" in [e.label for e in at.expander]
+
+
+def _cancelled_run(db, run_id: str, wait_s: float) -> None:
+    """A run cancelled after 3 epochs (1 warm-up), each `wait_s` of its 1 s waiting for data, stored by the real
+    ingest from its RunLog as the worker leaves it."""
+    from engine.config import RunConfig
+    from engine.paths import runs_dir
+    from engine.runlog import RunLog
+    from engine.store import ingest_run
+
+    folder = runs_dir(db) / run_id
+    with RunLog(folder) as rl:
+        rl.write("start", run_id=run_id, config=RunConfig(bound=False).to_dict(), host={"hostname": "h"})
+        for ep in range(3):
+            rl.write("epoch", model_idx=0, rank=0, epoch=ep, warmup=ep == 0, wall_s=1.0, samples=64, ttfb_s=0.05,
+                     data_wait_s=wait_s, h2d_s=0.0, compute_s=1.0 - wait_s, n_steps=1,
+                     steps=[[0, wait_s, 0.0, 1.0 - wait_s, 1.0]])
+        rl.write("end", status="cancelled", error="cancelled by the user")
+    ingest_run(folder, db=db)
+
+
+def test_a_cancelled_run_is_said_as_cancelled_with_the_verdict_its_kept_epochs_support(store, open_page, no_problems):
+    """Issue 28: it read "The run failed: cancelled by the user" in a red box, with no verdict at 94 % data wait."""
+    _cancelled_run(store, "cancelled-waiting", 0.94)
+    at = open_page("runs", run="cancelled-waiting")
+    no_problems(at)  # no st.error: a user's cancel is no failure
+    assert [seen(i.value) for i in at.info] == ["Cancelled after 3 finished epochs: they are kept, and the figures "
+                                                "below come from them."]
+    said = " ".join(seen(m.value) for m in at.markdown)
+    assert "Verdict: **data-bound**" in said and "94% of the kept steady-state time waiting for data" in said
+    _cancelled_run(store, "cancelled-between", 0.3)
+    said = " ".join(seen(m.value) for m in open_page("runs", run="cancelled-between").markdown)
+    assert "Verdict: **no verdict**" in said and "only the lower bound (not measured) could say" in said
