@@ -26,6 +26,7 @@ from torch import nn
 
 from engine.devices import resolve as resolve_device
 from engine.errors import ConfigError
+from engine.names import DEFAULT_CLASSES
 from engine.loaders import LOADERS, to_device
 from engine.measure.bound import Calibrator, Phase
 from engine.measure.timers import EpochTimer
@@ -181,7 +182,7 @@ def _check(cfg: RunConfig) -> None:
     if is_spec(cfg.model):
         return  # a user's model is built for its data: engine.run.preflight cuts it on one real batch
     # how many blocks there are to cut depends on the architecture and depth only: a tiny instance says
-    split_stages(MODELS[cfg.model]((3, 8, 8), cfg.num_classes, 8, cfg.depth), cfg.n_stages)
+    split_stages(MODELS[cfg.model]((3, 8, 8), cfg.num_classes or DEFAULT_CLASSES, 8, cfg.depth), cfg.n_stages)
 
 
 SPEC = ModeSpec(run=run, check=_check, doc="one model cut into n_stages stages over devices, GPipe micro-batches",

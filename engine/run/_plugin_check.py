@@ -113,7 +113,8 @@ def _try_batch(cfg: RunConfig) -> None:
             model = build_model(cfg, dataset.sample_shape, dataset.num_classes, arch=arch, width=width, field=field)
         with _doing(field, arch, "ran the model on a batch", "model"):
             logits = _forward(model, x, field, arch)
-        _check_labels(cfg, logits, y, dataset.num_classes, field, arch)
+        _check_labels(cfg, logits, y, dataset.num_classes if getattr(dataset, "classes_known", True) else 0, field,
+                      arch)
         what = "loss" if cfg.loss else field
         with _doing(what, cfg.loss or arch, "ran the loss and backward", "loss" if cfg.loss else "model"):
             _step(model, x, y, what)
@@ -172,12 +173,14 @@ def _forward(model: Any, x: Any, field: str, arch: str) -> Any:
 
 
 def _check_labels(cfg: RunConfig, logits: Any, y: Any, num_classes: int, field: str, arch: str) -> None:
-    """With cross-entropy, integer labels index the logits: each must be in [0, classes). A model built for
-    num_classes that returns fewer logits is the model's fault, whatever the labels of this batch are."""
+    """With cross-entropy, integer labels index the logits: each must be in [0, classes). A num_classes the user set
+    that the model ignores (other logits than asked) is refused, and so is a model with fewer logits than the
+    dataset's declared classes, whatever the labels of this batch are. num_classes 0: nobody declared the classes,
+    so the model's head decides (a fixed 2-logit head over a 2-class dataset runs)."""
     if cfg.loss or y.is_floating_point():
         return
     classes = logits.shape[1]
-    if classes < num_classes:
+    if classes < num_classes or (cfg.num_classes and classes != cfg.num_classes):
         raise ConfigError(field, f"'{arch}' returned {classes} logits per sample, but it was built for "
                                  f"num_classes={num_classes} (labels 0..{num_classes - 1}); return logits of shape "
                                  "[B, num_classes], sizing the last layer by the num_classes argument it is given")

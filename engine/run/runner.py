@@ -167,7 +167,9 @@ def _stored_config(cfg: RunConfig, device: Any, build_dataset: Callable[[RunConf
     out = cfg.effective(device=str(device))
     if cfg.workload == "folder" or is_spec(cfg.workload):  # a user's dataset may hold other counts than asked
         dataset = build_dataset(cfg)  # NOTE: lists the files once; the mode lists them again (cheap)
-        out.update(n_samples=len(dataset), num_classes=dataset.num_classes)
+        # NOTE: classes nobody declared stay auto (0): the model's head decided them, and 0 reruns the same way
+        out.update(n_samples=len(dataset), num_classes=dataset.num_classes if getattr(dataset, "classes_known", True)
+                   else 0)
     return out
 
 
