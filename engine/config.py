@@ -98,6 +98,9 @@ class RunConfig:
     bound: bool = _f(True, "measure a loader-only and a compute-only pass for the lower bound and efficiency",
                      "measure")
     sample_hz: float = _f(10.0, "system-metrics sampling rate (CPU %, RSS, GPU)", "measure", min=0.0, max=100.0)
+    check_samples: bool = _f(False, "streams: check each sample's identity every epoch (the key it yields, else a "
+                                    "hash of the item), not only the count, so a stream that repeats or drops "
+                                    "samples fails the run", "measure")
     trace: bool = _f(False, "record a torch.profiler trace of one extra steady-state epoch after the measured ones "
                             "into the run's folder (trace.json.gz, opens in Perfetto); stored epochs are unchanged",
                      "measure")

@@ -9,9 +9,11 @@ LOADERS maps each name to its class. All take (dataset, cfg, device), yield the 
 order for a given seed and epoch via `loader.epoch(e)`, raise LoaderTimeout when no batch arrives within
 cfg.worker_timeout_s, and are context managers whose close() stops their threads and processes.
 `to_device(batch, device)` is the copy every mode makes (a no-op for batches a loader already placed).
+A stream (the user's iterable) is read in parts by the same loaders (_stream.py); ddp checks it with check_ranks.
 """
 
 from engine.loaders._base import Loader, LoaderTimeout, epoch_batches, to_device
+from engine.loaders._stream import check_ranks
 from engine.loaders.prefetch import PrefetchLoader
 from engine.loaders.processes import ProcessLoader
 from engine.loaders.sync import SyncLoader
@@ -19,7 +21,7 @@ from engine.loaders.threads import ThreadLoader
 from engine.names import unique
 
 __all__ = ["LOADERS", "Loader", "LoaderTimeout", "PrefetchLoader", "ProcessLoader", "SyncLoader", "ThreadLoader",
-           "epoch_batches", "to_device"]
+           "check_ranks", "epoch_batches", "to_device"]
 
 LOADERS = unique("loader", [
     ("sync", SyncLoader), ("prefetch", PrefetchLoader), ("threads", ThreadLoader), ("processes", ProcessLoader),

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 import json
 import logging
 import os
@@ -33,7 +34,7 @@ from engine.models import build_model, loss_fn, split_stages
 from engine.modes.fused import FusedStep
 from engine.plugins import code_hash, is_spec, resolve, specs_of
 from engine.plugins.hashing import source_roots, stamp
-from engine.workloads import build_dataset
+from engine.workloads import BadStreamItem, build_dataset, is_stream
 from engine.workloads.plugin import BadItem
 
 __all__ = ["KINDS", "main", "preflight"]
@@ -91,13 +92,16 @@ def _try_batch(cfg: RunConfig) -> None:
     torch.manual_seed(cfg.seed)
     with _doing("workload", cfg.workload, "built the dataset"):
         dataset = build_dataset(cfg)
-    keys = epoch_batches(len(dataset), min(cfg.batch_size, _MAX_ITEMS), cfg.seed, 0)[0]
-    items = []
-    for k in keys:
-        with _doing("workload", cfg.workload, f"read item {k[1]}", "dataset"):
-            items.append(_item(dataset, k))
-    with _doing("workload", cfg.workload, "read the dataset's targets", "dataset"):
-        _check_all_targets(cfg, dataset)
+    if is_stream(dataset):  # its first items, from a fresh iter(): the run's epochs start over
+        with _doing("workload", cfg.workload, "read the stream's first items", "dataset"):
+            items = _first_items(dataset, min(cfg.batch_size, _MAX_ITEMS))
+    else:
+        items = []
+        for k in epoch_batches(len(dataset), min(cfg.batch_size, _MAX_ITEMS), cfg.seed, 0)[0]:
+            with _doing("workload", cfg.workload, f"read item {k[1]}", "dataset"):
+                items.append(_item(dataset, k))
+        with _doing("workload", cfg.workload, "read the dataset's targets", "dataset"):
+            _check_all_targets(cfg, dataset)
     if cfg.loader == "processes" and cfg.start_method != "fork":  # (part of preflight's cache key)
         with _doing("workload", cfg.workload, f"pickled the dataset for {cfg.start_method} workers", "dataset"):
             _check_picklable(cfg, dataset)
@@ -133,6 +137,15 @@ def _item(dataset: Any, key: tuple[int, int]) -> Any:
         raise ConfigError("workload", str(e)) from None
     except Exception as e:  # noqa: BLE001 - the user's __getitem__ failing is bad input
         raise ConfigError("workload", f"item {key[1]} failed: {type(e).__name__}: {printable(str(e)[:300])}") from None
+
+
+def _first_items(stream: Any, n: int) -> list[tuple[Any, Any]]:
+    try:
+        return [(x, y) for x, y, _ in itertools.islice(stream.part(0, 0, 1), n)]
+    except BadStreamItem as e:
+        raise ConfigError("workload", str(e)) from None
+    except Exception as e:  # noqa: BLE001 - the user's stream failing is bad input
+        raise ConfigError("workload", f"the stream failed: {type(e).__name__}: {printable(str(e)[:300])}") from None
 
 
 def _check_picklable(cfg: RunConfig, dataset: Any) -> None:

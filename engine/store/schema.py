@@ -18,14 +18,15 @@ import duckdb
 from engine.config import config_fields
 from engine.errors import StoreVersionError
 from engine.store.tables import (BUILTIN_QUERIES, EPOCH_COLUMNS_V4, RUN_COLUMNS, STORED_BUILTINS, SUMMARY_COLUMNS,
-                                 SUMMARY_COLUMNS_V2, SUMMARY_COLUMNS_V4, SUMMARY_COLUMNS_V5, TABLES)
+                                 SUMMARY_COLUMNS_V2, SUMMARY_COLUMNS_V4, SUMMARY_COLUMNS_V5, SUMMARY_COLUMNS_V6_STREAMS,
+                                 TABLES)
 
 __all__ = ["MIGRATIONS", "RUN_COLUMNS", "SCHEMA_VERSION", "SUMMARY_COLUMNS", "TABLES", "config_columns",
            "ensure_schema", "needs_upgrade", "schema_version"]
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 _SQL_TYPES = {"int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "str": "VARCHAR", "list[str]": "VARCHAR"}
 
@@ -88,9 +89,15 @@ def _v5(conn: duckdb.DuckDBPyConnection) -> None:
         conn.execute(f'ALTER TABLE runs ADD COLUMN IF NOT EXISTS "{name}" {SUMMARY_COLUMNS[name]}')
 
 
+def _v6(conn: duckdb.DuckDBPyConnection) -> None:
+    """A stream's split (self, shard, item) and its note. NOTE: NULL for the runs already stored: map-style data."""
+    for name in SUMMARY_COLUMNS_V6_STREAMS:
+        conn.execute(f'ALTER TABLE runs ADD COLUMN IF NOT EXISTS "{name}" {SUMMARY_COLUMNS[name]}')
+
+
 # (version, migration) in order. A migration gets a writer connection inside a transaction.
 MIGRATIONS: list[tuple[int, Callable[[duckdb.DuckDBPyConnection], None]]] = [
-    (1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5)]
+    (1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5), (6, _v6)]
 
 
 def _now() -> datetime:

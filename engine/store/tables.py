@@ -11,7 +11,7 @@ import re
 from engine.runlog import GPU_EPOCH_FIELDS
 
 __all__ = ["BUILTIN_QUERIES", "EPOCH_COLUMNS_V4", "RUN_COLUMNS", "STORED_BUILTINS", "SUMMARY_COLUMNS",
-           "SUMMARY_COLUMNS_V2", "SUMMARY_COLUMNS_V4", "SUMMARY_COLUMNS_V5", "TABLES", "column_types"]
+           "SUMMARY_COLUMNS_V2", "SUMMARY_COLUMNS_V4", "SUMMARY_COLUMNS_V5", "SUMMARY_COLUMNS_V6_STREAMS", "TABLES", "column_types"]
 
 # Run-level columns schema v4 added: GPU idle and its parts (engine/measure/idle.py) over steady epochs with NVML's
 # utilisation and peak device memory beside them, NULL on CPU; where the start-up went (the RunLog's `startup`
@@ -29,6 +29,9 @@ _SUMMARY_V4 = {
 # Run-level columns schema v5 added: the epoch predicted for the run's setting (engine/advice/predict.py), what the
 # prediction came from ('prior': a probe taken before the run; 'own': the run's own, after it) and its limit
 _SUMMARY_V5 = {"predicted_epoch_s": "DOUBLE", "predicted_from": "VARCHAR", "predicted_limit": "VARCHAR"}
+# Run-level columns schema v6 added: how a stream (the user's iterable) was split over workers and ranks ('self',
+# 'shard', 'item'; NULL for map-style datasets) and what that means for its batches (engine/workloads/stream.py)
+_SUMMARY_V6_STREAMS = {"stream_split": "VARCHAR", "stream_note": "VARCHAR"}
 # Run-level figures computed at ingest (or copied from the run's `summary` event).
 SUMMARY_COLUMNS = {
     "epoch_s": "DOUBLE", "samples_per_s": "DOUBLE", "ttfb_s": "DOUBLE", "data_wait_share": "DOUBLE",
@@ -41,11 +44,13 @@ SUMMARY_COLUMNS = {
     "bound_error": "VARCHAR",
     **_SUMMARY_V4,
     **_SUMMARY_V5,
+    **_SUMMARY_V6_STREAMS,
 }
 # Summary columns each schema version added (a migration adds them to an older file).
 SUMMARY_COLUMNS_V2 = ("overlap", "serial_bound_s", "calib_age_s", "bound_note", "bound_error")
 SUMMARY_COLUMNS_V4 = tuple(_SUMMARY_V4)
 SUMMARY_COLUMNS_V5 = tuple(_SUMMARY_V5)
+SUMMARY_COLUMNS_V6_STREAMS = tuple(_SUMMARY_V6_STREAMS)
 # Epoch columns schema v4 added: the GPU clock's fields of each epoch (engine/measure/timers.py), NULL on CPU
 EPOCH_COLUMNS_V4 = GPU_EPOCH_FIELDS
 # Fixed `runs` columns; config columns follow, generated from RunConfig.
