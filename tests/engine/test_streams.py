@@ -148,11 +148,16 @@ def run_stream(store: Path, plug: str, workload: str, **fields):
     fields = {"workload": f"{plug}:{workload}", "model": f"{plug}:net", "n_samples": 20, "batch_size": 4,
               "check_samples": True, **fields}
     result, events = launch_mode(store, **fields)
-    per_epoch: dict[int, int] = {}
+    return result, samples_per_epoch(events)
+
+
+def samples_per_epoch(events: list[dict]) -> dict[int, int]:
+    """Every rank's samples of each epoch, together."""
+    out: dict[int, int] = {}
     for e in events:
         if e["type"] == "epoch":
-            per_epoch[e["epoch"]] = per_epoch.get(e["epoch"], 0) + e["samples"]
-    return result, per_epoch
+            out[e["epoch"]] = out.get(e["epoch"], 0) + e["samples"]
+    return out
 
 
 def stored(store: Path, *columns: str) -> tuple:
@@ -245,3 +250,15 @@ def test_bad_streams_exit_2_in_one_line(store, plug, capsys, workload, words):
     assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: workload: ") and words in err[0], err
+
+
+@pytest.mark.parametrize("fields", [
+    {"loader": "sync"}, {"loader": "prefetch"}, {"loader": "threads", "workers": 2},
+    {"loader": "processes", "workers": 2}, {"mode": "ddp", "world_size": 2},
+])
+def test_the_streaming_example_reads_each_parquet_row_once_an_epoch(store, fields):
+    example = {"workload": "examples.streaming.data:build", "model": "examples.own_pipeline.nets:resnet"}
+    result, events = launch_mode(store, **example, n_samples=96, image_size=16, width=8, depth=1, batch_size=16,
+                                 check_samples=True, **fields)
+    assert result.status == "done", result.error
+    assert samples_per_epoch(events) == {0: 96, 1: 96} and stored(store, "stream_split", "num_classes") == ("shard", 8)
