@@ -45,7 +45,9 @@ class RunConfig:
                                  "(see engine/plugins/__init__.py)", "workload", choices="workloads", plugin=True)
     n_samples: int = _f(2048, "samples per epoch", "workload", min=1, max=10_000_000)
     image_size: int = _f(32, "side of the square images the model sees", "workload", min=8, max=1024)
-    num_classes: int = _f(0, "label classes; auto (or 0): a user's dataset's own (its num_classes or labels), else its model's output width; 10 for the built-in workloads", "workload", min=0, max=100_000, auto=0)
+    num_classes: int = _f(0, "label classes; auto (or 0): a user's dataset's own (its num_classes or labels), else "
+                             "its model's output width; 10 for the built-in workloads", "workload", min=0,
+                          max=100_000, auto=0)
     work_us: int = _f(0, "extra per-sample CPU work in microseconds (tensor: GIL-releasing; pyloop: GIL-holding)",
                       "workload", min=0, max=10_000_000)
     latency_ms: float = _f(0.0, "per-sample sleep that emulates remote storage", "workload", min=0.0, max=10_000.0)
@@ -180,7 +182,8 @@ class RunConfig:
         if self.loader in ("threads", "processes") and self.workers < 1:
             raise ConfigError("workers", f"loader '{self.loader}' needs workers >= 1")
         if self.num_classes == 1:
-            raise ConfigError("num_classes", "one class leaves nothing to learn; set 2 or more, or auto (0) to take the dataset's")
+            raise ConfigError("num_classes", "one class leaves nothing to learn; set 2 or more, or auto (0) to take "
+                                             "the dataset's")
         if self.workload == "folder" and not self.folder:
             raise ConfigError("folder", "the folder workload needs --folder PATH to a directory of class subfolders")
 

@@ -11,7 +11,8 @@ import re
 from engine.runlog import GPU_EPOCH_FIELDS
 
 __all__ = ["BUILTIN_QUERIES", "EPOCH_COLUMNS_V4", "RUN_COLUMNS", "STORED_BUILTINS", "SUMMARY_COLUMNS",
-           "SUMMARY_COLUMNS_V2", "SUMMARY_COLUMNS_V4", "SUMMARY_COLUMNS_V5", "SUMMARY_COLUMNS_V6_STREAMS", "TABLES", "column_types"]
+           "SUMMARY_COLUMNS_V2", "SUMMARY_COLUMNS_V4", "SUMMARY_COLUMNS_V5", "SUMMARY_COLUMNS_V6_STREAMS", "TABLES",
+           "column_types"]
 
 # Run-level columns schema v4 added: GPU idle and its parts (engine/measure/idle.py) over steady epochs with NVML's
 # utilisation and peak device memory beside them, NULL on CPU; where the start-up went (the RunLog's `startup`

@@ -19,6 +19,7 @@ EpochTally counts what every part delivered and fails the epoch of a sized strea
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import os
@@ -37,6 +38,10 @@ from engine.workloads._classes import dataset_classes
 
 __all__ = ["SPLITS", "BadStreamItem", "StreamDataset", "is_stream"]
 
+# One lock per process around (seed the global generators, pull an item): a module global, so nothing is pickled for
+# spawned workers, and renewed in a forked child, which may inherit it held by a thread that does not exist there.
+_GENERATORS = [threading.Lock()]
+os.register_at_fork(after_in_child=lambda: _GENERATORS.__setitem__(0, threading.Lock()))
 SPLITS = ("self", "shard", "item")  # how a stream was split; "" for a map-style dataset (the store's stream_split)
 
 
@@ -71,8 +76,6 @@ class StreamDataset:
         self._class_labels = not getattr(cfg, "loss", "")
         self.num_classes, self.classes_known = dataset_classes(inner, int(cfg.num_classes))
         self.thread_safe = bool(getattr(inner, "thread_safe", False))
-        self._lock: threading.Lock | None = None if self.thread_safe else threading.Lock()
-        self._pid = os.getpid()
         self.sample_shape = self._probe()
 
     # ---------------------------------------------------------------- what loaders ask
@@ -122,11 +125,9 @@ class StreamDataset:
     def _next(self, it: Iterator[Any], seed: int) -> Any:
         if self.latency_s > 0:
             time.sleep(self.latency_s)
-        if self._lock is None:
+        if self.thread_safe:
             return self._seeded_next(it, seed)
-        if self._pid != os.getpid():  # a forked worker inherits the lock as it was
-            self._lock, self._pid = threading.Lock(), os.getpid()
-        with self._lock:  # NOTE: the global generators are shared by the threads of a process (plugin.py says why)
+        with _GENERATORS[0]:  # NOTE: the global generators are shared by the threads of a process (plugin.py says why)
             return self._seeded_next(it, seed)
 
     @staticmethod
@@ -161,33 +162,32 @@ class StreamDataset:
 
     def _probe(self) -> tuple[int, ...]:
         """The first item's x shape, from a fresh iter() (the run's epochs call iter() again), generators restored."""
-        states = torch.random.get_rng_state(), np.random.get_state(), random.getstate()
-        try:
-            first = next(iter(self.part(0, 0, 1)), None)
-        except BadStreamItem as e:
-            raise ConfigError("workload", str(e)) from None
-        except Exception as e:  # noqa: BLE001 - the user's stream failing is bad input, reported on one line
-            raise ConfigError("workload", f"the first item of the stream '{self.spec}' failed: {type(e).__name__}: "
-                                          f"{printable(str(e)[:300])}") from None
-        finally:
-            torch.random.set_rng_state(states[0])
-            np.random.set_state(states[1])
-            random.setstate(states[2])
+        with _generators_kept():  # the model built next is seeded by the run's seed, not by item 0's
+            try:
+                first = next(iter(self.part(0, 0, 1)), None)
+            except BadStreamItem as e:
+                raise ConfigError("workload", str(e)) from None
+            except Exception as e:  # noqa: BLE001 - the user's stream failing is bad input, reported on one line
+                raise ConfigError("workload", f"the first item of the stream '{self.spec}' failed: "
+                                              f"{type(e).__name__}: {printable(str(e)[:300])}") from None
         if first is None:
             raise ConfigError("workload", f"'{self.spec}' returned an empty stream; it needs at least one item")
         return tuple(first[0].shape)
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_lock"] = self._lock is not None  # a lock cannot be pickled (spawn workers): rebuilt below
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock() if state["_lock"] else None
-
     def __repr__(self) -> str:
         return f"StreamDataset({self.spec}, n={self.total}, split={self.split}, shape={self.sample_shape})"
+
+
+@contextlib.contextmanager
+def _generators_kept() -> Iterator[None]:
+    """torch's CPU, numpy's and random's global generators as they were before the block."""
+    states = torch.random.get_rng_state(), np.random.get_state(), random.getstate()
+    try:
+        yield
+    finally:
+        torch.random.set_rng_state(states[0])
+        np.random.set_state(states[1])
+        random.setstate(states[2])
 
 
 def _item_hash(x: torch.Tensor, y: Any) -> str:

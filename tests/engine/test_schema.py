@@ -5,7 +5,8 @@ from __future__ import annotations
 import duckdb
 
 from engine.store import schema
-from engine.store.tables import EPOCH_COLUMNS_V4, SUMMARY_COLUMNS_V2, SUMMARY_COLUMNS_V4, SUMMARY_COLUMNS_V5
+from engine.store.tables import (EPOCH_COLUMNS_V4, SUMMARY_COLUMNS_V2, SUMMARY_COLUMNS_V4, SUMMARY_COLUMNS_V5,
+                                 SUMMARY_COLUMNS_V6_STREAMS)
 
 
 def _v1_file(path) -> None:
@@ -78,6 +79,21 @@ def test_a_v4_store_gains_the_prediction_columns_and_its_old_runs_read_null(tmp_
         assert schema.needs_upgrade(conn, path)
         schema.ensure_schema(conn, path)
         runs = conn.execute(f"SELECT epoch_s, {', '.join(SUMMARY_COLUMNS_V5)} FROM runs").fetchall()
-        assert conn.execute("SELECT max(version) FROM schema_version").fetchall() == [(5,)]
+        assert conn.execute("SELECT max(version) FROM schema_version").fetchall() == [(schema.SCHEMA_VERSION,)]
     assert runs == [(1.5, None, None, None)]  # never predicted: NULL, not a made-up figure
     assert (tmp_path / "loaderlab.duckdb.bak-v4").exists()
+
+
+def test_a_v5_store_gains_the_stream_columns_and_its_old_runs_read_null(tmp_path):
+    path = tmp_path / "loaderlab.duckdb"
+    with duckdb.connect(str(path)) as conn:  # as LoaderLab v5 wrote it: without the stream columns v6 adds
+        conn.execute("CREATE TABLE schema_version (version INTEGER, applied_at TIMESTAMP)")
+        schema._v1(conn)
+        conn.execute("INSERT INTO schema_version VALUES (1, now()), (2, now()), (3, now()), (4, now()), (5, now())")
+        for name in SUMMARY_COLUMNS_V6_STREAMS:
+            conn.execute(f'ALTER TABLE runs DROP COLUMN "{name}"')
+        conn.execute("INSERT INTO runs (run_id, status, epoch_s) VALUES ('old', 'done', 1.5)")
+        assert schema.needs_upgrade(conn, path)
+        schema.ensure_schema(conn, path)
+        runs = conn.execute(f"SELECT epoch_s, {', '.join(SUMMARY_COLUMNS_V6_STREAMS)} FROM runs").fetchall()
+    assert runs == [(1.5, None, None)]  # map-style data then: no split
