@@ -13,7 +13,7 @@ A stream (the user's iterable) is read in parts by the same loaders (_stream.py)
 """
 
 from engine.loaders._base import Loader, LoaderTimeout, epoch_batches, to_device
-from engine.loaders._stream import check_ranks
+from engine.loaders._stream import check_ranks, stream_fetch
 from engine.loaders.prefetch import PrefetchLoader
 from engine.loaders.processes import ProcessLoader
 from engine.loaders.sync import SyncLoader
@@ -21,7 +21,7 @@ from engine.loaders.threads import ThreadLoader
 from engine.names import unique
 
 __all__ = ["LOADERS", "Loader", "LoaderTimeout", "PrefetchLoader", "ProcessLoader", "SyncLoader", "ThreadLoader",
-           "check_ranks", "epoch_batches", "to_device"]
+           "check_ranks", "epoch_batches", "stream_fetch", "to_device"]
 
 LOADERS = unique("loader", [
     ("sync", SyncLoader), ("prefetch", PrefetchLoader), ("threads", ThreadLoader), ("processes", ProcessLoader),

@@ -15,8 +15,10 @@ EpochTally of every epoch counts each part's samples; the epoch's end checks it 
 
 from __future__ import annotations
 
+import math
 import multiprocessing
-from typing import Any, Iterator
+import threading
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -24,9 +26,10 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from engine.workloads import EpochTally, StreamMismatch
 
-__all__ = ["check_ranks", "close_stream", "stream_epoch", "stream_workers"]
+__all__ = ["check_ranks", "close_stream", "stream_epoch", "stream_fetch", "stream_workers"]
 
 Batch = tuple[torch.Tensor, torch.Tensor, list, int]  # x [B, ...], y [B], the items' keys, the part
+_UNSIZED_BATCHES = 16  # what the probe takes an epoch of a stream without a length to be (its figures are per batch)
 
 
 def stream_workers(loader: Any) -> int:
@@ -139,6 +142,28 @@ def close_stream(loader: Any) -> None:
     it = getattr(dl, "_iterator", None)
     if it is not None:
         it._shutdown_workers()
+
+
+def stream_fetch(loader: Any) -> tuple[list[int], Callable[[Any], tuple[torch.Tensor, torch.Tensor]]]:
+    """The probe's view of a stream: an epoch's batch numbers, and a fetch that returns the next batch of its own
+    pass over the stream (a fresh iter(), started over at its end: the run's epochs are never consumed)."""
+    stream, cfg = loader.dataset, loader.cfg
+    n = math.ceil(stream.total / cfg.batch_size) if stream.total else _UNSIZED_BATCHES
+    state: dict[str, Any] = {"it": None}
+    lock = threading.Lock()  # NOTE: the probe fetches from two threads at once; a generator takes one at a time
+
+    def fetch(_: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        with lock:
+            for _ in range(2):
+                if state["it"] is None:
+                    state["it"] = part_batches(stream, 1, 0, 1, cfg.batch_size, loader.collate)
+                batch = next(state["it"], None)
+                if batch is not None:
+                    return batch[0], batch[1]
+                state["it"] = None
+        raise StreamMismatch(f"the stream '{stream.spec}' delivered nothing on a fresh iter()")
+
+    return list(range(n)), fetch
 
 
 def check_ranks(loader: Any, epoch: int) -> None:

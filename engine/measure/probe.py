@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
-from engine.loaders import LOADERS, epoch_batches, to_device
+from engine.loaders import LOADERS, epoch_batches, stream_fetch, to_device
 from engine.measure._passes import compute_pass, time_again
 from engine.measure.capacity import usable_cpus
-from engine.workloads import build_dataset
+from engine.workloads import build_dataset, is_stream
 
 if TYPE_CHECKING:  # annotations only: the run side does not import the config (engine/registry.py says why)
     from engine.config import RunConfig
@@ -55,9 +55,11 @@ _REPEATS = 3
 def probe(cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[Callable]]) -> dict[str, Any]:
     """Measure the probe for cfg's pipeline on `device`; steps(dataset) -> [the mode's train step] (one)."""
     dataset = build_dataset(cfg)
-    keys = epoch_batches(len(dataset), cfg.batch_size, cfg.seed, 1)
     with LOADERS["sync"](dataset, cfg.replace(loader="sync", workers=0), device) as loader:
-        load = _load(loader.fetch, keys, device, cores := usable_cpus())  # the loaders' fetch: collate, pinning
+        # a stream: batches of the probe's own pass over it (a fresh iter(): the run's epochs are not consumed)
+        keys, fetch = stream_fetch(loader) if is_stream(dataset) else \
+            (epoch_batches(len(dataset), cfg.batch_size, cfg.seed, 1), loader.fetch)
+        load = _load(fetch, keys, device, cores := usable_cpus())  # the loaders' fetch: collate, pinning
     default = torch.get_num_threads()
     compute = {}
     fraction = min(1.0, _STEPS / len(keys))  # a few steps are enough for a per-step cost
@@ -66,7 +68,8 @@ def probe(cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[Call
             c = compute_pass(cfg, device, steps, fraction)
         compute[str(threads)] = {"wall_s": c["seconds"] / c["batches"], "cpu_s": c["cpu_s"] / c["batches"]}
     spin = _spin_after_step() if device.type == "cpu" and default > 1 else 0.0
-    return {"batch_size": cfg.batch_size, "n_samples": len(dataset), "batches": len(keys), "cores": cores,
+    n_samples = (dataset.total or cfg.n_samples) if is_stream(dataset) else len(dataset)
+    return {"batch_size": cfg.batch_size, "n_samples": n_samples, "batches": len(keys), "cores": cores,
             "default_threads": default, "device": device.type, **load, "compute": compute, "spin_after_step_s": spin,
             "taken_at": time.time()}
 

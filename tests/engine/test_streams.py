@@ -262,3 +262,14 @@ def test_the_streaming_example_reads_each_parquet_row_once_an_epoch(store, field
                                  check_samples=True, **fields)
     assert result.status == "done", result.error
     assert samples_per_epoch(events) == {0: 96, 1: 96} and stored(store, "stream_split", "num_classes") == ("shard", 8)
+
+
+def test_the_probe_measures_a_streams_batches_from_its_own_pass(plug):
+    from engine.measure.probe import probe
+    from engine.modes._common import step_builder
+
+    cfg = RunConfig.from_dict({"workload": f"{plug}:counted", "model": f"{plug}:net", "n_samples": 20,
+                               "batch_size": 4, "image_size": 8, "device": "cpu"})
+    out = probe(cfg, torch.device("cpu"), step_builder(cfg, 0, torch.device("cpu")))
+    assert (out["batches"], out["n_samples"]) == (5, 20) and out["load_wall_s"] > 0
+    assert out["compute"]["1"]["wall_s"] > 0
