@@ -89,11 +89,9 @@ def test_a_v5_store_gains_the_stream_columns_and_its_old_runs_read_null(tmp_path
     with duckdb.connect(str(path)) as conn:  # as LoaderLab v5 wrote it: without the stream columns v6 adds
         conn.execute("CREATE TABLE schema_version (version INTEGER, applied_at TIMESTAMP)")
         schema._v1(conn)
-        conn.execute("INSERT INTO schema_version VALUES (1, now()), (2, now()), (3, now()), (4, now()), (5, now())")
-        for name in SUMMARY_COLUMNS_V6_STREAMS:
-            conn.execute(f'ALTER TABLE runs DROP COLUMN "{name}"')
+        conn.executemany("INSERT INTO schema_version VALUES (?, now())", [[v] for v in range(1, 6)])
+        conn.execute("ALTER TABLE runs DROP COLUMN stream_split; ALTER TABLE runs DROP COLUMN stream_note")
         conn.execute("INSERT INTO runs (run_id, status, epoch_s) VALUES ('old', 'done', 1.5)")
-        assert schema.needs_upgrade(conn, path)
         schema.ensure_schema(conn, path)
-        runs = conn.execute(f"SELECT epoch_s, {', '.join(SUMMARY_COLUMNS_V6_STREAMS)} FROM runs").fetchall()
-    assert runs == [(1.5, None, None)]  # map-style data then: no split
+        columns = ", ".join(SUMMARY_COLUMNS_V6_STREAMS)
+        assert conn.execute(f"SELECT epoch_s, {columns} FROM runs").fetchall() == [(1.5, None, None)]  # map-style
