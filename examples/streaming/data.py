@@ -102,21 +102,24 @@ def _jpeg(rng: np.random.Generator, label: int) -> bytes:
 
 def make_shards(root: Path, n_samples: int, num_classes: int, seed: int, n_shards: int = 4) -> Path:
     """n_samples rows over n_shards parquet files of _ROWS_PER_GROUP-row groups; made once (a rename), then reused."""
-    if root.is_dir():
-        return root
+    if not root.is_dir():
+        tmp = Path(tempfile.mkdtemp(prefix=root.name + ".", dir=root.parent))
+        _write_shards(tmp, n_samples, num_classes, seed, n_shards)
+        try:
+            os.rename(tmp, root)
+        except OSError:  # another run made it first: use theirs
+            shutil.rmtree(tmp, ignore_errors=True)
+    return root
+
+
+def _write_shards(folder: Path, n_samples: int, num_classes: int, seed: int, n_shards: int) -> None:
     rng = np.random.default_rng(seed)
-    tmp = Path(tempfile.mkdtemp(prefix=root.name + ".", dir=root.parent))
     for s in range(n_shards):
         rows = range(s, n_samples, n_shards)
         labels = [i % num_classes for i in rows]
         table = pa.table({"jpeg": pa.array([_jpeg(rng, y) for y in labels], pa.binary()),
                           "label": pa.array(labels, pa.int32())})
-        pq.write_table(table, tmp / f"shard-{s:05d}.parquet", row_group_size=_ROWS_PER_GROUP)
-    try:
-        os.rename(tmp, root)
-    except OSError:  # another run made it first: use theirs
-        shutil.rmtree(tmp, ignore_errors=True)
-    return root
+        pq.write_table(table, folder / f"shard-{s:05d}.parquet", row_group_size=_ROWS_PER_GROUP)
 
 
 def build(*, seed: int, image_size: int, num_classes: int, n_samples: int, folder: str = "", **_: Any
