@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import ConfigError, printable
-from engine.names import NAMES
-from engine.names import SPEC_RE
+from engine.names import DEFAULT_CLASSES, NAMES, SPEC_RE
 
 __all__ = ["ConfigError", "DEFAULT_MAX_RUNS", "RunConfig", "SweepConfig", "config_fields", "field_choices",
            "field_type", "field_value", "load_toml", "printable"]
@@ -45,7 +44,9 @@ class RunConfig:
                                  "(see engine/plugins/__init__.py)", "workload", choices="workloads", plugin=True)
     n_samples: int = _f(2048, "samples per epoch", "workload", min=1, max=10_000_000)
     image_size: int = _f(32, "side of the square images the model sees", "workload", min=8, max=1024)
-    num_classes: int = _f(10, "label classes", "workload", min=2, max=100_000)
+    num_classes: int = _f(0, "label classes; auto (or 0): a user's dataset's own (its num_classes or labels), else "
+                             "its model's output width; 10 for the built-in workloads", "workload", min=0,
+                          max=100_000, auto=0)
     work_us: int = _f(0, "extra per-sample CPU work in microseconds (tensor: GIL-releasing; pyloop: GIL-holding)",
                       "workload", min=0, max=10_000_000)
     latency_ms: float = _f(0.0, "per-sample sleep that emulates remote storage", "workload", min=0.0, max=10_000.0)
@@ -101,6 +102,9 @@ class RunConfig:
     bound: bool = _f(True, "measure a loader-only and a compute-only pass for the lower bound and efficiency",
                      "measure")
     sample_hz: float = _f(10.0, "system-metrics sampling rate (CPU %, RSS, GPU)", "measure", min=0.0, max=100.0)
+    check_samples: bool = _f(False, "streams: check each sample's identity every epoch (the key it yields, else a "
+                                    "hash of the item), not only the count, so a stream that repeats or drops "
+                                    "samples fails the run", "measure")
     trace: bool = _f(False, "record a torch.profiler trace of one extra steady-state epoch after the measured ones "
                             "into the run's folder (trace.json.gz, opens in Perfetto); stored epochs are unchanged",
                      "measure")
@@ -163,6 +167,8 @@ class RunConfig:
             out["prefetch_depth"] = _default("prefetch_depth")
         if self.loader != "processes":
             out.update(start_method=_default("start_method"), persistent_workers=_default("persistent_workers"))
+        if not self.num_classes and not SPEC_RE.match(self.workload):  # auto: what a built-in workload makes
+            out["num_classes"] = DEFAULT_CLASSES
         if device is not None:  # pinning only helps a copy to a GPU
             out.update(device=device, pin_memory=self.pin_memory and device.startswith("cuda"))
         return out
@@ -177,6 +183,9 @@ class RunConfig:
             raise ConfigError("warmup_epochs", f"must be less than epochs ({self.epochs}) so that some epochs count")
         if self.loader in ("threads", "processes", "spdl") and self.workers < 1:
             raise ConfigError("workers", f"loader '{self.loader}' needs workers >= 1")
+        if self.num_classes == 1:
+            raise ConfigError("num_classes", "one class leaves nothing to learn; set 2 or more, or auto (0) to take "
+                                             "the dataset's")
         if self.workload == "folder" and not self.folder:
             raise ConfigError("folder", "the folder workload needs --folder PATH to a directory of class subfolders")
 

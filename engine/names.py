@@ -18,9 +18,12 @@ from __future__ import annotations
 import re
 from typing import TypeVar
 
-__all__ = ["NAMES", "SPEC_RE", "is_spec", "unique"]
+__all__ = ["DEFAULT_CLASSES", "NAMES", "SPEC_RE", "is_spec", "unique"]
 
 T = TypeVar("T")
+
+# The built-in workloads' label classes when num_classes is auto (0); a user's dataset or model decides its own.
+DEFAULT_CLASSES = 10
 
 NAMES: dict[str, tuple[str, ...]] = {
     "workloads": ("tensor", "jpeg", "pyloop", "folder"),  # engine/workloads/__init__.py

@@ -10,7 +10,7 @@ import torch
 
 from engine.loaders import LOADERS, epoch_batches, to_device
 from engine.measure.host import tree_cpu_s
-from engine.workloads import ShardDataset, build_dataset
+from engine.workloads import build_dataset, is_stream, shard_of
 
 if TYPE_CHECKING:  # annotations only: the run side does not import the config (engine/registry.py says why)
     from engine.config import RunConfig
@@ -41,7 +41,7 @@ def loader_pass(cfg: RunConfig, device: torch.device, shard: tuple[int, int] | N
     """
     dataset = build_dataset(cfg)
     if shard is not None:
-        dataset = ShardDataset(dataset, *shard)
+        dataset = shard_of(dataset, *shard)
     with LOADERS[cfg.loader](dataset, cfg, device) as loader:
         # from epoch 1 (not 0): generated files are already warm, and the data order is not the run's first
         first = _loader_epoch(loader, 1, device)
@@ -78,7 +78,8 @@ def compute_pass(cfg: RunConfig, device: torch.device, build: Callable[[Any], li
     per_step: wall seconds of each step over the epoch; per_step_cpu: the CPU-seconds of busy work it needs.
     """
     dataset = build_dataset(cfg.replace(latency_ms=0.0, work_us=0))
-    n_batches = len(epoch_batches(len(dataset), cfg.batch_size, cfg.seed, 1)) * fraction
+    n_batches = (_stream_batches(dataset, cfg) if is_stream(dataset) else
+                 len(epoch_batches(len(dataset), cfg.batch_size, cfg.seed, 1))) * fraction
     per_sample = math.prod(dataset.sample_shape)  # NOTE: any item shape, not only CHW images (user datasets)
     keep = max(1, min(int(n_batches) or 1, _MAX_REPLAY_BYTES // (cfg.batch_size * 4 * (1 + per_sample))))
     batches = []
@@ -98,6 +99,14 @@ def compute_pass(cfg: RunConfig, device: torch.device, build: Callable[[Any], li
         per_step_cpu.append(min(cpu, _single_thread_cpu(step, inputs, device)) * scale)
     return {"seconds": sum(per_step), "per_step": per_step, "cpu_s": sum(per_step_cpu), "per_step_cpu": per_step_cpu,
             "ttfb_s": 0.0, "batches": n_batches}
+
+
+def _stream_batches(dataset: Any, cfg: RunConfig) -> int:
+    """A stream's batches in one epoch read by one part: from its length, else counted by reading an epoch."""
+    if dataset.total is not None:
+        return math.ceil(dataset.total / cfg.batch_size)
+    with LOADERS["sync"](dataset, cfg.replace(loader="sync", workers=0), torch.device("cpu")) as loader:
+        return sum(1 for _ in loader.epoch(1))
 
 
 def _fastest_replay(step: Callable, inputs: list, device: torch.device) -> tuple[float, float]:

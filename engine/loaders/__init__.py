@@ -11,10 +11,12 @@ order for a given seed and epoch via `loader.epoch(e)`, raise LoaderTimeout when
 cfg.worker_timeout_s, and are context managers whose close() stops their threads and processes.
 `to_device(batch, device)` is the copy every mode makes (a no-op for batches a loader already placed).
 Every loader caps the BLAS/OpenMP pools where its items load at cfg.transform_threads (0: as they are) and notes
-them: `seen_pools()` is what the run records (engine/measure/pools.py).
+them: `seen_pools()` is what the run records (engine/measure/pools.py). A stream (the user's iterable) is read in
+parts by the same loaders (_stream.py); ddp checks it with check_ranks.
 """
 
 from engine.loaders._base import Loader, LoaderTimeout, epoch_batches, seen_pools, to_device
+from engine.loaders._stream import check_ranks, stream_fetch
 from engine.loaders.prefetch import PrefetchLoader
 from engine.loaders.processes import ProcessLoader
 from engine.loaders.spdl import SpdlLoader
@@ -23,7 +25,7 @@ from engine.loaders.threads import ThreadLoader
 from engine.names import unique
 
 __all__ = ["LOADERS", "Loader", "LoaderTimeout", "PrefetchLoader", "ProcessLoader", "SpdlLoader", "SyncLoader",
-           "ThreadLoader", "epoch_batches", "seen_pools", "to_device"]
+           "ThreadLoader", "check_ranks", "epoch_batches", "seen_pools", "stream_fetch", "to_device"]
 
 LOADERS = unique("loader", [
     ("sync", SyncLoader), ("prefetch", PrefetchLoader), ("threads", ThreadLoader), ("processes", ProcessLoader),

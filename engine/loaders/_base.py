@@ -27,8 +27,10 @@ from torch._utils import ExceptionWrapper  # NOTE: what DataLoader and torchdata
 from torch.utils.data import Sampler, default_collate
 
 from engine.errors import ConfigError
+from engine.loaders._stream import close_stream, stream_epoch
 from engine.measure.pools import cap_pools, hidden_pools
 from engine.plugins import resolve
+from engine.workloads import is_stream
 
 __all__ = ["BackgroundIterator", "EpochBatchSampler", "Loader", "LoaderTimeout", "epoch_batches", "seen_pools",
            "to_device"]
@@ -184,7 +186,8 @@ class Loader:
         if self.uses_workers and cfg.workers < 1:
             raise ConfigError("workers", f"the {self.name} loader needs workers >= 1, got {cfg.workers}")
         self.dataset, self.cfg, self.device = dataset, cfg, torch.device(device)
-        self.sampler = EpochBatchSampler(len(dataset), cfg.batch_size, cfg.seed)
+        self.stream = is_stream(dataset)  # the user's iterable: read in parts (engine/loaders/_stream.py)
+        self.sampler = EpochBatchSampler(0 if self.stream else len(dataset), cfg.batch_size, cfg.seed)
         self.pin = bool(cfg.pin_memory) and self.device.type == "cuda"  # pinning only helps a CUDA copy
         self.collate = _collate_for(cfg)
         self._active: weakref.ref | None = None  # the epoch generator in flight, if any
@@ -203,7 +206,7 @@ class Loader:
         if self._closed:
             raise RuntimeError(f"{self.name} loader is closed; build a new one to load more epochs")
         self._finish_active()  # an abandoned earlier epoch must not keep producing
-        gen = self._epoch(e)
+        gen = stream_epoch(self, e) if self.stream else self._epoch(e)
         self._active = weakref.ref(gen)
         return gen
 
@@ -260,6 +263,7 @@ class Loader:
         for producer in self._producers:
             producer.join()
         self._producers.clear()
+        close_stream(self)
         self._shutdown()
         for cap in reversed(self._caps):  # newest first: the oldest holds the pools' original sizes
             cap.restore_original_limits()

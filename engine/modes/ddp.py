@@ -33,14 +33,14 @@ import torch.distributed as dist
 
 from engine import devices
 from engine.errors import ConfigError
-from engine.loaders import LOADERS, epoch_batches
 from engine.calibrate import Calibrator, Phase
+from engine.loaders import LOADERS, check_ranks, epoch_batches
 from engine.models import build_model, make_optimizer
 from engine.modes._base import ModeSpec, RunContext
 from engine.modes._common import Recorder, epoch_payload, fail_point, step_builder, train_epoch
 from engine.modes._ddp import AllreduceTimer, cuda_ranks, free_port, timed_allreduce, torchrun_env
 from engine.modes._procs import ChildGroup, Link
-from engine.workloads import ShardDataset, build_dataset
+from engine.workloads import build_dataset, is_stream, shard_of
 
 if TYPE_CHECKING:  # annotations only: the run side does not import the config (engine/registry.py says why)
     from engine.config import RunConfig
@@ -75,8 +75,10 @@ def _train_rank(cfg: RunConfig, device: torch.device, rank: int, world: int, emi
                 ready: Callable[[], None]) -> None:
     # --- build: this rank's shard; the same seeded weights on every rank (DDP broadcasts rank 0's anyway) ---
     base = build_dataset(cfg)
-    dataset = ShardDataset(base, rank, world)
-    steps = {math.ceil(len(range(r, len(base), world)) / cfg.batch_size) for r in range(world)}
+    dataset = shard_of(base, rank, world)
+    # NOTE: a stream's parts may need different step counts: join() always
+    steps = {0, 1} if is_stream(base) else {math.ceil(len(range(r, len(base), world)) / cfg.batch_size)
+                                           for r in range(world)}
     torch.manual_seed(cfg.seed)
     model = build_model(cfg, dataset.sample_shape, dataset.num_classes).to(device)
     ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
@@ -91,6 +93,8 @@ def _train_rank(cfg: RunConfig, device: torch.device, rank: int, world: int, emi
             # --- one epoch of this rank's shard; uneven step counts need join() to avoid a hang ---
             with ddp.join(enable=len(steps) > 1):
                 record = train_epoch(ddp, opt, loader.epoch(epoch), device)
+            if is_stream(base):
+                check_ranks(loader, epoch)  # each sample once across the ranks: every rank raises the same
             # --- record: this rank's epoch with its all-reduce time ---
             record["allreduce_s"] = comm.take_seconds()
             emit(epoch_payload(cfg, 0, rank, epoch, record))

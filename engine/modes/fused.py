@@ -26,6 +26,7 @@ from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 
 from engine.errors import ConfigError
 from engine.loaders import LOADERS
+from engine.names import DEFAULT_CLASSES
 from engine.measure import trace
 from engine.calibrate import Calibrator, Phase
 from engine.models import MODELS, check_vmappable, loss_fn, make_optimizer
@@ -136,7 +137,7 @@ def _check(cfg: RunConfig) -> None:
     if is_spec(cfg.model):
         return  # a user's model is built for its data: engine.run.preflight trains two copies under vmap
     # the vmap check is structural, so a tiny instance of the architecture is enough
-    check_vmappable(MODELS[cfg.model]((3, 8, 8), cfg.num_classes, 8, cfg.depth))
+    check_vmappable(MODELS[cfg.model]((3, 8, 8), cfg.num_classes or DEFAULT_CLASSES, 8, cfg.depth))
 
 
 SPEC = ModeSpec(run=run, check=_check, doc="n_models copies of one model trained as one torch.func.vmap program",

@@ -26,8 +26,9 @@ from torch import nn
 
 from engine.devices import resolve as resolve_device
 from engine.errors import ConfigError
-from engine.loaders import LOADERS
 from engine.calibrate import Calibrator, Phase
+from engine.loaders import LOADERS
+from engine.names import DEFAULT_CLASSES
 from engine.models import MODELS, build_model, loss_fn, make_optimizer, split_stages
 from engine.modes._base import ModeSpec, RunContext
 from engine.modes._common import Recorder, check_devices, epoch_payload, fail_point, timed_epoch
@@ -182,7 +183,7 @@ def _check(cfg: RunConfig) -> None:
     if is_spec(cfg.model):
         return  # a user's model is built for its data: engine.run.preflight cuts it on one real batch
     # how many blocks there are to cut depends on the architecture and depth only: a tiny instance says
-    split_stages(MODELS[cfg.model]((3, 8, 8), cfg.num_classes, 8, cfg.depth), cfg.n_stages)
+    split_stages(MODELS[cfg.model]((3, 8, 8), cfg.num_classes or DEFAULT_CLASSES, 8, cfg.depth), cfg.n_stages)
 
 
 SPEC = ModeSpec(run=run, check=_check, doc="one model cut into n_stages stages over devices, GPipe micro-batches",

@@ -39,12 +39,12 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import torch
 
 from engine.calibrate import compute_pass, time_again
-from engine.loaders import LOADERS, epoch_batches, to_device
+from engine.loaders import LOADERS, epoch_batches, stream_fetch, to_device
 from engine.measure.capacity import usable_cpus
 from engine.measure.host import fingerprint
 from engine.measure.pools import hidden_pools
 from engine.predict._probe_step import step_beside_python
-from engine.workloads import build_dataset
+from engine.workloads import build_dataset, is_stream
 
 if TYPE_CHECKING:  # annotations only: the run side does not import the config (engine/registry.py says why)
     from engine.config import RunConfig
@@ -72,9 +72,11 @@ _TAIL_ITEMS = 512  # items enough to see a heavy tail's weight (lognormal, sigma
 def probe(cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[Callable]]) -> dict[str, Any]:
     """Measure the probe for cfg's pipeline on `device`; steps(dataset) -> [the mode's train step] (one)."""
     dataset = build_dataset(cfg)
-    keys = epoch_batches(len(dataset), cfg.batch_size, cfg.seed, 1)
     with LOADERS["sync"](dataset, cfg.replace(loader="sync", workers=0), device) as loader:
-        load = _load(loader.fetch, keys, device, cores := usable_cpus())  # the loaders' fetch: collate, pinning
+        # a stream: batches of the probe's own pass over it (a fresh iter(): the run's epochs are not consumed)
+        keys, fetch = stream_fetch(loader) if is_stream(dataset) else \
+            (epoch_batches(len(dataset), cfg.batch_size, cfg.seed, 1), loader.fetch)
+        load = _load(fetch, keys, device, cores := usable_cpus())  # the loaders' fetch: collate, pinning
     default = torch.get_num_threads()
     compute = {}
     fraction = min(1.0, _STEPS / len(keys))  # a few steps are enough for a per-step cost
@@ -87,7 +89,8 @@ def probe(cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[Call
     with _threads(1):
         beside = step_beside_python(cfg, device, steps, load["core_sharing"]) if gil_free else {}
     load.update({k: beside.get(k) for k in ("step_gil_share", "step_beside_python")})
-    return {"batch_size": cfg.batch_size, "n_samples": len(dataset), "batches": len(keys), "cores": cores,
+    n_samples = (dataset.total or cfg.n_samples) if is_stream(dataset) else len(dataset)
+    return {"batch_size": cfg.batch_size, "n_samples": n_samples, "batches": len(keys), "cores": cores,
             "default_threads": default, "device": device.type, **load, "compute": compute, "spin_after_step_s": spin,
             "machine": fingerprint()["machine"], "taken_at": time.time()}
 

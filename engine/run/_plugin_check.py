@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 import json
 import logging
 import os
@@ -33,7 +34,7 @@ from engine.models import build_model, loss_fn, split_stages
 from engine.modes.fused import FusedStep
 from engine.plugins import code_hash, is_spec, resolve, specs_of
 from engine.plugins.hashing import source_roots, stamp
-from engine.workloads import build_dataset
+from engine.workloads import BadStreamItem, build_dataset, is_stream
 from engine.workloads.plugin import BadItem
 
 __all__ = ["KINDS", "main", "preflight"]
@@ -91,13 +92,16 @@ def _try_batch(cfg: RunConfig) -> None:
     torch.manual_seed(cfg.seed)
     with _doing("workload", cfg.workload, "built the dataset"):
         dataset = build_dataset(cfg)
-    keys = epoch_batches(len(dataset), min(cfg.batch_size, _MAX_ITEMS), cfg.seed, 0)[0]
-    items = []
-    for k in keys:
-        with _doing("workload", cfg.workload, f"read item {k[1]}", "dataset"):
-            items.append(_item(dataset, k))
-    with _doing("workload", cfg.workload, "read the dataset's targets", "dataset"):
-        _check_all_targets(cfg, dataset)
+    if is_stream(dataset):  # its first items, from a fresh iter(): the run's epochs start over
+        with _doing("workload", cfg.workload, "read the stream's first items", "dataset"):
+            items = _first_items(dataset, min(cfg.batch_size, _MAX_ITEMS))
+    else:
+        items = []
+        for k in epoch_batches(len(dataset), min(cfg.batch_size, _MAX_ITEMS), cfg.seed, 0)[0]:
+            with _doing("workload", cfg.workload, f"read item {k[1]}", "dataset"):
+                items.append(_item(dataset, k))
+        with _doing("workload", cfg.workload, "read the dataset's targets", "dataset"):
+            _check_all_targets(cfg, dataset)
     if cfg.loader == "processes" and cfg.start_method != "fork":  # (part of preflight's cache key)
         with _doing("workload", cfg.workload, f"pickled the dataset for {cfg.start_method} workers", "dataset"):
             _check_picklable(cfg, dataset)
@@ -113,7 +117,8 @@ def _try_batch(cfg: RunConfig) -> None:
             model = build_model(cfg, dataset.sample_shape, dataset.num_classes, arch=arch, width=width, field=field)
         with _doing(field, arch, "ran the model on a batch", "model"):
             logits = _forward(model, x, field, arch)
-        _check_labels(cfg, logits, y, dataset.num_classes, field, arch)
+        _check_labels(cfg, logits, y, dataset.num_classes if getattr(dataset, "classes_known", True) else 0, field,
+                      arch)
         what = "loss" if cfg.loss else field
         with _doing(what, cfg.loss or arch, "ran the loss and backward", "loss" if cfg.loss else "model"):
             _step(model, x, y, what)
@@ -132,6 +137,15 @@ def _item(dataset: Any, key: tuple[int, int]) -> Any:
         raise ConfigError("workload", str(e)) from None
     except Exception as e:  # noqa: BLE001 - the user's __getitem__ failing is bad input
         raise ConfigError("workload", f"item {key[1]} failed: {type(e).__name__}: {printable(str(e)[:300])}") from None
+
+
+def _first_items(stream: Any, n: int) -> list[tuple[Any, Any]]:
+    try:
+        return [(x, y) for x, y, _ in itertools.islice(stream.part(0, 0, 1), n)]
+    except BadStreamItem as e:
+        raise ConfigError("workload", str(e)) from None
+    except Exception as e:  # noqa: BLE001 - the user's stream failing is bad input
+        raise ConfigError("workload", f"the stream failed: {type(e).__name__}: {printable(str(e)[:300])}") from None
 
 
 def _check_picklable(cfg: RunConfig, dataset: Any) -> None:
@@ -172,12 +186,14 @@ def _forward(model: Any, x: Any, field: str, arch: str) -> Any:
 
 
 def _check_labels(cfg: RunConfig, logits: Any, y: Any, num_classes: int, field: str, arch: str) -> None:
-    """With cross-entropy, integer labels index the logits: each must be in [0, classes). A model built for
-    num_classes that returns fewer logits is the model's fault, whatever the labels of this batch are."""
+    """With cross-entropy, integer labels index the logits: each must be in [0, classes). A num_classes the user set
+    that the model ignores (other logits than asked) is refused, and so is a model with fewer logits than the
+    dataset's declared classes, whatever the labels of this batch are. num_classes 0: nobody declared the classes,
+    so the model's head decides (a fixed 2-logit head over a 2-class dataset runs)."""
     if cfg.loss or y.is_floating_point():
         return
     classes = logits.shape[1]
-    if classes < num_classes:
+    if classes < num_classes or (cfg.num_classes and classes != cfg.num_classes):
         raise ConfigError(field, f"'{arch}' returned {classes} logits per sample, but it was built for "
                                  f"num_classes={num_classes} (labels 0..{num_classes - 1}); return logits of shape "
                                  "[B, num_classes], sizing the last layer by the num_classes argument it is given")

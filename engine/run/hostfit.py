@@ -27,6 +27,7 @@ from typing import Any
 
 
 from engine.errors import ConfigError
+from engine.names import DEFAULT_CLASSES
 from engine.measure.capacity import available_memory, usable_cores, usable_cpus
 from engine.plugins import is_spec
 
@@ -175,7 +176,8 @@ def _model_bytes(cfg: Any) -> int:
     torch, models = _torch()
     try:
         with torch.device("meta"):
-            model = models[cfg.model]((3, cfg.image_size, cfg.image_size), cfg.num_classes, cfg.width, cfg.depth)
+            classes = cfg.num_classes or DEFAULT_CLASSES
+            model = models[cfg.model]((3, cfg.image_size, cfg.image_size), classes, cfg.width, cfg.depth)
     except Exception:  # noqa: BLE001 - an estimate: a model the meta device cannot build counts as nothing
         return 0
     params = sum(p.numel() for p in model.parameters())

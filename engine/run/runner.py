@@ -107,7 +107,9 @@ def _execute(run_dir: Path) -> int:
     spec = modes.MODES[cfg.mode]
     with RunLog(run_dir) as runlog:
         try:
-            stored, items = _stored_config(cfg, device, workloads.build_dataset)  # a plugin's factory runs here first
+            stream: dict[str, Any] = {}
+            # a plugin's factory runs here first
+            stored, items = _stored_config(cfg, device, workloads.build_dataset, stream)
         except (Exception, SystemExit) as e:  # noqa: BLE001 - recorded as the run's failure, as below
             runlog.write("start", run_id=run_dir.name, config=cfg.effective(device=str(device)),
                          host=host.fingerprint(), pid=os.getpid(), device=str(device), **meta)
@@ -117,6 +119,7 @@ def _execute(run_dir: Path) -> int:
         runlog.write("start", run_id=run_dir.name, config=stored, host=host.fingerprint(), pid=os.getpid(),
                      device=str(device), **meta)
         ctx = modes.RunContext(cfg=cfg, log=runlog, device=device)
+        ctx.summary.update(stream)
         calibrations = run_dir.parent.parent / "calibrations"  # beside the bound's (engine/calibrate/bound.py)
         # NOTE: written before the first epoch, so a prior prediction is honestly made before the run
         predicted = _predict(forecast.prior, cfg, device, calibrations) if forecast.covered(cfg) else None
@@ -169,18 +172,39 @@ def _failed(runlog: RunLog, e: BaseException) -> int:
     return 1
 
 
-def _stored_config(cfg: RunConfig, device: Any,
-                   build_dataset: Callable[[RunConfig], Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _stored_config(cfg: RunConfig, device: Any, build_dataset: Callable[[RunConfig], Any],
+                   stream: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """What ran: fields the mode and loader ignore normalised, the device it resolved to; a folder's real image
-    and class counts. And for a plugin's dataset, whether its items load one at a time (engine/workloads/plugin.py):
-    items_serialised, items_note."""
+    and class counts. For a plugin's dataset, whether its items load one at a time (engine/workloads/plugin.py):
+    items_serialised, items_note. A stream's split and what it means for the batches go into `stream` (the run's
+    summary)."""
     out, items = cfg.effective(device=str(device)), {}
     if cfg.workload == "folder" or is_spec(cfg.workload):  # a user's dataset may hold other counts than asked
         dataset = build_dataset(cfg)  # NOTE: lists the files once; the mode lists them again (cheap)
-        out.update(n_samples=len(dataset), num_classes=dataset.num_classes)
+        # NOTE: classes nobody declared stay auto (0): the model's head decided them, and 0 reruns the same way
+        if getattr(dataset, "is_stream", False):
+            stream.update(stream_split=dataset.split, stream_note=_stream_note(cfg, dataset))
+        out.update(n_samples=_samples(dataset, cfg), num_classes=dataset.num_classes
+                   if getattr(dataset, "classes_known", True) else 0)
         if hasattr(dataset, "items_serialised"):
             items = {"items_serialised": dataset.items_serialised, "items_note": dataset.serial_note}
     return out, items
+
+
+def _samples(dataset: Any, cfg: RunConfig) -> int:
+    """The dataset's samples per epoch; a stream without a length keeps the config's figure (its note says so)."""
+    return (dataset.total or cfg.n_samples) if getattr(dataset, "is_stream", False) else len(dataset)
+
+
+def _stream_note(cfg: RunConfig, dataset: Any) -> str:
+    workers = cfg.workers if cfg.loader in ("threads", "processes") else 1
+    world = cfg.world_size if cfg.mode == "ddp" else 1
+    notes = [dataset.for_rank(0, world).order_note(workers)]
+    if dataset.total is None:
+        notes.append("the stream has no length: epochs end where it stops, n_samples is not its size")
+    if cfg.loader == "threads" and dataset.split == "self":
+        notes.append("a stream that splits itself is read by one thread (get_worker_info() is None in threads)")
+    return "; ".join(n for n in notes if n)
 
 
 def _calibrate(calibrate: Callable[..., dict[str, Any]], ctx: Any, run_dir: Path, hook: Any) -> dict[str, Any]:

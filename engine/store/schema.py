@@ -92,7 +92,8 @@ def _v5(conn: duckdb.DuckDBPyConnection) -> None:
 def _v6(conn: duckdb.DuckDBPyConnection) -> None:
     """The predicted epoch's range (predicted_lo_s, predicted_hi_s), from the probe's spread or the residuals'; runs of
     the user's own loop (engine/observe/): their source, the stream observed, the loader's settings; the pools the lab
-    did not set and the threads they add, a plugin's items loaded one at a time, the steady epochs' CPU %.
+    did not set and the threads they add, a plugin's items loaded one at a time, the steady epochs' CPU %; a stream's
+    split (self, shard, item) and its note.
 
     NOTE: NULL for the runs already stored: not measured or not recorded (an empty list or 0 would misstate it), and
     every one of them is the lab's own."""

@@ -36,11 +36,12 @@ _SUMMARY_V5 = {"predicted_epoch_s": "DOUBLE", "predicted_from": "VARCHAR", "pred
 # settings as read from the object, JSON, with those the lab's fields cannot hold listed under "unmapped"; the pools
 # the lab did not set where items loaded (engine/measure/pools.py, JSON text {place: pools}) and the runnable threads
 # they add; whether a plugin's items loaded one at a time and why; the process tree's CPU % over the steady epochs
-# only (what the verdict reads)
+# only (what the verdict reads); how a stream (the user's iterable) was split over workers and ranks ('self',
+# 'shard', 'item'; NULL for map-style datasets) and what that means for its batches (engine/workloads/stream.py)
 _SUMMARY_V6 = {"predicted_lo_s": "DOUBLE", "predicted_hi_s": "DOUBLE",
                "source": "VARCHAR", "observed_stream": "VARCHAR", "observed_settings": "VARCHAR",
                "thread_pools": "VARCHAR", "extra_threads": "INTEGER", "items_serialised": "BOOLEAN",
-               "items_note": "VARCHAR", "steady_cpu_pct": "DOUBLE"}
+               "items_note": "VARCHAR", "steady_cpu_pct": "DOUBLE", "stream_split": "VARCHAR", "stream_note": "VARCHAR"}
 # Run-level figures computed at ingest (or copied from the run's `summary` event).
 SUMMARY_COLUMNS = {
     "epoch_s": "DOUBLE", "samples_per_s": "DOUBLE", "ttfb_s": "DOUBLE", "data_wait_share": "DOUBLE",

@@ -5,6 +5,7 @@
     jpeg     synthetic JPEGs generated once under data/datasets/, decoded and augmented per sample
     folder   the user's ImageFolder-style directory (--folder), same transform as jpeg
     plugin   not a name: PluginDataset wraps the user's own dataset ('module:callable', engine/plugins/__init__.py)
+    stream   not a name: StreamDataset wraps the user's own iterable (an IterableDataset), split over workers and ranks
 
 Every workload takes `(cfg)`, has `num_classes` and `sample_shape`, and answers `ds[index]` or
 `ds[(epoch, index)]` with `(x float32 CHW, y int)`, deterministically; see `_base.SeededDataset`.
@@ -26,11 +27,14 @@ from engine.workloads._base import SeededDataset, ShardDataset
 from engine.workloads.folder import FolderWorkload
 from engine.workloads.jpeg import JpegWorkload
 from engine.workloads.plugin import PluginDataset
+from engine.workloads._tally import EpochTally, StreamMismatch
 from engine.workloads.pyloop import PyloopWorkload
+from engine.workloads.stream import SPLITS, BadStreamItem, StreamDataset, is_stream
 from engine.workloads.tensor import TensorWorkload
 
-__all__ = ["FolderWorkload", "JpegWorkload", "PluginDataset", "PyloopWorkload", "SeededDataset", "ShardDataset",
-           "TensorWorkload", "WORKLOADS", "build_dataset"]
+__all__ = ["BadStreamItem", "EpochTally", "FolderWorkload", "JpegWorkload", "PluginDataset", "PyloopWorkload", "SPLITS",
+           "SeededDataset", "ShardDataset", "StreamDataset", "StreamMismatch", "TensorWorkload", "WORKLOADS",
+           "build_dataset", "is_stream", "shard_of"]
 
 WORKLOADS = unique("workload", [
     ("tensor", TensorWorkload), ("jpeg", JpegWorkload), ("pyloop", PyloopWorkload), ("folder", FolderWorkload),
@@ -42,7 +46,15 @@ def build_dataset(cfg: Any) -> Any:
     if not is_spec(cfg.workload):
         return WORKLOADS[cfg.workload](cfg)
     inner = call_factory(resolve(cfg.workload, "workload"), cfg.workload, "workload", cfg.to_dict())
-    if isinstance(inner, IterableDataset) or not hasattr(inner, "__getitem__"):
-        raise ConfigError("workload", f"'{cfg.workload}' returned type {type(inner).__name__}, not a map-style "
-                                      "Dataset; return an object with __len__ and __getitem__(index) -> (x, y)")
+    if isinstance(inner, IterableDataset) or (not hasattr(inner, "__getitem__") and hasattr(inner, "__iter__")):
+        return StreamDataset(inner, cfg, cfg.workload)  # a stream: split over workers and ranks, checked per epoch
+    if not hasattr(inner, "__getitem__"):
+        raise ConfigError("workload", f"'{cfg.workload}' returned type {type(inner).__name__}, neither a map-style "
+                                      "Dataset nor a stream; return an object with __len__ and __getitem__(index) -> "
+                                      "(x, y), or an iterable of (x, y) (an IterableDataset)")
     return PluginDataset(inner, cfg, cfg.workload)
+
+
+def shard_of(dataset: Any, rank: int, world: int) -> Any:
+    """Rank `rank`'s share of the run's dataset (ddp): samples rank, rank + world, ..., or that rank's stream parts."""
+    return dataset.for_rank(rank, world) if is_stream(dataset) else ShardDataset(dataset, rank, world)

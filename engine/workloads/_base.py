@@ -21,6 +21,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from engine.names import DEFAULT_CLASSES
+
 __all__ = ["BankWorkload", "SeededDataset", "ShardDataset", "best_seconds", "sample_seed"]
 
 log = logging.getLogger(__name__)
@@ -64,7 +66,7 @@ class SeededDataset(Dataset):
 
     def __init__(self, cfg: Any):
         self.seed = int(cfg.seed)
-        self.num_classes = int(cfg.num_classes)
+        self.num_classes = int(cfg.num_classes) or DEFAULT_CLASSES  # 0: auto
         self.image_size = int(cfg.image_size)
         self.sample_shape: tuple[int, int, int] = (3, self.image_size, self.image_size)
         self.latency_s = float(cfg.latency_ms) / 1000.0

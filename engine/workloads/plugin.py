@@ -32,6 +32,7 @@ import torch
 from engine.errors import ConfigError, printable
 from engine.plugins import set_item_seed
 from engine.workloads._base import SeededDataset, sample_seed
+from engine.workloads._classes import dataset_classes
 
 __all__ = ["CHECKED_ITEMS", "SERIAL_NOTE", "BadItem", "PluginDataset"]
 
@@ -62,9 +63,8 @@ class PluginDataset(SeededDataset):
                                           "map-style torch.utils.data.Dataset (with __len__ and __getitem__)") from None
         if self._len < 1:
             raise ConfigError("workload", f"'{spec}' returned an empty dataset; it needs at least one item")
-        classes = getattr(inner, "num_classes", None)
-        if isinstance(classes, int) and not isinstance(classes, bool) and classes > 0:
-            self.num_classes = classes  # NOTE: the dataset knows its classes better than the config's default
+        # NOTE: the user's num_classes, else the dataset's; when neither says, the model's head decides
+        self.num_classes, self.classes_known = dataset_classes(inner, int(cfg.num_classes))
         self._lock: threading.Lock | None = threading.Lock()  # until the check below finds it is not needed
         self._pid = os.getpid()
         self.sample_shape = self._probe()  # what the model is built for; items must all share it
@@ -158,7 +158,7 @@ class PluginDataset(SeededDataset):
             return x, y  # soft or multi-dimensional labels: the loss decides what they mean
         if isinstance(y, (int, np.integer, torch.Tensor)) and not isinstance(y, bool):
             label = int(y)
-            if self._class_labels and not 0 <= label < self.num_classes:
+            if self._class_labels and self.classes_known and not 0 <= label < self.num_classes:
                 raise BadItem(f"item {index} of '{self.spec}': label {label} is out of range for the model's "
                               f"{self.num_classes} logits; labels must be in [0, {self.num_classes}): set "
                               "num_classes (or the dataset's num_classes attribute) or fix the labels")

@@ -119,6 +119,9 @@ def waits_global(**_):
     return Waits(32, draw_global=True)
 
 
+def two_classes(**_):
+    return Noisy(8, 8, 0, labels=lambda i: i % 2)  # no num_classes anywhere: the model's head decides
+
 class Listed(Noisy):
     """ImageFolder-style: the labels listed up front (targets), one bad one deep in the data."""
 
@@ -337,6 +340,23 @@ def test_a_bad_plugin_exits_2_naming_the_field_and_stores_nothing(plug, store, c
     if store.exists():
         with duckdb.connect(str(store), read_only=True) as conn:
             assert conn.execute("SELECT count(*) FROM runs").fetchone() == (0,)
+
+
+def test_a_fixed_two_logit_head_over_an_undeclared_two_class_dataset_runs(plug, store):
+    """num_classes left auto: LoaderLab's default of 10 is not the user's, so a plugin that ran before still runs."""
+    args = ["run", "--workload", f"{plug}:two_classes", "--model", f"{plug}:two_logits", "--n-samples", "8",
+            "--image-size", "8", "--batch-size", "4", "--epochs", "2", "--no-bound", "--quiet", "--db", str(store)]
+    assert main(args) == 0
+    with duckdb.connect(str(store), read_only=True) as conn:
+        assert conn.execute("SELECT status, num_classes FROM runs").fetchall() == [("done", 0)]  # auto, as it ran
+
+
+def test_a_num_classes_the_user_set_and_the_model_ignores_is_refused(plug, store, capsys):
+    args = ["run", "--workload", f"{plug}:two_classes", "--model", f"{plug}:two_logits", "--num-classes", "3",
+            "--n-samples", "8", "--image-size", "8", "--batch-size", "4", "--epochs", "2", "--db", str(store)]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "returned 2 logits per sample, but it was built for num_classes=3" in err[0], err
 
 
 def test_a_bad_label_past_the_preflight_batch_fails_the_run_naming_the_item(plug, store, capsys):
