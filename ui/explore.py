@@ -127,10 +127,12 @@ def _one_ranking(rank: pd.DataFrame, workload: str, model: str, i: int) -> None:
         "rank": rank["rank"], "config": rank["config"], "runs": rank["n"],
         "median epoch": [sig(v, " s") for v in rank["median"]], "95 % interval": rank["interval"],
         f"speedup over {ref['config']}": [_speedup(r) for _, r in rank.iterrows()], "call": rank["call"]})
-    st.dataframe(table, hide_index=True, key=_k(f"rank.{i}"), column_config={
-        "config": st.column_config.TextColumn("config", help="the settings that differ among the runs in view"),
-        "call": st.column_config.TextColumn("call", help="faster: the speedup's whole 95 % interval is above 1; "
-                                            "not slower: it starts above 0.95; else no clear difference")})
+    # NOTE: st.table, not st.dataframe: a short leaderboard whose text wraps and can be read (and tested) as text;
+    # it renders Markdown, so every cell goes through plain()
+    st.table(table.set_index("rank").map(plain).rename(columns=plain), border="horizontal")
+    st.caption("Ranked by median epoch time over each config's runs. The call: faster when the speedup's whole 95 % "
+               "interval is above 1; not slower when it starts above 0.95; a config with fewer than 6 runs has no "
+               "interval yet, so it is unproven however fast it looks.")
 
 
 def _speedup(row: pd.Series) -> str:
@@ -138,7 +140,7 @@ def _speedup(row: pd.Series) -> str:
         return "1× (reference)"
     if pd.isna(row["speedup_lo"]):
         return f"{sig(row['speedup'], '×')} by the medians; no interval: {row['n']} runs here"
-    return f"{sig(row['speedup'], '×')} (95 % CI {sig(row['speedup_lo'])}–{sig(row['speedup_hi'], '×')})"
+    return f"{sig(row['speedup'], '×')} (95% CI {sig(row['speedup_lo'])}-{sig(row['speedup_hi'], '×')})"
 
 
 def _fastest_sentence(top: pd.Series, ref: pd.Series) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 import streamlit as st
 
 from ui.cache import cached
-from ui.text import plain, sig, when
+from ui.text import plain, when
 
 __all__ = ["first_steps"]
 
@@ -33,7 +33,7 @@ def demo_line(demo: dict[str, Any]) -> str:
                                     f"GPU {demo['gpu_name']}" if demo.get("gpu_name") else "no GPU") if p)
     done = demo.get("done", demo["runs"])
     runs = f"{demo['runs']} runs" + ("" if done == demo["runs"] else f" ({done} finished so far)")
-    return (f"The demo ran {runs} of {demo['workload']} + {demo['model']} ({sig(demo['n_samples'], digits=6)} "
+    return (f"The demo ran {runs} of {demo['workload']} + {demo['model']} ({int(demo['n_samples']):,} "
             f"samples an epoch; loaders {', '.join(map(str, demo['loaders']))}) on {demo['host']} ({machine}), "
             f"from {when(demo['first'])}.")
 

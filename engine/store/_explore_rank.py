@@ -72,7 +72,7 @@ def rank_configs(runs: pd.DataFrame, reference: str | None = None, metric: str =
             med, lo, hi = medians[lab]
             c = stats.compare(values[ref], values[lab], margin=NOT_SLOWER_MARGIN)
             rows.append({**dict(zip(PIPELINE, key)), "config": lab, "n": len(values[lab]), "median": med, "lo": lo,
-                         "hi": hi, "interval": stats.ci_text(lo, hi, len(values[lab]), "{:.3g}", " s"),
+                         "hi": hi, "interval": stats.ci_text(lo, hi, len(values[lab]), "{:#.3g}", " s"),
                          "unproven": len(values[lab]) < stats.MIN_FOR_CI, "speedup": c["speedup"],
                          "speedup_lo": c["speedup_lo"], "speedup_hi": c["speedup_hi"], "vs": ref,
                          "call": _call(c, lab == ref), "run_ids": ids[lab]})
