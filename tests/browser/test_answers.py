@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -108,7 +109,7 @@ def test_explore_opens_on_one_pipeline_names_the_fastest_and_the_advisor_agrees(
                                             "sync, workers=0")]
     assert order == sorted(order) and "1× (reference)" in body   # fastest first, the slowest is the reference
     # the Advisor follows the filter (tensor + mlp) and agrees: the same config first, said as unproven
-    advisor = page.locator('[data-testid="stExpander"]').filter(has_text="Advisor").first
+    advisor = page.locator('[data-testid="stExpander"]').filter(has_text="Advisor: what is fastest here").first
     advisor.get_by_text(re.compile("fastest so far")).first.wait_for(timeout=90_000)
     said = advisor.inner_text()
     assert "tensor + mlp" in said and "fastest so far, unproven: 1 run: processes, 2 workers" in said, said
@@ -128,6 +129,10 @@ def test_numbers_read_as_a_person_reads_them(served, new_page):
     figures = re.findall(r"(\d+\.\d+) s\b", table)
     assert figures and all(len(f.replace(".", "").lstrip("0")) == 3 for f in figures), figures
     # worker counts are categories on the axis: no 0.5 or 1.5 workers
-    ticks = page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot .xtick text'))
-                             .map(t => t.textContent)""")
+    page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
+    ticks, deadline = [], time.monotonic() + 30
+    while not ticks and time.monotonic() < deadline:  # plotly draws its axes after the element appears
+        ticks = page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot .xtick text'))
+                                 .map(t => t.textContent)""")
+        time.sleep(0.3)
     assert ticks and set(ticks) <= {"0", "2", "4"}, ticks
