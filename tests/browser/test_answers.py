@@ -132,7 +132,7 @@ def test_numbers_read_as_a_person_reads_them(served, new_page):
     page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
     ticks, deadline = [], time.monotonic() + 30
     while not ticks and time.monotonic() < deadline:  # plotly draws its axes after the element appears
-        ticks = page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot .xtick text'))
+        ticks = page.evaluate("""() => Array.from(document.querySelector('.js-plotly-plot').querySelectorAll('.xtick text'))
                                  .map(t => t.textContent)""")
         time.sleep(0.3)
     assert ticks and set(ticks) <= {"0", "2", "4"}, ticks
