@@ -6,7 +6,7 @@ stores that state and shows a short `/explore?view=<id>` link.
 
 import streamlit as st
 
-from ui import advisor, explore, pending, state
+from ui import advisor, explore, first_visit, pending, state
 from ui.auth import require_token
 from ui.cache import cached
 from ui.errors import shown
@@ -17,6 +17,9 @@ require_token()  # a page opened directly (deep link) is guarded too, not only t
 st.title("Explore")
 pending.banner()  # runs waiting to be stored, and who holds the store
 options: dict = {}
+args: dict = {}
+with shown("Could not read the demo"):
+    first_visit.first_steps()
 
 with shown("Could not read the store"):
     options = cached("explore_filter_options")
@@ -28,6 +31,8 @@ with shown("Could not read the store"):
 
     explore.controls(spec)
     args = explore.state()
+    with shown("Could not rank the configs"):
+        explore.answer(args)   # the fastest config first: what a visitor came for
     with shown("Could not draw the chart"):
         explore.chart(args)
     with shown("Could not draw the predictions"):
@@ -42,4 +47,4 @@ with shown("Could not read the store"):
         st.code(link, language=None)
         st.caption("Anyone with this link and access to this dashboard sees the same chart.")
 
-advisor.panel(options)
+advisor.panel(options, args.get("filters"))

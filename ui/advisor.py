@@ -1,6 +1,10 @@
 """The advisor panel: the best measured config for a workload and model, its speedup over sync (or over the
 user's own setup, said once in "Your current setup") with an interval, the verdict, and one-click sweeps: the
-neighbours most worth trying next, and the confirmation of the best against your setup."""
+neighbours most worth trying next, and the confirmation of the best against your setup.
+
+It follows Explore's filters: the workloads and models it offers are those in view, and the tag filter narrows
+the runs it ranks. Its words are text that wraps (never a code block cut off on the right), and a config with
+too few runs for an interval is "fastest so far, unproven", never "best" (engine.advice.advisor.best_word)."""
 
 from __future__ import annotations
 
@@ -17,24 +21,32 @@ from ui.text import plain
 __all__ = ["panel"]
 
 
-def panel(options: dict[str, Any]) -> None:
-    workloads, models = options.get("workload") or [], options.get("model") or []
-    with st.expander("Advisor: what is fastest here, and what to try next", expanded=False):
+def _pick(label: str, choices: list[str], key: str, col: Any) -> str:
+    if st.session_state.get(key) not in choices:
+        st.session_state[key] = choices[0]  # Explore's filter changed: follow it
+    return col.selectbox(label, choices, key=key)
+
+
+def panel(options: dict[str, Any], filters: dict[str, Any] | None = None) -> None:
+    """The panel under Explore; `filters`: Explore's (workload, model and tag lists, empty for all)."""
+    filters = filters or {}
+    workloads = list(filters.get("workload") or options.get("workload") or [])
+    models = list(filters.get("model") or options.get("model") or [])
+    with st.expander("Advisor: what is fastest here, and what to try next", expanded=True):
         if not workloads or not models:
-            st.info("No finished runs yet: queue a sweep on the Launch page, or `python -m engine sweep "
-                    "examples/loaders.toml`.")
+            st.info("No finished runs yet: queue a sweep on the Launch page.")
             return
         cols = st.columns(3)
-        workload = cols[0].selectbox("Workload", workloads, key="advisor.workload")
-        model = cols[1].selectbox("Model", models, key="advisor.model")
+        workload = _pick("Workload", workloads, "advisor.workload", cols[0])
+        model = _pick("Model", models, "advisor.model", cols[1])
         host = cols[2].selectbox("Host", ["this", "any"], key="advisor.host",
                                  help="this: runs measured on this machine only")
         typed = st.text_input("Your current setup (optional)", key="advisor.baseline", placeholder=api.BASELINE_EXAMPLE,
                               help="What your DataLoader uses today, as FIELD=VALUE pairs of loader settings: the "
-                                   "best is compared with it instead of sync (CLI: --baseline)")
+                                   "best is compared with it instead of sync")
         cap_text = st.text_input("Memory cap (optional)", key="advisor.max_memory", placeholder="8G",
                                  help="no config whose runs peaked above this (PSS of the whole process tree) is the "
-                                      "best (CLI: --max-memory)")
+                                      "best")
         baseline = cap = None
         with shown("Your current setup"):
             baseline = api.parse_baseline(typed)   # only loader settings pass: never a module path
@@ -44,8 +56,13 @@ def panel(options: dict[str, Any]) -> None:
             return
         with shown("The advisor could not read the store"):
             # once per store version, not per rerun
-            advice = cached("advise", workload, model, host=host, baseline=baseline or None, max_memory=cap or None)
-            st.code(api.render_advice(advice), language=None)
+            tags = list(filters.get("tag") or []) or None
+            advice = cached("advise", workload, model, host=host, baseline=baseline or None, max_memory=cap or None,
+                            tags=tags)
+            if tags:
+                st.caption(f"Runs tagged {plain(', '.join(tags))} only, as Explore's tag filter.")
+            # NOTE: one Markdown paragraph of plain() text: it wraps, and a tag or a note stays text
+            st.markdown(plain(api.render_advice(advice, cli=False)))
             if advice.base_config:  # the answer as code, with st.code's copy button
                 st.code(api.snippet({**advice.base_config, **advice.best}, "the best measured here"),
                         language="python")

@@ -15,9 +15,9 @@ import streamlit as st
 from engine import api
 from ui.cache import cached, data_token
 from ui.state import Param
-from ui.text import chart_safe, plain
+from ui.text import chart_safe, plain, readable, sig
 
-__all__ = ["chart", "controls", "predictions", "selected_runs", "spec", "state"]
+__all__ = ["answer", "chart", "controls", "predictions", "selected_runs", "spec", "state"]
 
 PAGE = "explore"
 _MAX_FACETS = 12
@@ -29,14 +29,20 @@ _VERDICT_HELP = ("commonest verdict among the group's runs: " + "; ".join(f"{k}:
                  + " (the run page gives the counts)")
 
 
-_PREDICTED_HELP = "median predicted epoch of the group's runs (engine/predict/model.py): compare with the measured median"
+_PREDICTED_HELP = ("median predicted epoch of the group's runs (engine/predict/model.py): compare with the "
+                   "measured median")
 _FROM_HELP = ("commonest source of the group's predictions: prior = predicted before the run from an earlier probe "
               "(held out); own = fitted on the run's own probe, after it (not a held-out prediction)")
 
 
 def spec(options: dict[str, Any]) -> dict[str, Param]:
-    """The page's URL parameters; filter values must be among the store's values."""
+    """The page's URL parameters; filter values must be among the store's values.
+
+    NOTE: with several pipelines (workload + model) stored, the default view is the newest run's pipeline, never
+    all of them pooled into one point per loader; `?workload=&model=` (cleared filters) shows them all."""
     axes = list(api.explore_axes())
+    latest = options.get("latest_pipeline") or []
+    pinned = dict(zip(("workload", "model"), latest)) if options.get("n_pipelines", 0) > 1 and len(latest) == 2 else {}
     return {
         "metric": Param("epoch_s", choices=list(api.EXPLORE_METRICS)),
         "x": Param("loader", choices=axes),
@@ -45,7 +51,10 @@ def spec(options: dict[str, Any]) -> dict[str, Param]:
         "color": Param("threads", choices=["", *axes]),
         "facet": Param("", choices=["", *axes]),
         "interval": Param("ci", choices=["ci", "quantiles"]),
-        **{f: Param([], "many", choices=list(options.get(f, []))) for f in api.EXPLORE_FILTERS},
+        "scale": Param("linear", choices=["linear", "log"]),
+        "vs": Param("", "text"),
+        **{f: Param([pinned[f]] if f in pinned else [], "many", choices=list(options.get(f, [])))
+           for f in api.EXPLORE_FILTERS},
         "date_from": Param("", "date"),
         "date_to": Param("", "date"),
         "sel": Param([], "ids"),
@@ -59,10 +68,11 @@ def _k(name: str) -> str:
 def controls(sp: dict[str, Param]) -> None:
     """Chart settings on one row, filters on the next; values come from session state set by bind()."""
     fmt = lambda v: _LABELS.get(v, v)  # noqa: E731
-    cols = st.columns(5)
-    for col, name, label in zip(cols, ("metric", "x", "color", "facet", "interval"),
-                                ("Metric", "x axis", "Colour", "Facet", "Error bars")):
-        col.selectbox(label, sp[name].allowed(), key=_k(name), format_func=fmt)
+    cols = st.columns(6)
+    for col, name, label in zip(cols, ("metric", "x", "color", "facet", "interval", "scale"),
+                                ("Metric", "x axis", "Colour", "Facet", "Error bars", "y scale")):
+        col.selectbox(label, sp[name].allowed(), key=_k(name), format_func=fmt,
+                      help="log: one slow outlier no longer flattens the others" if name == "scale" else None)
     cols = st.columns(6)
     for col, name in zip(cols, api.EXPLORE_FILTERS):
         col.multiselect(name.capitalize(), sp[name].allowed(), key=_k(name), placeholder="all")
@@ -78,7 +88,79 @@ def state() -> dict[str, Any]:
         day = ss.get(_k(name))
         filters[name] = day.isoformat() if day else ""
     return {"x": ss[_k("x")], "metric": ss[_k("metric")], "color": ss[_k("color")] or None,
-            "facet": ss[_k("facet")] or None, "interval": ss[_k("interval")], "filters": filters}
+            "facet": ss[_k("facet")] or None, "interval": ss[_k("interval")], "filters": filters,
+            "log": ss.get(_k("scale")) == "log"}
+
+
+_SHOWN_PIPELINES = 4  # rankings shown at once; more pipelines in view get a line saying how to narrow the view
+
+
+def answer(args: dict[str, Any]) -> pd.DataFrame:
+    """Which config in view is fastest and by how much: per pipeline, the configs ranked by median epoch time, with
+    the speedup over the slowest (or the config picked in "Speedup over") and its interval, and the call in words.
+    The fastest config is named first, in the container keyed "explore.fastest" (where its code goes)."""
+    ranking = cached("explore_ranking", filters=args["filters"], reference=st.session_state.get(_k("vs")) or None)
+    if ranking.empty:
+        return ranking
+    pipelines = ranking[["workload", "model"]].drop_duplicates()
+    if len(pipelines) > 1:
+        st.warning(f"This view holds {len(pipelines)} pipelines (workload + model); each is ranked on its own, "
+                   "never pooled. Pick one workload and one model in the filters to chart one.",
+                   icon=":material/call_split:")
+    for i, (workload, model) in enumerate(pipelines.head(_SHOWN_PIPELINES).itertuples(index=False)):
+        _one_ranking(ranking[(ranking["workload"] == workload) & (ranking["model"] == model)], workload, model, i)
+    return ranking
+
+
+def _fastest_code(run_id: str) -> None:
+    """The fastest config's loader as code to paste (its newest run's setting), in st.code with its copy button."""
+    run = cached("get_run", run_id) if run_id else None
+    if run and run["config"].get("loader") in api.SNIPPETS:
+        with st.expander("The code: this loader, built from your `dataset`", expanded=False):
+            st.code(api.snippet(run["config"], api.run_title(run)), language="python")
+
+
+def _one_ranking(rank: pd.DataFrame, workload: str, model: str, i: int) -> None:
+    top, ref = rank.iloc[0], rank[rank["call"] == "reference"].iloc[0]
+    with st.container(key=f"explore_fastest_{i}"):
+        st.subheader(plain(f"Fastest for {workload} + {model}"), anchor=False)
+        st.markdown(plain(_fastest_sentence(top, ref)))
+        _fastest_code(str(top["run_ids"]).split(",")[0])  # the answer as code, under the sentence naming it
+    labels = ["", *rank["config"]]
+    if len(rank) > 1 and i == 0:  # one reference for the page: the first pipeline's configs
+        if st.session_state.get(_k("vs")) not in labels:
+            st.session_state[_k("vs")] = ""
+        st.selectbox("Speedup over", labels, key=_k("vs"),
+                     format_func=lambda v: v or f"the slowest ({rank.iloc[-1]['config']})",
+                     help="the config each speedup is measured against: your setup, if you measured it")
+    table = pd.DataFrame({
+        "rank": rank["rank"], "config": rank["config"], "runs": rank["n"],
+        "median epoch": [sig(v, " s") for v in rank["median"]], "95 % interval": rank["interval"],
+        f"speedup over {ref['config']}": [_speedup(r) for _, r in rank.iterrows()], "call": rank["call"]})
+    # NOTE: st.table, not st.dataframe: a short leaderboard whose text wraps and can be read (and tested) as text;
+    # it renders Markdown, so every cell goes through plain()
+    st.table(table.set_index("rank").map(plain).rename(columns=plain), border="horizontal")
+    st.caption("Ranked by median epoch time over each config's runs. The call: faster when the speedup's whole 95 % "
+               "interval is above 1; not slower when it starts above 0.95; a config with fewer than 6 runs has no "
+               "interval yet, so it is unproven however fast it looks.")
+
+
+def _speedup(row: pd.Series) -> str:
+    if row["call"] == "reference":
+        return "1× (reference)"
+    if pd.isna(row["speedup_lo"]):
+        return f"{sig(row['speedup'], '×')} by the medians; no interval: {row['n']} runs here"
+    return f"{sig(row['speedup'], '×')} (95% CI {sig(row['speedup_lo'])}-{sig(row['speedup_hi'], '×')})"
+
+
+def _fastest_sentence(top: pd.Series, ref: pd.Series) -> str:
+    """'threads, workers=2 is fastest: 0.412 s an epoch (95 % CI ...), 1.62× faster than sync (95 % CI ...).'"""
+    word = api.best_word(int(top["n"]))
+    head = (f"{top['config']} is the fastest" if word == "best" else f"{top['config']} is the {word}") + \
+        f": {sig(top['median'], ' s')} an epoch ({top['interval']})"
+    if top["call"] == "reference":
+        return head + "; it is the only config in view."
+    return f"{head}, {_speedup(top)} over {ref['config']}: {top['call']}."
 
 
 def chart(args: dict[str, Any]) -> pd.DataFrame:
@@ -110,25 +192,42 @@ def chart(args: dict[str, Any]) -> pd.DataFrame:
     if picked != st.session_state.get("_explore.picked", []):  # a new click/selection, not a replay
         st.session_state["_explore.picked"] = picked
         st.session_state[_k("sel")] = picked
-    table = summary.rename(columns={"median": f"median {_LABELS[args['metric']]}"})
-    if "efficiency" in table:  # above 1 no fraction and no verdict: the bound was measured under other conditions
-        above = table["efficiency"] > 1
-        table = table.assign(efficiency=table["efficiency"].map(api.efficiency_text))
-        if "verdict" in table:
-            table.loc[above, "verdict"] = None
+    table = _table(summary).rename(columns={"median": f"median {_LABELS[args['metric']]}"})
     st.dataframe(table, hide_index=True, key=_k("table"), column_config={
         "run_ids": st.column_config.TextColumn("run ids (newest first)", width="large"),
         "efficiency": st.column_config.TextColumn("efficiency", help="lower bound ÷ measured"),
-        "bound_s": st.column_config.NumberColumn("bound (s)", format="%.3f", help="median lower bound of an epoch"),
+        "bound_s": st.column_config.TextColumn("bound (s)", help="median lower bound of an epoch"),
         "verdict": st.column_config.TextColumn("verdict", help=_VERDICT_HELP),
-        "predicted_epoch_s": st.column_config.NumberColumn("predicted (s)", format="%.3f", help=_PREDICTED_HELP),
+        "predicted_epoch_s": st.column_config.TextColumn("predicted (s)", help=_PREDICTED_HELP),
         "predicted_from": st.column_config.TextColumn("predicted from", help=_FROM_HELP),
-        "cv": st.column_config.NumberColumn("CV", format="%.2f", help="coefficient of variation across runs"),
+        "cv": st.column_config.TextColumn("CV", help="coefficient of variation across runs"),
         "noisy": st.column_config.CheckboxColumn("noisy", help="CV over 10 %: differences may be noise"),
-        "interval_note": st.column_config.TextColumn("interval", help="why a group has no interval (n < 6)"),
+        "interval": st.column_config.TextColumn("interval", help="the 95 % interval, or why a group has none (n < 6)"),
         "n_configs": st.column_config.NumberColumn("configs", help="distinct configs pooled into this point"),
         "differs": st.column_config.TextColumn("fields that differ", help="settings that vary within the point")})
     return summary
+
+
+_REASONS = {"bound_s": "no bound: measured without it", "efficiency": "no bound: measured without it",
+            "predicted_epoch_s": "not predicted", "cv": "one run: no spread"}
+
+
+def _table(summary: pd.DataFrame) -> pd.DataFrame:
+    """The groups as a person reads them: 3 significant figures, the interval as one text column ("lo – hi", or
+    the reason there is none: "no interval: 5 runs"), never None in a cell."""
+    out = summary.copy()
+    out.insert(out.columns.get_loc("lo"), "interval", [
+        note if isinstance(note, str) and note else f"{sig(lo)} – {sig(hi)}"
+        for note, lo, hi in zip(out["interval_note"], out["lo"], out["hi"])])
+    out = out.drop(columns=["lo", "hi", "interval_note"])
+    out["verdict"] = out["verdict"].fillna("no verdict: no bound")
+    out["predicted_from"] = out["predicted_from"].fillna("not predicted")
+    if "efficiency" in out:  # above 1 no fraction and no verdict: the bound was measured under other conditions
+        above = out["efficiency"] > 1
+        out["efficiency"] = [api.efficiency_text(v) if pd.notna(v) else _REASONS["efficiency"]
+                             for v in out["efficiency"]]
+        out.loc[above, "verdict"] = "no verdict: the bound was measured under other conditions"
+    return readable(out, _REASONS)
 
 
 def predictions(args: dict[str, Any]) -> None:
@@ -165,7 +264,8 @@ def _figure(token: str, args_json: str, _summary: pd.DataFrame) -> Any:
     """The chart for (store version, settings), built once and shared by every session: Plotly's figure
     building is most of a faceted view's server time. NOTE: never mutated after this, so sharing is safe."""
     args = json.loads(args_json)
-    return api.metric_chart(_summary, x=args["x"], metric=args["metric"], color=args["color"], facet=args["facet"])
+    return api.metric_chart(_summary, x=args["x"], metric=args["metric"], color=args["color"], facet=args["facet"],
+                            log_y=bool(args.get("log")))
 
 
 def selected_runs() -> None:

@@ -16,13 +16,15 @@ The browser test tests/browser/test_markup.py checks the result in a real chromi
 
 from __future__ import annotations
 
+import datetime as dt
 import html
+import math
 import re
 from typing import Any, Iterable
 
 import pandas as pd
 
-__all__ = ["chart_safe", "plain"]
+__all__ = ["chart_safe", "plain", "readable", "sig", "when"]
 
 _WJ = "\u2060"  # WORD JOINER: zero width, invisible, not a line-break opportunity
 # CommonMark renders a backslash-escaped ASCII punctuation character as itself: links, images, emphasis, code,
@@ -64,4 +66,50 @@ def chart_safe(df: pd.DataFrame, columns: Iterable[str | None] | None = None) ->
             out[c] = out[c].map(lambda v: html.escape(v, quote=False) if isinstance(v, str) else v)
     if columns is None:
         out.columns = [html.escape(c, quote=False) if isinstance(c, str) else c for c in out.columns]
+    return out
+
+
+# ---------------------------------------------------------------------------- numbers as a person reads them
+
+
+def sig(value: Any, unit: str = "", digits: int = 3, missing: str = "not measured") -> str:
+    """`value` to `digits` significant figures, never in e-notation between 1e-4 and 1e9 and with thousands
+    separated: 0.0428, 1.42, 17,600. A missing value (None, NaN) reads `missing`: give the reason."""
+    if value is None or value is pd.NA or isinstance(value, str):
+        return missing if value is None or value is pd.NA else value
+    x = float(value)
+    if math.isnan(x):
+        return missing
+    if x == 0 or not 1e-4 <= abs(x) < 1e9:
+        text = f"{x:.{digits}g}"
+    else:
+        decimals = digits - 1 - math.floor(math.log10(abs(x)))  # negative: round to tens, hundreds, ...
+        text = f"{round(x, decimals):,.{max(0, decimals)}f}"
+    return f"{text}{unit}"
+
+
+def when(value: Any) -> str:
+    """A stored timestamp (naive UTC, the store's convention) to the second with its zone: 2026-11-25 22:13:40 UTC."""
+    if value is None or value is pd.NaT or (isinstance(value, float) and math.isnan(value)):
+        return "not recorded"
+    ts = pd.Timestamp(value)
+    ts = ts.tz_localize(dt.timezone.utc) if ts.tzinfo is None else ts.tz_convert(dt.timezone.utc)
+    return ts.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def readable(df: pd.DataFrame, reasons: dict[str, str] | None = None) -> pd.DataFrame:
+    """A copy of df for display: floats to 3 significant figures, timestamps to the second with their zone, and a
+    missing value as its reason (`reasons[column]`, else "not measured"): never "None", "nan" or a bare dash."""
+    out = df.copy()
+    reasons = reasons or {}
+    for c in out.columns:
+        col = out[c]
+        why = reasons.get(c, "not measured")
+        if pd.api.types.is_datetime64_any_dtype(col):
+            out[c] = [when(v) if pd.notna(v) else why for v in col]
+        elif pd.api.types.is_float_dtype(col):
+            out[c] = [sig(v, missing=why) for v in col]
+        elif col.dtype == object and col.map(lambda v: isinstance(v, (float, dt.datetime))).any():
+            out[c] = [sig(v, missing=why) if isinstance(v, float) or v is None else
+                      when(v) if isinstance(v, dt.datetime) else v for v in col]
     return out

@@ -36,7 +36,7 @@ from engine.paths import Db
 from engine.store import done_runs
 
 __all__ = ["Advice", "CONFIRM_REPEATS", "GPU_IDLE_KEYS", "KNOB_KEYS", "PROBLEM_KEYS", "QUIET_GPU", "Suggestion",
-           "advise", "gpu_line", "render_advice"]
+           "advise", "best_word", "gpu_line", "render_advice"]
 
 log = logging.getLogger(__name__)
 
@@ -135,13 +135,15 @@ class Advice:
 
 def advise(workload: str, model: str, *, host: str = "this", db: Db = None,
            where: dict[str, Any] | None = None, baseline: str | dict[str, Any] | None = None,
-           max_memory: str | int | None = None) -> Advice:
+           max_memory: str | int | None = None, tags: list[str] | None = None) -> Advice:
     """Advice for workload + model from the done runs in the store (see the module docstring).
     `baseline`: the user's setup, e.g. "loader=processes,workers=4,batch_size=64" (engine.advice.baseline.parse).
-    `max_memory` ("8G"): a config with a run whose peak PSS was above it is never the best."""
+    `max_memory` ("8G"): a config with a run whose peak PSS was above it is never the best.
+    `tags`: only runs whose config tag, or one of the tags given later, is among these (Explore's tag filter)."""
     given = _parse_baseline(baseline)  # bad input fails before the store is read
     cap = memory.parse_size(max_memory)
     runs = done_runs(workload, model, db)
+    runs = runs[_tagged(runs, tags)] if tags else runs
     on_host, label = _on_host(runs, host)
     asked = {"workload": workload, "model": model, "host": host, "host_label": label, "baseline": given}
     runs = _where(runs[on_host], where or {})
@@ -185,6 +187,13 @@ def _parse_baseline(value: str | dict[str, Any] | None) -> dict[str, Any]:
     return baseline.parse(value)
 
 
+def _tagged(runs: pd.DataFrame, tags: list[str]) -> pd.Series:
+    """Explore's tag filter (engine/store/explore.py filter_sql): the config's tag or any tag given later."""
+    wanted = {str(t) for t in tags}
+    later = runs["tags"].fillna("").astype(str).map(lambda t: bool(wanted & set(t.split(","))))
+    return runs["tag"].isin(wanted) | later
+
+
 def _where(runs: pd.DataFrame, where: dict[str, Any]) -> pd.DataFrame:
     for k, v in where.items():
         if k not in runs.columns:
@@ -224,24 +233,25 @@ def _verdict(best_runs: pd.DataFrame) -> tuple[str | None, str | None]:
 # ---------------------------------------------------------------------------- in words
 
 
-def render_advice(advice: Advice) -> str:
-    """The advice in words, as `python -m engine advise` prints it and the dashboard shows it."""
+def render_advice(advice: Advice, cli: bool = True) -> str:
+    """The advice in words, as `python -m engine advise` prints it and the dashboard shows it (cli=False: without
+    the commands to type, since the dashboard has buttons for them)."""
     if advice.message:
-        return advice.message
+        return advice.message if cli else _no_runs_here(advice)
     row = advice.table.iloc[0]
     lines = [f"{advice.workload} + {advice.model} on {advice.host_label}: {advice.n_runs} done runs, "
              f"{len(advice.table)} configs (single-model runs; {_fmt_problem(advice.problem)})"]
     if advice.warning:
         lines.append(f"warning: {advice.warning}")
     epoch = _fmt_ci(row["median"], row["ci_lo"], row["ci_hi"], row["n"])
-    lines.append(f"best: {describe(advice.best)}: epoch {epoch}"
+    lines.append(f"{best_word(int(row['n']))}: {describe(advice.best)}: epoch {epoch}"
                  f" over {row['n']} run(s){' (noisy: CV over 10%)' if row['noisy'] else ''}")
     if advice.tied:
         shown = "; ".join(describe(t) for t in advice.tied[:4]) + ("; ..." if len(advice.tied) > 4 else "")
         lines.append(f"tied with the best (no clear difference at 95%, or too few runs to tell): {shown}")
     c = advice.comparison
     if advice.baseline:
-        lines += _vs_baseline_lines(advice)
+        lines += _vs_baseline_lines(advice, cli)
     elif advice.default == advice.best:
         lines.append("the default is the fastest measured config")
     else:
@@ -264,6 +274,8 @@ def render_advice(advice: Advice) -> str:
         lines += [f"  {i}. {_fmt_changes(s.changes)}: {s.reason}" for i, s in enumerate(advice.suggestions, 1)]
         lines.append(f"  the sweep repeats the best and each of these {CONFIRM_REPEATS} times: enough runs "
                      "for a 95% interval of every speedup")
+        if not cli:
+            return "\n".join(lines)
         host = "" if advice.host == "this" else f" --host {advice.host}"
         lines.append(f"  one command: python -m engine advise --workload {advice.workload} --model {advice.model}"
                      f"{host} --write-sweep next.toml && python -m engine sweep next.toml")
@@ -306,7 +318,21 @@ def gpu_line(shares: dict[str, float], best: dict[str, Any]) -> str:
     return f"GPU: it {what} {parts[cause]:.0%} of each step; {fix} (idle {idle:.0%}: {rest})"
 
 
-def _vs_baseline_lines(advice: Advice) -> list[str]:
+def best_word(n: int) -> str:
+    """'best', or 'fastest so far, unproven: 1 run' when the config's median has no 95 % interval yet: a config
+    with fewer runs than stats.MIN_FOR_CI is never called best over configs measured six times or more."""
+    if n >= stats.MIN_FOR_CI:
+        return "best"
+    return f"fastest so far, unproven: {n} run{'' if n == 1 else 's'}"
+
+
+def _no_runs_here(advice: Advice) -> str:
+    """The dashboard's words for a workload + model with no runs to advise on (the CLI's name commands)."""
+    return (f"No finished single-model runs of {advice.workload} + {advice.model} on {advice.host_label}: queue a "
+            "sweep over loaders on the Launch page, or pick 'any' host.")
+
+
+def _vs_baseline_lines(advice: Advice, cli: bool = True) -> list[str]:
     """The advisor's answer for the user's setup: the best's speedup over it with its interval, or the
     sweep that would give one. `advice` has a baseline."""
     c, mine = advice.comparison, f"your setup ({describe(advice.default)})"
@@ -319,7 +345,7 @@ def _vs_baseline_lines(advice: Advice) -> list[str]:
         said = (f"best is {c['speedup']:.2f}x faster than {mine}" if c["verdict"] == "B faster"
                 else f"best vs {mine}: {c['speedup']:.2f}x by the medians, {c['verdict']}")
         lines = [f"{said} ({ci}; {c['n_a']} + {c['n_b']} runs)"]
-    if advice.needs_confirmation:
+    if advice.needs_confirmation and cli:
         host = "" if advice.host == "this" else f" --host {advice.host}"
         lines.append(f"  confirm it ({CONFIRM_REPEATS} runs of each, in a random order): python -m engine advise "
                      f"--workload {advice.workload} --model {advice.model}{host} --baseline "

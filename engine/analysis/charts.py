@@ -55,13 +55,35 @@ def _configs_text(n_configs: int, differs: str | None) -> str:
     return f"{int(n_configs)}, POOLED: differ in {differs or '?'}"
 
 
+def _readable_y(fig: go.Figure, values: pd.Series, log_y: bool = False) -> None:
+    """Axis numbers to 3 significant figures; and where the values barely differ (one point, or repeats equal to
+    6 digits), a range of +-10 % around them, not an axis from 1.417472 to 1.417478."""
+    fig.update_yaxes(tickformat=".3~g")
+    v = pd.to_numeric(values, errors="coerce").dropna()
+    if log_y or v.empty:
+        return
+    lo, hi = float(v.min()), float(v.max())
+    if hi - lo <= 1e-3 * max(abs(hi), abs(lo), 1e-12):
+        mid = (hi + lo) / 2
+        pad = abs(mid) * 0.1 or 1.0
+        fig.update_yaxes(range=[mid - pad, mid + pad])
+
+
+def _is_count(col: pd.Series) -> bool:
+    """Integer settings (workers, depth, threads, batch size): categories on an axis, never 0.5 or 1.5."""
+    return pd.api.types.is_integer_dtype(col) or (
+        pd.api.types.is_float_dtype(col) and col.dropna().map(float.is_integer).all())
+
+
 def metric_chart(summary: pd.DataFrame, *, x: str, metric: str = "epoch_s", color: str | None = None,
-                 facet: str | None = None) -> go.Figure:
+                 facet: str | None = None, log_y: bool = False) -> go.Figure:
     """Median of `metric` per group with error bars (`lo`..`hi`) where a group has repeats.
 
     `summary` columns: x, [color], [facet], median, lo, hi, n, run_ids (comma-separated), and where
     present interval_note, n_configs and differs (the hover then says how many configs a point pools).
-    A numeric x is drawn as lines between points; a categorical one as points.
+    A numeric x is drawn as lines between points; a categorical one as points. Integer settings (worker
+    counts) are categories, and colours at one x are drawn side by side, so their error bars never overlap.
+    `log_y`: a log axis, where one slow outlier does not flatten the rest.
     """
     label = METRIC_LABELS.get(metric, metric)
     if summary.empty:
@@ -70,9 +92,14 @@ def metric_chart(summary: pd.DataFrame, *, x: str, metric: str = "epoch_s", colo
     for col in {c for c in (color, facet) if c}:
         df[col] = df[col].astype("string").fillna(_NONE)  # discrete colours and facets, even for numbers
     numeric_x = pd.api.types.is_numeric_dtype(df[x]) and not pd.api.types.is_bool_dtype(df[x])
-    if not numeric_x:
+    df = df.sort_values([c for c in (facet, color, x) if c])  # NOTE: numbers sorted as numbers: 2, 4, 16
+    if numeric_x and _is_count(df[x]):
+        numeric_x = False
+        df[x] = df[x].map(lambda v: _NONE if pd.isna(v) else str(int(v))).astype("string")
+        order = sorted(df[x].unique(), key=lambda v: (v == _NONE, int(v) if v != _NONE else 0))
+    elif not numeric_x:
         df[x] = df[x].astype("string").fillna(_NONE)
-    df = df.sort_values([c for c in (facet, color, x) if c])
+        order = sorted(df[x].unique())
     df["err_plus"] = (df["hi"] - df["median"]).clip(lower=0).fillna(0)
     df["err_minus"] = (df["median"] - df["lo"]).clip(lower=0).fillna(0)
     df["runs"] = [_hover_ids(ids, n) for ids, n in zip(df["run_ids"], df["n"])]
@@ -94,9 +121,14 @@ def metric_chart(summary: pd.DataFrame, *, x: str, metric: str = "epoch_s", colo
         fig = px.line(df, markers=True, **kwargs)
     else:
         fig = px.scatter(df, **kwargs)
-        fig.update_xaxes(type="category")
+        fig.update_xaxes(type="category", categoryorder="array", categoryarray=order)
+        if color:
+            fig.update_layout(scattermode="group", scattergap=0.5)  # colours side by side at one x
     fig.update_traces(marker={"size": 10})
     fig.update_layout(clickmode="event+select", legend_title_text=color or "")
+    if log_y:
+        fig.update_yaxes(type="log")
+    _readable_y(fig, pd.concat([df["median"], df["lo"], df["hi"]]), log_y)
     return fig
 
 
@@ -139,6 +171,7 @@ def epoch_chart(epochs: pd.DataFrame, *, compact: bool = False) -> go.Figure:
                   hover_data=["samples_per_s", "ttfb_s"], labels={"wall_s": "epoch time (s)"},
                   title=None if compact else "epoch time")
     fig.update_xaxes(dtick=1)
+    _readable_y(fig, df["wall_s"])
     if compact:
         fig.update_layout(height=220, margin=dict(l=0, r=0, t=10, b=0), showlegend=False)
     return fig

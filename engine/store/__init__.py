@@ -24,8 +24,8 @@ queue's table, imports from other hosts, and the SQL sandbox. Nothing outside th
 from engine.errors import QueryRejected, StoreBusy, StoreCorrupt, StoreError, StoreHeld, StoreVersionError
 from engine.store.connect import DEFAULT_TIMEOUT_S, connect, prepare, reads_only
 from engine.store.edits import export, purge, restore, set_notes, set_tags, soft_delete
-from engine.store.explore import (EXPLORE_FILTERS, EXPLORE_METRICS, explore_axes, explore_filter_options,
-                                  explore_predictions, explore_summary)
+from engine.store.explore import (EXPLORE_FILTERS, EXPLORE_METRICS, demo_summary, explore_axes,
+                                  explore_filter_options, explore_predictions, explore_ranking, explore_summary)
 from engine.store.ingest import ingest_pending, ingest_run
 from engine.store.merge import export_bundle, import_results
 from engine.store.pending import pending_summary
@@ -55,12 +55,14 @@ __all__ = [
     "connect",
     "count_runs",
     "delete_saved_query",
+    "demo_summary",
     "done_runs",
     "ensure_schema",
     "epoch_time_by",
     "explore_axes",
     "explore_filter_options",
     "explore_predictions",
+    "explore_ranking",
     "explore_summary",
     "export",
     "export_bundle",

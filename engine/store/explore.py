@@ -18,12 +18,13 @@ import pandas as pd
 from engine.analysis.stats import NOISY_CV
 from engine.config import config_fields
 from engine.paths import Db
-from engine.store._explore_sql import ci_ranks, pool_sql
+from engine.store._explore_rank import rank_configs
+from engine.store._explore_sql import ci_ranks, config_columns, pool_sql
 from engine.store.connect import connect
 from engine.store.queries import LIVE, filter_clauses
 
-__all__ = ["EXPLORE_FILTERS", "EXPLORE_METRICS", "explore_axes", "explore_filter_options", "explore_predictions",
-           "explore_summary", "filter_sql"]
+__all__ = ["EXPLORE_FILTERS", "EXPLORE_METRICS", "demo_summary", "explore_axes", "explore_filter_options",
+           "explore_predictions", "explore_ranking", "explore_summary", "filter_sql"]
 
 # run columns a chart can show; the GPU ones are NULL for CPU runs, which then drop out of that chart
 EXPLORE_METRICS = ("epoch_s", "samples_per_s", "data_wait_share", "gpu_idle_share", "gpu_idle_data_share",
@@ -143,16 +144,50 @@ def explore_predictions(filters: dict[str, Any] | None = None, limit: int = 5000
                             f"ORDER BY created_at DESC LIMIT {int(limit)}", params).fetchdf()
 
 
+def explore_ranking(filters: dict[str, Any] | None = None, reference: str | None = None,
+                    db: Db = None) -> pd.DataFrame:
+    """The configs in view ranked by median epoch time per pipeline, with speedups over the slowest (or over the
+    config labelled `reference`) and their intervals: engine/store/_explore_rank.py's rank_configs."""
+    where, params = filter_sql(filters)
+    cols = ", ".join(f'"{c}"' for c in dict.fromkeys(["workload", "model", *config_columns(), "host_fingerprint",
+                                                      "code_hash"]))
+    with connect(db, read_only=True) as conn:
+        runs = conn.execute(f"SELECT run_id, created_at, epoch_s, {cols} FROM runs "
+                            f"WHERE {where} AND epoch_s IS NOT NULL", params).fetchdf()
+    return rank_configs(runs, reference)
+
+
+def demo_summary(db: Db = None) -> dict[str, Any] | None:
+    """What the stored demo runs (tag 'demo') measured, and where: workload, model, n_samples, loaders, runs,
+    host, cpu_model, cores, gpu_name and first (its first run's time); None when the store holds no demo run."""
+    with connect(db, read_only=True) as conn:
+        cur = conn.execute(f"""
+            SELECT any_value(workload), any_value(model), any_value(n_samples),
+                   list(DISTINCT loader ORDER BY loader), count(*), any_value(host), any_value(cpu_model),
+                   any_value(cores), any_value(gpu_name), min(created_at),
+                   count(*) FILTER (WHERE status = 'done'), count(DISTINCT workload || '/' || model)
+            FROM runs WHERE {LIVE} AND tag = 'demo'""")
+        row = cur.fetchall()[0]
+    if not row[4]:
+        return None
+    keys = ("workload", "model", "n_samples", "loaders", "runs", "host", "cpu_model", "cores", "gpu_name", "first",
+            "done", "pipelines")
+    return dict(zip(keys, row))
+
+
 def explore_filter_options(db: Db = None) -> dict[str, Any]:
-    """Distinct values of each filter column among charted runs, plus the first and last run date."""
+    """Distinct values of each filter column among charted runs, the first and last run date, the newest run's
+    [workload, model] (`latest_pipeline`: Explore opens on it) and how many pipelines there are (`n_pipelines`)."""
     where, _ = filter_sql(None)
     parts = ", ".join(f'list(DISTINCT "{c}" ORDER BY "{c}") FILTER (WHERE "{c}" IS NOT NULL AND "{c}" <> \'\')'
                       for c in EXPLORE_FILTERS[:-1])
     tags = ("list_sort(list_distinct(list_filter(flatten(list(string_split(coalesce(tags, ''), ','))) || list(tag), "
             "lambda t: t IS NOT NULL AND t <> '')))")
     with connect(db, read_only=True) as conn:
-        row = conn.execute(f"SELECT {parts}, {tags}, min(created_at)::DATE, max(created_at)::DATE, count(*) "
-                           f"FROM runs WHERE {where}").fetchone()
+        row = conn.execute(f"SELECT {parts}, {tags}, min(created_at)::DATE, max(created_at)::DATE, count(*), "
+                           "arg_max([workload, model], created_at), count(DISTINCT [workload, model]) "
+                           f"FROM runs WHERE {where}").fetchall()[0]
     out: dict[str, Any] = {c: list(v or []) for c, v in zip(EXPLORE_FILTERS, row)}
-    out.update(first_date=row[-3], last_date=row[-2], n_runs=row[-1])
+    out.update(first_date=row[-5], last_date=row[-4], n_runs=row[-3], latest_pipeline=list(row[-2] or []),
+               n_pipelines=row[-1])
     return out

@@ -111,10 +111,23 @@ BUILTIN_QUERIES = {
     "data-bound runs": (
         "SELECT run_id, workload, loader, workers, data_wait_share, efficiency, verdict\n"
         "FROM runs WHERE verdict = 'data-bound' AND NOT deleted\nORDER BY data_wait_share DESC"),
+    # NOTE: the advisor's statistic (engine/advice/advisor.py): each config's median over its done single-model
+    # runs of epoch_s, compared within one host fingerprint; fewer than 6 runs have no interval, so "unproven"
     "best config per workload/model": (
-        "SELECT workload, model, arg_min(loader, epoch_s) AS loader, arg_min(workers, epoch_s) AS workers,\n"
-        "       arg_min(mode, epoch_s) AS mode, min(epoch_s) AS best_epoch_s, arg_min(run_id, epoch_s) AS run_id\n"
-        "FROM runs WHERE status = 'done' AND NOT deleted\nGROUP BY workload, model ORDER BY workload, model"),
+        "WITH configs AS (\n"
+        "  SELECT workload, model, device, n_samples, host_fingerprint, loader, workers, prefetch_depth, batch_size,\n"
+        "         count(*) AS runs, median(epoch_s) AS median_epoch_s, arg_max(run_id, created_at) AS newest_run\n"
+        "  FROM runs WHERE status = 'done' AND NOT deleted AND mode = 'single' AND epoch_s IS NOT NULL\n"
+        "  GROUP BY workload, model, device, n_samples, host_fingerprint, loader, workers, prefetch_depth,\n"
+        "           start_method, persistent_workers, pin_memory, batch_size)\n"
+        "SELECT workload, model, loader, workers, prefetch_depth, batch_size, median_epoch_s, runs,\n"
+        "       CASE WHEN runs >= 6 THEN 'best' ELSE 'fastest so far, unproven: ' || runs\n"
+        "            || CASE WHEN runs = 1 THEN ' run' ELSE ' runs' END END AS called,\n"
+        "       n_samples, device, host_fingerprint, newest_run\n"
+        "FROM configs\n"
+        "QUALIFY row_number() OVER (PARTITION BY workload, model, device, n_samples, host_fingerprint\n"
+        "                           ORDER BY median_epoch_s) = 1\n"
+        "ORDER BY workload, model"),
     "runs per host": (
         "SELECT host, count(*) AS runs, count(*) FILTER (WHERE status = 'done') AS done,\n"
         "       min(created_at) AS first_run, max(created_at) AS last_run\n"

@@ -1,0 +1,123 @@
+"""Explore answers (issue 28): the ranking is engine.analysis.stats' figures, the Advisor follows Explore's filters
+and never calls a 1-run config best, the saved "best config" query agrees with the Advisor, the first visit says
+what the demo ran and where, and numbers read as a person reads them (ui/text.py)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+
+import pandas as pd
+
+from engine import api
+from engine.analysis import stats
+from engine.store import BUILTIN_QUERIES, connect
+from tests._markup import seen
+
+
+def test_the_ranking_is_the_stats_modules_medians_intervals_and_speedups(seeded):
+    ranking = api.explore_ranking(filters={"workload": ["tensor"]})
+    with connect(read_only=True) as conn:
+        runs = conn.execute("SELECT loader, epoch_s FROM runs WHERE status = 'done' AND workload = 'tensor'").df()
+    by = {k: g["epoch_s"].to_numpy() for k, g in runs.groupby("loader")}
+    assert list(ranking["median"]) == sorted(ranking["median"])   # fastest first
+    slowest = max(by, key=lambda k: stats.median_ci(by[k])[0])
+    for _, row in ranking.iterrows():
+        loader = row["config"].split(",")[0]
+        med, lo, hi = stats.median_ci(by[loader])
+        c = stats.compare(by[slowest], by[loader], margin=0.05)
+        assert (row["median"], row["n"]) == (med, len(by[loader]))
+        assert row["speedup"] == c["speedup"] and (math.isnan(lo) == math.isnan(row["lo"]))
+        assert row["unproven"] == (len(by[loader]) < stats.MIN_FOR_CI)
+    assert ranking.iloc[-1]["call"] == "reference" and ranking.iloc[-1]["speedup"] == 1
+
+
+def test_a_chosen_reference_is_what_every_speedup_is_measured_against(seeded):
+    first = api.explore_ranking()
+    fastest = first.iloc[0]["config"]
+    again = api.explore_ranking(reference=fastest)
+    assert set(again["vs"]) == {fastest}
+    assert again.set_index("config").loc[fastest, "call"] == "reference"
+
+
+def test_the_page_names_the_fastest_and_the_advisor_says_the_same_config_in_words(seeded, open_page, no_problems):
+    at = open_page("explore", workload="tensor")
+    no_problems(at)
+    ranking = api.explore_ranking(filters={"workload": ["tensor"]})
+    top = ranking.iloc[0]
+    sentence = [seen(m.value) for m in at.markdown if seen(m.value).startswith(top["config"])]
+    assert sentence, [m.value for m in at.markdown]
+    advice = [seen(m.value) for m in at.markdown if "done runs" in seen(m.value)]
+    assert advice, "the advisor's words are Markdown text, not a code block"
+    if top["unproven"]:   # the seeded threads config ran once
+        assert f"is the fastest so far, unproven: {top['n']} run" in sentence[0]
+        assert f"fastest so far, unproven: {top['n']} run" in advice[0] and "best:" not in advice[0]
+    assert f"{top['config'].split(',')[0]}, " in advice[0].split("unproven")[-1] or "best: " in advice[0]
+    assert "python -m engine" not in advice[0] and "--" not in advice[0]   # no CLI in the browser
+
+
+def test_the_advisor_follows_the_filters_of_explore(seeded, open_page, no_problems):
+    at = open_page("explore", workload="tensor", tag="seed")
+    no_problems(at)
+    assert at.selectbox(key="advisor.workload").options == ["tensor"]
+    assert any("Runs tagged seed only" in seen(c.value) for c in at.caption)
+
+
+def test_the_saved_best_config_query_agrees_with_the_advisor(seeded):
+    best = api.run_query(BUILTIN_QUERIES["best config per workload/model"]).df
+    row = best[(best["workload"] == "tensor") & (best["model"] == "mlp")].iloc[0]
+    advice = api.advise("tensor", "mlp", host="any")
+    assert (row["loader"], int(row["workers"])) == (advice.best["loader"], int(advice.best["workers"]))
+    assert row["median_epoch_s"] == advice.table.iloc[0]["median"]   # the same statistic: the median over runs
+    assert row["called"] == api.best_word(int(row["runs"]))
+
+
+def test_the_first_visit_says_what_the_demo_ran_and_where(seeded, open_page, no_problems):
+    db, _ = seeded
+    with connect(db, read_only=False) as conn:
+        conn.execute("UPDATE runs SET tag = 'demo'")
+        n, host = conn.execute("SELECT count(*), any_value(host) FROM runs WHERE NOT deleted").fetchone()
+    api.bump_data_version(db=db)
+    at = open_page("explore")
+    no_problems(at)
+    [start] = [e for e in at.expander if e.label.startswith("Start here")]
+    text = " ".join(seen(m.value) for m in start.markdown)
+    assert f"The demo ran {n} runs of tensor + mlp (64 samples an epoch; loaders sync, threads) on " in text
+    assert " UTC" in text and "cores" in text
+    assert [seen(m.value) for m in start.markdown if m.value.startswith("**")] == [
+        "**1. Your pipeline**", "**2. Tune**", "**3. Paste the answer**"]
+
+
+def test_the_groups_table_gives_reasons_and_three_significant_figures(seeded, open_page, no_problems):
+    at = open_page("explore", x="loader")
+    no_problems(at)
+    groups = next(d.value for d in at.dataframe if "run_ids" in d.value.columns)
+    assert not groups.isna().any().any(), groups   # never None: a reason instead
+    assert "no interval: 1 run" in set(groups["interval"])
+    medians = groups.filter(like="median").iloc[:, 0]
+    assert all(len(m.replace(".", "").replace(",", "").lstrip("0")) == 3 for m in medians), list(medians)
+
+
+def test_numbers_and_timestamps_as_a_person_reads_them():
+    from ui.text import readable, sig, when
+
+    assert [sig(v) for v in (0.03, 0.0428, 17589.9255, 1.417472, 2)] == ["0.0300", "0.0428", "17,600", "1.42", "2.00"]
+    assert sig(None, missing="not sampled: run shorter than 0.5 s") == "not sampled: run shorter than 0.5 s"
+    assert when(dt.datetime(2026, 11, 25, 22, 13, 40, 123456)) == "2026-11-25 22:13:40 UTC"
+    df = readable(pd.DataFrame({"t": [dt.datetime(2026, 1, 2, 3, 4, 5, 6), None], "x": [1.23456, None]}),
+                  {"x": "no bound"})
+    assert df.to_dict("list") == {"t": ["2026-01-02 03:04:05 UTC", "not measured"], "x": ["1.23", "no bound"]}
+
+
+def test_a_one_point_chart_gets_a_readable_axis_and_worker_counts_are_categories():
+    epochs = pd.DataFrame({"epoch": [1], "wall_s": [1.417475], "model_idx": [0], "rank": [0], "warmup": [False],
+                           "samples_per_s": [361.0], "ttfb_s": [0.1]})
+    lo, hi = api.epoch_chart(epochs).layout.yaxis.range
+    assert hi - lo > 0.2   # not 1.417472..1.417478
+    summary = pd.DataFrame({"loader": ["sync", "threads", "threads"], "workers": [0, 1, 2], "median": [1.0, .6, .5],
+                            "lo": [None, .5, .4], "hi": [None, .7, .6], "n": [1, 6, 6], "run_ids": ["a", "b", "c"]})
+    fig = api.metric_chart(summary, x="workers")
+    assert fig.layout.xaxis.type == "category" and list(fig.layout.xaxis.categoryarray) == ["0", "1", "2"]
+    dodged = api.metric_chart(summary, x="loader", color="workers")
+    assert dodged.layout.scattermode == "group"   # two worker counts at one loader: side by side
+    assert api.metric_chart(summary, x="loader", log_y=True).layout.yaxis.type == "log"
