@@ -21,7 +21,7 @@ from typing import Any
 from torch.utils.data import IterableDataset
 
 from engine.errors import ConfigError
-from engine.names import unique
+from engine.names import DEFAULT_CLASSES, unique
 from engine.plugins import call_factory, is_spec, resolve
 from engine.workloads._base import SeededDataset, ShardDataset
 from engine.workloads.folder import FolderWorkload
@@ -45,7 +45,11 @@ def build_dataset(cfg: Any) -> Any:
     """The run's dataset: a built-in workload, or the user's factory called with every config field, wrapped."""
     if not is_spec(cfg.workload):
         return WORKLOADS[cfg.workload](cfg)
-    inner = call_factory(resolve(cfg.workload, "workload"), cfg.workload, "workload", cfg.to_dict())
+    # NOTE: num_classes auto (0) reaches the factory as the lab's default, as before auto existed: a factory that
+    # takes it (`% num_classes`, a head of that width) keeps working; its dataset's own num_classes, if it declares
+    # one, is what the run then uses (engine/workloads/_classes.py)
+    fields = {**cfg.to_dict(), "num_classes": cfg.num_classes or DEFAULT_CLASSES}
+    inner = call_factory(resolve(cfg.workload, "workload"), cfg.workload, "workload", fields)
     if isinstance(inner, IterableDataset) or (not hasattr(inner, "__getitem__") and hasattr(inner, "__iter__")):
         return StreamDataset(inner, cfg, cfg.workload)  # a stream: split over workers and ranks, checked per epoch
     if not hasattr(inner, "__getitem__"):

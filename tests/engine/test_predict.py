@@ -228,8 +228,13 @@ def test_probe_reads_a_heavy_tailed_latency_at_its_mean_not_its_fastest_window()
     # bench/pipelines/storage.py: lognormal waits, median 3 ms, sigma 1: a mean of 3 e^0.5 = 4.95 ms an item
     cfg = RunConfig.from_dict({"workload": "bench.pipelines.storage:build", "model": "bench.pipelines.storage:model",
                                "n_samples": 1024, "batch_size": 32, "device": "cpu"})
-    p = probe(cfg, CPU, step_builder(cfg, 0, CPU))
     mean = 32 * 3e-3 * math.exp(0.5)
+    for _ in range(3):  # NOTE: probed again when off, as the GIL tests are: this VM's 1.5-2x slow stretches read
+        # one probe's mean at 8 ms an item and the next at 5.6 (quiet, the same items); a probe that takes the fastest
+        # window instead reads under 0.8x the mean every time
+        p = probe(cfg, CPU, step_builder(cfg, 0, CPU))
+        if 0.8 * mean <= p["load_wall_s"] - p["load_cpu_s"] <= 1.25 * mean:
+            break
     assert p["latency_batches"] * 32 >= 256  # enough items to see the tail, not a few windows' worth
     assert 0.8 * mean <= p["load_wall_s"] - p["load_cpu_s"] <= 1.25 * mean
     assert p["load_fastest_wall_s"] <= p["load_wall_s"] * 1.25  # (the fastest window is kept beside it)
