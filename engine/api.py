@@ -7,7 +7,8 @@ the dashboard loads torch only when a config is validated or a job is queued.
 
 from __future__ import annotations
 
-__all__ = []
+from engine.advice import next_steps as observed_next_steps
+from engine.advice.advisor import CONFIRM_REPEATS, advise, best_word, render_advice
 from engine.advice.baseline import EXAMPLE as BASELINE_EXAMPLE
 from engine.advice.baseline import parse as parse_baseline
 from engine.advice.code import SNIPPETS, run_title, snippet
