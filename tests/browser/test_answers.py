@@ -113,7 +113,10 @@ def test_explore_opens_on_one_pipeline_names_the_fastest_and_the_advisor_agrees(
     advisor.get_by_text(re.compile("fastest so far")).first.wait_for(timeout=90_000)
     said = advisor.inner_text()
     assert "tensor + mlp" in said and "fastest so far, unproven: 1 run: processes, 2 workers" in said, said
-    assert advisor.locator('[data-testid="stCode"]').count() == 0  # words that wrap, not a code block
+    # words that wrap, not a code block: the only code in the Advisor is the answer's Python, to paste
+    codes = advisor.locator('[data-testid="stCode"]')
+    assert all("loader = " in codes.nth(i).inner_text() for i in range(codes.count()))
+    assert "fastest so far" not in "".join(codes.nth(i).inner_text() for i in range(codes.count()))
     page.locator(".st-key-explore_fastest_0").scroll_into_view_if_needed()
     page.screenshot(path=str(SHOTS / "explore.png"), timeout=120_000)
 
