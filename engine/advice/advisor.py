@@ -156,8 +156,8 @@ def advise(workload: str, model: str, *, host: str = "this", db: Db = None,
     every = single[stats.matching(single, problem)]
     mine = memory.drop_over_cap(every, list(KNOB_KEYS), cap)
     if mine.empty:
-        return Advice(**asked, message=f"every measured config of {workload}+{model} peaked above the "
-                                       f"{memory.fmt_bytes(cap)} cap (--max-memory)")
+        return Advice(**asked, message=f"every measured config of {workload}+{model} {_OVER_CAP} "
+                                       f"{memory.fmt_bytes(cap)} memory cap")
     table = stats.summarize_configs(mine, list(KNOB_KEYS))
     # --- best, default (sync or the user's setup), their runs ---
     best = dict(zip(KNOB_KEYS, _native(table.iloc[0][list(KNOB_KEYS)])))
@@ -233,11 +233,14 @@ def _verdict(best_runs: pd.DataFrame) -> tuple[str | None, str | None]:
 # ---------------------------------------------------------------------------- in words
 
 
+_OVER_CAP = "peaked above the"  # the advice when no config fits the memory cap
+
+
 def render_advice(advice: Advice, cli: bool = True) -> str:
     """The advice in words, as `python -m engine advise` prints it and the dashboard shows it (cli=False: without
     the commands to type, since the dashboard has buttons for them)."""
-    if advice.message:
-        return advice.message if cli else _no_runs_here(advice)
+    if advice.message:  # no runs to advise on, or none under the memory cap (both pages say it so)
+        return advice.message if cli or _OVER_CAP in advice.message else _no_runs_here(advice)
     row = advice.table.iloc[0]
     lines = [f"{advice.workload} + {advice.model} on {advice.host_label}: {advice.n_runs} done runs, "
              f"{len(advice.table)} configs (single-model runs; {_fmt_problem(advice.problem)})"]

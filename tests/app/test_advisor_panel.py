@@ -63,4 +63,4 @@ def test_the_advice_ends_with_its_code_and_a_memory_cap_is_read(seeded, open_pag
                                                  "512M or 1.5G"]
     at.text_input(key="advisor.max_memory").input("2M").run()  # below every run's peak: none can be the answer
     no_problems(at)
-    assert _advice(at, "peaked above the 2 MiB cap")
+    assert _advice(at, "peaked above the 2 MiB memory cap")

@@ -68,7 +68,7 @@ def test_launch_a_run_then_share_the_explore_view(dashboard, new_page):
     _open(page, f"{base}/explore?x=loader&color=workers", "Explore")
     assert run_id in _chart_ids(page)
     page.get_by_role("button", name="Copy share link").click()
-    code = page.locator('[data-testid="stCode"]').first
+    code = page.locator('[data-testid="stCode"]').filter(has_text="view=").first  # the link, not a config's code
     code.wait_for(timeout=30_000)
     link = re.search(r"\S*/explore\?view=[A-Za-z0-9_-]+", code.inner_text()).group(0)
     before = _chart_ids(page)
