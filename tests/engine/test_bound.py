@@ -89,6 +89,7 @@ def test_a_run_under_other_pool_settings_measures_its_own_loader_pass(tmp_path, 
     """OMP_NUM_THREADS sizes the BLAS pools a transform runs (numpy's OpenBLAS reads it), not a config field: a pass
     cached under one setting is no bound of a run under another, even in the same sweep and repeat."""
     db, cfg, meta = tmp_path / "s.duckdb", RunConfig.from_dict({**SLOW_DATA, "latency_ms": 1.0}), {"sweep_id": "env"}
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")  # NOTE: set both ways: an xdist worker runs under 1 already
     first = launch(cfg, db=db, meta={**meta, "repeat_idx": 0})
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     other = launch(cfg, db=db, meta={**meta, "repeat_idx": 0})
