@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from engine.names import NAMES
+
 ROOT = Path(__file__).resolve().parents[2]
 # on the CPU: device auto is cuda:0 on a GPU box, and these tests check the CLI, not the device
 TINY = ["--workload", "tensor", "--n-samples", "128", "--image-size", "8", "--width", "8", "--batch-size", "32",
@@ -74,7 +76,7 @@ def test_help_on_every_command(store):
         assert out.returncode == 0 and "usage" in out.stdout.lower()
     run_help = " ".join(cli("run", "--help", db=store).stdout.split())
     assert "--prefetch-depth" in run_help
-    assert "[sync|prefetch|threads|processes]" in run_help  # the registry's names, read when help is shown
+    assert f"[{'|'.join(NAMES['loaders'])}]" in run_help  # the registry's names, read when help is shown
 
 
 def test_a_cli_run_imports_torch_in_its_run_child_only(store):
