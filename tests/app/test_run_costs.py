@@ -46,5 +46,5 @@ def test_explore_offers_gpu_idle_share_and_charts_it(store, open_page, no_proble
     assert {"GPU idle share", "GPU idle share: waiting on data"} <= set(metric.options)
     assert metric.value == "gpu_idle_data_share"
     table = at.dataframe[0].value
-    assert table["median GPU idle share: waiting on data"].tolist() == [0.38]
+    assert table["median GPU idle share: waiting on data"].tolist() == ["0.380"]  # 3 significant figures, as shown
     assert table["run_ids"].tolist() == ["gpu1"]
