@@ -496,7 +496,7 @@ def _baseline_of(args: argparse.Namespace) -> str | dict[str, Any] | None:
     """--baseline, the settings read from --baseline-from's DataLoader, or --baseline-run's (saying on which pipeline
     the lab will measure them); more than one is bad input."""
     if args.baseline_from and (args.baseline or args.baseline_run):
-        raise ConfigError("baseline_from", "give one of --baseline, --baseline-from and --baseline-run")
+        raise ConfigError("baseline_from", "give one of --baseline, --baseline-from and --baseline-run, not both or all three")
     if args.baseline_from:
         return read_loader(args.baseline_from)
     given = resolve_baseline(args.baseline, args.baseline_run, args.db)

@@ -33,7 +33,10 @@ _LIMIT = 2000  # the newest runs looked at: more is history, not this pipeline's
 
 
 def same_pipeline(a: RunConfig, b: RunConfig) -> bool:
-    return all(getattr(a, k, None) == getattr(b, k, None) for k in PIPELINE_KEYS)
+    """The pipeline keys agree as they take effect; num_classes 0 (auto) agrees with the count it resolved to."""
+    ea, eb = a.effective(), b.effective()
+    return all(ea.get(k) == eb.get(k) or (k == "num_classes" and not (ea.get(k) and eb.get(k)))
+               for k in PIPELINE_KEYS)
 
 
 def earlier_runs(cfg: RunConfig, db: Db, machine: str, device: str = "cpu") -> list[tuple[RunConfig, float]]:

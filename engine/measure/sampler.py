@@ -85,14 +85,13 @@ class Sampler:
         last_flush = time.monotonic()
         for p in self._tree(root, known):
             _safe(p.cpu_percent)
+        # NOTE: memory read once at the start too, so a run shorter than one period still has a peak
+        self.peak_rss = max(self.peak_rss, self._tree_memory(self._tree(root, known)))
         tree, rss, slow_at = [], 0, -SLOW_EVERY_S
         while not self._stop.wait(self.period):
             if time.monotonic() - slow_at >= SLOW_EVERY_S:
-                tree, rss, slow_at = self._tree(root, known), 0, time.monotonic()
-                for p in tree:
-                    used, pss = _memory(p)
-                    rss += used
-                    self.all_pss = self.all_pss and pss
+                tree, slow_at = self._tree(root, known), time.monotonic()
+                rss = self._tree_memory(tree)
             cpu = sum(_safe(p.cpu_percent) or 0.0 for p in tree)
             util, mem = gpu.read()
             self.rows.append([time.time(), cpu, int(rss), util, mem])
@@ -101,6 +100,16 @@ class Sampler:
             if time.monotonic() - last_flush > self.flush_every_s:
                 self._flush()
                 last_flush = time.monotonic()
+        if not self.n and self.peak_rss:  # stopped before one period: the start's memory, no CPU reading
+            self.rows.append([time.time(), None, self.peak_rss, None, None])
+
+    def _tree_memory(self, tree: list[psutil.Process]) -> int:
+        total = 0
+        for p in tree:
+            used, pss = _memory(p)
+            total += used
+            self.all_pss = self.all_pss and pss
+        return total
 
     def _flush(self) -> None:
         rows, self.rows = self.rows, []
@@ -109,7 +118,7 @@ class Sampler:
 
     def summary(self) -> dict[str, Any]:
         return {"peak_rss_bytes": self.peak_rss or None, "mean_cpu_pct": self.cpu_sum / self.n if self.n else None,
-                "peak_memory_kind": ("pss" if self.all_pss else "rss") if self.n else None}
+                "peak_memory_kind": ("pss" if self.all_pss else "rss") if self.peak_rss else None}
 
 
 def _safe(fn: Any) -> Any:

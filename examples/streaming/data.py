@@ -128,6 +128,6 @@ def build(*, seed: int, image_size: int, num_classes: int, n_samples: int, folde
     if not folder:
         base = Path(os.environ.get("LOADERLAB_DATA") or Path(__file__).resolve().parents[2] / "data") / "datasets"
         base.mkdir(parents=True, exist_ok=True)
-        classes = num_classes or 8
+        classes = num_classes  # the --num-classes given, or the lab's default while it is 0 (auto)
         folder = str(make_shards(base / f"streaming-{n_samples}-{classes}-{seed}", n_samples, classes, seed))
     return ParquetJpegs(folder, image_size)

@@ -98,14 +98,17 @@ def test_a_job_card_is_readable_and_a_cancelled_run_is_said_as_cancelled(dashboa
     assert _fits(cancel), "the Cancel button's label is cut"
     link = page.get_by_role("link", name=f"run {run_id}")
     assert _in_view(link), "the run link is off-screen"
+    # the link opens in this tab (no target); read before the cancel: a run's card leaves the panel when it ends
+    # (the table below keeps its link)
+    assert link.get_attribute("target") in ("", None)
+    href = link.get_attribute("href")
     cancel.click()
     wait_for(lambda: api.job_progress(job_id, db)["status"] == "cancelled", "the run cancelled", 60)
     wait_for(lambda: api.get_run(run_id, db=db) is not None, "the cancelled run stored", 60)
 
     # NOTE: followed by its address, not clicked: the panel redraws every 2 s, so a click can land on a link the
-    # page has just replaced; the link opens in this tab (no target) and leads to the run page
-    assert link.get_attribute("target") in ("", None)
-    page.goto(f"{base}/{link.get_attribute('href')}")
+    # page has just replaced
+    page.goto(f"{base}/{href}")
     page.get_by_text(re.compile(r"Cancelled after \d+ finished epochs")).wait_for(timeout=120_000)
     assert page.get_by_text("The run failed").count() == 0
     assert page.locator('[data-testid="stAlertContentError"]').count() == 0  # no red box for a user's cancel

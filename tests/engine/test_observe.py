@@ -196,6 +196,7 @@ class _SlowItems(torch.utils.data.Dataset):
         return torch.full((64,), float(i)), i % 2
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_on_cuda_gpu_idle_and_its_data_wait_part_are_measured(store):
     """Events at the loop's boundaries, read once per epoch: the GPU's gaps, most of them waiting for data."""

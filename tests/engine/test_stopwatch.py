@@ -72,6 +72,8 @@ def plain_epochs(cfg: RunConfig) -> list[float]:
     return times[cfg.warmup_epochs:]
 
 
+@pytest.mark.quiet  # NOTE: each loop's minimum is its least disturbed epoch only if both see the quiet moments:
+# under another test's load the plain loop's minimum came out 1.35x the engine's (CI, 2026-11-25)
 def test_engine_epoch_time_matches_an_independent_stopwatch(tmp_path):
     cfg = RunConfig.from_dict(CFG)
     threads = torch.get_num_threads()

@@ -16,6 +16,7 @@ import torch
 
 from engine.cli import main
 from engine.config import RunConfig
+from engine.names import DEFAULT_CLASSES
 from engine.workloads import build_dataset
 
 from tests.engine._mode_runs import launch_mode
@@ -261,7 +262,7 @@ def test_the_streaming_example_reads_each_parquet_row_once_an_epoch(store, field
     result, events = launch_mode(store, **example, n_samples=96, image_size=16, width=8, depth=1, batch_size=16,
                                  check_samples=True, **fields)
     assert result.status == "done", result.error
-    assert samples_per_epoch(events) == {0: 96, 1: 96} and stored(store, "stream_split", "num_classes") == ("shard", 8)
+    assert samples_per_epoch(events) == {0: 96, 1: 96} and stored(store, "stream_split", "num_classes") == ("shard", DEFAULT_CLASSES)
 
 
 def test_the_probe_measures_a_streams_batches_from_its_own_pass(plug):

@@ -34,21 +34,27 @@ def _table(text: str, header: str) -> list[list[str]]:
     return rows
 
 
-def test_predict_bench_prints_a_predicted_against_measured_table_per_workload(tmp_path):
+def test_predict_bench_prints_a_predicted_against_measured_table_per_pipeline(tmp_path):
     out = tmp_path / "predict.md"
     run = _bench("predict.py", "--n-samples", "64", "--db", str(tmp_path / "p.duckdb"), "--out", str(out))
     text = out.read_text()
     assert text.strip() in run.stdout
-    for name in ("jpeg", "pyloop", "tensor"):
-        section = text[text.index(f"### {name}:"):]
+    for name, kind in (("tensor", "builtin"), ("storage", "unseen")):   # --quick: one built-in, one unseen
+        section = text[text.index(f"### {name} ({kind}):"):]
+        assert section.splitlines()[2].startswith("probe: load ")
         rows = _table(section, "| setting |")
         assert len(rows) == 3 and all(len(r) == 5 for r in rows), rows   # --quick: 3 settings
         for setting, predicted, measured, error, limit in rows:
-            assert float(predicted) > 0 and float(measured) > 0 and re.fullmatch(r"[+-]\d+\.\d", error), setting
+            epoch, lo, hi = map(float, re.fullmatch(r"([\d.]+) \(([\d.]+)-([\d.]+)\)", predicted).groups())
+            assert 0 < lo <= epoch <= hi, setting   # the range holds the prediction
+            assert float(measured.split(" ")[0]) > 0 and re.fullmatch(r"[+-]\d+\.\d", error), setting
             assert limit in ("data-bound", "compute-bound", "cpu-bound", "no-overlap"), limit
-    summary = _table(text[text.index("### accuracy"):], "| workload |")
-    assert [r[0] for r in summary] == ["jpeg", "pyloop", "tensor", "overall"] and summary[-1][1] == "9"
-    assert "goal: median <= 10%, p90 <= 20%:" in text and "largest misses" in text
+    summary = _table(text[text.index("### accuracy"):], "| pipeline |")
+    assert {r[0] for r in summary} == {"tensor", "storage"}
+    assert {r[1] for r in summary} >= {"prior (probe alone)", "prior+runs, k=1", "prior+runs, k=2"}
+    assert all(r[2] == "3" for r in summary if r[1] == "prior (probe alone)")
+    assert "goal on the unseen pipelines, probe alone: median <= 10 %, p90 <= 20 %:" in text
+    assert "largest misses" in text and "model:" in text.lower()
 
 
 def test_tune_vs_grid_bench_scores_tunes_answer_on_the_grid(tmp_path):
