@@ -62,6 +62,13 @@ def _fmt(key: str, value: Any) -> str:
     return "–" if value is None or value != value else _FIGURES[key][1].format(value)
 
 
+def _sampled(run: dict[str, Any], key: str) -> str:
+    """A figure; memory and CPU of a run that sampled neither say so, not a bare dash."""
+    if key in ("peak_rss_mib", "mean_cpu_pct") and run.get(key) is None and run.get("sample_hz") == 0:
+        return "not sampled (sample_hz 0)"
+    return _fmt(key, run.get(key))
+
+
 def _cores(run: dict[str, Any]) -> str:
     cores, threads, extra = run.get("usable_cores"), run.get("runnable_threads"), run.get("extra_threads")
     if cores is None or cores != cores or threads is None or threads != threads:
@@ -92,7 +99,7 @@ def _figures(run: dict[str, Any]) -> None:
     run = {**run, "peak_rss_mib": rss / 2**20 if rss else None}
     st.caption("Where the steady-state time goes, per-step data wait, and the process tree (workers included; memory "
                "is PSS, so pages workers share copy-on-write count once): "
-               + " · ".join(f"{_FIGURES[k][0]} {_fmt(k, run.get(k))}" for k in list(_FIGURES)[6:]))
+               + " · ".join(f"{_FIGURES[k][0]} {_sampled(run, k)}" for k in list(_FIGURES)[6:]))
     run_costs.gpu_idle(run)
     run_costs.startup(run)
 

@@ -60,6 +60,8 @@ def sweep_runs(tmp_path_factory):
     return db, runs
 
 
+@pytest.mark.quiet  # NOTE: efficiency within 0.8-1.2 is a quiet machine's: under another test's load the passes
+# ran slower than the epoch (efficiency above 1, so no verdict) and the step slower than a tenth of the load
 def test_latency_bound_run_is_data_bound_with_efficiency_between_0_8_and_1_2(sweep_runs):
     db, (first, *_) = sweep_runs
     assert first.status == "done", first.error
@@ -75,6 +77,7 @@ def test_latency_bound_run_is_data_bound_with_efficiency_between_0_8_and_1_2(swe
     assert _calibrations(first.run_dir) == {"loader": False, "compute": False}
 
 
+@pytest.mark.quiet  # NOTE: with the test above, so the module's three runs are made once, in the quiet phase
 def test_calibrations_are_taken_once_per_repeat_and_shared_within_it(sweep_runs):
     _, (first, repeat, threads) = sweep_runs
     assert repeat.status == "done" and threads.status == "done"
