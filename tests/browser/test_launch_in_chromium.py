@@ -145,10 +145,12 @@ def _pick_axis(page, axis: str) -> None:
     it) can be dropped by the rerun, and a user would simply pick it again (seen once on a loaded machine)."""
     values = page.get_by_label(f"{axis}: values", exact=True)
     for _ in range(3):
-        page.get_by_label("Axes", exact=True).click()
-        page.get_by_role("option", name=axis, exact=True).click()
-        page.wait_for_load_state("networkidle")
+        if values.count():  # an earlier pick landed after all
+            return
         try:
+            page.get_by_label("Axes", exact=True).click()
+            page.get_by_role("option", name=axis, exact=True).click(timeout=30_000)
+            page.wait_for_load_state("networkidle")
             values.wait_for(timeout=30_000)
             return
         except Exception:  # noqa: BLE001 - playwright's TimeoutError: pick it again
