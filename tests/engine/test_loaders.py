@@ -17,11 +17,8 @@ import torch
 from _loader_fixtures import TinyDataset
 
 from engine.config import ConfigError, RunConfig
-from engine.loaders import (LoaderTimeout, PrefetchLoader, ProcessLoader, SpdlLoader, SyncLoader, ThreadLoader,
-                            epoch_batches)
+from engine.loaders import LoaderTimeout, epoch_batches, open_loader
 
-KINDS = {"sync": SyncLoader, "prefetch": PrefetchLoader, "threads": ThreadLoader, "processes": ProcessLoader,
-         "spdl": SpdlLoader}
 CASES = [("sync", 0), ("prefetch", 0), ("threads", 1), ("threads", 2), ("processes", 1), ("processes", 2),
          ("spdl", 1), ("spdl", 2)]
 IDS = [f"{k}-{w}" for k, w in CASES]
@@ -30,8 +27,9 @@ N, BS, SEED = 37, 4, 7  # 37 is not a multiple of 4: the last batch is smaller
 
 
 def make(kind: str, dataset: TinyDataset, workers: int = 0, device: str = "cpu", **extra):
+    """The loader a run builds: open_loader over a RunConfig."""
     cfg = RunConfig(loader=kind, workers=workers, batch_size=BS, seed=SEED, n_samples=len(dataset), **extra)
-    return KINDS[kind](dataset, cfg, torch.device(device))
+    return open_loader(dataset, cfg, torch.device(device))
 
 
 def ids_of(batches) -> list[list[int]]:
