@@ -47,13 +47,13 @@ def child(setting: dict[str, Any], epochs: int) -> dict[str, float]:
     import torch
 
     from engine.config import RunConfig
-    from engine.loaders import LOADERS as BUILD
+    from engine.loaders import open_loader
     from engine.measure.host import tree_cpu_s
     from engine.workloads import build_dataset
 
     torch.set_num_threads(1)  # the training process's threads stay out of the loaders' way (bench/findings.py's)
     cfg = RunConfig.from_dict(setting)
-    with BUILD[cfg.loader](build_dataset(cfg), cfg, torch.device("cpu")) as loader:
+    with open_loader(build_dataset(cfg), cfg, torch.device("cpu")) as loader:
         for _ in loader.epoch(0):
             pass
         walls, cpu0 = [], tree_cpu_s()

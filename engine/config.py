@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import ConfigError, printable
-from engine.names import DEFAULT_CLASSES, NAMES, SPEC_RE
+from engine.names import DEFAULT_CLASSES, NAMES, SPEC_RE, WORKER_LOADERS, check_workers
 
 __all__ = ["ConfigError", "DEFAULT_MAX_RUNS", "RunConfig", "SweepConfig", "config_fields", "field_choices",
            "field_type", "field_value", "load_toml", "printable"]
@@ -128,7 +128,7 @@ class RunConfig:
             kwargs[name] = _coerce(known[name], value)
         cfg = cls(**kwargs)
         cfg.validate()
-        if cfg.loader in ("sync", "prefetch"):
+        if cfg.loader not in WORKER_LOADERS:
             cfg.workers = 0  # NOTE: these loaders use no workers; normalising keeps a loader×workers grid honest
         return cfg
 
@@ -181,8 +181,7 @@ class RunConfig:
             _check_field(f, getattr(self, f.name))
         if self.warmup_epochs >= self.epochs:
             raise ConfigError("warmup_epochs", f"must be less than epochs ({self.epochs}) so that some epochs count")
-        if self.loader in ("threads", "processes", "spdl") and self.workers < 1:
-            raise ConfigError("workers", f"loader '{self.loader}' needs workers >= 1")
+        check_workers(self.loader, self.workers)
         if self.num_classes == 1:
             raise ConfigError("num_classes", "one class leaves nothing to learn; set 2 or more, or auto (0) to take "
                                              "the dataset's")

@@ -1,5 +1,5 @@
-"""The registries' names, the rule every registry keeps (a name means one thing), and the spelling of a user's own
-name, a plugin spec "module.path:callable".
+"""The registries' names, the rule every registry keeps (a name means one thing), the spelling of a user's own
+name, a plugin spec "module.path:callable", and the loaders that need workers, with that rule.
 
 The names are written here as static tuples so that the schema (engine/config.py) can offer and check them
 without importing the registries, which import torch. Each package builds its registry with `unique`, and
@@ -8,9 +8,11 @@ tests/engine/test_config.py holds every tuple equal to its registry's keys, in o
     LOADERS = unique("loader", [("sync", SyncLoader), ("threads", ThreadLoader)])   # a plain dict
     NAMES["loaders"]                                                                 # ("sync", "prefetch", ...)
     is_spec("mypkg.data:build")                                                      # True
+    check_workers("threads", 0)                                  # ConfigError("workers", "loader 'threads' needs ...")
 
-A leaf module (it imports nothing from the engine): the schema checks a spec's spelling with neither torch nor the
-plugin machinery, which sits above the schema.
+A leaf module (it imports nothing from the engine but its errors): the schema checks a spec's spelling with neither
+torch nor the plugin machinery, which sits above the schema, and the workers rule with neither the loaders nor torch:
+the schema (engine/config.py) and the loaders' constructors (engine/loaders/_base.py) both call check_workers.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from __future__ import annotations
 import re
 from typing import TypeVar
 
-__all__ = ["DEFAULT_CLASSES", "NAMES", "SPEC_RE", "is_spec", "unique"]
+from engine.errors import ConfigError
+
+__all__ = ["DEFAULT_CLASSES", "NAMES", "SPEC_RE", "WORKER_LOADERS", "check_workers", "is_spec", "unique"]
 
 T = TypeVar("T")
 
@@ -32,6 +36,16 @@ NAMES: dict[str, tuple[str, ...]] = {
     "modes": ("single", "dual-sequential", "dual-threads", "dual-processes", "dual-streams", "fused", "split",
               "ddp"),  # engine/modes/__init__.py
 }
+
+
+# The loaders that load on `workers` threads or processes: they need one at least (each class's uses_workers reads it)
+WORKER_LOADERS: tuple[str, ...] = ("threads", "processes", "spdl")
+
+
+def check_workers(loader: str, workers: int) -> None:
+    """The workers rule, for a config and for a loader built by hand alike: a loader of WORKER_LOADERS needs one."""
+    if loader in WORKER_LOADERS and workers < 1:
+        raise ConfigError("workers", f"loader '{loader}' needs workers >= 1, got {workers}; set workers to 1 or more")
 
 
 def unique(kind: str, entries: list[tuple[str, T]]) -> dict[str, T]:

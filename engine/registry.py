@@ -1,7 +1,7 @@
 """Registries: plain dicts from name to factory, each filled by explicit imports in its own package.
 
     WORKLOADS[name](cfg)                       -> torch Dataset (engine/workloads/__init__.py)
-    LOADERS[name](dataset, cfg, device)        -> Loader       (engine/loaders/__init__.py)
+    LOADERS[name](dataset, device, **knobs)    -> Loader       (engine/loaders/__init__.py; a run's: open_loader)
     MODELS[name](in_shape, num_classes, width, depth) -> nn.Module (engine/models/__init__.py)
     MODES[name]                                -> ModeSpec(run, check, bound) (engine/modes/__init__.py)
     check(cfg)                                 -> ConfigError unless this machine can run cfg

@@ -18,7 +18,7 @@ import psutil
 import torch
 
 from engine.config import RunConfig
-from engine.loaders import LOADERS
+from engine.loaders import open_loader
 from engine.models import build_model, loss_fn, make_optimizer
 from engine.workloads import build_dataset
 
@@ -38,14 +38,14 @@ def main() -> int:
     dataset = build_dataset(cfg)
     model = build_model(cfg, dataset.sample_shape, dataset.num_classes)
     opt = make_optimizer(model.parameters(), cfg.optimizer, cfg.lr)
-    with LOADERS["sync"](dataset, cfg.replace(loader="sync", workers=0), "cpu") as loader:
+    with open_loader(dataset, cfg, "cpu", loader="sync") as loader:
         for x, y in itertools.islice(loader.epoch(0), BATCHES):
             opt.zero_grad()
             loss_fn(model(x), y).backward()
             opt.step()
     base = _pss(psutil.Process().pid)
     one = cfg.replace(loader="processes", workers=1, persistent_workers=True)
-    with LOADERS["processes"](dataset, one, "cpu") as loader:
+    with open_loader(dataset, one, "cpu") as loader:
         batches = loader.epoch(0)
         for _ in itertools.islice(batches, BATCHES):
             pass

@@ -32,6 +32,7 @@ from engine.advice import baseline, memory
 from engine.analysis import stats
 from engine.config import RunConfig
 from engine.measure.verdicts import VERDICTS, efficiency_text
+from engine.names import WORKER_LOADERS
 from engine.paths import Db
 from engine.store import done_runs
 
@@ -47,7 +48,6 @@ PROBLEM_KEYS = ("n_samples", "image_size", "num_classes", "work_us", "latency_ms
 # The loader settings (and batch size) ranked against each other: loader, workers, prefetch_depth, start_method,
 # persistent_workers, pin_memory, batch_size; a user's baseline names the same ones
 KNOB_KEYS = baseline.BASELINE_KEYS
-_POOLED = ("threads", "processes", "spdl")  # loaders with workers
 # 7 repeats per config: with 6 or more a side stats.ratio_ci has a 95% interval (6 + 7 is the least)
 CONFIRM_REPEATS = 7
 
@@ -310,7 +310,7 @@ def gpu_line(shares: dict[str, float], best: dict[str, Any]) -> str:
     what = {"gpu_idle_data_share": "waits on data", "gpu_idle_copy_share": "waits on host-to-device copies",
             "gpu_idle_other_share": "waits on the host (launches, Python, syncs)"}[cause]
     if cause == "gpu_idle_data_share":
-        fix = ("more workers would cut it" if best["loader"] in _POOLED
+        fix = ("more workers would cut it" if best["loader"] in WORKER_LOADERS
                else "a loader with workers (threads or processes) would cut it")
     elif cause == "gpu_idle_copy_share":
         fix = "pinned memory and a copy that overlaps compute (loader prefetch) would hide it"
@@ -365,7 +365,7 @@ def _candidates(best: dict[str, Any], cores: int) -> dict[str, list[Suggestion]]
     loader, w, depth, bs = best["loader"], int(best["workers"] or 0), int(best["prefetch_depth"]), best["batch_size"]
     out: dict[str, list[Suggestion]] = {k: [] for k in ("more", "fewer", "depth", "switch", "batch", "persist",
                                                          "fused")}
-    if loader in _POOLED:
+    if loader in WORKER_LOADERS:
         # NOTE: worker processes each want a core (and the training process one more): beyond the cores they
         # only contend. Threads may usefully outnumber cores when they wait on I/O, up to twice the cores.
         if w * 2 <= (cores if loader == "processes" else 2 * cores):
@@ -376,7 +376,7 @@ def _candidates(best: dict[str, Any], cores: int) -> dict[str, list[Suggestion]]
         why = ("processes sidestep the GIL" if other == "processes" else "threads skip pickling and start-up")
         out["switch"].append(Suggestion({"loader": other}, why))
     else:
-        for other in _POOLED:
+        for other in WORKER_LOADERS:
             out["more"].append(Suggestion({"loader": other, "workers": 2}, "move loading off the training thread"))
     if loader != "sync" and depth * 2 <= 1024:
         out["depth"].append(Suggestion({"prefetch_depth": depth * 2}, "a deeper queue absorbs slow batches"))
@@ -427,7 +427,7 @@ def _is_measured(best: dict[str, Any], s: Suggestion, measured: pd.DataFrame) ->
     if s.changes.get("mode") == "fused":
         return bool((measured["mode"] == "fused").any())
     knobs = {**best, **s.changes}
-    if knobs["loader"] not in _POOLED:
+    if knobs["loader"] not in WORKER_LOADERS:
         knobs["workers"] = 0
     single = measured[measured["mode"] == "single"]
     return bool(stats.matching(single, knobs).any())
@@ -495,7 +495,7 @@ def _native(values: Any) -> list[Any]:
 def describe(knobs: dict[str, Any]) -> str:
     """'threads, 4 workers, depth 2, batch 64': the knobs that matter for this loader."""
     parts = [str(knobs["loader"])]
-    if knobs["loader"] in _POOLED:
+    if knobs["loader"] in WORKER_LOADERS:
         parts.append(f"{knobs['workers']} worker{'' if knobs['workers'] == 1 else 's'}")
     if knobs["loader"] != "sync":
         parts.append(f"depth {knobs['prefetch_depth']}")

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from engine.loaders import LOADERS, epoch_batches, to_device
+from engine.loaders import epoch_batches, open_loader, to_device
 from engine.measure.host import tree_cpu_s
 from engine.workloads import build_dataset, is_stream, shard_of
 
@@ -42,7 +42,7 @@ def loader_pass(cfg: RunConfig, device: torch.device, shard: tuple[int, int] | N
     dataset = build_dataset(cfg)
     if shard is not None:
         dataset = shard_of(dataset, *shard)
-    with LOADERS[cfg.loader](dataset, cfg, device) as loader:
+    with open_loader(dataset, cfg, device) as loader:
         # from epoch 1 (not 0): generated files are already warm, and the data order is not the run's first
         first = _loader_epoch(loader, 1, device)
         steady = [_loader_epoch(loader, 2, device)]
@@ -83,7 +83,7 @@ def compute_pass(cfg: RunConfig, device: torch.device, build: Callable[[Any], li
     per_sample = math.prod(dataset.sample_shape)  # NOTE: any item shape, not only CHW images (user datasets)
     keep = max(1, min(int(n_batches) or 1, _MAX_REPLAY_BYTES // (cfg.batch_size * 4 * (1 + per_sample))))
     batches = []
-    with LOADERS["sync"](dataset, cfg.replace(loader="sync", workers=0), torch.device("cpu")) as loader:
+    with open_loader(dataset, cfg, torch.device("cpu"), loader="sync") as loader:
         for i, (x, y) in enumerate(loader.epoch(1)):
             if i >= keep:
                 break
@@ -105,7 +105,7 @@ def _stream_batches(dataset: Any, cfg: RunConfig) -> int:
     """A stream's batches in one epoch read by one part: from its length, else counted by reading an epoch."""
     if dataset.total is not None:
         return math.ceil(dataset.total / cfg.batch_size)
-    with LOADERS["sync"](dataset, cfg.replace(loader="sync", workers=0), torch.device("cpu")) as loader:
+    with open_loader(dataset, cfg, torch.device("cpu"), loader="sync") as loader:
         return sum(1 for _ in loader.epoch(1))
 
 

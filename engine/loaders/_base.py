@@ -3,10 +3,13 @@
 Every loader yields the same batches in the same order for a given (seed, epoch): the plan comes
 from `epoch_batches`, and only *who* fetches and collates the samples differs between loaders.
 
-    with ThreadLoader(dataset, cfg, device) as loader:
-        for e in range(cfg.epochs):
+    with ThreadLoader(dataset, "cpu", batch_size=32, workers=4) as loader:   # the rest as RunConfig's defaults
+        for e in range(3):
             for x, y in loader.epoch(e):   # x [B, ...] float32, y [B] long
                 ...
+
+Each loader takes the knobs it uses as keyword arguments, after (dataset, device); a run builds its loader from
+its RunConfig with engine.loaders.open_loader, the one place a config's fields become a loader's arguments.
 """
 
 from __future__ import annotations
@@ -19,24 +22,26 @@ import sys
 import threading
 import traceback
 import weakref
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 from torch import Tensor
 from torch._utils import ExceptionWrapper  # NOTE: what DataLoader and torchdata use to carry worker errors
 from torch.utils.data import Sampler, default_collate
 
-from engine.errors import ConfigError
 from engine.loaders._stream import close_stream, stream_epoch
 from engine.measure.pools import cap_pools, hidden_pools
+from engine.names import WORKER_LOADERS, check_workers
 from engine.plugins import resolve
 from engine.workloads import is_stream
 
-__all__ = ["BackgroundIterator", "EpochBatchSampler", "Loader", "LoaderTimeout", "epoch_batches", "seen_pools",
-           "to_device"]
+__all__ = ["BackgroundIterator", "Collate", "Device", "EpochBatchSampler", "Loader", "LoaderTimeout", "PooledLoader",
+           "epoch_batches", "seen_pools", "to_device"]
 
 log = logging.getLogger(__name__)
 Key = tuple[int, int]  # (epoch, index): what a dataset's __getitem__ takes
+Device = torch.device | str
+Collate = str | Callable[[list], Any]  # a 'module.path:callable' spec or the callable itself; '': default_collate
 _END = object()
 _SEEN: dict[str, list[dict[str, Any]]] = {}  # the pools this process's loaders saw where items load, by place
 
@@ -52,7 +57,8 @@ def note_pools(place: str, pools: list[dict[str, Any]]) -> None:
 
 
 class LoaderTimeout(RuntimeError):
-    """No batch arrived within cfg.worker_timeout_s seconds. Build it with LoaderTimeout.after(...)."""
+    """No batch arrived within the loader's timeout_s (a run's worker_timeout_s) seconds.
+    Build it with LoaderTimeout.after(...)."""
 
     @classmethod
     def after(cls, who: str, timeout_s: float) -> "LoaderTimeout":
@@ -167,29 +173,42 @@ class BackgroundIterator:
             log.warning("%s loader: producer thread still busy after %.1f s; leaving it to finish", self.who, wait_s)
 
 
-def _collate_for(cfg: Any) -> Any:
-    """The run's `collate` (a user's 'module:callable'), else torch's default_collate."""
-    spec = getattr(cfg, "collate", "")
-    if not spec:
-        return default_collate
-    return resolve(spec, "collate")
+def _collate_for(collate: Collate) -> Callable[[list], Any]:
+    """The loader's collate: a callable as given, a user's 'module:callable' resolved, '' torch's default_collate."""
+    if callable(collate):
+        return collate
+    return resolve(collate, "collate") if collate else default_collate
 
 
 class Loader:
-    """Base class: `epoch(e)` yields collated (x, y) batches; close() releases threads and processes."""
+    """Base class: `epoch(e)` yields collated (x, y) batches; close() releases threads and processes.
+
+    The knobs every loader takes, keyword-only, each default the RunConfig field's: batch_size and seed (the batch
+    plan), timeout_s (RunConfig's worker_timeout_s: how long a consumer waits for a batch; sync waits on nobody),
+    pin_memory (pin batches bound for a CUDA device), collate (a 'module:callable' spec or a callable; '' is torch's
+    default_collate) and transform_threads (the BLAS/OpenMP pools where items load; 0: as they are). A loader that
+    takes more sets its own knobs, then calls this: PooledLoader (workers, prefetch_depth) and PrefetchLoader."""
 
     name = "base"
-    uses_workers = False  # threads and processes need cfg.workers >= 1
+    uses_workers = False  # per loader, from engine.names.WORKER_LOADERS (threads, processes, spdl): workers >= 1
     loads_here = True  # items load in this process (processes: in its workers, which cap their own pools)
+    workers = 0  # the threads or processes items load on (0: the loader's own thread)
+    prefetch_depth = 0  # batches kept ready by a background producer (sync has none)
 
-    def __init__(self, dataset: Any, cfg: Any, device: torch.device | str):
-        if self.uses_workers and cfg.workers < 1:
-            raise ConfigError("workers", f"the {self.name} loader needs workers >= 1, got {cfg.workers}")
-        self.dataset, self.cfg, self.device = dataset, cfg, torch.device(device)
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.uses_workers = cls.name in WORKER_LOADERS
+
+    def __init__(self, dataset: Any, device: Device = "cpu", *, batch_size: int = 64, seed: int = 0,
+                 timeout_s: float = 120.0, pin_memory: bool = True, collate: Collate = "", transform_threads: int = 0):
+        check_workers(self.name, self.workers)  # before anything starts: the same error a config's check gives
+        self.dataset, self.device = dataset, torch.device(device)
+        self.batch_size, self.seed, self.timeout_s = batch_size, seed, timeout_s
+        self.pin_memory, self.transform_threads = pin_memory, transform_threads
         self.stream = is_stream(dataset)  # the user's iterable: read in parts (engine/loaders/_stream.py)
-        self.sampler = EpochBatchSampler(0 if self.stream else len(dataset), cfg.batch_size, cfg.seed)
-        self.pin = bool(cfg.pin_memory) and self.device.type == "cuda"  # pinning only helps a CUDA copy
-        self.collate = _collate_for(cfg)
+        self.sampler = EpochBatchSampler(0 if self.stream else len(dataset), batch_size, seed)
+        self.pin = bool(pin_memory) and self.device.type == "cuda"  # pinning only helps a CUDA copy
+        self.collate = _collate_for(collate)
         self._active: weakref.ref | None = None  # the epoch generator in flight, if any
         self._producers: list[BackgroundIterator] = []  # finished epochs' producers, joined at close()
         self._closed = False
@@ -197,6 +216,7 @@ class Loader:
         self._caps: list[Any] = []  # threadpoolctl limiters to undo at close(), oldest first
         if self.loads_here:
             self._cap_pools()  # NOTE: here too, not only in the loading threads: see _pools_here
+        self._open()
 
     @property
     def num_batches(self) -> int:
@@ -216,7 +236,7 @@ class Loader:
     def _background(self, source: Iterable[Any]) -> BackgroundIterator:
         """A producer thread for one epoch, owned by this loader so close() can join it."""
         self._producers = [p for p in self._producers if p._thread.is_alive()]
-        producer = BackgroundIterator(source, self.cfg.prefetch_depth, self.cfg.worker_timeout_s, self.name)
+        producer = BackgroundIterator(source, self.prefetch_depth, self.timeout_s, self.name)
         self._producers.append(producer)
         return producer
 
@@ -246,7 +266,7 @@ class Loader:
         note_pools("training" if self.name == "sync" else "producer", hidden_pools())
 
     def _cap_pools(self) -> None:
-        if (cap := cap_pools(getattr(self.cfg, "transform_threads", 0))) is not None:
+        if (cap := cap_pools(self.transform_threads)) is not None:
             self._caps.append(cap)
 
     def _finish_active(self) -> None:
@@ -269,6 +289,9 @@ class Loader:
             cap.restore_original_limits()
         self._caps.clear()
 
+    def _open(self) -> None:
+        """Subclasses set up what outlives one epoch (close() calls _shutdown to release it)."""
+
     def _shutdown(self) -> None:
         """Subclasses release what outlives one epoch (e.g. persistent worker processes)."""
 
@@ -277,3 +300,15 @@ class Loader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class PooledLoader(Loader):
+    """A loader whose items load on `workers` threads or processes (at least one), with `prefetch_depth` batches
+    kept ready: threads and spdl as they are; processes takes its own knobs besides."""
+
+    def __init__(self, dataset: Any, device: Device = "cpu", *, workers: int = 2, prefetch_depth: int = 2,
+                 batch_size: int = 64, seed: int = 0, timeout_s: float = 120.0, pin_memory: bool = True,
+                 collate: Collate = "", transform_threads: int = 0):
+        self.workers, self.prefetch_depth = workers, prefetch_depth
+        super().__init__(dataset, device, batch_size=batch_size, seed=seed, timeout_s=timeout_s, pin_memory=pin_memory,
+                         collate=collate, transform_threads=transform_threads)

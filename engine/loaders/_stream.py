@@ -37,7 +37,7 @@ def stream_workers(loader: Any) -> int:
     stream that splits itself (get_worker_info() is None in a thread, so each thread would read all of it)."""
     if not loader.uses_workers or (loader.name == "threads" and loader.dataset.split == "self"):
         return 1
-    return max(1, int(loader.cfg.workers))
+    return max(1, int(loader.workers))
 
 
 def part_batches(stream: Any, epoch: int, worker: int, workers: int, batch_size: int, collate: Any) -> Iterator[Batch]:
@@ -77,11 +77,11 @@ def stream_epoch(loader: Any, e: int) -> Iterator[tuple[torch.Tensor, torch.Tens
 
 
 def _batches(loader: Any, e: int, workers: int) -> Iterator[Batch]:
-    stream, cfg = loader.dataset, loader.cfg
+    stream = loader.dataset
     if loader.name == "processes":
         yield from _process_batches(loader, e)
         return
-    parts = [part_batches(stream, e, w, workers, cfg.batch_size, loader.collate) for w in range(workers)]
+    parts = [part_batches(stream, e, w, workers, loader.batch_size, loader.collate) for w in range(workers)]
     if loader.name == "sync":
         yield from parts[0]
         return
@@ -120,19 +120,19 @@ def _one_thread(worker_id: int) -> None:
 
 
 def _process_batches(loader: Any, e: int) -> Iterator[Batch]:
-    cfg = loader.cfg
     if getattr(loader, "_stream_dl", None) is None:
-        parts = _Parts(loader.dataset, stream_workers(loader), cfg.batch_size, loader.collate, cfg.start_method)
+        parts = _Parts(loader.dataset, stream_workers(loader), loader.batch_size, loader.collate, loader.start_method)
         loader._stream_dl = DataLoader(parts, batch_size=None, num_workers=stream_workers(loader),
-                                       prefetch_factor=cfg.prefetch_depth, persistent_workers=cfg.persistent_workers,
-                                       multiprocessing_context=cfg.start_method, timeout=cfg.worker_timeout_s,
+                                       prefetch_factor=loader.prefetch_depth,
+                                       persistent_workers=loader.persistent_workers,
+                                       multiprocessing_context=loader.start_method, timeout=loader.timeout_s,
                                        worker_init_fn=_one_thread, collate_fn=_as_is)
     loader._stream_dl.dataset.epoch.value = e  # before iter(): (persistent) workers read it when they start the part
     it = iter(loader._stream_dl)
     try:
         yield from it
     finally:
-        if not cfg.persistent_workers:
+        if not loader.persistent_workers:
             it._shutdown_workers()  # NOTE: private but stable since torch 1.x (processes.py says why)
 
 
@@ -147,8 +147,8 @@ def close_stream(loader: Any) -> None:
 def stream_fetch(loader: Any) -> tuple[list[int], Callable[[Any], tuple[torch.Tensor, torch.Tensor]]]:
     """The probe's view of a stream: an epoch's batch numbers, and a fetch that returns the next batch of its own
     pass over the stream (a fresh iter(), started over at its end: the run's epochs are never consumed)."""
-    stream, cfg = loader.dataset, loader.cfg
-    n = math.ceil(stream.total / cfg.batch_size) if stream.total else _UNSIZED_BATCHES
+    stream = loader.dataset
+    n = math.ceil(stream.total / loader.batch_size) if stream.total else _UNSIZED_BATCHES
     state: dict[str, Any] = {"it": None}
     lock = threading.Lock()  # NOTE: the probe fetches from two threads at once; a generator takes one at a time
 
@@ -156,7 +156,7 @@ def stream_fetch(loader: Any) -> tuple[list[int], Callable[[Any], tuple[torch.Te
         with lock:
             for _ in range(2):
                 if state["it"] is None:
-                    state["it"] = part_batches(stream, 1, 0, 1, cfg.batch_size, loader.collate)
+                    state["it"] = part_batches(stream, 1, 0, 1, loader.batch_size, loader.collate)
                 batch = next(state["it"], None)
                 if batch is not None:
                     return batch[0], batch[1]

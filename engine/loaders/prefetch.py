@@ -1,7 +1,7 @@
 """PrefetchLoader: one background thread keeps `prefetch_depth` batches ready; on CUDA the copy overlaps too.
 
 Pipeline: torchdata.nodes SamplerWrapper(batch keys) -> Mapper(fetch + collate [+ pin]) drained by a
-BackgroundIterator (a bounded queue of prefetch_depth batches that honours worker_timeout_s).
+BackgroundIterator (a bounded queue of prefetch_depth batches that honours timeout_s, a run's worker_timeout_s).
 
 On CUDA the loader also moves batches to the device itself, on a side CUDA stream (non_blocking,
 from pinned memory). Batch i is handed out as soon as its copy is issued; the copy of batch i+1 is
@@ -17,13 +17,13 @@ CPU tensors.
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 import torch
 import torchdata.nodes as nodes
 from torch import Tensor
 
-from engine.loaders._base import EpochBatchSampler, Loader
+from engine.loaders._base import Collate, Device, EpochBatchSampler, Loader
 from engine.measure import cuda_events
 
 __all__ = ["PrefetchLoader"]
@@ -34,8 +34,12 @@ Batch = tuple[Tensor, Tensor]
 class PrefetchLoader(Loader):
     name = "prefetch"
 
-    def __init__(self, dataset, cfg, device):
-        super().__init__(dataset, cfg, device)
+    def __init__(self, dataset: Any, device: Device = "cpu", *, prefetch_depth: int = 2, batch_size: int = 64,
+                 seed: int = 0, timeout_s: float = 120.0, pin_memory: bool = True, collate: Collate = "",
+                 transform_threads: int = 0):
+        self.prefetch_depth = prefetch_depth
+        super().__init__(dataset, device, batch_size=batch_size, seed=seed, timeout_s=timeout_s, pin_memory=pin_memory,
+                         collate=collate, transform_threads=transform_threads)
         self._copy_stream = torch.cuda.Stream(device=self.device) if self.device.type == "cuda" else None
 
     def _epoch(self, e: int) -> Iterator[Batch]:
@@ -50,7 +54,7 @@ class PrefetchLoader(Loader):
             host.close()
 
     def _graph(self, e: int) -> nodes.BaseNode:
-        keys = nodes.SamplerWrapper(EpochBatchSampler(len(self.dataset), self.cfg.batch_size, self.cfg.seed),
+        keys = nodes.SamplerWrapper(EpochBatchSampler(len(self.dataset), self.batch_size, self.seed),
                                     initial_epoch=e)
         return nodes.Mapper(keys, self.fetch)
 

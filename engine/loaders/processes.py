@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from engine.loaders._base import Loader, LoaderTimeout, note_pools
+from engine.loaders._base import Collate, Device, LoaderTimeout, PooledLoader, note_pools
 from engine.measure.pools import cap_pools, hidden_pools
 
 __all__ = ["POLL_S", "ProcessLoader"]
@@ -40,20 +40,26 @@ def _init_worker(transform_threads: int, report: Any, worker_id: int) -> None:
     report.put((worker_id, hidden_pools()))
 
 
-class ProcessLoader(Loader):
+class ProcessLoader(PooledLoader):
+    """PooledLoader's knobs, and start_method (fork, spawn, forkserver) and persistent_workers (kept between epochs)."""
+
     name = "processes"
-    uses_workers = True
     loads_here = False
 
-    def __init__(self, dataset, cfg, device):
-        super().__init__(dataset, cfg, device)
+    def __init__(self, dataset: Any, device: Device = "cpu", *, workers: int = 2, prefetch_depth: int = 2,
+                 start_method: str = "fork", persistent_workers: bool = True, batch_size: int = 64, seed: int = 0,
+                 timeout_s: float = 120.0, pin_memory: bool = True, collate: Collate = "", transform_threads: int = 0):
+        self.start_method, self.persistent_workers = start_method, persistent_workers
+        super().__init__(dataset, device, workers=workers, prefetch_depth=prefetch_depth, batch_size=batch_size,
+                         seed=seed, timeout_s=timeout_s, pin_memory=pin_memory, collate=collate,
+                         transform_threads=transform_threads)
         # each worker reports the pools it runs the transform with (engine/measure/pools.py)
-        self._reports = multiprocessing.get_context(cfg.start_method).Queue()
-        init = functools.partial(_init_worker, getattr(cfg, "transform_threads", 0), self._reports)
+        self._reports = multiprocessing.get_context(start_method).Queue()
+        init = functools.partial(_init_worker, transform_threads, self._reports)
         self._dl = DataLoader(
-            dataset, batch_sampler=self.sampler, num_workers=cfg.workers, prefetch_factor=cfg.prefetch_depth,
-            persistent_workers=cfg.persistent_workers, pin_memory=self.pin,
-            multiprocessing_context=cfg.start_method, timeout=cfg.worker_timeout_s, worker_init_fn=init,
+            dataset, batch_sampler=self.sampler, num_workers=workers, prefetch_factor=prefetch_depth,
+            persistent_workers=persistent_workers, pin_memory=self.pin,
+            multiprocessing_context=start_method, timeout=timeout_s, worker_init_fn=init,
             collate_fn=self.collate,
         )
         self._it = None  # the DataLoader iterator that owns the worker processes
@@ -64,7 +70,7 @@ class ProcessLoader(Loader):
             # NOTE: inside the try: with persistent workers, iter() waits for every worker to resume
             prev = getattr(self._dl, "_iterator", None)
             if prev is not None:
-                prev._timeout = self.cfg.worker_timeout_s  # for the resume handshake iter() waits on
+                prev._timeout = self.timeout_s  # for the resume handshake iter() waits on
             self._it = iter(self._dl)  # persistent workers: the same iterator, reset for the new epoch
             # NOTE: private but stable since torch 1.x: the resume handshake in iter() waits the full
             # worker_timeout_s; batch waits use POLL_S slices (see _next) so a dead worker is seen at once.
@@ -82,14 +88,14 @@ class ProcessLoader(Loader):
             # NOTE: stuck or frozen workers are killed at once: DataLoader's shutdown joins each for 5 s,
             # and one stopped by SIGSTOP never dies of the SIGTERM that follows (its exit would hang)
             self._kill_workers()
-            raise LoaderTimeout.after(self.name, self.cfg.worker_timeout_s) from None
+            raise LoaderTimeout.after(self.name, self.timeout_s) from None
         except Exception as err:  # noqa: BLE001 - re-raised as it came unless a dead worker explains it
             # NOTE: a worker killed while handing over a batch's shared memory surfaces as a bare EOFError or
             # "connection reset" from the pipe, or as a KeyError naming multiprocessing's QueueFeederThread (CI,
             # a worker killed in the first epoch): name the dead worker instead
             raise self._worker_death(err) or err
         finally:
-            if not self.cfg.persistent_workers:
+            if not self.persistent_workers:
                 self._stop_workers()
 
     def _next(self) -> tuple[Tensor, Tensor]:
@@ -97,7 +103,7 @@ class ProcessLoader(Loader):
 
         Retrying next() after DataLoader's "timed out" is safe: it raises before touching any of the
         iterator's bookkeeping (nothing was received), and each empty slice runs its liveness check."""
-        deadline = time.monotonic() + self.cfg.worker_timeout_s
+        deadline = time.monotonic() + self.timeout_s
         while True:
             try:
                 return next(self._it)

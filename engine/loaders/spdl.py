@@ -11,9 +11,9 @@ Stage functions run on this loader's pool of `workers` threads, each with torch.
 SPDL's asyncio event loop thread: like `threads`, it wins when the dataset releases the GIL and loses to
 processes on pure-Python work. SPDL's own failure handling skips a failed item by default; here a stage's
 exception travels down the pipeline as a value and is re-raised in the consumer with its original message
-(max_failures=0 halts the pipeline on anything else). No batch within worker_timeout_s raises LoaderTimeout
-naming the stage that holds calls in flight; a pipeline that ends short of the plan (stopped, cancelled) fails
-the epoch.
+(max_failures=0 halts the pipeline on anything else). No batch within timeout_s (a run's worker_timeout_s) raises
+LoaderTimeout naming the stage that holds calls in flight; a pipeline that ends short of the plan (stopped,
+cancelled) fails the epoch.
 
 NOTE: SPDL orchestrates each *sample* (an asyncio task and two thread hand-offs), where torchdata's ParallelMapper
 hands over whole batches: its cost per sample is SPDL's own, and bench/loaders.py --versus measures it.
@@ -32,7 +32,7 @@ from spdl.pipeline import Pipeline, PipelineBuilder
 from torch import Tensor
 from torch._utils import ExceptionWrapper
 
-from engine.loaders._base import Loader, LoaderTimeout
+from engine.loaders._base import LoaderTimeout, PooledLoader
 
 __all__ = ["SpdlLoader"]
 
@@ -81,12 +81,12 @@ class _Watch:
         return f"stuck in stage '{stage}' ({n} call(s) running, the oldest for {time.monotonic() - t0:.1f} s)"
 
 
-class SpdlLoader(Loader):
-    name = "spdl"
-    uses_workers = True
+class SpdlLoader(PooledLoader):
+    """Takes PooledLoader's knobs: workers (the pool's threads) and prefetch_depth (the sink) besides every loader's."""
 
-    def __init__(self, dataset, cfg, device):
-        super().__init__(dataset, cfg, device)
+    name = "spdl"
+
+    def _open(self) -> None:
         self._watches: list[_Watch] = []  # epochs' pools whose threads close() joins
         self.pipeline: Pipeline | None = None  # the epoch in flight (tests stop it to kill its stages)
 
@@ -94,18 +94,18 @@ class SpdlLoader(Loader):
         self.sampler.set_epoch(e)
         watch = _Watch()
         self._watches = [w for w in self._watches if any(t.is_alive() for t in w.threads)] + [watch]
-        pool = ThreadPoolExecutor(self.cfg.workers, thread_name_prefix="loaderlab-spdl", initializer=watch.started)
+        pool = ThreadPoolExecutor(self.workers, thread_name_prefix="loaderlab-spdl", initializer=watch.started)
         self.pipeline = pipeline = self._build(watch, pool)
         delivered = 0
         try:
-            pipeline.start(timeout=self.cfg.worker_timeout_s)
+            pipeline.start(timeout=self.timeout_s)
             while True:
                 try:
-                    batch = pipeline.get_item(timeout=self.cfg.worker_timeout_s)
+                    batch = pipeline.get_item(timeout=self.timeout_s)
                 except EOFError:
                     break
                 except TimeoutError:
-                    raise LoaderTimeout(f"{LoaderTimeout.after(self.name, self.cfg.worker_timeout_s)}; "
+                    raise LoaderTimeout(f"{LoaderTimeout.after(self.name, self.timeout_s)}; "
                                         f"{watch.stuck()}") from None
                 except Exception as err:  # noqa: BLE001 - SPDL's own failure (a stage's errors come as values)
                     raise RuntimeError(f"spdl loader: the pipeline failed ({type(err).__name__}: {err})") from err
@@ -125,11 +125,11 @@ class SpdlLoader(Loader):
         keys = [k for batch in self.sampler for k in batch]  # the plan, flattened; aggregate cuts it again
         return (PipelineBuilder()
                 .add_source(keys)
-                .pipe(watch.wrap("fetch", self.dataset.__getitem__), concurrency=self.cfg.workers, executor=pool,
+                .pipe(watch.wrap("fetch", self.dataset.__getitem__), concurrency=self.workers, executor=pool,
                       name="fetch", output_order="input")
-                .aggregate(self.cfg.batch_size)
+                .aggregate(self.batch_size)
                 .pipe(watch.wrap("collate", self.assemble), executor=pool, name="collate")
-                .add_sink(self.cfg.prefetch_depth)
+                .add_sink(self.prefetch_depth)
                 # NOTE: max_failures=0: SPDL's default (-1) logs a failed sample and drops it, which would
                 # hand the training loop a short batch instead of the dataset's error.
                 .build(num_threads=1, max_failures=0))

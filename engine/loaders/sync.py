@@ -1,7 +1,9 @@
 """SyncLoader: the training thread fetches and collates every batch itself; the baseline the others beat.
 
 Nothing runs in the background, so there is nothing to time out or shut down: a slow dataset
-simply makes each step slower (worker_timeout_s does not apply).
+simply makes each step slower (timeout_s, a run's worker_timeout_s, does not apply). It takes Loader's knobs:
+
+    SyncLoader(dataset, "cpu", batch_size=32, seed=0)
 """
 
 from __future__ import annotations

@@ -16,14 +16,15 @@ from typing import Iterator
 import torchdata.nodes as nodes
 from torch import Tensor
 
-from engine.loaders._base import EpochBatchSampler, Loader
+from engine.loaders._base import EpochBatchSampler, PooledLoader
 
 __all__ = ["ThreadLoader"]
 
 
-class ThreadLoader(Loader):
+class ThreadLoader(PooledLoader):
+    """Takes PooledLoader's knobs: workers and prefetch_depth besides every loader's."""
+
     name = "threads"
-    uses_workers = True
 
     def _epoch(self, e: int) -> Iterator[tuple[Tensor, Tensor]]:
         # NOTE: the graph is passed straight in (no local name) so that it dies with the producer thread,
@@ -35,9 +36,9 @@ class ThreadLoader(Loader):
             batches.close()
 
     def _graph(self, e: int) -> nodes.BaseNode:
-        keys = nodes.SamplerWrapper(EpochBatchSampler(len(self.dataset), self.cfg.batch_size, self.cfg.seed),
+        keys = nodes.SamplerWrapper(EpochBatchSampler(len(self.dataset), self.batch_size, self.seed),
                                     initial_epoch=e)
         # max_concurrent=workers: every worker busy, and finished batches wait in our bounded queue
         # (prefetch_depth) instead of piling up inside torchdata.
-        return nodes.ParallelMapper(keys, map_fn=self.fetch, num_workers=self.cfg.workers, in_order=True,
-                                    method="thread", max_concurrent=self.cfg.workers)
+        return nodes.ParallelMapper(keys, map_fn=self.fetch, num_workers=self.workers, in_order=True,
+                                    method="thread", max_concurrent=self.workers)

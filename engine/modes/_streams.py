@@ -15,7 +15,7 @@ import torch
 
 from engine import devices
 from engine.errors import ConfigError
-from engine.loaders import LOADERS
+from engine.loaders import open_loader
 from engine.measure import cuda_events
 from engine.models import make_optimizer
 from engine.modes._base import RunContext
@@ -73,7 +73,7 @@ def run_streams(ctx: RunContext) -> None:
     pool = cuda_events.pool(device)  # events reused epoch after epoch, not created per step
     recorder = Recorder(ctx)
 
-    with LOADERS[cfg.loader](dataset, cfg, device) as loader:
+    with open_loader(dataset, cfg, device) as loader:
         for epoch in range(cfg.epochs):
             for i in range(len(models)):
                 fail_point(i, epoch)

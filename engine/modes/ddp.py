@@ -34,7 +34,7 @@ import torch.distributed as dist
 from engine import devices
 from engine.errors import ConfigError
 from engine.calibrate import Calibrator, Phase
-from engine.loaders import LOADERS, check_ranks, epoch_batches
+from engine.loaders import check_ranks, epoch_batches, open_loader
 from engine.models import build_model, make_optimizer
 from engine.modes._base import ModeSpec, RunContext
 from engine.modes._common import Recorder, epoch_payload, fail_point, step_builder, train_epoch
@@ -86,7 +86,7 @@ def _train_rank(cfg: RunConfig, device: torch.device, rank: int, world: int, emi
     ddp.register_comm_hook(comm, timed_allreduce)
     opt = make_optimizer(ddp.parameters(), cfg.optimizer, cfg.lr)
 
-    with LOADERS[cfg.loader](dataset, cfg, device) as loader:
+    with open_loader(dataset, cfg, device) as loader:
         ready()
         for epoch in range(cfg.epochs):
             fail_point(rank, epoch)

@@ -25,7 +25,7 @@ import torch
 
 from engine import devices
 from engine.errors import ConfigError
-from engine.loaders import LOADERS
+from engine.loaders import open_loader
 from engine.measure import trace
 from engine.calibrate import Calibrator, Pass, Phase
 from engine.models import make_optimizer
@@ -59,7 +59,7 @@ def run_sequential(ctx: RunContext) -> None:
     cfg, device = ctx.cfg, ctx.device
     dataset, models, opts = _build(cfg, device)
     recorder = Recorder(ctx)
-    with LOADERS[cfg.loader](dataset, cfg, device) as loader:
+    with open_loader(dataset, cfg, device) as loader:
         for epoch in range(cfg.epochs):
             # NOTE: models alternate per epoch (not model A's whole run, then B's) so that the steady-state
             # epochs of both form one contiguous window, the same window the concurrent modes are judged over.
@@ -139,11 +139,11 @@ def run_threads(ctx: RunContext) -> None:
     with contextlib.ExitStack() as stack:
         # --- data: one loader fanned out to both threads, or one loader each ---
         if cfg.dual_data == "shared":
-            loader = stack.enter_context(LOADERS[cfg.loader](dataset, cfg, device))
+            loader = stack.enter_context(open_loader(dataset, cfg, device))
             fan = stack.enter_context(FanOut(loader, N_MODELS, cfg.epochs, cfg.prefetch_depth, stop))
             sources = [lambda e, i=i: fan.epoch(i, e) for i in range(N_MODELS)]
         else:
-            sources = [stack.enter_context(LOADERS[cfg.loader](dataset, cfg, device)).epoch for _ in range(N_MODELS)]
+            sources = [stack.enter_context(open_loader(dataset, cfg, device)).epoch for _ in range(N_MODELS)]
         # --- train: one thread per model (one CUDA stream each); the first real error wins, the other stops ---
         streams = [_thread_stream(device) for _ in range(N_MODELS)]
         _run_to_end([functools.partial(_thread_loop, recorder, cfg, i, models[i], opts[i], sources[i], device, stop,
@@ -170,7 +170,7 @@ def _process_main(i: int, cfg: RunConfig, device_names: list[str], threads: int,
     dataset = build_dataset(cfg)
     model = build_model(cfg, dataset, i, device, dual=True)
     opt = make_optimizer(model.parameters(), cfg.optimizer, cfg.lr)
-    with LOADERS[cfg.loader](dataset, cfg, device) as loader:
+    with open_loader(dataset, cfg, device) as loader:
         link.ready()  # both models start training together
         for epoch in range(cfg.epochs):
             fail_point(i, epoch)

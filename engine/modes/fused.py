@@ -25,7 +25,7 @@ import torch
 from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 
 from engine.errors import ConfigError
-from engine.loaders import LOADERS
+from engine.loaders import open_loader
 from engine.names import DEFAULT_CLASSES
 from engine.measure import trace
 from engine.calibrate import Calibrator, Phase
@@ -102,7 +102,7 @@ def run(ctx: RunContext) -> None:
                      model_lrs(cfg))
     recorder = Recorder(ctx)
 
-    with LOADERS[cfg.loader](dataset, cfg, device) as loader:
+    with open_loader(dataset, cfg, device) as loader:
         for epoch in range(cfg.epochs):
             fail_point(0, epoch)
             record, losses = _epoch(step, loader.epoch(epoch), cfg.n_models, device)

@@ -6,7 +6,7 @@ import logging
 
 import torch
 
-from engine.loaders import LOADERS
+from engine.loaders import open_loader
 from engine.measure import trace
 from engine.calibrate import Calibrator, Phase
 from engine.models import build_model, make_optimizer
@@ -28,7 +28,7 @@ def run(ctx: RunContext) -> None:
     model = build_model(cfg, dataset.sample_shape, dataset.num_classes).to(device)
     opt = make_optimizer(model.parameters(), cfg.optimizer, cfg.lr)
 
-    with LOADERS[cfg.loader](dataset, cfg, device) as loader:
+    with open_loader(dataset, cfg, device) as loader:
         for epoch in range(cfg.epochs):
             # --- one epoch: every step split into data wait / copy / compute (engine/modes/_common.py) ---
             record = train_epoch(model, opt, loader.epoch(epoch), device)

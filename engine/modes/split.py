@@ -27,7 +27,7 @@ from torch import nn
 from engine.devices import resolve as resolve_device
 from engine.errors import ConfigError
 from engine.calibrate import Calibrator, Phase
-from engine.loaders import LOADERS
+from engine.loaders import open_loader
 from engine.names import DEFAULT_CLASSES
 from engine.models import MODELS, build_model, loss_fn, make_optimizer, split_stages
 from engine.modes._base import ModeSpec, RunContext
@@ -149,7 +149,7 @@ def run(ctx: RunContext) -> None:
     first = devices[0]  # batches land on the first stage's device; the timer runs there
     recorder = Recorder(ctx)
 
-    with LOADERS[cfg.loader](dataset, cfg, first) as loader:
+    with open_loader(dataset, cfg, first) as loader:
         for epoch in range(cfg.epochs):
             fail_point(0, epoch)
             # --- one epoch: every step is one pipelined forward/backward plus the optimizer step ---

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import torch
 
-from engine.loaders import LOADERS
+from engine.loaders import open_loader
 from engine.workloads import build_dataset
 
 __all__ = ["step_beside_python"]
@@ -31,7 +31,7 @@ def step_beside_python(cfg: Any, device: torch.device, steps: Callable[[Any], li
     thread; `shared`: how much slower two GIL-free threads run now than one (engine/predict/probe.py), so a busy
     machine's wait for a core is not read as the GIL."""
     dataset = build_dataset(cfg.replace(latency_ms=0.0, work_us=0))
-    with LOADERS["sync"](dataset, cfg.replace(loader="sync", workers=0), torch.device("cpu")) as loader:
+    with open_loader(dataset, cfg, torch.device("cpu"), loader="sync") as loader:
         batches = [(x.to(device), y.to(device)) for x, y in itertools.islice(loader.epoch(1), _BATCHES)]
     step = steps(dataset)[0]
     step(*batches[0])  # untimed: allocator and kernel selection

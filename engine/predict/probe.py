@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import torch
 
 from engine.calibrate import compute_pass, time_again
-from engine.loaders import LOADERS, epoch_batches, stream_fetch, to_device
+from engine.loaders import epoch_batches, open_loader, stream_fetch, to_device
 from engine.measure.capacity import usable_cpus
 from engine.measure.host import fingerprint
 from engine.measure.pools import hidden_pools
@@ -72,7 +72,7 @@ _TAIL_ITEMS = 512  # items enough to see a heavy tail's weight (lognormal, sigma
 def probe(cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[Callable]]) -> dict[str, Any]:
     """Measure the probe for cfg's pipeline on `device`; steps(dataset) -> [the mode's train step] (one)."""
     dataset = build_dataset(cfg)
-    with LOADERS["sync"](dataset, cfg.replace(loader="sync", workers=0), device) as loader:
+    with open_loader(dataset, cfg, device, loader="sync") as loader:
         # a stream: batches of the probe's own pass over it (a fresh iter(): the run's epochs are not consumed)
         keys, fetch = stream_fetch(loader) if is_stream(dataset) else \
             (epoch_batches(len(dataset), cfg.batch_size, cfg.seed, 1), loader.fetch)

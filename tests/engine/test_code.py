@@ -15,7 +15,7 @@ from threadpoolctl import threadpool_info
 
 from engine.advice.code import SNIPPETS, snippet
 from engine.config import RunConfig
-from engine.loaders import LOADERS
+from engine.loaders import LOADERS, open_loader
 
 ROOT = Path(__file__).resolve().parents[2]
 N, BATCH = 50, 8  # 7 batches, the last one short: drop_last must not differ
@@ -53,7 +53,7 @@ def _run_snippet(setting, epochs: int = 2) -> list[list[tuple[torch.Tensor, torc
 
 
 def _lab_epochs(cfg: RunConfig, epochs: int = 2) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
-    with LOADERS[cfg.loader](IndexDataset(), cfg, "cpu") as loader:
+    with open_loader(IndexDataset(), cfg, "cpu") as loader:
         return [list(loader.epoch(e)) for e in range(epochs)]
 
 

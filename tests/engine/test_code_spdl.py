@@ -12,7 +12,7 @@ from spdl.pipeline import PipelineFailure
 
 from engine.advice._code_spdl import spdl_lines, spdl_snippet
 from engine.config import RunConfig
-from engine.loaders import SpdlLoader
+from engine.loaders import open_loader
 
 N, BATCH = 50, 8  # 7 batches, the last one short
 
@@ -57,7 +57,7 @@ def _ids(batches) -> list[int]:
 def test_the_snippet_yields_the_labs_batches_and_samples_per_epoch():
     setting = _setting()
     mine = _run_snippet(setting, IndexDataset())
-    with SpdlLoader(IndexDataset(), RunConfig.from_dict(setting), "cpu") as lab_loader:
+    with open_loader(IndexDataset(), RunConfig.from_dict(setting), "cpu") as lab_loader:
         lab = [list(lab_loader.epoch(e)) for e in range(2)]
     for got, want in zip(mine, lab, strict=True):
         assert len(got) == len(want) == -(-N // BATCH)

@@ -46,8 +46,7 @@ def test_pool_reuses_events_once_the_last_holder_drops_the_span():
 
 
 def test_prefetch_hands_out_a_batch_before_fetching_the_next():
-    loader = PrefetchLoader(TinyDataset(8), RunConfig(loader="prefetch", batch_size=4, n_samples=8),
-                            torch.device("cpu"))
+    loader = PrefetchLoader(TinyDataset(8), "cpu", batch_size=4)
     # the copy and hand-over are CUDA calls: replaced by identities to test only the order of the loop
     loader._issue_copy = lambda batch: (batch, None)
     loader._hand_over = lambda batch, span: batch

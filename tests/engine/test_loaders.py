@@ -6,6 +6,7 @@ and close() leaves no threads or processes behind. Real loaders over a tiny in-m
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import threading
@@ -15,13 +16,13 @@ import psutil
 import pytest
 import torch
 from _loader_fixtures import TinyDataset
+from torch.utils.data import default_collate
 
 from engine.config import ConfigError, RunConfig
-from engine.loaders import (LoaderTimeout, PrefetchLoader, ProcessLoader, SpdlLoader, SyncLoader, ThreadLoader,
-                            epoch_batches)
+from engine.loaders import LOADERS, LoaderTimeout, epoch_batches, loader_args, open_loader
+from engine.loaders._base import PooledLoader
+from engine.names import WORKER_LOADERS
 
-KINDS = {"sync": SyncLoader, "prefetch": PrefetchLoader, "threads": ThreadLoader, "processes": ProcessLoader,
-         "spdl": SpdlLoader}
 CASES = [("sync", 0), ("prefetch", 0), ("threads", 1), ("threads", 2), ("processes", 1), ("processes", 2),
          ("spdl", 1), ("spdl", 2)]
 IDS = [f"{k}-{w}" for k, w in CASES]
@@ -30,8 +31,9 @@ N, BS, SEED = 37, 4, 7  # 37 is not a multiple of 4: the last batch is smaller
 
 
 def make(kind: str, dataset: TinyDataset, workers: int = 0, device: str = "cpu", **extra):
+    """The loader a run builds: open_loader over a RunConfig."""
     cfg = RunConfig(loader=kind, workers=workers, batch_size=BS, seed=SEED, n_samples=len(dataset), **extra)
-    return KINDS[kind](dataset, cfg, torch.device(device))
+    return open_loader(dataset, cfg, torch.device(device))
 
 
 def ids_of(batches) -> list[list[int]]:
@@ -170,11 +172,51 @@ def test_spawned_workers_deliver_the_sync_batches():
     assert leftovers(before) == ([], [])
 
 
-@pytest.mark.parametrize("kind", ["threads", "processes", "spdl"])
-def test_parallel_loaders_need_workers(kind):
-    with pytest.raises(ConfigError) as err:
-        make(kind, TinyDataset(N), 0)
-    assert err.value.field == "workers"
+@pytest.mark.parametrize("kind,workers", CASES, ids=IDS)
+def test_a_loader_built_without_a_config_gives_the_registry_loaders_batches(kind, workers):
+    """Keyword arguments alone, as in a notebook (the rest at their defaults; collate as a callable): the batches,
+    samples and labels both, are those of the loader open_loader builds from a RunConfig with the same seed."""
+    ds = TinyDataset(N)
+    with make(kind, ds, workers) as registry:
+        expected = [list(registry.epoch(e)) for e in range(2)]
+    knobs = {"workers": workers} if LOADERS[kind].uses_workers else {}
+    with LOADERS[kind](ds, device="cpu", batch_size=BS, seed=SEED, collate=default_collate, **knobs) as by_hand:
+        got = [list(by_hand.epoch(e)) for e in range(2)]
+    assert [ids_of(batches) for batches in got] == [planned(0), planned(1)]
+    for mine, theirs in zip(got, expected, strict=True):
+        assert len(mine) == len(theirs)
+        assert all(torch.equal(x, x2) and torch.equal(y, y2) for (x, y), (x2, y2) in zip(mine, theirs))
+
+
+def test_open_loader_passes_each_loader_the_knobs_it_takes_defaulting_as_the_config():
+    """The constructors' defaults are RunConfig's (but workers: a loader built by hand gets a pool of 2), and the
+    translation gives each loader exactly its keyword arguments: workers only to the loaders that need them."""
+    cfg = RunConfig()
+    for kind, cls in LOADERS.items():
+        params = {n: p.default for n, p in inspect.signature(cls).parameters.items() if p.kind is p.KEYWORD_ONLY}
+        args = loader_args(cls, cfg)
+        assert set(args) == set(params), kind
+        assert ("workers" in args) == cls.uses_workers, kind
+        assert {n: v for n, v in args.items() if n != "workers"} == {n: v for n, v in params.items()
+                                                                    if n != "workers"}, kind
+    assert loader_args(LOADERS["processes"], cfg.replace(worker_timeout_s=7.5))["timeout_s"] == 7.5
+
+
+@pytest.mark.parametrize("kind", WORKER_LOADERS)
+def test_the_workers_rule_is_one_line_naming_workers_from_the_config_and_the_constructor(kind):
+    assert LOADERS[kind].uses_workers and issubclass(LOADERS[kind], PooledLoader)
+    with pytest.raises(ConfigError) as from_config:
+        RunConfig.from_dict({"loader": kind, "workers": 0})
+    with pytest.raises(ConfigError) as from_constructor:
+        LOADERS[kind](TinyDataset(N), device="cpu", workers=0)
+    assert from_config.value.field == from_constructor.value.field == "workers"
+    assert str(from_config.value) == str(from_constructor.value)
+    assert "\n" not in str(from_config.value) and f"loader '{kind}' needs workers >= 1" in str(from_config.value)
+
+
+def test_only_the_worker_loaders_use_workers():
+    assert {n for n, cls in LOADERS.items() if cls.uses_workers} == set(WORKER_LOADERS)
+    assert {n for n, cls in LOADERS.items() if issubclass(cls, PooledLoader)} == set(WORKER_LOADERS)
 
 
 @pytest.mark.gpu

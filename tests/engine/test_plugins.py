@@ -250,10 +250,10 @@ def test_the_factory_gets_the_config_fields_it_asks_for(plug):
 
 
 def _batches(cfg: RunConfig, loader: str, epoch: int) -> list:
-    from engine.registry import LOADERS  # noqa: PLC0415
+    from engine.loaders import open_loader  # noqa: PLC0415
 
     cfg = cfg.replace(loader=loader, workers=2 if loader in ("threads", "processes") else 0)
-    with LOADERS[loader](build_dataset(cfg), cfg, torch.device("cpu")) as it:
+    with open_loader(build_dataset(cfg), cfg, torch.device("cpu")) as it:
         return list(it.epoch(epoch))
 
 
@@ -274,12 +274,12 @@ def test_random_user_transforms_give_the_same_batches_on_every_loader(plug, whic
 
 def _overlap_under_threads(plug: str, factory: str) -> tuple[Any, int, list]:
     """The dataset, the most items its threads loader (4 workers) had in flight at once, and its batches."""
-    from engine.registry import LOADERS  # noqa: PLC0415
+    from engine.loaders import ThreadLoader  # noqa: PLC0415
 
     cfg = tiny(plug, workload=f"{plug}:{factory}", n_samples=32, loader="threads", workers=4)
     ds = build_dataset(cfg)
     ds.inner.overlap.most = 0
-    with LOADERS["threads"](ds, cfg, torch.device("cpu")) as it:
+    with ThreadLoader(ds, "cpu", workers=4, batch_size=cfg.batch_size, seed=cfg.seed) as it:
         batches = list(it.epoch(1))
     return ds, ds.inner.overlap.most, batches
 

@@ -15,7 +15,7 @@ import torch
 from threadpoolctl import threadpool_limits
 
 from engine.config import RunConfig
-from engine.loaders import LOADERS, seen_pools
+from engine.loaders import open_loader, seen_pools
 from engine.measure.pools import hidden_pools, pool_fix, pools_record
 from engine.run.runner import launch
 from engine.store import get_run
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.skipif(not any(p["threads"] > 1 for p in hidden_pools()
 def _load(loader: str, transform_threads: int) -> list[dict]:
     cfg = RunConfig.from_dict({**SPECTRO, "loader": loader, "workers": 2 if loader in ("threads", "processes") else 0,
                                "transform_threads": transform_threads})
-    with LOADERS[loader](build_dataset(cfg), cfg, torch.device("cpu")) as it:
+    with open_loader(build_dataset(cfg), cfg, torch.device("cpu")) as it:
         assert len(list(it.epoch(1))) == 2
     return seen_pools()[PLACE[loader]]
 

@@ -21,8 +21,7 @@ from engine.loaders.spdl import STOP_S
 
 
 def make(dataset: TinyDataset, workers: int = 2, **extra) -> SpdlLoader:
-    cfg = RunConfig(loader="spdl", workers=workers, batch_size=BS, seed=SEED, n_samples=len(dataset), **extra)
-    return SpdlLoader(dataset, cfg, torch.device("cpu"))
+    return SpdlLoader(dataset, "cpu", workers=workers, batch_size=BS, seed=SEED, **extra)
 
 
 def slow_collate(samples):
@@ -47,7 +46,7 @@ def test_a_stuck_fetch_is_named_within_the_timeout():
     first = planned(0)[0][0]
     before = set(threading.enumerate())
     t0 = time.monotonic()
-    with make(TinyDataset(N, sleep_at=first, sleep_s=5.0), worker_timeout_s=1.0) as loader:
+    with make(TinyDataset(N, sleep_at=first, sleep_s=5.0), timeout_s=1.0) as loader:
         with pytest.raises(LoaderTimeout, match=r"spdl loader: .*within 1 s .*stuck in stage 'fetch'"):
             list(loader.epoch(0))
         raised = time.monotonic() - t0
@@ -56,7 +55,7 @@ def test_a_stuck_fetch_is_named_within_the_timeout():
 
 
 def test_a_stuck_collate_is_named_not_fetch():
-    with make(TinyDataset(N), collate="test_spdl:slow_collate", worker_timeout_s=1.0) as loader:
+    with make(TinyDataset(N), collate="test_spdl:slow_collate", timeout_s=1.0) as loader:
         batches = loader.epoch(0)
         got = []
         with pytest.raises(LoaderTimeout, match=r"stuck in stage 'collate'"):
