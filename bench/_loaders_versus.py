@@ -48,7 +48,7 @@ def child(setting: dict[str, Any], epochs: int) -> dict[str, float]:
 
     from engine.config import RunConfig
     from engine.loaders import open_loader
-    from engine.measure.host import tree_cpu_s
+    from engine.measure import tree_cpu_s
     from engine.workloads import build_dataset
 
     torch.set_num_threads(1)  # the training process's threads stay out of the loaders' way (bench/findings.py's)

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine import devices  # noqa: E402
 from engine.config import ConfigError, RunConfig  # noqa: E402
-from engine.measure.host import fingerprint  # noqa: E402
+from engine.measure import fingerprint
 from engine.modes import RunContext  # noqa: E402
 from engine.modes._common import throughput  # noqa: E402
 from engine.registry import MODES  # noqa: E402

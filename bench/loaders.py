@@ -32,7 +32,7 @@ import _loaders_versus as versus  # noqa: E402 (bench/, beside this script)
 
 from engine.config import RunConfig  # noqa: E402
 from engine.loaders._base import epoch_batches  # noqa: E402
-from engine.measure.host import fingerprint  # noqa: E402
+from engine.measure import fingerprint
 from engine.models._base import make_optimizer  # noqa: E402
 from engine.modes import RunContext  # noqa: E402
 from engine.modes._common import train_step  # noqa: E402

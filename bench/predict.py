@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.predict import Prediction, adjusted, predict, residuals  # noqa: E402
 from engine.config import RunConfig  # noqa: E402
-from engine.measure.host import fingerprint  # noqa: E402
+from engine.measure import fingerprint
 from engine.paths import ROOT  # noqa: E402
 from engine.run.hostfit import usable_cpus  # noqa: E402
 from engine.run.runner import launch  # noqa: E402

@@ -25,7 +25,7 @@ import psutil  # noqa: E402
 import torch  # noqa: E402
 
 from engine.measure import sampler as sampler_module  # noqa: E402
-from engine.measure.host import fingerprint  # noqa: E402
+from engine.measure import fingerprint
 from engine.runlog import RunLog  # noqa: E402
 
 

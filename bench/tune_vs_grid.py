@@ -36,7 +36,7 @@ import torch  # noqa: E402
 from engine.advice.tune import CONFIRM_REPEATS, RUNG0_EPOCHS, candidates, tune  # noqa: E402
 from engine.analysis import stats  # noqa: E402
 from engine.config import RunConfig  # noqa: E402
-from engine.measure.host import fingerprint  # noqa: E402
+from engine.measure import fingerprint
 from engine.run.hostfit import usable_cpus  # noqa: E402
 from engine.run.runner import launch  # noqa: E402
 from engine.run.warm import WarmParent  # noqa: E402

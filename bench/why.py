@@ -21,8 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.config import RunConfig  # noqa: E402
-from engine.measure.host import fingerprint  # noqa: E402
-from engine.measure.capacity import usable_cpus  # noqa: E402
+from engine.measure import fingerprint, usable_cpus
 from engine.run.runner import launch  # noqa: E402
 from engine.store import get_run  # noqa: E402
 

@@ -21,8 +21,7 @@ from engine.errors import ConfigError
 from engine.jobs import (RAY_ADDRESS_ENV, RAY_SWEEP, JobGroup, cancel, cancel_jobs, default_ray_address, ensure_worker,
                          estimate_duration, job_groups, job_progress, list_jobs, submit, submit_ray_sweep, submit_sweep,
                          worker_alive)
-from engine.measure.startup import PHASES as STARTUP_PHASES
-from engine.measure.verdicts import VERDICTS, efficiency_text
+from engine.measure import PHASES as STARTUP_PHASES, VERDICTS, efficiency_text
 from engine.paths import TRACE_FILE, db_path
 from engine.plugins.browser import PLUGIN_FIELDS, browser_config, browser_sweep, browser_sweep_config, browser_values, \
     check_browser_config

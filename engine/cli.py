@@ -46,7 +46,7 @@ from engine.analysis.stats import speedup_vs_sequential
 from engine.config import DEFAULT_MAX_RUNS, RunConfig, SweepConfig, config_fields, field_choices, load_toml
 from engine.errors import ConfigError, StoreBusy, StoreCorrupt, StoreError, StoreVersionError, UsageError, printable
 from engine.jobs import ensure_worker, run_worker, serve, stop_worker, worker_pid
-from engine.measure.verdicts import efficiency_text
+from engine.measure import efficiency_text
 from engine.paths import Db, calibrations_dir, db_path
 from engine.run.observed import observe
 from engine.run.hostfit import HEAVY, OVERSUBSCRIBE_ENV, check_all, check_host, check_machine, check_rules

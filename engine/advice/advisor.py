@@ -31,7 +31,7 @@ import pandas as pd
 from engine.advice import baseline, memory
 from engine.analysis import stats
 from engine.config import RunConfig
-from engine.measure.verdicts import VERDICTS, efficiency_text
+from engine.measure import VERDICTS, efficiency_text
 from engine.names import WORKER_LOADERS
 from engine.paths import Db
 from engine.store import done_runs
@@ -445,7 +445,7 @@ def _on_host(runs: pd.DataFrame, host: str) -> tuple[pd.Series, str]:
         return (runs["host_fingerprint"] == host).fillna(False).astype(bool), f"host {host}"
     # NOTE: imported here: the fingerprint reads torch's thread settings, and the dashboard and the
     # notebook API import this module without loading torch until advice for "this" host is asked
-    from engine.measure.host import MACHINE_KEYS, fingerprint  # noqa: PLC0415
+    from engine.measure import MACHINE_KEYS, fingerprint
 
     me = fingerprint()
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.measure.verdicts import VERDICTS
+from engine.measure import VERDICTS
 
 __all__ = ["DATA_BOUND_WAIT", "kept_epochs_verdict"]
 

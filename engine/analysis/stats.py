@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from engine.config import config_fields
-from engine.measure.waits import wait_percentiles
+from engine.measure import wait_percentiles
 from engine.status import RunStatus
 
 __all__ = ["MIN_FOR_CI", "NOISY_CV", "ci_text", "compare", "cv", "matching", "median_ci", "median_ci_ranks",

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from engine.loaders import epoch_batches, open_loader, to_device
-from engine.measure.host import tree_cpu_s
+from engine.measure import tree_cpu_s
 from engine.workloads import build_dataset, is_stream, shard_of
 
 if TYPE_CHECKING:  # annotations only: the run side does not import the config (engine/registry.py says why)

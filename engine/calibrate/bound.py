@@ -65,9 +65,7 @@ from typing import Any, Callable, NamedTuple
 import torch
 
 from engine.calibrate._passes import compute_pass, loader_pass
-from engine.measure.capacity import usable_cpus
-from engine.measure.pools import pool_fix
-from engine.measure.verdicts import OVERLAP_MIN, VERDICTS, serial_kind, verdict_help
+from engine.measure import OVERLAP_MIN, VERDICTS, pool_fix, serial_kind, usable_cpus, verdict_help
 from engine.runlog import read_events
 
 __all__ = ["COMPUTE_KEYS", "EXPLAINED", "FAIL_ENV", "GIL_HELD", "LOADER_KEYS", "STALE", "VERDICTS", "Calibrator",

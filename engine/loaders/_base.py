@@ -30,7 +30,7 @@ from torch._utils import ExceptionWrapper  # NOTE: what DataLoader and torchdata
 from torch.utils.data import Sampler, default_collate
 
 from engine.loaders._stream import close_stream, stream_epoch
-from engine.measure.pools import cap_pools, hidden_pools
+from engine.measure import cap_pools, hidden_pools
 from engine.names import WORKER_LOADERS, check_workers
 from engine.plugins import resolve
 from engine.workloads import is_stream

@@ -26,7 +26,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 
 from engine.loaders._base import Collate, Device, LoaderTimeout, PooledLoader, note_pools
-from engine.measure.pools import cap_pools, hidden_pools
+from engine.measure import cap_pools, hidden_pools
 
 __all__ = ["POLL_S", "ProcessLoader"]
 

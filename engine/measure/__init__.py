@@ -31,13 +31,14 @@ _WHERE = {
     "IdleSplit": "idle", "clock_offset": "idle", "split_idle": "idle",
     "Gpu": "nvml", "gpu_facts": "nvml",
     "cap_pools": "pools", "extra_threads": "pools", "hidden_pools": "pools", "limit_pools": "pools",
-    "pools_text": "pools",
+    "pool_fix": "pools", "pools_record": "pools", "pools_text": "pools",
     "Sampler": "sampler",
     "PHASES": "startup",
     "samples_per_s": "throughput", "span_s": "throughput",
     "EpochTimer": "timers",
     "TRACED_MODES": "trace", "TRACE_FILE": "trace",
-    "OVERLAP_MIN": "verdicts", "VERDICTS": "verdicts", "serial_kind": "verdicts", "verdict_help": "verdicts",
+    "ABOVE_ONE": "verdicts", "OVERLAP_MIN": "verdicts", "VERDICTS": "verdicts", "efficiency_text": "verdicts",
+    "serial_kind": "verdicts", "verdict_help": "verdicts",
     "QUANTILES": "waits", "wait_percentiles": "waits",
 }
 

@@ -24,8 +24,7 @@ from engine import devices, models
 from engine.errors import ConfigError
 from engine.loaders import to_device
 from engine.measure import startup
-from engine.measure.throughput import samples_per_s, span_s
-from engine.measure.timers import EpochTimer
+from engine.measure import EpochTimer, samples_per_s, span_s
 from engine.modes._base import RunContext
 from engine.plugins import is_spec
 

@@ -25,9 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from engine.measure.host import fingerprint
-from engine.measure.idle import clock_offset, split_idle
-from engine.measure.sampler import Sampler
+from engine.measure import Sampler, clock_offset, fingerprint, split_idle
 from engine.observe import _hub
 from engine.observe._settings import read_settings
 from engine.runlog import GPU_EPOCH_FIELDS, RunLog, claim

@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from engine import devices
-from engine.measure.capacity import usable_cpus
-from engine.measure.host import fingerprint
+from engine.measure import fingerprint, usable_cpus
 from engine.modes import step_builder
 from engine.predict import model as predict
 from engine.predict.probe import probe

@@ -61,7 +61,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from engine.measure.verdicts import VERDICTS, serial_kind
+from engine.measure import VERDICTS, serial_kind
 
 if TYPE_CHECKING:  # annotations only
     from engine.config import RunConfig

@@ -40,9 +40,7 @@ import torch
 
 from engine.calibrate import compute_pass, time_again
 from engine.loaders import epoch_batches, open_loader, stream_fetch, to_device
-from engine.measure.capacity import usable_cpus
-from engine.measure.host import fingerprint
-from engine.measure.pools import hidden_pools
+from engine.measure import fingerprint, hidden_pools, usable_cpus
 from engine.predict._probe_step import step_beside_python
 from engine.workloads import build_dataset, is_stream
 

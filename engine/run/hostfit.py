@@ -28,7 +28,7 @@ from typing import Any
 
 from engine.errors import ConfigError
 from engine.names import DEFAULT_CLASSES
-from engine.measure.capacity import available_memory, usable_cores, usable_cpus
+from engine.measure import available_memory, usable_cores, usable_cpus
 from engine.plugins import is_spec
 
 __all__ = ["HEAVY", "INSIST_HINT", "OVERSUBSCRIBE_ENV", "PROCESS_BYTES", "Demand", "available_memory", "check_all",

@@ -13,8 +13,7 @@ from typing import Any, Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.measure.throughput import samples_per_s, span_s
-from engine.measure.waits import wait_percentiles
+from engine.measure import samples_per_s, span_s, wait_percentiles
 from engine.runlog import EPOCH_FIELDS, STEP_FIELDS
 from engine.store.tables import column_types
 

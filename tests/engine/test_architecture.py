@@ -354,6 +354,28 @@ def test_measure_is_a_leaf_of_instruments():
     assert reached == []
 
 
+def test_outside_measure_the_instruments_come_from_its_face():
+    """engine.measure's __init__ is its face: code outside the package imports `from engine.measure import X` (a
+    part it exports, or one of its modules as a namespace), never `from engine.measure.<module> import X`, so an
+    instrument can move between its modules without touching a caller (tests may reach in)."""
+    import engine.measure as face
+
+    reached, missing = [], []
+    for path in [*(ROOT / "engine").rglob("*.py"), *(ROOT / "ui").rglob("*.py"), *(ROOT / "pages").rglob("*.py"),
+                 *(ROOT / "bench").rglob("*.py"), ROOT / "app.py"]:
+        if "measure" in path.relative_to(ROOT).parts[:2]:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("engine.measure."):
+                reached.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+            elif isinstance(node, ast.ImportFrom) and node.module == "engine.measure":
+                # a name the face exports, or one of its modules used as a namespace (trace.extra_epoch)
+                missing += [a.name for a in node.names if a.name not in face.__all__
+                            and not (ROOT / "engine" / "measure" / f"{a.name}.py").exists()]
+    assert reached == [] and missing == []
+    assert face.__all__ == sorted(face.__all__) and all(hasattr(face, name) for name in face.__all__)
+
+
 def test_the_layer_check_finds_an_import_up():
     assert _layer("engine.measure.timers") < _layer("engine.modes.single") < _layer("engine.advice.tune")
     assert _layer("engine.cli") == len(LAYERS) - 1
