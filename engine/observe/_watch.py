@@ -42,6 +42,17 @@ class Watched:
 
 
 def watch(loader: Any, *, name: str | None = None, db: Db = None) -> Watched:
-    """The loader's batches, timed: see the module doc. The run is named by where watch() was called (file:line)."""
+    """The loader's batches, unchanged, with each pass timed as one epoch of a stored run.
+
+    Wrap the loader where the loop iterates it, `for x, y in watch(train_loader): ...`; each loader wrapped this
+    way is one run (`source = 'observed'`), named by where watch() was called (file:line), with the DataLoader's
+    settings in the lab's fields. The run is stored when the loop's program ends, or at `close()` on what watch()
+    returned (a notebook's finished loop).
+
+    Args:
+        loader: the DataLoader (or any iterable of batches) the script already builds.
+        name: a tag for the run, e.g. "train" or "val".
+        db: the store; default $LOADERLAB_DB, else data/loaderlab.duckdb.
+    """
     caller = sys._getframe(1)
     return Watched(loader, f"{caller.f_code.co_filename}:{caller.f_lineno}", name, db)
