@@ -49,9 +49,12 @@ browser-deps:
 # The tests marked quiet (a bound no run beats, the probe's GIL share: each needs the cores to itself) run one at a time
 # first, the rest on TEST_WORKERS; PYTEST_ARGS go to both (paths, -k, -x; not -m). Exit 5 is "none selected here".
 PYTEST := LOADERLAB_REQUIRE_BROWSER=1 LOADERLAB_REQUIRE_RAY=1 $(PY) -m pytest
+# Both parts run whatever the first one gave, so one CI run reports every failure; the target fails if either did.
 test: $(CLUSTER_STAMP) browser-deps
-	$(PYTEST) -m quiet $(PYTEST_ARGS) || [ $$? -eq 5 ]
-	$(PYTEST) -n $(TEST_WORKERS) -m "not quiet" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	@rc=0; \
+	$(PYTEST) -m quiet $(PYTEST_ARGS) || [ $$? -eq 5 ] || rc=1; \
+	$(PYTEST) -n $(TEST_WORKERS) -m "not quiet" $(PYTEST_ARGS) || [ $$? -eq 5 ] || rc=1; \
+	exit $$rc
 
 # The docs site (docs/, mkdocs.yml): built strictly, so a broken link or a missing page fails; the CLI reference is
 # generated from the CLI's parsers as it builds. `make test` builds it too (tests/docs/test_docs.py).
