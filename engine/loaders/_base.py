@@ -206,6 +206,9 @@ class Loader:
         self.batch_size, self.seed, self.timeout_s = batch_size, seed, timeout_s
         self.pin_memory, self.transform_threads = pin_memory, transform_threads
         self.stream = is_stream(dataset)  # the user's iterable: read in parts (engine/loaders/_stream.py)
+        # NOTE: a plugin dataset finds out here, in the building thread, whether its items need the lock, not in the
+        # first loading thread (the check seeds the global generators and restores them)
+        getattr(dataset, "items_serialised", None)
         self.sampler = EpochBatchSampler(0 if self.stream else len(dataset), batch_size, seed)
         self.pin = bool(pin_memory) and self.device.type == "cuda"  # pinning only helps a CUDA copy
         self.collate = _collate_for(collate)

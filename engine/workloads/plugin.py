@@ -7,11 +7,11 @@ and a different augmentation each epoch. Labels come out as Python ints (or tens
 
 NOTE: the global generators are shared by the threads of one process, so an item whose output depends on them is
 loaded under a per-process lock (seed, then load): items of the `threads` loader do not overlap then. Whether it
-depends on them is found out as the dataset is built: a few items are loaded twice, under two different global
-seeds (the item's own `item_rng()` seed kept), and compared. Items that come out the same load in parallel, with no
-lock and no global seeding; `items_serialised` and `serial_note` say which it is, for the run's record and
-verdict. A dataset that declares `thread_safe = True` (it draws only from `engine.plugins.item_rng()`, a per-item
-numpy Generator, or from no generator) skips the check.
+depends on them is found out before the first item is read (a loader asks as it is built): a few items are loaded
+twice, under two different global seeds (the item's own `item_rng()` seed kept), and compared. Items that come out
+the same load in parallel, with no lock and no global seeding; `items_serialised` and `serial_note` say which it is,
+for the run's record and verdict. A dataset that declares `thread_safe = True` (it draws only from
+`engine.plugins.item_rng()`, a per-item numpy Generator, or from no generator) skips the check.
 A model whose forward draws from torch's generator (dropout) while `prefetch` or `threads` load in
 the background can still shift torch draws in the loader thread; `sync` and `processes` are exact.
 
@@ -65,16 +65,32 @@ class PluginDataset(SeededDataset):
             raise ConfigError("workload", f"'{spec}' returned an empty dataset; it needs at least one item")
         # NOTE: the user's num_classes, else the dataset's; when neither says, the model's head decides
         self.num_classes, self.classes_known = dataset_classes(inner, int(cfg.num_classes))
-        self._lock: threading.Lock | None = threading.Lock()  # until the check below finds it is not needed
+        self._lock: threading.Lock | None = threading.Lock()  # until the check finds it is not needed
         self._pid = os.getpid()
-        self.sample_shape = self._probe()  # what the model is built for; items must all share it
-        if getattr(inner, "thread_safe", False) or not self._uses_global_generators():
+        # NOTE: whether items depend on the global generators is found at the first item read (or when asked), not
+        # here: the check reads items 1 and 2, and an item that fails must fail where items are read, where preflight
+        # names it, not as the dataset's build
+        self._decided = bool(getattr(inner, "thread_safe", False))
+        if self._decided:
             self._lock = None
+        self._deciding = threading.Lock()
+        self.sample_shape = self._probe()  # what the model is built for; items must all share it
 
     @property
     def items_serialised(self) -> bool:
         """Whether items load one at a time in one process (the `threads` loader's items do not overlap)."""
+        self._decide()
         return self._lock is not None
+
+    def _decide(self) -> None:
+        """Once: drop the lock if the items do not depend on the global generators (other threads wait)."""
+        if self._decided:
+            return
+        with self._deciding:
+            if not self._decided:
+                if not self._uses_global_generators():
+                    self._lock = None
+                self._decided = True
 
     @property
     def serial_note(self) -> str | None:
@@ -85,7 +101,7 @@ class PluginDataset(SeededDataset):
         by the run's seed, as with every built-in workload, not by item 0's seed."""
         states = torch.random.get_rng_state(), np.random.get_state(), random.getstate()
         try:
-            x, _ = self._load(0, 0)
+            x, _ = self._item(sample_seed(self.seed, 0, 0), 0)  # (seeded as a locked load is; no check yet)
         except ConfigError:
             raise
         except BadItem as e:
@@ -112,8 +128,8 @@ class PluginDataset(SeededDataset):
                 if not _same(self._item(seed, index), self._item(seed, index, seed ^ _OTHER_SEED)):
                     log.info("'%s': items depend on the global generators; they load one at a time", self.spec)
                     return True
-        except Exception:  # noqa: BLE001 - item 0 loaded in _probe; a later item failing fails the run, with its index
-            return True
+        except (Exception, SystemExit):  # noqa: BLE001 - item 0 loaded in _probe; a later item failing (or exiting)
+            return True  # fails where it is read for real, with its index: the lock stays, which costs only speed
         finally:
             torch.random.set_rng_state(states[0])
             np.random.set_state(states[1])
@@ -121,12 +137,14 @@ class PluginDataset(SeededDataset):
         return False
 
     def _load(self, epoch: int, index: int) -> tuple[torch.Tensor, Any]:
+        if self._pid != os.getpid():
+            # NOTE: a forked worker inherits the locks as they were, maybe held by a thread that does not exist there
+            self._lock = None if self._lock is None else threading.Lock()
+            self._deciding, self._pid = threading.Lock(), os.getpid()
+        self._decide()
         seed = sample_seed(self.seed, epoch, index)
         if self._lock is None:
             return self._item(seed, index, None)  # NOTE: no global seeding: it changes nothing, and would race
-        if self._pid != os.getpid():
-            # NOTE: a forked worker inherits the lock as it was, maybe held by a thread that does not exist there
-            self._lock, self._pid = threading.Lock(), os.getpid()
         with self._lock:
             return self._item(seed, index)
 
@@ -169,11 +187,13 @@ class PluginDataset(SeededDataset):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_lock"] = self._lock is not None  # a lock cannot be pickled (spawn workers): rebuilt below
+        state["_deciding"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock() if state["_lock"] else None
+        self._deciding = threading.Lock()
 
     def __repr__(self) -> str:
         return f"PluginDataset({self.spec}, n={len(self)}, shape={self.sample_shape}, classes={self.num_classes})"

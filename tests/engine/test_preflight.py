@@ -175,7 +175,7 @@ def test_an_item_that_calls_sys_exit_names_the_dataset_and_the_item(plug):
                                "image_size": 8, "batch_size": 8})
     with pytest.raises(ConfigError) as err:
         preflight(cfg)
-    assert err.value.field == "workload" and f"'{plug}:exiting_items' (dataset factory)" in err.value.message
+    assert err.value.field == "workload" and f"'{plug}:exiting_items' (dataset)" in err.value.message
     assert "sys.exit(5)" in err.value.message and "read item" in err.value.message
 
 
@@ -213,7 +213,7 @@ def test_the_time_limit_comes_from_the_environment_for_every_launcher(plug, stor
                     f'model = "{plug}:net"\n[grid]\nworkload = ["{plug}:data", "{plug}:slow_items"]\n')
     out = cli("sweep", str(toml), "--quiet", db=store, **{TIMEOUT_ENV: "2"})
     line = out.stderr.strip().splitlines()[-1]  # (after the line that says the sweep's size)
-    assert out.returncode == 2 and f"plugin '{plug}:slow_items' (dataset factory) did not return within 2 s" in line, line
+    assert out.returncode == 2 and f"plugin '{plug}:slow_items' (dataset) did not return within 2 s" in line, line
     assert "read item" in line and nothing_stored(store)
 
 
