@@ -35,7 +35,7 @@ _WHERE = {
     "Sampler": "sampler",
     "PHASES": "startup",
     "samples_per_s": "throughput", "span_s": "throughput",
-    "EpochTimer": "timers",
+    "EpochTimer": "timers", "arrived": "timers",
     "TRACED_MODES": "trace", "TRACE_FILE": "trace",
     "ABOVE_ONE": "verdicts", "OVERLAP_MIN": "verdicts", "VERDICTS": "verdicts", "efficiency_text": "verdicts",
     "serial_kind": "verdicts", "verdict_help": "verdicts",

@@ -35,7 +35,18 @@ from engine.measure import cuda_events
 from engine.measure.idle import clock_offset, split_idle
 from engine.runlog import GPU_EPOCH_FIELDS
 
-__all__ = ["EpochTimer"]
+__all__ = ["EpochTimer", "arrived"]
+
+
+def arrived(t: float, t0: float, ttfb: float | None, waits: list[float], spans: list[tuple[float, float]]
+            ) -> tuple[float, float]:
+    """A batch asked for at `t` (perf_counter) has arrived now: its wait and its blocked span noted; returns (now,
+    the epoch's time to first batch from `t0`, set on the first batch and kept after). The lab's timer and the
+    observer's epoch both count a wait this way."""
+    now = time.perf_counter()
+    waits.append(now - t)
+    spans.append((t, now))
+    return now, now - t0 if ttfb is None else ttfb
 
 
 class EpochTimer:
@@ -66,11 +77,7 @@ class EpochTimer:
                 self.end_wait_s = time.perf_counter() - t
                 self._waited.append((t, t + self.end_wait_s))
                 return
-            now = time.perf_counter()
-            if self.ttfb_s is None:
-                self.ttfb_s = now - self._t0
-            self.waits.append(now - t)
-            self._waited.append((t, now))
+            now, self.ttfb_s = arrived(t, self._t0, self.ttfb_s, self.waits, self._waited)
             self._loader_spans.append((getattr(batch, "copy_span", None), getattr(batch, "wait_span", None)))
             self._mark = t
             yield batch

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from engine.measure import Sampler, clock_offset, fingerprint, split_idle
+from engine.measure import Sampler, arrived, clock_offset, fingerprint, split_idle
 from engine.observe import _hub
 from engine.observe._settings import read_settings
 from engine.runlog import GPU_EPOCH_FIELDS, RunLog, claim
@@ -157,11 +157,7 @@ class _Epoch:
         except StopIteration:
             self.close(t, finished=True, end_wait=time.perf_counter() - t)
             raise
-        now = time.perf_counter()
-        if self.ttfb is None:
-            self.ttfb = now - self.t0
-        self.waits.append(now - t)
-        self.spans.append((t, now))
+        now, self.ttfb = arrived(t, self.t0, self.ttfb, self.waits, self.spans)
         self.samples += batch_len(batch)
         if self.gpu is not None:
             self.gpu.mark()
