@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.config import RunConfig  # noqa: E402
-from engine.measure import fingerprint, usable_cpus
+from engine.measure import ABOVE_ONE, fingerprint, usable_cpus
 from engine.run.runner import launch  # noqa: E402
 from engine.store import get_run  # noqa: E402
 
@@ -70,7 +70,7 @@ def main() -> None:
             old = max(run["loader_only_s"], run["compute_only_s"]) + (run["bound_s"] - _terms(run))
             print(f"{loader:>10} {workers:>7} {threads or 'auto':>7} {run['epoch_s']:>8.3f} {old:>9.3f} "
                   f"{old / run['epoch_s']:>7.2f} {run['bound_s']:>7.3f} {run['efficiency']:>5.2f}  "
-                  f"{run['verdict']}: {run['verdict_help']}")
+                  + (f"{run['verdict']}: {run['verdict_help']}" if run["verdict"] else f"efficiency {ABOVE_ONE}"))
     print()
     for line in _checks(runs):
         print(line)
