@@ -13,15 +13,19 @@ The model, per batch (b samples; probe figures scaled per sample when the batch 
     producer  sync, prefetch   L + W            one thread makes every batch
               threads   (w)    (L + (1-g) W) / w + g W     the GIL-held share never runs on two threads
               processes (w)    (L + W) / w
+              (W / k in each, where the producer's hidden pool worked: k = 1 + its working extra threads)
     compute   C(t) = C1 ((1 - q) + q / n)       Amdahl's law through the probe's 1-thread and default-thread steps
                                                 (n = min(t, cores) when threads help, q >= 0; n = t when they slow
                                                 the step, q < 0: the team's overhead comes with its t threads
                                                 whatever the cores, so more cores never slow it)
-              past the cores (t + w runnable > cores, a loader beside the step): C + min(W / w, C) (s - 1),
-                                                s = (t + w) / cores: the step time-sliced with the producers' work;
-                                                C = C(1) when t > 1 (a time-sliced OpenMP team loses its speed-up)
+              past the cores (t + w runnable > cores, a loader beside the step): with B = min(W / w, S),
+                                                S = C(1) (C where threads slow it), s = (t + w) / cores:
+                                                B s + (1 - B / S) C: while the producers' work runs beside it the
+                                                step is time-sliced at its one-thread speed (a time-sliced OpenMP
+                                                team loses its speed-up), then runs at its own
     runnable  t + the loader's producer threads + the hidden pools' extra threads (per worker process, or once in
-              the training process; capped by the setting's transform_threads)
+              the training process; capped by the setting's transform_threads), counted by the share of them the
+              probe saw working (load CPU over wall, past one core); beside the step only where loading overlaps it
     cores     (W + step CPU) / usable cores     step CPU: its busy work; when runnable threads (t + workers)
                                                 outnumber the cores, what its t threads burn (OpenMP spins on
                                                 a core a worker wants), and their spin after it (measured)
@@ -67,7 +71,7 @@ if TYPE_CHECKING:  # annotations only
     from engine.config import RunConfig
 
 __all__ = ["GIL_LIMIT", "LOADER_SHAPES", "MODES", "LoaderShape", "Prediction", "adjusted", "apart", "load_probe",
-           "predict", "probe_path", "rank", "residuals", "save_probe"]
+           "pool_use", "predict", "probe_path", "rank", "residuals", "save_probe"]
 
 MODES = ("single",)  # the modes the model covers
 _SLOWER = -4.0  # the least Amdahl share: a step at n threads at most 1 - q (1 - 1/n) = 3x slower at 2 threads
@@ -138,32 +142,42 @@ def predict(cfg: RunConfig, probe: dict[str, Any], cores: float | None = None) -
     latency = max(0.0, probe["load_wall_s"] * per_sample - work)
     threads = cfg.threads or probe["default_threads"]
     step_wall, step_cpu, spin_cpu = (x * per_sample for x in _step(probe, threads, cores))
-    pool_extra, pool_spin = _pools(cfg, probe, shape)
+    pool_extra, pool_spin, pool_k = _pools(cfg, probe, shape)
     pool_spin *= per_sample
+    # a producer whose pool worked spreads its load over pool_k threads: a batch takes W / pool_k of wall (its CPU
+    # stays W, which the cores term charges)
+    made = work / pool_k
     loader_threads = shape.threads(cfg.workers)
+    # the pools' threads run beside the step only where loading overlaps it (sync's pool runs between steps)
+    beside_step = threads + loader_threads + (pool_extra if shape.overlaps else 0.0)
     runnable = threads + loader_threads + pool_extra
     on_cpu = probe["device"] == "cpu"
     # NOTE: past the cores, the intra-op threads' spinning takes cores the loader wants: while the step runs, and
     # after it while the loop waits for the next batch (the probe measures how long OpenMP spins then)
     after = probe.get("spin_after_step_s", 0.0) * (threads - 1) / max(1, probe["default_threads"] - 1)
-    busy = (spin_cpu + after if on_cpu and runnable > cores else step_cpu) + pool_spin
+    busy = (spin_cpu + after if on_cpu and beside_step > cores else step_cpu) + pool_spin
     producers = shape.producers(cfg.workers)
-    if on_cpu and runnable > cores and (shape.overlaps or pool_extra):
+    if on_cpu and beside_step > cores and (shape.overlaps or pool_spin > 0):
         # NOTE: an OpenMP team time-sliced with the loader's producers loses its parallel speed-up (each barrier waits
         # for the thread that is off its core): on 2 cores a jpeg + cnn step of 22-30 ms on 2 threads read 62-68 ms
-        # beside one decoding worker, slower than on 1 thread (43 ms). So it is taken at its one-thread time. Beside
-        # it run the producers' work (an overlapping loader) and the hidden pools' spin after each transform.
+        # beside one decoding worker, slower than on 1 thread (43 ms). So while they run it runs at its one-thread
+        # speed, time-sliced; once their share of the batch is done, at its own. Beside it run the producers' work (an
+        # overlapping loader) and the hidden pools' spin after each transform.
         one = _step(probe, 1, cores)[0] * per_sample if threads > 1 else step_wall
-        beside = (work / producers if shape.overlaps else 0.0) + pool_spin
-        step_wall = _shared_step(max(step_wall, one), beside, runnable / cores)
+        # NOTE: one producer's share of a batch's work and of its pool's spin, spread over its pool_k threads
+        beside = ((work if shape.overlaps else 0.0) + pool_spin) / producers / pool_k
+        step_wall = _shared_step(step_wall, max(step_wall, one), beside, beside_step / cores)
     gil = 1.0 if probe.get("gil_share") is None else probe["gil_share"]  # NOTE: unmeasured (one core): GIL-bound
+    # the GIL-held seconds of a batch: never more than the calling thread's own share of the work (a pool's
+    # threads run BLAS, which holds no GIL)
+    held = min(gil * work, made)
     in_process = shape.in_process and shape.overlaps
     alone = step_wall
     if in_process and probe.get("step_beside_python"):
         # a Python-bound producer thread slows the step while it holds the GIL (the step waits for its turn);
         # NOTE: never by more than the producer holds it: the step can wait no longer than that
-        step_wall += min(gil * work / producers, step_wall) * min(1.0, probe["step_beside_python"] - 1)
-    produce = _producer(latency, work, gil if shape.in_process else 0.0, producers)
+        step_wall += min(held / producers, step_wall) * min(1.0, probe["step_beside_python"] - 1)
+    produce = _producer(latency, made, held / made if shape.in_process and made > 0 else 0.0, producers)
     cpu = batches * (work + busy) / cores
     if on_cpu and not shape.overlaps:  # one thread loads, then steps: nothing overlaps
         terms = {serial_kind(produce, step_wall): batches * (produce + step_wall), "cpu-bound": cpu}
@@ -172,15 +186,16 @@ def predict(cfg: RunConfig, probe: dict[str, Any], cores: float | None = None) -
         # producers start together, so batches come in waves of w (8 batches, 4 workers: 2 waves, not 1 + 7/4)
         # (the last step runs with nothing made beside it)
         terms = {"data-bound": math.ceil(batches / producers) * producers * produce + alone,
-                 "compute-bound": latency + work + (batches - 1) * step_wall + alone, "cpu-bound": cpu}
+                 "compute-bound": latency + made + (batches - 1) * step_wall + alone, "cpu-bound": cpu}
         if in_process:
             # a producer thread in the step's process and the step cannot overlap the parts both hold the GIL for
-            shared = batches * (gil * work + (probe.get("step_gil_share") or 0.0) * alone)
+            shared = batches * (held + (probe.get("step_gil_share") or 0.0) * alone)
             terms[GIL_LIMIT] = max(terms.get(GIL_LIMIT, 0.0), shared)
     limit = max(terms, key=terms.__getitem__)
     epoch = terms[limit]
     spread = max(_SPREAD_MIN, probe.get("spread") or 0.0)
-    return Prediction(epoch, limit, terms, runnable, cores, per_sample != 1.0, epoch / (1 + spread),
+    # NOTE: a pool that worked part of the load is a runnable thread part of the time: it counts
+    return Prediction(epoch, limit, terms, math.ceil(runnable - 1e-6), cores, per_sample != 1.0, epoch / (1 + spread),
                       epoch * (1 + spread))
 
 
@@ -228,26 +243,48 @@ def _producer(latency: float, work: float, gil: float, producers: int) -> float:
     return (latency + (1 - gil) * work) / producers + gil * work
 
 
-def _pools(cfg: RunConfig, probe: dict[str, Any], shape: LoaderShape) -> tuple[int, float]:
-    """The hidden pools' (BLAS, foreign OpenMP; engine/measure/pools.py) extra runnable threads and the CPU-seconds
-    they spin per batch: in each worker process, or once in the training process; at most the setting's
-    transform_threads where it sets one (the pools it caps)."""
+def _pools(cfg: RunConfig, probe: dict[str, Any], shape: LoaderShape) -> tuple[float, float, float]:
+    """The hidden pools' (BLAS, foreign OpenMP; engine/measure/pools.py) extra runnable threads (in each worker
+    process, or once in the training process) and the CPU-seconds they spin per batch; at most the setting's
+    transform_threads where it sets one (the pools it caps); and the threads one producer loads on (1 + its pool's
+    working extra threads). A pool's extra threads count by the share of them the probe saw working (`pool_use`):
+    a pool that sat idle through the load takes no core from the step, and speeds no load."""
     size = max((p["threads"] for p in probe.get("pools") or []), default=1)
     cap = getattr(cfg, "transform_threads", 0) or 0
     capped = min(size, cap) if cap > 0 else size
     processes = 1 if shape.in_process else shape.producers(cfg.workers)
     spin = probe.get("pool_spin_s", 0.0) * (capped - 1) / (size - 1) if size > 1 else 0.0
-    return processes * (capped - 1), processes * spin
+    working = (capped - 1) * pool_use(probe)
+    # NOTE: the spin once a batch, whatever the workers: each batch is made in one of them, whose pool spins after it
+    return processes * working, spin, 1.0 + working
 
 
-def _shared_step(step: float, beside: float, share: float) -> float:
+def pool_use(probe: dict[str, Any]) -> float:
+    """The share of the hidden pools' extra threads that worked while the probe loaded (0..1): the load's CPU over
+    its wall, past the loading thread's own one core, per extra thread of the largest pool.
+
+    NOTE: numpy's OpenBLAS splits a matrix product over its threads only past a size, and numpy loads it whether
+    the transform calls it or not: a pool that idled adds no core. One that worked adds its threads: the
+    spectrogram's (OpenBLAS, 2 threads) read 227 ms of CPU in 114 ms of wall a batch, a share of 0.98."""
+    size = max((p["threads"] for p in probe.get("pools") or []), default=1)
+    wall = probe.get("load_fastest_wall_s") or probe.get("load_wall_s") or 0.0
+    if size <= 1 or wall <= 0:
+        return 0.0
+    return min(1.0, max(0.0, probe["load_cpu_s"] / wall - 1) / (size - 1))
+
+
+def _shared_step(step: float, slow: float, beside: float, share: float) -> float:
     """The step's wall time when its threads and others outnumber the cores (share = runnable / cores > 1).
-    Processor sharing: while all are runnable each gets 1/share of a core; `beside` is the CPU-seconds one other
-    thread burns per step (a producer's share of a batch, a pool's spin), so the step runs slowed for as long as
-    that overlaps it, then alone. NOTE: on 2 cores, jpeg + cnn on 1 thread, 8 batches of 40 ms decoding: beside 2
-    and 4 process workers the epochs read 0.472 and 0.499 s; with those runs' own 43 ms step this gives 53 and 58
-    ms a step, 0.46 and 0.50 s an epoch (without it, 0.38 s for both)."""
-    return step + min(beside, step) * (share - 1)
+    step: its time at its own threads alone; slow: at its time-sliced speed (one thread's, or its own where threads
+    slow it). Processor sharing: while all are runnable each gets 1/share of a core; `beside` is the CPU-seconds one
+    other thread burns per step (a producer's share of a batch, a pool's spin). For as long as that runs the step
+    runs time-sliced at its slow speed, doing a share beside / slow of its work; the rest at its own speed.
+
+    NOTE: on 2 cores, jpeg + cnn on 1 thread, 8 batches of 40 ms decoding: beside 2 and 4 process workers the
+    epochs read 0.472 and 0.499 s; with those runs' own 43 ms step this gives 53 and 58 ms a step, 0.46 and 0.50 s
+    an epoch (without it, 0.38 s for both). A 2-thread step of 26 ms beside one 40 ms decode: 62 ms (read 62-68)."""
+    done = min(beside, slow) / slow if slow > 0 else 1.0
+    return done * slow * share + (1 - done) * step
 
 
 def _step(probe: dict[str, Any], threads: int, cores: float) -> tuple[float, float, float]:

@@ -42,6 +42,8 @@ def probes(draw: st.DrawFn) -> dict:
             "step_beside_python": draw(st.floats(1.0, 4.0)), "spread": draw(st.floats(0.0, 0.5)),
             "pools": [{"api": "openblas", "lib": "libopenblas", "threads": pool}] if pool > 1 else [],
             "pool_spin_s": draw(seconds) if pool > 1 else 0.0,
+            # the load's fastest wall: its CPU spread over the pool's threads by the share of them that worked
+            "load_fastest_wall_s": cpu / (1 + draw(st.floats(0.0, 1.0)) * (pool - 1)),
             "compute": {"1": {"wall_s": one, "cpu_s": one * draw(st.floats(0.5, 1.0))},
                         str(threads): {"wall_s": one * draw(st.floats(0.2, 3.0)),
                                        "cpu_s": one * draw(st.floats(0.5, float(threads)))}}}
@@ -82,16 +84,23 @@ def test_more_process_workers_never_slow_a_setting_that_fits_the_cores(p: dict, 
 
 
 @settings(max_examples=100, deadline=None)
-@given(probes(), st.integers(1, 8), st.integers(1, 8))
-def test_hidden_pools_count_as_runnable_threads_in_each_worker_and_transform_threads_caps_them(
-        p: dict, workers: int, cap: int) -> None:
+@given(probes(), st.integers(1, 8), st.integers(1, 8), st.floats(0.0, 1.0))
+def test_a_hidden_pool_counts_by_the_share_the_probe_saw_it_work_and_transform_threads_caps_it(
+        p: dict, workers: int, cap: int, use: float) -> None:
     pool = max([1] + [q["threads"] for q in p["pools"]])
-    free = predict(_cfg("processes", workers, 1), p)
+    cfg = _cfg("processes", workers, 1)
     # NOTE: the model reads transform_threads with getattr (the field arrives with the run's thread-pool records)
-    capped = predict(SimpleNamespace(**{**_cfg("processes", workers, 1).to_dict(), "transform_threads": cap}), p)
-    assert free.runnable == 1 + workers * pool  # the lab's thread, the workers, each worker's pool's extra threads
-    assert capped.runnable == 1 + workers * min(pool, cap)
-    assert capped.epoch_s <= free.epoch_s * (1 + 1e-9)  # fewer threads on the cores never predicted slower
+    capped_cfg = SimpleNamespace(**{**cfg.to_dict(), "transform_threads": cap})
+    busy = {**p, "load_fastest_wall_s": p["load_cpu_s"] / pool}  # every thread of the pool worked through the load
+    idle = {**p, "load_fastest_wall_s": p["load_cpu_s"]}  # CPU = wall: the pool added no core
+    part = {**p, "load_fastest_wall_s": p["load_cpu_s"] / (1 + use * (pool - 1))}
+    assert predict(cfg, busy).runnable == 1 + workers * pool  # the lab's thread, the workers, each one's pool
+    assert predict(capped_cfg, busy).runnable == 1 + workers * min(pool, cap)
+    assert predict(cfg, idle).runnable == 1 + workers  # an idle pool takes no core
+    # where the cores hold every thread, a pool that works more only loads on more threads: never predicted slower
+    cores = 1 + workers * pool
+    assert predict(cfg, busy, cores).epoch_s <= predict(cfg, part, cores).epoch_s * (1 + 1e-9)
+    assert predict(cfg, part, cores).epoch_s <= predict(cfg, idle, cores).epoch_s * (1 + 1e-9)
 
 
 @settings(max_examples=300, deadline=None)

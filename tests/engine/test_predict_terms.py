@@ -59,6 +59,32 @@ def test_time_sliced_step_beside_two_workers_on_two_cores() -> None:
     assert got.epoch_s == pytest.approx(0.04 + 8 * 0.05)
 
 
+def test_time_sliced_team_loses_its_speed_up_only_while_the_producer_works_beside_it() -> None:
+    # 2 intra-op threads: 40 ms a step on 1, 20 ms on 2; prefetch's producer works 10 ms a batch beside it on 2 cores
+    # (3 runnable, share 1.5): for 10 x 1.5 = 15 ms the team runs time-sliced at one thread's speed (a quarter of its
+    # work), the other three quarters at its own: 15 + 0.75 x 20 = 30 ms a step (not 40 + 10 x 0.5 = 45 ms);
+    # compute: the first batch's 10 ms + 7 x 30 + the last step's 30 ms
+    probe = _probe(0.01, 0.01, (0.04, 0.04), (0.02, 0.04), threads=2, cores=2.0)
+    got = predict(_cfg("prefetch", threads=2), probe)
+    assert got.limit == "compute-bound"
+    assert got.epoch_s == pytest.approx(0.01 + 7 * 0.03 + 0.03)
+
+
+def test_a_pool_the_probe_saw_idle_adds_no_thread_and_sync_runs_its_pool_between_steps() -> None:
+    # OpenBLAS's 2 threads loaded, but the load's CPU equals its wall (numpy loads the pool; a small product never
+    # wakes it): processes, 1 worker, 1 thread is 2 runnable on 2 cores, not 3; with the pool busy (CPU twice the
+    # wall, as the spectrogram's 227 ms in 114 ms) it is 3
+    pools = {"pools": [{"api": "openblas", "lib": "libopenblas", "threads": 2}], "pool_spin_s": 0.0}
+    idle = _probe(0.1, 0.1, (0.04, 0.04), cores=2.0, load_fastest_wall_s=0.1, **pools)
+    busy = {**idle, "load_fastest_wall_s": 0.05}
+    assert predict(_cfg("processes", 1), idle).runnable == 2
+    assert predict(_cfg("processes", 1), busy).runnable == 3
+    # sync: the busy pool loads on its 2 threads (100 ms of CPU in 50 ms) while the step waits, so the 2-thread step
+    # is never time-sliced by it: 8 x (50 + 20) ms
+    sync = _probe(0.1, 0.1, (0.04, 0.04), (0.02, 0.04), threads=2, cores=2.0, load_fastest_wall_s=0.05, **pools)
+    assert predict(_cfg("sync", threads=2), sync).epoch_s == pytest.approx(8 * (0.05 + 0.02))
+
+
 def test_spin_after_the_step_is_charged_to_the_cores_when_threads_outnumber_them() -> None:
     # 2 intra-op threads (no speed-up: 10 ms on 1 and 2, 20 ms CPU on 2) + 4 workers on 2 cores: the cores carry
     # 100 ms of loading + 20 ms of the team's CPU + 50 ms of its spin after each step = 170 ms a batch, over 2 cores
