@@ -34,8 +34,10 @@ This module keeps the shared passes (engine/calibrate/_passes.py) and the arithm
                  compute-bound, cpu-bound, no-overlap); else, in this order:
                    gil-contention  a prefetch/threads producer that computes in Python (the probe's GIL share of
                                    the load, else a loader pass busy on about one core) beside cores left idle
-                   hidden-threads  the cores were busy (SATURATED, over the steady epochs) and runnable threads,
-                                   the pools the lab did not set included (engine/measure/pools.py), exceed them
+                   hidden-threads  runnable threads, the pools the lab did not set included (engine/measure/pools.py),
+                                   exceed the cores, and either the cores were busy (SATURATED, over the steady
+                                   epochs) or the run's step ran SLOWED or more behind the compute pass's (its
+                                   threads lost their turns to the others, though the cores did not read busy)
                    oversubscribed  the same with no such pool: the lab's own threads and workers exceed them
                    cpu-bound       the cores were busy
                    overhead-bound  none of these;
@@ -77,6 +79,10 @@ EXPLAINED = 0.8
 FAIL_ENV = "LOADERLAB_FAIL_CALIBRATION"  # test hook: calibration raises, the run must stay `done`
 STALE = 1.1  # the tests' allowance for a bound measured a moment apart from its run on a shared machine
 SATURATED = 0.9  # a run whose process tree kept this share of the usable cores busy was short of CPU
+# the run's step against the compute pass's (the same batches alone) past which the step lost its turns to other
+# threads. NOTE: spectrogram, processes, 1 worker, 1 thread beside OpenBLAS's 2 threads in the worker: 1.45, with
+# the cores at 136 % of 200 %, read overhead-bound
+SLOWED = 1.25
 GIL_HELD = 0.5  # a load whose probe measured at least this share of its CPU work under the GIL is Python-bound
 _WORKLOAD_KEYS = ("workload", "n_samples", "image_size", "num_classes", "work_us", "latency_ms", "folder", "seed")
 LOADER_KEYS = _WORKLOAD_KEYS + ("loader", "workers", "prefetch_depth", "start_method", "persistent_workers",
@@ -118,16 +124,17 @@ class Phase:
 
 
 def verdict(kind: str | None, efficiency: float, oversubscribed: bool = False, saturated: bool = False,
-            hidden: bool = False, gil: bool = False) -> str | None:
+            hidden: bool = False, gil: bool = False, slowed: bool = False) -> str | None:
     """kind: the bound's largest term. Below EXPLAINED the bound does not explain the run: say why if we can.
-    oversubscribed counts only where the cores were busy (saturated): workers asleep on I/O take no core."""
+    oversubscribed counts only where the cores were busy (saturated) or the step ran slowed beside the other
+    threads: workers asleep on I/O take no core and slow no step."""
     if efficiency > 1.0:
         return None
     if efficiency >= EXPLAINED:
         return kind
     if gil and not saturated:
         return "gil-contention"
-    if oversubscribed and saturated:
+    if oversubscribed and (saturated or slowed):
         return "hidden-threads" if hidden else "oversubscribed"
     return "cpu-bound" if saturated else "overhead-bound"
 
@@ -219,7 +226,7 @@ def calibrate(ctx: Any, run_dir: Path, bound: Callable[[Calibrator], list[Phase]
     cpu_pct = steady_cpu_pct(events, steady_events)
     figures = _figures(phases, measured, ttfb, time.time() - min(cal.taken), _threads(ctx.cfg, world, ctx.summary),
                        ctx.summary.get("mean_cpu_pct") if cpu_pct is None else cpu_pct,
-                       ctx.summary.get("probe_gil_share"))
+                       ctx.summary.get("probe_gil_share"), _epoch_sum(steady_events, "compute_s"))
     return {**figures, "steady_cpu_pct": cpu_pct}
 
 
@@ -250,7 +257,9 @@ def _threads(cfg: Any, world: int, summary: dict[str, Any] | None = None) -> dic
 
 
 def _figures(phases: list[Phase], measured: float, ttfb: float, age_s: float, threads: dict[str, Any],
-             mean_cpu_pct: float | None = None, gil_share: float | None = None) -> dict[str, Any]:
+             mean_cpu_pct: float | None = None, gil_share: float | None = None,
+             step_s: float | None = None) -> dict[str, Any]:
+    """step_s: the run's own compute seconds per steady epoch (median), against the compute pass's."""
     cores = threads["cores"]
     by_kind: dict[str, float] = {}
     bound_s = ttfb * len(phases)
@@ -263,8 +272,10 @@ def _figures(phases: list[Phase], measured: float, ttfb: float, age_s: float, th
     extra = threads.get("extra", 0)
     runnable = threads["intra_op"] + threads["loader"] + extra
     saturated = mean_cpu_pct is not None and mean_cpu_pct >= SATURATED * cores * 100
+    alone = sum(p.compute_s for p in phases)
+    slowed = step_s is not None and alone > 0 and step_s >= SLOWED * alone
     name = verdict(max(by_kind, key=by_kind.__getitem__), efficiency or 0.0, runnable > cores, saturated,
-                   hidden=extra > 0, gil=_gil_held(threads.get("kind"), phases, gil_share))
+                   hidden=extra > 0, gil=_gil_held(threads.get("kind"), phases, gil_share), slowed=slowed)
     out: dict[str, Any] = {
         "bound_s": bound_s, "efficiency": efficiency, "loader_only_s": sum(p.loader_s for p in phases),
         "compute_only_s": sum(p.compute_s for p in phases), "loader_cpu_s": sum(p.loader_cpu_s for p in phases),
@@ -285,6 +296,15 @@ def _figures(phases: list[Phase], measured: float, ttfb: float, age_s: float, th
         out["overlap"] = (serial - measured) / (serial - bound_s) if serial - bound_s >= OVERLAP_MIN * measured \
             else None
     return out
+
+
+def _epoch_sum(epochs: list[dict[str, Any]], field: str) -> float | None:
+    """The median over epochs of `field` summed over an epoch's models and ranks (None where no epoch has it)."""
+    by_epoch: dict[int, float] = {}
+    for e in epochs:
+        if e.get(field) is not None:
+            by_epoch[e["epoch"]] = by_epoch.get(e["epoch"], 0.0) + e[field]
+    return statistics.median(by_epoch.values()) if by_epoch else None
 
 
 def _epoch_walls(epochs: list[dict[str, Any]]) -> list[float]:

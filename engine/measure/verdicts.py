@@ -17,8 +17,9 @@ VERDICTS = {
     "data-bound": "the loader pass explains the time: more workers, or a lighter transform",
     "compute-bound": "the model explains the time: the loader is good enough",
     "cpu-bound": "loader and model compete for the same cores: fewer or lighter workers, or a GPU",
-    "oversubscribed": "more runnable threads than usable cores, and the cores were busy",
-    "hidden-threads": "thread pools the lab did not set (BLAS, OpenMP in your transform) oversubscribe the busy cores: "
+    "oversubscribed": "more runnable threads than usable cores, and the cores were busy or the step ran slowed "
+                      "beside them",
+    "hidden-threads": "thread pools the lab did not set (BLAS, OpenMP in your transform) oversubscribe the cores: "
                       "set transform_threads=1",
     "gil-contention": "a Python-bound producer thread shares the GIL with the training step: use processes, or a "
                       "transform that releases the GIL (numpy, torch ops, decoding in C)",

@@ -310,6 +310,22 @@ def test_pools_the_lab_did_not_set_count_as_runnable_threads_and_are_named_with_
     assert alone["verdict"] == "cpu-bound" and alone["runnable_threads"] == 2
 
 
+def test_a_step_slowed_beside_hidden_pool_threads_reads_hidden_threads_though_the_cores_did_not_read_busy():
+    """The spectrogram's case: 1 intra-op thread, 1 worker and its BLAS pool's extra thread on 2 cores, CPU at 136 %,
+    the step 45 % slower than the compute pass measured it alone. Threads that outnumber the cores and a step that
+    lost its turns is the evidence; neither alone is."""
+    fix = "openblas (libscipy_openblas) 2 threads in each loader worker: set transform_threads=1"
+    threads = {"intra_op": 1, "loader": 1, "cores": 2.0, "extra": 1, "pools": fix}
+    step = _UNEXPLAINED.compute_s
+    slowed = _figures([_UNEXPLAINED], 1.0, 0.0, 0.0, threads, mean_cpu_pct=136.0, step_s=1.45 * step)
+    assert slowed["verdict"] == "hidden-threads" and fix in slowed["verdict_help"]
+    as_alone = _figures([_UNEXPLAINED], 1.0, 0.0, 0.0, threads, mean_cpu_pct=136.0, step_s=1.05 * step)
+    assert as_alone["verdict"] == "overhead-bound"
+    fits = _figures([_UNEXPLAINED], 1.0, 0.0, 0.0, {**threads, "extra": 0, "pools": None}, mean_cpu_pct=136.0,
+                    step_s=1.45 * step)  # 2 runnable on 2 cores: the slow step is not the threads' doing
+    assert fits["verdict"] == "overhead-bound"
+
+
 @pytest.mark.parametrize("kind, loader_cpu_s, gil_share, verdict", [
     ("prefetch", 0.3, None, "gil-contention"),    # a producer busy on one core, cores left idle: the GIL
     ("threads", 0.3, 0.9, "gil-contention"),      # the probe measured a Python-bound load
