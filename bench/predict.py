@@ -8,8 +8,11 @@ example), with the commit the model was frozen at.
 
     builtin   jpeg (jpeg + cnn), pyloop (GIL-bound Python + mlp), tensor (a per-sample sleep + mlp): these shaped
               the model; their figures say how well it fits what it was tuned on
-    unseen    (--pipelines) tokenizer, spectrogram, storage, features (bench/pipelines/) and own_pipeline
-              (examples/own_pipeline): written as users write them; nothing in the model was tuned on them
+    unseen    (--pipelines) tokenizer, storage, features, sensors (bench/pipelines/) and own_pipeline
+              (examples/own_pipeline): written as users write them; nothing in the model was tuned on them;
+              with them runs spectrogram, kind `shaped`: unseen until its misses shaped the model's pool rule
+              (bench/RESULTS.md), so it is reported apart and never in the unseen figures; sensors (a
+              BLAS/LAPACK pipeline) was added then, to judge that rule on a pipeline it never saw
 
 For each pipeline, ONE probe is measured (engine/predict/probe.py, in a child, into a fresh calibrations folder)
 and predicts every setting (`prior`: the probe alone); then each setting runs for real (engine.run.runner.launch,
@@ -49,7 +52,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.predict import Prediction, adjusted, predict, residuals  # noqa: E402
+from engine.predict import Prediction, adjusted, pool_use, predict, residuals  # noqa: E402
 from engine.config import RunConfig  # noqa: E402
 from engine.measure import fingerprint
 from engine.paths import ROOT  # noqa: E402
@@ -81,9 +84,10 @@ def pipelines(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
             "tensor": ("builtin", {"workload": "tensor", "model": "mlp", "image_size": 16,
                                    "latency_ms": args.latency_ms}),
             "tokenizer": ("unseen", plugin("tokenizer")),
-            "spectrogram": ("unseen", plugin("spectrogram")),
+            "spectrogram": ("shaped", plugin("spectrogram")),  # its misses shaped the pool rule: no longer unseen
             "storage": ("unseen", plugin("storage")),
             "features": ("unseen", plugin("features")),
+            "sensors": ("unseen", plugin("sensors")),
             "own_pipeline": ("unseen", {"workload": "examples.own_pipeline.data:build",
                                         "model": "examples.own_pipeline.nets:resnet", "image_size": 64, "width": 16,
                                         "num_classes": 8, "batch_size": 32})}
@@ -142,7 +146,8 @@ def _chosen(args: argparse.Namespace, known: dict[str, tuple[str, dict]]) -> lis
     if what == "all":
         return list(known)
     if what in ("builtin", "unseen"):
-        return [n for n, (kind, _) in known.items() if kind == what]
+        kinds = ("unseen", "shaped") if what == "unseen" else (what,)
+        return [n for n, (kind, _) in known.items() if kind in kinds]
     names = [n.strip() for n in what.split(",") if n.strip()]
     unknown = [n for n in names if n not in known]
     if unknown:
@@ -208,6 +213,8 @@ def _probe_line(probe: dict[str, Any]) -> str:
     gil = "unmeasured" if probe.get("gil_share") is None else f"{probe['gil_share']:.2f}"
     step_gil = "unmeasured" if probe.get("step_gil_share") is None else f"{probe['step_gil_share']:.2f}"
     pools = ", ".join(f"{p['api']} {p['threads']}" for p in probe.get("pools") or []) or "none"
+    if probe.get("pools"):  # the pool's working share: the load's CPU over its fastest wall, past one core
+        pools += f" (working share {pool_use(probe):.2f}, fastest wall {probe['load_fastest_wall_s'] * 1e3:.1f} ms)"
     return (f"probe: load {probe['load_wall_s'] * 1e3:.1f} ms wall / {probe['load_cpu_s'] * 1e3:.1f} ms CPU per "
             f"batch of {probe['batch_size']}, GIL share {gil}; step {compute}, its GIL share {step_gil}; hidden "
             f"pools {pools}; spread {100 * (probe.get('spread') or 0):.0f} %; {probe['cores']:g} cores")
@@ -251,7 +258,7 @@ def _summary(rows: dict[str, list[dict[str, Any]]], kinds: dict[str, str]) -> li
     """Per pipeline, the unseen together and the built-in together: median, p90 |error| and the misses' signs,
     from the probe alone and with k earlier runs."""
     groups = [*rows.items()]
-    for kind in ("unseen", "builtin"):
+    for kind in ("unseen", "builtin"):  # a `shaped` pipeline stands alone
         members = [r for n, rs in rows.items() if kinds[n] == kind for r in rs]
         if members and sum(kinds[n] == kind for n in rows) > 1:
             groups.append((f"**all {kind}**", members))
@@ -266,10 +273,14 @@ def _summary(rows: dict[str, list[dict[str, Any]]], kinds: dict[str, str]) -> li
                 lines.append(f"| {name} | {source} | {len(errs)} | {med:.1f} | {p90:.1f} | {_signs(members, key)} |")
     unseen = [r for n, rs in rows.items() if kinds[n] == "unseen" for r in rs]
     if unseen:
-        errs = np.abs([r["error"] for r in unseen])
-        met = np.median(errs) <= GOAL[0] and np.percentile(errs, 90) <= GOAL[1]
-        lines += ["", f"goal on the unseen pipelines, probe alone: median <= {GOAL[0]:g} %, p90 <= {GOAL[1]:g} %: "
-                  f"{'met' if met else 'not met'}"]
+        lines.append("")
+        for source, key in [("probe alone", "error"), ("probe + 2 earlier runs", "k2")]:
+            errs = np.abs([r[key] for r in unseen if r.get(key) is not None])
+            if len(errs):
+                med, p90 = float(np.median(errs)), float(np.percentile(errs, 90))
+                met = med <= GOAL[0] and p90 <= GOAL[1]
+                lines.append(f"goal on the unseen pipelines, {source}: median <= {GOAL[0]:g} %, p90 <= {GOAL[1]:g} %: "
+                             f"{'met' if met else 'not met'} ({med:.1f} %, {p90:.1f} %)")
     every = [r for rs in rows.values() for r in rs]
     if every:
         lines += ["", "largest misses, probe alone (the limit each was predicted under):", ""]

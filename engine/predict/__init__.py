@@ -11,7 +11,7 @@ notebook API and the dashboard read it; the probe and the forecast are imported 
 """
 
 from engine.predict.model import (GIL_LIMIT, LOADER_SHAPES, MODES, LoaderShape, Prediction, adjusted, apart, load_probe,
-                                  predict, probe_path, rank, residuals, save_probe)
+                                  pool_use, predict, probe_path, rank, residuals, save_probe)
 
 __all__ = ["GIL_LIMIT", "LOADER_SHAPES", "MODES", "LoaderShape", "Prediction", "adjusted", "apart", "load_probe",
-           "predict", "probe_path", "rank", "residuals", "save_probe"]
+           "pool_use", "predict", "probe_path", "rank", "residuals", "save_probe"]
