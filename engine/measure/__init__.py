@@ -31,7 +31,7 @@ _WHERE = {
     "IdleSplit": "idle", "clock_offset": "idle", "split_idle": "idle",
     "Gpu": "nvml", "gpu_facts": "nvml",
     "cap_pools": "pools", "extra_threads": "pools", "hidden_pools": "pools", "limit_pools": "pools",
-    "pool_fix": "pools", "pools_record": "pools", "pools_text": "pools",
+    "idle_pools_add_none": "pools", "pool_fix": "pools", "pools_record": "pools", "pools_text": "pools",
     "Sampler": "sampler",
     "PHASES": "startup",
     "samples_per_s": "throughput", "span_s": "throughput",

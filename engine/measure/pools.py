@@ -8,6 +8,7 @@ well-kept library for this) finds them among the libraries this process has load
     with limit_pools(1): ...  # BLAS and foreign OpenMP pools at one thread each, restored after
     cap_pools(1)              # the same until undone (a loader worker's init, once)
     pools_record(seen, loader, workers)  # the run's stored record: thread_pools (JSON text) and extra_threads
+    idle_pools_add_none(record, probe)   # no extra threads where the probe saw the loaded pools idle
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from typing import Any, Iterator
 
 from threadpoolctl import threadpool_info, threadpool_limits
 
-__all__ = ["cap_pools", "extra_threads", "hidden_pools", "limit_pools", "pool_fix", "pools_record", "pools_text"]
+__all__ = ["cap_pools", "extra_threads", "hidden_pools", "idle_pools_add_none", "limit_pools", "pool_fix", "pools_record",
+           "pools_text"]
 
 
 def _torch_lib_dir() -> str | None:
@@ -99,6 +101,18 @@ def pools_record(seen: dict[str, list[dict[str, Any]]], loader: str, workers: in
     pools = seen.get(where) or []
     extra = extra_threads(pools) * (max(1, workers) if loader == "processes" else 1)
     return {"thread_pools": json.dumps(seen, sort_keys=True), "extra_threads": extra}
+
+
+def idle_pools_add_none(record: dict[str, Any], probe: dict[str, Any] | None) -> dict[str, Any]:
+    """The run's record with no extra threads where the pipeline's probe saw every loaded pool idle through the load
+    (its `pools` empty beside `pools_loaded`): numpy's OpenBLAS loads with torch whether the transform calls it or not,
+    and a pool that never works takes no core. Without a probe, or with a pool it saw working, the record as it is.
+
+    NOTE: the tokenizer (pure Python) under processes, 1 worker: its workers' idle 2-thread OpenBLAS counted 3
+    runnable threads on 2 cores and read hidden-threads, with transform_threads=1 as the fix for a pool never used."""
+    if probe and "pools" in probe and not probe["pools"]:
+        return {**record, "extra_threads": 0}
+    return record
 
 
 def pool_fix(seen_text: str | None, loader: str) -> str | None:

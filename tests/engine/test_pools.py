@@ -16,7 +16,7 @@ from threadpoolctl import threadpool_limits
 
 from engine.config import RunConfig
 from engine.loaders import open_loader, seen_pools
-from engine.measure.pools import hidden_pools, pool_fix, pools_record
+from engine.measure.pools import hidden_pools, idle_pools_add_none, pool_fix, pools_record
 from engine.run.runner import launch
 from engine.store import get_run
 from engine.workloads import build_dataset
@@ -57,6 +57,18 @@ def test_the_record_counts_a_pool_per_worker_process_and_once_per_process_of_thr
         "openblas (libopenblas) 4 threads in each loader worker: set transform_threads=1"
     with threadpool_limits(limits=1):
         assert pool_fix(json.dumps({"worker": hidden_pools()}), "processes") is None  # one thread: nothing hidden
+
+
+def test_pools_the_probe_saw_idle_add_no_threads_to_the_record_and_working_ones_keep_theirs():
+    seen = {"worker": [{"api": "openblas", "lib": "libopenblas", "threads": 2}]}
+    record = pools_record(seen, "processes", 2)
+    loaded = [{"api": "openblas", "lib": "libopenblas", "threads": 2}]
+    # a pure-Python transform: numpy's OpenBLAS loaded, idle through the probe's load
+    assert idle_pools_add_none(record, {"pools": [], "pools_loaded": loaded})["extra_threads"] == 0
+    # a transform that ran it, or no probe at all: the pools count as seen
+    assert idle_pools_add_none(record, {"pools": loaded, "pools_loaded": loaded})["extra_threads"] == 2
+    assert idle_pools_add_none(record, None)["extra_threads"] == 2 == record["extra_threads"]
+    assert idle_pools_add_none(record, {"pools": []})["thread_pools"] == record["thread_pools"]  # still listed
 
 
 def test_a_run_stores_the_pools_its_workers_loaded_with_and_the_threads_they_add(tmp_path):
