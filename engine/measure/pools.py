@@ -106,7 +106,8 @@ def pools_record(seen: dict[str, list[dict[str, Any]]], loader: str, workers: in
 def idle_pools_add_none(record: dict[str, Any], probe: dict[str, Any] | None) -> dict[str, Any]:
     """The run's record with no extra threads where the pipeline's probe saw every loaded pool idle through the load
     (its `pools` empty beside `pools_loaded`): numpy's OpenBLAS loads with torch whether the transform calls it or not,
-    and a pool that never works takes no core. Without a probe, or with a pool it saw working, the record as it is.
+    and a pool that never works takes no core. Without a probe, or with a pool it saw working, the record as it is
+    (a pipeline's first run, whose probe is taken after it, counts its loaded pools).
 
     NOTE: the tokenizer (pure Python) under processes, 1 worker: its workers' idle 2-thread OpenBLAS counted 3
     runnable threads on 2 cores and read hidden-threads, with transform_threads=1 as the fix for a pool never used."""
