@@ -131,7 +131,7 @@ class ProcessLoader(PooledLoader):
 
     def _worker_death(self, err: BaseException) -> RuntimeError | None:
         """A clear error if a worker process has died (what `err` really means then), else None."""
-        it = self._it or getattr(self._dl, "_iterator", None)
+        it = self._it or getattr(self._dl, "_iterator", None) or _iterator_in(err)
         workers = list(enumerate(getattr(it, "_workers", None) or []))
         dead = [(i, w) for i, w in workers if not w.is_alive()]  # is_alive() reaps a dead worker, no wait
         if not dead:
@@ -168,6 +168,21 @@ class ProcessLoader(PooledLoader):
         self._stop_workers()  # persistent workers: the DataLoader's cached iterator is this same one
         self.worker_pools()
         self._reports.close()
+
+
+def _iterator_in(err: BaseException) -> Any:
+    """The DataLoader iterator that was being built when `err` came, from its traceback's frames, else None.
+
+    NOTE: a worker killed while iter() starts its workers (CI: killed in the first epoch) interrupts the iterator's
+    __init__, with a KeyError naming multiprocessing's QueueFeederThread: neither self._it nor the DataLoader's
+    _iterator is set yet, and only the frames hold the workers to ask which one died."""
+    tb = err.__traceback__
+    while tb is not None:
+        candidate = tb.tb_frame.f_locals.get("self")
+        if candidate is not None and hasattr(candidate, "_workers") and hasattr(candidate, "_index_queues"):
+            return candidate
+        tb = tb.tb_next
+    return None
 
 
 def _how(exitcode: int | None) -> str:

@@ -262,3 +262,29 @@ def test_killed_worker_fails_the_epoch_within_seconds_naming_it(in_thread, persi
     assert re.search(rf"worker.*pid.*\b{outcome['victim']}\b.*killed by signal", outcome["error"]), outcome
     assert outcome["seconds"] < 5, f"a dead worker was found only after {outcome['seconds']:.1f} s"
     assert leftovers(before) == ([], [])
+
+
+def test_a_worker_killed_while_the_epochs_iterator_starts_is_named_though_the_iterator_never_finished_building():
+    """CI: a worker SIGKILLed while iter() started the workers interrupted the iterator's __init__ with a KeyError
+    naming multiprocessing's QueueFeederThread; neither the loader nor the DataLoader held the iterator yet, so the
+    run failed with that KeyError. The dead worker is found through the frames of the iterator being built."""
+    import multiprocessing  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+
+    worker = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,), daemon=True)
+    worker.start()
+    os.kill(worker.pid, signal.SIGKILL)
+    worker.join(5)
+
+    class Building:  # stands for DataLoader's _MultiProcessingDataLoaderIter, interrupted in its __init__
+        def __init__(self) -> None:
+            self._workers, self._index_queues = [worker], []
+            raise KeyError("<Thread(QueueFeederThread, started daemon)>")
+
+    try:
+        Building()
+    except KeyError as err:
+        caught = err
+    with make("processes", TinyDataset(N), 1) as loader:
+        named = loader._worker_death(caught)
+    assert named is not None and re.search(rf"worker 0 \(pid {worker.pid}\) was killed by signal 9", str(named))
