@@ -272,13 +272,13 @@ def _figures(phases: list[Phase], measured: float, ttfb: float, age_s: float, th
     extra = threads.get("extra", 0)
     runnable = threads["intra_op"] + threads["loader"] + extra
     saturated = mean_cpu_pct is not None and mean_cpu_pct >= SATURATED * cores * 100
-    alone = sum(p.compute_s for p in phases)
+    alone = sum(p.compute_s for p in phases)  # the compute pass: the step with the machine to itself
     slowed = step_s is not None and alone > 0 and step_s >= SLOWED * alone
     name = verdict(max(by_kind, key=by_kind.__getitem__), efficiency or 0.0, runnable > cores, saturated,
                    hidden=extra > 0, gil=_gil_held(threads.get("kind"), phases, gil_share), slowed=slowed)
     out: dict[str, Any] = {
         "bound_s": bound_s, "efficiency": efficiency, "loader_only_s": sum(p.loader_s for p in phases),
-        "compute_only_s": sum(p.compute_s for p in phases), "loader_cpu_s": sum(p.loader_cpu_s for p in phases),
+        "compute_only_s": alone, "loader_cpu_s": sum(p.loader_cpu_s for p in phases),
         "compute_cpu_s": sum(p.compute_cpu_s for p in phases),
         "cpu_bound_s": sum((p.loader_cpu_s + p.compute_cpu_s) / cores for p in phases),
         "usable_cores": cores, "runnable_threads": runnable, "bound_ttfb_s": ttfb, "bound_phases": len(phases),

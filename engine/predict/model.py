@@ -249,7 +249,7 @@ def _pools(cfg: RunConfig, probe: dict[str, Any], shape: LoaderShape) -> tuple[f
     transform_threads where it sets one (the pools it caps); and the threads one producer loads on (1 + its pool's
     working extra threads). A pool's extra threads count by the share of them the probe saw working (`pool_use`):
     a pool that sat idle through the load takes no core from the step, and speeds no load."""
-    size = max((p["threads"] for p in probe.get("pools") or []), default=1)
+    size = _pool_size(probe)
     cap = getattr(cfg, "transform_threads", 0) or 0
     capped = min(size, cap) if cap > 0 else size
     processes = 1 if shape.in_process else shape.producers(cfg.workers)
@@ -266,11 +266,16 @@ def pool_use(probe: dict[str, Any]) -> float:
     NOTE: numpy's OpenBLAS splits a matrix product over its threads only past a size, and numpy loads it whether
     the transform calls it or not: a pool that idled adds no core. One that worked adds its threads: the
     spectrogram's (OpenBLAS, 2 threads) read 227 ms of CPU in 114 ms of wall a batch, a share of 0.98."""
-    size = max((p["threads"] for p in probe.get("pools") or []), default=1)
+    size = _pool_size(probe)
     wall = probe.get("load_fastest_wall_s") or probe.get("load_wall_s") or 0.0
     if size <= 1 or wall <= 0:
         return 0.0
     return min(1.0, max(0.0, probe["load_cpu_s"] / wall - 1) / (size - 1))
+
+
+def _pool_size(probe: dict[str, Any]) -> int:
+    """The threads of the largest hidden pool the probe saw working (1: none)."""
+    return max((p["threads"] for p in probe.get("pools") or []), default=1)
 
 
 def _shared_step(step: float, slow: float, beside: float, share: float) -> float:

@@ -135,15 +135,16 @@ def _execute(run_dir: Path) -> int:
                 ctx.sampler = s
                 spec.run(ctx)
             ctx.summary.update(s.summary())
+            # NOTE: the prior's probe, through forecast's own path: its GIL share of the load, and whether the pools it
+            # saw loaded worked (idle ones add no runnable thread)
+            found = (forecast.predict.load_probe(forecast.predict.probe_path(
+                calibrations, cfg, host.fingerprint()["machine"], device.type)) or {}) if predicted else None
             # the pools the loaders saw where items load (engine/measure/pools.py), and the plugin's lock
-            ctx.summary.update(pools.pools_record({"training": pools.hidden_pools(), **loaders.seen_pools()},
-                                                  cfg.loader, cfg.workers), **items)
-            if predicted:  # NOTE: the prior's probe, through forecast's own path: its GIL share of the load, and
-                # whether the pools it saw loaded worked (idle ones add no runnable thread)
-                found = forecast.predict.load_probe(forecast.predict.probe_path(
-                    calibrations, cfg, host.fingerprint()["machine"], device.type)) or {}
+            record = pools.pools_record({"training": pools.hidden_pools(), **loaders.seen_pools()}, cfg.loader,
+                                        cfg.workers)
+            ctx.summary.update(pools.idle_pools_add_none(record, found), **items)
+            if predicted:
                 ctx.summary["probe_gil_share"] = found.get("gil_share")
-                ctx.summary.update(pools.idle_pools_add_none(ctx.summary, found))
             if cfg.bound:
                 t = time.perf_counter()
                 ctx.summary.update(_calibrate(calibrate.calibrate, ctx, run_dir, spec.bound))
