@@ -41,7 +41,8 @@ This module keeps the shared passes (engine/calibrate/_passes.py) and the arithm
                    oversubscribed  the same with no such pool: the lab's own threads and workers exceed them
                    cpu-bound       the cores were busy
                    overhead-bound  none of these;
-                 none when efficiency > 1 (no fraction: the bound was measured under other conditions)
+                 none when efficiency > 1 (no fraction: the bound was measured under other conditions);
+                 a bound the run beat is measured once more first, each pass's faster reading kept
     overlap    = concurrent modes only: (serial bound - measured) / (serial bound - bound), where the
                  serial bound charges the models' compute one after another: 0 = no overlap, 1 = perfect,
                  below 0 = slower than one after another; none when serial bound - bound is under
@@ -157,6 +158,7 @@ class Calibrator:
         self.cfg, self.device, self.ctx, self.runlog = ctx.cfg, ctx.device, ctx, ctx.log
         self.scope, self.cache = scope, cache
         self.taken: list[float] = []
+        self.again = False  # measure each pass once more and keep the faster (calibrate: a bound the run beat)
 
     @property
     def overlaps(self) -> bool:
@@ -188,18 +190,20 @@ class Calibrator:
         key_data = [self.scope, kind, [getattr(self.cfg, k) for k in keys], extra,
                     [os.environ.get(k) for k in _POOL_ENV], usable_cpus()]
         path = self.cache / f"{hashlib.sha1(json.dumps(key_data).encode()).hexdigest()[:16]}.json"
-        cached = path.exists()
+        cached = path.exists() and not self.again
         if cached:
             result = json.loads(path.read_text())
         else:
             result = {**measure(), "taken_at": time.time()}
+            if self.again and path.exists():  # the faster of the two: a pass slowed by the machine is no bound
+                result = min(json.loads(path.read_text()), result, key=lambda r: r["seconds"])
             self.cache.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
             tmp.write_text(json.dumps(result))
             tmp.replace(path)
         self.taken.append(result["taken_at"])
-        self.runlog.write("calibration", kind=kind, cached=cached, **{k: v for k, v in result.items()
-                                                                      if k not in ("kind", "cached")})
+        self.runlog.write("calibration", kind=kind, cached=cached, **({"again": True} if self.again else {}),
+                          **{k: v for k, v in result.items() if k not in ("kind", "cached")})
         return result
 
 
@@ -224,9 +228,20 @@ def calibrate(ctx: Any, run_dir: Path, bound: Callable[[Calibrator], list[Phase]
     world = int(ctx.summary.get("world_size_run") or ctx.cfg.world_size)
     # NOTE: the verdict's CPU % is the steady epochs' only: start-up and the warm-up epoch idle or spike the cores
     cpu_pct = steady_cpu_pct(events, steady_events)
-    figures = _figures(phases, measured, ttfb, time.time() - min(cal.taken), _threads(ctx.cfg, world, ctx.summary),
-                       ctx.summary.get("mean_cpu_pct") if cpu_pct is None else cpu_pct,
-                       ctx.summary.get("probe_gil_share"), _epoch_sum(steady_events, "compute_s"))
+
+    def figures_of(phases: list[Phase]) -> dict[str, Any]:
+        return _figures(phases, measured, ttfb, time.time() - min(cal.taken), _threads(ctx.cfg, world, ctx.summary),
+                        ctx.summary.get("mean_cpu_pct") if cpu_pct is None else cpu_pct,
+                        ctx.summary.get("probe_gil_share"), _epoch_sum(steady_events, "compute_s"))
+
+    figures = figures_of(phases)
+    if (figures["efficiency"] or 0.0) > 1.0:
+        # NOTE: a run that beat its bound says a pass ran slow: this VM's core runs 1.5-2x slow for 100-250 ms
+        # stretches, and a pass inside one read dual-sequential's exact bound 1.26x its run in a CI's quiet phase.
+        # Each pass is measured once more and the faster kept (the passes keep their fastest repeat already); a
+        # bound still beaten after that says so, with no verdict.
+        cal.again = True
+        figures = figures_of(bound(cal) or phases)
     return {**figures, "steady_cpu_pct": cpu_pct}
 
 
