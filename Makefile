@@ -46,14 +46,15 @@ browser-deps:
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 	@command -v chromium >/dev/null || { echo "chromium is missing and could not be installed"; exit 1; }
 
-# The tests marked quiet (a bound no run beats, the probe's GIL share: each needs the cores to itself) run one at a time
+# The tests marked quiet (a bound no run beats, the probe's GIL share: each needs the cores to itself) and serial (the
+# machine's own BLAS pools, which xdist's workers cap at one thread) run one at a time
 # first, the rest on TEST_WORKERS; PYTEST_ARGS go to both (paths, -k, -x; not -m). Exit 5 is "none selected here".
 PYTEST := LOADERLAB_REQUIRE_BROWSER=1 LOADERLAB_REQUIRE_RAY=1 $(PY) -m pytest
 # Both parts run whatever the first one gave, so one CI run reports every failure; the target fails if either did.
 test: $(CLUSTER_STAMP) browser-deps
 	@rc=0; \
-	$(PYTEST) -m quiet $(PYTEST_ARGS) || [ $$? -eq 5 ] || rc=1; \
-	$(PYTEST) -n $(TEST_WORKERS) -m "not quiet" $(PYTEST_ARGS) || [ $$? -eq 5 ] || rc=1; \
+	$(PYTEST) -m "quiet or serial" $(PYTEST_ARGS) || [ $$? -eq 5 ] || rc=1; \
+	$(PYTEST) -n $(TEST_WORKERS) -m "not quiet and not serial" $(PYTEST_ARGS) || [ $$? -eq 5 ] || rc=1; \
 	exit $$rc
 
 # The docs site (docs/, mkdocs.yml): built strictly, so a broken link or a missing page fails; the CLI reference is

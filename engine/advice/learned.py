@@ -34,7 +34,10 @@ _LIMIT = 2000  # the newest runs looked at: more is history, not this pipeline's
 
 def same_pipeline(a: RunConfig, b: RunConfig) -> bool:
     """The pipeline keys agree as they take effect; num_classes 0 (auto) agrees with the count it resolved to."""
-    ea, eb = a.effective(), b.effective()
+    return _agree(a.effective(), b.effective())
+
+
+def _agree(ea: dict[str, Any], eb: dict[str, Any]) -> bool:
     return all(ea.get(k) == eb.get(k) or (k == "num_classes" and not (ea.get(k) and eb.get(k)))
                for k in PIPELINE_KEYS)
 
@@ -45,10 +48,10 @@ def earlier_runs(cfg: RunConfig, db: Db, machine: str, device: str = "cpu") -> l
     if not db_path(db).exists():
         return []
     rows = list_runs(db=db, limit=_LIMIT, filters={"status": "done", "mode": list(MODES)})
-    out = []
+    out, mine = [], cfg.effective()  # once, not once per stored run
     for _, row in rows.iterrows():
         run = _config(row)
-        if run is None or not same_pipeline(run, cfg) or _machine(row) != machine or \
+        if run is None or not _agree(run.effective(), mine) or _machine(row) != machine or \
                 str(run.device).split(":")[0] != device:
             continue
         if row.get("epoch_s") is not None and row["epoch_s"] == row["epoch_s"] and row["epoch_s"] > 0:

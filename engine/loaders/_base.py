@@ -208,7 +208,8 @@ class Loader:
         self.stream = is_stream(dataset)  # the user's iterable: read in parts (engine/loaders/_stream.py)
         # NOTE: a plugin dataset finds out here, in the building thread, whether its items need the lock, not in the
         # first loading thread (the check seeds the global generators and restores them)
-        getattr(dataset, "items_serialised", None)
+        if callable(decide := getattr(dataset, "decide_lock", None)):
+            decide()
         self.sampler = EpochBatchSampler(0 if self.stream else len(dataset), batch_size, seed)
         self.pin = bool(pin_memory) and self.device.type == "cuda"  # pinning only helps a CUDA copy
         self.collate = _collate_for(collate)

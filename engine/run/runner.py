@@ -135,23 +135,27 @@ def _execute(run_dir: Path) -> int:
                 ctx.sampler = s
                 spec.run(ctx)
             ctx.summary.update(s.summary())
-            # NOTE: the prior's probe, through forecast's own path: its GIL share of the load, and whether the pools it
-            # saw loaded worked (idle ones add no runnable thread)
+            # no probe before the run: its own, after it, and before the verdict, which reads it as a prior run's
+            # would (NOTE: taken after the verdict, a pipeline's first run counted numpy's OpenBLAS, loaded in every
+            # worker and never called, as runnable threads: a false hidden-threads on a pure-Python tokenizer)
+            own = _predict(forecast.own, cfg, device, calibrations, default_threads) \
+                if predicted is None and forecast.covered(cfg) else None
+            # NOTE: the probe, through forecast's own path: its GIL share of the load, and whether the pools it saw
+            # loaded worked (idle ones add no runnable thread)
             found = (forecast.predict.load_probe(forecast.predict.probe_path(
-                calibrations, cfg, host.fingerprint()["machine"], device.type)) or {}) if predicted else None
+                calibrations, cfg, host.fingerprint()["machine"], device.type)) or {}) if predicted or own else None
             # the pools the loaders saw where items load (engine/measure/pools.py), and the plugin's lock
             record = pools.pools_record({"training": pools.hidden_pools(), **loaders.seen_pools()}, cfg.loader,
                                         cfg.workers)
             ctx.summary.update(pools.idle_pools_add_none(record, found), **items)
-            if predicted:
+            if found is not None:
                 ctx.summary["probe_gil_share"] = found.get("gil_share")
             if cfg.bound:
                 t = time.perf_counter()
                 ctx.summary.update(_calibrate(calibrate.calibrate, ctx, run_dir, spec.bound))
                 ctx.summary["calibration_s"] = time.perf_counter() - t
-                if predicted is None and forecast.covered(cfg):  # no probe before the run: its own, after it
-                    if own := _predict(forecast.own, cfg, device, calibrations, default_threads):
-                        runlog.write("prediction", **own)
+            if own:
+                runlog.write("prediction", **own)
             runlog.write("summary", **ctx.summary)
             runlog.write("end", status=RunStatus.DONE, error=None)
             return 0

@@ -79,11 +79,12 @@ class PluginDataset(SeededDataset):
     @property
     def items_serialised(self) -> bool:
         """Whether items load one at a time in one process (the `threads` loader's items do not overlap)."""
-        self._decide()
+        self.decide_lock()
         return self._lock is not None
 
-    def _decide(self) -> None:
-        """Once: drop the lock if the items do not depend on the global generators (other threads wait)."""
+    def decide_lock(self) -> None:
+        """Once: drop the lock if the items do not depend on the global generators (other threads wait). A loader
+        calls it as it is built (engine/loaders/_base.py), in the building thread, before any item loads."""
         if self._decided:
             return
         with self._deciding:
@@ -141,7 +142,7 @@ class PluginDataset(SeededDataset):
             # NOTE: a forked worker inherits the locks as they were, maybe held by a thread that does not exist there
             self._lock = None if self._lock is None else threading.Lock()
             self._deciding, self._pid = threading.Lock(), os.getpid()
-        self._decide()
+        self.decide_lock()
         seed = sample_seed(self.seed, epoch, index)
         if self._lock is None:
             return self._item(seed, index, None)  # NOTE: no global seeding: it changes nothing, and would race

@@ -26,8 +26,13 @@ SPECTRO = {"workload": "bench.pipelines.spectrogram:build", "model": "bench.pipe
 PLACE = {"sync": "training", "prefetch": "producer", "threads": "producer", "processes": "worker"}
 
 np.ones(1)  # numpy's BLAS is loaded: the pools below are seen
-pytestmark = pytest.mark.skipif(not any(p["threads"] > 1 for p in hidden_pools()),
-                                reason="numpy's BLAS runs one thread here (one core?): nothing to cap")
+# NOTE: serial: run one at a time before the parallel part, as pytest-xdist's workers cap OpenBLAS at 1 thread
+# (tests/conftest.py), where every test here would skip
+pytestmark = [pytest.mark.serial,
+              pytest.mark.skipif(not any(p["threads"] > 1 for p in hidden_pools()),
+                                 reason="numpy's BLAS runs one thread here (one core?): nothing to cap")]
+TOKENS = {"workload": "bench.pipelines.tokenizer:build", "model": "bench.pipelines.tokenizer:model",
+          "n_samples": 64, "batch_size": 16, "device": "cpu", "threads": 1}
 
 
 def _load(loader: str, transform_threads: int) -> list[dict]:
@@ -82,3 +87,17 @@ def test_a_run_stores_the_pools_its_workers_loaded_with_and_the_threads_they_add
     assert max(p["threads"] for p in workers[0]) > 1 and rows[0]["extra_threads"] >= 1
     assert all(p["threads"] == 1 for p in workers[1]) and rows[1]["extra_threads"] == 0
     assert rows[1]["transform_threads"] == 1
+
+
+def test_a_pipelines_first_run_counts_no_thread_of_a_pool_its_items_never_call(tmp_path):
+    """A pure-Python tokenizer: numpy's OpenBLAS is loaded in the loader worker (with torch) and never called. The
+    pipeline's first run has no probe before it; the one it takes after the run sees the pool idle, so the run's
+    record lists the pool and adds none of its threads to the runnable count, and the verdict is no hidden-threads."""
+    db = tmp_path / "s.duckdb"
+    fields = {**TOKENS, "loader": "processes", "workers": 1, "epochs": 2, "bound": True, "sample_hz": 0.0}
+    result = launch(RunConfig.from_dict(fields), db=db)
+    row = get_run(result.run_id, db=db)
+    assert row["status"] == "done", row["error"]
+    assert max(p["threads"] for p in json.loads(row["thread_pools"])["worker"]) > 1  # loaded, and sized past 1
+    assert row["extra_threads"] == 0 and row["verdict"] != "hidden-threads"
+    assert row["predicted_from"] == "own"  # the first run of the pipeline: its probe came after it
