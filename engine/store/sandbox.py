@@ -13,13 +13,15 @@ Defense in depth, each layer enough alone for most attacks:
   3. that database instance is opened with external access, extension loading and Python-variable
      scans off (LOCKDOWN), and its configuration is locked, so the query cannot SET them back;
   4. a timer interrupts a query whose first rows, or any later batch, take longer than timeout_s;
-  5. rows are fetched in batches and at most max_rows come back; `truncated` says whether there were more.
+  5. rows are fetched in batches and at most max_rows come back; `truncated` says whether there were more;
+     at most 4 DuckDB threads run it, so a streamed result's memory does not grow with the host's cores.
 Anything refused or failing raises QueryRejected (a ValueError) whose message says what to change.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
 import threading
 import time
@@ -45,6 +47,10 @@ LOCKDOWN: dict[str, object] = {
     "autoload_known_extensions": False,
     "allow_community_extensions": False,
     "python_enable_replacements": False,  # (connect() sets it too) a table name must not read a Python variable
+    # NOTE: a streamed result's peak memory grows with DuckDB's threads, each scanning ahead: 1M rows of 200
+    # characters out through the CLI took 95 MB more than `SELECT 1` on 1 thread, 123 MB on 4 and 195 MB on 16
+    # (an H100 box's 16 cores, 2026-11-26); the store's tables are small enough that 4 threads lose nothing
+    "threads": min(4, os.cpu_count() or 1),
 }  # then run_query sets lock_configuration, so that the query cannot SET any of them back
 # Table/scalar functions refused by name: they read files or the network, or run SQL given as text.
 _REFUSED = re.compile(r"^(read_\w+|\w+_scan|glob|sniff_csv|parquet_\w+|query|query_table|json_execute_serialized_sql|"
