@@ -43,7 +43,8 @@ KEEP = {"torch"}  # the box's own: never installed or replaced from requirements
 SUITES = {"cuda": ["-m", "gpu", "tests/engine", "tests/system"],
           "suite": ["-m", "not gpu", "tests/engine", "tests/system"]}
 BENCHES = {"concurrency": ["bench/concurrency.py", "--device", "cuda", "--repeats", "1", "--epochs", "3"],
-           "startup": ["bench/startup.py", "--runs", "5"]}
+           "startup": ["bench/startup.py", "--runs", "5"],
+           "sync_cpu": ["bench/sync_cpu.py", "--widths", "16,64,256,512", "--image-size", "128", "--n-samples", "1024"]}
 OUTCOMES, FAILURES = "outcomes.tsv", "failures.txt"  # what tests/_failwriter.py writes, per suite folder
 _PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([^\s;#]+)")
 
