@@ -22,12 +22,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from engine.calibrate._passes import _sync, compute_pass  # noqa: E402
+from engine.calibrate import compute_pass  # noqa: E402
 from engine.config import RunConfig  # noqa: E402
 from engine.loaders import epoch_batches, open_loader  # noqa: E402
 from engine.measure import tree_cpu_s  # noqa: E402
-from engine.modes._common import step_builder  # noqa: E402
+from engine.modes import step_builder  # noqa: E402
 from engine.workloads import build_dataset  # noqa: E402
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def readings(step, inputs, device) -> tuple[float, float, float]:
