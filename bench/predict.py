@@ -213,11 +213,13 @@ def _probe_line(probe: dict[str, Any]) -> str:
     gil = "unmeasured" if probe.get("gil_share") is None else f"{probe['gil_share']:.2f}"
     step_gil = "unmeasured" if probe.get("step_gil_share") is None else f"{probe['step_gil_share']:.2f}"
     pools = ", ".join(f"{p['api']} {p['threads']}" for p in probe.get("pools") or []) or "none"
-    if probe.get("pools"):  # the pool's working share: the load's CPU over its fastest wall, past one core
-        pools += f" (working share {pool_use(probe):.2f}, fastest wall {probe['load_fastest_wall_s'] * 1e3:.1f} ms)"
+    if probe.get("pools"):  # the pool's working share: the load's CPU over its median wall, past one core
+        pools += f" (working share {pool_use(probe):.2f}, median wall {probe['load_median_wall_s'] * 1e3:.1f} ms)"
+    windows = f" (median of {probe['load_windows']} windows; the fastest {probe['load_fastest_wall_s'] * 1e3:.1f} ms)" \
+        if probe.get("load_windows") else ""
     return (f"probe: load {probe['load_wall_s'] * 1e3:.1f} ms wall / {probe['load_cpu_s'] * 1e3:.1f} ms CPU per "
-            f"batch of {probe['batch_size']}, GIL share {gil}; step {compute}, its GIL share {step_gil}; hidden "
-            f"pools {pools}; spread {100 * (probe.get('spread') or 0):.0f} %; {probe['cores']:g} cores")
+            f"batch of {probe['batch_size']}{windows}, GIL share {gil}; step {compute}, its GIL share {step_gil}; "
+            f"hidden pools {pools}; spread {100 * (probe.get('spread') or 0):.0f} %; {probe['cores']:g} cores")
 
 
 def _learned(rows: list[dict[str, Any]], probe: dict[str, Any]) -> None:

@@ -39,7 +39,7 @@ The model, per batch (b samples; probe figures scaled per sample when the batch 
                                               the GIL; gs is the step's own GIL-held share (measured)
                 (a sync loader on a CPU cannot overlap: batches x (producer + compute))
 
-Each prediction has a range, lo..hi, from the probe's own spread (its windows' fastest against slowest) or, with
+Each prediction has a range, lo..hi, from the probe's own spread (how far its windows reach from their median) or, with
 earlier runs, the residuals' spread; two settings whose ranges overlap cannot be told apart on this machine.
 
 Learning from what ran (`prior+runs`): every `done` run of the pipeline on this host is a measured point;
@@ -267,7 +267,7 @@ def pool_use(probe: dict[str, Any]) -> float:
     the transform calls it or not: a pool that idled adds no core. One that worked adds its threads: the
     spectrogram's (OpenBLAS, 2 threads) read 227 ms of CPU in 114 ms of wall a batch, a share of 0.98."""
     size = _pool_size(probe)
-    wall = probe.get("load_fastest_wall_s") or probe.get("load_wall_s") or 0.0
+    wall = probe.get("load_median_wall_s") or probe.get("load_wall_s") or 0.0  # the same windows as load_cpu_s
     if size <= 1 or wall <= 0:
         return 0.0
     return min(1.0, max(0.0, probe["load_cpu_s"] / wall - 1) / (size - 1))
@@ -317,8 +317,10 @@ def probe_path(calibrations: Path, cfg: RunConfig, machine: str, device: str) ->
     thread pools it measured under (the thread variables, the CPUs this process may run on), not by the loader or
     the sweep, so every run of the pipeline on this host and under these settings finds it."""
     # NOTE: here, not at the top: the probe's module imports torch, which the CLI's parent and the pages must not load
-    from engine.predict.probe import PROBE_KEYS
+    from engine.predict.probe import PROBE_KEYS, PROBE_METHOD
     key = [machine, device, [getattr(cfg, k) if k != "device" else device for k in PROBE_KEYS]]
+    if PROBE_METHOD > 1:  # NOTE: a probe taken the old way is not this model's input: measured again, not reused
+        key.append(PROBE_METHOD)
     pools = {k: os.environ.get(k) for k in _THREAD_ENV if os.environ.get(k) is not None}
     if pools or _affinity() is not None:  # NOTE: the default layout keeps the key (and the cache) it always had
         key.append([pools, _affinity()])

@@ -2,7 +2,8 @@
 any loader setting, measured in a few seconds.
 
     load     the dataset's fetch + collate (+ the copy to the device) of whole batches on one thread, as a loader
-             worker runs them (one intra-op thread): wall and CPU seconds per batch, the fastest of a few windows.
+             worker runs them (one intra-op thread): wall and CPU seconds per batch, the median of the probe's
+             one-thread windows (a few back to back, then those of the GIL pairs, seconds later).
              Wall minus CPU is latency (sleeps, I/O), which any number of workers overlap; CPU is work that needs
              a core (the calling thread's and, where the transform runs them, its hidden pools' threads).
     latency  where the load waits more than it works, the mean over more batches, spread over the epoch: a
@@ -11,7 +12,8 @@ any loader setting, measured in a few seconds.
     pools    the BLAS and OpenMP pools the transform loaded (engine/measure/pools.py), their sizes, and the
              CPU-seconds they spin after a batch while the caller does something else (pools the transform
              loaded but never ran, like the OpenBLAS that comes with numpy, are listed apart and not counted).
-    spread   how far the load's windows disagree (and the latency's standard error): each prediction's range.
+    spread   how far the load's windows disagree about their median (and the latency's standard error): each
+             prediction's range.
     gil      the same batches on two threads at once, right after one thread ran them (the median of three such
              pairs): the extra wall time over one thread, as a share of the CPU work, is the share that holds the
              GIL (0: decoding in C, sleeps; 1: pure Python) and so cannot run on two threads at once, however many
@@ -48,20 +50,23 @@ from engine.workloads import build_dataset, is_stream
 if TYPE_CHECKING:  # annotations only: the run side does not import the config (engine/registry.py says why)
     from engine.config import RunConfig
 
-__all__ = ["PROBE_KEYS", "probe"]
+__all__ = ["PROBE_KEYS", "PROBE_METHOD", "probe"]
 
 # what a probe depends on: the dataset, the model and its step, the batch and where it runs (not the loader)
 PROBE_KEYS = ("workload", "n_samples", "image_size", "num_classes", "work_us", "latency_ms", "folder", "seed",
               "model", "width", "depth", "optimizer", "lr", "batch_size", "device", "collate", "loss")
+PROBE_METHOD = 2  # how the figures are taken; a change of method keys new probes (engine/predict/model.py: probe_path)
 _LOAD_S = 0.4      # wall seconds of batches each load measurement aims at (at least 2 batches)
 _STEPS = 16        # steps replayed per thread count
 _TOO_BUSY = 1.5   # core sharing (see _core_sharing) above which the GIL share is not told apart from it
 _GIL_PAIRS = 3    # pairs of windows (one thread, then two at once) the GIL share is the median of
 _SPIN_WINDOW_S = 0.04  # idle after a parallel op: longer than OpenMP's spin before its threads sleep
 _WARM_BATCHES = 1  # untimed: lazy first use of the dataset (file cache, decoder set-up)
-# NOTE: each load figure is the fastest of a few windows (_tries), as the bound's passes keep their fastest: a window
-# is a fraction of a second, and a hiccup of the machine inside it (seen: 68 ms a jpeg batch against 41 ms) would
-# mispredict every setting of the pipeline, since they all come from this one probe
+# NOTE: the load figure is the median of every one-thread window the probe times (_tries back to back, then the GIL
+# pairs' six, seconds later), not the fastest (as the bound's passes keep theirs): this VM's speed drifts for seconds
+# at a time (a tokenizer batch read 27-51 ms within one process, `bench/load_between_steps.py`), and an epoch pays
+# the drift's middle. The fastest of three back-to-back windows read 31 ms a batch where its runs paid about 48,
+# and 42 of the unseen table's 43 misses were too fast (bench/RESULTS.md). A median still stands one hiccup.
 _REPEATS = 3
 _LATENT = 0.25     # a latency share of the load's wall above which its mean latency is measured over more batches
 _TAIL_S = 1.5      # wall seconds the mean latency may take, beyond the windows
@@ -125,41 +130,48 @@ def _load(fetch: Callable, keys: list, device: torch.device, cores: float) -> di
         n = max(2, min(len(keys), math.ceil(_LOAD_S / max(first, 1e-4))))
         batch = [keys[i % len(keys)] for i in range(n)]
         tries = _tries(lambda: _one_thread(one, batch, clock))
-        wall, cpu = (x / n for x in min(tries))
+        fastest, fast_cpu = (x / n for x in min(tries))
         waits = [max(0.0, w - c) / n for w, c in tries]
-        if wall > 0 and (wall - cpu) / wall > _LATENT:  # latency: its mean, over more of the epoch's batches
+        latent = fastest > 0 and (fastest - fast_cpu) / fastest > _LATENT
+        if latent:  # latency: its mean, over more of the epoch's batches
             waits += _more_waits(one, keys[n:], n, clock)
         # each pair's windows: half a load window's wall, whatever the dataset's length (keys again if short)
-        pair = [keys[i % len(keys)] for i in range(max(2, math.ceil(_LOAD_S / 2 / max(wall, 1e-4))))]
-        gil, shared = _gil_share(one, pair, clock) if cores >= 2 else (None, 1.0)
+        pair = [keys[i % len(keys)] for i in range(max(2, math.ceil(_LOAD_S / 2 / max(fastest, 1e-4))))]
+        gil, shared, singles = _gil_share(one, pair, clock) if cores >= 2 else (None, 1.0, [])
         pool_spin = _spin_after(lambda: one(batch[0])) if pools else 0.0
-    latency = sum(waits) / len(waits) if wall > 0 and (wall - cpu) / wall > _LATENT else max(0.0, wall - cpu)
+    windows = [(w / n, c / n) for w, c in tries] + [(w / len(pair), c / len(pair)) for w, c in singles]
+    wall, cpu = (statistics.median(x[i] for x in windows) for i in (0, 1))
+    latency = sum(waits) / len(waits) if latent else max(0.0, wall - cpu)
     cpu = min(cpu, wall) if not pools else cpu
-    return {"load_wall_s": cpu + latency, "load_cpu_s": cpu, "load_fastest_wall_s": wall, "gil_share": gil,
-            "core_sharing": shared, "pools": pools, "pools_loaded": loaded, "pool_spin_s": pool_spin,
-            "spread": _spread([w for w, _ in tries], waits, cpu + latency), "latency_batches": len(waits) * n}
+    return {"load_wall_s": cpu + latency, "load_cpu_s": cpu, "load_median_wall_s": wall,
+            "load_fastest_wall_s": fastest, "load_windows": len(windows), "gil_share": gil, "core_sharing": shared,
+            "pools": pools, "pools_loaded": loaded, "pool_spin_s": pool_spin,
+            "spread": _spread([w for w, _ in windows], waits, cpu + latency), "latency_batches": len(waits) * n}
 
 
-def _gil_share(one: Callable[[Any], None], batch: list, clock: Callable[[], float]) -> tuple[float | None, float]:
-    """The load's GIL-held share and the core sharing it was told apart from: the median of _GIL_PAIRS pairs of
-    windows, each pair two threads at once between two one-thread windows, back to back (None where it cannot
-    tell: a machine so busy that two threads get about one core between them).
+def _gil_share(one: Callable[[Any], None], batch: list, clock: Callable[[], float]
+               ) -> tuple[float | None, float, list[tuple[float, float]]]:
+    """The load's GIL-held share, the core sharing it was told apart from, and the one-thread windows (wall, CPU)
+    it timed: the median of _GIL_PAIRS pairs of windows, each pair two threads at once between two one-thread
+    windows, back to back (None where it cannot tell: a machine so busy that two threads get about one core
+    between them).
 
     In each pair the second thread's extra wall, past what sharing the cores costs any two threads just then, is
     the GIL-held work it waited for; as a share of the CPU work. NOTE: a pair, not the fastest one-thread window
     against the fastest two-thread window taken seconds apart: this VM's speed drifts over seconds, and those read
     a pure-Python tokenizer's share at 0.58-1.00 across probes; its pairs read 0.9-1.4 (before the clamp)."""
-    pairs = []
+    pairs, singles = [], []
     for _ in range(_GIL_PAIRS):
         before = _one_thread(one, batch, clock)
         two = _two_threads(one, batch)
         after = _one_thread(one, batch, clock)  # one thread on both sides: a drift of the VM's speed cancels
+        singles += [before, after]
         wall, cpu = (before[0] + after[0]) / 2, (before[1] + after[1]) / 2
         shared = _core_sharing(cpu) if cpu > 0 else 1.0
         pairs.append((shared, (two - wall - cpu * (shared - 1)) / cpu if cpu > 0 else 0.0))
     shared = statistics.median(s for s, _ in pairs)
     gil = None if shared > _TOO_BUSY else min(1.0, max(0.0, statistics.median(g for _, g in pairs)))
-    return gil, shared
+    return gil, shared, singles
 
 
 def _more_waits(one: Callable[[Any], None], rest: list, n: int, clock: Callable[[], float]) -> list[float]:
@@ -176,9 +188,10 @@ def _more_waits(one: Callable[[Any], None], rest: list, n: int, clock: Callable[
 
 
 def _spread(walls: list[float], waits: list[float], per_batch: float) -> float:
-    """The relative half-width a prediction's range gets: how far the windows' walls spread about the fastest,
-    and twice the mean latency's standard error, as shares of the batch's time."""
-    windows = (max(walls) - min(walls)) / min(walls) / 2 if min(walls) > 0 else 0.0
+    """The relative half-width a prediction's range gets: how far the windows' walls (per batch) reach from their
+    median, on the farther side, and twice the mean latency's standard error, as shares of the batch's time."""
+    mid = statistics.median(walls)
+    windows = max(mid / min(walls) - 1, max(walls) / mid - 1) if min(walls) > 0 else 0.0
     sem = statistics.stdev(waits) / math.sqrt(len(waits)) if len(waits) > 1 else 0.0
     return max(windows, 2 * sem / per_batch if per_batch > 0 else 0.0)
 

@@ -75,13 +75,13 @@ def test_a_pool_the_probe_saw_idle_adds_no_thread_and_sync_runs_its_pool_between
     # wakes it): processes, 1 worker, 1 thread is 2 runnable on 2 cores, not 3; with the pool busy (CPU twice the
     # wall, as the spectrogram's 227 ms in 114 ms) it is 3
     pools = {"pools": [{"api": "openblas", "lib": "libopenblas", "threads": 2}], "pool_spin_s": 0.0}
-    idle = _probe(0.1, 0.1, (0.04, 0.04), cores=2.0, load_fastest_wall_s=0.1, **pools)
-    busy = {**idle, "load_fastest_wall_s": 0.05}
+    idle = _probe(0.1, 0.1, (0.04, 0.04), cores=2.0, load_median_wall_s=0.1, **pools)
+    busy = {**idle, "load_median_wall_s": 0.05}
     assert predict(_cfg("processes", 1), idle).runnable == 2
     assert predict(_cfg("processes", 1), busy).runnable == 3
     # sync: the busy pool loads on its 2 threads (100 ms of CPU in 50 ms) while the step waits, so the 2-thread step
     # is never time-sliced by it: 8 x (50 + 20) ms
-    sync = _probe(0.1, 0.1, (0.04, 0.04), (0.02, 0.04), threads=2, cores=2.0, load_fastest_wall_s=0.05, **pools)
+    sync = _probe(0.1, 0.1, (0.04, 0.04), (0.02, 0.04), threads=2, cores=2.0, load_median_wall_s=0.05, **pools)
     assert predict(_cfg("sync", threads=2), sync).epoch_s == pytest.approx(8 * (0.05 + 0.02))
 
 
