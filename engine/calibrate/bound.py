@@ -40,7 +40,13 @@ This module keeps the shared passes (engine/calibrate/_passes.py) and the arithm
                                    threads lost their turns to the others, though the cores did not read busy)
                    oversubscribed  the same with no such pool: the lab's own threads and workers exceed them
                    cpu-bound       the cores were busy
-                   overhead-bound  none of these;
+                   the run's own split  where one model on one rank ran and its own data wait + copy + step
+                                   account for >= EXPLAINED of its epoch, there is no per-step overhead to
+                                   name: its parts ran slower than their passes (this VM's speed drifts
+                                   between them). Named by the split: a sync loader on a CPU as serial_kind
+                                   names it; else data-bound where the step waited for data >= 1 - EXPLAINED
+                                   of the epoch, compute-bound where it did not (a bound_note says so)
+                   overhead-bound  none of these: time outside the run's own data wait, copy and step;
                  none when efficiency > 1 (no fraction: the bound was measured under other conditions);
                  a bound the run beat is measured once more first, each pass's faster reading kept
     overlap    = concurrent modes only: (serial bound - measured) / (serial bound - bound), where the
@@ -125,10 +131,11 @@ class Phase:
 
 
 def verdict(kind: str | None, efficiency: float, oversubscribed: bool = False, saturated: bool = False,
-            hidden: bool = False, gil: bool = False, slowed: bool = False) -> str | None:
+            hidden: bool = False, gil: bool = False, slowed: bool = False, split: str | None = None) -> str | None:
     """kind: the bound's largest term. Below EXPLAINED the bound does not explain the run: say why if we can.
     oversubscribed counts only where the cores were busy (saturated) or the step ran slowed beside the other
-    threads: workers asleep on I/O take no core and slow no step."""
+    threads: workers asleep on I/O take no core and slow no step. split: the limit the run's own data wait, copy
+    and step name where they account for its epoch (_split_kind); overhead-bound is only time outside them."""
     if efficiency > 1.0:
         return None
     if efficiency >= EXPLAINED:
@@ -137,7 +144,9 @@ def verdict(kind: str | None, efficiency: float, oversubscribed: bool = False, s
         return "gil-contention"
     if oversubscribed and (saturated or slowed):
         return "hidden-threads" if hidden else "oversubscribed"
-    return "cpu-bound" if saturated else "overhead-bound"
+    if saturated:
+        return "cpu-bound"
+    return split or "overhead-bound"
 
 
 def _gil_held(loader: str | None, phases: list[Phase], gil_share: float | None) -> bool:
@@ -232,7 +241,8 @@ def calibrate(ctx: Any, run_dir: Path, bound: Callable[[Calibrator], list[Phase]
     def figures_of(phases: list[Phase]) -> dict[str, Any]:
         return _figures(phases, measured, ttfb, time.time() - min(cal.taken), _threads(ctx.cfg, world, ctx.summary),
                         ctx.summary.get("mean_cpu_pct") if cpu_pct is None else cpu_pct,
-                        ctx.summary.get("probe_gil_share"), _epoch_sum(steady_events, "compute_s"))
+                        ctx.summary.get("probe_gil_share"), _epoch_sum(steady_events, "compute_s"),
+                        _run_split(steady_events))
 
     figures = figures_of(phases)
     if (figures["efficiency"] or 0.0) > 1.0:
@@ -273,8 +283,9 @@ def _threads(cfg: Any, world: int, summary: dict[str, Any] | None = None) -> dic
 
 def _figures(phases: list[Phase], measured: float, ttfb: float, age_s: float, threads: dict[str, Any],
              mean_cpu_pct: float | None = None, gil_share: float | None = None,
-             step_s: float | None = None) -> dict[str, Any]:
-    """step_s: the run's own compute seconds per steady epoch (median), against the compute pass's."""
+             step_s: float | None = None, split: tuple[float, float] | None = None) -> dict[str, Any]:
+    """step_s: the run's own compute seconds per steady epoch (median), against the compute pass's; split: the
+    run's own (data wait + copy, step) seconds per steady epoch where one model on one rank ran (_run_split)."""
     cores = threads["cores"]
     by_kind: dict[str, float] = {}
     bound_s = ttfb * len(phases)
@@ -289,8 +300,10 @@ def _figures(phases: list[Phase], measured: float, ttfb: float, age_s: float, th
     saturated = mean_cpu_pct is not None and mean_cpu_pct >= SATURATED * cores * 100
     alone = sum(p.compute_s for p in phases)  # the compute pass: the step with the machine to itself
     slowed = step_s is not None and alone > 0 and step_s >= SLOWED * alone
+    own = _split_kind(split, measured, all(p.overlaps for p in phases))
     name = verdict(max(by_kind, key=by_kind.__getitem__), efficiency or 0.0, runnable > cores, saturated,
-                   hidden=extra > 0, gil=_gil_held(threads.get("kind"), phases, gil_share), slowed=slowed)
+                   hidden=extra > 0, gil=_gil_held(threads.get("kind"), phases, gil_share), slowed=slowed,
+                   split=own)
     out: dict[str, Any] = {
         "bound_s": bound_s, "efficiency": efficiency, "loader_only_s": sum(p.loader_s for p in phases),
         "compute_only_s": alone, "loader_cpu_s": sum(p.loader_cpu_s for p in phases),
@@ -298,6 +311,13 @@ def _figures(phases: list[Phase], measured: float, ttfb: float, age_s: float, th
         "cpu_bound_s": sum((p.loader_cpu_s + p.compute_cpu_s) / cores for p in phases),
         "usable_cores": cores, "runnable_threads": runnable, "bound_ttfb_s": ttfb, "bound_phases": len(phases),
         "calib_age_s": age_s, "verdict": name, "verdict_help": verdict_help(name, threads)}
+    if own is not None and name == own and (efficiency or 0.0) < EXPLAINED and split is not None:
+        wait, step = split
+        out["bound_note"] = (f"named by the run's own split, not by the bound: its data wait ({wait:.3f} s) and step "
+                             f"({step:.3f} s) make {(wait + step) / measured:.0%} of its epoch, so no per-step "
+                             f"overhead holds it; they ran slower than their passes ({out['loader_only_s']:.3f} s "
+                             f"loading, {alone:.3f} s computing), which this machine's drifting speed or the parts "
+                             "sharing it explain")
     if efficiency is not None and efficiency > 1.0:
         out["bound_note"] = (f"efficiency {efficiency:.2f} ≥ 1: bound measured under other conditions: the run beat "
                              f"its lower bound; the calibration, taken {age_s:.0f} s before, ran under other "
@@ -311,6 +331,28 @@ def _figures(phases: list[Phase], measured: float, ttfb: float, age_s: float, th
         out["overlap"] = (serial - measured) / (serial - bound_s) if serial - bound_s >= OVERLAP_MIN * measured \
             else None
     return out
+
+
+def _run_split(epochs: list[dict[str, Any]]) -> tuple[float, float] | None:
+    """The run's own median (data wait + copy, step) seconds per steady epoch, where one model on one rank ran: a
+    concurrent mode's models and ranks wait and step beside one another, and their sums are no split of the epoch."""
+    if len({e["epoch"] for e in epochs}) != len(epochs) or \
+            any(e.get("data_wait_s") is None or e.get("compute_s") is None for e in epochs):
+        return None
+    return (statistics.median(e["data_wait_s"] + (e.get("h2d_s") or 0.0) for e in epochs),
+            statistics.median(e["compute_s"] for e in epochs))
+
+
+def _split_kind(split: tuple[float, float] | None, measured: float, overlaps: bool) -> str | None:
+    """The limit the run's own split names where it accounts for >= EXPLAINED of the epoch (else None): a loop that
+    cannot overlap as serial_kind names it; else data-bound where the step waited for data >= 1 - EXPLAINED of the
+    epoch (more loader would shorten it by that much), compute-bound where it did not."""
+    if split is None or measured <= 0 or sum(split) < EXPLAINED * measured:
+        return None
+    wait, step = split
+    if not overlaps:
+        return serial_kind(wait, step)
+    return "data-bound" if wait >= (1 - EXPLAINED) * measured else "compute-bound"
 
 
 def _epoch_sum(epochs: list[dict[str, Any]], field: str) -> float | None:

@@ -24,7 +24,8 @@ VERDICTS = {
     "gil-contention": "a Python-bound producer thread shares the GIL with the training step: use processes, or a "
                       "transform that releases the GIL (numpy, torch ops, decoding in C)",
     "no-overlap": "the sync loader cannot overlap loading with compute by design: try prefetch or workers",
-    "overhead-bound": "none of the above explains the time: per-step overhead (Python, queues, copies)",
+    "overhead-bound": "none of the above explains the time, and a fifth of it or more is outside the run's own "
+                      "data wait, copy and step: per-step overhead (Python, hooks, logging)",
 }
 ABOVE_ONE = "≥ 1: bound measured under other conditions"  # an efficiency above 1 is no fraction: no verdict
 

@@ -1,8 +1,11 @@
-"""A dataset whose machine slows down: each item is a busy wait (CPU, holding the GIL) of `fast_ms` until
-`switch_s` seconds after the first item this process loaded, then of twice that, as this VM's speed drifts for
-seconds at a time. The probe's back-to-back windows come first and see it fast; its later windows see it slow.
+"""Datasets whose machine changes speed, as this VM's drifts for seconds at a time.
 
-Its own module so that the probe imports it as a plugin: tests.engine._drift_fixtures:build.
+build     each item a busy wait (CPU, holding the GIL) of `fast_ms` until `switch_s` seconds after the first item
+          this process loaded, then of twice that: the probe's back-to-back windows come first and see it fast,
+          its later windows see it slow.
+slow_run  the first SLOW_RUN_ITEMS items of the process slow, the rest fast: a run slower than its passes.
+
+Their own module so that the probe and the run import them as plugins: tests.engine._drift_fixtures:build.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import time
 
 import torch
 
-__all__ = ["DriftingDataset", "build"]
+__all__ = ["SLOW_RUN_ITEMS", "DriftingDataset", "SlowRun", "build", "slow_run"]
 
 
 class DriftingDataset:
@@ -35,3 +38,30 @@ class DriftingDataset:
 
 def build(n_samples: int = 2048, fast_ms: float = 0.5, switch_s: float = 1.3, **_):
     return DriftingDataset(n_samples, fast_ms, switch_s)
+
+
+SLOW_RUN_ITEMS = 384  # a run of 3 epochs of 128 samples; every item after them (the passes') is fast
+_LOADED: list[None] = []  # items this process loaded, across dataset copies (the passes build their own)
+
+
+class SlowRun:
+    """Each of this process's first SLOW_RUN_ITEMS items waits `slow_ms`, every later one `fast_ms`: a run slower
+    than the calibration passes after it, as when this VM's speed drifts between the two."""
+
+    thread_safe = True  # no random draws
+
+    def __init__(self, n_samples: int, slow_ms: float, fast_ms: float):
+        self.n, self.slow_s, self.fast_s = n_samples, slow_ms / 1000, fast_ms / 1000
+        self.num_classes, self.sample_shape = 10, (3, 8, 8)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int):
+        _LOADED.append(None)  # NOTE: list.append is atomic under the GIL
+        time.sleep(self.slow_s if len(_LOADED) <= SLOW_RUN_ITEMS else self.fast_s)
+        return torch.full((3, 8, 8), float(index % 7)), index % 10
+
+
+def slow_run(n_samples: int = 128, slow_ms: float = 2.0, fast_ms: float = 0.25, **_):
+    return SlowRun(n_samples, slow_ms, fast_ms)
