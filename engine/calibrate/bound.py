@@ -315,13 +315,13 @@ def _figures(phases: list[Phase], measured: float, ttfb: float, age_s: float, th
         wait, step = split
         load = out["loader_only_s"]
         # NOTE: a data wait is the load itself only where nothing overlaps it (sync on a CPU)
-        slower = [f"its step {step / alone:.2f}x its pass ({alone:.3f} s)"] if alone > 0 else []
+        slower = [f"its step took {step / alone:.2f}x the compute pass ({alone:.3f} s)"] if alone > 0 else []
         if not all(p.overlaps for p in phases) and load > 0:
             slower.append(f"its load {wait / load:.2f}x the loader pass ({load:.3f} s)")
         out["bound_note"] = (f"named by the run's own split, not by the bound: its data wait ({wait:.3f} s) and step "
                              f"({step:.3f} s) make {(wait + step) / measured:.0%} of its epoch, so no per-step "
-                             f"overhead holds it; {', '.join(slower) or 'its parts'} against the passes, which this "
-                             "machine's drifting speed or the parts sharing it explain")
+                             f"overhead holds it; {' and '.join(slower) or 'its parts ran apart from the passes'}: "
+                             "this machine's drifting speed, or the parts sharing it, explain the gap to the bound")
     if efficiency is not None and efficiency > 1.0:
         out["bound_note"] = (f"efficiency {efficiency:.2f} ≥ 1: bound measured under other conditions: the run beat "
                              f"its lower bound; the calibration, taken {age_s:.0f} s before, ran under other "
