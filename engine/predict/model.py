@@ -319,8 +319,7 @@ def probe_path(calibrations: Path, cfg: RunConfig, machine: str, device: str) ->
     # NOTE: here, not at the top: the probe's module imports torch, which the CLI's parent and the pages must not load
     from engine.predict.probe import PROBE_KEYS, PROBE_METHOD
     key = [machine, device, [getattr(cfg, k) if k != "device" else device for k in PROBE_KEYS]]
-    if PROBE_METHOD > 1:  # NOTE: a probe taken the old way is not this model's input: measured again, not reused
-        key.append(PROBE_METHOD)
+    key.append(PROBE_METHOD)  # NOTE: a probe taken another way is not this model's input: measured again, not reused
     pools = {k: os.environ.get(k) for k in _THREAD_ENV if os.environ.get(k) is not None}
     if pools or _affinity() is not None:  # NOTE: the default layout keeps the key (and the cache) it always had
         key.append([pools, _affinity()])

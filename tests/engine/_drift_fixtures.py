@@ -4,6 +4,7 @@ build     each item a busy wait (CPU, holding the GIL) of `fast_ms` until `switc
           this process loaded, then of twice that: the probe's back-to-back windows come first and see it fast,
           its later windows see it slow.
 slow_run  the first SLOW_RUN_ITEMS items of the process slow, the rest fast: a run slower than its passes.
+fast_run  the reverse, with fast_model: the run's items and steps fast, the passes' after it slow.
 
 Their own module so that the probe and the run import them as plugins: tests.engine._drift_fixtures:build.
 """
@@ -14,7 +15,8 @@ import time
 
 import torch
 
-__all__ = ["SLOW_RUN_ITEMS", "DriftingDataset", "SlowRun", "build", "slow_run"]
+__all__ = ["FAST_RUN_STEPS", "SLOW_RUN_ITEMS", "DriftingDataset", "FastModel", "SlowRun", "build", "fast_model",
+           "fast_run", "slow_run"]
 
 
 class DriftingDataset:
@@ -65,3 +67,42 @@ class SlowRun:
 
 def slow_run(n_samples: int = 128, slow_ms: float = 2.0, fast_ms: float = 0.25, **_):
     return SlowRun(n_samples, slow_ms, fast_ms)
+
+
+FAST_RUN_STEPS = 24  # a run of 3 epochs of 128 samples in batches of 16; every later step (the passes') is slow
+_STEPS: list[None] = []
+
+
+class FastRun(SlowRun):
+    """Each of this process's first SLOW_RUN_ITEMS items waits `fast_ms`, every later one `slow_ms`: a run faster
+    than the calibration passes after it, as when this VM slows between the two."""
+
+    def __getitem__(self, index: int):
+        _LOADED.append(None)
+        time.sleep(self.fast_s if len(_LOADED) <= SLOW_RUN_ITEMS else self.slow_s)
+        return torch.full((3, 8, 8), float(index % 7)), index % 10
+
+
+def fast_run(n_samples: int = 128, slow_ms: float = 2.0, fast_ms: float = 0.25, **_):
+    return FastRun(n_samples, slow_ms, fast_ms)
+
+
+class FastModel(torch.nn.Module):
+    """A linear layer whose forward waits `fast_ms` for this process's first FAST_RUN_STEPS calls, `slow_ms` after."""
+
+    def __init__(self, in_features: int, num_classes: int, fast_ms: float, slow_ms: float):
+        super().__init__()
+        self.linear = torch.nn.Linear(in_features, num_classes)
+        self.fast_s, self.slow_s = fast_ms / 1000, slow_ms / 1000
+
+    def forward(self, x):
+        _STEPS.append(None)
+        time.sleep(self.fast_s if len(_STEPS) <= FAST_RUN_STEPS else self.slow_s)
+        return self.linear(x.flatten(1))
+
+
+def fast_model(*, in_shape: tuple[int, ...], num_classes: int, fast_ms: float = 1.0, slow_ms: float = 8.0, **_):
+    features = 1
+    for n in in_shape:
+        features *= n
+    return FastModel(features, num_classes, fast_ms, slow_ms)

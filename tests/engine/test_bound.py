@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import statistics
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,8 @@ from hypothesis import strategies as st
 from engine.config import RunConfig
 from engine.calibrate import _passes
 from engine.calibrate._passes import loader_pass
-from engine.calibrate.bound import EXPLAINED, FAIL_ENV, STALE, VERDICTS, Phase, _figures, steady_cpu_pct
+from engine.calibrate.bound import (EXPLAINED, FAIL_ENV, STALE, VERDICTS, Phase, _figures, _own_readings, _run_split,
+                                   steady_cpu_pct)
 from engine.measure.verdicts import ABOVE_ONE, efficiency_text
 from engine.workloads.plugin import SERIAL_NOTE
 from engine.run.runner import launch
@@ -103,21 +105,22 @@ def test_a_run_under_other_pool_settings_measures_its_own_loader_pass(tmp_path, 
 
 def test_a_bound_the_run_beat_is_measured_again_and_the_faster_pass_kept(tmp_path):
     """A pass taken in a slow stretch of the machine stands in for one: the cached passes of a sweep's repeat are
-    written 20x slower on disk, so the next run of that repeat reads a bound far above its epoch. It measures both
-    passes once more, keeps the faster, and stores that in the cache for the runs after it."""
+    written 20x slower on disk, so the next run of that repeat reads a bound far above its epoch. It measures every
+    pass once more, keeps the faster, and stores that in the cache for the runs after it. dual-sequential: two
+    models, two phases, where no run's own reading of a part stands in for a pass (one model's would)."""
     db, meta = tmp_path / "s.duckdb", {"sweep_id": "again"}
-    cfg = RunConfig.from_dict({**SLOW_DATA, "latency_ms": 2.0})
+    cfg = RunConfig.from_dict({**SLOW_DATA, "latency_ms": 2.0, "mode": "dual-sequential"})
     first = launch(cfg, db=db, meta={**meta, "repeat_idx": 0})
     assert first.status == "done", first.error
     cache = [p for p in sorted((tmp_path / "calibrations").glob("*.json")) if not p.name.startswith("probe-")]
-    assert len(cache) == 2  # the loader pass and the compute pass
+    assert len(cache) == 3  # the loader pass and each model's compute pass
     for path in cache:
         slow = json.loads(path.read_text())
         path.write_text(json.dumps({**slow, "seconds": 20 * slow["seconds"] + 1.0}))
     second = launch(cfg, db=db, meta={**meta, "repeat_idx": 0})
     assert second.status == "done", second.error
     again = [e for e in read_events(second.run_dir) if e["type"] == "calibration" and e.get("again")]
-    assert sorted(e["kind"] for e in again) == ["compute", "loader"] and not any(e["cached"] for e in again)
+    assert sorted(e["kind"] for e in again) == ["compute", "compute", "loader"] and not any(e["cached"] for e in again)
     summary = _summary(second.run_dir)
     assert summary["bound_s"] < _summary(first.run_dir)["bound_s"] + 1.0  # not the tampered passes (over 1 s each)
     assert all(json.loads(p.read_text())["seconds"] < 1.0 for p in cache)  # the faster one, kept for the next run
@@ -431,3 +434,72 @@ def test_a_run_slower_than_its_passes_is_named_by_its_own_data_wait_not_overhead
     assert row["efficiency"] < EXPLAINED, row  # the premise: the passes ran faster than the run
     assert row["verdict"] == "data-bound", (row["verdict"], row["bound_note"])
     assert "the run's own split" in row["bound_note"]
+
+
+# (first batch, the rest of the load, step, time outside them) of one steady epoch of one model on one rank
+_EPOCH = st.tuples(st.floats(0.0, 1.0), st.floats(0.0, 2.0), st.floats(0.0, 2.0), st.floats(0.0, 0.5))
+
+
+def _epochs(parts: list[tuple[float, float, float, float]]) -> list[dict]:
+    return [{"epoch": i, "ttfb_s": first, "data_wait_s": first + rest, "h2d_s": 0.0, "compute_s": step,
+             "wall_s": first + rest + step + other} for i, (first, rest, step, other) in enumerate(parts)]
+
+
+@settings(max_examples=400, deadline=None)
+@given(parts=st.lists(_EPOCH, min_size=1, max_size=5), load=st.floats(0.0, 3.0), compute=st.floats(0.0, 3.0),
+       busy=st.floats(0.0, 1.0), overlaps=st.booleans())
+def test_a_cpu_run_of_one_model_never_reads_above_its_own_epoch_whatever_its_passes_read(parts, load, compute, busy,
+                                                                                          overlaps):
+    """One model on a CPU: however slow its passes read (they come a minute later, on a VM whose speed drifts), the
+    bound takes no part slower than the run itself took it, so it never exceeds the run's median epoch. Where the
+    loader overlaps the step, the passes keep to one core each (2 cores, so that the cores term cannot outgrow the
+    two parts' wall); sync's CPU-seconds fill up to both."""
+    events = _epochs(parts)
+    measured = statistics.median(e["wall_s"] for e in events)
+    ttfb = statistics.median(e["ttfb_s"] for e in events)
+    share = busy if overlaps else 2 * busy
+    phase = Phase(load, compute, None, share * load, share * compute, overlaps=overlaps)
+    out = _figures([phase], measured, ttfb, 0.0, _ONE_CORE_FREE, split=_run_split(events),
+                   readings=_own_readings(events, measured))
+    assert out["bound_s"] <= measured + 1e-9, out
+    assert out["efficiency"] is None or out["efficiency"] <= 1.0 + 1e-9
+
+
+@settings(max_examples=300, deadline=None)
+@given(parts=st.lists(_EPOCH, min_size=1, max_size=5), load=st.floats(0.0, 3.0), compute=st.floats(0.0, 3.0),
+       busy=st.floats(0.0, 1.0), overlaps=st.booleans())
+def test_the_runs_own_readings_never_raise_a_bound_only_lower_it(parts, load, compute, busy, overlaps):
+    """A run's own reading of a part is a second reading of it beside the pass's: the bound keeps the faster, so it is
+    never above the bound from the passes alone, whatever the loader."""
+    events = _epochs(parts)
+    measured = statistics.median(e["wall_s"] for e in events)
+    ttfb = statistics.median(e["ttfb_s"] for e in events)
+    phase = Phase(load, compute, None, 2 * busy * load, 2 * busy * compute, overlaps=overlaps)
+    passes = _figures([phase], measured, ttfb, 0.0, _ONE_CORE_FREE)
+    both = _figures([phase], measured, ttfb, 0.0, _ONE_CORE_FREE, readings=_own_readings(events, measured))
+    assert both["bound_s"] <= passes["bound_s"] + 1e-9
+
+
+def test_a_run_faster_than_its_passes_keeps_its_own_readings_and_a_verdict(tmp_path):
+    """tests/engine/_drift_fixtures.py's fast_run and fast_model: the run's items wait 0.25 ms and its steps 1 ms, the
+    passes' after it 2 ms and 8 ms, as when this VM slows between a run and its calibration. The passes alone bound
+    the run at several times its epoch; with the run's own readings of its load and step beside them, the sync run
+    reads at most 1 and gets a verdict."""
+    db = tmp_path / "f.duckdb"
+    cfg = RunConfig.from_dict({"workload": "tests.engine._drift_fixtures:fast_run",
+                               "model": "tests.engine._drift_fixtures:fast_model", "image_size": 8,
+                               "n_samples": 128, "batch_size": 16, "loader": "sync", "epochs": 3,
+                               "warmup_epochs": 1, "threads": 1, "device": "cpu"})
+    assert 3 * cfg.n_samples == _drift_fixtures.SLOW_RUN_ITEMS  # the run's items fast, every later one slow
+    assert 3 * cfg.n_samples // cfg.batch_size == _drift_fixtures.FAST_RUN_STEPS  # and its steps
+    result = launch(cfg, db=db)
+    assert result.status == "done", result.error
+    row = get_run(result.run_id, db=db)
+    events = read_events(Path(row["run_dir"]))
+    steady = [e for e in events if e["type"] == "epoch" and not e["warmup"]]
+    passes = {e["kind"]: e["seconds"] for e in events if e["type"] == "calibration"}
+    # the premise: each pass read its part slower than the run took it
+    assert passes["loader"] > max(e["data_wait_s"] for e in steady), (passes, steady)
+    assert passes["compute"] > max(e["compute_s"] for e in steady), (passes, steady)
+    assert row["efficiency"] <= 1.0, (row["efficiency"], row["bound_note"])
+    assert row["verdict"] is not None, row["bound_note"]
