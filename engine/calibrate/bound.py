@@ -296,8 +296,9 @@ def _figures(phases: list[Phase], measured: float, ttfb: float, age_s: float, th
              readings: tuple[float, float, float, float] | None = None) -> dict[str, Any]:
     """step_s: the run's own compute seconds per steady epoch (median), against the compute pass's; split: the
     run's own (data wait + copy, step) seconds per steady epoch where one model on one rank ran (_run_split);
-    readings: the run's own readings of its first batch, its load and its step (_own_readings), each part's other
-    reading beside its pass's and the run's median TTFB (_at_fastest)."""
+    readings: the run's own readings of its first batch, its load and its step (_own_readings): the bound takes
+    each part at the faster of the run's reading and its pass's (_at_fastest)."""
+    passes = phases
     phases, ttfb = _at_fastest(phases, ttfb, readings)
     cores = threads["cores"]
     by_kind: dict[str, float] = {}
@@ -326,9 +327,10 @@ def _figures(phases: list[Phase], measured: float, ttfb: float, age_s: float, th
         "calib_age_s": age_s, "verdict": name, "verdict_help": verdict_help(name, threads)}
     if split is not None and name == own and (efficiency or 0.0) < EXPLAINED:
         wait, step = split
-        load = out["loader_only_s"]
+        load, step_pass = sum(p.loader_s for p in passes), sum(p.compute_s for p in passes)  # the passes' readings
         # NOTE: a data wait is the load itself only where nothing overlaps it (sync on a CPU)
-        slower = [f"its step took {step / alone:.2f}x the compute pass ({alone:.3f} s)"] if alone > 0 else []
+        slower = [f"its step took {step / step_pass:.2f}x the compute pass ({step_pass:.3f} s)"] if step_pass > 0 \
+            else []
         if not all(p.overlaps for p in phases) and load > 0:
             # the wait holds every batch, the first included; the pass starts after its first (the TTFB apart)
             first = load + ttfb * len(phases)
@@ -371,8 +373,8 @@ def _at_fastest(phases: list[Phase], ttfb: float, readings: tuple[float, float, 
                 ) -> tuple[list[Phase], float]:
     """Each part at its faster reading, the pass's or the run's own: the phases and the TTFB the bound takes.
 
-    The run read each part with more beside it than its pass had, so a run's reading is never a faster machine's
-    work than the pass's: where the run took a part in less time than its pass read, the pass ran slow. The first
+    The run read each part with more beside it than its pass had: where it took a part in less time than the pass
+    read, the machine was slower for the pass, not the part. The first
     batch: the run waited for it alone. The step: a run of one model on one rank timed every step (beside its
     loader, which can only slow it). The load: with sync on a CPU, where nothing overlaps it, the data wait is the
     load; with any other loader, the run's loader delivered every batch after the first within the epoch's wall
