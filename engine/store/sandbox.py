@@ -21,7 +21,6 @@ Anything refused or failing raises QueryRejected (a ValueError) whose message sa
 from __future__ import annotations
 
 import logging
-import os
 import re
 import threading
 import time
@@ -33,6 +32,7 @@ import duckdb
 import pandas as pd
 
 from engine.errors import QueryRejected
+from engine.measure import usable_cores
 from engine.paths import Db, db_path
 from engine.store.connect import _CORRUPT, _classify, connect
 
@@ -50,7 +50,8 @@ LOCKDOWN: dict[str, object] = {
     # NOTE: a streamed result's peak memory grows with DuckDB's threads, each scanning ahead: 1M rows of 200
     # characters out through the CLI took 95 MB more than `SELECT 1` on 1 thread, 123 MB on 4 and 195 MB on 16
     # (an H100 box's 16 cores, 2026-11-26); the store's tables are small enough that 4 threads lose nothing
-    "threads": min(4, os.cpu_count() or 1),
+    # and no more than the cores this process may use (affinity, cgroup quota): os.cpu_count() counts the machine's
+    "threads": min(4, usable_cores()),
 }  # then run_query sets lock_configuration, so that the query cannot SET any of them back
 # Table/scalar functions refused by name: they read files or the network, or run SQL given as text.
 _REFUSED = re.compile(r"^(read_\w+|\w+_scan|glob|sniff_csv|parquet_\w+|query|query_table|json_execute_serialized_sql|"

@@ -127,6 +127,19 @@ def test_a_query_runs_on_at_most_four_duckdb_threads_so_a_streamed_results_memor
     assert 1 <= int(threads) <= min(4, os.cpu_count() or 1)
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux's")
+def test_a_query_runs_on_no_more_duckdb_threads_than_the_cores_the_process_may_use(db):
+    """A process pinned to one core (taskset, a container's cpuset) gets one DuckDB thread, whatever the machine has:
+    os.cpu_count() counts the machine's cores, not the process's."""
+    code = ("import os, sys; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+            "from engine.store import run_query; "
+            "print(run_query(\"SELECT current_setting('threads') AS t\", db=sys.argv[1]).df['t'][0])")
+    out = subprocess.run([sys.executable, "-c", code, str(db)], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "1"
+
+
 def test_good_queries_return_dataframes(db, unchanged):
     result = run_query("SELECT run_id, loader, workers, epoch_s FROM runs", db=db)
     assert isinstance(result.df, pd.DataFrame) and not result.truncated and result.elapsed_s >= 0
