@@ -358,7 +358,7 @@ def _own_readings(epochs: list[dict[str, Any]], measured: float) -> tuple[float,
     """The run's own reading of each part, where one model on one rank ran: (its first batch, its data wait + copy
     after the first batch, its step, its wall after the first batch), all from its median epoch (the lower middle one
     of an even count), so that none reaches past the measured epoch."""
-    if _run_split(epochs) is None:
+    if not _one_model(epochs):
         return None
     below = [e for e in epochs if e["wall_s"] <= measured and e.get("ttfb_s") is not None]
     if not below:
@@ -374,12 +374,11 @@ def _at_fastest(phases: list[Phase], ttfb: float, readings: tuple[float, float, 
     """Each part at its faster reading, the pass's or the run's own: the phases and the TTFB the bound takes.
 
     The run read each part with more beside it than its pass had: where it took a part in less time than the pass
-    read, the machine was slower for the pass, not the part. The first
-    batch: the run waited for it alone. The step: a run of one model on one rank timed every step (beside its
-    loader, which can only slow it). The load: with sync on a CPU, where nothing overlaps it, the data wait is the
-    load; with any other loader, the run's loader delivered every batch after the first within the epoch's wall
-    after it, so the loader alone can. A part's CPU-seconds are scaled with its seconds (the same work read at the
-    faster speed).
+    read, the machine was slower for the pass, not the part. The first batch: the run waited for it alone. The step:
+    a run of one model on one rank timed every step (beside its loader, which can only slow it). The load: with sync
+    on a CPU, where nothing overlaps it, the data wait is the load; with any other loader, the run's loader delivered
+    every batch after the first within the epoch's wall after it, so the loader alone can. A part's CPU-seconds are
+    scaled with its seconds (the same work read at the faster speed).
 
     NOTE: the passes run after the run, a minute on with a probe between, and this VM's speed drifts by 1.2-1.5x
     over minutes (bench/machine_drift.py): a 6 s compute pass, timed once within its budget, read 5.97 s beside a
@@ -400,11 +399,16 @@ def _at_fastest(phases: list[Phase], ttfb: float, readings: tuple[float, float, 
 def _run_split(epochs: list[dict[str, Any]]) -> tuple[float, float] | None:
     """The run's own median (data wait + copy, step) seconds per steady epoch, where one model on one rank ran: a
     concurrent mode's models and ranks wait and step beside one another, and their sums are no split of the epoch."""
-    if len({e["epoch"] for e in epochs}) != len(epochs) or \
-            any(e.get("data_wait_s") is None or e.get("compute_s") is None for e in epochs):
+    if not _one_model(epochs):
         return None
     return (statistics.median(e["data_wait_s"] + (e.get("h2d_s") or 0.0) for e in epochs),
             statistics.median(e["compute_s"] for e in epochs))
+
+
+def _one_model(epochs: list[dict[str, Any]]) -> bool:
+    """Whether the steady epochs are one model's on one rank (one event an epoch), each with its wait and step."""
+    return len({e["epoch"] for e in epochs}) == len(epochs) and \
+        all(e.get("data_wait_s") is not None and e.get("compute_s") is not None for e in epochs)
 
 
 def _split_kind(split: tuple[float, float] | None, measured: float, overlaps: bool) -> str | None:

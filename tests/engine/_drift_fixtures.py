@@ -11,6 +11,7 @@ Their own module so that the probe and the run import them as plugins: tests.eng
 
 from __future__ import annotations
 
+import math
 import time
 
 import torch
@@ -42,18 +43,19 @@ def build(n_samples: int = 2048, fast_ms: float = 0.5, switch_s: float = 1.3, **
     return DriftingDataset(n_samples, fast_ms, switch_s)
 
 
-SLOW_RUN_ITEMS = 384  # a run of 3 epochs of 128 samples; every item after them (the passes') is fast
+SLOW_RUN_ITEMS = 384  # a run of 3 epochs of 128 samples; every item after them (the passes') is the other speed
 _LOADED: list[None] = []  # items this process loaded, across dataset copies (the passes build their own)
 
 
 class SlowRun:
-    """Each of this process's first SLOW_RUN_ITEMS items waits `slow_ms`, every later one `fast_ms`: a run slower
-    than the calibration passes after it, as when this VM's speed drifts between the two."""
+    """Each of this process's first SLOW_RUN_ITEMS items (the run's) waits `run_ms`, every later one (the calibration
+    passes') `later_ms`: slow_run's run slower than its passes, fast_run's faster, as when this VM's speed drifts
+    between the two."""
 
     thread_safe = True  # no random draws
 
-    def __init__(self, n_samples: int, slow_ms: float, fast_ms: float):
-        self.n, self.slow_s, self.fast_s = n_samples, slow_ms / 1000, fast_ms / 1000
+    def __init__(self, n_samples: int, run_ms: float, later_ms: float):
+        self.n, self.run_s, self.later_s = n_samples, run_ms / 1000, later_ms / 1000
         self.num_classes, self.sample_shape = 10, (3, 8, 8)
 
     def __len__(self) -> int:
@@ -61,7 +63,7 @@ class SlowRun:
 
     def __getitem__(self, index: int):
         _LOADED.append(None)  # NOTE: list.append is atomic under the GIL
-        time.sleep(self.slow_s if len(_LOADED) <= SLOW_RUN_ITEMS else self.fast_s)
+        time.sleep(self.run_s if len(_LOADED) <= SLOW_RUN_ITEMS else self.later_s)
         return torch.full((3, 8, 8), float(index % 7)), index % 10
 
 
@@ -69,22 +71,12 @@ def slow_run(n_samples: int = 128, slow_ms: float = 2.0, fast_ms: float = 0.25, 
     return SlowRun(n_samples, slow_ms, fast_ms)
 
 
+def fast_run(n_samples: int = 128, slow_ms: float = 2.0, fast_ms: float = 0.25, **_):
+    return SlowRun(n_samples, fast_ms, slow_ms)
+
+
 FAST_RUN_STEPS = 24  # a run of 3 epochs of 128 samples in batches of 16; every later step (the passes') is slow
 _STEPS: list[None] = []
-
-
-class FastRun(SlowRun):
-    """Each of this process's first SLOW_RUN_ITEMS items waits `fast_ms`, every later one `slow_ms`: a run faster
-    than the calibration passes after it, as when this VM slows between the two."""
-
-    def __getitem__(self, index: int):
-        _LOADED.append(None)
-        time.sleep(self.fast_s if len(_LOADED) <= SLOW_RUN_ITEMS else self.slow_s)
-        return torch.full((3, 8, 8), float(index % 7)), index % 10
-
-
-def fast_run(n_samples: int = 128, slow_ms: float = 2.0, fast_ms: float = 0.25, **_):
-    return FastRun(n_samples, slow_ms, fast_ms)
 
 
 class FastModel(torch.nn.Module):
@@ -102,7 +94,4 @@ class FastModel(torch.nn.Module):
 
 
 def fast_model(*, in_shape: tuple[int, ...], num_classes: int, fast_ms: float = 1.0, slow_ms: float = 8.0, **_):
-    features = 1
-    for n in in_shape:
-        features *= n
-    return FastModel(features, num_classes, fast_ms, slow_ms)
+    return FastModel(math.prod(in_shape), num_classes, fast_ms, slow_ms)
