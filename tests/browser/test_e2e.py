@@ -81,4 +81,4 @@ def test_launch_a_run_then_share_the_explore_view(dashboard, new_page):
 
     # 5. the run opens from its link
     _open(other, f"{base}/runs?run={run_id}", "Runs")
-    other.get_by_text(f"Run {run_id}").wait_for(timeout=30_000)
+    other.get_by_role("heading", name=f"Run {run_id}").wait_for(timeout=30_000)

@@ -134,7 +134,7 @@ def test_a_ticked_run_opens_in_this_tab(dashboard, new_page):
     page.mouse.click(box["x"] + 18, box["y"] + 35 + 17)  # the first row's tick box (glide grid: 35 px rows)
     page.wait_for_url(re.compile(r"[?&]run="), timeout=120_000)
     run_id = parse_qs(urlparse(page.url).query)["run"][0]
-    page.get_by_text(f"Run {run_id}").wait_for(timeout=120_000)
+    page.get_by_role("heading", name=f"Run {run_id}").wait_for(timeout=120_000)
     assert len(page.context.pages) == 1, "a new tab opened"
 
 
