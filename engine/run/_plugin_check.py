@@ -206,7 +206,9 @@ def _check_labels(cfg: RunConfig, logits: Any, y: Any, num_classes: int, field: 
 def _check_all_targets(cfg: RunConfig, dataset: Any) -> None:
     """A dataset that lists its labels (`targets` or `labels`, as ImageFolder does) has them all checked here,
     not only the preflight batch's: a bad label deep in the data would otherwise fail the run, not the launch."""
-    targets = next((getattr(dataset.inner, a) for a in ("targets", "labels") if hasattr(dataset.inner, a)), None)
+    # A plugin's dataset is wrapped (its own object is .inner); a built-in workload is its own dataset.
+    inner = getattr(dataset, "inner", dataset)
+    targets = next((getattr(inner, a) for a in ("targets", "labels") if hasattr(inner, a)), None)
     if cfg.loss or targets is None:
         return
     try:
