@@ -4,7 +4,8 @@ loader, mode, workload, bound or prediction (tests/engine/test_architecture.py k
     timers.py       per step: data wait, copy to device, compute, total; per epoch: wall time, time to first batch
     cuda_events.py  CUDA events, pooled, read at epoch end (no per-step synchronize)
     sampler.py      CPU %, memory (PSS of the run's process tree) and GPU, sampled in a thread (nvml.py)
-    host.py         the host fingerprint a run is compared by
+    host.py         the host facts of a run: its machine and its thread settings
+    machine.py      the host fingerprint: which machine a run was on (no torch)
     pools.py        thread pools the lab does not set (BLAS, OpenMP in user code), found and limited by threadpoolctl
     capacity.py     the CPUs and memory this process may use (affinity, cgroup)
     idle.py         GPU idle split by cause (data wait, copy wait, other host time)
@@ -26,7 +27,8 @@ from typing import Any
 _WHERE = {
     "available_memory": "capacity", "usable_cores": "capacity", "usable_cpus": "capacity",
     "DeviceBatch": "cuda_events", "EventPool": "cuda_events", "Span": "cuda_events",
-    "MACHINE_KEYS": "host", "THREAD_KEYS": "host", "fingerprint": "host", "thread_settings": "host",
+    "MACHINE_KEYS": "machine", "THREAD_KEYS": "machine", "machine_id": "machine",
+    "fingerprint": "host", "thread_settings": "host",
     "tree_cpu_s": "host",
     "IdleSplit": "idle", "clock_offset": "idle", "split_idle": "idle",
     "Gpu": "nvml", "gpu_facts": "nvml",

@@ -1,10 +1,8 @@
-"""The host fingerprint: what a result depends on besides the config, so like is compared with like."""
+"""The host facts of a run: the machine it ran on (its fingerprint, engine/measure/machine.py) and its thread settings."""
 
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import logging
 import os
 import platform
@@ -17,6 +15,7 @@ from typing import Any
 import psutil
 import torch
 
+from engine.measure.machine import MACHINE_KEYS, THREAD_KEYS, machine_id
 from engine.measure.nvml import gpu_facts
 from engine.paths import ROOT
 
@@ -91,15 +90,10 @@ def _ranges(cpus: list[int]) -> str | None:
     return ",".join(out) or None
 
 
-# The facts that change results: the machine and its software, then how many cores a run's compute may use.
-MACHINE_KEYS = ("cpu_model", "cores", "gpu_name", "driver", "cuda_version", "torch_version", "python_version", "os")
-THREAD_KEYS = ("intra_op_threads", "inter_op_threads", "omp_num_threads", "mkl_num_threads", "affinity")
-
-
 @functools.cache
 def fingerprint() -> dict[str, Any]:
-    """Host facts plus `fingerprint`, a short hash of those that change results (not hostname or commit), and
-    `machine`, the same without the thread settings."""
+    """Host facts, the thread settings beside them, and `fingerprint` (= `machine`): the short hash of the machine's
+    facts that change results (MACHINE_KEYS: not the hostname, the commit or the thread settings)."""
     facts = {
         "hostname": socket.gethostname(), "cpu_model": _cpu_model(), "cores": psutil.cpu_count(logical=True),
         "physical_cores": psutil.cpu_count(logical=False), "memory_bytes": psutil.virtual_memory().total,
@@ -107,13 +101,8 @@ def fingerprint() -> dict[str, Any]:
         "os": f"{platform.system()} {platform.release()}", "git_commit": _git_commit(),
         **thread_settings(), "executable": sys.executable,
     }
-    # NOTE: thread settings are keyed: a run on 1 thread and one on torch's default are not like for like.
-    # The runner sets its threads before calling this (cached per process). `machine` leaves them out: it
-    # says which machine a run was on (the advisor's "this host"), whatever threads it was given.
-    facts["fingerprint"] = _digest({k: facts[k] for k in MACHINE_KEYS + THREAD_KEYS})
-    facts["machine"] = _digest({k: facts[k] for k in MACHINE_KEYS})
+    # NOTE: the thread settings are recorded (the runner sets its threads before calling this, cached per process)
+    # but never hashed in: one machine is one host, and a run's threads are one of its settings (the `threads`
+    # field), which the pages rank and show as such.
+    facts["fingerprint"] = facts["machine"] = machine_id(facts)
     return facts
-
-
-def _digest(keyed: dict[str, Any]) -> str:
-    return hashlib.sha1(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:12]

@@ -7,6 +7,7 @@ the table lacks, so the config schema and the store stay one schema: a new field
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 from datetime import datetime, timezone
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 import duckdb
+import pandas as pd
 
 from engine.config import config_fields
 from engine.errors import StoreVersionError
@@ -26,7 +28,7 @@ __all__ = ["MIGRATIONS", "RUN_COLUMNS", "SCHEMA_VERSION", "SUMMARY_COLUMNS", "TA
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 _SQL_TYPES = {"int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "str": "VARCHAR", "list[str]": "VARCHAR"}
 
@@ -101,9 +103,35 @@ def _v6(conn: duckdb.DuckDBPyConnection) -> None:
         conn.execute(f'ALTER TABLE runs ADD COLUMN IF NOT EXISTS "{name}" {SUMMARY_COLUMNS[name]}')
 
 
+def _v7(conn: duckdb.DuckDBPyConnection) -> None:
+    """One host is one machine: host_fingerprint hashed the thread settings in until v6, so a run at 1 intra-op thread
+    read as another host. Each stored run whose host facts name its machine gets that machine's fingerprint
+    (engine/measure/machine.py); a run stored without them (imported, merged from elsewhere) keeps its own.
+
+    NOTE: the thread settings stay in host_json, and `threads` is a run field: nothing of what was measured is lost."""
+    from engine.measure import machine_id  # torch-free
+
+    rows = conn.execute("SELECT run_id, host_json FROM runs WHERE host_json IS NOT NULL").fetchall()
+    fixed = []
+    for run_id, host_json in rows:
+        try:
+            facts = json.loads(host_json)
+        except ValueError:
+            continue
+        machine = facts.get("machine") or machine_id(facts) if isinstance(facts, dict) else None
+        if machine:
+            fixed.append((run_id, str(machine)))
+    if fixed:
+        conn.register("_v7_hosts", pd.DataFrame(fixed, columns=["run_id", "fp"]))
+        try:
+            conn.execute("UPDATE runs SET host_fingerprint = h.fp FROM _v7_hosts h WHERE runs.run_id = h.run_id")
+        finally:
+            conn.unregister("_v7_hosts")
+
+
 # (version, migration) in order. A migration gets a writer connection inside a transaction.
 MIGRATIONS: list[tuple[int, Callable[[duckdb.DuckDBPyConnection], None]]] = [
-    (1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5), (6, _v6)]
+    (1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5), (6, _v6), (7, _v7)]
 
 
 def _now() -> datetime:

@@ -1,5 +1,5 @@
 """The stored config and host facts say what ran: fields a mode ignores are normalised, a folder's real
-counts are stored, and the thread settings are recorded and part of the fingerprint comparisons group on."""
+counts are stored, and the thread settings are recorded as the run's, never part of its host's fingerprint."""
 
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def test_a_folder_run_is_stored_with_the_images_it_found(tmp_path):
     assert (row["n_samples"], row["num_classes"]) == (5, 2)
 
 
-def test_thread_settings_are_recorded_and_split_the_fingerprint(tmp_path, monkeypatch):
+def test_thread_settings_are_recorded_as_the_runs_and_the_host_is_the_machine(tmp_path, monkeypatch):
     db = tmp_path / "s.duckdb"
     monkeypatch.setenv("MKL_NUM_THREADS", "1")
     one = get_run(launch(RunConfig.from_dict({**TINY, "threads": 1}), db=db).run_id, db=db)
@@ -104,7 +104,9 @@ def test_thread_settings_are_recorded_and_split_the_fingerprint(tmp_path, monkey
     assert [f["intra_op_threads"] for f in facts] == [1, 2]
     assert facts[0]["mkl_num_threads"] == "1" and facts[0]["inter_op_threads"] >= 1
     assert facts[0]["affinity"] >= 1 and facts[0]["affinity_cpus"]
-    assert one["host_fingerprint"] != two["host_fingerprint"]  # comparisons do not pool them
+    # one machine is one host: the threads are a field of each run (its config and host_json), never hashed in
+    assert one["host_fingerprint"] == two["host_fingerprint"] == facts[0]["machine"]
+    assert (one["threads"], two["threads"]) == (1, 2)
 
 
 def test_auto_threads_records_what_torch_chose(tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import duckdb
 import pytest
 
@@ -86,3 +88,25 @@ def test_an_older_store_gains_the_next_versions_columns_and_its_old_runs_read_nu
         assert conn.execute("SELECT max(version) FROM schema_version").fetchall() == [(schema.SCHEMA_VERSION,)]
     assert runs == [(1.5, *[None] * len(added))]
     assert (tmp_path / f"loaderlab.duckdb.bak-v{old}").exists()
+
+
+def test_a_v6_store_gets_one_host_per_machine_whatever_threads_its_runs_had(tmp_path):
+    """Until v6 the fingerprint hashed the thread settings in: a run at 1 intra-op thread read as another host."""
+    from engine.measure import MACHINE_KEYS, machine_id  # noqa: PLC0415
+
+    machine = {k: f"fact {k}" for k in MACHINE_KEYS}
+    one, auto = ({**machine, "intra_op_threads": t} for t in (1, 2))
+    path = tmp_path / "loaderlab.duckdb"
+    with duckdb.connect(str(path)) as conn:
+        conn.execute("CREATE TABLE schema_version (version INTEGER, applied_at TIMESTAMP)")
+        schema._v1(conn)
+        conn.execute("INSERT INTO schema_version VALUES " + ", ".join(f"({v}, now())" for v in range(1, 7)))
+        conn.execute("INSERT INTO runs (run_id, status, host_fingerprint, host_json) VALUES "
+                     "('one', 'done', 'fp-one', ?), ('auto', 'done', 'fp-auto', ?), ('merged', 'done', 'theirs', ?)",
+                     [json.dumps(one), json.dumps(auto), json.dumps({"hostname": "elsewhere"})])
+        schema.ensure_schema(conn, path)
+        fps = dict(conn.execute("SELECT run_id, host_fingerprint FROM runs").fetchall())
+        kept = json.loads(conn.execute("SELECT host_json FROM runs WHERE run_id = 'one'").fetchone()[0])
+    assert fps == {"one": machine_id(machine), "auto": machine_id(machine), "merged": "theirs"}
+    assert kept["intra_op_threads"] == 1   # the setting stays recorded with the run
+    assert (tmp_path / "loaderlab.duckdb.bak-v6").exists()
