@@ -18,6 +18,7 @@ st.title("Explore")
 pending.banner()  # runs waiting to be stored, and who holds the store
 options: dict = {}
 args: dict = {}
+ranking = None
 with shown("Could not read the demo"):
     first_visit.first_steps()
 
@@ -32,7 +33,7 @@ with shown("Could not read the store"):
     explore.controls(spec)
     args = explore.state()
     with shown("Could not rank the configs"):
-        explore.answer(args)   # the fastest config first: what a visitor came for
+        ranking = explore.answer(args)   # the fastest config first: what a visitor came for
     with shown("Could not draw the chart"):
         explore.chart(args)
     with shown("Could not draw the predictions"):
@@ -47,4 +48,4 @@ with shown("Could not read the store"):
         st.code(link, language=None)
         st.caption("Anyone with this link and access to this dashboard sees the same chart.")
 
-advisor.panel(options, args.get("filters"))
+advisor.panel(options, args.get("filters"), ranking)

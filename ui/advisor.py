@@ -2,8 +2,9 @@
 user's own setup, said once in "Your current setup") with an interval, the verdict, and one-click sweeps: the
 neighbours most worth trying next, and the confirmation of the best against your setup.
 
-It follows Explore's filters: the workloads and models it offers are those in view, and the tag filter narrows
-the runs it ranks. Its words are text that wraps (never a code block cut off on the right), and a config with
+It follows Explore: the workloads and models it offers are the pipelines Explore ranks, the headline's first by
+default, and every filter (host, tag, dates) narrows the runs it ranks as it narrows Explore's, so the two name the
+same config. Its words are text that wraps (never a code block cut off on the right), and a config with
 too few runs for an interval is "fastest so far, unproven", never "best" (engine.advice.advisor.best_word)."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import tomllib
 from typing import Any
 
+import pandas as pd
 import streamlit as st
 
 from engine import api
@@ -21,26 +23,28 @@ from ui.text import plain
 __all__ = ["panel"]
 
 
-def _pick(label: str, choices: list[str], key: str, col: Any) -> str:
-    if st.session_state.get(key) not in choices:
-        st.session_state[key] = choices[0]  # Explore's filter changed: follow it
+def _pick(label: str, choices: list[str], key: str, col: Any, follow: bool) -> str:
+    if follow or st.session_state.get(key) not in choices:
+        st.session_state[key] = choices[0]  # Explore's view changed: follow its headline
     return col.selectbox(label, choices, key=key)
 
 
-def panel(options: dict[str, Any], filters: dict[str, Any] | None = None) -> None:
-    """The panel under Explore; `filters`: Explore's (workload, model and tag lists, empty for all)."""
+def panel(options: dict[str, Any], filters: dict[str, Any] | None = None,
+          ranking: pd.DataFrame | None = None) -> None:
+    """The panel under Explore. `filters`: Explore's (lists, empty for all); `ranking`: Explore's (api.explore_ranking
+    under those filters), whose pipelines are the ones offered, the headline's first by default."""
     filters = filters or {}
-    workloads = list(filters.get("workload") or options.get("workload") or [])
-    models = list(filters.get("model") or options.get("model") or [])
+    pipelines = ([] if ranking is None or ranking.empty
+                 else list(dict.fromkeys(zip(ranking["workload"], ranking["model"]))))
     with st.expander("Advisor: what is fastest here, and what to try next", expanded=True):
-        if not workloads or not models:
-            st.info("No finished runs yet: queue a sweep on the Launch page.")
+        if not pipelines:
+            st.info("No finished runs in view: queue a sweep on the Launch page, or widen Explore's filters.")
             return
-        cols = st.columns(3)
-        workload = _pick("Workload", workloads, "advisor.workload", cols[0])
-        model = _pick("Model", models, "advisor.model", cols[1])
-        host = cols[2].selectbox("Host", ["this", "any"], key="advisor.host",
-                                 help="this: runs measured on this machine only")
+        follow = st.session_state.get("_advisor.view") != pipelines
+        st.session_state["_advisor.view"] = pipelines
+        cols = st.columns(2)
+        workload = _pick("Workload", list(dict.fromkeys(w for w, _ in pipelines)), "advisor.workload", cols[0], follow)
+        model = _pick("Model", [m for w, m in pipelines if w == workload], "advisor.model", cols[1], follow)
         typed = st.text_input("Your current setup (optional)", key="advisor.baseline", placeholder=api.BASELINE_EXAMPLE,
                               help="What your DataLoader uses today, as FIELD=VALUE pairs of loader settings: the "
                                    "best is compared with it instead of sync")
@@ -57,8 +61,10 @@ def panel(options: dict[str, Any], filters: dict[str, Any] | None = None) -> Non
         with shown("The advisor could not read the store"):
             # once per store version, not per rerun
             tags = list(filters.get("tag") or []) or None
-            advice = cached("advise", workload, model, host=host, baseline=baseline or None, max_memory=cap or None,
-                            tags=tags)
+            # NOTE: host "any" with Explore's own filters: the runs Explore's headline ranks, so both name one config
+            same = {k: v for k, v in filters.items() if k not in ("workload", "model") and v}
+            advice = cached("advise", workload, model, host="any", baseline=baseline or None,
+                            max_memory=cap or None, filters=same or None)
             if tags:
                 st.caption(f"Runs tagged {plain(', '.join(tags))} only, as Explore's tag filter.")
             # NOTE: one Markdown paragraph of plain() text: it wraps, and a tag or a note stays text

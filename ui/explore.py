@@ -97,8 +97,9 @@ _SHOWN_PIPELINES = 4  # rankings shown at once; more pipelines in view get a lin
 
 def answer(args: dict[str, Any]) -> pd.DataFrame:
     """Which config in view is fastest and by how much: per pipeline, the configs ranked by median epoch time, with
-    the speedup over the slowest (or the config picked in "Speedup over") and its interval, and the call in words.
-    The fastest config is named first, in the container keyed "explore.fastest" (where its code goes)."""
+    the speedup over sync (or the config picked in "Speedup over") and its interval, and the call in words.
+    The fastest config is named first, in the container keyed "explore.fastest" (where its code goes). The runs
+    ranked are the advisor's (engine.analysis.answer), so the Advisor below names the same config."""
     ranking = cached("explore_ranking", filters=args["filters"], reference=st.session_state.get(_k("vs")) or None)
     if ranking.empty:
         return ranking
@@ -107,8 +108,10 @@ def answer(args: dict[str, Any]) -> pd.DataFrame:
         st.warning(f"This view holds {len(pipelines)} pipelines (workload + model); each is ranked on its own, "
                    "never pooled. Pick one workload and one model in the filters to chart one.",
                    icon=":material/call_split:")
-    for i, (workload, model) in enumerate(pipelines.head(_SHOWN_PIPELINES).itertuples(index=False)):
-        _one_ranking(ranking[(ranking["workload"] == workload) & (ranking["model"] == model)], workload, model, i)
+    groups = ranking.groupby(["workload", "model"], sort=False, dropna=False)
+    for i, ((workload, model), rank) in enumerate(groups):
+        if i < _SHOWN_PIPELINES:
+            _one_ranking(rank, str(workload), str(model), i)
     return ranking
 
 
@@ -121,45 +124,61 @@ def _fastest_code(run_id: str) -> None:
 
 
 def _one_ranking(rank: pd.DataFrame, workload: str, model: str, i: int) -> None:
-    top, ref = rank.iloc[0], rank[rank["call"] == "reference"].iloc[0]
+    refs = rank[rank["call"] == "reference"]
+    top, ref = rank.iloc[0], (refs.iloc[0] if len(refs) else rank.iloc[-1])
     with st.container(key=f"explore_fastest_{i}"):
         st.subheader(plain(f"Fastest for {workload} + {model}"), anchor=False)
-        st.markdown(plain(_fastest_sentence(top, ref)))
+        st.markdown(plain(_fastest_sentence(top, ref, len(rank))))
         _fastest_code(str(top["run_ids"]).split(",")[0])  # the answer as code, under the sentence naming it
     labels = ["", *rank["config"]]
     if len(rank) > 1 and i == 0:  # one reference for the page: the first pipeline's configs
         if st.session_state.get(_k("vs")) not in labels:
             st.session_state[_k("vs")] = ""
         st.selectbox("Speedup over", labels, key=_k("vs"),
-                     format_func=lambda v: v or f"the slowest ({rank.iloc[-1]['config']})",
+                     format_func=lambda v: v or f"sync, or the slowest ({ref['config']})",
                      help="the config each speedup is measured against: your setup, if you measured it")
     table = pd.DataFrame({
         "rank": rank["rank"], "config": rank["config"], "runs": rank["n"],
         "median epoch": [sig(v, " s") for v in rank["median"]], "95 % interval": rank["interval"],
         f"speedup over {ref['config']}": [_speedup(r) for _, r in rank.iterrows()], "call": rank["call"]})
+    left_out = int(rank["left_out"].iloc[0]) if "left_out" in rank else 0
     # NOTE: st.table, not st.dataframe: a short leaderboard whose text wraps and can be read (and tested) as text;
     # it renders Markdown, so every cell goes through plain()
     st.table(table.set_index("rank").map(plain).rename(columns=plain), border="horizontal")
     st.caption("Ranked by median epoch time over each config's runs. The call: faster when the speedup's whole 95 % "
-               "interval is above 1; not slower when it starts above 0.95; a config with fewer than 6 runs has no "
-               "interval yet, so it is unproven however fast it looks.")
+               "interval is above 1; not slower when it starts above 0.95; not yet distinguishable while it spans 1; "
+               "a config with fewer than 6 runs has no interval yet, so it is unproven however fast it looks."
+               + (f" {left_out} other run{'' if left_out == 1 else 's'} of this pipeline (another mode, data size, "
+                  "machine or plugin code) are charted below but not ranked here, as the Advisor does."
+                  if left_out else ""))
 
 
 def _speedup(row: pd.Series) -> str:
     if row["call"] == "reference":
         return "1× (reference)"
     if pd.isna(row["speedup_lo"]):
-        return f"{sig(row['speedup'], '×')} by the medians; no interval: {row['n']} runs here"
+        return f"{sig(row['speedup'], '×')} by the medians; no interval: {_runs(row['n'])} here"
+    if not row.get("distinguishable", True):
+        return f"not yet distinguishable (95% CI {sig(row['speedup_lo'])}-{sig(row['speedup_hi'], '×')} spans 1)"
     return f"{sig(row['speedup'], '×')} (95% CI {sig(row['speedup_lo'])}-{sig(row['speedup_hi'], '×')})"
 
 
-def _fastest_sentence(top: pd.Series, ref: pd.Series) -> str:
+def _runs(n: Any) -> str:
+    return f"{int(n)} run{'' if int(n) == 1 else 's'}"
+
+
+def _fastest_sentence(top: pd.Series, ref: pd.Series, n_configs: int = 2) -> str:
     """'threads, workers=2 is fastest: 0.412 s an epoch (95 % CI ...), 1.62× faster than sync (95 % CI ...).'"""
     word = api.best_word(int(top["n"]))
     head = (f"{top['config']} is the fastest" if word == "best" else f"{top['config']} is the {word}") + \
         f": {sig(top['median'], ' s')} an epoch ({top['interval']})"
-    if top["call"] == "reference":
+    if n_configs == 1:
         return head + "; it is the only config in view."
+    if top["call"] == "reference":
+        return head + "; it is the reference the others are measured against."
+    if not top.get("distinguishable", True) and pd.notna(top["speedup_lo"]):
+        return (f"{head}; not yet distinguishable from {ref['config']} ({_runs(top['n'])} and {_runs(ref['n'])}: the "
+                f"speedup's 95 % CI {sig(top['speedup_lo'])}-{sig(top['speedup_hi'], '×')} spans 1).")
     return f"{head}, {_speedup(top)} over {ref['config']}: {top['call']}."
 
 

@@ -7,10 +7,11 @@ host, how much it beats the default, why (the bound verdict), and what to measur
 
 Only done, single-model runs are ranked, by the median over runs of `epoch_s` (each run's median
 steady-state epoch, warm-up excluded). Runs are compared only within one "problem": the same data
-and model settings on one host fingerprint (PROBLEM_KEYS; the fingerprint holds the thread settings).
-"This host" is this machine, whatever threads its runs were given. The loader settings and the batch size
-(KNOB_KEYS) are what varies.
-When several problems were measured, the one with the most runs is advised on (narrow it with `where`).
+and model settings on one machine (PROBLEM_KEYS; the host fingerprint is the machine's, never its thread
+settings). The loader settings, the batch size and the intra-op threads (RANKED_FIRST), and any other setting
+that varies, are what is ranked. When several problems were measured, the one with the most runs is advised on
+(narrow it with `where`). The runs and the ranking are engine.analysis.answer's, as Explore's headline's: the
+two name the same config for the same filters (`filters`, Explore's).
 
 The best is compared with sync, or with the user's own setup when they give one (`baseline`, see
 engine/advice/baseline.py): the speedup's 95% interval needs 6 + 7 stored runs of the two; with fewer, the
@@ -30,6 +31,7 @@ import pandas as pd
 
 from engine.advice import baseline, memory
 from engine.analysis import stats
+from engine.analysis.answer import PROBLEM_KEYS, answer_runs, not_yet_distinguishable, ranked_keys, reference_of
 from engine.config import RunConfig
 from engine.measure import VERDICTS, efficiency_text
 from engine.names import WORKER_LOADERS
@@ -41,10 +43,6 @@ __all__ = ["Advice", "CONFIRM_REPEATS", "GPU_IDLE_KEYS", "KNOB_KEYS", "PROBLEM_K
 
 log = logging.getLogger(__name__)
 
-# code_hash: a changed plugin is another problem (NULL: built-in); host_fingerprint: another machine or other
-# thread settings is another problem too, so no speedup ever compares runs across fingerprints
-PROBLEM_KEYS = ("n_samples", "image_size", "num_classes", "work_us", "latency_ms", "folder", "width", "depth",
-                "optimizer", "device", "code_hash", "host_fingerprint")
 # The loader settings (and batch size) ranked against each other: loader, workers, prefetch_depth, start_method,
 # persistent_workers, pin_memory, batch_size; a user's baseline names the same ones
 KNOB_KEYS = baseline.BASELINE_KEYS
@@ -70,7 +68,7 @@ class Advice:
     message: str | None = None                  # set when there is nothing to advise on
     n_runs: int = 0
     problem: dict[str, Any] = field(default_factory=dict)
-    table: pd.DataFrame = field(default_factory=pd.DataFrame)   # stats.summarize_configs over KNOB_KEYS
+    table: pd.DataFrame = field(default_factory=pd.DataFrame)   # stats.summarize_configs over the ranked keys
     best: dict[str, Any] = field(default_factory=dict)
     default: dict[str, Any] = field(default_factory=dict)
     comparison: dict[str, Any] = field(default_factory=dict)    # stats.compare(default, best)
@@ -85,6 +83,7 @@ class Advice:
     baseline: dict[str, Any] = field(default_factory=dict)      # the user's setup as given; default is its knobs
     gpu_idle: dict[str, float] = field(default_factory=dict)    # the best's GPU idle shares (median); empty on CPU
     memory: str | None = None                                   # the best's peak PSS against your setup and the cap
+    best_run_ids: list[str] = field(default_factory=list)      # the runs the best's figures come from
 
     @property
     def needs_confirmation(self) -> bool:
@@ -135,33 +134,35 @@ class Advice:
 
 def advise(workload: str, model: str, *, host: str = "this", db: Db = None,
            where: dict[str, Any] | None = None, baseline: str | dict[str, Any] | None = None,
-           max_memory: str | int | None = None, tags: list[str] | None = None) -> Advice:
+           max_memory: str | int | None = None, tags: list[str] | None = None,
+           filters: dict[str, Any] | None = None) -> Advice:
     """Advice for workload + model from the done runs in the store (see the module docstring).
     `baseline`: the user's setup, e.g. "loader=processes,workers=4,batch_size=64" (engine.advice.baseline.parse).
     `max_memory` ("8G"): a config with a run whose peak PSS was above it is never the best.
-    `tags`: only runs whose config tag, or one of the tags given later, is among these (Explore's tag filter)."""
+    `tags`: only runs whose config tag, or one of the tags given later, is among these (Explore's tag filter).
+    `filters`: Explore's other filters (host, tag, date_from, date_to), read as engine/store/explore.py reads them."""
     given = _parse_baseline(baseline)  # bad input fails before the store is read
     cap = memory.parse_size(max_memory)
-    runs = done_runs(workload, model, db)
-    runs = runs[_tagged(runs, tags)] if tags else runs
+    runs = _filtered(done_runs(workload, model, db), {**(filters or {}), **({"tag": tags} if tags else {})})
     on_host, label = _on_host(runs, host)
     asked = {"workload": workload, "model": model, "host": host, "host_label": label, "baseline": given}
     runs = _where(runs[on_host], where or {})
     single = runs[runs["mode"] == "single"].dropna(subset=["epoch_s"])
     if single.empty:
         return Advice(**asked, message=_no_runs(workload, model, label, int((~on_host).sum()), given))
-    # --- the problem: the most-measured data/model settings ---
-    problems = single.groupby(list(PROBLEM_KEYS), dropna=False).size().sort_values(ascending=False, kind="stable")
-    problem = dict(zip(PROBLEM_KEYS, _native(problems.index[0])))
-    every = single[stats.matching(single, problem)]
-    mine = memory.drop_over_cap(every, list(KNOB_KEYS), cap)
+    # --- the problem: the most-measured data/model settings on one machine (Explore's headline ranks the same) ---
+    every, problem, _ = answer_runs(single)
+    keys = ranked_keys(every)
+    every = every.assign(**{k: every[k].astype(object).where(every[k].notna(), None) for k in keys})
+    mine = memory.drop_over_cap(every, keys, cap)
     if mine.empty:
         return Advice(**asked, message=f"every measured config of {workload}+{model} {_OVER_CAP} "
                                        f"{memory.fmt_bytes(cap)} memory cap")
-    table = stats.summarize_configs(mine, list(KNOB_KEYS))
+    table = stats.summarize_configs(mine, keys)
     # --- best, default (sync or the user's setup), their runs ---
-    best = dict(zip(KNOB_KEYS, _native(table.iloc[0][list(KNOB_KEYS)])))
-    default = _reference(given, problem["device"], table, best)
+    best = dict(zip(keys, _native(table.iloc[0][keys])))
+    default = _given_knobs(given, problem["device"], best) if given else \
+        dict(zip(keys, _native([reference_of(table, best)[k] for k in keys])))
     best_runs, default_runs = mine[stats.matching(mine, best)], every[stats.matching(every, default)]
     # --- why, and what to try next ---
     verdict, verdict_help = _verdict(best_runs)
@@ -171,7 +172,7 @@ def advise(workload: str, model: str, *, host: str = "this", db: Db = None,
     measured = runs[stats.matching(runs, problem)]
     return Advice(
         **asked, n_runs=len(mine), problem=problem, table=table, best=best, default=default,
-        comparison=_comparison(default_runs, best_runs), tied=_tied(mine, table, best, best_runs), cores=cores,
+        comparison=_comparison(default_runs, best_runs), tied=_tied(mine, table, best, best_runs, keys), cores=cores,
         verdict=verdict, verdict_help=verdict_help,
         efficiency=float(efficiency.median()) if len(efficiency) else None,
         suggestions=_suggest(best, verdict, measured, cores or 2),
@@ -179,7 +180,29 @@ def advise(workload: str, model: str, *, host: str = "this", db: Db = None,
         base_config=json.loads(best_runs.sort_values("created_at").iloc[-1]["config_json"]),
         gpu_idle=_gpu_idle(best_runs), memory=memory.peak_line(
             _max(best_runs, "peak_rss_bytes"), _max(default_runs, "peak_rss_bytes") if default != best else None,
-            cap, "your setup" if given else describe(default)))
+            cap, "your setup" if given else describe(default)),
+        best_run_ids=sorted(best_runs["run_id"].astype(str)))
+
+
+def _filtered(runs: pd.DataFrame, filters: dict[str, Any]) -> pd.DataFrame:
+    """Explore's filters (engine/store/explore.py filter_sql) on the advisor's runs: host, tag, date_from, date_to."""
+    import datetime as dt  # noqa: PLC0415
+
+    for key, value in filters.items():
+        if value in (None, "", [], ()):
+            continue
+        values = [str(v) for v in ([value] if isinstance(value, str) else value)]
+        if key == "tag":
+            runs = runs[_tagged(runs, values)]
+        elif key in ("host", "workload", "model"):
+            runs = runs[runs[key].astype(str).isin(values)]
+        elif key in ("date_from", "date_to"):
+            day = pd.Timestamp(dt.date.fromisoformat(str(value)))
+            runs = runs[runs["created_at"] >= day] if key == "date_from" else \
+                runs[runs["created_at"] < day + pd.Timedelta(days=1)]
+        else:
+            raise ValueError(f"unknown filter '{key}'; use: host, tag, date_from, date_to")
+    return runs
 
 
 def _parse_baseline(value: str | dict[str, Any] | None) -> dict[str, Any]:
@@ -210,9 +233,11 @@ def _no_runs(workload: str, model: str, label: str, others: int, given: dict[str
             + (f" --baseline {baseline.describe_baseline(given)}" if given else ""))
 
 
-def _reference(given: dict[str, Any], device: Any, table: pd.DataFrame, best: dict[str, Any]) -> dict[str, Any]:
-    """What the best is compared with: the user's setup when given, else the default (_default)."""
-    return baseline.knobs(given, device=device) if given else _default(table, best)
+def _given_knobs(given: dict[str, Any], device: Any, best: dict[str, Any]) -> dict[str, Any]:
+    """The user's setup as the ranked settings: the loader settings it names, torch's default intra-op threads (a
+    DataLoader sets none), and the best's value of anything else ranked. (advise()'s `baseline` argument hides this
+    module's `baseline`.)"""
+    return {**best, **({"threads": 0} if "threads" in best else {}), **baseline.knobs(given, device=device)}
 
 
 def _comparison(default_runs: pd.DataFrame, best_runs: pd.DataFrame) -> dict[str, Any]:
@@ -257,14 +282,17 @@ def render_advice(advice: Advice, cli: bool = True) -> str:
         lines += _vs_baseline_lines(advice, cli)
     elif advice.default == advice.best:
         lines.append("the default is the fastest measured config")
+    elif c.get("note") and not c.get("n_a"):
+        lines.append(f"vs {describe(advice.default)}: {c['note']}")
+    elif not_yet_distinguishable(c["speedup_lo"], c["speedup_hi"]):
+        spans = ("no 95% interval yet" if math.isnan(c["speedup_lo"])
+                 else f"its 95% CI {c['speedup_lo']:.2f}-{c['speedup_hi']:.2f}x spans 1")
+        lines.append(f"vs {describe(advice.default)} (epoch {c['median_a']:.3f} s): not yet distinguishable "
+                     f"({c['n_b']} and {c['n_a']} runs; {spans})")
     else:
-        if c.get("note"):
-            judged = c["note"]
-        else:
-            judged = (f"95% CI {c['speedup_lo']:.2f}-{c['speedup_hi']:.2f}x, "
-                      + ("a clear difference" if c["verdict"] == "B faster" else c["verdict"]))
         lines.append(f"vs {describe(advice.default)}: epoch {c['median_a']:.3f} s, so {c['speedup']:.2f}x "
-                     f"faster ({judged})")
+                     f"{'faster' if c['speedup'] > 1 else 'slower'} (95% CI {c['speedup_lo']:.2f}-"
+                     f"{c['speedup_hi']:.2f}x)")
     if advice.verdict and (advice.efficiency is None or advice.efficiency <= 1):  # above 1: no verdict
         eff = f", efficiency {efficiency_text(advice.efficiency)}" if advice.efficiency is not None else ""
         lines.append(f"verdict: {advice.verdict}{eff}" + (f": {advice.verdict_help}" if advice.verdict_help else ""))
@@ -412,11 +440,11 @@ def _suggest(best: dict[str, Any], verdict: str | None, measured: pd.DataFrame, 
 
 
 def _tied(mine: pd.DataFrame, table: pd.DataFrame, best: dict[str, Any],
-          best_runs: pd.DataFrame) -> list[dict[str, Any]]:
+          best_runs: pd.DataFrame, keys: list[str]) -> list[dict[str, Any]]:
     """Configs whose speedup interval against the best contains 1 (stats.compare's "no clear difference")."""
     out = []
     for _, row in table.iloc[1:].iterrows():
-        knobs = dict(zip(KNOB_KEYS, _native(row[list(KNOB_KEYS)])))
+        knobs = dict(zip(keys, _native(row[keys])))
         other = mine[stats.matching(mine, knobs)]["epoch_s"]
         if stats.compare(other, best_runs["epoch_s"])["verdict"] == "no clear difference":
             out.append(knobs)
@@ -457,7 +485,7 @@ def _on_host(runs: pd.DataFrame, host: str) -> tuple[pd.Series, str]:
 
 
 def _left_out(single: pd.DataFrame, problem: dict[str, Any]) -> str | None:
-    """Runs of the same problem under other host fingerprints (other machines, or other thread settings):
+    """Runs of the same problem under other host fingerprints (other machines):
     never pooled or compared with these, so say they exist."""
     same = stats.matching(single, {k: v for k, v in problem.items() if k != "host_fingerprint"})
     other = single[same & (single["host_fingerprint"] != problem["host_fingerprint"])]
@@ -465,19 +493,8 @@ def _left_out(single: pd.DataFrame, problem: dict[str, Any]) -> str | None:
         return None
     fps = sorted(str(v) for v in other["host_fingerprint"].dropna().unique())
     return (f"{len(other)} run(s) of this problem under {len(fps)} other host fingerprint(s) ({', '.join(fps[:3])}"
-            f"{', ...' if len(fps) > 3 else ''}: another machine or other thread settings) are left out, since "
+            f"{', ...' if len(fps) > 3 else ''}: another machine) are left out, since "
             f"timings are compared only within one fingerprint; --host FINGERPRINT advises on theirs")
-
-
-def _default(table: pd.DataFrame, best: dict[str, Any]) -> dict[str, Any]:
-    """The sync loader (at the best's batch size if measured), else the slowest config."""
-    sync = table[table["loader"] == "sync"]
-    if len(sync):
-        same = sync[sync["batch_size"] == best["batch_size"]]
-        row = (same if len(same) else sync).iloc[0]
-    else:
-        row = table.iloc[-1]
-    return dict(zip(KNOB_KEYS, _native(row[list(KNOB_KEYS)])))
 
 
 def _max(runs: pd.DataFrame, column: str) -> float | None:
@@ -503,7 +520,11 @@ def describe(knobs: dict[str, Any]) -> str:
         parts.append("non-persistent")
     if knobs["loader"] == "processes" and knobs.get("start_method") not in (None, "fork"):
         parts.append(str(knobs["start_method"]))
-    return ", ".join(parts + [f"batch {knobs['batch_size']}"])
+    parts.append(f"batch {knobs['batch_size']}")
+    threads = knobs.get("threads")
+    if threads:  # 0 (auto): torch's default, said by saying nothing
+        parts.append(f"{threads} intra-op thread{'' if threads == 1 else 's'}")
+    return ", ".join(parts)
 
 
 def _fmt_ci(value: float, lo: float, hi: float, n: int, unit: str = " s") -> str:

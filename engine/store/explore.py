@@ -146,11 +146,11 @@ def explore_predictions(filters: dict[str, Any] | None = None, limit: int = 5000
 
 def explore_ranking(filters: dict[str, Any] | None = None, reference: str | None = None,
                     db: Db = None) -> pd.DataFrame:
-    """The configs in view ranked by median epoch time per pipeline, with speedups over the slowest (or over the
+    """The configs in view ranked by median epoch time per pipeline, with speedups over sync (or over the
     config labelled `reference`) and their intervals: engine/store/_explore_rank.py's rank_configs."""
     where, params = filter_sql(filters)
     cols = ", ".join(f'"{c}"' for c in dict.fromkeys(["workload", "model", *config_columns(), "host_fingerprint",
-                                                      "code_hash"]))
+                                                      "code_hash", "source"]))
     with connect(db, read_only=True) as conn:
         runs = conn.execute(f"SELECT run_id, created_at, epoch_s, {cols} FROM runs "
                             f"WHERE {where} AND epoch_s IS NOT NULL", params).fetchdf()

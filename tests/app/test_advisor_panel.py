@@ -15,7 +15,6 @@ def test_advisor_panel_advises_and_queues_the_sweep(seeded, open_page, no_proble
     at = open_page("explore")
     no_problems(at)
     at.selectbox(key="advisor.workload").select("tensor").run()
-    at.selectbox(key="advisor.host").select("any").run()
     advice = _advice(at, "faster") or _advice(at, "best")
     assert advice, [m.value for m in at.markdown]
     assert not [c.value for c in at.code if "faster" in c.value]  # never a code block cut off on the right
@@ -30,7 +29,6 @@ def test_advisor_panel_advises_and_queues_the_sweep(seeded, open_page, no_proble
 def test_your_setup_is_the_baseline_and_its_confirmation_can_be_queued(seeded, open_page, no_problems):
     at = open_page("explore")
     at.selectbox(key="advisor.workload").select("tensor").run()
-    at.selectbox(key="advisor.host").select("any").run()
     at.text_input(key="advisor.baseline").input("loader=processes,workers=2").run()
     no_problems(at)
     [advice] = _advice(at, "on this host") or _advice(at, "on any host")
@@ -54,7 +52,6 @@ def test_a_bad_setup_is_one_error_naming_the_field_and_no_advice(seeded, open_pa
 def test_the_advice_ends_with_its_code_and_a_memory_cap_is_read(seeded, open_page, no_problems):
     at = open_page("explore")
     at.selectbox(key="advisor.workload").select("tensor").run()
-    at.selectbox(key="advisor.host").select("any").run()
     no_problems(at)
     [code] = [c for c in at.code if c.language == "python" and "the best measured here" in c.value]  # the Advisor's
     assert "loader = " in code.value
