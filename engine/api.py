@@ -13,6 +13,7 @@ from engine.advice.baseline import EXAMPLE as BASELINE_EXAMPLE
 from engine.advice.baseline import parse as parse_baseline
 from engine.advice.code import SNIPPETS, run_title, snippet
 from engine.advice.memory import parse_size
+from engine.advice.run_advice import RunAdvice, run_advice
 from engine.analysis.charts import (METRIC_LABELS, auto_chart, compare_chart, epoch_breakdown_chart, epoch_chart,
                                     metric_chart, prediction_chart, step_timeline_chart)
 from engine.analysis.kept import kept_epochs_verdict
@@ -44,16 +45,16 @@ from engine.sweeps.ray import INSTALL_HINT, ray_available
 
 __all__ = ["BASELINE_EXAMPLE", "CONFIRM_REPEATS", "ConfigError", "EXPLORE_FILTERS", "EXPLORE_METRICS", "INSIST_HINT",
            "INSTALL_HINT", "JobGroup", "METRIC_LABELS", "PLUGIN_FIELDS", "PRESETS", "RAY_ADDRESS_ENV", "RAY_SWEEP",
-           "RunConfig", "RunStatus", "SNIPPETS", "STARTUP_PHASES", "SweepConfig", "TRACE_FILE", "VERDICTS", "advise",
-           "auto_chart", "best_word", "browser_config", "browser_sweep", "browser_sweep_config", "browser_values",
-           "bump_data_version", "cancel", "cancel_jobs", "check_browser_config", "check_host", "check_host_all",
-           "compare_chart", "config_fields", "count_runs", "data_version", "db_path", "default_ray_address",
-           "demo_summary", "demo_sweep", "efficiency_text", "end_traceback", "ensure_worker",
+           "RunAdvice", "RunConfig", "RunStatus", "SNIPPETS", "STARTUP_PHASES", "SweepConfig", "TRACE_FILE", "VERDICTS",
+           "advise", "auto_chart", "best_word", "browser_config", "browser_sweep", "browser_sweep_config",
+           "browser_values", "bump_data_version", "cancel", "cancel_jobs", "check_browser_config", "check_host",
+           "check_host_all", "compare_chart", "config_fields", "count_runs", "data_version", "db_path",
+           "default_ray_address", "demo_summary", "demo_sweep", "efficiency_text", "end_traceback", "ensure_worker",
            "epoch_breakdown_chart", "epoch_chart", "estimate_duration", "explore_axes", "explore_filter_options",
            "explore_predictions", "explore_ranking", "explore_summary", "field_choices", "field_type", "field_value",
-           "get_epochs", "get_run", "get_steps", "ingest_pending", "job_groups", "job_progress",
-           "kept_epochs_verdict", "list_jobs", "list_saved_queries", "load_view", "metric_chart",
-           "observed_next_steps", "parse_baseline", "parse_size", "pending_summary", "plugin_choices",
-           "prediction_chart", "purge", "ray_available", "render_advice", "restore", "run_query", "run_title",
-           "save_query", "save_view", "search_runs", "set_notes", "set_tags", "snippet", "soft_delete",
-           "step_timeline_chart", "submit", "submit_ray_sweep", "submit_sweep", "table_schema", "worker_alive"]
+           "get_epochs", "get_run", "get_steps", "ingest_pending", "job_groups", "job_progress", "kept_epochs_verdict",
+           "list_jobs", "list_saved_queries", "load_view", "metric_chart", "observed_next_steps", "parse_baseline",
+           "parse_size", "pending_summary", "plugin_choices", "prediction_chart", "purge", "ray_available",
+           "render_advice", "restore", "run_advice", "run_query", "run_title", "save_query", "save_view", "search_runs",
+           "set_notes", "set_tags", "snippet", "soft_delete", "step_timeline_chart", "submit", "submit_ray_sweep",
+           "submit_sweep", "table_schema", "worker_alive"]

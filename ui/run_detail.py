@@ -86,6 +86,11 @@ def _figures(run: dict[str, Any]) -> None:
     st.markdown(f"Verdict: **{verdict}**" + (f": {plain(run['verdict_help'])}" if run.get("verdict_help") else "")
                 + " (efficiency = lower bound ÷ measured epoch; the bound is the most of the loader pass, the compute "
                   "pass, and their CPU-seconds over the usable cores" + _cores(run) + ")")
+    measured = cached("run_advice", run["run_id"]) if run.get("run_id") else None  # a setting named, not a verdict
+    if measured and measured.suggestion:
+        st.markdown(f"Next: {plain(measured.suggestion)}")
+    if measured and measured.spread:
+        st.warning(plain(measured.spread), icon=":material/stacked_line_chart:")
     overlap = run.get("overlap")
     if overlap is not None and overlap == overlap:
         st.markdown(f"Overlap: **{overlap:.0%}** of the time the two models' compute would take one after another "

@@ -20,6 +20,7 @@ advice proposes the sweep that measures both (`confirm_sweep_toml`).
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import math
@@ -186,8 +187,6 @@ def advise(workload: str, model: str, *, host: str = "this", db: Db = None,
 
 def _filtered(runs: pd.DataFrame, filters: dict[str, Any]) -> pd.DataFrame:
     """Explore's filters (engine/store/explore.py filter_sql) on the advisor's runs: host, tag, date_from, date_to."""
-    import datetime as dt  # noqa: PLC0415
-
     for key, value in filters.items():
         if value in (None, "", [], ()):
             continue

@@ -59,7 +59,8 @@ def ranked_keys(runs: pd.DataFrame) -> list[str]:
     """RANKED_FIRST, then every other setting that varies among `runs` (e.g. epochs): configs that differ in any
     of them are ranked apart, never pooled."""
     rest = [f.name for f in config_fields() if f.name not in _NOT_SETTINGS and f.name not in RANKED_FIRST
-            and f.name not in PROBLEM_KEYS and f.name in runs and runs[f.name].astype("string").nunique(dropna=False) > 1]
+            and f.name not in PROBLEM_KEYS and f.name in runs
+            and runs[f.name].astype("string").nunique(dropna=False) > 1]
     return [k for k in RANKED_FIRST if k in runs] + rest
 
 

@@ -1,4 +1,4 @@
-"""The host facts of a run: the machine it ran on (its fingerprint, engine/measure/machine.py) and its thread settings."""
+"""A run's host facts: the machine it ran on (its fingerprint: engine/measure/machine.py) and its thread settings."""
 
 from __future__ import annotations
 

@@ -19,6 +19,7 @@ import pandas as pd
 
 from engine.config import config_fields
 from engine.errors import StoreVersionError
+from engine.measure import machine_id
 from engine.store.tables import (BUILTIN_QUERIES, EPOCH_COLUMNS_V4, RUN_COLUMNS, STORED_BUILTINS, SUMMARY_COLUMNS,
                                  SUMMARY_COLUMNS_V2, SUMMARY_COLUMNS_V4, SUMMARY_COLUMNS_V5, SUMMARY_COLUMNS_V6,
                                  TABLES)
@@ -109,8 +110,6 @@ def _v7(conn: duckdb.DuckDBPyConnection) -> None:
     (engine/measure/machine.py); a run stored without them (imported, merged from elsewhere) keeps its own.
 
     NOTE: the thread settings stay in host_json, and `threads` is a run field: nothing of what was measured is lost."""
-    from engine.measure import machine_id  # torch-free
-
     rows = conn.execute("SELECT run_id, host_json FROM runs WHERE host_json IS NOT NULL").fetchall()
     fixed = []
     for run_id, host_json in rows:

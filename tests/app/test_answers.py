@@ -214,3 +214,19 @@ def test_a_speedup_whose_interval_spans_one_reads_not_yet_distinguishable(seeded
     assert "not yet distinguishable" in text
     table = " ".join(seen(str(v)) for t in at.table for v in t.value.to_numpy().ravel())
     assert "not yet distinguishable" in table and "faster" not in table.split("not yet distinguishable")[0][-40:]
+
+
+def test_a_runs_page_names_the_measured_better_setting_and_flags_a_wide_spread(seeded, open_page, no_problems):
+    """The run page's next step is a setting that was measured faster (with its intra-op threads), and steady epochs
+    that differ 3.7x are said beside the figures."""
+    db, ids = seeded
+    _copies(db, ids[0], 7, 0.1, loader="processes", workers=2, threads=1)
+    with connect(db, read_only=False) as conn:
+        conn.execute("INSERT INTO epochs BY NAME SELECT * REPLACE (epoch + 10 AS epoch, wall_s * 3.7 AS wall_s) "
+                     "FROM epochs WHERE run_id = ? AND NOT warmup", [ids[0]])
+    api.bump_data_version(db=db)
+    at = open_page("runs", run=ids[0])
+    no_problems(at)
+    [nxt] = [seen(m.value) for m in at.markdown if seen(m.value).startswith("Next: ")]
+    assert nxt.startswith("Next: Try processes, 2 workers") and "1 intra-op thread" in nxt, nxt
+    assert any("Its steady epochs spread 3.7x" in seen(w.value) for w in at.warning)
