@@ -43,6 +43,7 @@ def spec(options: dict[str, Any]) -> dict[str, Param]:
     axes = list(api.explore_axes())
     latest = options.get("latest_pipeline") or []
     pinned = dict(zip(("workload", "model"), latest)) if options.get("n_pipelines", 0) > 1 and len(latest) == 2 else {}
+    pinned = {f: v for f, v in pinned.items() if v in (options.get(f) or [])}  # an observed run's model is no choice
     return {
         "metric": Param("epoch_s", choices=list(api.EXPLORE_METRICS)),
         "x": Param("loader", choices=axes),
@@ -135,7 +136,7 @@ def _one_ranking(rank: pd.DataFrame, workload: str, model: str, i: int) -> None:
         if st.session_state.get(_k("vs")) not in labels:
             st.session_state[_k("vs")] = ""
         st.selectbox("Speedup over", labels, key=_k("vs"),
-                     format_func=lambda v: v or f"sync, or the slowest ({ref['config']})",
+                     format_func=lambda v: v or f"the default: {ref['config']}",
                      help="the config each speedup is measured against: your setup, if you measured it")
     table = pd.DataFrame({
         "rank": rank["rank"], "config": rank["config"], "runs": rank["n"],

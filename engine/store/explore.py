@@ -159,7 +159,9 @@ def explore_ranking(filters: dict[str, Any] | None = None, reference: str | None
 
 def demo_summary(db: Db = None) -> dict[str, Any] | None:
     """What the stored demo runs (tag 'demo') measured, and where: workload, model, n_samples, loaders, runs,
-    host, cpu_model, cores, gpu_name and first (its first run's time); None when the store holds no demo run."""
+    host, cpu_model, cores, gpu_name and first (its first run's time), done (finished), waiting (its jobs still queued
+    or running: the runs its answer still lacks) and queued (every job waiting, the demo's or not); None when the
+    store holds no demo run and no demo job."""
     with connect(db, read_only=True) as conn:
         cur = conn.execute(f"""
             SELECT any_value(workload), any_value(model), any_value(n_samples),
@@ -168,24 +170,37 @@ def demo_summary(db: Db = None) -> dict[str, Any] | None:
                    count(*) FILTER (WHERE status = 'done'), count(DISTINCT workload || '/' || model)
             FROM runs WHERE {LIVE} AND tag = 'demo'""")
         row = cur.fetchall()[0]
-    if not row[4]:
+        # NOTE: a job's run row appears when it starts: the queued ones are only in the jobs table
+        waiting, queued = conn.execute(
+            "SELECT count(*) FILTER (WHERE json_extract_string(config_json, '$.tag') = 'demo'), count(*) "
+            "FROM jobs WHERE status IN ('queued', 'running') AND (run_id IS NULL OR run_id NOT IN "
+            "(SELECT run_id FROM runs WHERE status NOT IN ('queued', 'running')))").fetchall()[0]
+    if not row[4] and not waiting:
         return None
     keys = ("workload", "model", "n_samples", "loaders", "runs", "host", "cpu_model", "cores", "gpu_name", "first",
             "done", "pipelines")
-    return dict(zip(keys, row))
+    return {**dict(zip(keys, row)), "waiting": int(waiting), "queued": int(queued)}
 
 
 def explore_filter_options(db: Db = None) -> dict[str, Any]:
-    """Distinct values of each filter column among charted runs, the first and last run date, the newest run's
-    [workload, model] (`latest_pipeline`: Explore opens on it) and how many pipelines there are (`n_pipelines`)."""
+    """Distinct values of each filter column among charted runs, the first and last run date, the [workload, model]
+    Explore opens on (`latest_pipeline`: the newest with two settings or more to compare, else the most-measured)
+    and how many pipelines there are (`n_pipelines`)."""
     where, _ = filter_sql(None)
     parts = ", ".join(f'list(DISTINCT "{c}" ORDER BY "{c}") FILTER (WHERE "{c}" IS NOT NULL AND "{c}" <> \'\')'
                       for c in EXPLORE_FILTERS[:-1])
     tags = ("list_sort(list_distinct(list_filter(flatten(list(string_split(coalesce(tags, ''), ','))) || list(tag), "
             "lambda t: t IS NOT NULL AND t <> '')))")
+    # NOTE: Explore opens on the newest pipeline with settings to compare (two or more), else the most-measured:
+    # one run of a new pipeline from the form is not yet an answer, and must not replace the demo's
+    setting = ", ".join(f'"{c}"' for c in ("loader", "workers", "prefetch_depth", "threads", "batch_size"))
+    opening = (f"(SELECT [workload, model] FROM runs WHERE {where} AND model IS NOT NULL GROUP BY workload, model "
+               f"ORDER BY count(DISTINCT hash({setting})) >= 2 DESC, "
+               f"CASE WHEN count(DISTINCT hash({setting})) >= 2 THEN max(created_at) END DESC NULLS LAST, "
+               "count(*) DESC, max(created_at) DESC LIMIT 1)")
     with connect(db, read_only=True) as conn:
         row = conn.execute(f"SELECT {parts}, {tags}, min(created_at)::DATE, max(created_at)::DATE, count(*), "
-                           "arg_max([workload, model], created_at), count(DISTINCT [workload, model]) "
+                           f"{opening}, count(DISTINCT [workload, model]) "
                            f"FROM runs WHERE {where}").fetchall()[0]
     out: dict[str, Any] = {c: list(v or []) for c, v in zip(EXPLORE_FILTERS, row)}
     out.update(first_date=row[-5], last_date=row[-4], n_runs=row[-3], latest_pipeline=list(row[-2] or []),

@@ -83,6 +83,7 @@ def test_the_first_visit_says_what_the_demo_ran_and_where(seeded, open_page, no_
     [start] = [e for e in at.expander if e.label.startswith("Start here")]
     text = " ".join(seen(m.value) for m in start.markdown)
     assert f"The demo ran {n} runs of tensor + mlp (64 samples an epoch; loaders sync, threads) on " in text
+    assert "The ranking for tensor + mlp below is its answer." in text and "so far" not in text
     assert " UTC" in text and "cores" in text
     assert [seen(m.value) for m in start.markdown if m.value.startswith("**")] == [
         "**1. Your pipeline**", "**2. Tune**", "**3. Paste the answer**"]
@@ -230,3 +231,61 @@ def test_a_runs_page_names_the_measured_better_setting_and_flags_a_wide_spread(s
     [nxt] = [seen(m.value) for m in at.markdown if seen(m.value).startswith("Next: ")]
     assert nxt.startswith("Next: Try processes, 2 workers") and "1 intra-op thread" in nxt, nxt
     assert any("Its steady epochs spread 3.7x" in seen(w.value) for w in at.warning)
+
+
+# ---------------------------------------------------------------------------- the landing page (issue 39)
+
+
+def _start_here(at) -> str:
+    [start] = [e for e in at.expander if e.label.startswith("Start here")]
+    return " ".join(seen(m.value) for m in start.markdown)
+
+
+def test_while_the_demo_runs_the_landing_page_says_what_ran_and_what_is_still_queued(seeded, open_page, no_problems):
+    """'The demo ran 5 runs ... The ranking below is its answer' while 30 runs waited in the queue was wrong."""
+    from engine.jobs import submit_sweep  # noqa: PLC0415
+    from engine.jobs.demo import demo_sweep  # noqa: PLC0415
+
+    db, ids = seeded
+    with connect(db, read_only=False) as conn:
+        conn.execute("UPDATE runs SET tag = 'demo'")
+    queued = len(submit_sweep(demo_sweep(n_samples=32, bound=False), db=db, origin="cli"))
+    api.bump_data_version(db=db)
+    at = open_page("explore")
+    no_problems(at)
+    text = _start_here(at)
+    assert f"The demo has finished {len(ids)} of its {len(ids) + queued} runs so far ({queued} still queued or " \
+           "running)" in text, text
+    assert "an answer so far, from the finished runs only" in text and "is its answer." not in text
+
+
+def test_one_run_of_a_new_pipeline_does_not_replace_the_answer_in_view(seeded, open_page, no_problems):
+    """After one pyloop run from the form, Explore opened on 'pyloop + mlp, the only config in view'."""
+    db, ids = seeded
+    with connect(db, read_only=False) as conn:
+        conn.execute("INSERT INTO runs SELECT * REPLACE ('one-pyloop' AS run_id, 'pyloop' AS workload, "
+                     "created_at + INTERVAL 1 HOUR AS created_at) FROM runs WHERE run_id = ?", [ids[0]])
+    api.bump_data_version(db=db)
+    at = open_page("explore")
+    no_problems(at)
+    assert at.multiselect(key="explore.workload").value == ["tensor"]
+    heads = [seen(h.value) for h in at.subheader if h.value.startswith("Fastest for")]
+    assert heads == ["Fastest for tensor + mlp"]
+    assert not [m for m in at.markdown if "only config in view" in seen(m.value)]
+    assert "pyloop" in at.multiselect(key="explore.workload").options   # one click away, not hidden
+
+
+def test_the_default_reference_is_sync_not_the_slowest_outlier(seeded, open_page, no_problems):
+    db, ids = seeded
+    _copies(db, ids[0], 2, 30.0, loader="threads", workers=8)   # one oversubscribed setting, far the slowest
+    at = open_page("explore", workload="tensor")
+    no_problems(at)
+    ranking = api.explore_ranking(filters={"workload": ["tensor"]})
+    assert set(ranking["vs"]) == {next(c for c in ranking["config"] if c.startswith("sync"))}
+    [vs] = [s for s in at.selectbox if s.key == "explore.vs"]
+    assert vs.format_func(vs.value).startswith("the default: sync")
+    assert [c for c in _groups_cols(at) if c.startswith("speedup over sync")]
+
+
+def _groups_cols(at) -> list[str]:
+    return [str(c) for t in at.table for c in t.value.columns]
