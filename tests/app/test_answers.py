@@ -196,7 +196,6 @@ def test_the_advisor_follows_explores_model_filter_including_all(seeded, open_pa
     first = api.explore_ranking(filters={"workload": ["tensor"]}).iloc[0]["model"]
     assert at.selectbox(key="advisor.model").value == first
     assert set(at.selectbox(key="advisor.model").options) == {"cnn", "mlp"}
-    assert _headline(at)[0].split(" is the ")[0] in " ".join(seen(s.value) for s in at.subheader) or True
     assert [seen(s.value) for s in at.subheader if s.value.startswith("Fastest for")][0] == \
         f"Fastest for tensor + {first}"
 
@@ -213,8 +212,10 @@ def test_a_speedup_whose_interval_spans_one_reads_not_yet_distinguishable(seeded
     text = " ".join(_headline(at)) + " " + _advice_text(at)
     assert "no clear difference" not in text
     assert "not yet distinguishable" in text
-    table = " ".join(seen(str(v)) for t in at.table for v in t.value.to_numpy().ravel())
-    assert "not yet distinguishable" in table and "faster" not in table.split("not yet distinguishable")[0][-40:]
+    table = at.table[0].value
+    [cells] = [[seen(str(v)) for v in r] for r in table.to_numpy() if seen(str(r[0])).startswith("processes")]
+    assert cells[-1].startswith("not yet distinguishable (7 and ") and cells[-2].startswith("not yet distinguishable")
+    assert not [c for c in cells if c.startswith("0.99×") or "faster" in c]   # no speedup, then "no difference"
 
 
 def test_a_runs_page_names_the_measured_better_setting_and_flags_a_wide_spread(seeded, open_page, no_problems):
