@@ -104,6 +104,10 @@ def answer(args: dict[str, Any]) -> pd.DataFrame:
     ranking = cached("explore_ranking", filters=args["filters"], reference=st.session_state.get(_k("vs")) or None)
     if ranking.empty:
         return ranking
+    mine = None if st.session_state.get(_k("vs")) else _your_setup(ranking)
+    if mine:  # the Advisor's "Your current setup", measured: what every speedup is against, as the Advisor's is
+        ranking = cached("explore_ranking", filters=args["filters"], reference=mine)
+    st.session_state["_explore.yours"] = mine
     pipelines = ranking[["workload", "model"]].drop_duplicates()
     if len(pipelines) > 1:
         st.warning(f"This view holds {len(pipelines)} pipelines (workload + model); each is ranked on its own, "
@@ -114,6 +118,22 @@ def answer(args: dict[str, Any]) -> pd.DataFrame:
         if i < _SHOWN_PIPELINES:
             _one_ranking(rank, str(workload), str(model), i)
     return ranking
+
+
+def _your_setup(ranking: pd.DataFrame) -> str | None:
+    """The label of the first pipeline's config that is the setup typed in the Advisor (its fields equal; torch's
+    default threads preferred), or None: none typed, none valid, or not measured."""
+    try:
+        given = api.parse_baseline(st.session_state.get("advisor.baseline") or "")
+    except api.ConfigError:
+        return None
+    if not given:
+        return None
+    top = ranking.iloc[0]
+    first = ranking[(ranking["workload"] == top["workload"]) & (ranking["model"] == top["model"])]
+    found = [(json.loads(k).get("threads") not in (0, None), c) for k, c in zip(first["knobs"], first["config"])
+             if all(str(json.loads(k).get(f)) == str(v) for f, v in given.items())]
+    return min(found)[1] if found else None
 
 
 def _fastest_code(run_id: str) -> None:
@@ -133,10 +153,11 @@ def _one_ranking(rank: pd.DataFrame, workload: str, model: str, i: int) -> None:
         _fastest_code(str(top["run_ids"]).split(",")[0])  # the answer as code, under the sentence naming it
     labels = ["", *rank["config"]]
     if len(rank) > 1 and i == 0:  # one reference for the page: the first pipeline's configs
+        whose = "your setup" if st.session_state.get("_explore.yours") else "the default"
         if st.session_state.get(_k("vs")) not in labels:
             st.session_state[_k("vs")] = ""
         st.selectbox("Speedup over", labels, key=_k("vs"),
-                     format_func=lambda v: v or f"the default: {ref['config']}",
+                     format_func=lambda v: v or f"{whose}: {ref['config']}",
                      help="the config each speedup is measured against: your setup, if you measured it")
     table = pd.DataFrame({
         "rank": rank["rank"], "config": rank["config"], "runs": rank["n"],

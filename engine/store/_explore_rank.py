@@ -9,6 +9,7 @@ is every run setting that varies among the runs ranked. Labels never show a hash
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -35,6 +36,11 @@ def _label(row: dict[str, Any], fields: list[str]) -> str:
     return ", ".join(parts) or "one config"
 
 
+def _plain(v: Any) -> Any:
+    """A numpy scalar as its Python value, for the knobs' JSON."""
+    return v.item() if hasattr(v, "item") else str(v)
+
+
 def _missing(v: Any) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA
 
@@ -58,13 +64,14 @@ def rank_configs(runs: pd.DataFrame, reference: str | None = None, metric: str =
     """One row per config per pipeline, fastest first: rank, workload, model, config (a label), n, median, lo, hi,
     interval (text: '95 % CI lo–hi' or 'no interval: n runs'), unproven (fewer than 6 runs), speedup, speedup_lo,
     speedup_hi, distinguishable (the speedup's interval excludes 1), vs (the reference's label), call, run_ids,
-    left_out (the pipeline's runs of other problems or modes, charted but not ranked).
+    left_out (the pipeline's runs of other problems or modes, charted but not ranked), knobs (the config's settings
+    as JSON: what a user's own setup is matched against).
 
     `runs`: one row per run with `metric` (a time: lower is faster), the pipeline and config columns. Per pipeline
     only engine.analysis.answer's runs are ranked, the advisor's. `reference`: a config label to compare with (else
     sync at the best's batch size, else the slowest)."""
     out_cols = ["rank", *PIPELINE, "config", "n", "median", "lo", "hi", "interval", "unproven", "speedup",
-                "speedup_lo", "speedup_hi", "distinguishable", "vs", "call", "run_ids", "left_out"]
+                "speedup_lo", "speedup_hi", "distinguishable", "vs", "call", "run_ids", "left_out", "knobs"]
     runs = runs.dropna(subset=[metric]) if len(runs) else runs
     if runs.empty:
         return pd.DataFrame(columns=out_cols)
@@ -96,7 +103,7 @@ def rank_configs(runs: pd.DataFrame, reference: str | None = None, metric: str =
                          "distinguishable": not not_yet_distinguishable(c["speedup_lo"], c["speedup_hi"]),
                          "vs": ref, "call": _call(c, lab == ref),
                          "run_ids": ",".join(mine.sort_values("created_at", ascending=False)["run_id"].astype(str)),
-                         "left_out": left_out})
+                         "left_out": left_out, "knobs": json.dumps(groups[lab][0], default=_plain)})
     out = pd.DataFrame(rows)
     out.insert(0, "rank", out.groupby(list(PIPELINE), dropna=False).cumcount() + 1)
     return out[out_cols]

@@ -290,3 +290,18 @@ def test_the_default_reference_is_sync_not_the_slowest_outlier(seeded, open_page
 
 def _groups_cols(at) -> list[str]:
     return [str(c) for t in at.table for c in t.value.columns]
+
+
+def test_your_setup_typed_in_the_advisor_is_explores_reference_too(seeded, open_page, no_problems):
+    """The default reference is the user's own setup when they gave one and it was measured, else sync."""
+    at = open_page("explore", workload="tensor")
+    at.text_input(key="advisor.baseline").input("loader=threads,workers=2").run()
+    at.run()   # Explore's ranking sits above the Advisor: the typed setup applies from the next rerun
+    no_problems(at)
+    [vs] = [s for s in at.selectbox if s.key == "explore.vs"]
+    assert vs.format_func(vs.value) == "your setup: threads, workers=2"
+    assert [c for t in at.table for c in t.value.columns if seen(str(c)) == "speedup over threads, workers=2"]
+    at.text_input(key="advisor.baseline").input("loader=processes,workers=4").run()
+    at.run()   # not measured: back to sync
+    [vs] = [s for s in at.selectbox if s.key == "explore.vs"]
+    assert vs.format_func(vs.value).startswith("the default: sync")
