@@ -145,11 +145,14 @@ class TuneResult:
     confirm_rows: list[dict[str, Any]] = field(default_factory=list)   # the interleaved runs of sync and best
     probe: dict[str, Any] | None = None        # what the predictions came from (engine/predict/probe.py)
     probe_note: str = ""                       # where it came from, or why there is none
+    probe_s: float = 0.0                       # seconds before the first run: the probe, the memory estimate
     predictions: dict[int, Prediction] = field(default_factory=dict)   # candidate -> its predicted steady epoch
     max_memory: int | None = None              # --max-memory: no answer's measured peak PSS is above it
     skipped: list[RunConfig] = field(default_factory=list)   # settings the memory estimate said cannot fit: not run
     footprint: dict[str, Any] | None = None    # the memory estimate: base and per-worker bytes (advice/memory.py)
     knobs: str = ""                            # the knobs the model cannot rank that the space varies (_knobs.py)
+    wanted: int = 0                            # candidates the first rung needs (the ranking's picks, or all)
+    full_budget_s: float | None = None         # the budget a full answer takes, estimated (from the predictions)
 
     @property
     def table(self) -> pd.DataFrame:
@@ -189,7 +192,11 @@ class TuneResult:
                  f"best: {_describe(self.best)}: epoch {last['epoch_s']:.3f} s (rung {last['rung']}, "
                  f"{last['steady_epochs']} steady epochs)"]
         ref = f"your setup ({_describe(self.configs[0])})" if self.baseline else "sync"
-        if self.best_idx == 0 and (self.baseline or self.best.loader == "sync"):
+        measured = {r["candidate"] for r in self.rows if r["status"] == RunStatus.DONE}
+        if len(measured) == 1:  # NOTE: one setting measured is no ranking: never "the fastest" of one
+            lines.append(f"only {_describe(self.best)} was measured: nothing to compare it with"
+                         + ("; it is your setup, so there is nothing to confirm" if self.best_idx == 0 else ""))
+        elif self.best_idx == 0 and (self.baseline or self.best.loader == "sync"):
             lines.append(f"{ref} was the fastest measured" if self.baseline
                          else "the sync loader (no background loading) was the fastest measured")
         elif c and not math.isnan(c.get("speedup", math.nan)):
@@ -206,7 +213,19 @@ class TuneResult:
         lines += memory.answer_lines(self.rows + self.confirm_rows, self.best_idx, self.max_memory,
                                      len(self.skipped), self.footprint, "your setup" if self.baseline else "sync")
         lines.append(f"use it: python -m engine run {run_flags(self.best)}")
-        return "\n".join(lines)
+        return "\n".join([*lines[:2], *self._short_lines(), *lines[2:]])
+
+    def _short_lines(self) -> list[str]:
+        """Where the budget bought fewer candidates than the first rung needs: how many it tried of how many, and
+        the budget a full answer takes."""
+        tried = len({r["candidate"] for r in self.rows})
+        if not self.wanted or tried >= self.wanted:
+            return []
+        need = f"; a full answer takes about --budget {math.ceil(self.full_budget_s)}s" \
+            if self.full_budget_s else ""
+        spent = "the predicted fastest first" if self.predictions else "in a shuffled order"
+        return [f"the budget was short: tried {tried} of the {self.wanted} candidates the first rung needs "
+                f"({spent}){need}"]
 
     def _search_line(self) -> str:
         n = len(self.configs)
@@ -235,7 +254,9 @@ def _describe(cfg: RunConfig) -> str:
     """advisor.describe, and the intra-op threads when set: 'processes, 1 worker, depth 2, batch 64, 1 intra-op
     thread'."""
     t = cfg.threads
-    return describe(cfg.to_dict()) + (f", {t} intra-op thread{'s' if t > 1 else ''}" if t else "")
+    # NOTE: on CUDA the space turns pin_memory too (_knobs.py): without it two settings read the same
+    unpinned = ", not pinned" if str(cfg.device).startswith("cuda") and not cfg.pin_memory else ""
+    return describe(cfg.to_dict()) + unpinned + (f", {t} intra-op thread{'s' if t > 1 else ''}" if t else "")
 
 
 def run_flags(cfg: RunConfig) -> str:
@@ -304,6 +325,7 @@ def tune(workload: str, model: str, *, budget_s: float, db: Db = None,
                 found = learned_residuals(cfg0, db, result.probe)[0]
                 result.predictions = {i: adjusted(p, found) for i, c in enumerate(result.configs)
                                       if (p := predict(c, result.probe)) is not None}
+            result.probe_s = time.monotonic() - t0
             _search(result, cfg0, db, t0, bar, rng, eta, rung0_epochs, confirm_repeats, top_k)
         except KeyboardInterrupt:
             result.stop_reason = "interrupted"
@@ -319,23 +341,34 @@ def _search(result: TuneResult, cfg0: RunConfig, db: Db, t0: float, bar: tqdm, r
     """The rungs, then the confirmation, all forked from one warm parent (as a sweep keeps: each run forks instead
     of importing torch again)."""
     survivors = _first_rung(result, top_k, rng)
+    result.wanted = len(survivors)
     epochs_of: dict[int, list[float]] = {}   # candidate -> steady epoch walls of its latest run
     rung, steady = 0, rung0_epochs
     with WarmParent() as warm:
         while survivors:
             if rung:
                 rng.shuffle(survivors)
+            # NOTE: the first rung may spend the whole budget: a candidate left untried is worth more than confirming
+            # one against too few (a short budget once confirmed a setting 7 + 7 times after measuring only it)
+            share = 1.0 if rung == 0 else SEARCH_SHARE
+            left_out = 0
             for idx in survivors:
                 cfg = result.configs[idx].replace(epochs=cfg0.warmup_epochs + steady)
-                # the first run always goes: with nothing finished there is nothing to report
-                if result.rows and time.monotonic() - t0 + _estimate(result.rows, epochs_of.get(idx), cfg) \
-                        > result.budget_s * SEARCH_SHARE:
-                    result.stop_reason = "search share of the budget spent"
-                    break
+                # the first run always goes: with nothing finished there is nothing to report; one that would
+                # overrun is passed over for the next, which may be shorter
+                if result.rows and time.monotonic() - t0 + _estimate(result.rows, epochs_of.get(idx), cfg,
+                                                                     _predicted(result, idx, cfg)) \
+                        > result.budget_s * share:
+                    left_out += 1
+                    continue
                 result.rows.append(_measure(cfg, db, result, idx, rung, steady, epochs_of, warm))
                 bar.n = min(round(time.monotonic() - t0), bar.total)
                 bar.set_postfix_str(f"rung {rung}, {len(result.rows)} runs", refresh=True)
-            if result.stop_reason:
+            if left_out:
+                result.stop_reason = "budget spent" if rung == 0 else "search share of the budget spent"
+                if rung == 0:
+                    result.full_budget_s = _full_budget(result, survivors, cfg0, rung0_epochs, eta, confirm_repeats)
+                    return  # NOTE: no confirming: the budget went to candidates (the answer says so)
                 break
             done = [r for r in result.rows if r["rung"] == rung and not math.isnan(r["epoch_s"])]
             if len(done) <= 1:
@@ -349,6 +382,38 @@ def _search(result: TuneResult, cfg0: RunConfig, db: Db, t0: float, bar: tqdm, r
             rung, steady = rung + 1, steady * eta
         _pick_best(result)
         _confirm(result, cfg0.warmup_epochs + rung0_epochs, db, t0, confirm_repeats, rng, warm)
+
+
+def _predicted(result: TuneResult, idx: int, cfg: RunConfig) -> float | None:
+    """Candidate idx's predicted steady epoch, scaled by how the finished runs' measured epochs compared with
+    theirs (the median ratio), or None where it has no prediction or no finished run had one."""
+    p = result.predictions.get(idx)
+    ratios = [r["epoch_s"] / r["predicted_s"] for r in result.rows
+              if not math.isnan(r["epoch_s"]) and not math.isnan(r["predicted_s"]) and r["predicted_s"] > 0]
+    return p.epoch_s * statistics.median(ratios) if p is not None and ratios else None
+
+
+def _full_budget(result: TuneResult, first: list[int], cfg0: RunConfig, rung0_epochs: int, eta: int,
+                 repeats: int) -> float | None:
+    """Seconds a full answer takes, estimated: the first rung's runs, the halving's (the predicted fastest third
+    of each rung again, eta times the epochs), and the confirming runs, within the search's share; plus what the
+    probe and the start took. None before any run finished."""
+    if not any(not math.isnan(r["epoch_s"]) for r in result.rows):
+        return None
+
+    def run_s(idx: int, steady: int) -> float:
+        cfg = result.configs[idx].replace(epochs=cfg0.warmup_epochs + steady)
+        return _estimate(result.rows, None, cfg, _predicted(result, idx, cfg))
+
+    search, alive, steady = sum(run_s(i, rung0_epochs) for i in first), list(first), rung0_epochs
+    epoch = {i: (result.predictions[i].epoch_s if i in result.predictions else 0.0) for i in first}
+    while len(alive) > 1:
+        alive = sorted(alive, key=epoch.__getitem__)[:max(1, math.ceil(len(alive) / eta))]
+        steady *= eta
+        search += sum(run_s(i, steady) for i in alive) if len(alive) > 1 else 0.0
+    best = alive[0]
+    confirm = repeats * (run_s(best, rung0_epochs) + run_s(0, rung0_epochs)) if best != 0 else 0.0
+    return result.probe_s + max(search / SEARCH_SHARE, search + confirm)
 
 
 def _first_rung(result: TuneResult, top_k: int, rng: random.Random) -> list[int]:
@@ -488,13 +553,16 @@ def _peak(run_dir: Any) -> int | None:
     return next((e.get("peak_rss_bytes") for e in read_events(run_dir) if e["type"] == "summary"), None)
 
 
-def _estimate(rows: list[dict[str, Any]], walls: list[float] | None, cfg: RunConfig) -> float:
-    """Seconds the next run will take: start-up overhead + epochs x its last epoch time (or a typical one).
+def _estimate(rows: list[dict[str, Any]], walls: list[float] | None, cfg: RunConfig,
+              predicted: float | None = None) -> float:
+    """Seconds the next run will take: start-up overhead + epochs x its last epoch time (else its prediction,
+    scaled by the finished runs' residual; else a typical one).
 
     Overhead (process start, imports, dataset build, ingest) is what the finished runs took beyond their epochs."""
     done = [r for r in rows if not math.isnan(r["epoch_s"])]
     if not done:
         return statistics.median(r["run_s"] for r in rows)  # only failures so far: they cost about this much
     overhead = statistics.median(max(0.0, r["run_s"] - r["epoch_s"] * r["epochs"]) for r in done)
-    epoch = statistics.median(walls) if walls else statistics.median(r["epoch_s"] for r in done)
+    epoch = statistics.median(walls) if walls else predicted if predicted is not None else \
+        statistics.median(r["epoch_s"] for r in done)
     return overhead + epoch * cfg.epochs

@@ -261,3 +261,61 @@ def test_a_mode_the_model_does_not_cover_is_tuned_by_plain_halving(store):
     assert [r["candidate"] for r in result.rows[:3]] == order   # the whole space, shuffled, as before
     assert [r["rung"] for r in result.rows] == [0, 0, 0, 1, 1] and result.best is not None
     assert all(math.isnan(r["predicted_s"]) and r["limit"] is None for r in result.rows)
+
+
+# ---------------------------------------------------------------------------- a short budget says so
+
+
+@pytest.mark.slow
+def test_one_setting_measured_is_never_called_the_fastest_nor_confirmed_against_itself(store):
+    """The user's setup is the only candidate: it is measured once, never compared with itself, and the answer
+    does not call it the fastest of one."""
+    result = tune("tensor", "mlp", budget_s=600, db=store, base=TINY, progress=False,
+                  space=[{"loader": "threads", "workers": 1}], baseline="loader=threads,workers=1", predicted=False)
+    assert len(result.configs) == 1 and result.best_idx == 0
+    assert len(result.rows) == 1 and result.confirm_rows == [] and result.comparison == {}
+    text = result.render()
+    assert "fastest" not in text and "only threads, 1 worker" in text and "nothing to confirm" in text, text
+
+
+@pytest.mark.slow
+def test_a_short_budget_tries_candidates_until_it_is_spent_and_says_what_a_full_answer_takes(store):
+    """Six candidates and a budget for a few runs: tune keeps trying candidates while a run fits in what is left
+    (it does not stop at the search's share to confirm), and says how many it tried of how many, and the budget a
+    full answer takes."""
+    space = [{"loader": "sync"}, {"loader": "prefetch"}] + [{"loader": "threads", "workers": w} for w in (1, 2)] + \
+        [{"loader": "processes", "workers": w} for w in (1, 2)]
+    budget = 12.0   # a run of 4 epochs of 4 batches of 4 ms samples takes a few seconds: a few runs fit, not six
+    result = tune("tensor", "mlp", budget_s=budget, db=store, base={**TINY, "latency_ms": 4.0}, progress=False,
+                  space=space, predicted=False)
+    tried = {r["candidate"] for r in result.rows}
+    assert result.confirm_rows == []   # the budget went to candidates, not to confirming one against too few
+    if len(tried) < len(space):
+        # what was left would not buy another run
+        assert budget - result.spent_s < max(r["run_s"] for r in result.rows), (result.spent_s, result.rows)
+        text = result.render()
+        assert f"tried {len(tried)} of the {len(space)} candidates" in text, text
+        assert result.full_budget_s is not None and result.full_budget_s > budget
+        assert f"--budget {math.ceil(result.full_budget_s)}s" in text
+    if len(tried) > 1:
+        assert "only " not in result.render()
+
+
+def test_a_short_budget_with_predictions_says_it_ran_the_predicted_fastest_first():
+    """The answer of a tune cut short names how many of the first rung's candidates it tried, how they were picked,
+    and the budget a full answer takes; a tune that tried them all says none of it."""
+    sync = RunConfig.from_dict({**TINY, "tag": "tune", "bound": False})
+    configs = [sync, sync.replace(loader="threads", workers=2), sync.replace(loader="processes", workers=2)]
+    row = {"candidate": 1, "rung": 0, "steady_epochs": 3, "epochs": 4, "status": "done", "epoch_s": 0.5,
+           "predicted_s": 0.4, "limit": "data-bound", "run_s": 3.0, "peak_bytes": None, "run_id": "r1"}
+    from engine.predict import Prediction
+
+    predictions = {i: Prediction(e, "data-bound", {}, 1, 2.0) for i, e in enumerate((2.0, 0.4, 0.6))}
+    short = TuneResult(sweep_id="tune-x", budget_s=5, configs=configs, rows=[row], best_idx=1, wanted=3,
+                       full_budget_s=61.2, predictions=predictions, stop_reason="budget spent")
+    text = short.render()
+    assert "tried 1 of the 3 candidates the first rung needs (the predicted fastest first)" in text
+    assert "--budget 62s" in text and "fastest measured" not in text and "only threads, 2 workers" in text
+    full = TuneResult(sweep_id="tune-x", budget_s=5, configs=configs, best_idx=1, wanted=2, predictions=predictions,
+                      rows=[row, {**row, "candidate": 0, "epoch_s": 2.1, "run_id": "r0"}])
+    assert "tried" not in full.render() and "only " not in full.render()
