@@ -13,9 +13,10 @@ Ranked by prediction first. Before any run, tune gets the base pipeline's probe 
 seconds of what a batch, a step and the GIL cost here, apart from any loader setting): from the store's
 calibrations (<store dir>/calibrations, cached per host), else measured now in a child process
 (engine/predict/_probe_child.py) before the warm parent starts, so nothing of tune's competes for the cores it
-measures. That time counts in the budget, at most PROBE_SHARE of it (past that the child is stopped and tune
-goes on without). engine/predict/model.py then ranks the candidates by predicted steady epoch, and the first rung runs
-the TOP_K predicted fastest, fastest first, then candidate 0 (sync, or the user's `baseline`). Settings the
+measures. That time counts in the budget, at most PROBE_SHARE of it (PROBE_MIN_S at least): the child plans its
+measurements to fit, a quick probe with wider ranges where the full one cannot, and the answer says which (past
+its share the child is stopped and tune goes on without). engine/predict/model.py then ranks the candidates by
+predicted steady epoch, and the first rung runs the TOP_K predicted fastest, fastest first, then candidate 0 (sync, or the user's `baseline`). Settings the
 model cannot tell apart (prefetch depth, which it does not read) take one slot, the first listed. Candidates the
 model cannot rank (a mode it does not cover, or no probe: it failed, ran out of its share, or --no-predict) all
 join the first rung, in a seeded shuffled order: plain successive halving over the whole space, as before.
@@ -60,6 +61,7 @@ from engine.advice._knobs import siblings, widen
 from engine.advice.advisor import describe
 from engine.advice.learned import learned_residuals
 from engine.predict import MODES, Prediction, adjusted, predict
+from engine.predict.model import QUICK_SPREAD
 from engine.analysis import stats
 from engine.config import RunConfig
 from engine.errors import ConfigError
@@ -71,8 +73,8 @@ from engine.runlog import read_events
 from engine.status import RunStatus
 from engine.sweeps.local import new_sweep_id
 
-__all__ = ["CONFIRM_REPEATS", "ETA", "PROBE_SHARE", "RUNG0_EPOCHS", "SEARCH_SHARE", "TOP_K", "TuneResult",
-           "candidates", "parse_budget", "run_flags", "tune"]
+__all__ = ["CONFIRM_REPEATS", "ETA", "MAX_PROCESSES_PER_CORE", "MAX_WORKERS", "PROBE_MIN_S", "PROBE_SHARE",
+           "RUNG0_EPOCHS", "SEARCH_SHARE", "TOP_K", "TuneResult", "candidates", "parse_budget", "run_flags", "tune", "waits_of"]
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +83,10 @@ RUNG0_EPOCHS = 3   # steady epochs in the first rung: 3, so even a first-rung me
 SEARCH_SHARE = 0.6   # of the budget for the halving; the rest confirms the best against sync
 CONFIRM_REPEATS = 7  # interleaved runs each of the best and sync: 6 + 7 is the least for a 95% ratio interval
 TOP_K = 4          # predicted-fastest settings in the first rung, beside candidate 0
-PROBE_SHARE = 0.25   # of the budget the probe may take; past it tune goes on without a prediction
+PROBE_SHARE = 0.1    # of the budget the probe may take (at least PROBE_MIN_S): it plans to fit, quick where it must
+PROBE_MIN_S = 6.0    # the least a probe is given: a child's start (torch's import) and a cached probe's read
+MAX_WORKERS = 64    # the most threads (or spdl workers) tried where items wait: past it, a user's pool is the limit
+MAX_PROCESSES_PER_CORE = 4  # worker processes past the cores only where items wait: each costs a process's memory
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
@@ -99,25 +104,42 @@ def parse_budget(text: str | float) -> float:
 
 
 def candidates(base: RunConfig, cores: int | None = None, default_threads: int | None = None,
-               hidden_pools: bool = False) -> list[RunConfig]:
+               hidden_pools: bool = False, waits: float = 0.0) -> list[RunConfig]:
     """sync; prefetch and threads/processes/spdl x workers {1, 2, 4, ... <= cores (at least 2)}, each with
     prefetch_depth {2, 8}; each of those with intra-op threads {0 (auto: torch's default), 1, what fits: cores -
     the loader's threads (workers; prefetch's one), at least 1}, without repeats (an explicit count equal to
     `default_threads`, torch's default when known, is auto's twin). A base that sets threads keeps them. Everything
     else (batch_size included) is the base's. cores: usable cores (affinity, cgroup quota) by default.
     hidden_pools: the probe saw a BLAS/OpenMP pool of more than one thread where items load; each candidate then
-    also runs with transform_threads=1 (unless the base sets transform_threads)."""
+    also runs with transform_threads=1 (unless the base sets transform_threads).
+    waits: the probe's latency per second of loading work (`waits_of`): where items wait, a core keeps 1 + waits
+    workers busy, so threads and spdl reach cores x (1 + waits) workers (at most MAX_WORKERS), and processes as far
+    as MAX_PROCESSES_PER_CORE x cores (the memory estimate holds them to --max-memory)."""
     cores = cores or usable_cores()
-    workers = [w for w in (1, 2, 4, 8, 16, 32, 64) if w <= max(2, cores)]
+    reach = max(2, cores)
+    if waits > 0:  # NOTE: in-flight requests, not cores, set the speed of a read that waits (object storage)
+        reach = min(MAX_WORKERS, max(reach, math.ceil(cores * (1 + waits))))
+    counts = [w for w in (1, 2, 4, 8, 16, 32, 64, 128) if w <= MAX_WORKERS]
+    workers = {"threads": [w for w in counts if w <= reach], "spdl": [w for w in counts if w <= reach],
+               "processes": [w for w in counts if w <= max(2, cores, min(reach, MAX_PROCESSES_PER_CORE * cores))]}
     settings = [base.replace(loader="sync", workers=0)]
     for depth in (2, 8):
         settings.append(base.replace(loader="prefetch", workers=0, prefetch_depth=depth))
         settings += [base.replace(loader=loader, workers=w, prefetch_depth=depth)
-                     for loader in ("threads", "processes", "spdl") for w in workers]
+                     for loader in ("threads", "processes", "spdl") for w in workers[loader]]
     out = [s.replace(threads=t) for s in settings for t in _thread_counts(s, cores, default_threads)]
     if hidden_pools and not base.transform_threads:
         out += [c.replace(transform_threads=1) for c in out]
     return out
+
+
+def waits_of(probe: dict[str, Any] | None) -> float:
+    """The probe's latency per second of loading work (wall above CPU, over CPU): 0 where loading only works."""
+    if not probe:
+        return 0.0
+    work = probe.get("load_cpu_s") or 0.0
+    latency = max(0.0, (probe.get("load_wall_s") or 0.0) - work)
+    return MAX_WORKERS if work <= 0 < latency else latency / work if work > 0 else 0.0
 
 
 def _thread_counts(cfg: RunConfig, cores: int, default: int | None) -> list[int]:
@@ -308,12 +330,12 @@ def tune(workload: str, model: str, *, budget_s: float, db: Db = None,
     with bar:
         try:
             bar.set_postfix_str("probe", refresh=True)
-            result.probe, result.probe_note = _probe(cfg0, db, budget_s * PROBE_SHARE, predicted)
+            result.probe, result.probe_note = _probe(cfg0, db, max(PROBE_MIN_S, budget_s * PROBE_SHARE), predicted)
             if result.probe is not None:  # torch's default thread count is known now: an explicit twin of it goes
                 # NOTE: the probe's "pools" (hidden_pools() where it loaded), when it records them
                 hidden = any(p.get("threads", 1) > 1 for p in result.probe.get("pools") or [])
                 cfg0, result.configs = _configs(workload, model, base, space, given, result.probe["default_threads"],
-                                                hidden)
+                                                hidden, waits_of(result.probe))
             if not space:  # jointly with pin_memory, persistent_workers, the start method, where they can matter
                 result.configs, result.knobs = widen(result.configs, cfg0, result.probe)
             if cap is not None:
@@ -448,8 +470,11 @@ def _probe(cfg0: RunConfig, db: Db, timeout_s: float, wanted: bool) -> tuple[dic
     calibrations = calibrations_dir(db)
     timeout_s = max(1.0, timeout_s)
     started = time.monotonic()
+    # NOTE: the child plans its measurements to end by 70 % of its share (quick where the full probe cannot fit);
+    # the rest is slack for its exit, and the timeout a guard against a pipeline whose first batch alone is slower
+    target = 0.7 * timeout_s
     try:
-        out = subprocess.run([sys.executable, "-m", "engine.predict._probe_child", str(calibrations)],
+        out = subprocess.run([sys.executable, "-m", "engine.predict._probe_child", str(calibrations), f"{target:.1f}"],
                              input=json.dumps(cfg0.to_dict()), capture_output=True, text=True, cwd=ROOT,
                              env=run_env(), timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
@@ -464,18 +489,20 @@ def _probe(cfg0: RunConfig, db: Db, timeout_s: float, wanted: bool) -> tuple[dic
         log.warning("tune: the probe failed (%s); tuning without a prediction", last)
         return None, f"the probe failed: {last[:120]}"
     where = "cached for this host" if answer["cached"] else "measured now"
-    return answer["probe"], f"probe {where}, {took:.0f} s"
+    kind = (f"a quick probe (its share of the budget did not fit the full one: ranges at least "
+            f"±{QUICK_SPREAD:.0%})" if answer["probe"].get("quick") else "the full probe")
+    return answer["probe"], f"{kind}, {where}, {took:.0f} s"
 
 
 def _configs(workload: str, model: str, base: dict[str, Any] | None, space: list[dict[str, Any]] | None,
              given: dict[str, Any], default_threads: int | None = None,
-             hidden_pools: bool = False) -> tuple[RunConfig, list[RunConfig]]:
+             hidden_pools: bool = False, waits: float = 0.0) -> tuple[RunConfig, list[RunConfig]]:
     """The fields every candidate shares (cfg0) and the candidates: the user's setup, if given, first."""
     batch = {"batch_size": given["batch_size"]} if "batch_size" in given else {}
     fields = {"bound": False, "tag": "tune", **batch, **(base or {}), "workload": workload, "model": model}
     cfg0 = RunConfig.from_dict(fields)
     configs = [cfg0.replace(**changes) for changes in space] if space else candidates(
-        cfg0, default_threads=default_threads, hidden_pools=hidden_pools)
+        cfg0, default_threads=default_threads, hidden_pools=hidden_pools, waits=waits)
     if given:
         ref = cfg0.replace(**given)
         configs = [ref] + [c for c in configs if c != ref]
