@@ -79,8 +79,8 @@ _TAIL_ITEMS = 512  # items enough to see a heavy tail's weight (lognormal, sigma
 @dataclass(frozen=True)
 class _Plan:
     """How many of each measurement the probe takes: the full probe, or a quick one that fits a short budget (one
-    window where there were three, one GIL pair, a shorter tail, fewer steps, no step-beside-Python) and says so
-    with a wider range."""
+    window where there were three, one GIL pair (none where the load mostly waits), no latency tail beyond the
+    window, one step at each thread count, no step-beside-Python) and says so with a wider range."""
 
     repeats: int = _REPEATS
     gil_pairs: int = _GIL_PAIRS
@@ -112,7 +112,7 @@ def probe(cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[Call
             left = end - time.perf_counter()
             if _full_load_s(first) <= 0.45 * left:
                 return _Plan()
-            return _Plan(repeats=1, gil_pairs=1, tail_s=min(_TAIL_S, max(0.0, 0.1 * left)), quick=True)
+            return _Plan(repeats=1, gil_pairs=1, tail_s=0.0, quick=True)
 
         load = _load(fetch, keys, device, cores := usable_cpus(), plan, kept)  # the loaders' fetch: collate, pinning
     default = torch.get_num_threads()
@@ -233,12 +233,15 @@ def _load(fetch: Callable, keys: list, device: torch.device, cores: float,
         fastest, fast_cpu = (x / n for x in min(tries))
         waits = [max(0.0, w - c) / n for w, c in tries]
         latent = fastest > 0 and (fastest - fast_cpu) / fastest > _LATENT
-        if latent:  # latency: its mean, over more of the epoch's batches
+        if latent and plan.tail_s > 0:  # latency: its mean, over more of the epoch's batches
             waits += _more_waits(one, keys[n:], n, clock, plan.tail_s)
         # each pair's windows: half a load window's wall, whatever the dataset's length (keys again if short)
         least = 1 if plan.quick else 2  # a quick probe's pairs: one batch a window where one is slow
         pair = [keys[i % len(keys)] for i in range(max(least, math.ceil(_LOAD_S / 2 / max(fastest, 1e-4))))]
-        gil, shared, singles = _gil_share(one, pair, clock, plan.gil_pairs) if cores >= 2 else (None, 1.0, [])
+        # NOTE: a quick probe of a load that mostly waits skips the GIL pairs: the share is of its little work, and
+        # unmeasured it counts as held (the model's side that errs slow)
+        pairs = 0 if plan.quick and latent else plan.gil_pairs
+        gil, shared, singles = _gil_share(one, pair, clock, pairs) if cores >= 2 and pairs else (None, 1.0, [])
         pool_spin = _spin_after(lambda: one(batch[0])) if pools else 0.0
     windows = [(w / n, c / n) for w, c in tries] + [(w / len(pair), c / len(pair)) for w, c in singles]
     wall, cpu = (statistics.median(x[i] for x in windows) for i in (0, 1))
