@@ -123,7 +123,7 @@ def probe(cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[Call
     # the step beside a Python thread replays its batches about 6 times: only where that fits what is left
     fits = not load["quick"] and 6 * batches * step_s * 2 < end - time.perf_counter()
     with _threads(1):
-        beside = step_beside_python(cfg, device, steps, load["core_sharing"], kept[:batches]) \
+        beside = step_beside_python(cfg, device, steps, load["core_sharing"], kept[:int(batches)]) \
             if gil_free and fits else {}
     load.update({k: beside.get(k) for k in ("step_gil_share", "step_beside_python")})
     if load["quick"]:
@@ -135,10 +135,11 @@ def probe(cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[Call
 
 
 def _compute(cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[Callable]], kept: list[Any],
-             default: int, end: float, quick: bool) -> tuple[dict[str, dict[str, float]], int]:
+             default: int, end: float, quick: bool) -> tuple[dict[str, dict[str, float]], float]:
     """The step replayed on the load's batches at one intra-op thread and at torch's default: wall and CPU seconds
     per step, and how many batches were replayed: _STEPS where they fit what is left before `end`, fewer for a
-    heavy step (a first replay of one batch sizes them), at least one."""
+    heavy step (a first replay of one batch sizes them), at least one; a quick probe's one step, timed on part of a
+    batch where a whole one does not fit (the share it timed)."""
     out: dict[str, dict[str, float]] = {}
 
     def measure(threads: int, n: int) -> None:
@@ -148,7 +149,8 @@ def _compute(cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[C
 
     n = min(_STEPS, len(kept))
     if quick:  # NOTE: a compute pass times each replay 3 times at least, and once more on one thread: too long here
-        return _one_step_each(cfg, device, steps, kept[0], default, end), 1
+        out, part = _one_step_each(cfg, device, steps, kept[0], default, end)
+        return out, part / cfg.batch_size
     if end < math.inf:
         measure(default, 1)  # NOTE: a compute pass times a replay at least 3 times, plus one untimed step
         left = end - time.perf_counter()
@@ -175,32 +177,58 @@ def _spin_after_step() -> float:
 
 
 def _one_step_each(cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[Callable]], batch: Any,
-                   default: int, end: float) -> dict[str, dict[str, float]]:
-    """A quick probe's step: one untimed step, then one timed step at torch's default threads and one at one thread
-    (wall, and the process's CPU; at the default, no more than one thread's, as a compute pass counts it)."""
+                   default: int, end: float) -> tuple[dict[str, dict[str, float]], int]:
+    """A quick probe's step, and the samples it was timed on: an untimed step on two samples, then timed steps at
+    torch's default threads (wall, and the process's CPU, no more than one thread's, as a compute pass counts it)
+    and at one thread.
+
+    NOTE: a step too heavy for what is left before `end` (a ResNet on a CPU takes seconds) is timed on two samples and
+    on as many as fit, and the line through the two carried to the whole batch: a step has a part that does not grow
+    with the batch (the optimizer's update, the dispatch), so scaling two samples' time per sample read it 2.7x slow."""
     step = steps(build_dataset(cfg.replace(latency_ms=0.0, work_us=0)))[0]
     x, y = (t.to(device) for t in batch)
+    full = x.shape[0]
 
-    def timed(threads: int) -> dict[str, float]:
+    def timed(threads: int, n: int) -> tuple[float, float]:
         with _threads(threads):
             t0, c0 = time.perf_counter(), tree_cpu_s()
-            step(x, y)
+            step(x[:n], y[:n])
             cpu = tree_cpu_s() - c0
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
-            return {"wall_s": time.perf_counter() - t0, "cpu_s": cpu}
+            return time.perf_counter() - t0, cpu
 
-    with _threads(default):
-        step(x, y)  # untimed: allocator and kernel selection
-    out = {str(default): timed(default)}
+    def line(a: tuple[int, tuple[float, float]], b: tuple[int, tuple[float, float]]) -> dict[str, float]:
+        (n0, t0), (n1, t1) = a, b
+        if n1 <= n0:
+            return {"wall_s": t1[0] * full / n1, "cpu_s": t1[1] * full / n1}
+        return {k: max(t1[i], t1[i] + (t1[i] - t0[i]) * (full - n1) / (n1 - n0))
+                for i, k in enumerate(("wall_s", "cpu_s"))}
+
+    two = min(2, full)
+    timed(default, two)  # untimed: allocator and kernel selection
+    points = [(two, timed(default, two))]
+    # 2, 8, 32, ... samples, while the next (carried along the line so far) fits beside a one-thread step
+    while points[-1][0] < full:
+        nxt = min(full, 4 * points[-1][0])
+        guess = line(points[-2], points[-1]) if len(points) > 1 else \
+            {"wall_s": points[-1][1][0], "cpu_s": points[-1][1][1]}  # one point: at least its own time
+        if guess["wall_s"] * nxt / full * (1 + default) > end - time.perf_counter():
+            break
+        points.append((nxt, timed(default, nxt)))
+    part = points[-1][0]
+    out = {str(default): line(points[-2] if len(points) > 1 else points[-1], points[-1])}
     if default != 1:
         # NOTE: where one more step does not fit what is left, one thread's step is the default's CPU-seconds: the
         # same work on one core (less the team's spin, which errs it slow, the side a short probe's range covers)
-        left = end - time.perf_counter()
         cpu = out[str(default)]["cpu_s"]
-        out["1"] = timed(1) if left > 1.5 * max(cpu, out[str(default)]["wall_s"]) else {"wall_s": cpu, "cpu_s": cpu}
+        if end - time.perf_counter() > 1.5 * points[-1][1][1]:
+            last = (part, timed(1, part))
+            out["1"] = line((two, timed(1, two)), last) if part > two else line(last, last)
+        else:
+            out["1"] = {"wall_s": cpu, "cpu_s": cpu}
         out[str(default)]["cpu_s"] = min(out[str(default)]["cpu_s"], out["1"]["cpu_s"])
-    return out
+    return out, part
 
 
 def _load(fetch: Callable, keys: list, device: torch.device, cores: float,

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import math
 import random
+import time
 
 import pytest
 
 from engine import cli
 from engine.advice.tune import TuneResult, candidates, parse_budget, run_flags, tune
 from engine.config import ConfigError, RunConfig
+from engine.predict import predict
 from engine.store import list_runs
 
 TINY = {"n_samples": 128, "image_size": 8, "width": 8, "batch_size": 32, "device": "cpu", "sample_hz": 0.0}
@@ -319,3 +321,46 @@ def test_a_short_budget_with_predictions_says_it_ran_the_predicted_fastest_first
     full = TuneResult(sweep_id="tune-x", budget_s=5, configs=configs, best_idx=1, wanted=2, predictions=predictions,
                       rows=[row, {**row, "candidate": 0, "epoch_s": 2.1, "run_id": "r0"}])
     assert "tried" not in full.render() and "only " not in full.render()
+
+
+# ---------------------------------------------------------------------------- the search follows the resource
+
+
+def test_where_items_wait_threads_and_spdl_reach_past_the_cores_and_processes_stay_within_their_cap():
+    from engine.advice.tune import MAX_PROCESSES_PER_CORE, MAX_WORKERS, waits_of
+
+    base = RunConfig.from_dict(TINY)
+    most = {lo: max((c.workers for c in cands if c.loader == lo), default=0)
+            for cands in [candidates(base, cores=2)] for lo in ("threads", "spdl", "processes")}
+    assert most == {"threads": 2, "spdl": 2, "processes": 2}   # work only: the cores set the speed
+    # a load that waits 30 times what it works (object storage): a core keeps ~31 workers busy
+    storage = {"load_wall_s": 0.31, "load_cpu_s": 0.01}
+    assert waits_of(storage) == pytest.approx(30) and waits_of(None) == 0.0
+    wide = candidates(base, cores=2, waits=waits_of(storage))
+    reach = {lo: max(c.workers for c in wide if c.loader == lo) for lo in ("threads", "spdl", "processes")}
+    assert reach["threads"] == reach["spdl"] == 32 <= MAX_WORKERS
+    assert 2 < reach["processes"] <= MAX_PROCESSES_PER_CORE * 2
+    assert max(c.workers for c in candidates(base, cores=2, waits=1e6)) == MAX_WORKERS   # a sane limit
+    assert len({c.to_json() for c in wide}) == len(wide)
+
+
+@pytest.mark.slow
+def test_a_heavy_cpu_models_tune_predicts_within_a_90s_budget(store):
+    """The ResNet of examples/own_pipeline on the CPU: the probe tune asks for under a 90 s budget (its share) comes
+    back, quick where the full one does not fit, and ranks the candidates."""
+    from engine.advice import tune as tune_mod
+    from engine.advice.tune import PROBE_MIN_S, PROBE_SHARE
+
+    fields = {"n_samples": 512, "image_size": 32, "num_classes": 8, "device": "cpu", "sample_hz": 0.0}
+    cfg0, configs = tune_mod._configs("examples.own_pipeline.data:build", "examples.own_pipeline.nets:resnet",
+                                      fields, None, {})
+    from examples.own_pipeline.data import build
+
+    build(seed=cfg0.seed, **{k: fields[k] for k in ("image_size", "num_classes", "n_samples")})  # the user's data exists
+    share = max(PROBE_MIN_S, 90 * PROBE_SHARE)
+    started = time.monotonic()
+    found, note = tune_mod._probe(cfg0, store, share, True)
+    assert found is not None, note
+    assert time.monotonic() - started <= 1.5 * share   # its share, and what a busy machine overruns it by
+    assert ("a quick probe" in note) == bool(found.get("quick")) and ("the full probe" in note) != found.get("quick")
+    assert all(predict(c, found) is not None for c in configs)
