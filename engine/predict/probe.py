@@ -22,6 +22,8 @@ any loader setting, measured in a few seconds.
              CPU seconds per step. Two points fit Amdahl's law for any thread count between.
     step gil the step beside a pure-Python thread (engine/predict/_probe_step.py): its GIL-held share, and how
              much slower it runs while a producer thread wants the GIL.
+    hand-off a DataLoader worker process's batch past its load, and the training process's serial side of it
+             (engine/predict/_probe_handoff.py): a 1- and a 2-worker pass over batches already made.
 
 The probe does not depend on the loader, its workers or its threads, so one probe predicts them all
 (engine/predict/model.py). It is cached per workload, model, batch size and device on this host, and
@@ -45,6 +47,7 @@ import torch
 from engine.calibrate import compute_pass, time_again
 from engine.loaders import epoch_batches, open_loader, stream_fetch, to_device
 from engine.measure import fingerprint, hidden_pools, tree_cpu_s, usable_cpus
+from engine.predict._probe_handoff import handoff
 from engine.predict._probe_step import step_beside_python
 from engine.predict.model import QUICK_SPREAD
 from engine.workloads import build_dataset, is_stream
@@ -117,6 +120,8 @@ def probe(cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[Call
         load = _load(fetch, keys, device, cores := usable_cpus(), plan, kept)  # the loaders' fetch: collate, pinning
     default = torch.get_num_threads()
     compute, batches = _compute(cfg, device, steps, kept, default, end, load["quick"])
+    # a processes worker's hand-off of a batch, and the training process's serial side of it
+    load.update(handoff(kept[:8], bool(cfg.pin_memory) and device.type == "cuda", load["quick"]))
     spin = _spin_after_step() if device.type == "cpu" and default > 1 and not load["quick"] else 0.0
     gil_free = load["core_sharing"] <= _TOO_BUSY and cores >= 2  # NOTE: one core, or too busy: the GIL is not told
     step_s = compute[str(default)]["wall_s"]

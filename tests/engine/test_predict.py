@@ -45,6 +45,8 @@ def probes(draw: st.DrawFn) -> dict:
             "pool_spin_s": draw(seconds) if pool > 1 else 0.0,
             # the load's median wall: its CPU spread over the pool's threads by the share of them that worked
             "load_median_wall_s": cpu / (1 + draw(st.floats(0.0, 1.0)) * (pool - 1)),
+            # a worker process's hand-off of a batch, and the training process's serial side of it (at most that)
+            **(lambda hand: {"handoff_s": hand, "receive_s": hand * draw(st.floats(0.0, 1.0))})(draw(seconds)),
             "compute": {"1": {"wall_s": one, "cpu_s": one * draw(st.floats(0.5, 1.0))},
                         str(threads): {"wall_s": one * draw(st.floats(0.2, 3.0)),
                                        "cpu_s": one * draw(st.floats(0.5, float(threads)))}}}
@@ -82,6 +84,35 @@ def test_more_process_workers_never_slow_a_setting_that_fits_the_cores(p: dict, 
     more, fewer = predict(_cfg("processes", workers + 1, 1), p), predict(_cfg("processes", workers, 1), p)
     assert more.epoch_s <= fewer.epoch_s * (1 + 1e-9)
     assert not more.oversubscribed
+
+
+@settings(max_examples=300, deadline=None)
+@given(probes(), st.integers(1, 64), st.integers(1, 16), st.integers(1, 64))
+def test_a_workers_batch_is_never_predicted_faster_than_the_one_thread_load_plus_its_hand_off(
+        p: dict, workers: int, threads: int, cores: int) -> None:
+    p = {**p, "pools": []}
+    batches = math.ceil(p["n_samples"] / p["batch_size"])
+    epoch = predict(_cfg("processes", workers, threads), p, cores).epoch_s
+    assert epoch >= math.ceil(batches / workers) * (p["load_wall_s"] + p["handoff_s"]) * (1 - 1e-9)
+
+
+@settings(max_examples=300, deadline=None)
+@given(probes(), st.integers(1, 64), st.integers(1, 16), st.integers(1, 64))
+def test_more_workers_never_predict_faster_than_the_receiving_side_allows(p: dict, workers: int, threads: int,
+                                                                        cores: int) -> None:
+    batches = math.ceil(p["n_samples"] / p["batch_size"])
+    epoch = predict(_cfg("processes", workers, threads), p, cores).epoch_s
+    assert epoch >= batches * p["receive_s"] * (1 - 1e-9)
+
+
+@settings(max_examples=300, deadline=None)
+@given(probes(), st.integers(1, 63))
+def test_more_process_workers_on_enough_cores_never_predict_slower(p: dict, workers: int) -> None:
+    """Monotone in workers where physics says so: every thread has a core (each worker's pool too)."""
+    pool = max([1] + [q["threads"] for q in p["pools"]])
+    cores = 1 + (workers + 1) * pool
+    more, fewer = predict(_cfg("processes", workers + 1, 1), p, cores), predict(_cfg("processes", workers, 1), p, cores)
+    assert more.epoch_s <= fewer.epoch_s * (1 + 1e-9)
 
 
 @settings(max_examples=100, deadline=None)

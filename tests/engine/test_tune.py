@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 import time
 
 import pytest
@@ -364,3 +365,28 @@ def test_a_heavy_cpu_models_tune_predicts_within_a_90s_budget(store):
     assert time.monotonic() - started <= 1.5 * share   # its share, and what a busy machine overruns it by
     assert ("a quick probe" in note) == bool(found.get("quick")) and ("the full probe" in note) != found.get("quick")
     assert all(predict(c, found) is not None for c in configs)
+
+
+@pytest.mark.slow
+def test_over_storage_like_reads_tune_answers_more_workers_than_cores_within_1_3x_of_a_wider_grid(store):
+    """Issue 37's done-when: reads that wait ~3 ms an item (bench/pipelines/storage.py), `tune --budget 90s`: the
+    answer has more workers than cores and is within 1.3x of the best of threads with 4, 8, 16 and 32 workers."""
+    from engine.advice.tune import _steady_walls
+    from engine.run.hostfit import usable_cores
+    from engine.run.runner import launch
+
+    plugin = "bench.pipelines.storage"
+    fields = {"n_samples": 512, "device": "cpu", "sample_hz": 0.0}
+    result = tune(f"{plugin}:build", f"{plugin}:model", budget_s=90, db=store, base=fields, progress=False)
+    assert result.predictions, result.probe_note
+    best = result.best
+    assert best is not None and best.loader in ("threads", "spdl", "processes") and best.workers > usable_cores(), \
+        result.render()
+    answer = [r["epoch_s"] for r in result.rows + result.confirm_rows if r["candidate"] == result.best_idx]
+    grid = []
+    for workers in (4, 8, 16, 32):
+        cfg = RunConfig.from_dict({**fields, "workload": f"{plugin}:build", "model": f"{plugin}:model",
+                                   "loader": "threads", "workers": workers, "epochs": 4, "bound": False})
+        run = launch(cfg, db=store)
+        grid.append(statistics.median(_steady_walls(run.run_dir)))
+    assert statistics.median(answer) <= 1.3 * min(grid), (best, answer, grid)
