@@ -51,13 +51,11 @@ def _pass(batches: list[Any], workers: int, n: int, pin: bool) -> tuple[float, f
     return first - t0, (end - first) / n
 
 
-def handoff(batches: list[Any], pin: bool, quick: bool = False) -> dict[str, float]:
+def handoff(batches: list[Any], pin: bool, n: int = 16) -> dict[str, float]:
     """{"handoff_s": a worker's batch past its load, "receive_s": the training process's serial side per batch,
-    "worker_start_s": the workers' start}; a quick probe takes the two-worker pass alone (then a worker's hand-off is
-    read as the receiving side's, its least)."""
+    "worker_start_s": the workers' start}, from passes of n batches."""
     if not batches:
         return {}
-    n = 8 if quick else 16
     start, receive = _pass(batches, 2, n, pin)
-    hand = receive if quick else max(receive, _pass(batches, 1, n, pin)[1])
+    hand = max(receive, _pass(batches, 1, n, pin)[1])
     return {"handoff_s": hand, "receive_s": receive, "worker_start_s": start}

@@ -120,8 +120,10 @@ def probe(cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[Call
         load = _load(fetch, keys, device, cores := usable_cpus(), plan, kept)  # the loaders' fetch: collate, pinning
     default = torch.get_num_threads()
     compute, batches = _compute(cfg, device, steps, kept, default, end, load["quick"])
-    # a processes worker's hand-off of a batch, and the training process's serial side of it
-    load.update(handoff(kept[:8], bool(cfg.pin_memory) and device.type == "cuda", load["quick"]))
+    # a processes worker's hand-off of a batch, and the training process's serial side of it (NOTE: not in a quick
+    # probe, whose budget its worker's start would overrun: there the model reads no hand-off, the range covers it)
+    if not load["quick"]:
+        load.update(handoff(kept[:8], bool(cfg.pin_memory) and device.type == "cuda"))
     spin = _spin_after_step() if device.type == "cpu" and default > 1 and not load["quick"] else 0.0
     gil_free = load["core_sharing"] <= _TOO_BUSY and cores >= 2  # NOTE: one core, or too busy: the GIL is not told
     step_s = compute[str(default)]["wall_s"]
@@ -204,32 +206,31 @@ def _one_step_each(cfg: RunConfig, device: torch.device, steps: Callable[[Any], 
             return time.perf_counter() - t0, cpu
 
     def line(a: tuple[int, tuple[float, float]], b: tuple[int, tuple[float, float]]) -> dict[str, float]:
+        """The line through two (samples, (wall, CPU)) points carried to the whole batch, held between the larger
+        point's own time and that time scaled per sample (a noisy slope is not multiplied up)."""
         (n0, t0), (n1, t1) = a, b
-        if n1 <= n0:
-            return {"wall_s": t1[0] * full / n1, "cpu_s": t1[1] * full / n1}
-        return {k: max(t1[i], t1[i] + (t1[i] - t0[i]) * (full - n1) / (n1 - n0))
-                for i, k in enumerate(("wall_s", "cpu_s"))}
+        out = {}
+        for i, k in enumerate(("wall_s", "cpu_s")):
+            carried = t1[i] + (t1[i] - t0[i]) * (full - n1) / (n1 - n0) if n1 > n0 else t1[i] * full / n1
+            out[k] = min(max(carried, t1[i]), t1[i] * full / n1)
+        return out
 
     two = min(2, full)
     timed(default, two)  # untimed: allocator and kernel selection
-    points = [(two, timed(default, two))]
-    # 2, 8, 32, ... samples, while the next (carried along the line so far) fits beside a one-thread step
-    while points[-1][0] < full:
-        nxt = min(full, 4 * points[-1][0])
-        guess = line(points[-2], points[-1]) if len(points) > 1 else \
-            {"wall_s": points[-1][1][0], "cpu_s": points[-1][1][1]}  # one point: at least its own time
-        if guess["wall_s"] * nxt / full * (1 + default) > end - time.perf_counter():
-            break
-        points.append((nxt, timed(default, nxt)))
-    part = points[-1][0]
-    out = {str(default): line(points[-2] if len(points) > 1 else points[-1], points[-1])}
+    small = (two, timed(default, two))
+    # the most samples (the batch, 32, 8) whose step, scaled per sample (an upper bound), fits beside a one-thread
+    # step in what is left; 8 at least: one point carried per sample read a small MLP's 1 ms step at 1.7 s
+    left = end - time.perf_counter()
+    sizes = [n for n in (full, 32, 8) if n <= full]
+    part = next((n for n in sizes if small[1][0] * n / two * (1 + default) <= left), min(8, full))
+    big = (part, timed(default, part)) if part > two else small
+    out = {str(default): line(small, big)}
     if default != 1:
         # NOTE: where one more step does not fit what is left, one thread's step is the default's CPU-seconds: the
         # same work on one core (less the team's spin, which errs it slow, the side a short probe's range covers)
         cpu = out[str(default)]["cpu_s"]
-        if end - time.perf_counter() > 1.5 * points[-1][1][1]:
-            last = (part, timed(1, part))
-            out["1"] = line((two, timed(1, two)), last) if part > two else line(last, last)
+        if end - time.perf_counter() > 1.5 * big[1][1]:
+            out["1"] = line((two, timed(1, two)), (part, timed(1, part)) if part > two else (two, timed(1, two)))
         else:
             out["1"] = {"wall_s": cpu, "cpu_s": cpu}
         out[str(default)]["cpu_s"] = min(out[str(default)]["cpu_s"], out["1"]["cpu_s"])
