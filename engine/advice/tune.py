@@ -61,7 +61,6 @@ from engine.advice._knobs import siblings, widen
 from engine.advice.advisor import describe
 from engine.advice.learned import learned_residuals
 from engine.predict import MODES, Prediction, adjusted, predict
-from engine.predict.model import QUICK_SPREAD
 from engine.analysis import stats
 from engine.config import RunConfig
 from engine.errors import ConfigError
@@ -490,8 +489,8 @@ def _probe(cfg0: RunConfig, db: Db, timeout_s: float, wanted: bool) -> tuple[dic
         log.warning("tune: the probe failed (%s); tuning without a prediction", last)
         return None, f"the probe failed: {last[:120]}"
     where = "cached for this host" if answer["cached"] else "measured now"
-    kind = (f"a quick probe (its share of the budget did not fit the full one: ranges at least "
-            f"±{QUICK_SPREAD:.0%})" if answer["probe"].get("quick") else "the full probe")
+    kind = (f"a quick probe (its share of the budget did not fit the full one: ranges ±{answer['probe']['spread']:.0%})"
+            if answer["probe"].get("quick") else "the full probe")
     return answer["probe"], f"{kind}, {where}, {took:.0f} s"
 
 

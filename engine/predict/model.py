@@ -71,12 +71,11 @@ from engine.measure import VERDICTS, serial_kind
 if TYPE_CHECKING:  # annotations only
     from engine.config import RunConfig
 
-__all__ = ["GIL_LIMIT", "LOADER_SHAPES", "MODES", "QUICK_SPREAD", "LoaderShape", "Prediction", "adjusted", "apart",
-           "load_probe", "pool_use", "predict", "probe_path", "rank", "residuals", "save_probe"]
+__all__ = ["GIL_LIMIT", "LOADER_SHAPES", "MODES", "LoaderShape", "Prediction", "adjusted", "apart", "load_probe",
+           "pool_use", "predict", "probe_path", "rank", "residuals", "save_probe"]
 
 MODES = ("single",)  # the modes the model covers
 _SLOWER = -4.0  # the least Amdahl share: a step at n threads at most 1 - q (1 - 1/n) = 3x slower at 2 threads
-QUICK_SPREAD = 0.25  # the least half-width (relative) of a quick probe's ranges (probe.py): fewer windows, less sure
 _SPREAD_MIN = 0.03  # NOTE: the least half-width of a range (relative): two windows of one probe never agree exactly
 # NOTE: the verdict that names a producer thread and the step taking turns on the GIL, where the vocabulary has it
 GIL_LIMIT = "gil-contention" if "gil-contention" in VERDICTS else "cpu-bound"

@@ -49,7 +49,6 @@ from engine.loaders import epoch_batches, open_loader, stream_fetch, to_device
 from engine.measure import fingerprint, hidden_pools, tree_cpu_s, usable_cpus
 from engine.predict._probe_handoff import handoff
 from engine.predict._probe_step import step_beside_python
-from engine.predict.model import QUICK_SPREAD
 from engine.workloads import build_dataset, is_stream
 
 if TYPE_CHECKING:  # annotations only: the run side does not import the config (engine/registry.py says why)
@@ -76,6 +75,7 @@ _REPEATS = 3
 _LATENT = 0.25     # a latency share of the load's wall above which its mean latency is measured over more batches
 _TAIL_S = 1.5      # wall seconds the mean latency may take, beyond the windows
 _POOL_BUSY = 0.05  # CPU of other threads, as a share of the loading thread's, past which a hidden pool is in use
+QUICK_SPREAD = 0.25  # the least half-width (relative) of a quick probe's ranges: fewer windows, less sure
 _TAIL_ITEMS = 512  # items enough to see a heavy tail's weight (lognormal, sigma 1: the mean within ~10 %)
 
 

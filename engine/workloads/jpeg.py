@@ -36,6 +36,7 @@ from tqdm import tqdm
 
 from engine import paths
 from engine.errors import ConfigError
+from engine.workloads import _spdl_decode
 from engine.workloads._base import SeededDataset, sample_seed
 from engine.workloads._image import load_rgb, render_jpeg, train_transform
 
@@ -158,8 +159,6 @@ class JpegWorkload(SeededDataset):
     def spdl_fetch(self) -> Callable[[Any], tuple[torch.Tensor, int]] | None:
         """This sample decoded by SPDL's own decoders, as SPDL's users run it (the spdl loader's fetch), where
         spdl_io and its FFmpeg libraries load; else None (the loader calls __getitem__: PIL)."""
-        from engine.workloads import _spdl_decode  # noqa: PLC0415 - spdl_io is optional
-
         return functools.partial(_spdl_decode.decode, self) if _spdl_decode.available() else None
 
     def _load(self, epoch: int, index: int) -> tuple[torch.Tensor, int]:
