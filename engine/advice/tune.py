@@ -3,33 +3,37 @@
     python -m engine tune --workload jpeg --model cnn --budget 10m
     result = tune("jpeg", "cnn", budget_s=600); print(result.render())
 
-The space (`candidates`): sync, prefetch and threads/processes x workers, each with prefetch_depth {2, 8} and,
+The space (`candidates`): sync, prefetch and threads/processes/spdl x workers (past the cores where the probe sees
+items wait: `waits_of`), each with prefetch_depth {2, 8} and,
 jointly with the workers, intra-op threads {auto (torch's default), 1, what fits: cores - loader threads} (and
 transform_threads {auto, 1} where the probe saw a BLAS/OpenMP pool of its own where items load). On a
 small CPU box the threads are the biggest lever (issue 20: on 2 cores, processes with 1 worker on 1 thread ran
 1.4x faster than sync on torch's default): workers and the model's OpenMP threads share the same cores.
 
 Ranked by prediction first. Before any run, tune gets the base pipeline's probe (engine/predict/probe.py: a few
-seconds of what a batch, a step and the GIL cost here, apart from any loader setting): from the store's
-calibrations (<store dir>/calibrations, cached per host), else measured now in a child process
-(engine/predict/_probe_child.py) before the warm parent starts, so nothing of tune's competes for the cores it
-measures. That time counts in the budget, at most PROBE_SHARE of it (PROBE_MIN_S at least): the child plans its
-measurements to fit, a quick probe with wider ranges where the full one cannot, and the answer says which (past
-its share the child is stopped and tune goes on without). engine/predict/model.py then ranks the candidates by
-predicted steady epoch, and the first rung runs the TOP_K predicted fastest, fastest first, then candidate 0 (sync, or the user's `baseline`). Settings the
+seconds of what a batch, a step and the GIL cost here, apart from any loader setting): from the store's calibrations
+(<store dir>/calibrations, cached per host), else measured now in a child process (engine/predict/_probe_child.py)
+before the warm parent starts, so nothing of tune's competes for the cores it measures. That time counts in the
+budget, at most PROBE_SHARE of it (PROBE_MIN_S at least): the child plans its measurements to fit, a quick probe
+with wider ranges where the full one cannot, and the answer says which (past its share the child is stopped and tune
+goes on without). engine/predict/model.py then ranks the candidates by predicted steady epoch, and the first rung
+runs the TOP_K predicted fastest, fastest first, then candidate 0 (sync, or the user's `baseline`). Settings the
 model cannot tell apart (prefetch depth, which it does not read) take one slot, the first listed. Candidates the
-model cannot rank (a mode it does not cover, or no probe: it failed, ran out of its share, or --no-predict) all
-join the first rung, in a seeded shuffled order: plain successive halving over the whole space, as before.
+model cannot rank (a mode it does not cover, or no probe: it failed, ran out of its share, or --no-predict) all join
+the first rung, in a seeded shuffled order: plain successive halving over the whole space, as before.
 
-Successive halving: the first rung's candidates run with RUNG0_EPOCHS steady epochs; the fastest 1/ETA survive
-and run again with ETA times as many epochs, in a shuffled (seeded) order, so a slow spell of the machine does not
-always hit the same candidate; and so on until one is left or the budget is spent. The search gets SEARCH_SHARE
-of the budget (the probe included); then the best and candidate 0 run CONFIRM_REPEATS times each, interleaved
-(each pair in a random order), and the speedup's 95% interval comes from those runs' medians (stats.compare),
-never from the epochs of one run each. Each run is a normal run (subprocess, RunLog, store), tagged "tune" and
-grouped under one sweep_id; its row in the result carries the predicted epoch beside the measured one. Before
-each run the time it will take is estimated from the runs so far, and a run that would overrun the budget is not
-started.
+Successive halving: the first rung's candidates run with RUNG0_EPOCHS steady epochs; the fastest 1/ETA survive and
+run again with ETA times as many epochs, in a shuffled (seeded) order, so a slow spell of the machine does not
+always hit the same candidate; and so on until one is left or the budget is spent. The first rung may spend the
+whole budget (a run that would overrun it is passed over for the next, which may be shorter): a candidate untried is
+worth more than confirming one against too few, so a first rung cut short is not confirmed, and the answer says how
+many it tried of how many and the budget a full answer takes (estimated from the predictions and the runs' own
+overhead). Later rungs get SEARCH_SHARE of the budget (the probe included); then the best and candidate 0 run
+CONFIRM_REPEATS times each, interleaved (each pair in a random order), and the speedup's 95% interval comes from
+those runs' medians (stats.compare), never from the epochs of one run each. Each run is a normal run (subprocess,
+RunLog, store), tagged "tune" and grouped under one sweep_id; its row in the result carries the predicted epoch
+beside the measured one. Before each run the time it will take is estimated from the runs so far, and a run that
+would overrun the budget is not started.
 
 NOTE: batch_size stays fixed (the base's): it changes the optimisation, not just the speed, so it is the user's
 call (`--set batch_size=128`). So do intra-op threads when the base sets them (`--set threads=4`). The
@@ -73,7 +77,8 @@ from engine.status import RunStatus
 from engine.sweeps.local import new_sweep_id
 
 __all__ = ["CONFIRM_REPEATS", "ETA", "MAX_PROCESSES_PER_CORE", "MAX_WORKERS", "PROBE_MIN_S", "PROBE_SHARE",
-           "RUNG0_EPOCHS", "SEARCH_SHARE", "TOP_K", "TuneResult", "candidates", "parse_budget", "run_flags", "tune", "waits_of"]
+           "RUNG0_EPOCHS", "SEARCH_SHARE", "TOP_K", "TuneResult", "candidates", "parse_budget", "run_flags", "tune",
+           "waits_of"]
 
 log = logging.getLogger(__name__)
 
@@ -489,7 +494,8 @@ def _probe(cfg0: RunConfig, db: Db, timeout_s: float, wanted: bool) -> tuple[dic
         log.warning("tune: the probe failed (%s); tuning without a prediction", last)
         return None, f"the probe failed: {last[:120]}"
     where = "cached for this host" if answer["cached"] else "measured now"
-    kind = (f"a quick probe (its share of the budget did not fit the full one: ranges ±{answer['probe']['spread']:.0%})"
+    spread = answer["probe"].get("spread") or 0.0
+    kind = (f"a quick probe (its share of the budget did not fit the full one: ranges ±{spread:.0%})"
             if answer["probe"].get("quick") else "the full probe")
     return answer["probe"], f"{kind}, {where}, {took:.0f} s"
 

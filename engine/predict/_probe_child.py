@@ -1,6 +1,6 @@
 """The probe of one pipeline on this host, from the calibrations cache or measured now, in a process of its own.
 
-    python -m engine.predict._probe_child CALIBRATIONS_DIR [BUDGET_S] < config.json   # one JSON line: {"probe", "cached"}
+    python -m engine.predict._probe_child CALIBRATIONS_DIR [BUDGET_S] < config.json   # a JSON line: {probe, cached}
 
 BUDGET_S: seconds the probe may take, counted from this process's start (its imports included): where the full probe
 does not fit, a quick one (engine/predict/probe.py).

@@ -357,7 +357,8 @@ def test_a_heavy_cpu_models_tune_predicts_within_a_90s_budget(store):
                                       fields, None, {})
     from examples.own_pipeline.data import build
 
-    build(seed=cfg0.seed, **{k: fields[k] for k in ("image_size", "num_classes", "n_samples")})  # the user's data exists
+    # the user's data exists already: its folder is made here, not in the probe
+    build(seed=cfg0.seed, **{k: fields[k] for k in ("image_size", "num_classes", "n_samples")})
     share = max(PROBE_MIN_S, 90 * PROBE_SHARE)
     started = time.monotonic()
     found, note = tune_mod._probe(cfg0, store, share, True)
