@@ -314,3 +314,19 @@ def test_a_load_whose_machine_slows_after_the_first_windows_is_read_at_most_wind
     # the range reaches down to the fast stretch, as closely as the fastest window is held to it above (a CI's quiet
     # part read its low end at 17.8 ms, 1.11x the stretch's 16: the windows' own overhead, not a range that stopped short)
     assert p["load_wall_s"] / (1 + p["spread"]) < 1.3 * fast
+
+
+def test_a_probe_that_cannot_fit_its_budget_is_a_quick_one_with_a_wider_range_not_none() -> None:
+    """A budget far below the full probe's: the probe still comes back, says it is quick, and its range is at least
+    QUICK_SPREAD; without a budget, the full probe (with its hand-off passes)."""
+    from engine.predict.probe import QUICK_SPREAD
+
+    cfg = RunConfig.from_dict({"workload": "bench.pipelines.storage:build", "model": "bench.pipelines.storage:model",
+                               "n_samples": 256, "batch_size": 32, "device": "cpu"})
+    quick = probe(cfg, CPU, step_builder(cfg, 0, CPU), budget_s=0.5)
+    assert quick["quick"] and quick["spread"] >= QUICK_SPREAD and quick["load_windows"] >= 1
+    assert set(quick["compute"]) == {"1", str(quick["default_threads"])}
+    assert predict(_cfg("threads", 8, 1), quick).epoch_s > 0
+    full = probe(cfg, CPU, step_builder(cfg, 0, CPU))
+    assert not full["quick"] and full["load_windows"] > quick["load_windows"]
+    assert full["handoff_s"] >= full["receive_s"] > 0   # a worker's batch pays at least the receiving side's share
