@@ -1,8 +1,10 @@
 """engine.predict.model's capacity model as properties (Hypothesis over probes): more cores never slow a setting,
 more latency never speeds one, more process workers never slow one that fits the cores, a sync loader on a CPU
-is never predicted faster than the same setting overlapped, and no prediction beats the work the cores must do.
-The probe (engine/predict/probe.py) on real pipelines: a sleep is latency that holds no GIL, a Python loop is
-CPU work that holds it, and what that predicts for threads against processes."""
+is never predicted faster than the same setting overlapped, no prediction beats the work the cores must do, a
+worker process's batch is never faster than the one-thread load plus its hand-off, and no worker count beats the
+training process's serial receiving side. The probe (engine/predict/probe.py) on real pipelines: a sleep is latency
+that holds no GIL, a Python loop is CPU work that holds it, what that predicts for threads against processes, and a
+budget too short for the full probe gets a quick one with a wider range."""
 
 from __future__ import annotations
 
