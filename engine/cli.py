@@ -41,7 +41,7 @@ from engine.advice.code import code_of_run, parse_setting, snippet
 from engine.advice.learned import learned_residuals
 from engine.advice.memory import parse_size
 from engine.predict import MODES
-from engine.advice.tune import candidates, parse_budget, tune
+from engine.advice.tune import candidates, parse_budget, tune, waits_of
 from engine.analysis.stats import speedup_vs_sequential
 from engine.config import DEFAULT_MAX_RUNS, RunConfig, SweepConfig, config_fields, field_choices, load_toml
 from engine.errors import ConfigError, StoreBusy, StoreCorrupt, StoreError, StoreVersionError, UsageError, printable
@@ -608,8 +608,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     found, n_runs = learned_residuals(cfg, args.db, probe)
     if n_runs:
         print(f"adjusted by {n_runs} earlier run(s) of this pipeline on this host (prior+runs)")
-    table = pd.DataFrame(rows([cfg] if one else candidates(cfg, default_threads=probe["default_threads"]), probe,
-                              found))
+    space = [cfg] if one else candidates(cfg, default_threads=probe["default_threads"], waits=waits_of(probe))
+    table = pd.DataFrame(rows(space, probe, found))
     if one:
         row = table.iloc[0]
         print(f"{_setting(row)}: predicted epoch {row['predicted_epoch_s']:.3f} s ({row['predicted_lo_s']:.3f}-"

@@ -29,7 +29,7 @@ from engine.advice.advisor import advise as _advise, render_advice
 from engine.advice.code import code_of_run, snippet
 from engine.advice.learned import learned_residuals
 from engine.predict import MODES
-from engine.advice.tune import candidates, parse_budget
+from engine.advice.tune import candidates, parse_budget, waits_of
 from engine.advice.tune import tune as _tune
 from engine.analysis.compare import compare_runs
 from engine.analysis.stats import speedup_vs_sequential
@@ -180,7 +180,8 @@ def predict(*, db: Db = None, **fields: Any) -> pd.DataFrame:
     if cfg.mode not in MODES:
         raise ConfigError("mode", f"predict models the {', '.join(MODES)} mode only, not '{cfg.mode}'")
     probe, _ = cached_or_new(cfg, paths.calibrations_dir(db))
-    space = [cfg] if "loader" in fields else candidates(cfg, default_threads=probe["default_threads"])
+    space = [cfg] if "loader" in fields else candidates(cfg, default_threads=probe["default_threads"],
+                                                        waits=waits_of(probe))
     return pd.DataFrame(rows(space, probe, learned_residuals(cfg, db, probe)[0]))
 
 

@@ -3,32 +3,37 @@
     python -m engine tune --workload jpeg --model cnn --budget 10m
     result = tune("jpeg", "cnn", budget_s=600); print(result.render())
 
-The space (`candidates`): sync, prefetch and threads/processes x workers, each with prefetch_depth {2, 8} and,
+The space (`candidates`): sync, prefetch and threads/processes/spdl x workers (past the cores where the probe sees
+items wait: `waits_of`), each with prefetch_depth {2, 8} and,
 jointly with the workers, intra-op threads {auto (torch's default), 1, what fits: cores - loader threads} (and
 transform_threads {auto, 1} where the probe saw a BLAS/OpenMP pool of its own where items load). On a
 small CPU box the threads are the biggest lever (issue 20: on 2 cores, processes with 1 worker on 1 thread ran
 1.4x faster than sync on torch's default): workers and the model's OpenMP threads share the same cores.
 
 Ranked by prediction first. Before any run, tune gets the base pipeline's probe (engine/predict/probe.py: a few
-seconds of what a batch, a step and the GIL cost here, apart from any loader setting): from the store's
-calibrations (<store dir>/calibrations, cached per host), else measured now in a child process
-(engine/predict/_probe_child.py) before the warm parent starts, so nothing of tune's competes for the cores it
-measures. That time counts in the budget, at most PROBE_SHARE of it (past that the child is stopped and tune
-goes on without). engine/predict/model.py then ranks the candidates by predicted steady epoch, and the first rung runs
-the TOP_K predicted fastest, fastest first, then candidate 0 (sync, or the user's `baseline`). Settings the
+seconds of what a batch, a step and the GIL cost here, apart from any loader setting): from the store's calibrations
+(<store dir>/calibrations, cached per host), else measured now in a child process (engine/predict/_probe_child.py)
+before the warm parent starts, so nothing of tune's competes for the cores it measures. That time counts in the
+budget, at most PROBE_SHARE of it (PROBE_MIN_S at least): the child plans its measurements to fit, a quick probe
+with wider ranges where the full one cannot, and the answer says which (past its share the child is stopped and tune
+goes on without). engine/predict/model.py then ranks the candidates by predicted steady epoch, and the first rung
+runs the TOP_K predicted fastest, fastest first, then candidate 0 (sync, or the user's `baseline`). Settings the
 model cannot tell apart (prefetch depth, which it does not read) take one slot, the first listed. Candidates the
-model cannot rank (a mode it does not cover, or no probe: it failed, ran out of its share, or --no-predict) all
-join the first rung, in a seeded shuffled order: plain successive halving over the whole space, as before.
+model cannot rank (a mode it does not cover, or no probe: it failed, ran out of its share, or --no-predict) all join
+the first rung, in a seeded shuffled order: plain successive halving over the whole space, as before.
 
-Successive halving: the first rung's candidates run with RUNG0_EPOCHS steady epochs; the fastest 1/ETA survive
-and run again with ETA times as many epochs, in a shuffled (seeded) order, so a slow spell of the machine does not
-always hit the same candidate; and so on until one is left or the budget is spent. The search gets SEARCH_SHARE
-of the budget (the probe included); then the best and candidate 0 run CONFIRM_REPEATS times each, interleaved
-(each pair in a random order), and the speedup's 95% interval comes from those runs' medians (stats.compare),
-never from the epochs of one run each. Each run is a normal run (subprocess, RunLog, store), tagged "tune" and
-grouped under one sweep_id; its row in the result carries the predicted epoch beside the measured one. Before
-each run the time it will take is estimated from the runs so far, and a run that would overrun the budget is not
-started.
+Successive halving: the first rung's candidates run with RUNG0_EPOCHS steady epochs; the fastest 1/ETA survive and
+run again with ETA times as many epochs, in a shuffled (seeded) order, so a slow spell of the machine does not
+always hit the same candidate; and so on until one is left or the budget is spent. The first rung may spend the
+whole budget (a run that would overrun it is passed over for the next, which may be shorter): a candidate untried is
+worth more than confirming one against too few, so a first rung cut short is not confirmed, and the answer says how
+many it tried of how many and the budget a full answer takes (estimated from the predictions and the runs' own
+overhead). Later rungs get SEARCH_SHARE of the budget (the probe included); then the best and candidate 0 run
+CONFIRM_REPEATS times each, interleaved (each pair in a random order), and the speedup's 95% interval comes from
+those runs' medians (stats.compare), never from the epochs of one run each. Each run is a normal run (subprocess,
+RunLog, store), tagged "tune" and grouped under one sweep_id; its row in the result carries the predicted epoch
+beside the measured one. Before each run the time it will take is estimated from the runs so far, and a run that
+would overrun the budget is not started.
 
 NOTE: batch_size stays fixed (the base's): it changes the optimisation, not just the speed, so it is the user's
 call (`--set batch_size=128`). So do intra-op threads when the base sets them (`--set threads=4`). The
@@ -71,8 +76,9 @@ from engine.runlog import read_events
 from engine.status import RunStatus
 from engine.sweeps.local import new_sweep_id
 
-__all__ = ["CONFIRM_REPEATS", "ETA", "PROBE_SHARE", "RUNG0_EPOCHS", "SEARCH_SHARE", "TOP_K", "TuneResult",
-           "candidates", "parse_budget", "run_flags", "tune"]
+__all__ = ["CONFIRM_REPEATS", "ETA", "MAX_PROCESSES_PER_CORE", "MAX_WORKERS", "PROBE_MIN_S", "PROBE_SHARE",
+           "RUNG0_EPOCHS", "SEARCH_SHARE", "TOP_K", "TuneResult", "candidates", "parse_budget", "run_flags", "tune",
+           "waits_of"]
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +87,10 @@ RUNG0_EPOCHS = 3   # steady epochs in the first rung: 3, so even a first-rung me
 SEARCH_SHARE = 0.6   # of the budget for the halving; the rest confirms the best against sync
 CONFIRM_REPEATS = 7  # interleaved runs each of the best and sync: 6 + 7 is the least for a 95% ratio interval
 TOP_K = 4          # predicted-fastest settings in the first rung, beside candidate 0
-PROBE_SHARE = 0.25   # of the budget the probe may take; past it tune goes on without a prediction
+PROBE_SHARE = 0.1    # of the budget the probe may take (at least PROBE_MIN_S): it plans to fit, quick where it must
+PROBE_MIN_S = 6.0    # the least a probe is given: a child's start (torch's import) and a cached probe's read
+MAX_WORKERS = 64    # the most threads (or spdl workers) tried where items wait: past it, a user's pool is the limit
+MAX_PROCESSES_PER_CORE = 4  # worker processes past the cores only where items wait: each costs a process's memory
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
@@ -99,25 +108,42 @@ def parse_budget(text: str | float) -> float:
 
 
 def candidates(base: RunConfig, cores: int | None = None, default_threads: int | None = None,
-               hidden_pools: bool = False) -> list[RunConfig]:
+               hidden_pools: bool = False, waits: float = 0.0) -> list[RunConfig]:
     """sync; prefetch and threads/processes/spdl x workers {1, 2, 4, ... <= cores (at least 2)}, each with
     prefetch_depth {2, 8}; each of those with intra-op threads {0 (auto: torch's default), 1, what fits: cores -
     the loader's threads (workers; prefetch's one), at least 1}, without repeats (an explicit count equal to
     `default_threads`, torch's default when known, is auto's twin). A base that sets threads keeps them. Everything
     else (batch_size included) is the base's. cores: usable cores (affinity, cgroup quota) by default.
     hidden_pools: the probe saw a BLAS/OpenMP pool of more than one thread where items load; each candidate then
-    also runs with transform_threads=1 (unless the base sets transform_threads)."""
+    also runs with transform_threads=1 (unless the base sets transform_threads).
+    waits: the probe's latency per second of loading work (`waits_of`): where items wait, a core keeps 1 + waits
+    workers busy, so threads and spdl reach cores x (1 + waits) workers (at most MAX_WORKERS), and processes as far
+    as MAX_PROCESSES_PER_CORE x cores (the memory estimate holds them to --max-memory)."""
     cores = cores or usable_cores()
-    workers = [w for w in (1, 2, 4, 8, 16, 32, 64) if w <= max(2, cores)]
+    reach = max(2, cores)
+    if waits > 0:  # NOTE: in-flight requests, not cores, set the speed of a read that waits (object storage)
+        reach = min(MAX_WORKERS, max(reach, math.ceil(cores * (1 + waits))))
+    counts = [w for w in (1, 2, 4, 8, 16, 32, 64, 128) if w <= MAX_WORKERS]
+    workers = {"threads": [w for w in counts if w <= reach], "spdl": [w for w in counts if w <= reach],
+               "processes": [w for w in counts if w <= max(2, cores, min(reach, MAX_PROCESSES_PER_CORE * cores))]}
     settings = [base.replace(loader="sync", workers=0)]
     for depth in (2, 8):
         settings.append(base.replace(loader="prefetch", workers=0, prefetch_depth=depth))
         settings += [base.replace(loader=loader, workers=w, prefetch_depth=depth)
-                     for loader in ("threads", "processes", "spdl") for w in workers]
+                     for loader in ("threads", "processes", "spdl") for w in workers[loader]]
     out = [s.replace(threads=t) for s in settings for t in _thread_counts(s, cores, default_threads)]
     if hidden_pools and not base.transform_threads:
         out += [c.replace(transform_threads=1) for c in out]
     return out
+
+
+def waits_of(probe: dict[str, Any] | None) -> float:
+    """The probe's latency per second of loading work (wall above CPU, over CPU): 0 where loading only works."""
+    if not probe:
+        return 0.0
+    work = probe.get("load_cpu_s") or 0.0
+    latency = max(0.0, (probe.get("load_wall_s") or 0.0) - work)
+    return MAX_WORKERS if work <= 0 < latency else latency / work if work > 0 else 0.0
 
 
 def _thread_counts(cfg: RunConfig, cores: int, default: int | None) -> list[int]:
@@ -145,11 +171,14 @@ class TuneResult:
     confirm_rows: list[dict[str, Any]] = field(default_factory=list)   # the interleaved runs of sync and best
     probe: dict[str, Any] | None = None        # what the predictions came from (engine/predict/probe.py)
     probe_note: str = ""                       # where it came from, or why there is none
+    probe_s: float = 0.0                       # seconds before the first run: the probe, the memory estimate
     predictions: dict[int, Prediction] = field(default_factory=dict)   # candidate -> its predicted steady epoch
     max_memory: int | None = None              # --max-memory: no answer's measured peak PSS is above it
     skipped: list[RunConfig] = field(default_factory=list)   # settings the memory estimate said cannot fit: not run
     footprint: dict[str, Any] | None = None    # the memory estimate: base and per-worker bytes (advice/memory.py)
     knobs: str = ""                            # the knobs the model cannot rank that the space varies (_knobs.py)
+    wanted: int = 0                            # candidates the first rung needs (the ranking's picks, or all)
+    full_budget_s: float | None = None         # the budget a full answer takes, estimated (from the predictions)
 
     @property
     def table(self) -> pd.DataFrame:
@@ -189,7 +218,11 @@ class TuneResult:
                  f"best: {_describe(self.best)}: epoch {last['epoch_s']:.3f} s (rung {last['rung']}, "
                  f"{last['steady_epochs']} steady epochs)"]
         ref = f"your setup ({_describe(self.configs[0])})" if self.baseline else "sync"
-        if self.best_idx == 0 and (self.baseline or self.best.loader == "sync"):
+        measured = {r["candidate"] for r in self.rows if r["status"] == RunStatus.DONE}
+        if len(measured) == 1:  # NOTE: one setting measured is no ranking: never "the fastest" of one
+            lines.append(f"only {_describe(self.best)} was measured: nothing to compare it with"
+                         + ("; it is your setup, so there is nothing to confirm" if self.best_idx == 0 else ""))
+        elif self.best_idx == 0 and (self.baseline or self.best.loader == "sync"):
             lines.append(f"{ref} was the fastest measured" if self.baseline
                          else "the sync loader (no background loading) was the fastest measured")
         elif c and not math.isnan(c.get("speedup", math.nan)):
@@ -206,7 +239,19 @@ class TuneResult:
         lines += memory.answer_lines(self.rows + self.confirm_rows, self.best_idx, self.max_memory,
                                      len(self.skipped), self.footprint, "your setup" if self.baseline else "sync")
         lines.append(f"use it: python -m engine run {run_flags(self.best)}")
-        return "\n".join(lines)
+        return "\n".join([*lines[:2], *self._short_lines(), *lines[2:]])
+
+    def _short_lines(self) -> list[str]:
+        """Where the budget bought fewer candidates than the first rung needs: how many it tried of how many, and
+        the budget a full answer takes."""
+        tried = len({r["candidate"] for r in self.rows})
+        if not self.wanted or tried >= self.wanted:
+            return []
+        need = f"; a full answer takes about --budget {math.ceil(self.full_budget_s)}s" \
+            if self.full_budget_s else ""
+        spent = "the predicted fastest first" if self.predictions else "in a shuffled order"
+        return [f"the budget was short: tried {tried} of the {self.wanted} candidates the first rung needs "
+                f"({spent}){need}"]
 
     def _search_line(self) -> str:
         n = len(self.configs)
@@ -235,7 +280,9 @@ def _describe(cfg: RunConfig) -> str:
     """advisor.describe, and the intra-op threads when set: 'processes, 1 worker, depth 2, batch 64, 1 intra-op
     thread'."""
     t = cfg.threads
-    return describe(cfg.to_dict()) + (f", {t} intra-op thread{'s' if t > 1 else ''}" if t else "")
+    # NOTE: on CUDA the space turns pin_memory too (_knobs.py): without it two settings read the same
+    unpinned = ", not pinned" if str(cfg.device).startswith("cuda") and not cfg.pin_memory else ""
+    return describe(cfg.to_dict()) + unpinned + (f", {t} intra-op thread{'s' if t > 1 else ''}" if t else "")
 
 
 def run_flags(cfg: RunConfig) -> str:
@@ -287,12 +334,12 @@ def tune(workload: str, model: str, *, budget_s: float, db: Db = None,
     with bar:
         try:
             bar.set_postfix_str("probe", refresh=True)
-            result.probe, result.probe_note = _probe(cfg0, db, budget_s * PROBE_SHARE, predicted)
+            result.probe, result.probe_note = _probe(cfg0, db, max(PROBE_MIN_S, budget_s * PROBE_SHARE), predicted)
             if result.probe is not None:  # torch's default thread count is known now: an explicit twin of it goes
                 # NOTE: the probe's "pools" (hidden_pools() where it loaded), when it records them
                 hidden = any(p.get("threads", 1) > 1 for p in result.probe.get("pools") or [])
                 cfg0, result.configs = _configs(workload, model, base, space, given, result.probe["default_threads"],
-                                                hidden)
+                                                hidden, waits_of(result.probe))
             if not space:  # jointly with pin_memory, persistent_workers, the start method, where they can matter
                 result.configs, result.knobs = widen(result.configs, cfg0, result.probe)
             if cap is not None:
@@ -304,6 +351,7 @@ def tune(workload: str, model: str, *, budget_s: float, db: Db = None,
                 found = learned_residuals(cfg0, db, result.probe)[0]
                 result.predictions = {i: adjusted(p, found) for i, c in enumerate(result.configs)
                                       if (p := predict(c, result.probe)) is not None}
+            result.probe_s = time.monotonic() - t0
             _search(result, cfg0, db, t0, bar, rng, eta, rung0_epochs, confirm_repeats, top_k)
         except KeyboardInterrupt:
             result.stop_reason = "interrupted"
@@ -319,23 +367,34 @@ def _search(result: TuneResult, cfg0: RunConfig, db: Db, t0: float, bar: tqdm, r
     """The rungs, then the confirmation, all forked from one warm parent (as a sweep keeps: each run forks instead
     of importing torch again)."""
     survivors = _first_rung(result, top_k, rng)
+    result.wanted = len(survivors)
     epochs_of: dict[int, list[float]] = {}   # candidate -> steady epoch walls of its latest run
     rung, steady = 0, rung0_epochs
     with WarmParent() as warm:
         while survivors:
             if rung:
                 rng.shuffle(survivors)
+            # NOTE: the first rung may spend the whole budget: a candidate left untried is worth more than confirming
+            # one against too few (a short budget once confirmed a setting 7 + 7 times after measuring only it)
+            share = 1.0 if rung == 0 else SEARCH_SHARE
+            left_out = 0
             for idx in survivors:
                 cfg = result.configs[idx].replace(epochs=cfg0.warmup_epochs + steady)
-                # the first run always goes: with nothing finished there is nothing to report
-                if result.rows and time.monotonic() - t0 + _estimate(result.rows, epochs_of.get(idx), cfg) \
-                        > result.budget_s * SEARCH_SHARE:
-                    result.stop_reason = "search share of the budget spent"
-                    break
+                # the first run always goes: with nothing finished there is nothing to report; one that would
+                # overrun is passed over for the next, which may be shorter
+                if result.rows and time.monotonic() - t0 + _estimate(result.rows, epochs_of.get(idx), cfg,
+                                                                     _predicted(result, idx, cfg)) \
+                        > result.budget_s * share:
+                    left_out += 1
+                    continue
                 result.rows.append(_measure(cfg, db, result, idx, rung, steady, epochs_of, warm))
                 bar.n = min(round(time.monotonic() - t0), bar.total)
                 bar.set_postfix_str(f"rung {rung}, {len(result.rows)} runs", refresh=True)
-            if result.stop_reason:
+            if left_out:
+                result.stop_reason = "budget spent" if rung == 0 else "search share of the budget spent"
+                if rung == 0:
+                    result.full_budget_s = _full_budget(result, survivors, cfg0, rung0_epochs, eta, confirm_repeats)
+                    return  # NOTE: no confirming: the budget went to candidates (the answer says so)
                 break
             done = [r for r in result.rows if r["rung"] == rung and not math.isnan(r["epoch_s"])]
             if len(done) <= 1:
@@ -349,6 +408,38 @@ def _search(result: TuneResult, cfg0: RunConfig, db: Db, t0: float, bar: tqdm, r
             rung, steady = rung + 1, steady * eta
         _pick_best(result)
         _confirm(result, cfg0.warmup_epochs + rung0_epochs, db, t0, confirm_repeats, rng, warm)
+
+
+def _predicted(result: TuneResult, idx: int, cfg: RunConfig) -> float | None:
+    """Candidate idx's predicted steady epoch, scaled by how the finished runs' measured epochs compared with
+    theirs (the median ratio), or None where it has no prediction or no finished run had one."""
+    p = result.predictions.get(idx)
+    ratios = [r["epoch_s"] / r["predicted_s"] for r in result.rows
+              if not math.isnan(r["epoch_s"]) and not math.isnan(r["predicted_s"]) and r["predicted_s"] > 0]
+    return p.epoch_s * statistics.median(ratios) if p is not None and ratios else None
+
+
+def _full_budget(result: TuneResult, first: list[int], cfg0: RunConfig, rung0_epochs: int, eta: int,
+                 repeats: int) -> float | None:
+    """Seconds a full answer takes, estimated: the first rung's runs, the halving's (the predicted fastest third
+    of each rung again, eta times the epochs), and the confirming runs, within the search's share; plus what the
+    probe and the start took. None before any run finished."""
+    if not any(not math.isnan(r["epoch_s"]) for r in result.rows):
+        return None
+
+    def run_s(idx: int, steady: int) -> float:
+        cfg = result.configs[idx].replace(epochs=cfg0.warmup_epochs + steady)
+        return _estimate(result.rows, None, cfg, _predicted(result, idx, cfg))
+
+    search, alive, steady = sum(run_s(i, rung0_epochs) for i in first), list(first), rung0_epochs
+    epoch = {i: (result.predictions[i].epoch_s if i in result.predictions else 0.0) for i in first}
+    while len(alive) > 1:
+        alive = sorted(alive, key=epoch.__getitem__)[:max(1, math.ceil(len(alive) / eta))]
+        steady *= eta
+        search += sum(run_s(i, steady) for i in alive) if len(alive) > 1 else 0.0
+    best = alive[0]
+    confirm = repeats * (run_s(best, rung0_epochs) + run_s(0, rung0_epochs)) if best != 0 else 0.0
+    return result.probe_s + max(search / SEARCH_SHARE, search + confirm)
 
 
 def _first_rung(result: TuneResult, top_k: int, rng: random.Random) -> list[int]:
@@ -383,14 +474,18 @@ def _probe(cfg0: RunConfig, db: Db, timeout_s: float, wanted: bool) -> tuple[dic
     calibrations = calibrations_dir(db)
     timeout_s = max(1.0, timeout_s)
     started = time.monotonic()
+    # NOTE: the child plans its measurements to end by 70 % of its share (quick where the full probe cannot fit);
+    # what it cannot plan (torch's import, the dataset's build, the first step's: torch.optim imports torch._dynamo)
+    # may overrun on a busy machine, so the guard that stops it stands at 1.5 x the share
+    target, timeout_s = 0.7 * timeout_s, 1.5 * timeout_s
     try:
-        out = subprocess.run([sys.executable, "-m", "engine.predict._probe_child", str(calibrations)],
+        out = subprocess.run([sys.executable, "-m", "engine.predict._probe_child", str(calibrations), f"{target:.1f}"],
                              input=json.dumps(cfg0.to_dict()), capture_output=True, text=True, cwd=ROOT,
                              env=run_env(), timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
-        log.warning("tune: the probe took over %.0f s (its share of the budget); tuning without a prediction",
+        log.warning("tune: the probe took over %.0f s (1.5 x its share of the budget); tuning without a prediction",
                     timeout_s)
-        return None, f"the probe took over {timeout_s:.0f} s, its share of the budget"
+        return None, f"the probe took over {timeout_s:.0f} s, 1.5 x its share of the budget"
     took = time.monotonic() - started
     try:
         answer = json.loads(out.stdout.strip().splitlines()[-1])
@@ -399,18 +494,21 @@ def _probe(cfg0: RunConfig, db: Db, timeout_s: float, wanted: bool) -> tuple[dic
         log.warning("tune: the probe failed (%s); tuning without a prediction", last)
         return None, f"the probe failed: {last[:120]}"
     where = "cached for this host" if answer["cached"] else "measured now"
-    return answer["probe"], f"probe {where}, {took:.0f} s"
+    spread = answer["probe"].get("spread") or 0.0
+    kind = (f"a quick probe (its share of the budget did not fit the full one: ranges ±{spread:.0%})"
+            if answer["probe"].get("quick") else "the full probe")
+    return answer["probe"], f"{kind}, {where}, {took:.0f} s"
 
 
 def _configs(workload: str, model: str, base: dict[str, Any] | None, space: list[dict[str, Any]] | None,
              given: dict[str, Any], default_threads: int | None = None,
-             hidden_pools: bool = False) -> tuple[RunConfig, list[RunConfig]]:
+             hidden_pools: bool = False, waits: float = 0.0) -> tuple[RunConfig, list[RunConfig]]:
     """The fields every candidate shares (cfg0) and the candidates: the user's setup, if given, first."""
     batch = {"batch_size": given["batch_size"]} if "batch_size" in given else {}
     fields = {"bound": False, "tag": "tune", **batch, **(base or {}), "workload": workload, "model": model}
     cfg0 = RunConfig.from_dict(fields)
     configs = [cfg0.replace(**changes) for changes in space] if space else candidates(
-        cfg0, default_threads=default_threads, hidden_pools=hidden_pools)
+        cfg0, default_threads=default_threads, hidden_pools=hidden_pools, waits=waits)
     if given:
         ref = cfg0.replace(**given)
         configs = [ref] + [c for c in configs if c != ref]
@@ -488,13 +586,16 @@ def _peak(run_dir: Any) -> int | None:
     return next((e.get("peak_rss_bytes") for e in read_events(run_dir) if e["type"] == "summary"), None)
 
 
-def _estimate(rows: list[dict[str, Any]], walls: list[float] | None, cfg: RunConfig) -> float:
-    """Seconds the next run will take: start-up overhead + epochs x its last epoch time (or a typical one).
+def _estimate(rows: list[dict[str, Any]], walls: list[float] | None, cfg: RunConfig,
+              predicted: float | None = None) -> float:
+    """Seconds the next run will take: start-up overhead + epochs x its last epoch time (else its prediction,
+    scaled by the finished runs' residual; else a typical one).
 
     Overhead (process start, imports, dataset build, ingest) is what the finished runs took beyond their epochs."""
     done = [r for r in rows if not math.isnan(r["epoch_s"])]
     if not done:
         return statistics.median(r["run_s"] for r in rows)  # only failures so far: they cost about this much
     overhead = statistics.median(max(0.0, r["run_s"] - r["epoch_s"] * r["epochs"]) for r in done)
-    epoch = statistics.median(walls) if walls else statistics.median(r["epoch_s"] for r in done)
+    epoch = statistics.median(walls) if walls else predicted if predicted is not None else \
+        statistics.median(r["epoch_s"] for r in done)
     return overhead + epoch * cfg.epochs

@@ -71,23 +71,22 @@ def _loader_epoch(loader: Any, epoch: int, device: torch.device) -> dict[str, fl
 
 
 def compute_pass(cfg: RunConfig, device: torch.device, build: Callable[[Any], list[Callable]],
-                 fraction: float = 1.0) -> dict[str, Any]:
+                 fraction: float = 1.0, batches: list | None = None) -> dict[str, Any]:
     """The epoch's batches already on `device`, replayed through each step of build(dataset) in turn.
 
     fraction: the share of the epoch's batches the step sees (ddp: one rank's 1/world).
+    batches: (x, y) batches already made (the predictor's probe passes those its load measured: a dataset that waits
+    is not read again); per step, the figures are theirs (`batches` in the answer is their count).
     per_step: wall seconds of each step over the epoch; per_step_cpu: the CPU-seconds of busy work it needs.
     """
     dataset = build_dataset(cfg.replace(latency_ms=0.0, work_us=0))
-    n_batches = (_stream_batches(dataset, cfg) if is_stream(dataset) else
-                 len(epoch_batches(len(dataset), cfg.batch_size, cfg.seed, 1))) * fraction
-    per_sample = math.prod(dataset.sample_shape)  # NOTE: any item shape, not only CHW images (user datasets)
-    keep = max(1, min(int(n_batches) or 1, _MAX_REPLAY_BYTES // (cfg.batch_size * 4 * (1 + per_sample))))
-    batches = []
-    with open_loader(dataset, cfg, torch.device("cpu"), loader="sync") as loader:
-        for i, (x, y) in enumerate(loader.epoch(1)):
-            if i >= keep:
-                break
-            batches.append((x.to(device), y.to(device)))
+    if batches:
+        n_batches = float(len(batches))
+        batches = [(x.to(device), y.to(device)) for x, y in batches]
+    else:
+        n_batches = (_stream_batches(dataset, cfg) if is_stream(dataset) else
+                     len(epoch_batches(len(dataset), cfg.batch_size, cfg.seed, 1))) * fraction
+        batches = _first_batches(dataset, cfg, device, int(n_batches) or 1)
     per_step, per_step_cpu = [], []
     for step in build(dataset):
         # a split stage's inputs are the earlier stages' outputs, made here, untimed
@@ -99,6 +98,19 @@ def compute_pass(cfg: RunConfig, device: torch.device, build: Callable[[Any], li
         per_step_cpu.append(min(cpu, _single_thread_cpu(step, inputs, device)) * scale)
     return {"seconds": sum(per_step), "per_step": per_step, "cpu_s": sum(per_step_cpu), "per_step_cpu": per_step_cpu,
             "ttfb_s": 0.0, "batches": n_batches}
+
+
+def _first_batches(dataset: Any, cfg: RunConfig, device: torch.device, n: int) -> list:
+    """The epoch's first n batches (at most _MAX_REPLAY_BYTES of them), on `device`."""
+    per_sample = math.prod(dataset.sample_shape)  # NOTE: any item shape, not only CHW images (user datasets)
+    keep = max(1, min(n, _MAX_REPLAY_BYTES // (cfg.batch_size * 4 * (1 + per_sample))))
+    batches = []
+    with open_loader(dataset, cfg, torch.device("cpu"), loader="sync") as loader:
+        for i, (x, y) in enumerate(loader.epoch(1)):
+            if i >= keep:
+                break
+            batches.append((x.to(device), y.to(device)))
+    return batches
 
 
 def _stream_batches(dataset: Any, cfg: RunConfig) -> int:

@@ -1,5 +1,8 @@
 """SpdlLoader: an SPDL pipeline (Meta's spdl.pipeline, spdl_core) fetches samples on `workers` threads.
 
+A dataset that offers SPDL's own decoders (`spdl_fetch()`: the jpeg workload, where spdl_io and FFmpeg load,
+engine/workloads/_spdl_decode.py) is fetched through them, GIL-free; any other through its own __getitem__.
+
 Pipeline, built per epoch:
     source(the epoch's batch plan, flattened to (epoch, index) keys)
     -> pipe(fetch one sample, concurrency=workers, output_order="input")
@@ -89,6 +92,12 @@ class SpdlLoader(PooledLoader):
     def _open(self) -> None:
         self._watches: list[_Watch] = []  # epochs' pools whose threads close() joins
         self.pipeline: Pipeline | None = None  # the epoch in flight (tests stop it to kill its stages)
+        # NOTE: a dataset that offers SPDL's own decoders (the jpeg workload, where spdl_io loads) is read through
+        # them, GIL-free, as SPDL's users run it; any other (a plugin's) through its own __getitem__
+        offer = getattr(self.dataset, "spdl_fetch", None)
+        own = offer() if callable(offer) else None
+        self.fetch_one: Callable[[Any], Any] = own or self.dataset.__getitem__
+        self.decoders = own is not None
 
     def _epoch(self, e: int) -> Iterator[tuple[Tensor, Tensor]]:
         self.sampler.set_epoch(e)
@@ -125,7 +134,7 @@ class SpdlLoader(PooledLoader):
         keys = [k for batch in self.sampler for k in batch]  # the plan, flattened; aggregate cuts it again
         return (PipelineBuilder()
                 .add_source(keys)
-                .pipe(watch.wrap("fetch", self.dataset.__getitem__), concurrency=self.workers, executor=pool,
+                .pipe(watch.wrap("fetch", self.fetch_one), concurrency=self.workers, executor=pool,
                       name="fetch", output_order="input")
                 .aggregate(self.batch_size)
                 .pipe(watch.wrap("collate", self.assemble), executor=pool, name="collate")

@@ -26,13 +26,16 @@ _ROUNDS = 2    # measurements of each kind; the fastest is kept
 
 
 def step_beside_python(cfg: Any, device: torch.device, steps: Callable[[Any], list[Callable]],
-                       shared: float) -> dict[str, float]:
+                       shared: float, made: list | None = None) -> dict[str, float]:
     """{"step_gil_share": 0..1, "step_beside_python": wall beside a Python loop / alone (>= 1)} at one intra-op
     thread; `shared`: how much slower two GIL-free threads run now than one (engine/predict/probe.py), so a busy
-    machine's wait for a core is not read as the GIL."""
+    machine's wait for a core is not read as the GIL. made: (x, y) batches already made (else the epoch's first)."""
     dataset = build_dataset(cfg.replace(latency_ms=0.0, work_us=0))
-    with open_loader(dataset, cfg, torch.device("cpu"), loader="sync") as loader:
-        batches = [(x.to(device), y.to(device)) for x, y in itertools.islice(loader.epoch(1), _BATCHES)]
+    if made:
+        batches = [(x.to(device), y.to(device)) for x, y in made[:_BATCHES]]
+    else:
+        with open_loader(dataset, cfg, torch.device("cpu"), loader="sync") as loader:
+            batches = [(x.to(device), y.to(device)) for x, y in itertools.islice(loader.epoch(1), _BATCHES)]
     step = steps(dataset)[0]
     step(*batches[0])  # untimed: allocator and kernel selection
 

@@ -62,13 +62,14 @@ def prior(cfg: RunConfig, device: torch.device, calibrations: Path) -> dict[str,
         return None
 
 
-def _measure(cfg: RunConfig, device: torch.device, default_threads: int) -> dict[str, Any]:
+def _measure(cfg: RunConfig, device: torch.device, default_threads: int, budget_s: float | None = None
+             ) -> dict[str, Any]:
     if os.environ.get(FAIL_ENV):
         raise RuntimeError(f"injected probe failure ({FAIL_ENV} is set)")
     before = torch.get_num_threads()
     torch.set_num_threads(default_threads)
     try:
-        return probe(cfg, device, step_builder(cfg, 0, device))
+        return probe(cfg, device, step_builder(cfg, 0, device), budget_s)
     finally:
         torch.set_num_threads(before)
 
@@ -92,19 +93,20 @@ def _fields(cfg: RunConfig, measured: dict[str, Any], source: str) -> dict[str, 
             "probe_age_s": time.time() - taken if taken else None}
 
 
-def cached_or_new(cfg: RunConfig, calibrations: Path, say: Callable[[str], None] | None = None
-                  ) -> tuple[dict[str, Any], bool]:
+def cached_or_new(cfg: RunConfig, calibrations: Path, say: Callable[[str], None] | None = None,
+                  budget_s: float | None = None) -> tuple[dict[str, Any], bool]:
     """The pipeline's probe on this host and whether it was cached; else measured now (`say` is told first, as it
     takes a few seconds) and saved beside the store, where the pipeline's runs find it. Never touches the store.
-    A folder that cannot take the file leaves the probe unsaved (a warning), not the prediction undone."""
+    A folder that cannot take the file leaves the probe unsaved (a warning), not the prediction undone.
+    budget_s: seconds the probe may take (None: the full probe, which also replaces a cached quick one)."""
     device = devices.resolve(cfg.device)
     path = predict.probe_path(calibrations, cfg, fingerprint()["machine"], device.type)
     found = predict.load_probe(path)
-    if found is not None:
+    if found is not None and (budget_s is not None or not found.get("quick")):
         return found, True
     if say:
         say(f"probing {cfg.workload} + {cfg.model} on {device} (a few seconds)…")
-    measured = _measure(cfg, device, torch.get_num_threads())
+    measured = _measure(cfg, device, torch.get_num_threads(), budget_s)
     if calibrations.parent.is_dir():  # beside an existing store folder; never a new tree of folders
         try:
             predict.save_probe(path, measured)

@@ -12,8 +12,9 @@ The model, per batch (b samples; probe figures scaled per sample when the batch 
                                                 and the hidden pools' (BLAS, OpenMP) threads' CPU together)
     producer  sync, prefetch   L + W            one thread makes every batch
               threads   (w)    (L + (1-g) W) / w + g W     the GIL-held share never runs on two threads
-              processes (w)    (L + W) / w
+              processes (w)    (L + W + H) / w            H: a worker's hand-off of its batch (the probe's passes)
               (W / k in each, where the producer's hidden pool worked: k = 1 + its working extra threads)
+    receive   R per batch (processes): the training process takes each batch in turn, between its steps: serial
     compute   C(t) = C1 ((1 - q) + q / n)       Amdahl's law through the probe's 1-thread and default-thread steps
                                                 (n = min(t, cores) when threads help, q >= 0; n = t when they slow
                                                 the step, q < 0: the team's overhead comes with its t threads
@@ -32,7 +33,7 @@ The model, per batch (b samples; probe figures scaled per sample when the batch 
 
     epoch     = the largest of      data      waves of w batches (w producers start together) x w x producer
                                               + one step
-                                    compute   first batch + batches x compute
+                                    compute   first batch + batches x (compute + R)
                                     cores     batches x cores
                                     gil       batches x (g W + gs C): a producer thread in the step's process
                                               (sync aside, which does not overlap) and the step take turns on
@@ -177,7 +178,11 @@ def predict(cfg: RunConfig, probe: dict[str, Any], cores: float | None = None) -
         # a Python-bound producer thread slows the step while it holds the GIL (the step waits for its turn);
         # NOTE: never by more than the producer holds it: the step can wait no longer than that
         step_wall += min(held / producers, step_wall) * min(1.0, probe["step_beside_python"] - 1)
-    produce = _producer(latency, made, held / made if shape.in_process and made > 0 else 0.0, producers)
+    # NOTE: a worker process hands each batch over (shared memory, pickled handles), and the training process takes
+    # each one in turn, between its steps: that side is serial however many workers there are (the probe's passes)
+    hand, receive = ((0.0, 0.0) if shape.in_process else
+                     (probe.get("handoff_s", 0.0) * per_sample, probe.get("receive_s", 0.0) * per_sample))
+    produce = _producer(latency, made + hand, held / made if shape.in_process and made > 0 else 0.0, producers)
     cpu = batches * (work + busy) / cores
     if on_cpu and not shape.overlaps:  # one thread loads, then steps: nothing overlaps
         terms = {serial_kind(produce, step_wall): batches * (produce + step_wall), "cpu-bound": cpu}
@@ -185,8 +190,9 @@ def predict(cfg: RunConfig, probe: dict[str, Any], cores: float | None = None) -
         # the first batch is waited for in full (one producer makes it), the last batch's step runs after it; w
         # producers start together, so batches come in waves of w (8 batches, 4 workers: 2 waves, not 1 + 7/4)
         # (the last step runs with nothing made beside it)
-        terms = {"data-bound": math.ceil(batches / producers) * producers * produce + alone,
-                 "compute-bound": latency + made + (batches - 1) * step_wall + alone, "cpu-bound": cpu}
+        terms = {"data-bound": max(math.ceil(batches / producers) * producers * produce, batches * receive) + alone,
+                 "compute-bound": latency + made + hand + (batches - 1) * (step_wall + receive) + alone,
+                 "cpu-bound": cpu}
         if in_process:
             # a producer thread in the step's process and the step cannot overlap the parts both hold the GIL for
             shared = batches * (held + (probe.get("step_gil_share") or 0.0) * alone)

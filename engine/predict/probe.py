@@ -22,6 +22,8 @@ any loader setting, measured in a few seconds.
              CPU seconds per step. Two points fit Amdahl's law for any thread count between.
     step gil the step beside a pure-Python thread (engine/predict/_probe_step.py): its GIL-held share, and how
              much slower it runs while a producer thread wants the GIL.
+    hand-off a DataLoader worker process's batch past its load, and the training process's serial side of it
+             (engine/predict/_probe_handoff.py): a 1- and a 2-worker pass over batches already made.
 
 The probe does not depend on the loader, its workers or its threads, so one probe predicts them all
 (engine/predict/model.py). It is cached per workload, model, batch size and device on this host, and
@@ -37,13 +39,15 @@ import statistics
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
 from engine.calibrate import compute_pass, time_again
 from engine.loaders import epoch_batches, open_loader, stream_fetch, to_device
-from engine.measure import fingerprint, hidden_pools, usable_cpus
+from engine.measure import fingerprint, hidden_pools, tree_cpu_s, usable_cpus
+from engine.predict._probe_handoff import handoff
 from engine.predict._probe_step import step_beside_python
 from engine.workloads import build_dataset, is_stream
 
@@ -55,7 +59,7 @@ __all__ = ["PROBE_KEYS", "PROBE_METHOD", "probe"]
 # what a probe depends on: the dataset, the model and its step, the batch and where it runs (not the loader)
 PROBE_KEYS = ("workload", "n_samples", "image_size", "num_classes", "work_us", "latency_ms", "folder", "seed",
               "model", "width", "depth", "optimizer", "lr", "batch_size", "device", "collate", "loss")
-PROBE_METHOD = 2  # how the figures are taken; a change of method keys new probes (engine/predict/model.py: probe_path)
+PROBE_METHOD = 3  # how the figures are taken; a change of method keys new probes (engine/predict/model.py: probe_path)
 _LOAD_S = 0.4      # wall seconds of batches each load measurement aims at (at least 2 batches)
 _STEPS = 16        # steps replayed per thread count
 _TOO_BUSY = 1.5   # core sharing (see _core_sharing) above which the GIL share is not told apart from it
@@ -71,33 +75,103 @@ _REPEATS = 3
 _LATENT = 0.25     # a latency share of the load's wall above which its mean latency is measured over more batches
 _TAIL_S = 1.5      # wall seconds the mean latency may take, beyond the windows
 _POOL_BUSY = 0.05  # CPU of other threads, as a share of the loading thread's, past which a hidden pool is in use
+QUICK_SPREAD = 0.25  # the least half-width (relative) of a quick probe's ranges: fewer windows, less sure
 _TAIL_ITEMS = 512  # items enough to see a heavy tail's weight (lognormal, sigma 1: the mean within ~10 %)
 
 
-def probe(cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[Callable]]) -> dict[str, Any]:
-    """Measure the probe for cfg's pipeline on `device`; steps(dataset) -> [the mode's train step] (one)."""
+@dataclass(frozen=True)
+class _Plan:
+    """How many of each measurement the probe takes: the full probe, or a quick one that fits a short budget (one
+    window where there were three, one GIL pair (none where the load mostly waits), no latency tail beyond the
+    window, one step at each thread count, no step-beside-Python) and says so with a wider range."""
+
+    repeats: int = _REPEATS
+    gil_pairs: int = _GIL_PAIRS
+    tail_s: float = _TAIL_S
+    quick: bool = False
+
+
+def _full_load_s(first: float) -> float:
+    """Seconds the full plan's load measurements take, from one batch's: the windows, the tail, the GIL pairs."""
+    window = max(_LOAD_S, 2 * first)
+    return _REPEATS * window + _TAIL_S + _GIL_PAIRS * (3 * max(_LOAD_S / 2, 2 * first) + _LOAD_S)
+
+
+def probe(cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[Callable]],
+          budget_s: float | None = None) -> dict[str, Any]:
+    """Measure the probe for cfg's pipeline on `device`; steps(dataset) -> [the mode's train step] (one).
+
+    budget_s: seconds the probe may take from here (None: no limit). Where the full probe does not fit, a quick one
+    (`_Plan`) is taken instead, its ranges wider (QUICK_SPREAD): a prediction with a wide range beats none."""
+    end = time.perf_counter() + budget_s if budget_s else math.inf
     dataset = build_dataset(cfg)
+    kept: list[Any] = []   # batches the load made, replayed by the step: a waiting dataset is not read again
     with open_loader(dataset, cfg, device, loader="sync") as loader:
         # a stream: batches of the probe's own pass over it (a fresh iter(): the run's epochs are not consumed)
         keys, fetch = stream_fetch(loader) if is_stream(dataset) else \
             (epoch_batches(len(dataset), cfg.batch_size, cfg.seed, 1), loader.fetch)
-        load = _load(fetch, keys, device, cores := usable_cpus())  # the loaders' fetch: collate, pinning
+
+        def plan(first: float) -> _Plan:  # NOTE: the load gets at most about half of what is left, the step the rest
+            left = end - time.perf_counter()
+            if _full_load_s(first) <= 0.45 * left:
+                return _Plan()
+            return _Plan(repeats=1, gil_pairs=1, tail_s=0.0, quick=True)
+
+        load = _load(fetch, keys, device, cores := usable_cpus(), plan, kept)  # the loaders' fetch: collate, pinning
     default = torch.get_num_threads()
-    compute = {}
-    fraction = min(1.0, _STEPS / len(keys))  # a few steps are enough for a per-step cost
-    for threads in sorted({1, default}):
-        with _threads(threads):
-            c = compute_pass(cfg, device, steps, fraction)
-        compute[str(threads)] = {"wall_s": c["seconds"] / c["batches"], "cpu_s": c["cpu_s"] / c["batches"]}
-    spin = _spin_after_step() if device.type == "cpu" and default > 1 else 0.0
+    compute, batches = _compute(cfg, device, steps, kept, default, end, load["quick"])
+    # a processes worker's hand-off of a batch, and the training process's serial side of it (NOTE: not in a quick
+    # probe, whose budget its worker's start would overrun: there the model reads no hand-off, the range covers it)
+    if not load["quick"]:
+        load.update(handoff(kept[:8], bool(cfg.pin_memory) and device.type == "cuda"))
+    spin = _spin_after_step() if device.type == "cpu" and default > 1 and not load["quick"] else 0.0
     gil_free = load["core_sharing"] <= _TOO_BUSY and cores >= 2  # NOTE: one core, or too busy: the GIL is not told
+    step_s = compute[str(default)]["wall_s"]
+    # the step beside a Python thread replays its batches about 6 times: only where that fits what is left
+    fits = not load["quick"] and 6 * batches * step_s * 2 < end - time.perf_counter()
     with _threads(1):
-        beside = step_beside_python(cfg, device, steps, load["core_sharing"]) if gil_free else {}
+        beside = step_beside_python(cfg, device, steps, load["core_sharing"], kept[:int(batches)]) \
+            if gil_free and fits else {}
     load.update({k: beside.get(k) for k in ("step_gil_share", "step_beside_python")})
+    if load["quick"]:
+        load["spread"] = max(load["spread"], QUICK_SPREAD)
     n_samples = (dataset.total or cfg.n_samples) if is_stream(dataset) else len(dataset)
     return {"batch_size": cfg.batch_size, "n_samples": n_samples, "batches": len(keys), "cores": cores,
             "default_threads": default, "device": device.type, **load, "compute": compute, "spin_after_step_s": spin,
-            "machine": fingerprint()["machine"], "taken_at": time.time()}
+            "steps_replayed": batches, "machine": fingerprint()["machine"], "taken_at": time.time()}
+
+
+def _compute(cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[Callable]], kept: list[Any],
+             default: int, end: float, quick: bool) -> tuple[dict[str, dict[str, float]], float]:
+    """The step replayed on the load's batches at one intra-op thread and at torch's default: wall and CPU seconds
+    per step, and how many batches were replayed: _STEPS where they fit what is left before `end`, fewer for a
+    heavy step (a first replay of one batch sizes them), at least one; a quick probe's one step, timed on part of a
+    batch where a whole one does not fit (the share it timed)."""
+    out: dict[str, dict[str, float]] = {}
+
+    def measure(threads: int, n: int) -> None:
+        with _threads(threads):
+            c = compute_pass(cfg, device, steps, batches=kept[:n])
+        out[str(threads)] = {"wall_s": c["seconds"] / c["batches"], "cpu_s": c["cpu_s"] / c["batches"]}
+
+    n = min(_STEPS, len(kept))
+    if quick:  # NOTE: a compute pass times each replay 3 times at least, and once more on one thread: too long here
+        out, part = _one_step_each(cfg, device, steps, kept[0], default, end)
+        return out, part / cfg.batch_size
+    if end < math.inf:
+        measure(default, 1)  # NOTE: a compute pass times a replay at least 3 times, plus one untimed step
+        left = end - time.perf_counter()
+        one_step = out[str(default)]["wall_s"]
+        # the rest: the one-thread pass (up to `default` times slower) and the default's again, ~5 replays each
+        n = max(1, min(n, int(0.8 * left / max(5 * one_step * (1 + default), 1e-6))))
+        if n > 1:
+            measure(default, n)
+        if default != 1:
+            measure(1, n)
+        return out, n
+    for threads in sorted({1, default}):
+        measure(threads, n)
+    return out, n
 
 
 def _spin_after_step() -> float:
@@ -109,11 +183,70 @@ def _spin_after_step() -> float:
     return _spin_after(lambda: torch.mm(a, a))
 
 
-def _load(fetch: Callable, keys: list, device: torch.device, cores: float) -> dict[str, Any]:
+def _one_step_each(cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[Callable]], batch: Any,
+                   default: int, end: float) -> tuple[dict[str, dict[str, float]], int]:
+    """A quick probe's step, and the samples it was timed on: an untimed step on two samples, then timed steps at
+    torch's default threads (wall, and the process's CPU, no more than one thread's, as a compute pass counts it)
+    and at one thread.
+
+    NOTE: a step too heavy for what is left before `end` (a ResNet on a CPU takes seconds) is timed on two samples and
+    on as many as fit, and the line through the two carried to the whole batch: a step has a part that does not grow
+    with the batch (the optimizer's update, the dispatch), so scaling two samples' time per sample read it 2.7x slow."""
+    step = steps(build_dataset(cfg.replace(latency_ms=0.0, work_us=0)))[0]
+    x, y = (t.to(device) for t in batch)
+    full = x.shape[0]
+
+    def timed(threads: int, n: int) -> tuple[float, float]:
+        with _threads(threads):
+            t0, c0 = time.perf_counter(), tree_cpu_s()
+            step(x[:n], y[:n])
+            cpu = tree_cpu_s() - c0
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            return time.perf_counter() - t0, cpu
+
+    def line(a: tuple[int, tuple[float, float]], b: tuple[int, tuple[float, float]]) -> dict[str, float]:
+        """The line through two (samples, (wall, CPU)) points carried to the whole batch, held between the larger
+        point's own time and that time scaled per sample (a noisy slope is not multiplied up)."""
+        (n0, t0), (n1, t1) = a, b
+        out = {}
+        for i, k in enumerate(("wall_s", "cpu_s")):
+            carried = t1[i] + (t1[i] - t0[i]) * (full - n1) / (n1 - n0) if n1 > n0 else t1[i] * full / n1
+            out[k] = min(max(carried, t1[i]), t1[i] * full / n1)
+        return out
+
+    two = min(2, full)
+    timed(default, two)  # untimed: allocator and kernel selection
+    small = (two, timed(default, two))
+    # the most samples (the batch, 32, 8) whose step, scaled per sample (an upper bound), fits beside a one-thread
+    # step in what is left; 8 at least: one point carried per sample read a small MLP's 1 ms step at 1.7 s
+    left = end - time.perf_counter()
+    sizes = [n for n in (full, 32, 8) if n <= full]
+    part = next((n for n in sizes if small[1][0] * n / two * (1 + default) <= left), min(8, full))
+    big = (part, timed(default, part)) if part > two else small
+    out = {str(default): line(small, big)}
+    if default != 1:
+        # NOTE: where one more step does not fit what is left, one thread's step is the default's CPU-seconds: the
+        # same work on one core (less the team's spin, which errs it slow, the side a short probe's range covers)
+        cpu = out[str(default)]["cpu_s"]
+        if end - time.perf_counter() > 1.5 * big[1][1]:
+            out["1"] = line((two, timed(1, two)), (part, timed(1, part)) if part > two else (two, timed(1, two)))
+        else:
+            out["1"] = {"wall_s": cpu, "cpu_s": cpu}
+        out[str(default)]["cpu_s"] = min(out[str(default)]["cpu_s"], out["1"]["cpu_s"])
+    return out, part
+
+
+def _load(fetch: Callable, keys: list, device: torch.device, cores: float,
+          plan_for: Callable[[float], _Plan] = lambda first: _Plan(), kept: list | None = None) -> dict[str, Any]:
     """Per batch: wall and CPU seconds of fetch + collate (+ copy) on one thread, the GIL share (None on one core:
-    two threads would wait for the core, not the GIL), the hidden pools, and the spread of the windows."""
+    two threads would wait for the core, not the GIL), the hidden pools, and the spread of the windows.
+    plan_for(one batch's seconds) -> how many windows to take; `kept` gets the first _STEPS batches made."""
     def one(batch_keys: list) -> None:
-        to_device(fetch(batch_keys), device)
+        batch = fetch(batch_keys)
+        if kept is not None and len(kept) < _STEPS:
+            kept.append(batch)
+        to_device(batch, device)
 
     with _threads(1):
         for k in keys[:_WARM_BATCHES]:
@@ -127,17 +260,22 @@ def _load(fetch: Callable, keys: list, device: torch.device, cores: float) -> di
         pools = loaded if (time.process_time() - c0) - (time.thread_time() - own0) > \
             _POOL_BUSY * (time.thread_time() - own0) else []
         clock = time.process_time if pools else time.thread_time
+        plan = plan_for(first)
         n = max(2, min(len(keys), math.ceil(_LOAD_S / max(first, 1e-4))))
         batch = [keys[i % len(keys)] for i in range(n)]
-        tries = _tries(lambda: _one_thread(one, batch, clock))
+        tries = _tries(lambda: _one_thread(one, batch, clock), plan.repeats)
         fastest, fast_cpu = (x / n for x in min(tries))
         waits = [max(0.0, w - c) / n for w, c in tries]
         latent = fastest > 0 and (fastest - fast_cpu) / fastest > _LATENT
-        if latent:  # latency: its mean, over more of the epoch's batches
-            waits += _more_waits(one, keys[n:], n, clock)
+        if latent and plan.tail_s > 0:  # latency: its mean, over more of the epoch's batches
+            waits += _more_waits(one, keys[n:], n, clock, plan.tail_s)
         # each pair's windows: half a load window's wall, whatever the dataset's length (keys again if short)
-        pair = [keys[i % len(keys)] for i in range(max(2, math.ceil(_LOAD_S / 2 / max(fastest, 1e-4))))]
-        gil, shared, singles = _gil_share(one, pair, clock) if cores >= 2 else (None, 1.0, [])
+        least = 1 if plan.quick else 2  # a quick probe's pairs: one batch a window where one is slow
+        pair = [keys[i % len(keys)] for i in range(max(least, math.ceil(_LOAD_S / 2 / max(fastest, 1e-4))))]
+        # NOTE: a quick probe of a load that mostly waits skips the GIL pairs: the share is of its little work, and
+        # unmeasured it counts as held (the model's side that errs slow)
+        pairs = 0 if plan.quick and latent else plan.gil_pairs
+        gil, shared, singles = _gil_share(one, pair, clock, pairs) if cores >= 2 and pairs else (None, 1.0, [])
         pool_spin = _spin_after(lambda: one(batch[0])) if pools else 0.0
     windows = [(w / n, c / n) for w, c in tries] + [(w / len(pair), c / len(pair)) for w, c in singles]
     wall, cpu = (statistics.median(x[i] for x in windows) for i in (0, 1))
@@ -146,10 +284,11 @@ def _load(fetch: Callable, keys: list, device: torch.device, cores: float) -> di
     return {"load_wall_s": cpu + latency, "load_cpu_s": cpu, "load_median_wall_s": wall,
             "load_fastest_wall_s": fastest, "load_windows": len(windows), "gil_share": gil, "core_sharing": shared,
             "pools": pools, "pools_loaded": loaded, "pool_spin_s": pool_spin,
-            "spread": _spread([w for w, _ in windows], waits, cpu + latency), "latency_batches": len(waits) * n}
+            "spread": _spread([w for w, _ in windows], waits, cpu + latency), "latency_batches": len(waits) * n,
+            "quick": plan.quick}
 
 
-def _gil_share(one: Callable[[Any], None], batch: list, clock: Callable[[], float]
+def _gil_share(one: Callable[[Any], None], batch: list, clock: Callable[[], float], n_pairs: int = _GIL_PAIRS
                ) -> tuple[float | None, float, list[tuple[float, float]]]:
     """The load's GIL-held share, the core sharing it was told apart from, and the one-thread windows (wall, CPU)
     it timed: the median of _GIL_PAIRS pairs of windows, each pair two threads at once between two one-thread
@@ -161,7 +300,7 @@ def _gil_share(one: Callable[[Any], None], batch: list, clock: Callable[[], floa
     against the fastest two-thread window taken seconds apart: this VM's speed drifts over seconds, and those read
     a pure-Python tokenizer's share at 0.58-1.00 across probes; its pairs read 0.9-1.4 (before the clamp)."""
     pairs, singles = [], []
-    for _ in range(_GIL_PAIRS):
+    for _ in range(n_pairs):
         before = _one_thread(one, batch, clock)
         two = _two_threads(one, batch)
         after = _one_thread(one, batch, clock)  # one thread on both sides: a drift of the VM's speed cancels
@@ -174,13 +313,14 @@ def _gil_share(one: Callable[[Any], None], batch: list, clock: Callable[[], floa
     return gil, shared, singles
 
 
-def _more_waits(one: Callable[[Any], None], rest: list, n: int, clock: Callable[[], float]) -> list[float]:
+def _more_waits(one: Callable[[Any], None], rest: list, n: int, clock: Callable[[], float],
+                tail_s: float = _TAIL_S) -> list[float]:
     """Latency per batch of windows of n batches over the rest of the epoch, while they take under _TAIL_S and
     until _TAIL_ITEMS items (counted as batches x n of the first window's size) are seen."""
     waits: list[float] = []
     t0 = time.perf_counter()
     for i in range(0, len(rest) - n + 1, n):
-        if time.perf_counter() - t0 > _TAIL_S or (len(waits) + 3) * n * len(rest[0]) >= _TAIL_ITEMS:
+        if time.perf_counter() - t0 > tail_s or (len(waits) + 3) * n * len(rest[0]) >= _TAIL_ITEMS:
             break
         w, c = _one_thread(one, rest[i:i + n], clock)
         waits.append(max(0.0, w - c) / n)
@@ -228,11 +368,11 @@ def _core_sharing(seconds: float) -> float:
     return max(1.0, _two_threads(work, [None]) / alone) if alone > 0 else 1.0
 
 
-def _tries(measure: Callable[[], tuple[float, ...]]) -> list[tuple[float, ...]]:
+def _tries(measure: Callable[[], tuple[float, ...]], repeats: int = _REPEATS) -> list[tuple[float, ...]]:
     """The measurements time_again asks for, while they add up (by their first figure, wall seconds) to under
-    _REPEATS x _LOAD_S: a slow pipeline's probe stays a few seconds."""
+    repeats x _LOAD_S: a slow pipeline's probe stays a few seconds."""
     tries = [measure()]
-    while time_again(len(tries), sum(t[0] for t in tries), _REPEATS * _LOAD_S):
+    while time_again(len(tries), sum(t[0] for t in tries), repeats * _LOAD_S):
         tries.append(measure())
     return tries
 

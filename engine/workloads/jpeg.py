@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import logging
@@ -27,7 +28,7 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -35,6 +36,7 @@ from tqdm import tqdm
 
 from engine import paths
 from engine.errors import ConfigError
+from engine.workloads import _spdl_decode
 from engine.workloads._base import SeededDataset, sample_seed
 from engine.workloads._image import load_rgb, render_jpeg, train_transform
 
@@ -147,6 +149,17 @@ class JpegWorkload(SeededDataset):
             raise ConfigError("n_samples", f"the jpeg workload would write about {need / 1e9:.1f} GB under {root}, "
                                            f"but only {free / 1e9:.1f} GB are free; lower n_samples or set "
                                            "LOADERLAB_DATA to a bigger disk")
+
+    def path_of(self, index: int) -> Path:
+        return self.root / _relpath(index)
+
+    def label_of(self, index: int) -> int:
+        return (index % VISUAL_CLASSES) % self.num_classes
+
+    def spdl_fetch(self) -> Callable[[Any], tuple[torch.Tensor, int]] | None:
+        """This sample decoded by SPDL's own decoders, as SPDL's users run it (the spdl loader's fetch), where
+        spdl_io and its FFmpeg libraries load; else None (the loader calls __getitem__: PIL)."""
+        return functools.partial(_spdl_decode.decode, self) if _spdl_decode.available() else None
 
     def _load(self, epoch: int, index: int) -> tuple[torch.Tensor, int]:
         path = self.root / _relpath(index)

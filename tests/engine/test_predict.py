@@ -1,8 +1,10 @@
 """engine.predict.model's capacity model as properties (Hypothesis over probes): more cores never slow a setting,
 more latency never speeds one, more process workers never slow one that fits the cores, a sync loader on a CPU
-is never predicted faster than the same setting overlapped, and no prediction beats the work the cores must do.
-The probe (engine/predict/probe.py) on real pipelines: a sleep is latency that holds no GIL, a Python loop is
-CPU work that holds it, and what that predicts for threads against processes."""
+is never predicted faster than the same setting overlapped, no prediction beats the work the cores must do, a
+worker process's batch is never faster than the one-thread load plus its hand-off, and no worker count beats the
+training process's serial receiving side. The probe (engine/predict/probe.py) on real pipelines: a sleep is latency
+that holds no GIL, a Python loop is CPU work that holds it, what that predicts for threads against processes, and a
+budget too short for the full probe gets a quick one with a wider range."""
 
 from __future__ import annotations
 
@@ -45,6 +47,8 @@ def probes(draw: st.DrawFn) -> dict:
             "pool_spin_s": draw(seconds) if pool > 1 else 0.0,
             # the load's median wall: its CPU spread over the pool's threads by the share of them that worked
             "load_median_wall_s": cpu / (1 + draw(st.floats(0.0, 1.0)) * (pool - 1)),
+            # a worker process's hand-off of a batch, and the training process's serial side of it (at most that)
+            **(lambda hand: {"handoff_s": hand, "receive_s": hand * draw(st.floats(0.0, 1.0))})(draw(seconds)),
             "compute": {"1": {"wall_s": one, "cpu_s": one * draw(st.floats(0.5, 1.0))},
                         str(threads): {"wall_s": one * draw(st.floats(0.2, 3.0)),
                                        "cpu_s": one * draw(st.floats(0.5, float(threads)))}}}
@@ -82,6 +86,35 @@ def test_more_process_workers_never_slow_a_setting_that_fits_the_cores(p: dict, 
     more, fewer = predict(_cfg("processes", workers + 1, 1), p), predict(_cfg("processes", workers, 1), p)
     assert more.epoch_s <= fewer.epoch_s * (1 + 1e-9)
     assert not more.oversubscribed
+
+
+@settings(max_examples=300, deadline=None)
+@given(probes(), st.integers(1, 64), st.integers(1, 16), st.integers(1, 64))
+def test_a_workers_batch_is_never_predicted_faster_than_the_one_thread_load_plus_its_hand_off(
+        p: dict, workers: int, threads: int, cores: int) -> None:
+    p = {**p, "pools": []}
+    batches = math.ceil(p["n_samples"] / p["batch_size"])
+    epoch = predict(_cfg("processes", workers, threads), p, cores).epoch_s
+    assert epoch >= math.ceil(batches / workers) * (p["load_wall_s"] + p["handoff_s"]) * (1 - 1e-9)
+
+
+@settings(max_examples=300, deadline=None)
+@given(probes(), st.integers(1, 64), st.integers(1, 16), st.integers(1, 64))
+def test_more_workers_never_predict_faster_than_the_receiving_side_allows(p: dict, workers: int, threads: int,
+                                                                        cores: int) -> None:
+    batches = math.ceil(p["n_samples"] / p["batch_size"])
+    epoch = predict(_cfg("processes", workers, threads), p, cores).epoch_s
+    assert epoch >= batches * p["receive_s"] * (1 - 1e-9)
+
+
+@settings(max_examples=300, deadline=None)
+@given(probes(), st.integers(1, 63))
+def test_more_process_workers_on_enough_cores_never_predict_slower(p: dict, workers: int) -> None:
+    """Monotone in workers where physics says so: every thread has a core (each worker's pool too)."""
+    pool = max([1] + [q["threads"] for q in p["pools"]])
+    cores = 1 + (workers + 1) * pool
+    more, fewer = predict(_cfg("processes", workers + 1, 1), p, cores), predict(_cfg("processes", workers, 1), p, cores)
+    assert more.epoch_s <= fewer.epoch_s * (1 + 1e-9)
 
 
 @settings(max_examples=100, deadline=None)
@@ -283,3 +316,19 @@ def test_a_load_whose_machine_slows_after_the_first_windows_is_read_at_most_wind
     # the range reaches down to the fast stretch, as closely as the fastest window is held to it above (a CI's quiet
     # part read its low end at 17.8 ms, 1.11x the stretch's 16: the windows' own overhead, not a range that stopped short)
     assert p["load_wall_s"] / (1 + p["spread"]) < 1.3 * fast
+
+
+def test_a_probe_that_cannot_fit_its_budget_is_a_quick_one_with_a_wider_range_not_none() -> None:
+    """A budget far below the full probe's: the probe still comes back, says it is quick, and its range is at least
+    QUICK_SPREAD; without a budget, the full probe (with its hand-off passes)."""
+    from engine.predict.probe import QUICK_SPREAD
+
+    cfg = RunConfig.from_dict({"workload": "bench.pipelines.storage:build", "model": "bench.pipelines.storage:model",
+                               "n_samples": 256, "batch_size": 32, "device": "cpu"})
+    quick = probe(cfg, CPU, step_builder(cfg, 0, CPU), budget_s=0.5)
+    assert quick["quick"] and quick["spread"] >= QUICK_SPREAD and quick["load_windows"] >= 1
+    assert set(quick["compute"]) == {"1", str(quick["default_threads"])}
+    assert predict(_cfg("threads", 8, 1), quick).epoch_s > 0
+    full = probe(cfg, CPU, step_builder(cfg, 0, CPU))
+    assert not full["quick"] and full["load_windows"] > quick["load_windows"]
+    assert full["handoff_s"] >= full["receive_s"] > 0   # a worker's batch pays at least the receiving side's share

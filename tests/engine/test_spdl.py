@@ -16,7 +16,7 @@ from _loader_fixtures import TinyDataset
 from test_loaders import BS, N, SEED, ids_of, leftovers, planned
 
 from engine.config import ConfigError, RunConfig
-from engine.loaders import LOADERS, LoaderTimeout, SpdlLoader
+from engine.loaders import LOADERS, LoaderTimeout, SpdlLoader, open_loader
 from engine.loaders.spdl import STOP_S
 
 
@@ -86,3 +86,49 @@ def test_a_pipeline_stopped_under_the_loader_fails_the_epoch():
         assert ids_of(got) == planned(0)[:len(got)] and len(got) < 10
         assert ids_of(loader.epoch(1)) == planned(1)  # the loader still works: each epoch has its own pipeline
     assert leftovers(before) == ([], [])
+
+
+# ---------------------------------------------------------------------------- SPDL's own decoders
+
+
+def _jpeg(tmp_path, monkeypatch, **fields):
+    from engine.config import RunConfig
+    from engine.workloads import build_dataset
+
+    monkeypatch.setenv("LOADERLAB_DATA", str(tmp_path))
+    cfg = RunConfig.from_dict({"workload": "jpeg", "n_samples": 16, "image_size": 32, "device": "cpu",
+                               "loader": "spdl", "workers": 2, "batch_size": 8, **fields})
+    return cfg, build_dataset(cfg)
+
+
+def test_where_spdl_io_loads_the_jpeg_workload_under_spdl_decodes_with_spdls_decoders_the_same_sample(
+        tmp_path, monkeypatch):
+    """The same crop and flip from the same per-sample seed, decoded and resized by FFmpeg: close to PIL's, the
+    same label; and the spdl loader fetches through it (GIL-free), every batch whole."""
+    from engine.workloads import _spdl_decode
+
+    if not _spdl_decode.available():
+        pytest.skip("spdl_io or its FFmpeg libraries are not installed here (requirements.txt says which)")
+    cfg, ds = _jpeg(tmp_path, monkeypatch)
+    fetch = ds.spdl_fetch()
+    for key in [(1, 3), (2, 3), (1, 11)]:
+        (mine, label), (pil, pil_label) = fetch(key), ds[key]
+        assert mine.shape == pil.shape == (3, 32, 32) and mine.dtype == pil.dtype and label == pil_label
+        # bilinear resampling differs between FFmpeg and PIL, not the crop: far below an unrelated image's distance
+        assert (mine - pil).abs().mean() < 0.25 * (mine - ds[(key[0], (key[1] + 1) % 16)][0]).abs().mean()
+    with open_loader(ds, cfg, torch.device("cpu"), loader="spdl") as loader:
+        assert loader.decoders and loader.fetch_one is not ds.__getitem__
+        assert [x.shape[0] for x, _ in loader.epoch(1)] == [8, 8]
+
+
+def test_the_spdl_loader_reads_a_dataset_without_decoders_through_its_own_getitem(tmp_path, monkeypatch):
+    """A plugin's dataset (no spdl_fetch), and the jpeg workload with SPDL's decoders turned off: __getitem__."""
+    from engine.workloads._spdl_decode import OFF_ENV
+
+    monkeypatch.setenv(OFF_ENV, "0")
+    cfg, ds = _jpeg(tmp_path, monkeypatch)
+    assert ds.spdl_fetch() is None
+    plugin = torch.utils.data.TensorDataset(torch.zeros(16, 3), torch.zeros(16, dtype=torch.long))
+    for dataset in (ds, plugin):
+        with open_loader(dataset, cfg, torch.device("cpu"), loader="spdl") as loader:
+            assert not loader.decoders and loader.fetch_one == dataset.__getitem__

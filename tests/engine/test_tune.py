@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
+import time
 
 import pytest
 
 from engine import cli
 from engine.advice.tune import TuneResult, candidates, parse_budget, run_flags, tune
 from engine.config import ConfigError, RunConfig
+from engine.predict import predict
 from engine.store import list_runs
 
 TINY = {"n_samples": 128, "image_size": 8, "width": 8, "batch_size": 32, "device": "cpu", "sample_hz": 0.0}
@@ -261,3 +264,130 @@ def test_a_mode_the_model_does_not_cover_is_tuned_by_plain_halving(store):
     assert [r["candidate"] for r in result.rows[:3]] == order   # the whole space, shuffled, as before
     assert [r["rung"] for r in result.rows] == [0, 0, 0, 1, 1] and result.best is not None
     assert all(math.isnan(r["predicted_s"]) and r["limit"] is None for r in result.rows)
+
+
+# ---------------------------------------------------------------------------- a short budget says so
+
+
+@pytest.mark.slow
+def test_one_setting_measured_is_never_called_the_fastest_nor_confirmed_against_itself(store):
+    """The user's setup is the only candidate: it is measured once, never compared with itself, and the answer
+    does not call it the fastest of one."""
+    result = tune("tensor", "mlp", budget_s=600, db=store, base=TINY, progress=False,
+                  space=[{"loader": "threads", "workers": 1}], baseline="loader=threads,workers=1", predicted=False)
+    assert len(result.configs) == 1 and result.best_idx == 0
+    assert len(result.rows) == 1 and result.confirm_rows == [] and result.comparison == {}
+    text = result.render()
+    assert "fastest" not in text and "only threads, 1 worker" in text and "nothing to confirm" in text, text
+
+
+@pytest.mark.slow
+def test_a_short_budget_tries_candidates_until_it_is_spent_and_says_what_a_full_answer_takes(store):
+    """Six candidates and a budget for a few runs: tune keeps trying candidates while a run fits in what is left
+    (it does not stop at the search's share to confirm), and says how many it tried of how many, and the budget a
+    full answer takes."""
+    space = [{"loader": "sync"}, {"loader": "prefetch"}] + [{"loader": "threads", "workers": w} for w in (1, 2)] + \
+        [{"loader": "processes", "workers": w} for w in (1, 2)]
+    budget = 12.0   # a run of 4 epochs of 4 batches of 4 ms samples takes a few seconds: a few runs fit, not six
+    result = tune("tensor", "mlp", budget_s=budget, db=store, base={**TINY, "latency_ms": 4.0}, progress=False,
+                  space=space, predicted=False)
+    tried = {r["candidate"] for r in result.rows}
+    assert result.confirm_rows == []   # the budget went to candidates, not to confirming one against too few
+    if len(tried) < len(space):
+        # what was left would not buy another run
+        assert budget - result.spent_s < max(r["run_s"] for r in result.rows), (result.spent_s, result.rows)
+        text = result.render()
+        assert f"tried {len(tried)} of the {len(space)} candidates" in text, text
+        assert result.full_budget_s is not None and result.full_budget_s > budget
+        assert f"--budget {math.ceil(result.full_budget_s)}s" in text
+    if len(tried) > 1:
+        assert "only " not in result.render()
+
+
+def test_a_short_budget_with_predictions_says_it_ran_the_predicted_fastest_first():
+    """The answer of a tune cut short names how many of the first rung's candidates it tried, how they were picked,
+    and the budget a full answer takes; a tune that tried them all says none of it."""
+    sync = RunConfig.from_dict({**TINY, "tag": "tune", "bound": False})
+    configs = [sync, sync.replace(loader="threads", workers=2), sync.replace(loader="processes", workers=2)]
+    row = {"candidate": 1, "rung": 0, "steady_epochs": 3, "epochs": 4, "status": "done", "epoch_s": 0.5,
+           "predicted_s": 0.4, "limit": "data-bound", "run_s": 3.0, "peak_bytes": None, "run_id": "r1"}
+    from engine.predict import Prediction
+
+    predictions = {i: Prediction(e, "data-bound", {}, 1, 2.0) for i, e in enumerate((2.0, 0.4, 0.6))}
+    short = TuneResult(sweep_id="tune-x", budget_s=5, configs=configs, rows=[row], best_idx=1, wanted=3,
+                       full_budget_s=61.2, predictions=predictions, stop_reason="budget spent")
+    text = short.render()
+    assert "tried 1 of the 3 candidates the first rung needs (the predicted fastest first)" in text
+    assert "--budget 62s" in text and "fastest measured" not in text and "only threads, 2 workers" in text
+    full = TuneResult(sweep_id="tune-x", budget_s=5, configs=configs, best_idx=1, wanted=2, predictions=predictions,
+                      rows=[row, {**row, "candidate": 0, "epoch_s": 2.1, "run_id": "r0"}])
+    assert "tried" not in full.render() and "only " not in full.render()
+
+
+# ---------------------------------------------------------------------------- the search follows the resource
+
+
+def test_where_items_wait_threads_and_spdl_reach_past_the_cores_and_processes_stay_within_their_cap():
+    from engine.advice.tune import MAX_PROCESSES_PER_CORE, MAX_WORKERS, waits_of
+
+    base = RunConfig.from_dict(TINY)
+    most = {lo: max((c.workers for c in cands if c.loader == lo), default=0)
+            for cands in [candidates(base, cores=2)] for lo in ("threads", "spdl", "processes")}
+    assert most == {"threads": 2, "spdl": 2, "processes": 2}   # work only: the cores set the speed
+    # a load that waits 30 times what it works (object storage): a core keeps ~31 workers busy
+    storage = {"load_wall_s": 0.31, "load_cpu_s": 0.01}
+    assert waits_of(storage) == pytest.approx(30) and waits_of(None) == 0.0
+    wide = candidates(base, cores=2, waits=waits_of(storage))
+    reach = {lo: max(c.workers for c in wide if c.loader == lo) for lo in ("threads", "spdl", "processes")}
+    assert reach["threads"] == reach["spdl"] == 32 <= MAX_WORKERS
+    assert 2 < reach["processes"] <= MAX_PROCESSES_PER_CORE * 2
+    assert max(c.workers for c in candidates(base, cores=2, waits=1e6)) == MAX_WORKERS   # a sane limit
+    assert len({c.to_json() for c in wide}) == len(wide)
+
+
+@pytest.mark.slow
+def test_a_heavy_cpu_models_tune_predicts_within_a_90s_budget(store):
+    """The ResNet of examples/own_pipeline on the CPU: the probe tune asks for under a 90 s budget (its share) comes
+    back, quick where the full one does not fit, and ranks the candidates."""
+    from engine.advice import tune as tune_mod
+    from engine.advice.tune import PROBE_MIN_S, PROBE_SHARE
+
+    fields = {"n_samples": 512, "image_size": 32, "num_classes": 8, "device": "cpu", "sample_hz": 0.0}
+    cfg0, configs = tune_mod._configs("examples.own_pipeline.data:build", "examples.own_pipeline.nets:resnet",
+                                      fields, None, {})
+    from examples.own_pipeline.data import build
+
+    # the user's data exists already: its folder is made here, not in the probe
+    build(seed=cfg0.seed, **{k: fields[k] for k in ("image_size", "num_classes", "n_samples")})
+    share = max(PROBE_MIN_S, 90 * PROBE_SHARE)
+    started = time.monotonic()
+    found, note = tune_mod._probe(cfg0, store, share, True)
+    assert found is not None, note
+    assert time.monotonic() - started <= 1.5 * share   # its share, and what a busy machine overruns it by
+    assert ("a quick probe" in note) == bool(found.get("quick")) and ("the full probe" in note) != found.get("quick")
+    assert all(predict(c, found) is not None for c in configs)
+
+
+@pytest.mark.slow
+def test_over_storage_like_reads_tune_answers_more_workers_than_cores_within_1_3x_of_a_wider_grid(store):
+    """Issue 37's done-when: reads that wait ~3 ms an item (bench/pipelines/storage.py), `tune --budget 90s`: the
+    answer has more workers than cores and is within 1.3x of the best of threads with 4, 8, 16 and 32 workers."""
+    from engine.advice.tune import _steady_walls
+    from engine.run.hostfit import usable_cores
+    from engine.run.runner import launch
+
+    plugin = "bench.pipelines.storage"
+    fields = {"n_samples": 512, "device": "cpu", "sample_hz": 0.0}
+    result = tune(f"{plugin}:build", f"{plugin}:model", budget_s=90, db=store, base=fields, progress=False)
+    assert result.predictions, result.probe_note
+    best = result.best
+    assert best is not None and best.loader in ("threads", "spdl", "processes") and best.workers > usable_cores(), \
+        result.render()
+    answer = [r["epoch_s"] for r in result.rows + result.confirm_rows if r["candidate"] == result.best_idx]
+    grid = []
+    for workers in (4, 8, 16, 32):
+        cfg = RunConfig.from_dict({**fields, "workload": f"{plugin}:build", "model": f"{plugin}:model",
+                                   "loader": "threads", "workers": workers, "epochs": 4, "bound": False})
+        run = launch(cfg, db=store)
+        grid.append(statistics.median(_steady_walls(run.run_dir)))
+    assert statistics.median(answer) <= 1.3 * min(grid), (best, answer, grid)
