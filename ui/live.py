@@ -20,6 +20,7 @@ from engine import api
 from ui.errors import shown
 from ui.form_labels import label, refusal
 from ui.text import plain
+from ui.words import plural
 
 __all__ = ["TARGETS", "Target", "duration_text", "queue_run", "queue_sweep", "target_picker"]
 
@@ -68,7 +69,9 @@ def duration_text(seconds: float | None) -> str:
 
 
 def _remember(text: str) -> None:
-    st.session_state["launch.queued"] = text  # the jobs panel says it once
+    """Said under the button just clicked, where the user looks; the next rerun (any change to the form) clears it,
+    so an old "Queued" never stays beside a new state of the queue."""
+    st.success(plain(text), icon=":material/check_circle:")
 
 
 def _refused(errors: list[Any]) -> str:
@@ -97,8 +100,8 @@ def queue_sweep(result: Any, target: Target | None = None, oversubscribe: bool =
             est = api.estimate_duration([cfg for _, cfg in result.sweep.plan()])
             spread = f"{duration_text(est['low_s'])} to {duration_text(est['high_s'])}"
             where = f" · as one Ray job on {target.where}" if ray else " · one run at a time"
-            st.markdown(f"**{result.n_runs} runs** = {result.n_configs} distinct configs × "
-                        f"{result.sweep.repeats} repeats · about **{duration_text(est['seconds'])}** "
+            st.markdown(f"**{plural(result.n_runs, 'run')}** = {plural(result.n_configs, 'distinct config')} × "
+                        f"{plural(result.sweep.repeats, 'repeat')} · about **{duration_text(est['seconds'])}** "
                         f"({spread}; {plain(est['basis'])}){where}")
     if st.button("Queue sweep", key="launch.queue_sweep"):
         if result.sweep is None:
@@ -110,4 +113,4 @@ def queue_sweep(result: Any, target: Target | None = None, oversubscribe: bool =
                 _remember(f"Queued the sweep as 1 Ray job: {job_id}")
             else:
                 ids = api.submit_sweep(result.sweep, origin="browser", oversubscribe=oversubscribe)
-                _remember(f"Queued a sweep of {len(ids)} runs: it shows as one card in Jobs")
+                _remember(f"Queued a sweep of {plural(len(ids), 'run')}: it shows as one card in Jobs")
