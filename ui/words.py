@@ -15,12 +15,12 @@ from typing import Any
 __all__ = ["MISSING", "plural", "span"]
 
 MISSING = "–"
-_IRREGULAR = {"repeat": "repeats", "epoch": "epochs", "config": "configs"}
+_ES = ("s", "x", "sh", "tch")  # process -> processes, batch -> batches; epoch -> epochs
 
 
 def plural(n: Any, noun: str, many: str | None = None) -> str:
     """`n noun` with the noun in the plural unless n is exactly 1 (`many` for an irregular plural)."""
-    many = many or _IRREGULAR.get(noun) or (noun + "es" if noun.endswith(("s", "x", "ch", "sh")) else noun + "s")
+    many = many or noun + ("es" if noun.endswith(_ES) else "s")
     return f"{n} {noun if n == 1 else many}"
 
 
