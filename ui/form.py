@@ -205,6 +205,11 @@ def _validate(values: dict[str, Any], slots: dict[str, Any], top: Any, oversubsc
             api.field_value(f, values[f.name])
         except api.ConfigError as e:
             result.errors.append(e)
+            continue
+        choices = _choices(f)
+        if choices is not None and values[f.name] not in choices:  # said beside the other fields' refusals
+            result.errors.append(api.ConfigError(f.name, f"{str(values[f.name])[:60]!r} is not offered here; "
+                                                         f"choose one of: {', '.join(c or '(default)' for c in choices)}"))
     if not result.errors:
         try:
             cfg = api.browser_config(values)
