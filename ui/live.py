@@ -11,12 +11,14 @@ means a local Ray instance.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 import streamlit as st
 
 from engine import api
+from ui import cache
 from ui.errors import shown
 from ui.form_labels import label, refusal
 from ui.text import plain
@@ -92,12 +94,20 @@ def queue_run(form: Any, target: Target | None = None) -> None:
             _remember(f"Queued 1 job: {job_id}")
 
 
+@st.cache_data(max_entries=64, ttl=300, show_spinner=False)
+def _estimate(token: str, configs_json: str) -> dict[str, Any]:
+    """estimate_duration, once per (store state, plan): the Launch page reruns on every keystroke, and the estimate
+    reads the store's runs and jobs (the jobs bump no data version, so the key is any write: cache.store_token)."""
+    return api.estimate_duration([api.RunConfig.from_dict(d) for d in json.loads(configs_json)])
+
+
 def queue_sweep(result: Any, target: Target | None = None, oversubscribe: bool = False) -> None:
     """The sweep summary (runs = distinct configs × repeats, estimated duration) and "Queue sweep"."""
     ray = target is not None and target.ray
     if result.sweep is not None:
         with shown("Could not estimate the duration"):
-            est = api.estimate_duration([cfg for _, cfg in result.sweep.plan()])
+            est = _estimate(cache.store_token(), json.dumps([cfg.to_dict() for _, cfg in result.sweep.plan()],
+                                                            sort_keys=True, default=str))
             spread = f"{duration_text(est['low_s'])} to {duration_text(est['high_s'])}"
             where = f" · as one Ray job on {target.where}" if ray else " · one run at a time"
             st.markdown(f"**{plural(result.n_runs, 'run')}** = {plural(result.n_configs, 'distinct config')} × "

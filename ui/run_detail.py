@@ -91,12 +91,12 @@ def verdict_text(run: dict[str, Any]) -> tuple[str, str]:
         return "none", why_no_verdict(run).removeprefix("none yet: ")
     if help_:  # a cancelled run's kept epochs, between the clear cases: the sentence says why
         return "none", help_
-    if run.get("status") == api.RunStatus.CANCELLED:
-        return "none", "it was cancelled before any steady-state epoch finished"
     if run.get("bound_error"):
         return "none", "its lower bound could not be measured (below)"
     if run.get("status") != api.RunStatus.DONE:
-        return "none", f"the run {run.get('status')} before its lower bound was measured"
+        status = str(run.get("status"))
+        said = {"failed": "it failed", "running": "it is still running"}.get(status, f"it was {status}")
+        return "none", f"{said} before its lower bound was measured"
     if run["config"].get("bound") is False:
         return "none", "the lower bound was off for this run (Measure lower bound, in the Launch form's Measure group)"
     return "none", "no lower bound is stored for this run"
