@@ -208,8 +208,9 @@ def _validate(values: dict[str, Any], slots: dict[str, Any], top: Any, oversubsc
             continue
         choices = _choices(f)
         if choices is not None and values[f.name] not in choices:  # said beside the other fields' refusals
+            offered = ", ".join(c or "(default)" for c in choices)
             result.errors.append(api.ConfigError(f.name, f"{str(values[f.name])[:60]!r} is not offered here; "
-                                                         f"choose one of: {', '.join(c or '(default)' for c in choices)}"))
+                                                         f"choose one of: {offered}"))
     if not result.errors:
         try:
             cfg = api.browser_config(values)
@@ -262,7 +263,7 @@ def sweep_builder(prefix: str, form: FormResult) -> SweepResult:
             st.error(f"The run form above refuses **{plain(label(refused[0].field))}**: fix it there first.")
             return out
         sweep, configs = api.browser_sweep_config(form.values, grid, _repeats(repeats))
-        # refused when one cannot fit, or is oversubscribed without the checkbox; a warning the form said is not repeated
+        # refused when one cannot fit, or is oversubscribed without the checkbox; the form's own warning is not repeated
         for warning in oversubscribed(api.check_host_all(configs, oversubscribe=form.oversubscribe),
                                       form.oversubscribe):
             if warning not in form.warnings:

@@ -59,8 +59,8 @@ def _run_card(group: Any) -> None:
         if group.status == api.RunStatus.RUNNING:
             counts = ", ".join(f"{n} {s}" for s, n in sorted(p["run_counts"].items()))
             st.progress(min(1.0, p["runs_done"] / max(1, p["runs_total"])),
-                        text=f"{p['runs_done']}/{plural(p['runs_total'], 'run')} landed{f' ({counts})' if counts else ''} "
-                             f"· ETA {duration_text(p['eta_s'])}")
+                        text=f"{p['runs_done']}/{plural(p['runs_total'], 'run')} landed"
+                             f"{f' ({counts})' if counts else ''} · ETA {duration_text(p['eta_s'])}")
         st.caption(f"sweep {plain(p['sweep_id'])}")
     elif group.status == api.RunStatus.RUNNING:
         st.progress(min(1.0, p["epochs_done"] / max(1, p["epochs_total"])),
@@ -86,7 +86,8 @@ def _sweep_card(group: Any) -> None:
     st.markdown(f"**{plain(group.status)}** · {plain(group.label)}")
     said = ", ".join(f"{counts[s]} {s}" for s in api.RunStatus if counts.get(s))
     eta = f" · ETA {duration_text(group.eta_s)} ({plain(group.eta_basis)})" if group.active_ids else ""
-    st.progress(group.ended / max(1, group.total), text=f"{group.ended} of {plural(group.total, 'run')} ended ({said}){eta}")
+    st.progress(group.ended / max(1, group.total),
+                text=f"{group.ended} of {plural(group.total, 'run')} ended ({said}){eta}")
     st.caption(f"sweep {plain(group.key)}")
     if group.active_ids:
         st.button("Cancel all", key=f"launch.cancel_all.{group.key}", on_click=_cancel, args=(group.active_ids,),
