@@ -5,6 +5,7 @@ The store is $LOADERLAB_DB (default data/loaderlab.duckdb); the sidebar shows wh
 
 import streamlit as st
 
+from ui import warm
 from ui.auth import require_token
 from ui.sidebar import store_status
 
@@ -32,3 +33,4 @@ with st.sidebar:
     store_status()  # refreshes itself, so the run count keeps up with running jobs
 
 page.run()
+warm.start()  # once per server, after the page: the Launch form's registry (torch) is imported in the background

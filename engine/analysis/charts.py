@@ -13,6 +13,8 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
+from engine.config import config_fields
+
 __all__ = ["METRIC_LABELS", "auto_chart", "compare_chart", "epoch_breakdown_chart", "epoch_chart",
            "metric_chart", "prediction_chart", "step_timeline_chart"]
 
@@ -237,8 +239,6 @@ _MAX_COLORS = 12  # a second category with more values than this is no legend a 
 
 def _settings() -> set[str]:
     """Numeric columns that are settings of a run (workers, batch_size): categories to group by, never summed."""
-    from engine.config import config_fields
-
     return {f.name for f in config_fields()}
 
 
