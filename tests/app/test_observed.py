@@ -3,6 +3,7 @@ what the lab would try next, and Explore never pools it with the lab's runs of t
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,8 @@ def test_an_observed_run_is_marked_on_runs_and_its_page_says_what_to_try_next(se
     assert "YOUR_MODULE" not in steps and "python -m engine tune -- python " in steps
     assert f"{Path(__file__).name}" in steps   # the script that made the loader: the command works as pasted
     assert len(at.get("plotly_chart")) == 3   # its epochs, their breakdown, its per-step timeline
+    said = [seen(e.value) for kind in ("markdown", "caption", "info", "warning", "subheader") for e in getattr(at, kind)]
+    assert not [t for t in said if re.search(r"\bNone\b|\bnan\b", t)]   # issue 39: no None a user reads
 
 
 def test_an_observed_runs_page_says_why_it_has_no_verdict_and_shows_a_stored_one(seeded, open_page):

@@ -98,8 +98,7 @@ def test_a_job_card_is_readable_and_a_cancelled_run_is_said_as_cancelled(dashboa
     assert _fits(cancel), "the Cancel button's label is cut"
     link = page.get_by_role("link", name=f"run {run_id}")
     assert _in_view(link), "the run link is off-screen"
-    # the link opens in this tab (no target); read before the cancel: a run's card leaves the panel when it ends
-    # (the table below keeps its link)
+    # the link opens in this tab (no target); the card keeps it once the run ends (tests/browser/test_rough_edges.py)
     assert link.get_attribute("target") in ("", None)
     href = link.get_attribute("href")
     cancel.click()
