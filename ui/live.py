@@ -70,10 +70,11 @@ def duration_text(seconds: float | None) -> str:
     return f"{s // 3600}h {s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m {s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
-def _remember(text: str) -> None:
-    """Said under the button just clicked, where the user looks; the next rerun (any change to the form) clears it,
-    so an old "Queued" never stays beside a new state of the queue."""
+def _remember(text: str, toast: str) -> None:
+    """Said under the button just clicked, and as a toast (the button may sit at the bottom of the window); the next
+    rerun (any change to the form) clears both, so an old "Queued" never stays beside a new state of the queue."""
     st.success(plain(text), icon=":material/check_circle:")
+    st.toast(toast, icon=":material/check_circle:")  # our own words, no input in them
 
 
 def _refused(errors: list[Any]) -> str:
@@ -91,7 +92,7 @@ def queue_run(form: Any, target: Target | None = None) -> None:
             job_id = (api.submit_ray_sweep(form.cfg, address=target.address, origin="browser")
                       if target and target.ray else api.submit(form.cfg, origin="browser",
                                                                oversubscribe=form.oversubscribe))
-            _remember(f"Queued 1 job: {job_id}")
+            _remember(f"Queued 1 job: {job_id}", "Run queued: it shows under Jobs")
 
 
 @st.cache_data(max_entries=64, ttl=300, show_spinner=False)
@@ -120,7 +121,8 @@ def queue_sweep(result: Any, target: Target | None = None, oversubscribe: bool =
         with shown("Could not queue the sweep"):
             if ray:
                 job_id = api.submit_ray_sweep(result.sweep, address=target.address, origin="browser")
-                _remember(f"Queued the sweep as 1 Ray job: {job_id}")
+                _remember(f"Queued the sweep as 1 Ray job: {job_id}", "Sweep queued as one Ray job, under Jobs")
             else:
                 ids = api.submit_sweep(result.sweep, origin="browser", oversubscribe=oversubscribe)
-                _remember(f"Queued a sweep of {plural(len(ids), 'run')}: it shows as one card in Jobs")
+                _remember(f"Queued a sweep of {plural(len(ids), 'run')}: it shows as one card in Jobs",
+                          "Sweep queued: it shows as one card under Jobs")

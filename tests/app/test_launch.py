@@ -67,8 +67,9 @@ def test_every_config_field_has_a_widget_and_the_form_queues_a_job(launch, store
     shown = [e for e in at.main if e.type in ("button", "success")]   # in page order
     said = next(i for i, e in enumerate(shown) if e.type == "success")   # under the button, not off in Jobs
     assert shown[said - 1].key == "launch.queue_run"
+    assert [t.value for t in at.toast] == ["Run queued: it shows under Jobs"]   # in view wherever the button is
     at.text_input(key="run.n_samples").set_value("256").run()
-    assert not at.success   # issue 39: the old "Queued 1 job" stayed beside a queue that had moved on
+    assert not at.success and not at.toast   # issue 39: the old "Queued 1 job" stayed beside a moved-on queue
 
 
 def test_the_form_opens_on_the_demos_pipeline_with_word_labels_and_the_schema_name_in_the_help(launch):

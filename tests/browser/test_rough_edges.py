@@ -96,7 +96,10 @@ def test_a_cancelled_run_keeps_its_card_with_its_link_and_the_queued_note_shows_
     page.get_by_role("button", name="Queue run").click()
     said = page.get_by_text(re.compile(r"^Queued 1 job: "))
     said.wait_for()
-    assert _in_viewport(said), "the confirmation is off-screen"
+    toast = page.locator('[data-testid="stToast"]', has_text="Run queued")
+    toast.wait_for()
+    assert _in_viewport(toast), "the confirmation is off-screen"
+    assert said.evaluate("el => el.closest('[data-testid=\"stColumn\"]') !== null"), "not in the form's column"
     job_id = said.inner_text().rsplit(" ", 1)[-1].strip()
     wait_for(lambda: api.job_progress(job_id, db)["epochs_done"] >= 2, "2 epochs of the slow run", 180)
     run_id = api.job_progress(job_id, db)["run_id"]
