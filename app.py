@@ -5,10 +5,9 @@ The store is $LOADERLAB_DB (default data/loaderlab.duckdb); the sidebar shows wh
 
 import streamlit as st
 
-from engine import api
+from ui import warm
 from ui.auth import require_token
-from ui.cache import cached
-from ui.text import plain
+from ui.sidebar import store_status
 
 st.set_page_config(page_title="LoaderLab", page_icon=":material/speed:", layout="wide")
 require_token()  # with $LOADERLAB_TOKEN set (make share), nothing below runs without it
@@ -31,11 +30,7 @@ page = st.navigation([
 ])
 
 with st.sidebar:
-    st.caption(f"Store: {plain(api.db_path())}")
-    try:
-        counts = cached("count_runs")
-        st.caption(f"{sum(counts.values())} runs ({counts.get(api.RunStatus.DONE, 0)} done)")
-    except Exception as e:  # noqa: BLE001 - the sidebar must never stop a page from rendering
-        st.caption(f"Store unreadable: {plain(e)}")
+    store_status()  # refreshes itself, so the run count keeps up with running jobs
 
 page.run()
+warm.start()  # once per server, after the page: the Launch form's registry (torch) is imported in the background

@@ -45,6 +45,7 @@ class FormResult:
     cfg: Any = None  # RunConfig when the values are valid
     errors: list[Any] = field(default_factory=list)  # the ConfigErrors otherwise, one per refused field
     oversubscribe: bool = False  # the user insists on running more processes than cores
+    warnings: list[str] = field(default_factory=list)  # shown under the form (the sweep does not repeat them)
 
     @property
     def error(self) -> Any:
@@ -111,8 +112,20 @@ def preset_picker(prefix: str) -> None:
 def _spec(values: dict[str, Any]) -> dict[str, Param]:
     """The form's URL parameters: one per visible field, read by the schema's coercion; `values` give the defaults
     (a URL's preset changes them)."""
-    return {f.name: Param(_widget_value(f, values[f.name]), kind="value", parse=partial(_widget_value, f))
+    return {f.name: Param(_widget_value(f, values[f.name]), kind="value", parse=partial(_url_value, f))
             for f in _fields()}
+
+
+def _url_value(f: dataclasses.Field, raw: str) -> Any:
+    """A URL's value as its widget holds it. One the schema refuses stays as typed in its text box (or select box),
+    where the form refuses it by name and queues nothing, as it does a typed one: `workers=abc` is refused like
+    `loader=bogus`, never swapped for the default. Only a checkbox, which cannot hold it, raises (a URL warning)."""
+    try:
+        return _widget_value(f, raw)
+    except ValueError:
+        if api.field_type(f) is bool:
+            raise
+        return raw
 
 
 def _bind_url(prefix: str) -> list[str]:
@@ -192,10 +205,17 @@ def _validate(values: dict[str, Any], slots: dict[str, Any], top: Any, oversubsc
             api.field_value(f, values[f.name])
         except api.ConfigError as e:
             result.errors.append(e)
+            continue
+        choices = _choices(f)
+        if choices is not None and values[f.name] not in choices:  # said beside the other fields' refusals
+            offered = ", ".join(c or "(default)" for c in choices)
+            result.errors.append(api.ConfigError(f.name, f"{str(values[f.name])[:60]!r} is not offered here; "
+                                                         f"choose one of: {offered}"))
     if not result.errors:
         try:
             cfg = api.browser_config(values)
-            for warning in api.check_host(cfg, oversubscribe=oversubscribe):  # a ConfigError when it cannot fit
+            result.warnings = oversubscribed(api.check_host(cfg, oversubscribe=oversubscribe), oversubscribe)
+            for warning in result.warnings:
                 st.warning(plain(warning))
             result.cfg = cfg
         except api.ConfigError as e:
@@ -243,13 +263,25 @@ def sweep_builder(prefix: str, form: FormResult) -> SweepResult:
             st.error(f"The run form above refuses **{plain(label(refused[0].field))}**: fix it there first.")
             return out
         sweep, configs = api.browser_sweep_config(form.values, grid, _repeats(repeats))
-        for warning in api.check_host_all(configs, oversubscribe=form.oversubscribe):  # refused when one cannot fit
-            st.warning(plain(warning))
+        # refused when one cannot fit, or is oversubscribed without the checkbox; the form's own warning is not repeated
+        for warning in oversubscribed(api.check_host_all(configs, oversubscribe=form.oversubscribe),
+                                      form.oversubscribe):
+            if warning not in form.warnings:
+                st.warning(plain(warning))
         out.sweep, out.n_configs, out.n_runs = sweep, len(configs), len(configs) * sweep.repeats
     except api.ConfigError as e:
         out.error = e
         st.error(f"**{plain(label(e.field))}**: {plain(refusal(e.message))}")
     return out
+
+
+def oversubscribed(warnings: list[str], insist: bool) -> list[str]:
+    """The host's oversubscription warnings ("field: what"), or, unless the user ticked Oversubscribe, a refusal
+    (ConfigError naming the field): in a browser a run that only time-shares the cores is never queued unasked."""
+    if warnings and not insist:
+        name, _, what = warnings[0].partition(": ")
+        raise api.ConfigError(name, f"{what}; use fewer, or {api.INSIST_HINT}")
+    return warnings
 
 
 def _repeats(text: str) -> int:

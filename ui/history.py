@@ -18,6 +18,7 @@ from ui.cache import cached
 from ui.errors import shown
 from ui.state import Param
 from ui.text import chart_safe, plain
+from ui.words import MISSING
 
 __all__ = ["SPEC", "console", "result", "saved", "schema"]
 
@@ -82,7 +83,7 @@ def result(sql: str) -> None:
         return
     note = " (only the first rows: add a LIMIT or aggregate)" if res.truncated else ""
     st.caption(f"{len(res.df)} rows in {res.elapsed_s:.3f} s{note}")
-    st.dataframe(res.df, hide_index=True, key="history.result")
+    st.dataframe(res.df, hide_index=True, key="history.result", placeholder=MISSING)
     if isinstance(fig, str):
         st.error(f"No chart for this result: {plain(fig)}")
     elif fig is not None:

@@ -3,8 +3,9 @@
 The queue is read once per refresh as groups (engine.jobs.job_groups): a sweep's jobs are one group, a lone run
 or a Ray sweep is one. The cards and the table both draw those groups, so they never disagree. An active group
 gets a card: a run with its epochs, ETA, growing chart (from its RunLog), Cancel and a link to its page; a sweep
-with n of N runs, an ETA that says what it rests on, and Cancel all; a sweep that has ended keeps its card
-(among the newest) with "Open in Explore", filtered to its runs. Links open in the same tab (st.page_link).
+with n of N runs, an ETA that says what it rests on, and Cancel all; a group that has ended keeps its card
+(among the newest): a sweep with "Open in Explore", filtered to its runs; a run (cancelled, say) with its status and
+the link to its page, where its kept epochs are. Links open in the same tab (st.page_link).
 
     jobs_panel()
 """
@@ -20,12 +21,13 @@ from engine import api
 from ui.errors import shown
 from ui.live import duration_text
 from ui.text import plain
+from ui.words import MISSING, plural
 
 __all__ = ["REFRESH_S", "explore_params", "jobs_panel"]
 
 REFRESH_S = 2.0
 MAX_CARDS = 5  # groups shown as cards; the table lists them all
-_RECENT_SWEEP_CARDS = 2  # ended sweeps among the newest groups keep their card, for "Open in Explore"
+_RECENT_CARDS = 2  # ended groups among the newest keep their card: a sweep's "Open in Explore", a run's link
 _RUNS_PAGE, _EXPLORE_PAGE = "pages/runs.py", "pages/explore.py"
 
 
@@ -57,8 +59,8 @@ def _run_card(group: Any) -> None:
         if group.status == api.RunStatus.RUNNING:
             counts = ", ".join(f"{n} {s}" for s, n in sorted(p["run_counts"].items()))
             st.progress(min(1.0, p["runs_done"] / max(1, p["runs_total"])),
-                        text=f"{p['runs_done']}/{p['runs_total']} runs landed{f' ({counts})' if counts else ''} "
-                             f"· ETA {duration_text(p['eta_s'])}")
+                        text=f"{p['runs_done']}/{plural(p['runs_total'], 'run')} landed"
+                             f"{f' ({counts})' if counts else ''} · ETA {duration_text(p['eta_s'])}")
         st.caption(f"sweep {plain(p['sweep_id'])}")
     elif group.status == api.RunStatus.RUNNING:
         st.progress(min(1.0, p["epochs_done"] / max(1, p["epochs_total"])),
@@ -74,6 +76,9 @@ def _run_card(group: Any) -> None:
     if job.get("run_id"):
         row.page_link(_RUNS_PAGE, label=f"run {job['run_id']}", query_params={"run": job["run_id"]},
                       icon=":material/open_in_browser:")
+    if group.status == api.RunStatus.CANCELLED:
+        st.caption("Cancelled: its finished epochs are kept, on its run page." if job.get("run_id")
+                   else "Cancelled before it started: nothing ran.")
 
 
 def _sweep_card(group: Any) -> None:
@@ -81,7 +86,8 @@ def _sweep_card(group: Any) -> None:
     st.markdown(f"**{plain(group.status)}** · {plain(group.label)}")
     said = ", ".join(f"{counts[s]} {s}" for s in api.RunStatus if counts.get(s))
     eta = f" · ETA {duration_text(group.eta_s)} ({plain(group.eta_basis)})" if group.active_ids else ""
-    st.progress(group.ended / max(1, group.total), text=f"{group.ended} of {group.total} runs ended ({said}){eta}")
+    st.progress(group.ended / max(1, group.total),
+                text=f"{group.ended} of {plural(group.total, 'run')} ended ({said}){eta}")
     st.caption(f"sweep {plain(group.key)}")
     if group.active_ids:
         st.button("Cancel all", key=f"launch.cancel_all.{group.key}", on_click=_cancel, args=(group.active_ids,),
@@ -106,8 +112,6 @@ def _table(groups: list[Any]) -> pd.DataFrame:
 @st.fragment(run_every=REFRESH_S)
 def jobs_panel(limit: int = 30) -> None:
     """The queue as groups, newest first: cards for the active ones (and recently ended sweeps), then a table."""
-    if said := st.session_state.get("launch.queued"):
-        st.success(plain(said))
     if "launch.cancel_error" in st.session_state:
         st.error(st.session_state.pop("launch.cancel_error"))
     with shown("Could not read the job queue"):
@@ -118,11 +122,11 @@ def jobs_panel(limit: int = 30) -> None:
         if not api.worker_alive() and any(g.status == api.RunStatus.QUEUED for g in groups):
             st.warning("No job worker is running, so queued jobs wait. Start one: `python -m engine worker`.")
         active = sorted((g for g in groups if g.active_ids), key=lambda g: g.status != api.RunStatus.RUNNING)
-        recent = [g for g in groups[:_RECENT_SWEEP_CARDS] if g.kind == "sweep" and not g.active_ids]
+        recent = [g for g in groups[:_RECENT_CARDS] if not g.active_ids]
         for group in (active + recent)[:MAX_CARDS]:
             with st.container(border=True, key=f"launch.card.{group.key}"):
                 (_sweep_card if group.kind == "sweep" else _run_card)(group)
-        st.dataframe(_table(groups), hide_index=True, key="launch.jobs", column_config={
+        st.dataframe(_table(groups), hide_index=True, key="launch.jobs", placeholder=MISSING, column_config={
             "what": st.column_config.TextColumn("what", width="large"),
             "run": st.column_config.LinkColumn("run", display_text=r"/runs\?run=(.*)"),
             "queued at (UTC)": st.column_config.DatetimeColumn("queued at (UTC)", format="YYYY-MM-DD HH:mm:ss")})

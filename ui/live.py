@@ -11,15 +11,18 @@ means a local Ray instance.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 import streamlit as st
 
 from engine import api
+from ui import cache
 from ui.errors import shown
 from ui.form_labels import label, refusal
 from ui.text import plain
+from ui.words import plural
 
 __all__ = ["TARGETS", "Target", "duration_text", "queue_run", "queue_sweep", "target_picker"]
 
@@ -67,8 +70,11 @@ def duration_text(seconds: float | None) -> str:
     return f"{s // 3600}h {s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m {s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
-def _remember(text: str) -> None:
-    st.session_state["launch.queued"] = text  # the jobs panel says it once
+def _remember(text: str, toast: str) -> None:
+    """Said under the button just clicked, and as a toast (the button may sit at the bottom of the window); the next
+    rerun (any change to the form) clears both, so an old "Queued" never stays beside a new state of the queue."""
+    st.success(plain(text), icon=":material/check_circle:")
+    st.toast(toast, icon=":material/check_circle:")  # our own words, no input in them
 
 
 def _refused(errors: list[Any]) -> str:
@@ -86,7 +92,14 @@ def queue_run(form: Any, target: Target | None = None) -> None:
             job_id = (api.submit_ray_sweep(form.cfg, address=target.address, origin="browser")
                       if target and target.ray else api.submit(form.cfg, origin="browser",
                                                                oversubscribe=form.oversubscribe))
-            _remember(f"Queued 1 job: {job_id}")
+            _remember(f"Queued 1 job: {job_id}", "Run queued: it shows under Jobs")
+
+
+@st.cache_data(max_entries=64, ttl=300, show_spinner=False)
+def _estimate(token: str, configs_json: str) -> dict[str, Any]:
+    """estimate_duration, once per (store state, plan): the Launch page reruns on every keystroke, and the estimate
+    reads the store's runs and jobs (the jobs bump no data version, so the key is any write: cache.store_token)."""
+    return api.estimate_duration([api.RunConfig.from_dict(d) for d in json.loads(configs_json)])
 
 
 def queue_sweep(result: Any, target: Target | None = None, oversubscribe: bool = False) -> None:
@@ -94,11 +107,12 @@ def queue_sweep(result: Any, target: Target | None = None, oversubscribe: bool =
     ray = target is not None and target.ray
     if result.sweep is not None:
         with shown("Could not estimate the duration"):
-            est = api.estimate_duration([cfg for _, cfg in result.sweep.plan()])
+            est = _estimate(cache.store_token(), json.dumps([cfg.to_dict() for _, cfg in result.sweep.plan()],
+                                                            sort_keys=True, default=str))
             spread = f"{duration_text(est['low_s'])} to {duration_text(est['high_s'])}"
             where = f" · as one Ray job on {target.where}" if ray else " · one run at a time"
-            st.markdown(f"**{result.n_runs} runs** = {result.n_configs} distinct configs × "
-                        f"{result.sweep.repeats} repeats · about **{duration_text(est['seconds'])}** "
+            st.markdown(f"**{plural(result.n_runs, 'run')}** = {plural(result.n_configs, 'distinct config')} × "
+                        f"{plural(result.sweep.repeats, 'repeat')} · about **{duration_text(est['seconds'])}** "
                         f"({spread}; {plain(est['basis'])}){where}")
     if st.button("Queue sweep", key="launch.queue_sweep"):
         if result.sweep is None:
@@ -107,7 +121,8 @@ def queue_sweep(result: Any, target: Target | None = None, oversubscribe: bool =
         with shown("Could not queue the sweep"):
             if ray:
                 job_id = api.submit_ray_sweep(result.sweep, address=target.address, origin="browser")
-                _remember(f"Queued the sweep as 1 Ray job: {job_id}")
+                _remember(f"Queued the sweep as 1 Ray job: {job_id}", "Sweep queued as one Ray job, under Jobs")
             else:
                 ids = api.submit_sweep(result.sweep, origin="browser", oversubscribe=oversubscribe)
-                _remember(f"Queued a sweep of {len(ids)} runs: it shows as one card in Jobs")
+                _remember(f"Queued a sweep of {plural(len(ids), 'run')}: it shows as one card in Jobs",
+                          "Sweep queued: it shows as one card under Jobs")

@@ -14,12 +14,13 @@ import streamlit as st
 
 from engine import api
 from ui import cache, run_costs
-from ui.observed import observed
+from ui.observed import observed, why_no_verdict
 from ui.cache import cached
-from ui.text import plain
+from ui.text import plain, when
 from ui.trace import trace_download
+from ui.words import MISSING, plural
 
-__all__ = ["check_ids", "compare", "detail"]
+__all__ = ["check_ids", "compare", "detail", "verdict_text"]
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _HIDDEN = {"config_json", "summary_json", "host_json", "config", "summary"}
@@ -77,13 +78,36 @@ def _cores(run: dict[str, Any]) -> str:
     return f": {cores:g} here, {int(threads)} runnable threads in this run{pools}"
 
 
+def verdict_text(run: dict[str, Any]) -> tuple[str, str]:
+    """(the stored verdict, what it says), or ("none", why there is none): the page says the store's verdict, and
+    where there is none it says why, never a bare dash."""
+    eff, verdict, help_ = run.get("efficiency"), run.get("verdict"), run.get("verdict_help") or ""
+    above_one = eff is not None and eff == eff and eff > 1
+    if verdict and not above_one:
+        return str(verdict), help_
+    if above_one:
+        return "none", "the lower bound came out above the measured epoch (a busy machine during its passes)"
+    if run.get("source") == "observed":
+        return "none", why_no_verdict(run).removeprefix("none yet: ")
+    if help_:  # a cancelled run's kept epochs, between the clear cases: the sentence says why
+        return "none", help_
+    if run.get("bound_error"):
+        return "none", "its lower bound could not be measured (below)"
+    if run.get("status") != api.RunStatus.DONE:
+        status = str(run.get("status"))
+        said = {"failed": "it failed", "running": "it is still running"}.get(status, f"it was {status}")
+        return "none", f"{said} before its lower bound was measured"
+    if run["config"].get("bound") is False:
+        return "none", "the lower bound was off for this run (Measure lower bound, in the Launch form's Measure group)"
+    return "none", "no lower bound is stored for this run"
+
+
 def _figures(run: dict[str, Any]) -> None:
     cols = st.columns(5)
     for col, key in zip(cols, list(_FIGURES)[:5]):
         col.metric(_FIGURES[key][0], _fmt(key, run.get(key)))
-    eff = run.get("efficiency")
-    verdict = plain(_fmt("verdict", run.get("verdict") if eff is None or eff != eff or eff <= 1 else None))
-    st.markdown(f"Verdict: **{verdict}**" + (f": {plain(run['verdict_help'])}" if run.get("verdict_help") else "")
+    verdict, why = verdict_text(run)
+    st.markdown(f"Verdict: **{plain(verdict)}**" + (f": {plain(why)}" if why else "")
                 + " (efficiency = lower bound ÷ measured epoch; the bound is the most of the loader pass, the compute "
                   "pass, and their CPU-seconds over the usable cores" + _cores(run) + ")")
     measured = cached("run_advice", run["run_id"]) if run.get("run_id") else None  # a setting named, not a verdict
@@ -109,6 +133,11 @@ def _figures(run: dict[str, Any]) -> None:
     run_costs.startup(run)
 
 
+def _setting(value: Any) -> str:
+    """A config value as text; an unset one (None: the default applies) as MISSING, never "None"."""
+    return MISSING if value is None else str(value)
+
+
 def _traceback(run: dict[str, Any]) -> None:
     """A failed run's full traceback, from its RunLog (the error above is its last line), folded away."""
     text = api.end_traceback(run["run_dir"]) if run.get("run_dir") else None
@@ -117,27 +146,24 @@ def _traceback(run: dict[str, Any]) -> None:
             st.code(text, language=None)
 
 
-def _cancelled(run: dict[str, Any], epochs: pd.DataFrame) -> dict[str, Any]:
-    """Say a cancelled run as cancelled (not as a failure), with its kept epochs, and the verdict they support when
-    it has none (its bound's passes never ran): the run with that verdict, for the figures."""
+def _cancelled(run: dict[str, Any], epochs: pd.DataFrame) -> None:
+    """Say a cancelled run as cancelled (not as a failure), with its kept epochs. Its verdict is the stored one
+    (the store judges its kept epochs at ingest: engine/analysis/kept.py)."""
     kept = int(epochs["epoch"].nunique()) if not epochs.empty else 0
-    st.info(f"Cancelled after {kept} finished epoch{'' if kept == 1 else 's'}: "
+    st.info(f"Cancelled after {plural(kept, 'finished epoch')}: "
             + ("they are kept, and the figures below come from them." if kept else "nothing was measured."),
             icon=":material/cancel:")
-    if run.get("verdict") or not kept:
-        return run
-    name, why = api.kept_epochs_verdict(run)
-    return {**run, "verdict": name or "no verdict", "verdict_help": why}
 
 
 def detail(run: dict[str, Any]) -> None:
     run_id = run["run_id"]
     st.subheader(f"Run {plain(run_id)}")
-    st.caption(plain(f"{run.get('status')} · created {run.get('created_at')} · host {run.get('host')} · "
-                     f"{run.get('cpu_model') or ''} {run.get('gpu_name') or ''}"))
+    parts = [run.get("status"), f"created {when(run.get('created_at'))}",
+             f"host {run['host']}" if run.get("host") else None, run.get("cpu_model"), run.get("gpu_name")]
+    st.caption(plain(" · ".join(str(p) for p in parts if p)))
     epochs = cached("get_epochs", run_id)
     if run.get("status") == api.RunStatus.CANCELLED:
-        run = _cancelled(run, epochs)
+        _cancelled(run, epochs)
     elif run.get("error"):
         st.error(f"The run failed: {plain(run['error'])}")
         _traceback(run)
@@ -157,8 +183,8 @@ def detail(run: dict[str, Any]) -> None:
         st.plotly_chart(api.step_timeline_chart(cached("get_steps", run_id, epoch), epoch), key="runs.timeline")
     trace_download(run)  # the --trace file, when the run recorded one
     with st.expander("Config and host", expanded=False):
-        config = pd.DataFrame({"field": list(run["config"]), "value": [str(v) for v in run["config"].values()]})
-        st.dataframe(config, hide_index=True, key="runs.config")
+        config = pd.DataFrame({"field": list(run["config"]), "value": [_setting(v) for v in run["config"].values()]})
+        st.dataframe(config, hide_index=True, key="runs.config", placeholder=MISSING)
         st.json({k: v for k, v in run.items() if k not in _HIDDEN and k not in run["config"]}, expanded=False)
     _edit(run)
     _code(run)
@@ -196,7 +222,7 @@ def compare(runs: list[dict[str, Any]]) -> None:
     ids = [r["run_id"] for r in runs]
     st.subheader("Compare " + plain(", ".join(ids)))
     keys = list(dict.fromkeys(k for r in runs for k in r["config"]))
-    table = pd.DataFrame({r["run_id"]: [str(r["config"].get(k, "")) for k in keys] for r in runs}, index=keys)
+    table = pd.DataFrame({r["run_id"]: [_setting(r["config"].get(k)) for k in keys] for r in runs}, index=keys)
     differ = table.nunique(axis=1) > 1
     figures = pd.DataFrame({r["run_id"]: [_fmt(k, r.get(k)) for k in _FIGURES] + run_costs.column(r) for r in runs},
                            index=[label for label, _ in (*_FIGURES.values(), *run_costs.FIGURES.values())])
@@ -209,8 +235,8 @@ def compare(runs: list[dict[str, Any]]) -> None:
         base = diff.iloc[:, 0]
         styled = diff.style.apply(lambda col: ["background-color: #fde68a; font-weight: 600" if v != b else ""
                                                for v, b in zip(col, base)], axis=0)
-        c1.dataframe(styled, key="runs.diff")
+        c1.dataframe(styled, key="runs.diff", placeholder=MISSING)
     c2.markdown("**Results**")
-    c2.dataframe(figures, key="runs.figures")
+    c2.dataframe(figures, key="runs.figures", placeholder=MISSING)
     epochs = pd.concat([cached("get_epochs", i) for i in ids], ignore_index=True)
     st.plotly_chart(api.compare_chart(epochs), key="runs.compare_chart")

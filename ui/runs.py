@@ -6,14 +6,16 @@ The table's search, status filter and "show deleted" live in the URL (keys "runs
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from engine import api
 from ui import cache
 from ui.cache import cached
 from ui.state import Param
+from ui.words import MISSING, plural
 
-__all__ = ["SPEC", "actions", "open_picked", "table"]
+__all__ = ["SPEC", "actions", "open_picked", "readable_table", "table"]
 
 STATUSES = [str(s) for s in api.RunStatus]  # queued, running, done, failed, cancelled, killed
 SPEC = {
@@ -24,6 +26,17 @@ SPEC = {
     "compare": Param("", "text"),
     "epoch": Param("", "text"),
 }
+
+
+def readable_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The table as a user reads it: a lab run's source says "lab" (stored as NULL), an observed run's model says
+    "your model" (the lab never built it); any other empty cell shows MISSING through the table's placeholder."""
+    df = df.copy()
+    if "source" in df:
+        df["source"] = df["source"].fillna("lab")
+    if "model" in df and "source" in df:
+        df.loc[df["model"].isna() & (df["source"] == "observed"), "model"] = "your model"
+    return df
 
 
 def table() -> list[str]:
@@ -37,10 +50,11 @@ def table() -> list[str]:
     if df.empty:
         st.info("No runs match. Queue one on the Launch page, or clear the search.")
         return []
-    st.caption(f"{len(df)} runs shown (newest first; click a header to sort; tick one row to open it above, "
+    df = readable_table(df)
+    st.caption(f"{plural(len(df), 'run')} shown (newest first; click a header to sort; tick one row to open it above, "
                "or several to act on them)")
     event = st.dataframe(
-        df, key="runs.table", hide_index=True, on_select="rerun", selection_mode="multi-row",
+        df, key="runs.table", hide_index=True, on_select="rerun", selection_mode="multi-row", placeholder=MISSING,
         column_config={
             "created_at": st.column_config.DatetimeColumn("created", format="YYYY-MM-DD HH:mm:ss"),
             "epoch_s": st.column_config.NumberColumn("epoch (s)", format="%.3f"),
@@ -77,7 +91,7 @@ def actions(ids: list[str]) -> None:
     if c3.button("Delete", disabled=not ids, key="runs.delete", help="hide from lists and charts until purged"):
         n = api.soft_delete(ids)
         cache.clear()
-        st.toast(f"Deleted {n} runs (restore them with Show deleted → Restore, or purge them for good).")
+        st.toast(f"Deleted {plural(n, 'run')} (restore them with Show deleted → Restore, or purge them for good).")
         st.rerun()
     if c4.button("Restore", disabled=not ids, key="runs.restore"):
         api.restore(ids)
@@ -89,4 +103,4 @@ def actions(ids: list[str]) -> None:
         if st.button("Purge", disabled=not sure, key="runs.purge", type="primary"):
             n = api.purge()
             cache.clear()
-            st.success(f"Purged {n} runs.")
+            st.success(f"Purged {plural(n, 'run')}.")

@@ -169,7 +169,7 @@ def run_title(run: dict[str, Any]) -> str:
     c = run.get("config") or {}
     parts = [f"LoaderLab run {run['run_id']}: {c.get('loader')}"]
     if c.get("workers"):
-        parts.append(f"{c['workers']} workers")
+        parts.append(f"{c['workers']} worker{'' if c['workers'] == 1 else 's'}")
     epoch, peak = run.get("epoch_s"), run.get("peak_rss_bytes")
     if epoch is not None and epoch == epoch:
         parts.append(f"epoch {epoch:.3f} s")

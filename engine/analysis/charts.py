@@ -13,6 +13,8 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
+from engine.config import config_fields
+
 __all__ = ["METRIC_LABELS", "auto_chart", "compare_chart", "epoch_breakdown_chart", "epoch_chart",
            "metric_chart", "prediction_chart", "step_timeline_chart"]
 
@@ -182,11 +184,16 @@ def epoch_breakdown_chart(epochs: pd.DataFrame) -> go.Figure:
     if epochs.empty:
         return _empty("where each epoch's time goes")
     df = epochs.groupby("epoch", as_index=False)[["wall_s", *_PHASES]].mean()  # mean over models/ranks
-    df["other_s"] = (df["wall_s"] - df[list(_PHASES)].sum(axis=1)).clip(lower=0)
+    # NOTE: a phase the run did not time (an observed loop's copy) is NaN: it is no segment at all, never a zero
+    # that a stack could draw over, and its time stays in "other", which the title says
+    df["other_s"] = (df["wall_s"] - df[list(_PHASES)].sum(axis=1, min_count=1).fillna(0)).clip(lower=0)
     long = df.melt(id_vars="epoch", value_vars=[*_PHASES, "other_s"], var_name="phase", value_name="seconds")
     long["phase"] = long["phase"].map({**_PHASES, "other_s": "other"})
-    fig = px.bar(long, x="epoch", y="seconds", color="phase", barmode="stack",
-                 title="where each epoch's time goes")
+    missing = [name for col, name in _PHASES.items() if df[col].isna().all()]
+    long = long.dropna(subset=["seconds"])
+    title = "where each epoch's time goes" + (f" ({', '.join(missing)}: not measured, in other)" if missing else "")
+    fig = px.bar(long, x="epoch", y="seconds", color="phase", barmode="stack", title=title,
+                 category_orders={"phase": [*_PHASES.values(), "other"]})
     fig.update_xaxes(dtick=1)
     return fig
 
@@ -227,19 +234,53 @@ def compare_chart(epochs: pd.DataFrame) -> go.Figure:
     return fig
 
 
+_MAX_COLORS = 12  # a second category with more values than this is no legend a reader can follow
+
+
+def _settings() -> set[str]:
+    """Numeric columns that are settings of a run (workers, batch_size): categories to group by, never summed."""
+    return {f.name for f in config_fields()}
+
+
+def _is_measure(df: pd.DataFrame, c: str, settings: set[str]) -> bool:
+    return (pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])
+            and c not in settings)
+
+
 def auto_chart(df: pd.DataFrame) -> go.Figure | None:
-    """A first look at a query result: time column → line; categorical + numeric → bar; else None."""
+    """A first look at a query result, or None: a measure (a numeric column that is no run setting, floats first)
+    on y; a time column on x as a line, else the first category (text, or a setting such as workers) on x with
+    the next one of at most 12 values as the colour. One bar per row where (x, colour) is unique, else every row as
+    a point: the chart never adds rows up, and a setting is never a y."""
     if df.empty or len(df.columns) < 2:
         return None
-    numeric = [c for c in df.columns if pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])]
+    settings = _settings()
+    measures = sorted((c for c in df.columns if _is_measure(df, c, settings)),
+                      key=lambda c: not pd.api.types.is_float_dtype(df[c]))  # floats (times, shares) first
     times = [c for c in df.columns if pd.api.types.is_datetime64_any_dtype(df[c])]
-    labels = [c for c in df.columns if c not in numeric and c not in times]
-    if times and numeric:
-        return px.line(df.sort_values(times[0]), x=times[0], y=numeric[0], color=labels[0] if labels else None,
-                       markers=True, title=f"{numeric[0]} over {times[0]}")
-    if labels and numeric:
-        small = df.head(200)  # a bar per row: more than this is unreadable
-        small = small.assign(**{labels[0]: small[labels[0]].astype("string").fillna(_NONE)})
-        return px.bar(small, x=labels[0], y=numeric[0], title=f"{numeric[0]} by {labels[0]}",
-                      color=labels[1] if len(labels) > 1 else None, barmode="group")
-    return None
+    categories = [c for c in df.columns if c not in measures and c not in times]
+    if not measures:
+        return None
+    y = measures[0]
+    small = df.head(200)  # a mark per row: more than this is unreadable
+    colors = [c for c in categories if small[c].nunique(dropna=False) <= _MAX_COLORS]
+    if times:
+        color = colors[0] if colors else None
+        return px.line(_as_text(small.sort_values(times[0]), [color]), x=times[0], y=y, color=color, markers=True,
+                       title=f"{y} over {times[0]}")
+    if not categories:
+        x = measures[1] if len(measures) > 1 else None
+        return px.scatter(small, x=x, y=y, title=f"{y} against {x}") if x else None
+    x = categories[0]
+    color = next((c for c in colors if c != x), None)
+    keys = [x] + ([color] if color else [])
+    plot = _as_text(small, keys)
+    title = f"{y} by {x}" + (f" and {color}" if color else "")
+    if plot.duplicated(keys).any():  # several rows per bar would be summed by a stack: show each row instead
+        return px.strip(plot, x=x, y=y, color=color, title=title + " (each row a point)")
+    return px.bar(plot, x=x, y=y, color=color, barmode="group", title=title)
+
+
+def _as_text(df: pd.DataFrame, columns: list[str | None]) -> pd.DataFrame:
+    """Category columns as text (a setting's 2 and 8 are labels, not a scale), missing values named."""
+    return df.assign(**{c: df[c].astype("string").fillna(_NONE) for c in columns if c})

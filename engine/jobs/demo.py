@@ -1,6 +1,7 @@
 """The first visit: `make run` (or `python -m engine demo`) queues a small demo sweep as jobs when the
 store is empty, and the dashboard serves at once while the job worker runs it; the Launch page shows
-its progress live. The sweep is examples/demo.toml: about 1.5 minutes on 2 cores, the 4 loaders on torch's
+its progress live. The sweep is examples/demo.toml (35 runs; how long depends on the machine and its load, and the
+sweep's card estimates it from its own finished runs), the 4 loaders on torch's
 default threads and the setting the lab itself recommends (processes, 2 workers, 1 intra-op thread: predict's
 top setting on a small CPU box), on 384 generated JPEGs with a small CNN, 7 repeats each: 6 give a median its
 95 % interval (exact order statistics) and 7 on each side give the advisor's speedup over sync one too, so

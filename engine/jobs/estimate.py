@@ -78,12 +78,16 @@ def estimate_duration(configs: list[RunConfig], db: Db = None, host: str | None 
             "similar": len(used), "basis": _basis(len(configs), from_jobs, known, len(used))}
 
 
+def _jobs(n: int) -> str:
+    return f"{n} finished job{'' if n == 1 else 's'}"
+
+
 def _basis(runs: int, from_jobs: int, known: int, similar: int) -> str:
     """How sure the estimate is, in words."""
     if runs and from_jobs == runs:
-        return f"from {similar} finished job(s) like them on this host"
+        return f"from {_jobs(similar)} like them on this host"
     if from_jobs:
-        return f"from {similar} finished job(s) like some of them on this host; a rough guess for the rest"
+        return f"from {_jobs(similar)} like some of them on this host; a rough guess for the rest"
     if known:
         return "a rough guess from the epoch times of similar runs; no job like them has finished on this host yet"
     return "a rough guess: no run like them has finished yet"

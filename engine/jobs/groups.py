@@ -121,7 +121,7 @@ def _sweep_label(g: JobGroup) -> str:
     first, varied = g.config(), g.varied()
     pipeline = "/".join(str(first.get(k)) for k in _PIPELINE if k not in varied)
     axes = f", varying {', '.join(varied)}" if varied else ""
-    return f"sweep of {g.total} runs on {pipeline}{axes}"
+    return f"sweep of {g.total} run{'' if g.total == 1 else 's'} on {pipeline}{axes}"
 
 
 def _sweep_eta(g: JobGroup, db: Db) -> tuple[float | None, str]:
@@ -134,7 +134,9 @@ def _sweep_eta(g: JobGroup, db: Db) -> tuple[float | None, str]:
             if j["status"] == RunStatus.DONE and j["started_at"] and j["ended_at"]]
     if took:
         per_run = statistics.median(took)
-        basis = f"from its {len(took)} finished run(s), {min(took):.0f}–{max(took):.0f} s each"
+        lo, hi = f"{min(took):.0f}", f"{max(took):.0f}"
+        basis = (f"from its {len(took)} finished run{'' if len(took) == 1 else 's'}, "
+                 f"{lo if lo == hi else f'{lo}–{hi}'} s each")
         remaining = [per_run] * len(active)
     else:
         est = estimate_duration([RunConfig.from_dict(json.loads(j["config_json"])) for j in active], db)

@@ -253,11 +253,12 @@ def _ray_sweep(job: dict[str, Any], spec: dict[str, Any], db: Db, cancel: thread
     done = result.counts.get(RunStatus.DONE, 0)
     if done == planned:
         return RunStatus.DONE, None
+    runs = "run" if planned == 1 else "runs"
     if cancel.is_set():
-        return RunStatus.CANCELLED, f"cancelled after {len(result.results)} of {planned} runs; finished epochs kept"
+        return RunStatus.CANCELLED, f"cancelled after {len(result.results)} of {planned} {runs}; finished epochs kept"
     first = next((r for r in result.results if r.status != RunStatus.DONE), None)
     why = f"; first: run {first.run_id} {first.status}: {first.error}" if first else ""
-    return RunStatus.FAILED, f"{planned - done} of {planned} runs did not finish{why}"
+    return RunStatus.FAILED, f"{planned - done} of {planned} {runs} did not finish{why}"
 
 
 class _CancelWatch:

@@ -102,3 +102,51 @@ def test_wide_characters_come_back_and_never_hide_a_refused_name(seeded, open_pa
     assert not at.exception
     assert len(at.error) == 1 and seen(at.error[0].value).startswith("Query not run: read_text()"), at.error[0].value
     assert file_hash(db) == before
+
+
+def _figure(at):
+    import plotly.io
+
+    return plotly.io.from_json(at.get("plotly_chart")[0].proto.spec)
+
+
+def _values(v) -> list:
+    """A trace's x or y as values: Plotly sends numbers as {"dtype", "bdata"} (base64) in the browser's JSON."""
+    import base64
+
+    import numpy as np
+
+    if isinstance(v, dict) and "bdata" in v:
+        return np.frombuffer(base64.b64decode(v["bdata"]), dtype=v["dtype"]).tolist()
+    return list(v)
+
+
+def test_the_automatic_chart_puts_the_measure_on_y_and_never_sums_a_setting(seeded, open_page, no_problems):
+    """Issue 39: "median epoch by loader and workers" drew workers summed by loader, one bar for 8 runs. The measure
+    is y, the first category x, the setting (workers) the colour: one bar per row of the result."""
+    at = _run_sql(open_page("history"), "SELECT loader, workers, median(epoch_s) AS median_epoch_s FROM runs "
+                                        "GROUP BY ALL ORDER BY ALL")
+    no_problems(at)
+    result, fig = at.dataframe[-1].value, _figure(at)
+    assert (fig.layout.xaxis.title.text, fig.layout.yaxis.title.text) == ("loader", "median_epoch_s")
+    bars = [(x, y, t.name) for t in fig.data for x, y in zip(_values(t.x), _values(t.y))]
+    assert sorted(bars) == sorted(zip(result["loader"], result["median_epoch_s"], result["workers"].astype(str)))
+
+
+@pytest.mark.parametrize("rows, kind", [
+    # the issue's query on a 4 x 2 sweep: 8 rows, 8 bars, workers as the colour
+    ([(lo, w, 0.1 * i + 0.2) for i, (lo, w) in enumerate((lo, w) for lo in ("sync", "prefetch", "threads",
+                                                                              "processes") for w in (2, 4))], "bar"),
+    # one row per run, several per (loader, workers): each a point, never stacked into a sum
+    ([("sync", 0, 1.0), ("sync", 0, 1.2), ("threads", 2, 0.5), ("threads", 2, 0.6)], "box"),
+])
+def test_auto_chart_draws_each_row_of_a_measure_by_its_settings(rows, kind):
+    import pandas as pd
+
+    df = pd.DataFrame(rows, columns=["loader", "workers", "epoch_s"])
+    fig = api.auto_chart(df)
+    assert {t.type for t in fig.data} == {kind}
+    drawn = sorted((x, float(y)) for t in fig.data for x, y in zip(t.x, t.y))
+    assert drawn == sorted(zip(df["loader"], df["epoch_s"]))   # every row once, at its own value: no sum
+    assert sorted({t.name for t in fig.data}) == sorted(set(df["workers"].astype(str)))
+    assert fig.layout.yaxis.title.text == "epoch_s"

@@ -64,6 +64,12 @@ def test_every_config_field_has_a_widget_and_the_form_queues_a_job(launch, store
     assert cfg == PRESETS["tiny_cpu"]().replace(n_samples=128)
     assert any(queued.loc[0, "job_id"] in seen(s.value) for s in at.success)
     assert f"run={queued.loc[0, 'run_id']}" in run_links(at)  # in this tab, not a new one
+    shown = [e for e in at.main if e.type in ("button", "success")]   # in page order
+    said = next(i for i, e in enumerate(shown) if e.type == "success")   # under the button, not off in Jobs
+    assert shown[said - 1].key == "launch.queue_run"
+    assert [t.value for t in at.toast] == ["Run queued: it shows under Jobs"]   # in view wherever the button is
+    at.text_input(key="run.n_samples").set_value("256").run()
+    assert not at.success and not at.toast   # issue 39: the old "Queued 1 job" stayed beside a moved-on queue
 
 
 def test_the_form_opens_on_the_demos_pipeline_with_word_labels_and_the_schema_name_in_the_help(launch):
@@ -124,10 +130,28 @@ def test_the_form_refuses_ranks_this_host_cannot_run_and_the_checkbox_insists(la
     assert not at.exception and len(queued := jobs.list_jobs(store)) == 1
     assert json.loads((jobs_dir(store) / f"{queued.loc[0, 'job_id']}.json").read_text())["oversubscribe"] is True
     jobs.cancel(queued.loc[0, "job_id"], store)
-    at.checkbox(key="run.oversubscribe").uncheck()
-    at.text_input(key="run.world_size").set_value(str(usable_cores() + 1)).run()
-    assert not at.error and any(seen(w.value).startswith("world_size: ") and "time-share" in seen(w.value)
-                                for w in at.warning)
+
+
+@pytest.mark.parametrize("over", [dict(loader="processes", workers="USABLE+1"),
+                                  dict(mode="ddp", world_size="USABLE+1")])
+def test_light_oversubscription_is_refused_by_name_unless_ticked_then_warned_once(launch, store, over):
+    """Issue 39: workers=8 on 2 cores queued with Oversubscribe unticked, and its warning showed twice (the form's,
+    then the sweep's). Unticked: one line under the field naming it and the checkbox, and nothing queues; ticked:
+    one warning on the page, and the run queues."""
+    field = next(k for k, v in over.items() if v == "USABLE+1")
+    params = {k: str(usable_cores() + 1) if v == "USABLE+1" else v for k, v in over.items()}
+    at = launch(device="cpu", workload="tensor", model="mlp", **params)
+    under = [seen(e.value) for x in at.expander for e in x.error]
+    assert len(under) == 1 and under[0].startswith(f"**{label(field)}**: ") and "Oversubscribe" in under[0], under
+    assert not any("time-share" in seen(w.value) for w in at.warning)   # said once, as the refusal
+    at = queue_run(at)
+    assert jobs.list_jobs(store).empty
+    at.checkbox(key="run.oversubscribe").check().run()
+    assert not at.error
+    assert [seen(w.value) for w in at.warning if "time-share" in seen(w.value)] == \
+        [next(seen(w.value) for w in at.warning if "time-share" in seen(w.value))]   # exactly one
+    at = queue_run(at)
+    assert len(jobs.list_jobs(store)) == 1
 
 
 def test_preset_and_url_fill_the_form_and_the_form_writes_the_url(launch):
@@ -149,19 +173,44 @@ def test_preset_and_url_fill_the_form_and_the_form_writes_the_url(launch):
 @pytest.mark.parametrize("field, value, why", [
     ("batch_size", "-1", "must be >= 1"), ("n_samples", "1e99", "must be <= 10000000"),
     ("workers", "2.5", "not a whole number"), ("latency_ms", "-3", "must be >= 0.0"),
-    ("epochs", "abc", "expected int"), ("lr", "nan", "not a finite number"), ("pin_memory", "maybe", "expected bool"),
+    ("epochs", "abc", "expected int"), ("lr", "nan", "not a finite number"), ("workers", "abc", "expected int"),
 ])
-def test_an_out_of_range_url_value_is_named_in_a_warning_not_clamped(launch, field, value, why):
-    """Issue 19: /launch?batch_size=-1 and n_samples=1e99 were clamped silently while other bad values warned."""
+def test_a_bad_url_value_stays_in_its_field_and_is_refused_by_name_like_a_typed_one(launch, store, field, value, why):
+    """Issue 19: /launch?batch_size=-1 was clamped silently. Issue 39: workers=abc was swapped for the default (with a
+    warning at the top of the page) while loader=bogus stayed in its box, refused by name. Now every field that can
+    hold what the URL said holds it, and the form refuses it under the field, naming it; nothing queues."""
     at = launch(**{field: value})
     assert not at.exception
-    warnings = [w.value for w in at.warning if f"Ignored URL parameter {field}=" in seen(w.value)]
-    assert len(warnings) == 1, [seen(w.value) for w in at.warning]
-    assert why in seen(warnings[0]) and not live_markup(warnings[0]), warnings
-    default = getattr(FORM_DEFAULTS, field)
-    shown = default if isinstance(default, bool) else str(default)  # numbers are the text the form holds
-    assert at.session_state[f"run.{field}"] == shown  # the default, as the warning says
-    assert f"using the default, {default}" in seen(warnings[0])
+    assert at.session_state[f"run.{field}"] == value   # what the link said, not the default
+    under = [seen(e.value) for x in at.expander for e in x.error]
+    assert len(under) == 1 and under[0].startswith(f"**{label(field)}**: ") and why in under[0], under
+    assert not any("Ignored URL parameter" in seen(w.value) for w in at.warning)
+    at = queue_run(at)
+    assert any(f"fix **{label(field)}**" in seen(e.value) for e in at.error) and jobs.list_jobs(store).empty
+
+
+def test_loader_bogus_and_workers_abc_in_a_url_are_refused_the_same_way(launch):
+    at = launch(loader="bogus", workers="abc")
+    under = [seen(e.value) for x in at.expander for e in x.error]
+    assert sorted(u.split("**")[1] for u in under) == sorted([label("loader"), label("workers")]), under
+
+
+def test_a_checkbox_cannot_hold_a_bad_url_value_so_it_warns_with_the_default(launch):
+    at = launch(pin_memory="maybe")
+    warnings = [w.value for w in at.warning if "Ignored URL parameter pin_memory=" in seen(w.value)]
+    assert len(warnings) == 1 and "expected bool" in seen(warnings[0]) and not live_markup(warnings[0])
+    assert at.session_state["run.pin_memory"] is FORM_DEFAULTS.pin_memory
+
+
+def test_every_label_fits_its_column(launch):
+    """Issue 39: "Keep workers b…": a form column cuts a label past LABEL_MAX characters; the help says the rest."""
+    from ui.form_labels import LABEL_MAX
+
+    at = launch()
+    widgets = [w for kind in ("selectbox", "checkbox", "text_input") for w in getattr(at, kind)
+               if w.key and w.key.startswith("run.") and w.key != "run.oversubscribe"]
+    assert len(widgets) > 20
+    assert [w.label for w in widgets if len(w.label) > LABEL_MAX] == []
 
 
 def test_a_url_value_within_bounds_is_taken_without_a_warning(launch):
@@ -221,6 +270,11 @@ def test_jobs_panel_shows_live_progress_and_cancels(launch, store):
     while jobs.job_progress(job_id, store)["status"] != "cancelled":
         assert time.monotonic() < deadline, "the job was never cancelled"
         time.sleep(0.2)
+    at.run()   # issue 39: the card vanished, with no way to the kept epochs
+    cards = [m.value for m in at.markdown if m.value.endswith(plain(label_))]
+    assert cards and cards[0].startswith("**cancelled**")
+    assert f"run={jobs.job_progress(job_id, store)['run_id']}" in run_links(at)
+    assert any("finished epochs are kept" in seen(c.value) for c in at.caption)
 
 
 def test_ray_target_queues_the_sweep_as_one_job_with_the_address_from_settings(launch, store, monkeypatch):

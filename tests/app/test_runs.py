@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from engine import api
 from engine.store import connect
 from tests._markup import seen
@@ -88,7 +90,7 @@ def test_delete_restore_and_purge(seeded, open_page, no_problems):
     at.checkbox(key="runs.purge_sure").check().run()
     at.button(key="runs.purge").click().run()
     no_problems(at)
-    assert "Purged 1 runs" in at.success[0].value
+    assert "Purged 1 run." in at.success[0].value   # one run, not "1 runs"
     assert api.get_run(victim) is None and api.get_run(ids[0]) is not None
 
 
@@ -176,4 +178,39 @@ def test_a_cancelled_run_is_said_as_cancelled_with_the_verdict_its_kept_epochs_s
     assert "Verdict: **data-bound**" in said and "94% of the kept steady-state time waiting for data" in said
     _cancelled_run(store, "cancelled-between", 0.3)
     said = " ".join(seen(m.value) for m in open_page("runs", run="cancelled-between").markdown)
-    assert "Verdict: **no verdict**" in said and "only the lower bound (not measured) could say" in said
+    assert "Verdict: **none**" in said and "only the lower bound (not measured) could say" in said
+
+
+@pytest.mark.parametrize("wait_s, verdict", [(0.94, "data-bound"), (0.05, "compute-bound"), (0.3, None)])
+def test_a_cancelled_runs_page_says_the_verdict_the_store_holds(store, open_page, wait_s, verdict):
+    """Issue 39: a cancelled run's stored verdict was empty while its page said compute-bound (the page judged its
+    kept epochs itself). Now ingest stores that judgement and the page reads the store: the CLI, SQL and the page
+    say one verdict."""
+    _cancelled_run(store, "cancelled", wait_s)
+    stored = api.get_run("cancelled")
+    assert stored["verdict"] == verdict and stored["verdict_help"]   # judged at ingest, with what it rests on
+    said = next(seen(m.value) for m in open_page("runs", run="cancelled").markdown if "Verdict:" in seen(m.value))
+    assert said.startswith(f"Verdict: **{verdict or 'none'}**: {seen(stored['verdict_help'])}")
+
+
+def _text_cells(df) -> set[str]:
+    return {str(v) for c in df.columns if df[c].dtype == object for v in df[c] if isinstance(v, str)}
+
+
+def test_the_runs_table_and_a_run_page_never_read_none(seeded, open_page, no_problems):
+    """Issue 39: "None" in the Runs table (source for every lab run). A lab run's source says lab; every empty cell
+    of every table shows the dash (st.dataframe's placeholder, whose own default is "None"); the config table and
+    the page's caption say no None either."""
+    from ui.words import MISSING
+
+    _, ids = seeded
+    at = open_page("runs")
+    no_problems(at)
+    table = at.dataframe[0].value
+    assert set(table["source"]) == {"lab"} and not table["source"].isna().any()
+    at = open_page("runs", run=ids[0])
+    no_problems(at)
+    for frame in at.dataframe:
+        assert frame.proto.placeholder == MISSING
+        assert not {"None", "nan", "NaN"} & _text_cells(frame.value), frame.value
+    assert not any("None" in seen(c.value) for c in at.caption)

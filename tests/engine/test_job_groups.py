@@ -46,7 +46,8 @@ def test_a_sweeps_jobs_are_one_group_with_n_of_n_and_a_lone_job_is_its_own(store
     _finish(store, ids[0], 6.0)
     sweep = next(g for g in jobs.job_groups(store) if g.kind == "sweep")
     assert (sweep.ended, sweep.status, sweep.counts) == (1, "queued", {"done": 1, "queued": 3})
-    assert sweep.eta_s == pytest.approx(3 * 6.0, rel=0.05) and "its 1 finished run" in sweep.eta_basis
+    assert sweep.eta_s == pytest.approx(3 * 6.0, rel=0.05) and "its 1 finished run, 6 s each" in sweep.eta_basis
+    assert "run(s)" not in sweep.eta_basis and "6–6" not in sweep.eta_basis   # issue 39: "20–20 s each"
 
 
 def test_cancel_all_cancels_every_queued_job_and_the_group_says_cancelled(store):
@@ -69,6 +70,6 @@ def test_the_estimate_comes_from_this_hosts_finished_jobs_like_it_and_gives_its_
     est = jobs.estimate_duration([cfg, cfg.replace(n_samples=128)], db=store)
     # the fixed part (the fastest job: 4 s) stays; the rest scales with the samples read: 0, 2 or 4 s for 64
     assert (est["low_s"], est["seconds"], est["high_s"]) == pytest.approx((4 + 4, 6 + 8, 8 + 12))
-    assert est["similar"] == 3 and est["basis"] == "from 3 finished job(s) like them on this host"
+    assert est["similar"] == 3 and est["basis"] == "from 3 finished jobs like them on this host"
     elsewhere = jobs.estimate_duration([cfg], db=store, host="another-host")
     assert elsewhere["similar"] == 0  # another host's jobs say nothing about this one
