@@ -110,8 +110,8 @@ def test_a_job_card_is_readable_and_a_cancelled_run_is_said_as_cancelled(dashboa
     # NOTE: followed by its address, not clicked: the panel redraws every 2 s, so a click can land on a link the
     # page has just replaced
     page.goto(f"{base}/{href}")
-    page.get_by_test_id("stAlertContentInfo").filter(has_text=re.compile(r"Cancelled after \d+ finished epochs")).wait_for(
-        timeout=120_000)
+    said = re.compile(r"Cancelled after \d+ finished epochs")
+    page.get_by_test_id("stAlertContentInfo").filter(has_text=said).wait_for(timeout=120_000)
     assert page.get_by_text("The run failed").count() == 0
     assert page.locator('[data-testid="stAlertContentError"]').count() == 0  # no red box for a user's cancel
     assert page.get_by_text(re.compile(r"Verdict: data-bound")).count() == 1  # its kept epochs waited on data
