@@ -63,3 +63,22 @@ def store(tmp_path, monkeypatch, request) -> Path:
 def _data_dir(tmp_path_factory, monkeypatch) -> None:
     # generated datasets are shared across the session (the JPEG set takes seconds to make)
     monkeypatch.setenv("LOADERLAB_DATA", str(tmp_path_factory.getbasetemp() / "data"))
+
+
+@pytest.fixture(scope="module")
+def warm_runs():
+    """For a module whose tests check what runs measure, not how a run's process starts: every launch() there that
+    names no warm parent forks its run from this one (engine/run/warm.py), which imported torch once, instead of
+    starting a cold interpreter that imports it again. A run the parent cannot take (one in flight already, a
+    thread variable changed since it started) starts cold, as before. Module-scoped: the parent, a child of this
+    process, is gone before another module's tests count this process's children.
+
+        pytestmark = pytest.mark.usefixtures("warm_runs")
+    """
+    from engine.run import runner
+    from engine.run.warm import WarmParent
+
+    # NOTE: launch's keyword default, not the module attribute: test modules hold launch by name (from ... import)
+    with WarmParent() as parent, pytest.MonkeyPatch.context() as mp:
+        mp.setitem(runner.launch.__kwdefaults__, "warm", parent)
+        yield parent

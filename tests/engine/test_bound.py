@@ -32,6 +32,7 @@ from tests.engine import _drift_fixtures, _slow_start
 from tests.engine._slow_start import SLOW_ITEMS, SLOW_S
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.usefixtures("warm_runs")  # runs forked warm: these check what a run measures
 
 # 20 ms per sample through the prefetch loader's single producer: ~0.64 s of waiting per epoch, while
 # an 8-wide MLP on 8x8 images computes in microseconds. The loader-only pass alone explains the epoch.

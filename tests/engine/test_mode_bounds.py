@@ -16,6 +16,8 @@ from engine.calibrate import STALE
 from engine.runlog import read_events
 from tests.engine._mode_runs import launch_mode, summary_of
 
+pytestmark = pytest.mark.usefixtures("warm_runs")  # runs forked warm: these check what a run measures
+
 
 def _cals(events: list[dict]) -> list[dict]:
     """The passes as first measured (not those measured again where the run beat its bound)."""
