@@ -24,6 +24,9 @@ from engine.modes import step_builder
 from engine.run.runner import launch
 from engine.runlog import read_events
 from engine.store import get_run
+from tests._wait import quiet_cores
+
+pytestmark = pytest.mark.usefixtures("warm_runs")  # runs forked warm: these check what a run measures
 
 CPU = torch.device("cpu")
 seconds = st.floats(1e-4, 0.5)
@@ -137,11 +140,24 @@ def _probe(**fields) -> tuple[RunConfig, dict]:
     return cfg, probe(cfg, CPU, step_builder(cfg, 0, CPU))
 
 
+def _quiet_probe(**fields) -> dict:
+    """A probe taken once the other processes leave both cores idle; measured again where it still found a core
+    shared, so a busy moment of the machine does not read as no GIL share."""
+    for _ in range(2):
+        quiet_cores()
+        p = _probe(**fields)[1]
+        if p["gil_share"] is not None:
+            break
+    return p
+
+
 @pytest.mark.quiet  # NOTE: the GIL share is the extra wall of two threads: another test loading the cores between the
 # probe's windows read GIL-free work as 0.56 GIL-held under xdist (fresh-clone CI)
 @pytest.mark.parametrize("fields", [{"latency_ms": 4.0}, {"work_us": 2000}], ids=["sleep", "numpy-like work"])
 def test_probe_finds_latency_and_work_that_release_the_gil(fields: dict) -> None:
+    quiet = False
     for _ in range(3):  # NOTE: as below: a machine too busy to tell the GIL from a wait for a core says None
+        quiet = quiet_cores() or quiet
         base, p = _probe(**fields)
         if p["gil_share"] is not None or p["cores"] < 2:
             break
@@ -152,8 +168,10 @@ def test_probe_finds_latency_and_work_that_release_the_gil(fields: dict) -> None
     if p["cores"] >= 2:
         # NOTE: on two cores in the quiet part the share must be measured: a probe that never measures it would
         # pass every assertion below that depends on it
+        if p["gil_share"] is None and not quiet:
+            pytest.skip("other processes left no quiet second in 3 waits of 20 s: no GIL share can be measured")
         assert p["gil_share"] is not None, f"GIL share unmeasured on {p['cores']:g} cores (core sharing " \
-            f"{p['core_sharing']:.2f}): the machine was not quiet"
+            f"{p['core_sharing']:.2f}) with the other processes quiet"
         assert p["step_gil_share"] is not None and 0.0 <= p["step_gil_share"] <= 1.0
         if p["load_cpu_s"] > 0.5 * p["load_wall_s"]:
             assert p["gil_share"] < 0.5
@@ -171,7 +189,7 @@ def test_the_gil_share_of_the_same_load_agrees_across_probes() -> None:
         pytest.skip("one core: the GIL is not told apart from the wait for the core")
     shares = {}
     for fields in ({"workload": "pyloop", "work_us": 1500}, {"work_us": 2000}):  # pure Python; GIL-free work
-        shares[fields.get("workload", "tensor")] = [_probe(**fields)[1]["gil_share"] for _ in range(3)]
+        shares[fields.get("workload", "tensor")] = [_quiet_probe(**fields)["gil_share"] for _ in range(3)]
     assert None not in shares["pyloop"] + shares["tensor"], shares
     # every probe reads pure Python as GIL-held, and within 0.25 of the others
     assert min(shares["pyloop"]) >= 0.75 and max(shares["pyloop"]) - min(shares["pyloop"]) <= 0.25, shares
@@ -183,14 +201,18 @@ def test_the_gil_share_of_the_same_load_agrees_across_probes() -> None:
 
 @pytest.mark.quiet
 def test_probe_finds_python_work_holds_the_gil_and_predicts_processes_beat_threads() -> None:
+    quiet = False
     for _ in range(3):  # NOTE: a machine too busy to tell the GIL from a wait for a core says None (the suite's
-        base, p = _probe(workload="pyloop", work_us=1500)  # other worker can make it so): probe again
+        quiet = quiet_cores() or quiet  # other worker, a user's browser can make it so): wait for quiet, probe again
+        base, p = _probe(workload="pyloop", work_us=1500)
         if p["gil_share"] is not None or p["cores"] < 2:
             break
     assert p["load_cpu_s"] >= 0.5 * p["load_wall_s"]  # CPU work (a sleep is < 0.5: above); a busy machine waits
     if p["cores"] >= 2:  # NOTE: measured, as above: unmeasured would pass the prediction below by the worst case
+        if p["gil_share"] is None and not quiet:
+            pytest.skip("other processes left no quiet second in 3 waits of 20 s: no GIL share can be measured")
         assert p["gil_share"] is not None, f"GIL share unmeasured on {p['cores']:g} cores (core sharing " \
-            f"{p['core_sharing']:.2f}): the machine was not quiet"
+            f"{p['core_sharing']:.2f}) with the other processes quiet"
         assert p["gil_share"] > 0.5
     # measured or not (unmeasured counts as GIL-bound, the worst case), processes are predicted faster
     threads = predict(_cfg("threads", 2, 1, base), p).epoch_s
