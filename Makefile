@@ -9,8 +9,9 @@ CLUSTER_STAMP := $(VENV)/.cluster-$(shell cat requirements.txt requirements-clus
 PORT ?= 8501
 ADDRESS ?= 127.0.0.1
 PYTEST_ARGS ?=
-# pytest-xdist workers for `make test` (0: one process). Two keep the suite under 20 minutes on 2 cores: most of its
-# time is subprocesses starting and waiting, and tests/conftest.py gives each worker its share of the cores.
+# pytest-xdist workers for `make test` (0: one process). Two keep both cores of a 2-core machine busy; more do not
+# help there, as most of the suite's time is CPU (processes that start and import torch). tests/conftest.py gives
+# each worker its share of the cores. docs/development.md says how long the suite takes, and where.
 TEST_WORKERS ?= 2
 
 .PHONY: install run demo worker test browser-deps share clean bench test-gpu bench-gpu docs docs-serve
@@ -50,12 +51,17 @@ browser-deps:
 # machine's own BLAS pools, which xdist's workers cap at one thread) run one at a time
 # first, the rest on TEST_WORKERS; PYTEST_ARGS go to both (paths, -k, -x; not -m). Exit 5 is "none selected here".
 PYTEST := LOADERLAB_REQUIRE_BROWSER=1 LOADERLAB_REQUIRE_RAY=1 $(PY) -m pytest
-# Both parts run whatever the first one gave, so one CI run reports every failure; the target fails if either did.
+# Both parts run whatever the first one gave, so one CI run reports every failure; the target fails if either did,
+# and its last line names the part that failed. Each part's minutes are printed as it ends.
 test: $(CLUSTER_STAMP) browser-deps
-	@rc=0; \
-	$(PYTEST) -m "quiet or serial" $(PYTEST_ARGS) || [ $$? -eq 5 ] || rc=1; \
-	$(PYTEST) -n $(TEST_WORKERS) -m "not quiet and not serial" $(PYTEST_ARGS) || [ $$? -eq 5 ] || rc=1; \
-	exit $$rc
+	@failed=""; start=$$SECONDS; \
+	$(PYTEST) -m "quiet or serial" $(PYTEST_ARGS) || [ $$? -eq 5 ] || failed="the quiet/serial part (one at a time)"; \
+	echo "make test: the quiet/serial part took $$(( (SECONDS - start) / 60 )) min $$(( (SECONDS - start) % 60 )) s"; \
+	start=$$SECONDS; \
+	$(PYTEST) -n $(TEST_WORKERS) -m "not quiet and not serial" $(PYTEST_ARGS) || [ $$? -eq 5 ] \
+		|| failed="$${failed:+$$failed and }the parallel part (-n $(TEST_WORKERS))"; \
+	echo "make test: the parallel part took $$(( (SECONDS - start) / 60 )) min $$(( (SECONDS - start) % 60 )) s"; \
+	if [ -n "$$failed" ]; then echo "make test FAILED in $$failed: its failures are listed above"; exit 1; fi
 
 # The docs site (docs/, mkdocs.yml): built strictly, so a broken link or a missing page fails; the CLI reference is
 # generated from the CLI's parsers as it builds. `make test` builds it too (tests/docs/test_docs.py).

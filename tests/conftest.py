@@ -33,11 +33,28 @@ def share_the_cores(environ: dict[str, str] = os.environ) -> int | None:
 share_the_cores()
 
 
+@pytest.fixture(scope="session")
+def shared_calibrations(tmp_path_factory) -> Path:
+    """One calibrations folder for the whole test session, every xdist worker included (their temporary folders
+    sit in the session's). Probes are keyed by pipeline, machine and thread settings, and the bound's passes by
+    their run's or sweep's id, so a file one test wrote is valid in another, and a probe a pipeline's first run
+    took saves the next run of the pipeline its own. Writers write a temporary file and rename it (atomic: a
+    reader sees a whole file or none) under a name unique to the writer (probes) or to the run (passes)."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "calibrations"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
 @pytest.fixture
-def store(tmp_path, monkeypatch) -> Path:
-    """A fresh store path (RunLogs land beside it) set as LOADERLAB_DB for this test."""
+def store(tmp_path, monkeypatch, request) -> Path:
+    """A fresh store path (RunLogs land beside it) set as LOADERLAB_DB for this test. Its calibrations folder is the
+    session's (shared_calibrations), except for a test marked own_calibrations (one about the probe's cache
+    itself: what is measured, cached or saved for this store), which gets a fresh one."""
     db = tmp_path / "store" / "loaderlab.duckdb"
     db.parent.mkdir()
+    if request.node.get_closest_marker("own_calibrations") is None:
+        (db.parent / "calibrations").symlink_to(request.getfixturevalue("shared_calibrations"), True)
     monkeypatch.setenv("LOADERLAB_DB", str(db))
     return db
 
@@ -46,3 +63,22 @@ def store(tmp_path, monkeypatch) -> Path:
 def _data_dir(tmp_path_factory, monkeypatch) -> None:
     # generated datasets are shared across the session (the JPEG set takes seconds to make)
     monkeypatch.setenv("LOADERLAB_DATA", str(tmp_path_factory.getbasetemp() / "data"))
+
+
+@pytest.fixture(scope="module")
+def warm_runs():
+    """For a module whose tests check what runs measure, not how a run's process starts: every launch() there that
+    names no warm parent forks its run from this one (engine/run/warm.py), which imported torch once, instead of
+    starting a cold interpreter that imports it again. A run the parent cannot take (one in flight already, a
+    thread variable changed since it started) starts cold, as before. Module-scoped: the parent, a child of this
+    process, is gone before another module's tests count this process's children.
+
+        pytestmark = pytest.mark.usefixtures("warm_runs")
+    """
+    from engine.run import runner
+    from engine.run.warm import WarmParent
+
+    # NOTE: launch's keyword default, not the module attribute: test modules hold launch by name (from ... import)
+    with WarmParent() as parent, pytest.MonkeyPatch.context() as mp:
+        mp.setitem(runner.launch.__kwdefaults__, "warm", parent)
+        yield parent

@@ -29,8 +29,11 @@ FORM_DEFAULTS = RunConfig.from_dict({k: v for k, v in demo_sweep().base.items() 
 
 
 @pytest.fixture
-def launch(store, open_page):
-    """launch(**query_params) -> AppTest on the Launch page; the worker the page starts is stopped after."""
+def launch(store, open_page, monkeypatch):
+    """launch(**query_params) -> AppTest on the Launch page; the worker the page starts is stopped after.
+    NOTE: the worker starts cold (LOADERLAB_WARM=0): a warm parent imports torch for the jobs to come, and these
+    tests run at most one job, so every test paid that import for nothing."""
+    monkeypatch.setenv("LOADERLAB_WARM", "0")
     yield lambda **params: open_page("launch", **params)
     jobs.stop_worker(store, timeout_s=30)
     for pid_file in runs_dir(store).glob("*/pid"):

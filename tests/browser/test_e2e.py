@@ -59,7 +59,9 @@ def test_launch_a_run_then_share_the_explore_view(dashboard, new_page):
     # 2. queue a tiny run from the form (values come in through the URL, as a shared launch link would)
     _open(page, f"{base}/launch?n_samples=256&epochs=2&batch_size=64", "Launch")
     page.get_by_role("button", name="Queue run").click()
-    page.get_by_text(re.compile(r"Queued 1 job")).wait_for(timeout=30_000)
+    # NOTE: the success box, not any text: a job card or the queue's table could repeat the words
+    page.get_by_test_id("stAlertContentSuccess").filter(has_text=re.compile(r"Queued 1 job")).first.wait_for(
+        timeout=30_000)
     job = _wait_for_job(db)
     assert job["status"] == "done", job
     run_id = job["run_id"]

@@ -76,7 +76,8 @@ def test_a_refused_workers_value_queues_nothing_and_is_said_under_the_field(dash
     _open(page, f"{base}/launch", "Launch")
     _type(page, "Workers", "-1")
     page.get_by_role("button", name="Queue run").click()
-    page.get_by_text(re.compile(r"Nothing queued: fix Workers")).wait_for(timeout=120_000)
+    page.get_by_test_id("stAlertContentError").filter(has_text=re.compile(r"Nothing queued: fix Workers")).wait_for(
+        timeout=120_000)
     field = page.get_by_label("Workers", exact=True)
     assert field.input_value() == "-1"  # the form shows what the user typed, never an older valid value
     assert page.get_by_text(re.compile("^Workers: must be >\u2060?= 0, got -1$")).is_visible()
@@ -108,7 +109,8 @@ def test_a_job_card_is_readable_and_a_cancelled_run_is_said_as_cancelled(dashboa
     # NOTE: followed by its address, not clicked: the panel redraws every 2 s, so a click can land on a link the
     # page has just replaced
     page.goto(f"{base}/{href}")
-    page.get_by_text(re.compile(r"Cancelled after \d+ finished epochs")).wait_for(timeout=120_000)
+    said = re.compile(r"Cancelled after \d+ finished epochs")
+    page.get_by_test_id("stAlertContentInfo").filter(has_text=said).wait_for(timeout=120_000)
     assert page.get_by_text("The run failed").count() == 0
     assert page.locator('[data-testid="stAlertContentError"]').count() == 0  # no red box for a user's cancel
     assert page.get_by_text(re.compile(r"Verdict: data-bound")).count() == 1  # its kept epochs waited on data
@@ -167,7 +169,7 @@ def test_a_2x2_sweep_is_one_card_with_progress_and_a_working_cancel_all(dashboar
     _type(page, "Workers: values", "1, 2")
     page.get_by_text(re.compile(r"4 runs = 4 distinct configs")).wait_for(timeout=120_000)
     page.get_by_role("button", name="Queue sweep").click()
-    page.get_by_text("Queued a sweep of 4 runs").wait_for(timeout=120_000)
+    page.get_by_test_id("stAlertContentSuccess").filter(has_text="Queued a sweep of 4 runs").wait_for(timeout=120_000)
     assert _jobs(db)["sweep_id"].notna().sum() == 4  # the other tests' jobs are lone runs
     card = page.locator('[class*="st-key-launch-card-"]').filter(has_text="sweep of 4 runs")
     card.wait_for(timeout=120_000)

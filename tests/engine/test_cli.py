@@ -26,7 +26,7 @@ def cli(*args: str, db: Path) -> subprocess.CompletedProcess:
 
 
 def test_run_runs_query_export(store, tmp_path):
-    out = cli("run", *TINY, "--loader", "threads", "--workers", "2", db=store)
+    out = cli("run", *TINY, "--loader", "threads", "--workers", "2", "--no-bound", db=store)
     assert out.returncode == 0, out.stderr
     assert "epoch 1" in out.stdout and "samples/s" in out.stdout
     listing = cli("runs", db=store)
@@ -95,7 +95,8 @@ def test_a_cli_run_imports_torch_in_its_run_child_only(store):
 def test_sweep_fills_the_store(store, tmp_path):
     toml = tmp_path / "s.toml"
     toml.write_text('name = "t"\nrepeats = 1\n[base]\nworkload = "tensor"\nn_samples = 64\nimage_size = 8\n'
-                    'width = 8\nepochs = 2\nbatch_size = 32\ndevice = "cpu"\n[grid]\nloader = ["sync", "prefetch"]\n')
+                    'width = 8\nepochs = 2\nbatch_size = 32\ndevice = "cpu"\nbound = false\n'
+                    '[grid]\nloader = ["sync", "prefetch"]\n')
     out = cli("sweep", str(toml), "--quiet", db=store)
     assert out.returncode == 0, out.stderr
     q = cli("query", "SELECT loader, sweep_id FROM runs ORDER BY loader", "--format", "json", db=store)

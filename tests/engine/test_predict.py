@@ -26,6 +26,9 @@ from engine.modes import step_builder
 from engine.run.runner import launch
 from engine.runlog import read_events
 from engine.store import get_run
+from tests._wait import quiet_cores
+
+pytestmark = pytest.mark.usefixtures("warm_runs")  # runs forked warm: these check what a run measures
 
 CPU = torch.device("cpu")
 seconds = st.floats(1e-4, 0.5)
@@ -170,11 +173,25 @@ def _probe(**fields) -> tuple[RunConfig, dict]:
     return cfg, probe(cfg, CPU, step_builder(cfg, 0, CPU))
 
 
+def _quiet_probe(**fields) -> tuple[dict, bool]:
+    """A probe taken once the other processes leave both cores idle, measured again where it still found a core
+    shared (a busy moment of the machine does not read as no GIL share); and whether a quiet second came first."""
+    quiet = False
+    for _ in range(2):
+        quiet = quiet_cores() or quiet
+        p = _probe(**fields)[1]
+        if p["gil_share"] is not None:
+            break
+    return p, quiet
+
+
 @pytest.mark.quiet  # NOTE: the GIL share is the extra wall of two threads: another test loading the cores between the
 # probe's windows read GIL-free work as 0.56 GIL-held under xdist (fresh-clone CI)
 @pytest.mark.parametrize("fields", [{"latency_ms": 4.0}, {"work_us": 2000}], ids=["sleep", "numpy-like work"])
 def test_probe_finds_latency_and_work_that_release_the_gil(fields: dict) -> None:
+    quiet = False
     for _ in range(3):  # NOTE: as below: a machine too busy to tell the GIL from a wait for a core says None
+        quiet = quiet_cores() or quiet
         base, p = _probe(**fields)
         if p["gil_share"] is not None or p["cores"] < 2:
             break
@@ -185,8 +202,10 @@ def test_probe_finds_latency_and_work_that_release_the_gil(fields: dict) -> None
     if p["cores"] >= 2:
         # NOTE: on two cores in the quiet part the share must be measured: a probe that never measures it would
         # pass every assertion below that depends on it
+        if p["gil_share"] is None and not quiet:
+            pytest.skip("other processes left no quiet second in 3 waits of 20 s: no GIL share can be measured")
         assert p["gil_share"] is not None, f"GIL share unmeasured on {p['cores']:g} cores (core sharing " \
-            f"{p['core_sharing']:.2f}): the machine was not quiet"
+            f"{p['core_sharing']:.2f}) with the other processes quiet"
         assert p["step_gil_share"] is not None and 0.0 <= p["step_gil_share"] <= 1.0
         if p["load_cpu_s"] > 0.5 * p["load_wall_s"]:
             assert p["gil_share"] < 0.5
@@ -202,9 +221,13 @@ def test_the_gil_share_of_the_same_load_agrees_across_probes() -> None:
     # 1.00 in two probes on this VM (its speed drifts); back-to-back pairs keep three probes of one load together
     if usable_cpus() < 2:
         pytest.skip("one core: the GIL is not told apart from the wait for the core")
-    shares = {}
+    shares: dict[str, list] = {}
     for fields in ({"workload": "pyloop", "work_us": 1500}, {"work_us": 2000}):  # pure Python; GIL-free work
-        shares[fields.get("workload", "tensor")] = [_probe(**fields)[1]["gil_share"] for _ in range(3)]
+        for _ in range(3):
+            p, quiet = _quiet_probe(**fields)
+            if not quiet:
+                pytest.skip("other processes left no quiet second in 40 s before a probe: its share says nothing")
+            shares.setdefault(fields.get("workload", "tensor"), []).append(p["gil_share"])
     assert None not in shares["pyloop"] + shares["tensor"], shares
     # every probe reads pure Python as GIL-held, and within 0.25 of the others
     assert min(shares["pyloop"]) >= 0.75 and max(shares["pyloop"]) - min(shares["pyloop"]) <= 0.25, shares
@@ -216,14 +239,18 @@ def test_the_gil_share_of_the_same_load_agrees_across_probes() -> None:
 
 @pytest.mark.quiet
 def test_probe_finds_python_work_holds_the_gil_and_predicts_processes_beat_threads() -> None:
-    for _ in range(3):  # NOTE: a machine too busy to tell the GIL from a wait for a core says None (the suite's
-        base, p = _probe(workload="pyloop", work_us=1500)  # other worker can make it so): probe again
-        if p["gil_share"] is not None or p["cores"] < 2:
+    quiet, busy = False, lambda p: p["gil_share"] is None or p["load_cpu_s"] < 0.5 * p["load_wall_s"]
+    for _ in range(3):  # NOTE: a machine too busy to tell the GIL from a wait for a core says None, and its waits for
+        quiet = quiet_cores() or quiet  # a core read as wall without CPU (the suite's other worker, a user's browser
+        base, p = _probe(workload="pyloop", work_us=1500)  # can make it so): wait for quiet cores, probe again
+        if p["cores"] < 2 or not busy(p):
             break
+    if p["cores"] >= 2 and busy(p) and not quiet:
+        pytest.skip("other processes left no quiet second in 3 waits of 20 s: no GIL share can be measured")
     assert p["load_cpu_s"] >= 0.5 * p["load_wall_s"]  # CPU work (a sleep is < 0.5: above); a busy machine waits
     if p["cores"] >= 2:  # NOTE: measured, as above: unmeasured would pass the prediction below by the worst case
         assert p["gil_share"] is not None, f"GIL share unmeasured on {p['cores']:g} cores (core sharing " \
-            f"{p['core_sharing']:.2f}): the machine was not quiet"
+            f"{p['core_sharing']:.2f}) with the other processes quiet"
         assert p["gil_share"] > 0.5
     # measured or not (unmeasured counts as GIL-bound, the worst case), processes are predicted faster
     threads = predict(_cfg("threads", 2, 1, base), p).epoch_s

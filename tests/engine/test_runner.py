@@ -13,6 +13,8 @@ from engine.config import ConfigError, RunConfig, SweepConfig
 from engine.run.runner import launch
 from engine.store import get_run
 
+pytestmark = pytest.mark.usefixtures("warm_runs")  # runs forked warm: these check what a run measures
+
 TINY = {"workload": "tensor", "n_samples": 64, "image_size": 8, "width": 8, "batch_size": 32, "epochs": 2,
         "device": "cpu", "sample_hz": 0.0, "bound": False}
 

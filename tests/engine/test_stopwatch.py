@@ -26,6 +26,7 @@ from engine.modes import RunContext
 from engine.modes.single import run as run_single
 from engine.runlog import RunLog, read_events
 from engine.workloads.tensor import TensorWorkload
+from tests._wait import quiet_cores
 
 # About half a second per epoch on one idle core, so scheduler noise is a small part; a third of it is data
 # work (work_us), so a stopwatch that missed the data wait would be off by far more than 5%.
@@ -81,20 +82,27 @@ def test_engine_epoch_time_matches_an_independent_stopwatch(tmp_path):
     # which adds noise to both loops alike but makes it far larger than the 5% being checked.
     torch.set_num_threads(1)
     try:
-        rounds, engine_all, plain_all = [], [], []
-        for i in range(5):
-            if i % 2:  # alternate which loop goes first, so neither always runs on a warmer machine
-                plain = plain_epochs(cfg)
-                engine = engine_epochs(cfg, tmp_path / f"run{i}")
-            else:
-                engine = engine_epochs(cfg, tmp_path / f"run{i}")
-                plain = plain_epochs(cfg)
-            rounds.append((statistics.median(engine), statistics.median(plain)))
-            engine_all += engine
-            plain_all += plain
+        for attempt in range(3):  # NOTE: measured again, once the other processes leave the cores (up to 20 s), when
+            # short: a slow stretch of this VM (1.5-2x for 100-250 ms) over every plain epoch of a round reads short
+            # once; an engine timer that misses part of the epoch reads short on every attempt
+            if attempt:
+                quiet_cores()
+            rounds, engine_all, plain_all = [], [], []
+            for i in range(5):
+                if i % 2:  # alternate which loop goes first, so neither always runs on a warmer machine
+                    plain = plain_epochs(cfg)
+                    engine = engine_epochs(cfg, tmp_path / f"run{attempt}-{i}")
+                else:
+                    engine = engine_epochs(cfg, tmp_path / f"run{attempt}-{i}")
+                    plain = plain_epochs(cfg)
+                rounds.append((statistics.median(engine), statistics.median(plain)))
+                engine_all += engine
+                plain_all += plain
+            ratio = min(engine_all) / min(plain_all)
+            if ratio >= 0.95:
+                break
     finally:
         torch.set_num_threads(threads)
-    ratio = min(engine_all) / min(plain_all)
     assert ratio >= 0.95, f"the engine's epoch reads short: (engine s, plain s) per round {rounds}: {ratio:.3f}"
 
 

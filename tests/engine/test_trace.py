@@ -16,6 +16,8 @@ from engine.registry import check
 from engine.store import connect
 from tests.engine._mode_runs import TINY, launch_mode
 
+pytestmark = pytest.mark.usefixtures("warm_runs")  # runs forked warm: these check what a run measures
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

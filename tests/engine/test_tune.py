@@ -214,6 +214,7 @@ def test_tune_with_a_baseline_confirms_the_best_against_it(store):
 
 
 @pytest.mark.slow
+@pytest.mark.own_calibrations
 def test_the_first_rung_runs_the_predicted_fastest_in_predicted_order_then_candidate_0(store):
     from engine.advice import tune as tune_mod
     from engine.predict.model import rank
@@ -252,6 +253,7 @@ def test_the_first_rung_runs_the_predicted_fastest_in_predicted_order_then_candi
 
 
 @pytest.mark.slow
+@pytest.mark.own_calibrations
 def test_a_mode_the_model_does_not_cover_is_tuned_by_plain_halving(store):
     space = [{"loader": "sync"}, {"loader": "prefetch"}, {"loader": "threads", "workers": 2}]
     result = tune("tensor", "mlp", budget_s=600, db=store, base={**TINY, "mode": "fused", "latency_ms": 1.0},
