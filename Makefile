@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # each worker its share of the cores. docs/development.md says how long the suite takes, and where.
 TEST_WORKERS ?= 2
 
-.PHONY: install run demo worker test browser-deps share clean bench test-gpu bench-gpu docs docs-serve
+.PHONY: install run demo worker test browser-deps media-deps share clean bench test-gpu bench-gpu docs docs-serve
 
 $(STAMP): requirements.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -47,13 +47,23 @@ browser-deps:
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 	@command -v chromium >/dev/null || { echo "chromium is missing and could not be installed"; exit 1; }
 
+# spdl_io (the spdl loader's own decoders) loads FFmpeg's shared libraries; Debian 12 names them below. Without them
+# the spdl loader decodes with PIL, and the test of its decoders fails under `make test` rather than skip.
+MEDIA_PKGS := libavfilter8 libavformat59 libavcodec59 libavdevice59 libswscale6 libswresample4
+media-deps:
+	@ldconfig -p | grep -q 'libavfilter.so' || { \
+		echo "installing FFmpeg's libraries for spdl_io's decoders: $(MEDIA_PKGS)"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $(MEDIA_PKGS) >/dev/null; }
+	@ldconfig -p | grep -q 'libavfilter.so' || { echo "FFmpeg's libraries are missing and could not be installed"; exit 1; }
+
 # The tests marked quiet (a bound no run beats, the probe's GIL share: each needs the cores to itself) and serial (the
 # machine's own BLAS pools, which xdist's workers cap at one thread) run one at a time
 # first, the rest on TEST_WORKERS; PYTEST_ARGS go to both (paths, -k, -x; not -m). Exit 5 is "none selected here".
-PYTEST := LOADERLAB_REQUIRE_BROWSER=1 LOADERLAB_REQUIRE_RAY=1 $(PY) -m pytest
+PYTEST := LOADERLAB_REQUIRE_BROWSER=1 LOADERLAB_REQUIRE_RAY=1 LOADERLAB_REQUIRE_SPDL_IO=1 $(PY) -m pytest
 # Both parts run whatever the first one gave, so one CI run reports every failure; the target fails if either did,
 # and its last line names the part that failed. Each part's minutes are printed as it ends.
-test: $(CLUSTER_STAMP) browser-deps
+test: $(CLUSTER_STAMP) browser-deps media-deps
 	@failed=""; start=$$SECONDS; \
 	$(PYTEST) -m "quiet or serial" $(PYTEST_ARGS) || [ $$? -eq 5 ] || failed="the quiet/serial part (one at a time)"; \
 	echo "make test: the quiet/serial part took $$(( (SECONDS - start) / 60 )) min $$(( (SECONDS - start) % 60 )) s"; \

@@ -7,6 +7,7 @@ Real SPDL pipelines over the tiny dataset.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -108,6 +109,7 @@ def test_where_spdl_io_loads_the_jpeg_workload_under_spdl_decodes_with_spdls_dec
     from engine.workloads import _spdl_decode
 
     if not _spdl_decode.available():
+        assert os.environ.get("LOADERLAB_REQUIRE_SPDL_IO") != "1", "spdl_io's decoders do not load: `make media-deps`"
         pytest.skip("spdl_io or its FFmpeg libraries are not installed here (requirements.txt says which)")
     cfg, ds = _jpeg(tmp_path, monkeypatch)
     fetch = ds.spdl_fetch()
