@@ -457,7 +457,7 @@ def _observe_options(p: argparse.ArgumentParser) -> None:
                    help="your training script's command, unchanged, after --")
 
 
-@command(_observe_options, pending="never",
+@command(_observe_options, pending="after",
          help="run your training script unchanged and store a run for each DataLoader it iterates")
 def cmd_observe(args: argparse.Namespace) -> int:
     """Run `python train.py ARGS` as it is; each DataLoader it iterates is observed and stored as its own run
