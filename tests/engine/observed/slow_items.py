@@ -5,6 +5,7 @@
 --iterable: an IterableDataset that splits itself over the workers (get_worker_info); --val: a validation loader
 beside the training one, iterated after each training epoch; --lambda-collate: a collate_fn that is a lambda, which
 a spawned worker cannot unpickle. LOADERLAB_TRIAL is read as a script would read it: no checkpoint under a trial.
+$SLOW_ITEMS_MARK (a folder): each run leaves a file there, trial-PID under a trial, own-PID otherwise.
 """
 
 import argparse
@@ -43,6 +44,9 @@ def main():
     p.add_argument("--val", action="store_true")
     p.add_argument("--lambda-collate", action="store_true")
     args = p.parse_args()
+    if os.environ.get("SLOW_ITEMS_MARK"):
+        kind = "trial" if os.environ.get("LOADERLAB_TRIAL") else "own"
+        open(os.path.join(os.environ["SLOW_ITEMS_MARK"], f"{kind}-{os.getpid()}"), "w").close()
     extra = {"collate_fn": lambda batch: torch.utils.data.default_collate(batch)} if args.lambda_collate else {}
     train = DataLoader(SlowStream() if args.iterable else Slow(), batch_size=8, num_workers=args.workers, **extra)
     val = DataLoader(Slow(), batch_size=32) if args.val else None
