@@ -561,7 +561,8 @@ def _tune_options(p: argparse.ArgumentParser) -> None:
 @command(_tune_options)
 def cmd_tune(args: argparse.Namespace) -> int:
     """Search loader settings (workers and intra-op threads jointly) within a time budget, with real runs: the
-    predicted fastest first, then successive halving."""
+    predicted fastest first, then successive halving. With `-- python train.py ARGS`: your own script's training
+    DataLoader, and the script runs once per trial."""
     _launch_settings(args)
     budget = parse_budget(args.budget)
     if args.script:

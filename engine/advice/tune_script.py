@@ -15,9 +15,10 @@ it stops). Its output goes to a file per trial; a trial that fails is one row wi
    batch's load spread over the workers, against the step), then tune's search (engine/advice/tune.py's constants
    and its memory cap, stats.compare): the first rung runs the TOP_K predicted fastest worker counts and the top
    pick's variants in the knobs the prediction does not read; successive halving keeps the best 1/ETA, which run
-   ETA x as many batches, within SEARCH_SHARE of the budget; then the best and the script's own setting run in
-   pairs, each pair in a random order, and the speedup's 95% interval comes from those runs (the first rung's runs
-   of the two, of the same length, count among them).
+   ETA x as many batches (a whole rung or none), within SEARCH_SHARE of the budget and short of the time the pairs
+   below need (a tight budget runs fewer of the first rung, the predicted fastest first); then the best and the
+   script's own setting run in pairs, each pair in a random order, and the speedup's 95% interval comes from those
+   runs (the first rung's runs of the two, of the same length, count among them).
 3. The answer is the change to make: the DataLoader(...) call as it should read, a unified diff against the
    script's own source, with the speedup and its interval and the peak memory beside the script's.
 
@@ -215,16 +216,21 @@ def _search(result: ScriptTuneResult, trials: "_Trials", first: dict[str, Any], 
     rung0 += [i for i in range(1, len(result.settings)) if i not in rung0 and (every or _sibling(result.settings[i], top))]
     steps, rung, survivors, complete = result.steps, 0, rung0, 0
     # NOTE: the search stops where the pairs the interval needs (6 and 7 runs, less the first rung's) still fit: a
-    # script's trial pays the interpreter's and torch's start-up each time, so SEARCH_SHARE alone left too few. A
-    # budget that cannot hold the first rung and those pairs gets no interval anyway: the search keeps its share.
-    pairs = 2 * CONFIRM_REPEATS - 3
-    reserve = trials.fits(result.budget_s, len(rung0) + pairs)
+    # script's trial pays the interpreter's and torch's start-up each time, so SEARCH_SHARE alone left too few; a
+    # tight budget tries fewer of the first rung, the predicted fastest first. A budget that cannot hold one more
+    # trial and those pairs gets no interval anyway: the search keeps its share.
+    pairs = 2 * CONFIRM_REPEATS - 2
+    reserve = trials.fits(result.budget_s, 1 + pairs)
     while True:
-        for idx in survivors:
-            deadline = result.budget_s if every and rung == 0 else \
+        def deadline() -> float:
+            return result.budget_s if every and rung == 0 else \
                 min(result.budget_s * SEARCH_SHARE, result.budget_s - pairs * trials.per_trial()) if reserve \
                 else result.budget_s * SEARCH_SHARE
-            if (rung or idx != survivors[0]) and not trials.fits(deadline, steps / result.steps):  # the first goes
+        if rung and not trials.fits(deadline(), len(survivors) * steps / result.steps):
+            result.stop_reason = "search share of the budget spent"  # NOTE: a rung cut short decides nothing
+            break
+        for idx in survivors:
+            if (rung or idx != survivors[0]) and not trials.fits(deadline(), steps / result.steps):  # the first goes
                 result.stop_reason = "search share of the budget spent"
                 break
             result.rows.append(trials.measure(result, idx, rung, steps))
