@@ -317,5 +317,9 @@ def test_observe_returns_with_its_runs_and_those_that_waited_stored_each_with_a_
     assert "outside the loop" in run["bound_note"] and run["usable_cores"] >= 1
     assert f"{run['verdict']} · bound {run['bound_s']:.3f} s" in out.stderr  # the CLI says it when observe returns
     # the lab's verdict on the training loader of the two-loader fixture too, not only on a sync loop
-    for r in _by_loader_line(observed[0]).values():
-        assert r["verdict"] in VERDICTS and r["bound_s"] > 0 and r["verdict_help"], r["bound_note"]
+    with duckdb.connect(str(observed[0]), read_only=True) as conn:
+        fixture = conn.execute("SELECT verdict, bound_s, verdict_help, bound_note FROM runs "
+                               "WHERE source = 'observed'").fetchall()
+    assert len(fixture) == 2
+    for verdict, bound_s, help_, note in fixture:
+        assert verdict in VERDICTS and bound_s > 0 and help_, note
