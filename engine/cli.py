@@ -42,6 +42,7 @@ from engine.advice.learned import learned_residuals
 from engine.advice.memory import parse_size
 from engine.predict import MODES
 from engine.advice.tune import candidates, parse_budget, tune
+from engine.advice.tune_script import tune_script
 from engine.analysis.stats import speedup_vs_sequential
 from engine.config import DEFAULT_MAX_RUNS, RunConfig, SweepConfig, config_fields, field_choices, load_toml
 from engine.errors import ConfigError, StoreBusy, StoreCorrupt, StoreError, StoreVersionError, UsageError, printable
@@ -588,7 +589,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 def _tune_script(args: argparse.Namespace, budget: float) -> int:
     """`tune -- python train.py ARGS`: the script's training DataLoader, tuned trial by trial (advice/tune_script.py)."""
-    from engine.advice.tune_script import tune_script  # noqa: PLC0415 - only this form of tune needs it
     max_memory = parse_size(args.max_memory)
     print("the script runs once per trial, each stopped after a bounded number of batches (LOADERLAB_TRIAL=1 is set)",
           file=sys.stderr)

@@ -51,8 +51,8 @@ from engine.advice import memory
 from engine.advice.tune import CONFIRM_REPEATS, ETA, SEARCH_SHARE, TOP_K
 from engine.analysis import stats
 from engine.measure import usable_cpus
-from engine.observe import ENV_NAME, ENV_PREFIX, ENV_ROOT, ENV_RUNS, ENV_STORE
-from engine.observe._trial import ENV_SECONDS, ENV_SETTING, ENV_SITE, ENV_STEPS, ENV_TRIAL, LOADER_ARGS
+from engine.observe import (ENV_NAME, ENV_PREFIX, ENV_ROOT, ENV_RUNS, ENV_SECONDS, ENV_SETTING, ENV_SITE, ENV_STEPS,
+                            ENV_STORE, ENV_TRIAL, LOADER_ARGS)
 from engine.paths import ROOT, Db, db_path
 from engine.run.observed import script_command
 from engine.runlog import read_events

@@ -22,6 +22,8 @@ import sys
 import time
 from typing import Any
 
+from engine.observe import _hub
+
 __all__ = ["ACTIVE", "ENV_SECONDS", "ENV_SETTING", "ENV_SITE", "ENV_STEPS", "ENV_TRIAL", "LOADER_ARGS", "arrived",
            "check", "override"]
 
@@ -67,7 +69,6 @@ def check(stream: Any) -> None:
             return
     elif stream.site != _SITE or getattr(stream, "delivered", 0) < _STEPS:
         return
-    from engine.observe import _hub  # noqa: PLC0415 - loaded already: a stream is asking
     stream.log.write("summary", trial_stopped_by=stream.site)
     _hub.finish_all("done", None)
     for f in (sys.stdout, sys.stderr):

@@ -102,10 +102,11 @@ def _store(run_dir: Path, rc: int, db: Db, say: Callable[[str], None]) -> None:
 
 
 def _why(run_dir: Path) -> None:
-    """Append the run's bound, efficiency and verdict (engine/observe/_verdict.py) to its RunLog, so they are stored
+    """Append the run's bound, efficiency and verdict (engine/run/_observed_why.py) to its RunLog, so they are stored
     with it now or whenever it is stored; a failure to reach them is the run's bound_error, never a lost run."""
     try:
-        from engine.observe._verdict import observed_figures  # noqa: PLC0415 - imports torch: only once a run ended
+        # NOTE: here, not at the top: it imports torch (engine.calibrate), which the CLI must not load at start
+        from engine.run._observed_why import observed_figures  # noqa: PLC0415
         fields = observed_figures(read_events(run_dir))
     except Exception as e:  # noqa: BLE001 - the run's figures are kept whatever the why does
         log.warning("observed run %s: no verdict (%s)", run_dir.name, e)

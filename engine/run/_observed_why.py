@@ -17,7 +17,8 @@ its own readings (the median steady epoch's), and the arithmetic is the lab's (b
 
 Not seen from outside the loop, and said so in the run's bound_note: the loader and the step apart from each other,
 the thread pools the script's own code starts (BLAS, OpenMP), and the GIL's share of the load.
-Loaded by the observe command's parent only (it imports torch through engine.calibrate), never in the script.
+Loaded by the observe command's parent only, once a run ended (it imports torch through engine.calibrate), never in
+the script, whose observer sits below the bound's layer.
 """
 
 from __future__ import annotations
