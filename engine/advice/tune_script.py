@@ -22,8 +22,9 @@ it stops). Its output goes to a file per trial; a trial that fails is one row wi
 3. The answer is the change to make: the DataLoader(...) call as it should read, a unified diff against the
    script's own source, with the speedup and its interval and the peak memory beside the script's.
 
-A trial's figure is the tuned loader's seconds per batch after its first: each batch's wait and step, so later
-epochs' start-up (workers that are not persistent) counts, the first one's does not. A setting under which a full
+A trial's figure is the tuned loader's seconds per batch after its first: each batch's wait and step, and each later
+epoch's time to its first batch (workers that are not persistent start again there); the first epoch's start-up is
+paid once and left out. A setting under which a full
 epoch of the loader delivers a different number of samples than the script's own (an IterableDataset that does not
 split itself over workers) changes what the script computes: it is a row, never the answer.
 """
@@ -347,11 +348,12 @@ class _Trials:
                     pass
                 proc.wait()
         wall = time.monotonic() - started
-        streams = {}
+        parts: dict[str, list[dict[str, Any]]] = {}
         for run_dir in sorted(self.work.glob(f"{prefix}-*")):
             s = _stream_figures(read_events(run_dir))
-            if s is not None:
-                streams[s["site"]] = s
+            if s is not None:  # NOTE: by line: a loader made anew each epoch is one stream per object, one loader here
+                parts.setdefault(s["site"], []).append(s)
+        streams = {site: _merged(found) for site, found in parts.items()}
         if rc is None:
             return {"status": "timed out", "error": f"past {timeout_s:.0f} s", "wall_s": wall, "streams": streams}
         if rc != 0:
@@ -374,16 +376,37 @@ def _stream_figures(events: list[dict[str, Any]]) -> dict[str, Any] | None:
         return None
     ordered = [epochs[k] for k in sorted(epochs)]
     steps = sum(e["n_steps"] for e in ordered)
-    busy = sum(e["data_wait_s"] + e["compute_s"] for e in ordered) - ordered[0]["ttfb_s"]
+    # each batch's wait and step, and each later epoch's time to its first batch (iter() starts workers that are not
+    # persistent): the first epoch's is start-up, paid once
+    first_waits = [e["steps"][0][1] if e.get("steps") else 0.0 for e in ordered]
+    busy = sum(e["data_wait_s"] + e["compute_s"] for e in ordered) - sum(first_waits) + \
+        sum(e["ttfb_s"] for e in ordered[1:])
     full = ordered[:-1] if summary.get("trial_stopped_by") == summary["observed_stream"] else ordered
     idle = [e.get("gpu_idle_s") for e in ordered]
     settings = json.loads(summary.get("observed_settings") or "{}")
     wait = sum(e["data_wait_s"] for e in ordered) - ordered[0]["ttfb_s"]
-    return {"site": summary["observed_stream"], "settings": settings, "steps": steps,
+    return {"site": summary["observed_stream"], "settings": settings, "steps": steps, "busy": busy,
+            "first_ttfb": ordered[0]["ttfb_s"], "t_start": ordered[0].get("t_start") or 0.0,
             "s_per_batch": busy / steps if steps else math.nan, "peak_bytes": summary.get("peak_rss_bytes"),
             "wait": wait / steps if steps else 0.0, "step": sum(e["compute_s"] for e in ordered) / steps if steps else 0.0,
             "gpu_idle_share": None if None in idle else sum(idle) / sum(e["wall_s"] for e in ordered),
             "full_epoch_samples": {e["samples"] for e in full}}
+
+
+def _merged(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One line's streams as one: their batches and times summed, the first one's settings, the highest peak."""
+    if len(parts) == 1:
+        return parts[0]
+    parts = sorted(parts, key=lambda p: p["t_start"])
+    steps = sum(p["steps"] for p in parts)
+    busy = sum(p["busy"] for p in parts) + sum(p["first_ttfb"] for p in parts[1:])  # later loaders' start-up counts
+    peaks = [p["peak_bytes"] for p in parts if p["peak_bytes"] is not None]
+    idle = [p["gpu_idle_share"] for p in parts]
+    return {**parts[0], "steps": steps, "busy": busy, "peak_bytes": max(peaks) if peaks else None,
+            "s_per_batch": busy / steps if steps else math.nan,
+            **{k: sum(p[k] * p["steps"] for p in parts) / steps if steps else math.nan for k in ("wait", "step")},
+            "gpu_idle_share": None if None in idle else statistics.fmean(idle),
+            "full_epoch_samples": set().union(*(p["full_epoch_samples"] for p in parts))}
 
 
 def _setting_of(settings: dict[str, Any]) -> dict[str, Any]:

@@ -37,6 +37,7 @@ _SITE = os.environ.get(ENV_SITE, "")
 _STEPS = int(os.environ.get(ENV_STEPS) or 0)
 _SECONDS = float(os.environ.get(ENV_SECONDS) or 0.0)
 _first: list[float] = []  # host time of the first batch any observed loader delivered
+_delivered: dict[str, int] = {}  # site -> batches: a loader made anew each epoch at one line counts as one
 
 
 def override(init: Any, site: str, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
@@ -56,8 +57,8 @@ def override(init: Any, site: str, args: tuple, kwargs: dict[str, Any]) -> tuple
 
 
 def arrived(stream: Any) -> None:
-    """A batch reached the loop: count it for its loader."""
-    stream.delivered = getattr(stream, "delivered", 0) + 1
+    """A batch reached the loop: count it for its loader's line."""
+    _delivered[stream.site] = _delivered.get(stream.site, 0) + 1
     if not _first:
         _first.append(time.perf_counter())
 
@@ -67,7 +68,7 @@ def check(stream: Any) -> None:
     if _SECONDS:
         if not _first or time.perf_counter() - _first[0] < _SECONDS:
             return
-    elif stream.site != _SITE or getattr(stream, "delivered", 0) < _STEPS:
+    elif stream.site != _SITE or _delivered.get(stream.site, 0) < _STEPS:
         return
     stream.log.write("summary", trial_stopped_by=stream.site)
     _hub.finish_all("done", None)
