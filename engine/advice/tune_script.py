@@ -31,17 +31,10 @@ split itself over workers) changes what the script computes: it is a row, never 
 
 from __future__ import annotations
 
-import ast
-import difflib
 import json
 import math
-import os
 import random
-import re
 import shutil
-import signal
-import statistics
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -49,16 +42,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 from engine.advice import memory
+from engine.advice._script_change import change
+from engine.advice._script_trials import Trials
 from engine.advice.tune import CONFIRM_REPEATS, ETA, SEARCH_SHARE, TOP_K
 from engine.analysis import stats
 from engine.measure import usable_cpus
-from engine.observe import (ENV_NAME, ENV_PREFIX, ENV_ROOT, ENV_RUNS, ENV_SECONDS, ENV_SETTING, ENV_SITE, ENV_STEPS,
-                            ENV_STORE, ENV_TRIAL, LOADER_ARGS)
-from engine.paths import ROOT, Db, db_path
+from engine.observe import ENV_SECONDS, LOADER_ARGS
+from engine.paths import Db
 from engine.run.observed import script_command
-from engine.runlog import read_events
 
-__all__ = ["FIRST_S", "STEPS_MIN", "ScriptTuneResult", "candidates", "predict", "tune_script"]
+__all__ = ["FIRST_S", "STEPS_MIN", "ScriptTuneResult", "candidates", "change", "predict", "tune_script"]
 
 FIRST_S = (1.0, 10.0)  # the first trial's length after its first batch: FIRST_SHARE of the budget, within these
 FIRST_SHARE = 0.03
@@ -176,7 +169,7 @@ def tune_script(command: list[str], *, budget_s: float, db: Db = None, max_memor
     result = ScriptTuneResult(command=command, budget_s=budget_s, max_memory=max_memory)
     rng, t0 = random.Random(seed), time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="loaderlab-tune-"))
-    trials = _Trials(argv, work, db, t0)
+    trials = Trials(argv, work, db, t0)
     try:
         first_s = min(max(FIRST_SHARE * budget_s, FIRST_S[0]), FIRST_S[1])
         first = trials.run({ENV_SECONDS: str(first_s)}, timeout_s=max(30.0, budget_s / 3))
@@ -201,7 +194,7 @@ def tune_script(command: list[str], *, budget_s: float, db: Db = None, max_memor
     return result
 
 
-def _search(result: ScriptTuneResult, trials: "_Trials", first: dict[str, Any], cores: float,
+def _search(result: ScriptTuneResult, trials: Trials, first: dict[str, Any], cores: float,
             rng: random.Random, every: bool = False) -> None:
     """The first rung, the halving, then the interleaved pairs (module doc). every: the first rung runs every
     candidate (a space the caller named), each once while the whole budget lasts."""
@@ -264,7 +257,7 @@ def _sibling(setting: dict[str, Any], top: dict[str, Any]) -> bool:
         any(setting.get(k) != top.get(k) for k in _KNOBS)
 
 
-def _confirm(result: ScriptTuneResult, trials: "_Trials", rng: random.Random) -> None:
+def _confirm(result: ScriptTuneResult, trials: Trials, rng: random.Random) -> None:
     """The script's own setting and the best, in pairs, each pair in a random order, while the budget lasts."""
     best = result.best_idx
     for rep in range(CONFIRM_REPEATS):
@@ -284,131 +277,6 @@ def _confirm(result: ScriptTuneResult, trials: "_Trials", rng: random.Random) ->
         result.comparison = stats.compare(own, top)
 
 
-class _Trials:
-    """Runs the script once per trial in its own process group, and reads the trial's RunLogs."""
-
-    def __init__(self, argv: list[str], work: Path, db: Db, t0: float):
-        self.argv, self.work, self.store, self.t0, self.n = argv, work, db_path(db), t0, 0
-        self.walls: list[tuple[float, float]] = []  # (trial seconds, its length relative to the first rung's)
-        self.epoch_samples: set[int] | None = None
-
-    def per_trial(self) -> float:
-        """Seconds a trial of the first rung's length takes, by the trials so far."""
-        return statistics.median(w / s for w, s in self.walls) if self.walls else 0.0
-
-    def fits(self, limit_s: float, scale: float) -> bool:
-        """Whether the next trial (of `scale` x the first rung's batches) can end within limit_s of the start."""
-        return time.monotonic() - self.t0 + self.per_trial() * scale <= limit_s
-
-    def measure(self, result: ScriptTuneResult, idx: int, rung: Any, steps: int) -> dict[str, Any]:
-        setting = result.settings[idx]
-        env = {ENV_SITE: result.site, ENV_STEPS: str(steps), ENV_SETTING: json.dumps(setting)} if idx else \
-            {ENV_SITE: result.site, ENV_STEPS: str(steps)}
-        first_wall = self.walls[0][0] if self.walls else 60.0
-        trial = self.run(env, timeout_s=max(30.0, 5 * first_wall * steps / max(1, result.steps)))
-        self.walls.append((trial["wall_s"], steps / max(1, result.steps)))
-        return self.row(trial, trial["streams"].get(result.site), idx, rung)
-
-    def row(self, trial: dict[str, Any], stream: dict[str, Any] | None, idx: int, rung: Any) -> dict[str, Any]:
-        status, error = trial["status"], trial.get("error")
-        if status == "done" and stream is None:
-            status, error = "failed", "the tuned DataLoader was not iterated"
-        if status == "done" and stream["full_epoch_samples"]:
-            if self.epoch_samples is None:
-                self.epoch_samples = stream["full_epoch_samples"]
-            elif stream["full_epoch_samples"] != self.epoch_samples:
-                status, error = "changes the data", (f"an epoch of {sorted(stream['full_epoch_samples'])} samples, the "
-                                                     f"script's own {sorted(self.epoch_samples)}: the dataset does not "
-                                                     "split itself over workers")
-        ok = status == "done"
-        return {"candidate": idx, "rung": rung, "status": status, "error": error, "wall_s": trial["wall_s"],
-                "steps": stream["steps"] if ok else 0, "s_per_batch": stream["s_per_batch"] if ok else math.nan,
-                "peak_bytes": stream["peak_bytes"] if ok else None,
-                "gpu_idle_share": stream["gpu_idle_share"] if ok else None}
-
-    def run(self, env_extra: dict[str, str], timeout_s: float) -> dict[str, Any]:
-        """One trial: the script under the observer with the trial's environment; its streams' figures by site."""
-        self.n += 1
-        prefix = f"t{self.n}"
-        env = {**os.environ, ENV_RUNS: str(self.work), ENV_STORE: str(self.store), ENV_PREFIX: prefix, ENV_NAME: "",
-               ENV_ROOT: str(ROOT), ENV_TRIAL: "1", **env_extra}
-        started = time.monotonic()
-        out_path, err_path = self.work / f"{prefix}.out", self.work / f"{prefix}.err"
-        with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            proc = subprocess.Popen(self.argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                    start_new_session=True)
-            try:
-                rc: int | None = proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                rc = None
-            finally:
-                try:  # NOTE: the whole group: the trial's DataLoader workers die with it, whatever the script did
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-                proc.wait()
-        wall = time.monotonic() - started
-        parts: dict[str, list[dict[str, Any]]] = {}
-        for run_dir in sorted(self.work.glob(f"{prefix}-*")):
-            s = _stream_figures(read_events(run_dir))
-            if s is not None:  # NOTE: by line: a loader made anew each epoch is one stream per object, one loader here
-                parts.setdefault(s["site"], []).append(s)
-        streams = {site: _merged(found) for site, found in parts.items()}
-        if rc is None:
-            return {"status": "timed out", "error": f"past {timeout_s:.0f} s", "wall_s": wall, "streams": streams}
-        if rc != 0:
-            return {"status": "failed", "error": _first_error(err_path.read_text(errors="replace"), rc),
-                    "wall_s": wall, "streams": streams}
-        return {"status": "done", "wall_s": wall, "streams": streams}
-
-
-def _stream_figures(events: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """One stream of a trial: its site and settings, its batches, seconds per batch after its first (module doc),
-    peak memory, GPU idle share, and the samples of the epochs it finished."""
-    summary: dict[str, Any] = {}
-    epochs: dict[int, dict[str, Any]] = {}
-    for e in events:
-        if e["type"] == "summary":
-            summary.update(e)
-        elif e["type"] == "epoch":
-            epochs[e["epoch"]] = e  # NOTE: the last of an epoch's records: a run of one epoch writes it twice
-    if "observed_stream" not in summary or not epochs:
-        return None
-    ordered = [epochs[k] for k in sorted(epochs)]
-    steps = sum(e["n_steps"] for e in ordered)
-    # each batch's wait and step, and each later epoch's time to its first batch (iter() starts workers that are not
-    # persistent): the first epoch's is start-up, paid once
-    first_waits = [e["steps"][0][1] if e.get("steps") else 0.0 for e in ordered]
-    busy = sum(e["data_wait_s"] + e["compute_s"] for e in ordered) - sum(first_waits) + \
-        sum(e["ttfb_s"] for e in ordered[1:])
-    full = ordered[:-1] if summary.get("trial_stopped_by") == summary["observed_stream"] else ordered
-    idle = [e.get("gpu_idle_s") for e in ordered]
-    settings = json.loads(summary.get("observed_settings") or "{}")
-    wait = sum(e["data_wait_s"] for e in ordered) - ordered[0]["ttfb_s"]
-    return {"site": summary["observed_stream"], "settings": settings, "steps": steps, "busy": busy,
-            "first_ttfb": ordered[0]["ttfb_s"], "t_start": ordered[0].get("t_start") or 0.0,
-            "s_per_batch": busy / steps if steps else math.nan, "peak_bytes": summary.get("peak_rss_bytes"),
-            "wait": wait / steps if steps else 0.0, "step": sum(e["compute_s"] for e in ordered) / steps if steps else 0.0,
-            "gpu_idle_share": None if None in idle else sum(idle) / sum(e["wall_s"] for e in ordered),
-            "full_epoch_samples": {e["samples"] for e in full}}
-
-
-def _merged(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    """One line's streams as one: their batches and times summed, the first one's settings, the highest peak."""
-    if len(parts) == 1:
-        return parts[0]
-    parts = sorted(parts, key=lambda p: p["t_start"])
-    steps = sum(p["steps"] for p in parts)
-    busy = sum(p["busy"] for p in parts) + sum(p["first_ttfb"] for p in parts[1:])  # later loaders' start-up counts
-    peaks = [p["peak_bytes"] for p in parts if p["peak_bytes"] is not None]
-    idle = [p["gpu_idle_share"] for p in parts]
-    return {**parts[0], "steps": steps, "busy": busy, "peak_bytes": max(peaks) if peaks else None,
-            "s_per_batch": busy / steps if steps else math.nan,
-            **{k: sum(p[k] * p["steps"] for p in parts) / steps if steps else math.nan for k in ("wait", "step")},
-            "gpu_idle_share": None if None in idle else statistics.fmean(idle),
-            "full_epoch_samples": set().union(*(p["full_epoch_samples"] for p in parts))}
-
-
 def _setting_of(settings: dict[str, Any]) -> dict[str, Any]:
     """The script's own setting in the candidates' keys, from the observed DataLoader's settings."""
     w = int(settings.get("num_workers") or 0)
@@ -420,80 +288,3 @@ def _setting_of(settings: dict[str, Any]) -> dict[str, Any]:
                    prefetch_factor=settings.get("prefetch_factor"),
                    multiprocessing_context=None if ctx in (None, "fork") else ctx)
     return out
-
-
-def _first_error(stderr: str, rc: int) -> str:
-    """The line that names the error that ended the trial (a traceback's last), else its exit status."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    named = [line for line in lines if re.match(r"^[\w.]+(Error|Exception|Exit|Interrupt)\b.*:", line)]
-    text = named[-1] if named else lines[-1] if lines else f"exit status {rc}"
-    return text[:200]
-
-
-def change(site: str, base: dict[str, Any], best: dict[str, Any]) -> str:
-    """The unified diff that turns the DataLoader(...) call at site (file:line) into one under `best`: each changed
-    argument set in place (a keyword's value, or one given by position), the others added before the call's
-    closing parenthesis; other intra-op threads are a torch.set_num_threads line before the call's statement."""
-    path_text, _, line_text = site.rpartition(":")
-    path, line = Path(path_text), int(line_text)
-    source = path.read_text()
-    tree = ast.parse(source)
-    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.lineno <= line <= (n.end_lineno or n.lineno)]
-    loaders = [n for n in calls if "DataLoader" in (ast.get_source_segment(source, n.func) or "")] or calls
-    if not loaders:
-        return ""
-    call = min(loaders, key=lambda n: (n.end_lineno or n.lineno) - n.lineno)
-    data = source.encode()
-    starts = [0]
-    for text_line in source.splitlines(keepends=True):
-        starts.append(starts[-1] + len(text_line.encode()))
-
-    def at(lineno: int, col: int) -> int:  # ast's columns are UTF-8 byte offsets
-        return starts[lineno - 1] + col
-
-    changes = {k: best.get(k) for k in LOADER_ARGS if best.get(k) != base.get(k) and (k in best or k in base)}
-    if not best.get("num_workers"):
-        changes = {k: v for k, v in changes.items() if k in ("num_workers", "pin_memory")}
-        for kw in call.keywords:  # settings only workers take: a loader without workers refuses them
-            if kw.arg in ("persistent_workers", "prefetch_factor", "multiprocessing_context"):
-                changes[kw.arg] = {"persistent_workers": False}.get(kw.arg)
-    edits: list[tuple[int, int, bytes]] = []
-    positional = ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "num_workers", "collate_fn",
-                  "pin_memory", "drop_last", "timeout", "worker_init_fn", "multiprocessing_context")
-    given = {kw.arg: kw.value for kw in call.keywords if kw.arg}
-    given.update({positional[i]: a for i, a in enumerate(call.args[:len(positional)])})
-    added = []
-    for key, value in changes.items():
-        if key in given:
-            node = given[key]
-            edits.append((at(node.lineno, node.col_offset), at(node.end_lineno or node.lineno,
-                                                                  node.end_col_offset or 0), repr(value).encode()))
-        else:
-            added.append(f"{key}={value!r}")
-    if added:
-        args = [*call.args, *call.keywords]
-        if args:
-            last = max(args, key=lambda n: (n.end_lineno or 0, n.end_col_offset or 0))
-            end = at(last.end_lineno or last.lineno, last.end_col_offset or 0)
-            edits.append((end, end, (", " + ", ".join(added)).encode()))
-        else:
-            end = at(call.end_lineno or call.lineno, (call.end_col_offset or 1) - 1)
-            edits.append((end, end, ", ".join(added).encode()))
-    if best.get("threads") and best.get("threads") != base.get("threads"):
-        stmt = min((n for n in ast.walk(tree) if isinstance(n, ast.stmt) and n.lineno <= call.lineno
-                    <= (n.end_lineno or n.lineno)), key=lambda n: (n.end_lineno or n.lineno) - n.lineno)
-        indent = source.splitlines()[stmt.lineno - 1][:stmt.col_offset]
-        plain = any(isinstance(n, ast.Import) and any(a.name == "torch" and not a.asname for a in n.names)
-                    for n in ast.walk(tree))
-        torch_name = "torch" if plain else "__import__('torch')"
-        begin = at(stmt.lineno, 0)
-        edits.append((begin, begin, f"{indent}{torch_name}.set_num_threads({best['threads']})\n".encode()))
-    for begin, end, text in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
-        data = data[:begin] + text + data[end:]
-    try:
-        name = str(path.resolve().relative_to(Path.cwd()))
-        before, after = f"a/{name}", f"b/{name}"
-    except ValueError:  # outside the working folder: its own path on both sides
-        before = after = str(path)
-    return "".join(difflib.unified_diff(source.splitlines(keepends=True), data.decode().splitlines(keepends=True),
-                                        before, after))
