@@ -309,11 +309,13 @@ def test_observe_returns_with_its_runs_and_those_that_waited_stored_each_with_a_
         rows = {r[0]: dict(zip([d[0] for d in cur.description], r)) for r in cur.fetchall()}
     assert waited.name in rows
     (run,) = [r for k, r in rows.items() if k != waited.name]
-    # the loop loads and steps in turn: data-bound, or no-overlap where the step is a tenth of it or more
-    assert run["verdict"] in ("data-bound", "no-overlap"), {k: run[k] for k in (
-        "verdict", "efficiency", "bound_s", "epoch_s", "steady_cpu_pct", "data_wait_share", "bound_note")}
+    # the loop loads and steps in turn: data-bound, or no-overlap where the step is a tenth of it or more; on a
+    # machine busy enough that a fifth of the epoch fell outside the loop's own wait and step, overhead-bound says so
+    seen = {k: run[k] for k in ("verdict", "efficiency", "bound_s", "epoch_s", "steady_cpu_pct", "bound_note")}
+    assert run["verdict"] in (("data-bound", "no-overlap") if run["efficiency"] >= 0.8 else ("overhead-bound",)), seen
     assert 0 < run["bound_s"] <= run["epoch_s"] * 1.0001 and 0.5 <= run["efficiency"] <= 1.0
-    assert "workers" in run["verdict_help"] and "num_workers=0 on" in run["verdict_help"]
+    assert "num_workers=0 on" in run["verdict_help"]
+    assert "workers" in run["verdict_help"].split(" (the DataLoader at")[0] or run["verdict"] == "overhead-bound"
     assert "outside the loop" in run["bound_note"] and run["usable_cores"] >= 1
     assert f"{run['verdict']} · bound {run['bound_s']:.3f} s" in out.stderr  # the CLI says it when observe returns
     # the lab's verdict on the training loader of the two-loader fixture too, not only on a sync loop
