@@ -588,7 +588,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def _tune_script(args: argparse.Namespace, budget: float) -> int:
-    """`tune -- python train.py ARGS`: the script's training DataLoader, tuned trial by trial (advice/tune_script.py)."""
+    """`tune -- python train.py ARGS`: the script's training DataLoader, tuned trial by trial (tune_script.py)."""
     max_memory = parse_size(args.max_memory)
     print("the script runs once per trial, each stopped after a bounded number of batches (LOADERLAB_TRIAL=1 is set)",
           file=sys.stderr)

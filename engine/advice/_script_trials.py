@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.observe import ENV_NAME, ENV_PREFIX, ENV_ROOT, ENV_RUNS, ENV_SETTING, ENV_SITE, ENV_STEPS, ENV_STORE, ENV_TRIAL
+from engine.observe import (ENV_NAME, ENV_PREFIX, ENV_ROOT, ENV_RUNS, ENV_SETTING, ENV_SITE, ENV_STEPS, ENV_STORE,
+                            ENV_TRIAL)
 from engine.paths import ROOT, Db, db_path
 from engine.runlog import read_events
 
@@ -128,7 +129,8 @@ def stream_figures(events: list[dict[str, Any]]) -> dict[str, Any] | None:
     return {"site": summary["observed_stream"], "settings": settings, "steps": steps, "busy": busy,
             "first_ttfb": ordered[0]["ttfb_s"], "t_start": ordered[0].get("t_start") or 0.0,
             "s_per_batch": busy / steps if steps else math.nan, "peak_bytes": summary.get("peak_rss_bytes"),
-            "wait": wait / steps if steps else 0.0, "step": sum(e["compute_s"] for e in ordered) / steps if steps else 0.0,
+            "wait": wait / steps if steps else 0.0,
+            "step": sum(e["compute_s"] for e in ordered) / steps if steps else 0.0,
             "gpu_idle_share": None if None in idle else sum(idle) / sum(e["wall_s"] for e in ordered),
             "full_epoch_samples": {e["samples"] for e in full}}
 

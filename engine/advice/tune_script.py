@@ -94,7 +94,8 @@ class ScriptTuneResult:
             idle = "-" if r.get("gpu_idle_share") is None else f"{r['gpu_idle_share']:.0%}"
             peak = "-" if r.get("peak_bytes") is None else memory.fmt_bytes(r["peak_bytes"])
             what = r["status"] + (f": {r['error']}" if r.get("error") else "")
-            lines.append(f"  {str(r['rung']):>7}  {describe(self.settings[r['candidate']], self.base):<{width}}  {per:>8}  "
+            setting = describe(self.settings[r["candidate"]], self.base)
+            lines.append(f"  {str(r['rung']):>7}  {setting:<{width}}  {per:>8}  "
                          f"{idle:>8}  {peak:>8}  {what}")
         if self.best_idx is None:
             return "\n".join([*lines, "no trial finished under another setting"])
@@ -207,7 +208,8 @@ def _search(result: ScriptTuneResult, trials: Trials, first: dict[str, Any], cor
             told.add(w)
             rung0.append(i)
     top = result.settings[rung0[0]] if rung0 else {}
-    rung0 += [i for i in range(1, len(result.settings)) if i not in rung0 and (every or _sibling(result.settings[i], top))]
+    rung0 += [i for i in range(1, len(result.settings))
+              if i not in rung0 and (every or _sibling(result.settings[i], top))]
     steps, rung, survivors, complete = result.steps, 0, rung0, 0
     # NOTE: the search stops where the pairs the interval needs (6 and 7 runs, less the first rung's) still fit: a
     # script's trial pays the interpreter's and torch's start-up each time, so SEARCH_SHARE alone left too few; a

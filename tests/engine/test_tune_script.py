@@ -21,7 +21,7 @@ from engine.advice.tune_script import change, tune_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SLOW = ROOT / "tests" / "engine" / "observed" / "slow_items.py"
-TRAIN_LINE = next(i for i, line in enumerate(SLOW.read_text().splitlines(), 1) if "train = DataLoader(" in line)
+TRAIN_LINE = next(i for i, line in enumerate(SLOW.read_text().splitlines(), 1) if "return DataLoader(" in line)
 WORKERS_2 = {"num_workers": 2, "persistent_workers": True, "prefetch_factor": 2}
 
 
@@ -68,7 +68,7 @@ def test_tune_answers_more_workers_as_a_diff_of_the_scripts_call_and_each_trial_
     removed = [line[1:] for line in out.stdout.splitlines() if line.startswith("-") and "DataLoader(" in line]
     added = [line[1:] for line in out.stdout.splitlines() if line.startswith("+") and "DataLoader(" in line]
     assert len(removed) == 1 and removed[0] == SLOW.read_text().splitlines()[TRAIN_LINE - 1]
-    call = ast.parse(added[0].strip().split(" = ", 1)[1]).body[0].value
+    call = ast.parse(added[0].strip().removeprefix("return ")).body[0].value
     assert {k.arg: ast.literal_eval(k.value) for k in call.keywords if k.arg == "num_workers"}["num_workers"] >= 2
     # one run of the script per trial, each told it is a trial; none of them left a process behind
     trials = len(re.findall(r"^\s+(\d+|confirm)\s{2}", out.stdout, re.M))
@@ -88,7 +88,17 @@ def test_the_loader_tuned_is_the_one_that_runs_the_most_steps_named_by_its_line(
     done = {r["candidate"] for r in result.rows if r["status"] == "done"}
     assert done == {0, 1}, result.render()
     assert result.best_idx == 1, result.render()
-    assert "+    train = DataLoader(" in result.diff and "num_workers=2" in result.diff
+    assert "+        return DataLoader(" in result.diff and "num_workers=2" in result.diff
+    assert _left_behind(marked) == []
+
+
+def test_a_loader_made_anew_each_epoch_is_one_loader_whose_trials_stop_at_their_limit(marked):
+    """One line makes a new DataLoader each epoch: their batches count together, so a trial stops at its limit
+    (12 batches an epoch: one that ran the whole script would deliver 240)."""
+    result = tune_script([sys.executable, str(SLOW), "--remade", "--epochs", "20"], budget_s=16, space=[WORKERS_2])
+    assert result.site.endswith(f"{SLOW.name}:{TRAIN_LINE}"), result.site
+    trials = [r for r in result.rows if r["status"] == "done" and r["rung"] != 0 or r["candidate"] == 1]
+    assert trials and all(result.steps <= r["steps"] < 240 for r in trials), result.render()
     assert _left_behind(marked) == []
 
 

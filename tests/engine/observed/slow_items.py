@@ -1,10 +1,11 @@
 """A plain PyTorch script whose items wait about 3 ms each (I/O-like), as users write it: nothing of LoaderLab in it.
 
-    python slow_items.py [--epochs N] [--workers N] [--iterable] [--val] [--lambda-collate]
+    python slow_items.py [--epochs N] [--workers N] [--iterable] [--val] [--lambda-collate] [--remade]
 
 --iterable: an IterableDataset that splits itself over the workers (get_worker_info); --val: a validation loader
 beside the training one, iterated after each training epoch; --lambda-collate: a collate_fn that is a lambda, which
-a spawned worker cannot unpickle. LOADERLAB_TRIAL is read as a script would read it: no checkpoint under a trial.
+a spawned worker cannot unpickle; --remade: the training loader made anew each epoch (at one line).
+LOADERLAB_TRIAL is read as a script would read it: no checkpoint under a trial.
 $SLOW_ITEMS_MARK (a folder): each run leaves a file there, trial-PID under a trial, own-PID otherwise.
 """
 
@@ -43,16 +44,23 @@ def main():
     p.add_argument("--iterable", action="store_true")
     p.add_argument("--val", action="store_true")
     p.add_argument("--lambda-collate", action="store_true")
+    p.add_argument("--remade", action="store_true")
     args = p.parse_args()
     if os.environ.get("SLOW_ITEMS_MARK"):
         kind = "trial" if os.environ.get("LOADERLAB_TRIAL") else "own"
         open(os.path.join(os.environ["SLOW_ITEMS_MARK"], f"{kind}-{os.getpid()}"), "w").close()
     extra = {"collate_fn": lambda batch: torch.utils.data.default_collate(batch)} if args.lambda_collate else {}
-    train = DataLoader(SlowStream() if args.iterable else Slow(), batch_size=8, num_workers=args.workers, **extra)
+
+    def make_train():
+        return DataLoader(SlowStream() if args.iterable else Slow(), batch_size=8, num_workers=args.workers, **extra)
+
+    train = make_train()
     val = DataLoader(Slow(), batch_size=32) if args.val else None
     model = torch.nn.Linear(8, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     for epoch in range(args.epochs):
+        if args.remade and epoch:
+            train = make_train()
         seen = 0
         for x, y in train:
             loss = torch.nn.functional.cross_entropy(model(x), y)
