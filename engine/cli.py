@@ -42,6 +42,7 @@ from engine.advice.learned import learned_residuals
 from engine.advice.memory import parse_size
 from engine.predict import MODES
 from engine.advice.tune import candidates, parse_budget, tune, waits_of
+from engine.advice.tune_script import tune_script
 from engine.analysis.stats import speedup_vs_sequential
 from engine.config import DEFAULT_MAX_RUNS, RunConfig, SweepConfig, config_fields, field_choices, load_toml
 from engine.errors import ConfigError, StoreBusy, StoreCorrupt, StoreError, StoreVersionError, UsageError, printable
@@ -457,7 +458,7 @@ def _observe_options(p: argparse.ArgumentParser) -> None:
                    help="your training script's command, unchanged, after --")
 
 
-@command(_observe_options, pending="never",
+@command(_observe_options, pending="after",
          help="run your training script unchanged and store a run for each DataLoader it iterates")
 def cmd_observe(args: argparse.Namespace) -> int:
     """Run `python train.py ARGS` as it is; each DataLoader it iterates is observed and stored as its own run
@@ -550,14 +551,23 @@ def _tune_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-predict", action="store_true", help="no probe and no ranking by predicted epoch: successive "
                    "halving over every candidate")
     _launch_options(p)
+    p.add_argument("script", nargs=argparse.REMAINDER, metavar="-- python train.py ARGS",
+                   help="tune your own training script instead of a workload: its training DataLoader (the one that "
+                        "runs the most steps) is tried under each candidate setting. THE SCRIPT RUNS ONCE PER TRIAL "
+                        "(many times), each stopped after a bounded number of batches, with LOADERLAB_TRIAL=1 set so "
+                        "it can skip checkpoints and logging; the answer is a diff of its DataLoader(...) call "
+                        "(--budget and --max-memory apply)")
 
 
 @command(_tune_options)
 def cmd_tune(args: argparse.Namespace) -> int:
     """Search loader settings (workers and intra-op threads jointly) within a time budget, with real runs: the
-    predicted fastest first, then successive halving."""
+    predicted fastest first, then successive halving. With `-- python train.py ARGS`: your own script's training
+    DataLoader, and the script runs once per trial."""
     _launch_settings(args)
     budget = parse_budget(args.budget)
+    if args.script:
+        return _tune_script(args, budget)
     base: dict[str, Any] = dict(load_toml(args.config)) if args.config else {}
     for item in args.set:
         key, sep, value = item.partition("=")
@@ -575,6 +585,17 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.write_confirm:
         _write_confirm(args.write_confirm, result.confirm_sweep_toml if result.best_idx else None)
     return 0 if result.best is not None else 1
+
+
+def _tune_script(args: argparse.Namespace, budget: float) -> int:
+    """`tune -- python train.py ARGS`: the script's training DataLoader, tuned trial by trial (tune_script.py)."""
+    max_memory = parse_size(args.max_memory)
+    print("the script runs once per trial, each stopped after a bounded number of batches (LOADERLAB_TRIAL=1 is set)",
+          file=sys.stderr)
+    result = tune_script(args.script, budget_s=budget, db=args.db, max_memory=max_memory,
+                         say=lambda line: print(line, file=sys.stderr))
+    print(result.render())
+    return 1 if result.error else 0
 
 
 def _predict_options(p: argparse.ArgumentParser) -> None:

@@ -84,7 +84,7 @@ from engine.measure import OVERLAP_MIN, VERDICTS, pool_fix, serial_kind, usable_
 from engine.runlog import read_events
 
 __all__ = ["COMPUTE_KEYS", "EXPLAINED", "FAIL_ENV", "GIL_HELD", "LOADER_KEYS", "STALE", "VERDICTS", "Calibrator",
-           "Pass", "Phase", "calibrate", "steady_cpu_pct", "verdict"]
+           "Pass", "Phase", "calibrate", "figures", "steady_cpu_pct", "verdict"]
 
 log = logging.getLogger(__name__)
 
@@ -352,6 +352,9 @@ def _figures(phases: list[Phase], measured: float, ttfb: float, age_s: float, th
         out["overlap"] = (serial - measured) / (serial - bound_s) if serial - bound_s >= OVERLAP_MIN * measured \
             else None
     return out
+
+
+figures = _figures  # the arithmetic alone, for bounds whose parts were read another way (an observed run's own loop)
 
 
 def _own_readings(epochs: list[dict[str, Any]], measured: float) -> tuple[float, float, float, float] | None:

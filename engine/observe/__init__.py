@@ -6,6 +6,7 @@
     _hub.py       which loader is which stream, streams nested in another's step, how the runs end
     _stream.py    one loader's run: its RunLog, sampler and the timing of each epoch (loaded once torch is)
     _settings.py  the loader's settings read from the object, mapped onto RunConfig's fields where they map
+    _trial.py     a trial of `engine tune -- python train.py`: the tuned loader's setting, and the trial's stop
 
 Importing this package imports neither torch nor the store.
 """
@@ -14,8 +15,10 @@ from pathlib import Path
 
 from engine.observe._boot import ENV_ROOT
 from engine.observe._hub import ENV_NAME, ENV_PREFIX, ENV_RUNS, ENV_STORE
+from engine.observe._trial import ENV_SECONDS, ENV_SETTING, ENV_SITE, ENV_STEPS, ENV_TRIAL, LOADER_ARGS
 from engine.observe._watch import Watched, watch
 
-__all__ = ["BOOT", "ENV_NAME", "ENV_PREFIX", "ENV_ROOT", "ENV_RUNS", "ENV_STORE", "Watched", "watch"]
+__all__ = ["BOOT", "ENV_NAME", "ENV_PREFIX", "ENV_ROOT", "ENV_RUNS", "ENV_SECONDS", "ENV_SETTING", "ENV_SITE",
+           "ENV_STEPS", "ENV_STORE", "ENV_TRIAL", "LOADER_ARGS", "Watched", "watch"]
 
 BOOT = Path(__file__).with_name("_boot.py")  # run as a file in the script's interpreter, never imported there

@@ -44,9 +44,13 @@ def _patch(module: Any) -> None:
     skip = (os.path.dirname(os.path.dirname(os.path.dirname(module.__file__))), __file__)  # torch/, this file
     sites: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
+    trial = os.environ.get("LOADERLAB_TUNE_SITE")  # a trial of `engine tune -- python train.py` (observe/_trial.py)
+
     @functools.wraps(init)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        sites.setdefault(self, _site(skip))  # NOTE: setdefault: a subclass's __init__ calling ours keeps its own
+        site = sites.setdefault(self, _site(skip))  # NOTE: setdefault: a subclass's __init__ calling ours keeps its own
+        if trial:
+            args, kwargs = importlib.import_module("engine.observe._trial").override(init, site, args, kwargs)
         init(self, *args, **kwargs)
 
     @functools.wraps(orig_iter)

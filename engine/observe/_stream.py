@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from engine.measure import Sampler, arrived, clock_offset, fingerprint, split_idle
-from engine.observe import _hub
+from engine.observe import _hub, _trial
 from engine.observe._settings import read_settings
 from engine.runlog import GPU_EPOCH_FIELDS, RunLog, claim
 
@@ -152,6 +152,8 @@ class _Epoch:
         t = time.perf_counter()
         if self.arrived is not None:
             self._end_step(t)
+        if _trial.ACTIVE:
+            _trial.check(self.stream)
         try:
             batch = next(self.it)
         except StopIteration:
@@ -159,6 +161,8 @@ class _Epoch:
             raise
         now, self.ttfb = arrived(t, self.t0, self.ttfb, self.waits, self.spans)
         self.samples += batch_len(batch)
+        if _trial.ACTIVE:
+            _trial.arrived(self.stream)
         if self.gpu is not None:
             self.gpu.mark()
         self.arrived = now

@@ -10,6 +10,7 @@ process never opens the store. The script's exit status is this command's (a sig
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -20,12 +21,15 @@ from pathlib import Path
 from typing import Callable
 
 from engine.errors import ConfigError, StoreBusy, printable
+from engine.measure import efficiency_text
 from engine.observe import BOOT, ENV_NAME, ENV_PREFIX, ENV_ROOT, ENV_RUNS, ENV_STORE
 from engine.paths import ROOT, Db, db_path, runs_dir
-from engine.runlog import dead_end, end_dead_run, iter_events
+from engine.runlog import RunLog, dead_end, end_dead_run, iter_events, read_events
 from engine.store import get_run, ingest_run
 
 __all__ = ["EXAMPLE", "observe", "script_command"]
+
+log = logging.getLogger(__name__)
 
 EXAMPLE = "python -m engine observe -- python train.py ARGS"
 _FLAGS_WITH_VALUE = ("-W", "-X")  # the interpreter's options before the script that take a value
@@ -77,6 +81,7 @@ def _store(run_dir: Path, rc: int, db: Db, say: Callable[[str], None]) -> None:
     if not any(e.get("type") == "end" for e in iter_events(run_dir)):
         how = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with status {rc} before ending"
         end_dead_run(run_dir, *dead_end(f"the script was {how}" if rc < 0 else f"the script {how}", killed=rc < 0))
+    _why(run_dir)
     try:
         run_id = ingest_run(run_dir, db=db)
     except StoreBusy as e:
@@ -88,3 +93,23 @@ def _store(run_dir: Path, rc: int, db: Db, say: Callable[[str], None]) -> None:
     wait = f" · data wait {share:.0%}" if share is not None else ""
     say(f"{run_id}: {printable(str(run.get('observed_stream')))} · {run.get('n_epochs') or 0} epoch(s) · "
         f"{epoch}{wait} · loader={run.get('loader')}, workers={run.get('workers')} ({run.get('status')})")
+    if run.get("verdict") or run.get("bound_s") is not None:
+        bound = f"bound {run['bound_s']:.3f} s" if run.get("bound_s") is not None else "no bound"
+        say(f"  {run.get('verdict') or 'no verdict'} · {bound} · efficiency {efficiency_text(run.get('efficiency'))}"
+            f" · {run.get('verdict_help') or ''}")
+    elif run.get("bound_note"):
+        say(f"  {run['bound_note']}")
+
+
+def _why(run_dir: Path) -> None:
+    """Append the run's bound, efficiency and verdict (engine/run/_observed_why.py) to its RunLog, so they are stored
+    with it now or whenever it is stored; a failure to reach them is the run's bound_error, never a lost run."""
+    try:
+        # NOTE: here, not at the top: it imports torch (engine.calibrate), which the CLI must not load at start
+        from engine.run._observed_why import observed_figures  # noqa: PLC0415
+        fields = observed_figures(read_events(run_dir))
+    except Exception as e:  # noqa: BLE001 - the run's figures are kept whatever the why does
+        log.warning("observed run %s: no verdict (%s)", run_dir.name, e)
+        fields = {"bound_error": f"{type(e).__name__}: {e}"[:300]}
+    with RunLog(run_dir) as runlog:
+        runlog.write("summary", **fields)

@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader
 from engine.advice import baseline_of_run, resolve_baseline
 from engine.advice.baseline import parse as parse_baseline
 from engine.advice.tune import tune
+from engine.measure import VERDICTS
 from engine.observe._settings import read_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -281,3 +282,46 @@ def test_tune_from_an_observed_run_answers_with_a_95_interval(observed):
         assert "95% CI" in text and not math.isnan(result.comparison["speedup_lo"]), text
     else:
         assert "your setup (processes, 2 workers, depth 3, batch 32) was the fastest measured" in text
+
+
+SLOW = ROOT / "tests" / "engine" / "observed" / "slow_items.py"
+
+
+def test_observe_returns_with_its_runs_and_those_that_waited_stored_each_with_a_verdict_and_a_bound(observed,
+                                                                                                     tmp_path):
+    """Items that wait ~3 ms each, num_workers=0: the run is stored when observe returns, with the lab's verdict
+    (the data wait dominates the loop), a bound no larger than its epoch and what to change; a RunLog that
+    waited for this store (another run's, not yet stored) is stored by the same command."""
+    from engine.runlog import claim
+    from engine.store import pending_summary
+    store = tmp_path / "s.duckdb"
+    waited = next((observed[0].parent / "runs").glob("obs-*"))
+    copy = tmp_path / "runs" / waited.name
+    copy.mkdir(parents=True)
+    (copy / "events.jsonl").write_bytes((waited / "events.jsonl").read_bytes())
+    claim(copy, store)
+    out = observe(store, str(SLOW), "--epochs", "3")
+    assert out.returncode == 0, out.stderr
+    assert "checkpoint saved" in out.stdout  # observe is no trial: the script's own output
+    assert pending_summary(store)["count"] == 0 and "waiting to be stored" not in out.stderr
+    with duckdb.connect(str(store), read_only=True) as conn:
+        cur = conn.execute("SELECT * FROM runs ORDER BY run_id")
+        rows = {r[0]: dict(zip([d[0] for d in cur.description], r)) for r in cur.fetchall()}
+    assert waited.name in rows
+    (run,) = [r for k, r in rows.items() if k != waited.name]
+    # the loop loads and steps in turn: data-bound, or no-overlap where the step is a tenth of it or more; on a
+    # machine busy enough that a fifth of the epoch fell outside the loop's own wait and step, overhead-bound says so
+    seen = {k: run[k] for k in ("verdict", "efficiency", "bound_s", "epoch_s", "steady_cpu_pct", "bound_note")}
+    assert run["verdict"] in (("data-bound", "no-overlap") if run["efficiency"] >= 0.8 else ("overhead-bound",)), seen
+    assert 0 < run["bound_s"] <= run["epoch_s"] * 1.0001 and 0.5 <= run["efficiency"] <= 1.0
+    assert "num_workers=0 on" in run["verdict_help"]
+    assert "workers" in run["verdict_help"].split(" (the DataLoader at")[0] or run["verdict"] == "overhead-bound"
+    assert "outside the loop" in run["bound_note"] and run["usable_cores"] >= 1
+    assert f"{run['verdict']} · bound {run['bound_s']:.3f} s" in out.stderr  # the CLI says it when observe returns
+    # the lab's verdict on the training loader of the two-loader fixture too, not only on a sync loop
+    with duckdb.connect(str(observed[0]), read_only=True) as conn:
+        fixture = conn.execute("SELECT verdict, bound_s, verdict_help, bound_note FROM runs "
+                               "WHERE source = 'observed'").fetchall()
+    assert len(fixture) == 2
+    for verdict, bound_s, help_, note in fixture:
+        assert verdict in VERDICTS and bound_s > 0 and help_, note

@@ -1,0 +1,292 @@
+"""Tune a training script as it is: `python -m engine tune [--budget 90s] -- python train.py ARGS`.
+
+    result = tune_script(["python", "train.py"], budget_s=90); print(result.render())
+
+The script runs once per trial, unchanged, under the observer (engine/observe/_boot.py), with LOADERLAB_TRIAL=1 set
+so it can skip its checkpoints and logging (engine/observe/_trial.py says how a trial is told its setting and when
+it stops). Its output goes to a file per trial; a trial that fails is one row with its first error.
+
+1. The first trial runs the script's own setting for a few seconds (FIRST_SHARE of the budget, within FIRST_S): the
+   loader that delivered the most batches is the one tuned (training, not validation), named by file and line, and
+   the batches it delivered are every later trial's length (STEPS_MIN at least).
+2. The candidates (`candidates`): that DataLoader's num_workers {0, 1, 2, 4, ... <= cores} x prefetch_factor {2, 4}
+   x the start method {the script's, spawn, fork} x intra-op threads {the script's, 1, cores - workers}, with persistent
+   workers (and pin_memory on CUDA). Ranked by a prediction from the first trial's own split (`predict`: each
+   batch's load spread over the workers, against the step), then tune's search (engine/advice/tune.py's constants
+   and its memory cap, stats.compare): the first rung runs the TOP_K predicted fastest worker counts and the top
+   pick's variants in the knobs the prediction does not read; successive halving keeps the best 1/ETA, which run
+   ETA x as many batches (a whole rung or none), within SEARCH_SHARE of the budget and short of the time the pairs
+   below need (a tight budget runs fewer of the first rung, the predicted fastest first); then the best and the
+   script's own setting run in pairs, each pair in a random order, and the speedup's 95% interval comes from those
+   runs (the first rung's runs of the two, of the same length, count among them).
+3. The answer is the change to make: the DataLoader(...) call as it should read, a unified diff against the
+   script's own source, with the speedup and its interval and the peak memory beside the script's.
+
+A trial's figure is the tuned loader's seconds per batch after its first: each batch's wait and step, and each later
+epoch's time to its first batch (workers that are not persistent start again there); the first epoch's start-up is
+paid once and left out. A setting under which a full
+epoch of the loader delivers a different number of samples than the script's own (an IterableDataset that does not
+split itself over workers) changes what the script computes: it is a row, never the answer.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from engine.advice import memory
+from engine.advice._script_change import change
+from engine.advice._script_trials import Trials
+from engine.advice.tune import CONFIRM_REPEATS, ETA, SEARCH_SHARE, TOP_K
+from engine.analysis import stats
+from engine.measure import usable_cpus
+from engine.observe import ENV_SECONDS, LOADER_ARGS
+from engine.paths import Db
+from engine.run.observed import script_command
+
+__all__ = ["FIRST_S", "STEPS_MIN", "ScriptTuneResult", "candidates", "change", "predict", "tune_script"]
+
+FIRST_S = (1.0, 10.0)  # the first trial's length after its first batch: FIRST_SHARE of the budget, within these
+FIRST_SHARE = 0.03
+STEPS_MIN = 8  # batches per trial at least: fewer and one slow batch decides
+# not read by `predict`: the top pick's siblings in the first rung. NOTE: not the start method: a spawned worker
+# imports torch again, which made each trial seconds longer and left too little of the budget for the interval; a
+# script that starts its workers by spawn gets fork as a candidate all the same (`candidates`)
+_KNOBS = ("prefetch_factor", "threads")
+
+
+@dataclass
+class ScriptTuneResult:
+    command: list[str]
+    budget_s: float
+    site: str = ""               # file:line of the DataLoader tuned
+    site_note: str = ""          # why that one
+    steps: int = 0               # batches per first-rung trial
+    base: dict[str, Any] = field(default_factory=dict)   # the script's own setting, as read from its DataLoader
+    settings: list[dict[str, Any]] = field(default_factory=list)   # candidate -> its setting (0: the script's)
+    rows: list[dict[str, Any]] = field(default_factory=list)       # one per trial
+    best_idx: int | None = None
+    comparison: dict[str, Any] = field(default_factory=dict)
+    stop_reason: str = ""
+    spent_s: float = 0.0
+    max_memory: int | None = None
+    diff: str = ""
+    error: str | None = None     # the script's own setting failed: nothing to tune
+
+    def render(self) -> str:
+        head = (f"tune `{' '.join(self.command)}`: the script ran once per trial, {len(self.rows)} trials in "
+                f"{self.spent_s:.0f} s of {self.budget_s:.0f} s ({self.stop_reason or 'done'})")
+        if self.error:
+            return "\n".join([head, f"the script failed under its own setting: {self.error}"])
+        width = max(len(describe(self.settings[r["candidate"]], self.base)) for r in self.rows)
+        lines = [head, f"tuned: the DataLoader at {self.site} ({self.site_note}); each trial stopped once it had "
+                       f"delivered {self.steps} batches (more in later rungs), with LOADERLAB_TRIAL=1 set",
+                 f"  {'rung':>7}  {'setting':<{width}}  {'s/batch':>8}  {'gpu idle':>8}  {'peak':>8}  status"]
+        for r in self.rows:
+            per = "-" if math.isnan(r["s_per_batch"]) else f"{r['s_per_batch']:.4f}"
+            idle = "-" if r.get("gpu_idle_share") is None else f"{r['gpu_idle_share']:.0%}"
+            peak = "-" if r.get("peak_bytes") is None else memory.fmt_bytes(r["peak_bytes"])
+            what = r["status"] + (f": {r['error']}" if r.get("error") else "")
+            setting = describe(self.settings[r["candidate"]], self.base)
+            lines.append(f"  {str(r['rung']):>7}  {setting:<{width}}  {per:>8}  "
+                         f"{idle:>8}  {peak:>8}  {what}")
+        if self.best_idx is None:
+            return "\n".join([*lines, "no trial finished under another setting"])
+        own = "the script's own setting"
+        if self.best_idx == 0:
+            return "\n".join([*lines, f"{own} ({describe(self.base)}) was the fastest measured: no change to make"])
+        c = self.comparison
+        lines.append(f"best: {describe(self.settings[self.best_idx], self.base)} (the script's own: "
+                     f"{describe(self.base)})")
+        if c and not math.isnan(c.get("speedup", math.nan)):
+            ci = stats.ci_text(c["speedup_lo"], c["speedup_hi"], min(c["n_a"], c["n_b"]), "{:.2f}", "x")
+            said = (f"{c['speedup']:.2f}x faster than {own}" if c["verdict"] == "B faster" else
+                    f"{c['speedup']:.2f}x {own}'s speed by the medians, not confirmed" if c.get("note") else
+                    f"{c['speedup']:.2f}x {own}'s speed by the medians: {c['verdict']}")
+            lines.append(f"{said} ({ci}; {c['n_a']} + {c['n_b']} runs, interleaved; {c['median_a']:.4f} s per batch "
+                         "under the script's own)")
+        peaks = [r.get("peak_bytes") for r in self.rows if r["candidate"] == self.best_idx and r.get("peak_bytes")]
+        yours = [r.get("peak_bytes") for r in self.rows if r["candidate"] == 0 and r.get("peak_bytes")]
+        lines.append(memory.peak_line(max(peaks) if peaks else None, max(yours) if yours else None,
+                                      self.max_memory, "the script's own"))
+        lines += [f"the change to make, in {self.site}:", self.diff.rstrip("\n") or "(the call could not be located)"]
+        return "\n".join(lines)
+
+
+def describe(setting: dict[str, Any], base: dict[str, Any] | None = None) -> str:
+    """'num_workers=2, persistent_workers=True, prefetch_factor=2, threads=1'; with `base`, only what differs from it
+    ('the script's own' where nothing does)."""
+    keys = (*LOADER_ARGS, "threads") if setting.get("num_workers") else ("num_workers", "pin_memory", "threads")
+    shown = [k for k in keys if setting.get(k) is not None and (base is None or setting.get(k) != base.get(k))]
+    return ", ".join(f"{k}={setting[k]!r}" for k in shown) or "the script's own"
+
+
+def candidates(base: dict[str, Any], cores: float, cuda: bool) -> list[dict[str, Any]]:
+    """The script's own setting first, then the space (module doc), without repeats."""
+    threads0 = base.get("threads") or 1
+    out = [base]
+    for w in sorted({w for w in (0, 1, 2, 4, 8, 16, 32, 64) if w <= max(2, cores)} | {base["num_workers"]}):
+        if w == 0:
+            for t in dict.fromkeys((threads0, max(1, int(cores)))):
+                out.append({"num_workers": 0, "pin_memory": cuda or base["pin_memory"], "threads": t})
+            continue
+        for pf in (2, 4):
+            for ctx in dict.fromkeys((base.get("multiprocessing_context"), "spawn", None)):
+                for t in dict.fromkeys((threads0, 1, max(1, int(cores) - w))):
+                    out.append({"num_workers": w, "pin_memory": cuda or base["pin_memory"], "persistent_workers": True,
+                                "prefetch_factor": pf, "multiprocessing_context": ctx, "threads": t})
+    seen, unique = set(), []
+    for s in out:
+        key = json.dumps(s, sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            unique.append(s)
+    return unique
+
+
+def predict(setting: dict[str, Any], first: dict[str, Any], cores: float) -> float:
+    """Seconds per batch, from the first trial's own split: each batch's load L and step S at the script's setting;
+    w workers spread the load (at most over the cores), the loop itself loads in turn with the step."""
+    w0, wait, step = first["workers"], first["wait"], first["step"]
+    load = wait if w0 == 0 else (wait + step) * w0  # with workers, one worker's time per batch (an upper estimate)
+    w = setting["num_workers"]
+    return load + step if w == 0 else max(step, load / min(w, max(1.0, cores)))
+
+
+def tune_script(command: list[str], *, budget_s: float, db: Db = None, max_memory: int | None = None,
+                space: list[dict[str, Any]] | None = None, seed: int = 0,
+                say: Callable[[str], None] = lambda line: None) -> ScriptTuneResult:
+    """Search the training DataLoader's setting of the script, trial by trial (module doc). space: overrides of
+    the script's own setting to try instead of `candidates`' (each a dict of DataLoader arguments and threads)."""
+    argv = script_command(command)
+    command = command[1:] if command[:1] == ["--"] else list(command)
+    result = ScriptTuneResult(command=command, budget_s=budget_s, max_memory=max_memory)
+    rng, t0 = random.Random(seed), time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix="loaderlab-tune-"))
+    trials = Trials(argv, work, db, t0)
+    try:
+        first_s = min(max(FIRST_SHARE * budget_s, FIRST_S[0]), FIRST_S[1])
+        first = trials.run({ENV_SECONDS: str(first_s)}, timeout_s=max(30.0, budget_s / 3))
+        if first["status"] != "done" or not first["streams"]:
+            result.error = first.get("error") or "no DataLoader was iterated"
+            return result
+        site, stream = max(first["streams"].items(), key=lambda kv: kv[1]["steps"])
+        result.site, result.steps = site, max(STEPS_MIN, stream["steps"])
+        result.site_note = (f"the most batches in the first trial: {stream['steps']} of "
+                            f"{sum(s['steps'] for s in first['streams'].values())}")
+        result.base = _setting_of(stream["settings"])
+        cores, cuda = usable_cpus(), stream["gpu_idle_share"] is not None
+        result.settings = [result.base, *[{**result.base, **s} for s in space]] if space is not None else \
+            candidates(result.base, cores, cuda)
+        result.rows.append(trials.row(first, stream, 0, 0))
+        trials.walls.append((first["wall_s"], 1.0))
+        say(f"tuning the DataLoader at {site}: {len(result.settings)} candidates")
+        _search(result, trials, stream, cores, rng, every=space is not None)
+    finally:
+        result.spent_s = time.monotonic() - t0
+        shutil.rmtree(work, ignore_errors=True)
+    return result
+
+
+def _search(result: ScriptTuneResult, trials: Trials, first: dict[str, Any], cores: float,
+            rng: random.Random, every: bool = False) -> None:
+    """The first rung, the halving, then the interleaved pairs (module doc). every: the first rung runs every
+    candidate (a space the caller named), each once while the whole budget lasts."""
+    own = {"workers": first["settings"].get("num_workers") or 0, "wait": first["wait"], "step": first["step"]}
+    ranked = sorted(range(1, len(result.settings)), key=lambda i: predict(result.settings[i], own, cores))
+    rung0, told = [], set()
+    for i in ranked:
+        w = result.settings[i]["num_workers"]
+        if len(told) < TOP_K and w not in told:
+            told.add(w)
+            rung0.append(i)
+    top = result.settings[rung0[0]] if rung0 else {}
+    rung0 += [i for i in range(1, len(result.settings))
+              if i not in rung0 and (every or _sibling(result.settings[i], top))]
+    steps, rung, survivors, complete = result.steps, 0, rung0, 0
+    # NOTE: the search stops where the pairs the interval needs (6 and 7 runs, less the first rung's) still fit: a
+    # script's trial pays the interpreter's and torch's start-up each time, so SEARCH_SHARE alone left too few; a
+    # tight budget tries fewer of the first rung, the predicted fastest first. A budget that cannot hold one more
+    # trial and those pairs gets no interval anyway: the search keeps its share.
+    pairs = 2 * CONFIRM_REPEATS - 2
+    reserve = trials.fits(result.budget_s, 1 + pairs)
+    while True:
+        def deadline() -> float:
+            return result.budget_s if every and rung == 0 else \
+                min(result.budget_s * SEARCH_SHARE, result.budget_s - pairs * trials.per_trial()) if reserve \
+                else result.budget_s * SEARCH_SHARE
+        if rung and not trials.fits(deadline(), len(survivors) * steps / result.steps):
+            result.stop_reason = "search share of the budget spent"  # NOTE: a rung cut short decides nothing
+            break
+        for idx in survivors:
+            if (rung or idx != survivors[0]) and not trials.fits(deadline(), steps / result.steps):  # the first goes
+                result.stop_reason = "search share of the budget spent"
+                break
+            result.rows.append(trials.measure(result, idx, rung, steps))
+        else:
+            complete = rung  # NOTE: a rung the budget cut short ran only some survivors: the pick is the last whole one
+        done = [r for r in result.rows if r["rung"] == rung and r["status"] == "done"]
+        if result.stop_reason or len(done) <= 1:
+            result.stop_reason = result.stop_reason or "one candidate left"
+            break
+        ranked_rows = sorted(done, key=lambda r: r["s_per_batch"])
+        survivors = [r["candidate"] for r in ranked_rows[:max(1, math.ceil(len(ranked_rows) / ETA))]]
+        if len(survivors) == 1:
+            result.stop_reason = "one candidate left"
+            break
+        rung, steps = rung + 1, steps * ETA
+    fine = [r for r in result.rows if r["status"] == "done" and memory.fits(r.get("peak_bytes"), result.max_memory)]
+    if not fine:
+        return
+    top_rung = max(r["rung"] for r in fine if r["rung"] <= complete) if any(r["rung"] <= complete for r in fine) \
+        else max(r["rung"] for r in fine)
+    result.best_idx = min((r for r in fine if r["rung"] == top_rung), key=lambda r: r["s_per_batch"])["candidate"]
+    if result.best_idx != 0:
+        _confirm(result, trials, rng)
+        result.diff = change(result.site, result.base, result.settings[result.best_idx])
+
+
+def _sibling(setting: dict[str, Any], top: dict[str, Any]) -> bool:
+    """The top pick with one knob the prediction does not read changed."""
+    return bool(top) and sum(setting.get(k) != top.get(k) for k in (*LOADER_ARGS, "threads")) == 1 and \
+        any(setting.get(k) != top.get(k) for k in _KNOBS)
+
+
+def _confirm(result: ScriptTuneResult, trials: Trials, rng: random.Random) -> None:
+    """The script's own setting and the best, in pairs, each pair in a random order, while the budget lasts."""
+    best = result.best_idx
+    for rep in range(CONFIRM_REPEATS):
+        for idx in rng.sample([0, best], 2):
+            if not trials.fits(result.budget_s, 1.0):
+                result.stop_reason += "; budget spent while confirming"
+                break
+            result.rows.append({**trials.measure(result, idx, "confirm", result.steps), "repeat": rep})
+        else:
+            continue
+        break
+    runs = [r for r in result.rows if r["status"] == "done" and r["rung"] in (0, "confirm") and
+            r["steps"] == result.steps]
+    own = [r["s_per_batch"] for r in runs if r["candidate"] == 0]
+    top = [r["s_per_batch"] for r in runs if r["candidate"] == best]
+    if own and top:
+        result.comparison = stats.compare(own, top)
+
+
+def _setting_of(settings: dict[str, Any]) -> dict[str, Any]:
+    """The script's own setting in the candidates' keys, from the observed DataLoader's settings."""
+    w = int(settings.get("num_workers") or 0)
+    out: dict[str, Any] = {"num_workers": w, "pin_memory": bool(settings.get("pin_memory")),
+                           "threads": settings.get("intra_op_threads")}
+    if w:
+        ctx = settings.get("multiprocessing_context")
+        out.update(persistent_workers=bool(settings.get("persistent_workers")),
+                   prefetch_factor=settings.get("prefetch_factor"),
+                   multiprocessing_context=None if ctx in (None, "fork") else ctx)
+    return out

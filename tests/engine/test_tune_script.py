@@ -1,0 +1,137 @@
+"""`python -m engine tune -- python train.py` (engine/advice/tune_script.py): a plain script (observed/slow_items.py,
+items that wait ~3 ms each, num_workers=0) tuned as it is, each trial a real run of it in a real subprocess.
+
+Budgets are short and most tests name a small space: what they assert is which loader is tuned, what a trial
+leaves behind and what a failing candidate does, not how fast the search converges (the CLI test does that).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from engine.advice.tune_script import change, tune_script
+
+ROOT = Path(__file__).resolve().parents[2]
+SLOW = ROOT / "tests" / "engine" / "observed" / "slow_items.py"
+TRAIN_LINE = next(i for i, line in enumerate(SLOW.read_text().splitlines(), 1) if "return DataLoader(" in line)
+WORKERS_2 = {"num_workers": 2, "persistent_workers": True, "prefetch_factor": 2}
+
+
+@pytest.fixture
+def marked(tmp_path, monkeypatch) -> Path:
+    """A folder where each run of the script leaves a file (trial-PID or own-PID), named in the environment that
+    the trials and their workers inherit."""
+    folder = tmp_path / "marks"
+    folder.mkdir()
+    monkeypatch.setenv("SLOW_ITEMS_MARK", str(folder))
+    return folder
+
+
+def _left_behind(folder: Path) -> list[psutil.Process]:
+    """Processes still alive that carry this test's mark in their environment (a trial's workers included)."""
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get("SLOW_ITEMS_MARK") == str(folder):
+                out.append(p)
+        except (psutil.Error, OSError):
+            continue
+    return out
+
+
+def _trial_count(result) -> int:
+    return len(result.rows)
+
+
+def test_tune_answers_more_workers_as_a_diff_of_the_scripts_call_and_each_trial_is_one_run_of_it(marked, tmp_path):
+    store = tmp_path / "s.duckdb"
+    out = subprocess.run([sys.executable, "-m", "engine", "tune", "--budget", "45s", "--", sys.executable, str(SLOW)],
+                         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "LOADERLAB_DB": str(store)},
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "runs once per trial" in out.stderr
+    assert f"the DataLoader at {SLOW.relative_to(ROOT)}:{TRAIN_LINE}" in out.stdout or \
+        f"the DataLoader at {SLOW}:{TRAIN_LINE}" in out.stdout, out.stdout
+    best = re.search(r"^best: (.*)$", out.stdout, re.M)
+    assert best and int(re.search(r"num_workers=(\d+)", best.group(1)).group(1)) >= 2, out.stdout
+    speedup = float(re.search(r"^([\d.]+)x ", out.stdout, re.M).group(1))
+    assert speedup >= 1.3, out.stdout   # the loop waits ~3 ms an item on its own; two workers halve that at least
+    # the diff: the script's own call, removed, and the call as it should read, which parses and sets num_workers
+    removed = [line[1:] for line in out.stdout.splitlines() if line.startswith("-") and "DataLoader(" in line]
+    added = [line[1:] for line in out.stdout.splitlines() if line.startswith("+") and "DataLoader(" in line]
+    assert len(removed) == 1 and removed[0] == SLOW.read_text().splitlines()[TRAIN_LINE - 1]
+    call = ast.parse(added[0].strip().removeprefix("return ")).body[0].value
+    assert {k.arg: ast.literal_eval(k.value) for k in call.keywords if k.arg == "num_workers"}["num_workers"] >= 2
+    # one run of the script per trial, each told it is a trial; none of them left a process behind
+    trials = len(re.findall(r"^\s+(\d+|confirm)\s{2}", out.stdout, re.M))
+    marks = sorted(p.name.split("-")[0] for p in marked.iterdir())
+    assert marks == ["trial"] * trials and trials >= 3
+    assert _left_behind(marked) == []
+    assert "peak memory" in out.stdout and "the script's own" in out.stdout
+
+
+@pytest.mark.parametrize("flag", ["--iterable", "--val"])
+def test_the_loader_tuned_is_the_one_that_runs_the_most_steps_named_by_its_line(flag, marked):
+    """An IterableDataset that splits itself over workers, or a map-style training loader with a validation loader
+    beside it: the training loader is tuned, and two workers deliver the same samples an epoch, faster."""
+    result = tune_script([sys.executable, str(SLOW), flag, "--epochs", "20"], budget_s=18, space=[WORKERS_2])
+    assert result.error is None
+    assert result.site.endswith(f"{SLOW.name}:{TRAIN_LINE}"), result.site
+    done = {r["candidate"] for r in result.rows if r["status"] == "done"}
+    assert done == {0, 1}, result.render()
+    assert result.best_idx == 1, result.render()
+    assert "+        return DataLoader(" in result.diff and "num_workers=2" in result.diff
+    assert _left_behind(marked) == []
+
+
+def test_a_loader_made_anew_each_epoch_is_one_loader_whose_trials_stop_at_their_limit(marked):
+    """One line makes a new DataLoader each epoch: their batches count together, so a trial stops at its limit
+    (12 batches an epoch: one that ran the whole script would deliver 240)."""
+    result = tune_script([sys.executable, str(SLOW), "--remade", "--epochs", "20"], budget_s=16, space=[WORKERS_2])
+    assert result.site.endswith(f"{SLOW.name}:{TRAIN_LINE}"), result.site
+    trials = [r for r in result.rows if r["status"] == "done" and r["rung"] != 0 or r["candidate"] == 1]
+    assert trials and all(result.steps <= r["steps"] < 240 for r in trials), result.render()
+    assert _left_behind(marked) == []
+
+
+def test_a_candidate_that_breaks_the_script_is_one_row_with_its_first_error(marked):
+    """A lambda collate_fn cannot reach a spawned worker: that candidate fails, the tune goes on to the next."""
+    space = [{**WORKERS_2, "multiprocessing_context": "spawn"}, WORKERS_2]
+    result = tune_script([sys.executable, str(SLOW), "--lambda-collate", "--epochs", "20"], budget_s=22,
+                         space=space)
+    by = {r["candidate"]: r for r in result.rows if r["rung"] == 0}
+    assert by[1]["status"] == "failed" and "pickle" in by[1]["error"].lower(), result.render()
+    assert by[2]["status"] == "done" and result.best_idx == 2, result.render()
+    assert sum(1 for line in result.render().splitlines() if "pickle" in line.lower()) == 1
+    assert _left_behind(marked) == []
+
+
+def test_the_change_sets_each_argument_where_the_call_has_it_and_adds_the_rest(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("import torch\n"
+                      "from torch.utils.data import DataLoader\n"
+                      "def make(ds, w):\n"
+                      "    loader = DataLoader(ds, 32, True, None, None, w,\n"
+                      "                        pin_memory=False)  # the user's own\n"
+                      "    return loader\n")
+    base = {"num_workers": 0, "pin_memory": False, "threads": 2}
+    best = {"num_workers": 4, "pin_memory": True, "persistent_workers": True, "prefetch_factor": 2,
+            "multiprocessing_context": "spawn", "threads": 1}
+    diff = change(f"{script}:4", base, best)
+    new = [line[1:] for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    assert new[0] == "    torch.set_num_threads(1)"
+    assert new[1] == "    loader = DataLoader(ds, 32, True, None, None, 4,"   # positional: in place
+    assert new[2].startswith("                        pin_memory=True, persistent_workers=True, prefetch_factor=2, "
+                             "multiprocessing_context='spawn')")
+    assert "# the user's own" in new[2]
+    # back to no workers: the settings only workers take go with them
+    again = change(f"{script}:4", {**best, "num_workers": 4}, {"num_workers": 0, "pin_memory": False})
+    assert "persistent_workers" not in again and "DataLoader(ds, 32, True, None, None, 0," in again
