@@ -277,12 +277,11 @@ class TuneResult:
 
 
 def _describe(cfg: RunConfig) -> str:
-    """advisor.describe, and the intra-op threads when set: 'processes, 1 worker, depth 2, batch 64, 1 intra-op
-    thread'."""
-    t = cfg.threads
+    """advisor.describe (which names the intra-op threads when set), and 'not pinned' on CUDA: 'processes, 1 worker,
+    depth 2, batch 64, 1 intra-op thread, not pinned'."""
     # NOTE: on CUDA the space turns pin_memory too (_knobs.py): without it two settings read the same
     unpinned = ", not pinned" if str(cfg.device).startswith("cuda") and not cfg.pin_memory else ""
-    return describe(cfg.to_dict()) + unpinned + (f", {t} intra-op thread{'s' if t > 1 else ''}" if t else "")
+    return describe(cfg.to_dict()) + unpinned
 
 
 def run_flags(cfg: RunConfig) -> str:

@@ -10,6 +10,7 @@ there are. The first batch's wait is the workers' start (paid every epoch where 
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -17,6 +18,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 __all__ = ["handoff"]
+
+log = logging.getLogger(__name__)
 
 
 class _Made(Dataset):
@@ -30,6 +33,20 @@ class _Made(Dataset):
 
     def __getitem__(self, index: int) -> Any:
         return self.batches[index % len(self.batches)]
+
+
+def _unpinned(batch: Any) -> Any:
+    """batch with every tensor in plain CPU memory, as a worker makes it.
+
+    NOTE: the probe's load pins its batches on CUDA; a forked worker that moves a pinned tensor into shared memory
+    calls into CUDA, which a fork after CUDA's start cannot use (the worker dies with "initialization error")."""
+    if isinstance(batch, torch.Tensor):
+        return batch.cpu().clone() if batch.is_cuda or batch.is_pinned() else batch
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_unpinned(b) for b in batch)
+    if isinstance(batch, dict):
+        return {k: _unpinned(v) for k, v in batch.items()}
+    return batch
 
 
 def _one_thread(_: int) -> None:
@@ -56,6 +73,11 @@ def handoff(batches: list[Any], pin: bool, n: int = 16) -> dict[str, float]:
     "worker_start_s": the workers' start}, from passes of n batches."""
     if not batches:
         return {}
-    start, receive = _pass(batches, 2, n, pin)
-    hand = max(receive, _pass(batches, 1, n, pin)[1])
+    batches = [_unpinned(b) for b in batches]
+    try:
+        start, receive = _pass(batches, 2, n, pin)
+        hand = max(receive, _pass(batches, 1, n, pin)[1])
+    except RuntimeError as err:  # NOTE: a worker that cannot start here leaves the model without a hand-off term,
+        log.warning("the probe's hand-off pass failed (%s): the prediction leaves the hand-off out", err)
+        return {}  # as a quick probe does, not without a prediction
     return {"handoff_s": hand, "receive_s": receive, "worker_start_s": start}

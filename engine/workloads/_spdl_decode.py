@@ -46,7 +46,8 @@ def _loads() -> bool:
         log.info("spdl_io is not installed: the spdl loader decodes with PIL")
         return False
     try:
-        _ = spdl_io.lib._libspdl  # noqa: SLF001 - loading it raises where no FFmpeg library loads
+        # NOTE: spdl.io.lib hands out a lazily imported module: only a read of one of its names loads the library
+        _ = spdl_io.lib._libspdl.make_demuxer  # noqa: SLF001 - raises where no FFmpeg library loads
     except (ImportError, RuntimeError, AttributeError, OSError) as err:
         log.info("spdl_io's decoders are not available (%s): the spdl loader decodes with PIL", err)
         return False

@@ -359,3 +359,16 @@ def test_a_probe_that_cannot_fit_its_budget_is_a_quick_one_with_a_wider_range_no
     full = probe(cfg, CPU, step_builder(cfg, 0, CPU))
     assert not full["quick"] and full["load_windows"] > quick["load_windows"]
     assert full["handoff_s"] >= full["receive_s"] > 0   # a worker's batch pays at least the receiving side's share
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_cuda_probe_of_pinned_batches_measures_the_hand_off_through_forked_workers() -> None:
+    """The probe's load pins its batches on CUDA, and its hand-off pass forks DataLoader workers after CUDA has
+    started: a worker given a pinned batch died there ("CUDA error: initialization error") and took the probe,
+    and so every prediction on a GPU box, with it."""
+    cuda = torch.device("cuda")
+    cfg = RunConfig.from_dict({"workload": "tensor", "n_samples": 64, "image_size": 8, "width": 8, "batch_size": 8,
+                               "device": "cuda", "pin_memory": True})
+    p = probe(cfg, cuda, step_builder(cfg, 0, cuda))
+    assert p["handoff_s"] > 0 and p["receive_s"] > 0

@@ -393,3 +393,16 @@ def test_over_storage_like_reads_tune_answers_more_workers_than_cores_within_1_3
         run = launch(cfg, db=store)
         grid.append(statistics.median(_steady_walls(run.run_dir)))
     assert statistics.median(answer) <= 1.3 * min(grid), (best, answer, grid)
+
+
+def test_a_settings_label_names_its_intra_op_threads_once() -> None:
+    from engine.advice.tune import _describe
+
+    for device in ("cpu", "cuda"):
+        try:
+            cfg = RunConfig.from_dict({"loader": "processes", "workers": 1, "threads": 1, "device": device,
+                                       "pin_memory": False})
+        except ConfigError:  # a machine without CUDA may refuse the device: the CPU label still counts
+            continue
+        label = _describe(cfg)
+        assert label.count("intra-op thread") == 1, label
