@@ -176,7 +176,9 @@ def advise(workload: str, model: str, *, host: str = "this", db: Db = None,
         comparison=_comparison(default_runs, best_runs), tied=_tied(mine, table, best, best_runs, keys), cores=cores,
         verdict=verdict, verdict_help=verdict_help,
         efficiency=float(efficiency.median()) if len(efficiency) else None,
-        suggestions=_suggest(best, verdict, measured, cores or 2),
+        # NOTE: an observed loop is the user's script, not a lab pipeline a sweep could queue: `engine tune -- python
+        # SCRIPT` tries its other settings (the run page says so)
+        suggestions=[] if problem.get("source") == "observed" else _suggest(best, verdict, measured, cores or 2),
         warning=stats.mixed_hosts_warning(mine) or _left_out(single, problem),
         base_config=json.loads(best_runs.sort_values("created_at").iloc[-1]["config_json"]),
         gpu_idle=_gpu_idle(best_runs), memory=memory.peak_line(

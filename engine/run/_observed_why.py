@@ -73,7 +73,7 @@ def observed_figures(events: list[dict[str, Any]]) -> dict[str, Any]:
     out.update(dict.fromkeys(_PASS_FIELDS), steady_cpu_pct=cpu_pct)
     if out.get("verdict_help") and stream:
         out["verdict_help"] += (f" (the DataLoader at {stream}: num_workers={workers} on {cores:g} usable cores; "
-                                "`python -m engine tune -- python SCRIPT` tries the others)")
+                                "python -m engine tune -- python SCRIPT tries the others)")
     how = ("the load is the data wait (nothing overlaps it)" if not overlaps else
            "the load is the epoch after its first batch (the step waited on data)" if waited else
            "the load is the data wait only (the loader kept up)")

@@ -19,6 +19,7 @@ import pandas as pd
 
 from engine.paths import Db
 from engine.status import RunStatus
+from engine.store._explore_rank import OWN_MODEL
 from engine.store.connect import connect
 
 __all__ = ["LIVE", "RUN_TABLE_COLUMNS", "count_runs", "done_runs", "epoch_time_by", "filter_clauses", "get_epochs",
@@ -102,9 +103,11 @@ def count_runs(db: Db = None) -> dict[str, int]:
 
 
 def done_runs(workload: str, model: str, db: Db = None) -> pd.DataFrame:
-    """Every done, not deleted run of a workload and model, all columns: what the advisor ranks."""
+    """Every done, not deleted run of a workload and model, all columns: what the advisor ranks. OWN_MODEL, the name
+    Explore gives an observed run's model (the user's own, which the lab never built), reads as the stored NULL."""
     with connect(db, read_only=True) as conn:
-        where, params = _filter_sql(conn, {"status": RunStatus.DONE, "workload": workload, "model": model})
+        where, params = _filter_sql(conn, {"status": RunStatus.DONE, "workload": workload,
+                                           "model": None if model == OWN_MODEL else model})
         return conn.execute(f"SELECT * FROM runs WHERE {' AND '.join(where)}", params).df()
 
 

@@ -240,3 +240,19 @@ def test_one_machine_is_one_host_and_no_config_name_shows_a_hash(seeded, open_pa
     page = " ".join(names + [seen(m.value) for m in at.markdown])
     assert not re.search(r"\b[0-9a-f]{12}\b", page), page
     assert "host_fingerprint" not in page
+
+
+def test_the_advisor_answers_for_an_observed_pipeline_that_the_headline_ranks(seeded, open_page, no_problems):
+    """The headline ranked an observed run's pipeline as '<workload> + your model' while the Advisor beside it, asked
+    for that model, found no runs ('No finished single-model runs of ...'): one story, two answers."""
+    from tests.app.test_observed import _observed_run  # noqa: PLC0415
+
+    db, _ = seeded
+    run_id = _observed_run(db)
+    workload = api.get_run(run_id, db=db)["workload"]
+    at = open_page("explore", workload=workload, model="")
+    no_problems(at)
+    heads = [seen(s.value) for s in at.subheader if s.value.startswith("Fastest for")]
+    assert heads == [f"Fastest for {workload} + your model"], heads
+    text = " ".join(seen(m.value) for m in at.markdown)
+    assert "No finished" not in text, text
