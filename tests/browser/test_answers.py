@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.browser._pages import open_page
+
 pytestmark = pytest.mark.slow
 
 SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
@@ -64,18 +66,10 @@ def served(dashboard):
     return base, db
 
 
-def _open(page, url: str) -> None:
-    page.goto(url)
-    page.get_by_role("heading", name="Explore").first.wait_for(timeout=90_000)
-    page.wait_for_load_state("networkidle")
-    page.get_by_text(re.compile(r"Fastest for")).first.wait_for(timeout=90_000)
-    assert page.locator('[data-testid="stException"]').count() == 0
-
-
 def test_first_visit_says_what_the_demo_ran_where_and_three_steps_without_a_cli_flag(served, new_page):
     base, db = served
     page = new_page()
-    _open(page, base + "/")
+    open_page(page, base + "/", "Explore", re.compile(r"Fastest for"))
     start = page.locator('[data-testid="stExpander"]').filter(has_text="Start here").first
     if "The demo ran" not in start.inner_text():  # folded: the store holds more than the demo
         start.locator("summary").dispatch_event("click")
@@ -94,7 +88,7 @@ def test_first_visit_says_what_the_demo_ran_where_and_three_steps_without_a_cli_
 def test_explore_opens_on_one_pipeline_names_the_fastest_and_the_advisor_agrees(served, new_page):
     base, db = served
     page = new_page()
-    _open(page, base + "/explore")
+    open_page(page, base + "/explore", "Explore", re.compile(r"Fastest for"))
     # one pipeline, the newest: never the demo's jpeg pooled with the sweep's tensor
     assert page.get_by_text("Fastest for tensor + mlp").count() == 1
     assert page.get_by_text("Fastest for jpeg + cnn").count() == 0
@@ -124,7 +118,7 @@ def test_explore_opens_on_one_pipeline_names_the_fastest_and_the_advisor_agrees(
 def test_numbers_read_as_a_person_reads_them(served, new_page):
     base, db = served
     page = new_page()
-    _open(page, base + "/explore?x=workers&color=loader")
+    open_page(page, base + "/explore?x=workers&color=loader", "Explore", re.compile(r"Fastest for"))
     body = page.locator("body").inner_text()
     assert "None" not in body and "nan" not in body.split()
     # 3 significant figures in the ranking, never 0.55 next to 0.7000000001

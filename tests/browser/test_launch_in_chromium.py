@@ -16,6 +16,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from tests._wait import wait_for
+from tests.browser._pages import open_page, slow_page
 
 pytestmark = pytest.mark.slow
 
@@ -25,22 +26,6 @@ TINY = "workload=tensor&model=mlp&n_samples=64&image_size=8&width=8&batch_size=8
 # ~0.3 s an epoch of waiting for data: a sync loader that is data-bound, for as long as a test needs it
 SLOW = dict(workload="tensor", model="mlp", n_samples=32, image_size=8, width=8, batch_size=8, epochs=1000,
             latency_ms=10.0, bound=False, sample_hz=0.0, device="cpu")
-
-
-def _page(new_page):
-    """A page whose waits allow for a loaded machine (the worker's runs share its cores)."""
-    page = new_page()
-    page.set_default_timeout(120_000)
-    return page
-
-
-def _open(page, url: str, title: str) -> None:
-    page.goto(url)
-    page.get_by_role("heading", name=title).first.wait_for(timeout=120_000)
-    if title == "Launch":  # the form checks its config with the registry, which imports torch on a first visit
-        page.get_by_role("button", name="Queue run").wait_for(timeout=120_000)
-    page.wait_for_load_state("networkidle")
-    assert page.locator('[data-testid="stException"]').count() == 0, f"{url} raised an exception"
 
 
 def _type(page, label: str, text: str) -> None:
@@ -72,8 +57,8 @@ def _in_view(locator) -> bool:
 
 def test_a_refused_workers_value_queues_nothing_and_is_said_under_the_field(dashboard, new_page):
     base, db = dashboard
-    page = _page(new_page)
-    _open(page, f"{base}/launch", "Launch")
+    page = slow_page(new_page)
+    open_page(page, f"{base}/launch", "Launch")
     _type(page, "Workers", "-1")
     page.get_by_role("button", name="Queue run").click()
     page.get_by_test_id("stAlertContentError").filter(has_text=re.compile(r"Nothing queued: fix Workers")).wait_for(
@@ -92,8 +77,8 @@ def test_a_job_card_is_readable_and_a_cancelled_run_is_said_as_cancelled(dashboa
     job_id = api.submit(api.RunConfig.from_dict(SLOW), origin="cli", db=db)
     run_id = _jobs(db).set_index("job_id").loc[job_id, "run_id"]
     wait_for(lambda: api.job_progress(job_id, db)["epochs_done"] >= 4, "4 epochs of the slow run", 120)
-    page = _page(new_page)
-    _open(page, f"{base}/launch", "Launch")
+    page = slow_page(new_page)
+    open_page(page, f"{base}/launch", "Launch")
     cancel = page.get_by_role("button", name="Cancel", exact=True)
     cancel.wait_for(timeout=120_000)
     assert _fits(cancel), "the Cancel button's label is cut"
@@ -127,8 +112,8 @@ def test_a_ticked_run_opens_in_this_tab(dashboard, new_page):
     base, db = dashboard
     if not len(api.search_runs("", db=db)):  # alone on an xdist worker: one real run to tick
         launch(api.RunConfig.from_dict({**SLOW, "epochs": 2, "latency_ms": 0.0}), db=db)
-    page = _page(new_page)
-    _open(page, f"{base}/runs", "Runs")
+    page = slow_page(new_page)
+    open_page(page, f"{base}/runs", "Runs")
     grid = page.locator('[data-testid="stDataFrame"]').first
     grid.wait_for(timeout=120_000)
     box = grid.bounding_box()
@@ -161,8 +146,8 @@ def _pick_axis(page, axis: str) -> None:
 
 def test_a_2x2_sweep_is_one_card_with_progress_and_a_working_cancel_all(dashboard, new_page):
     base, db = dashboard
-    page = _page(new_page)
-    _open(page, f"{base}/launch?{TINY}&epochs=12&latency_ms=5", "Launch")
+    page = slow_page(new_page)
+    open_page(page, f"{base}/launch?{TINY}&epochs=12&latency_ms=5", "Launch")
     for axis in ("Loader", "Workers"):
         _pick_axis(page, axis)
     _type(page, "Loader: values", "threads, processes")

@@ -14,6 +14,8 @@ import re
 
 import pytest
 
+from tests.browser._pages import open_page
+
 pytestmark = pytest.mark.slow
 
 # name -> (loader, workers, threads, median epoch s); 7 runs each: every speedup has its 95 % interval
@@ -54,14 +56,6 @@ def story(dashboard):
     return base, db
 
 
-def _open(page, url: str) -> None:
-    page.goto(url)
-    page.get_by_role("heading", name="Explore").first.wait_for(timeout=90_000)
-    page.wait_for_load_state("networkidle")
-    page.get_by_text(re.compile(r"Fastest for pyloop \+ mlp")).first.wait_for(timeout=90_000)
-    assert page.locator('[data-testid="stException"]').count() == 0
-
-
 def _advisor(page):
     advisor = page.locator('[data-testid="stExpander"]').filter(has_text="Advisor: what is fastest here").first
     advisor.get_by_text(re.compile("done runs")).first.wait_for(timeout=90_000)
@@ -71,7 +65,7 @@ def _advisor(page):
 def test_the_headline_and_the_advisor_name_the_same_setting_from_the_same_runs(story, new_page):
     base, _ = story
     page = new_page()
-    _open(page, base + "/explore?workload=pyloop&model=mlp")
+    open_page(page, base + "/explore?workload=pyloop&model=mlp", "Explore", re.compile(r"Fastest for pyloop \+ mlp"))
     headline = page.locator(".st-key-explore_fastest_0").inner_text().replace("\u2060", "")
     assert headline.count("processes, workers=2, threads=1 is the fastest") == 1, headline
     said = _advisor(page).inner_text().replace("\u2060", "")
@@ -89,7 +83,7 @@ def test_the_headline_and_the_advisor_name_the_same_setting_from_the_same_runs(s
 def test_one_machine_is_one_host_and_no_config_name_shows_a_hash(story, new_page):
     base, _ = story
     page = new_page()
-    _open(page, base + "/explore?workload=pyloop&model=mlp")
+    open_page(page, base + "/explore?workload=pyloop&model=mlp", "Explore", re.compile(r"Fastest for pyloop \+ mlp"))
     words = " ".join([page.locator(".st-key-explore_fastest_0").inner_text(),
                       page.locator('[data-testid="stTable"]').first.inner_text(),
                       *_advisor(page).locator('[data-testid="stMarkdown"]').all_inner_texts()])

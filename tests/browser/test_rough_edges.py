@@ -14,6 +14,7 @@ from urllib.parse import quote
 import pytest
 
 from tests._wait import wait_for
+from tests.browser._pages import open_page, slow_page
 
 pytestmark = pytest.mark.slow
 
@@ -24,21 +25,6 @@ SLOW_URL = ("workload=tensor&model=mlp&n_samples=32&image_size=8&width=8&batch_s
             "&bound=false&sample_hz=0.0&device=cpu")
 SQL = ("SELECT loader, workers, median(epoch_s) AS median_epoch_s FROM runs WHERE epoch_s IS NOT NULL "
        "GROUP BY ALL ORDER BY ALL")
-
-
-def _page(new_page):
-    page = new_page()
-    page.set_default_timeout(120_000)  # the worker's runs share the machine's cores
-    return page
-
-
-def _open(page, url: str, title: str) -> None:
-    page.goto(url)
-    page.get_by_role("heading", name=title).first.wait_for(timeout=120_000)
-    if title == "Launch":  # the form checks its config with the registry, which imports torch on a first visit
-        page.get_by_role("button", name="Queue run").wait_for(timeout=120_000)
-    page.wait_for_load_state("networkidle")
-    assert page.locator('[data-testid="stException"]').count() == 0, f"{url} raised an exception"
 
 
 def _done_runs(db, *overrides: dict) -> list[str]:
@@ -65,8 +51,8 @@ def test_the_runs_table_and_a_run_page_read_no_none(dashboard, new_page):
     it draws: each lab run's source reads "lab"; the run page's text has no None or nan anywhere."""
     base, db = dashboard
     run_id = _done_runs(db, {})[0]
-    page = _page(new_page)
-    _open(page, f"{base}/runs", "Runs")
+    page = slow_page(new_page)
+    open_page(page, f"{base}/runs", "Runs")
     grid = page.locator('[data-testid="stDataFrame"]').first
     header = grid.locator('th[role="columnheader"]', has_text=re.compile(r"^source$"))
     header.wait_for(state="attached")
@@ -74,7 +60,7 @@ def test_the_runs_table_and_a_run_page_read_no_none(dashboard, new_page):
     sources = grid.locator(f'td[role="gridcell"][aria-colindex="{col}"]').all_inner_texts()
     assert sources and {s.strip() for s in sources} == {"lab"}, sources
 
-    _open(page, f"{base}/runs?run={run_id}", "Runs")
+    open_page(page, f"{base}/runs?run={run_id}", "Runs")
     page.get_by_role("heading", name=f"Run {run_id}").wait_for()
     # what a user reads: the page less its code blocks (Python's own None may appear in code to paste)
     text = page.locator('[data-testid="stMain"]').evaluate(
@@ -91,8 +77,8 @@ def test_a_cancelled_run_keeps_its_card_with_its_link_and_the_queued_note_shows_
     from engine import api
 
     base, db = dashboard
-    page = _page(new_page)
-    _open(page, f"{base}/launch?{SLOW_URL}", "Launch")
+    page = slow_page(new_page)
+    open_page(page, f"{base}/launch?{SLOW_URL}", "Launch")
     page.get_by_role("button", name="Queue run").click()
     said = page.get_by_text(re.compile(r"^Queued 1 job: "))
     said.wait_for()
@@ -126,8 +112,8 @@ def test_the_sql_chart_puts_the_measure_on_y_by_loader_coloured_by_workers(dashb
     _done_runs(db, {"loader": "sync"}, {"loader": "threads", "workers": 2})
     with connect(db, read_only=True) as conn:
         rows = conn.execute(SQL).fetchall()
-    page = _page(new_page)
-    _open(page, f"{base}/history?sql={quote(SQL)}", "History")
+    page = slow_page(new_page)
+    open_page(page, f"{base}/history?sql={quote(SQL)}", "History")
     plot = page.locator(".js-plotly-plot").first
     plot.wait_for()
     fig = plot.evaluate("el => ({x: el._fullLayout.xaxis.title.text, y: el._fullLayout.yaxis.title.text, "
@@ -144,8 +130,8 @@ def test_the_sidebars_run_count_keeps_up_without_a_click(dashboard, new_page):
     """Issue 39: the sidebar's count lagged the sweep card (it was drawn only when the page reran). It refreshes on
     its own now: a run stored while the page sits untouched shows in the count within seconds."""
     base, db = dashboard
-    page = _page(new_page)
-    _open(page, f"{base}/history", "History")   # a page with no refreshing panel of its own
+    page = slow_page(new_page)
+    open_page(page, f"{base}/history", "History")   # a page with no refreshing panel of its own
     sidebar = page.locator('[data-testid="stSidebar"]')
 
     def count() -> int | None:
