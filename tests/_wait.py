@@ -8,8 +8,9 @@ import time
 from typing import Any, Callable
 
 import psutil
+import pytest
 
-__all__ = ["quiet_cores", "wait_for"]
+__all__ = ["no_quiet_second", "quiet_cores", "wait_for"]
 
 
 def wait_for(predicate: Callable[[], Any], what: str = "condition", timeout_s: float = 180.0,
@@ -40,3 +41,12 @@ def quiet_cores(needed: int = 2, timeout_s: float = 20.0, spare: float = 0.25) -
             return True
         if time.monotonic() > deadline:
             return False
+
+
+def no_quiet_second(why: str) -> None:
+    """A timing test that got no quiet second to measure in: skipped on a user's machine (a browser beside `make
+    test` is no defect of the code), failed under CI (CI=true), where only tests that need a GPU may skip: a CI run
+    that skipped the probe's GIL tests would pass without ever having measured a GIL share."""
+    if os.environ.get("CI", "").lower() not in ("", "0", "false", "no"):
+        pytest.fail(f"{why} (CI=true: a CI run fails a test it could not measure, it does not skip it)")
+    pytest.skip(why)

@@ -26,7 +26,7 @@ from engine.modes import step_builder
 from engine.run.runner import launch
 from engine.runlog import read_events
 from engine.store import get_run
-from tests._wait import quiet_cores
+from tests._wait import no_quiet_second, quiet_cores
 
 pytestmark = pytest.mark.usefixtures("warm_runs")  # runs forked warm: these check what a run measures
 
@@ -203,7 +203,7 @@ def test_probe_finds_latency_and_work_that_release_the_gil(fields: dict) -> None
         # NOTE: on two cores in the quiet part the share must be measured: a probe that never measures it would
         # pass every assertion below that depends on it
         if p["gil_share"] is None and not quiet:
-            pytest.skip("other processes left no quiet second in 3 waits of 20 s: no GIL share can be measured")
+            no_quiet_second("other processes left no quiet second in 3 waits of 20 s: no GIL share can be measured")
         assert p["gil_share"] is not None, f"GIL share unmeasured on {p['cores']:g} cores (core sharing " \
             f"{p['core_sharing']:.2f}) with the other processes quiet"
         assert p["step_gil_share"] is not None and 0.0 <= p["step_gil_share"] <= 1.0
@@ -226,7 +226,7 @@ def test_the_gil_share_of_the_same_load_agrees_across_probes() -> None:
         for _ in range(3):
             p, quiet = _quiet_probe(**fields)
             if not quiet:
-                pytest.skip("other processes left no quiet second in 40 s before a probe: its share says nothing")
+                no_quiet_second("other processes left no quiet second in 40 s before a probe: its share says nothing")
             shares.setdefault(fields.get("workload", "tensor"), []).append(p["gil_share"])
     assert None not in shares["pyloop"] + shares["tensor"], shares
     # every probe reads pure Python as GIL-held, and within 0.25 of the others
@@ -246,7 +246,7 @@ def test_probe_finds_python_work_holds_the_gil_and_predicts_processes_beat_threa
         if p["cores"] < 2 or not busy(p):
             break
     if p["cores"] >= 2 and busy(p) and not quiet:
-        pytest.skip("other processes left no quiet second in 3 waits of 20 s: no GIL share can be measured")
+        no_quiet_second("other processes left no quiet second in 3 waits of 20 s: no GIL share can be measured")
     assert p["load_cpu_s"] >= 0.5 * p["load_wall_s"]  # CPU work (a sleep is < 0.5: above); a busy machine waits
     if p["cores"] >= 2:  # NOTE: measured, as above: unmeasured would pass the prediction below by the worst case
         assert p["gil_share"] is not None, f"GIL share unmeasured on {p['cores']:g} cores (core sharing " \
