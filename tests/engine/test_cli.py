@@ -1,4 +1,6 @@
-"""The CLI end to end in real subprocesses: run → runs → query → export, and bad input."""
+"""The CLI end to end: run → runs → query → export in real subprocesses (start-up and exit codes), and bad input,
+sweeps, predict and the rest through the CLI's main() in this process (tests/_cli.py); runs fork from a warm parent
+(conftest's warm_runs)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from engine.names import NAMES
+from tests._cli import cli_in_process as cli
 
 ROOT = Path(__file__).resolve().parents[2]
 # on the CPU: device auto is cuda:0 on a GPU box, and these tests check the CLI, not the device
@@ -19,27 +22,30 @@ TINY = ["--workload", "tensor", "--n-samples", "128", "--image-size", "8", "--wi
         "--epochs", "2", "--device", "cpu"]
 
 
-def cli(*args: str, db: Path) -> subprocess.CompletedProcess:
+pytestmark = pytest.mark.usefixtures("warm_runs")
+
+
+def real_cli(*args: str, db: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, "-m", "engine", *args, "--db", str(db)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
 
 
 def test_run_runs_query_export(store, tmp_path):
-    out = cli("run", *TINY, "--loader", "threads", "--workers", "2", "--no-bound", db=store)
+    out = real_cli("run", *TINY, "--loader", "threads", "--workers", "2", "--no-bound", db=store)
     assert out.returncode == 0, out.stderr
     assert "epoch 1" in out.stdout and "samples/s" in out.stdout
-    listing = cli("runs", db=store)
+    listing = real_cli("runs", db=store)
     assert listing.returncode == 0 and "threads" in listing.stdout and "done" in listing.stdout
-    q = cli("query", "SELECT loader, workers, status, n_epochs FROM runs", "--format", "json", db=store)
+    q = real_cli("query", "SELECT loader, workers, status, n_epochs FROM runs", "--format", "json", db=store)
     assert q.returncode == 0, q.stderr
     assert json.loads(q.stdout) == [{"loader": "threads", "workers": 2, "status": "done", "n_epochs": 2}]
-    run_id = json.loads(cli("query", "SELECT run_id FROM runs", "--format", "json", db=store).stdout)[0]["run_id"]
-    show = cli("show", run_id, db=store)
+    run_id = json.loads(real_cli("query", "SELECT run_id FROM runs", "--format", "json", db=store).stdout)[0]["run_id"]
+    show = real_cli("show", run_id, db=store)
     assert show.returncode == 0 and run_id in show.stdout
     for fmt in ("parquet", "csv"):
         target = tmp_path / f"runs.{fmt}"
-        exp = cli("export", "--format", fmt, "--out", str(target), db=store)
+        exp = real_cli("export", "--format", fmt, "--out", str(target), db=store)
         assert exp.returncode == 0, exp.stderr
         assert target.stat().st_size > 0
     import pandas as pd  # noqa: PLC0415
@@ -133,7 +139,7 @@ def nothing_ran(store: Path) -> bool:
 
 def test_failed_run_exits_1_with_the_error_and_is_stored(store):
     # every sample takes 3 s but the loader may wait only 1 s: the run must fail with the timeout's message
-    out = cli("run", *TINY, "--loader", "processes", "--workers", "1", "--latency-ms", "3000",
+    out = real_cli("run", *TINY, "--loader", "processes", "--workers", "1", "--latency-ms", "3000",
               "--worker-timeout-s", "1", "--no-bound", db=store)
     assert out.returncode == 1, out.stderr
     assert "failed" in out.stderr and "worker_timeout_s" in out.stderr

@@ -1,5 +1,6 @@
-"""Bad input to the CLI gets one line and exit 2, never a traceback (issue 19 §4): real `python -m engine`
-subprocesses on real stores.
+"""Bad input to the CLI gets one line and exit 2, never a traceback (issue 19 §4), on real stores: the CLI's
+main() in this process (tests/_cli.py), and real `python -m engine` subprocesses where a process's own behaviour is
+the point (its peak memory, a closed pipe); runs fork from a warm parent (conftest's warm_runs).
 
     .venv/bin/python -m pytest tests/engine/test_cli_errors.py -q
 """
@@ -17,14 +18,11 @@ import pytest
 from engine.config import RunConfig
 from engine.runlog import RunLog
 from engine.store import ingest_run
+from tests._cli import cli_in_process as cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
-
-def cli(*args: str, db: Path, cwd: Path = ROOT, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "engine", *args, "--db", str(db)], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+pytestmark = pytest.mark.usefixtures("warm_runs")
 
 
 def one_line(out: subprocess.CompletedProcess, *words: str) -> str:
