@@ -27,6 +27,7 @@ from engine.advice.baseline import parse as parse_baseline
 from engine.advice.tune import tune
 from engine.measure import VERDICTS
 from engine.observe._settings import read_settings
+from tests._cli import cli_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "engine" / "observed" / "train_script.py"
@@ -161,10 +162,10 @@ def test_the_script_process_imports_only_the_observer_and_torch_only_when_the_sc
     (["python", "no_such_train.py"], "no_such_train.py' was not found"),
     (["bash", "train.sh"], "is not a Python interpreter"),
 ])
-def test_bad_commands_get_one_line_and_exit_2(tmp_path, command, says):
+def test_bad_commands_get_one_line_and_exit_2(tmp_path, monkeypatch, command, says):
     store = tmp_path / "s.duckdb"
-    out = subprocess.run([sys.executable, "-m", "engine", "observe", "--", *command], cwd=tmp_path,
-                         env=_env(store), capture_output=True, text=True, timeout=120)
+    monkeypatch.setenv("LOADERLAB_DB", str(store))
+    out = cli_in_process("observe", "--", *command, cwd=tmp_path)  # refused before any process starts
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0], out.stderr
@@ -247,8 +248,7 @@ def test_an_observed_run_is_the_baseline_its_loader_settings_say(observed):
 ])
 def test_a_bad_baseline_run_gets_one_line_and_exit_2(observed, argv, says):
     store, _ = observed
-    out = subprocess.run([sys.executable, "-m", "engine", *argv, "--db", str(store)], cwd=ROOT, env=_env(store),
-                         capture_output=True, text=True, timeout=300)
+    out = cli_in_process(*argv, db=store)
     assert out.returncode == 2
     assert len(out.stderr.strip().splitlines()) == 1 and says in out.stderr, out.stderr
 
@@ -257,9 +257,8 @@ def test_a_bad_baseline_run_gets_one_line_and_exit_2(observed, argv, says):
 def test_predict_shows_the_observed_setting_beside_what_was_observed(observed):
     store, _ = observed
     train = _by_loader_line(store)["train"]
-    out = subprocess.run([sys.executable, "-m", "engine", "predict", "--workload", "tensor", "--model", "mlp",
-                          "--image-size", "8", "--width", "8", "--device", "cpu", "--baseline-run", train["run_id"],
-                          "--db", str(store)], cwd=ROOT, env=_env(store), capture_output=True, text=True, timeout=600)
+    out = cli_in_process("predict", "--workload", "tensor", "--model", "mlp", "--image-size", "8", "--width", "8",
+                         "--device", "cpu", "--baseline-run", train["run_id"], db=store)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("processes, 2 workers, depth 3, batch 32"), out.stdout   # the observed setting
     assert f"observed ({train['run_id']}" in out.stdout and "predicted / observed" in out.stdout
