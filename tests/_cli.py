@@ -12,6 +12,7 @@ import io
 import logging
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 __all__ = ["cli_in_process"]
@@ -30,7 +31,9 @@ def cli_in_process(*args: str, db: Path | None = None, cwd: Path | None = None) 
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.addHandler(handler)
-    here = os.getcwd()
+    # NOTE: a command may set what its own process then reads (--oversubscribe sets OVERSUBSCRIBE_ENV; a plugin's
+    # folder goes on sys.path): a process would take that to its exit, this one must not take it to the next test
+    here, environ, path = os.getcwd(), dict(os.environ), list(sys.path)
     try:
         if cwd is not None:
             os.chdir(cwd)
@@ -41,5 +44,8 @@ def cli_in_process(*args: str, db: Path | None = None, cwd: Path | None = None) 
                 code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     finally:
         os.chdir(here)
+        os.environ.clear()
+        os.environ.update(environ)
+        sys.path[:] = path
         root.removeHandler(handler)
     return subprocess.CompletedProcess(["engine", *argv], code, out.getvalue(), err.getvalue())

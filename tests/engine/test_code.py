@@ -4,9 +4,7 @@ same number of batches and the same samples per epoch as the lab's own loader fo
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,8 +14,8 @@ from threadpoolctl import threadpool_info
 from engine.advice.code import SNIPPETS, snippet
 from engine.config import RunConfig
 from engine.loaders import LOADERS, open_loader
+from tests._cli import cli_in_process
 
-ROOT = Path(__file__).resolve().parents[2]
 N, BATCH = 50, 8  # 7 batches, the last one short: drop_last must not differ
 
 
@@ -109,8 +107,8 @@ def test_a_loader_without_code_is_named():
 
 
 def _cli(*args: str, db: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engine", *args, "--db", str(db)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    """The CLI's main() in this process (tests/_cli.py): what `code` and `advise` print is the point here."""
+    return cli_in_process(*args, db=db)
 
 
 @pytest.mark.slow

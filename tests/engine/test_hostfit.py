@@ -10,7 +10,6 @@ import json
 import math
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import psutil
@@ -22,17 +21,17 @@ from engine.jobs import list_jobs, submit, submit_sweep
 from engine.paths import jobs_dir
 from engine.run.hostfit import HEAVY, OVERSUBSCRIBE_ENV, available_memory, check_host, usable_cores
 from engine.run.runner import launch
+from tests._cli import cli_in_process
 
-ROOT = Path(__file__).resolve().parents[2]
 CORES = len(os.sched_getaffinity(0))  # at least the usable cores (a cgroup quota may allow fewer)
 MANY = 8 * CORES  # ranks or workers: past HEAVY (4) x the usable cores on any host
 needs_room = pytest.mark.skipif(MANY > 256, reason="8 x cores is past the schema's 256 workers on this host")
 
 
-def cli(*args: str, db: Path, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engine", *args, "--db", str(db)], cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), **env}, capture_output=True, text=True,
-                          timeout=300)
+def cli(*args: str, db: Path) -> subprocess.CompletedProcess:
+    """The CLI's main() in this process (tests/_cli.py): these commands are refused or dry runs, whose point is what
+    they print and store, not how a process starts (tests/engine/test_cli.py keeps real ones)."""
+    return cli_in_process(*args, db=db)
 
 
 def lines(text: str) -> list[str]:
