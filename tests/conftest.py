@@ -82,3 +82,15 @@ def warm_runs():
     with WarmParent() as parent, pytest.MonkeyPatch.context() as mp:
         mp.setitem(runner.launch.__kwdefaults__, "warm", parent)
         yield parent
+
+
+@pytest.fixture(autouse=True)
+def _keep_main_module():
+    """Put back sys.modules["__main__"] after each test. Streamlit's script runner (every AppTest) installs its own
+    fake __main__, whose __file__ is the page it ran, and never puts this process's back; a spawn or forkserver
+    DataLoader worker started later then ran that page as its __mp_main__ before unpickling its loader, and died
+    importing torch ("cannot import name 'set_module' from partially initialized module 'torch.utils'")."""
+    main = sys.modules.get("__main__")
+    yield
+    if main is not None and sys.modules.get("__main__") is not main:
+        sys.modules["__main__"] = main

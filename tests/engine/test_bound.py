@@ -267,10 +267,6 @@ def slow_start(tmp_path, monkeypatch) -> str:
 # NOTE: spdl is left out here: its pipeline hands each sample through asyncio tasks and threads (0.7-1.3 ms of CPU a
 # sample, its author measured), so its steady 64-sample epoch is no test of a 150 ms limit meant for start-up cost;
 # its bound stays held to the efficiency test below with every other loader
-# NOTE: serial, in its own pytest process: under xdist, a worker that had run AppTests and other runs before saw its
-# spawn and forkserver workers die unpickling torch ("cannot import name 'set_module' from partially initialized
-# module 'torch.utils'"), in a fresh clone's CI only; alone, or after the Launch AppTests, they pass
-@pytest.mark.serial
 @pytest.mark.parametrize("loader, start_method", [ls for ls in LOADER_STARTS if ls[0] != "spdl"])
 def test_the_loader_pass_times_a_steady_epoch_not_the_first(slow_start, loader, start_method):
     """Each copy of the dataset sleeps on its first 32 items (0.96 s in all): the pass's first epoch pays them,

@@ -161,9 +161,6 @@ def test_stuck_worker_raises_loader_timeout(kind, workers):
     assert kind in str(err.value)
 
 
-# NOTE: serial, in its own pytest process, as test_bound's loader-pass test: in a fresh clone's parallel part a spawned
-# worker died unpickling torch ("partially initialized module 'torch.utils'") after its xdist process ran other tests
-@pytest.mark.serial
 def test_spawned_workers_deliver_the_sync_batches():
     before = set(threading.enumerate())
     with make("processes", TinyDataset(N, record=True), 2, start_method="spawn") as loader:
