@@ -18,8 +18,10 @@ from pathlib import Path
 __all__ = ["cli_in_process"]
 
 
-def cli_in_process(*args: str, db: Path | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """main([*args, "--db", db]) run here, in `cwd` if given; never raises for what a process would exit on."""
+def cli_in_process(*args: str, db: Path | None = None, cwd: Path | None = None,
+                   env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """main([*args, "--db", db]) run here, in `cwd` and with the variables in `env` set if given; never raises for
+    what a process would exit on."""
     from engine.cli import main  # noqa: PLC0415
 
     argv = [*map(str, args), *(["--db", str(db)] if db is not None else [])]
@@ -35,6 +37,7 @@ def cli_in_process(*args: str, db: Path | None = None, cwd: Path | None = None) 
     # folder goes on sys.path): a process would take that to its exit, this one must not take it to the next test
     here, environ, path = os.getcwd(), dict(os.environ), list(sys.path)
     try:
+        os.environ.update(env or {})
         if cwd is not None:
             os.chdir(cwd)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

@@ -1,4 +1,5 @@
-"""Every store keeps to itself (issue 19, section 1), through the real CLI in subprocesses and real DuckDB files:
+"""Every store keeps to itself (issue 19, section 1), through the real CLI and real DuckDB files (a run and the
+worker in real subprocesses; the reads and refusals through the CLI's main() in this process, tests/_cli.py):
 - a RunLog names its store, and only that store ingests it, even with two stores in one folder;
 - query, runs, show and export never write: the file's bytes stay the same, what waits is only reported;
 - a store path that does not exist is created only by a command that writes, which says so;
@@ -20,6 +21,7 @@ import pytest
 from engine.config import RunConfig
 from engine.runlog import RunLog, claim, owner
 from engine.store import ingest_run
+from tests._cli import cli_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--n-samples", "128", "--epochs", "2", "--image-size", "16", "--width", "8", "--no-bound", "--quiet"]
@@ -28,10 +30,16 @@ WAITING = "waiting to be stored: the results are safe in their RunLogs"
 
 
 def cli(*args: str, db: Path | str | None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """A real `python -m engine` process: for a run and the worker, whose child processes and store writes are
+    the point; reads and refusals go through in_process."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     flags = ["--db", str(db)] if db is not None else []
     return subprocess.run([sys.executable, "-m", "engine", *args, *flags], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=300)
+
+
+def in_process(*args: str, db: Path | str | None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return cli_in_process(*args, db=db, env=env)
 
 
 def _sha(path: Path) -> str:
@@ -46,7 +54,7 @@ def _one_line(out: subprocess.CompletedProcess) -> str:
 
 
 def _count(db: Path) -> int:
-    out = cli("query", "SELECT count(*) AS n FROM runs", "--format", "json", db=db)
+    out = in_process("query", "SELECT count(*) AS n FROM runs", "--format", "json", db=db)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)[0]["n"]
 
@@ -74,7 +82,7 @@ def test_a_run_lands_only_in_the_store_it_names(tmp_path):
     assert owner(run_dir) == str(a.resolve())
     before = sorted(p.name for p in tmp_path.iterdir())
 
-    line = _one_line(cli("query", "select count(*) n from runs", db=b))
+    line = _one_line(in_process("query", "select count(*) n from runs", db=b))
     assert line.startswith("error: --db: ") and str(b) in line
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # no b.duckdb, no lock or version beside it
 
@@ -96,7 +104,7 @@ def test_two_stores_in_one_folder_each_ingest_only_their_own(tmp_path):
     _runlog(tmp_path / "runs" / "old", "old", None)  # from before RunLogs named their store: neither a nor b's
     for db, mine in ((a, "ra"), (b, "rb")):
         assert cli("worker", "--once", db=db).returncode == 0
-        out = cli("query", "SELECT run_id FROM runs", "--format", "json", db=db)
+        out = in_process("query", "SELECT run_id FROM runs", "--format", "json", db=db)
         assert [r["run_id"] for r in json.loads(out.stdout)] == [mine], out.stderr
         assert WAITING not in out.stderr  # the other store's RunLog is not this store's to wait for
 
@@ -108,7 +116,7 @@ def test_reads_never_write_and_say_what_waits(store, tmp_path, command):
     waiting = _runlog(store.parent / "runs" / "r2", "r2", store)  # finished, not stored yet
     before = _sha(store)
     args = [a.format(out=tmp_path / "out.parquet") for a in command]
-    out = cli(*args, db=store)
+    out = in_process(*args, db=store)
     assert out.returncode == 0, out.stderr
     (line,) = [line for line in out.stderr.splitlines() if line.strip()]
     assert line.startswith(f"1 run(s) {WAITING} and will be stored by the next command that writes"), line
@@ -122,9 +130,9 @@ def test_reads_never_write_and_say_what_waits(store, tmp_path, command):
 def test_reading_a_store_that_does_not_exist_creates_nothing(tmp_path, command):
     args = [a.format(out=tmp_path / "out.parquet") for a in command]
     typo = tmp_path / "typo.duckdb"
-    line = _one_line(cli(*args, db=typo))
+    line = _one_line(in_process(*args, db=typo))
     assert line.startswith("error: --db: ") and str(typo) in line
-    line = _one_line(cli(*args, db=None, env={"LOADERLAB_DB": str(typo)}))
+    line = _one_line(in_process(*args, db=None, env={"LOADERLAB_DB": str(typo)}))
     assert line.startswith("error: LOADERLAB_DB: ") and str(typo) in line
     assert list(tmp_path.iterdir()) == []
 
@@ -150,7 +158,7 @@ def test_an_unusable_store_is_refused_before_anything_runs(tmp_path, kind, comma
     sweep.write_text('name = "t"\nrepeats = 1\n[base]\nn_samples = 64\nepochs = 2\nbound = false\n'
                      '[grid]\nloader = ["sync"]\n')
     before = _sha(db) if db.is_file() else None
-    out = cli(*[a.format(sweep=sweep) for a in command], db=db)
+    out = in_process(*[a.format(sweep=sweep) for a in command], db=db)
     assert not (tmp_path / "runs").exists(), out.stderr  # no RunLog: nothing ran
     assert (_sha(db) if db.is_file() else None) == before
     line = _one_line(out)
