@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,11 +12,11 @@ from engine.config import ConfigError, RunConfig
 from engine.measure.trace import TRACE_FILE, TRACED_MODES, trace_path
 from engine.registry import check
 from engine.store import connect
+from tests._cli import cli_in_process
 from tests.engine._mode_runs import TINY, launch_mode
 
 pytestmark = pytest.mark.usefixtures("warm_runs")  # runs forked warm: these check what a run measures
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _trace_events(run_dir: str | Path) -> list[dict]:
@@ -77,8 +75,7 @@ def test_modes_the_profiler_cannot_see_refuse_trace_by_name(mode, device):
 
 @pytest.mark.parametrize("device", [[], ["--device", "cuda"]], ids=["auto", "cuda"])
 def test_cli_trace_in_a_mode_it_cannot_see_exits_2_and_stores_nothing(store, device):
-    bad = subprocess.run([sys.executable, "-m", "engine", "run", "--mode", "ddp", "--trace", *device,
-                          "--db", str(store)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    bad = cli_in_process("run", "--mode", "ddp", "--trace", *device, db=store)
     assert bad.returncode == 2 and "trace:" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
     with connect(store, read_only=True) as conn:
         assert conn.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
