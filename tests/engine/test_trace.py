@@ -18,7 +18,6 @@ from tests.engine._mode_runs import TINY, launch_mode
 pytestmark = pytest.mark.usefixtures("warm_runs")  # runs forked warm: these check what a run measures
 
 
-
 def _trace_events(run_dir: str | Path) -> list[dict]:
     path = trace_path(run_dir)
     assert path is not None and path.name == TRACE_FILE
