@@ -595,6 +595,9 @@ def _tune_script(args: argparse.Namespace, budget: float) -> int:
     result = tune_script(args.script, budget_s=budget, db=args.db, max_memory=max_memory,
                          say=lambda line: print(line, file=sys.stderr))
     print(result.render())
+    if result.stored or result.unstored:
+        late = f"; {result.unstored} waiting for the store, which was busy" if result.unstored else ""
+        print(f"stored: {result.stored} trial(s) as runs of sweep {result.tune_id} (tag 'tune'){late}")
     return 1 if result.error else 0
 
 

@@ -11,16 +11,19 @@ it stops). Its output goes to a file per trial; a trial that fails is one row wi
    the batches it delivered are every later trial's length (STEPS_MIN at least).
 2. The candidates (`candidates`): that DataLoader's num_workers {0, 1, 2, 4, ... <= cores} x prefetch_factor {2, 4}
    x the start method {the script's, spawn, fork} x intra-op threads {the script's, 1, cores - workers}, with persistent
-   workers (and pin_memory on CUDA). Ranked by a prediction from the first trial's own split (`predict`: each
-   batch's load spread over the workers, against the step), then tune's search (engine/advice/tune.py's constants
-   and its memory cap, stats.compare): the first rung runs the TOP_K predicted fastest worker counts and the top
-   pick's variants in the knobs the prediction does not read; successive halving keeps the best 1/ETA, which run
-   ETA x as many batches (a whole rung or none), within SEARCH_SHARE of the budget and short of the time the pairs
-   below need (a tight budget runs fewer of the first rung, the predicted fastest first); then the best and the
-   script's own setting run in pairs, each pair in a random order, and the speedup's 95% interval comes from those
-   runs (the first rung's runs of the two, of the same length, count among them).
+   workers (and pin_memory on CUDA). Ranked by the lab's model, the one `tune` ranks by, fed from the first trial
+   (engine/advice/_script_predict.py says what it measures there and what it assumes), then tune's own search
+   (engine/advice/_halving.py, with tune's constants, the memory cap and stats.compare): the first rung runs the
+   TOP_K predicted fastest worker counts and the top pick's variants in the knobs the prediction does not read;
+   successive halving keeps the best 1/ETA, which run ETA x as many batches (a whole rung or none), within
+   SEARCH_SHARE of the budget and short of the time the pairs below need (a tight budget runs fewer of the first
+   rung, the predicted fastest first); then the best and the script's own setting run in pairs, each pair in a
+   random order, and the speedup's 95% interval comes from those runs (the first rung's runs of the two, of the
+   same length, count among them).
 3. The answer is the change to make: the DataLoader(...) call as it should read, a unified diff against the
    script's own source, with the speedup and its interval and the peak memory beside the script's.
+4. Each trial is a run in the store before this returns (engine/advice/_script_trials.py: sweep_id = the tune's id,
+   config_idx = the candidate, repeat_idx = its trials so far, tag "tune").
 
 A trial's figure is the tuned loader's seconds per batch after its first: each batch's wait and step, and each later
 epoch's time to its first batch (workers that are not persistent start again there); the first epoch's start-up is
@@ -37,21 +40,23 @@ import random
 import shutil
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from engine.advice import memory
 from engine.advice._script_change import change
+from engine.advice._script_predict import rank_settings
 from engine.advice._script_trials import Trials
-from engine.advice.tune import CONFIRM_REPEATS, ETA, SEARCH_SHARE, TOP_K
+from engine.advice._halving import CONFIRM_REPEATS, SEARCH_SHARE, TOP_K, Plan, confirm, first_rung, halve, pick
 from engine.analysis import stats
 from engine.measure import usable_cpus
 from engine.observe import ENV_SECONDS, LOADER_ARGS
 from engine.paths import Db
 from engine.run.observed import script_command
 
-__all__ = ["FIRST_S", "STEPS_MIN", "ScriptTuneResult", "candidates", "change", "predict", "tune_script"]
+__all__ = ["FIRST_S", "STEPS_MIN", "ScriptTuneResult", "candidates", "change", "tune_script"]
 
 FIRST_S = (1.0, 10.0)  # the first trial's length after its first batch: FIRST_SHARE of the budget, within these
 FIRST_SHARE = 0.03
@@ -79,6 +84,9 @@ class ScriptTuneResult:
     max_memory: int | None = None
     diff: str = ""
     error: str | None = None     # the script's own setting failed: nothing to tune
+    tune_id: str = ""            # the sweep_id of its trials' runs, and its row in the store's tunes
+    stored: int = 0              # trials stored as runs
+    unstored: int = 0            # trials the store was too busy to take (their RunLogs wait for the next write)
 
     def render(self) -> str:
         head = (f"tune `{' '.join(self.command)}`: the script ran once per trial, {len(self.rows)} trials in "
@@ -151,15 +159,6 @@ def candidates(base: dict[str, Any], cores: float, cuda: bool) -> list[dict[str,
     return unique
 
 
-def predict(setting: dict[str, Any], first: dict[str, Any], cores: float) -> float:
-    """Seconds per batch, from the first trial's own split: each batch's load L and step S at the script's setting;
-    w workers spread the load (at most over the cores), the loop itself loads in turn with the step."""
-    w0, wait, step = first["workers"], first["wait"], first["step"]
-    load = wait if w0 == 0 else (wait + step) * w0  # with workers, one worker's time per batch (an upper estimate)
-    w = setting["num_workers"]
-    return load + step if w == 0 else max(step, load / min(w, max(1.0, cores)))
-
-
 def tune_script(command: list[str], *, budget_s: float, db: Db = None, max_memory: int | None = None,
                 space: list[dict[str, Any]] | None = None, seed: int = 0,
                 say: Callable[[str], None] = lambda line: None) -> ScriptTuneResult:
@@ -169,13 +168,17 @@ def tune_script(command: list[str], *, budget_s: float, db: Db = None, max_memor
     command = command[1:] if command[:1] == ["--"] else list(command)
     result = ScriptTuneResult(command=command, budget_s=budget_s, max_memory=max_memory)
     rng, t0 = random.Random(seed), time.monotonic()
-    work = Path(tempfile.mkdtemp(prefix="loaderlab-tune-"))
-    trials = Trials(argv, work, db, t0)
+    result.tune_id = f"tune-{uuid.uuid4().hex[:12]}"
+    work = Path(tempfile.mkdtemp(prefix="loaderlab-tune-"))  # the trials' output; their RunLogs go beside the store
+    trials = Trials(argv, work, db, t0, result.tune_id)
     try:
         first_s = min(max(FIRST_SHARE * budget_s, FIRST_S[0]), FIRST_S[1])
         first = trials.run({ENV_SECONDS: str(first_s)}, timeout_s=max(30.0, budget_s / 3))
         if first["status"] != "done" or not first["streams"]:
             result.error = first.get("error") or "no DataLoader was iterated"
+            for found in first["dirs"].values():  # NOTE: no loader was tuned: its trial is no candidate's run
+                for d in found:
+                    shutil.rmtree(d, ignore_errors=True)
             return result
         site, stream = max(first["streams"].items(), key=lambda kv: kv[1]["steps"])
         result.site, result.steps = site, max(STEPS_MIN, stream["steps"])
@@ -185,71 +188,55 @@ def tune_script(command: list[str], *, budget_s: float, db: Db = None, max_memor
         cores, cuda = usable_cpus(), stream["gpu_idle_share"] is not None
         result.settings = [result.base, *[{**result.base, **s} for s in space]] if space is not None else \
             candidates(result.base, cores, cuda)
-        result.rows.append(trials.row(first, stream, 0, 0))
+        result.rows.append(trials.keep(first, site, 0, 0, result.base))
         trials.walls.append((first["wall_s"], 1.0))
         say(f"tuning the DataLoader at {site}: {len(result.settings)} candidates")
         _search(result, trials, stream, cores, rng, every=space is not None)
     finally:
         result.spent_s = time.monotonic() - t0
         shutil.rmtree(work, ignore_errors=True)
+        trials.store_pending()
+        result.stored, result.unstored = len(trials.stored), len(trials.unstored)
     return result
 
 
 def _search(result: ScriptTuneResult, trials: Trials, first: dict[str, Any], cores: float,
             rng: random.Random, every: bool = False) -> None:
-    """The first rung, the halving, then the interleaved pairs (module doc). every: the first rung runs every
-    candidate (a space the caller named), each once while the whole budget lasts."""
-    own = {"workers": first["settings"].get("num_workers") or 0, "wait": first["wait"], "step": first["step"]}
-    ranked = sorted(range(1, len(result.settings)), key=lambda i: predict(result.settings[i], own, cores))
-    rung0, told = [], set()
-    for i in ranked:
-        w = result.settings[i]["num_workers"]
-        if len(told) < TOP_K and w not in told:
-            told.add(w)
-            rung0.append(i)
-    top = result.settings[rung0[0]] if rung0 else {}
-    rung0 += [i for i in range(1, len(result.settings))
-              if i not in rung0 and (every or _sibling(result.settings[i], top))]
-    steps, rung, survivors, complete = result.steps, 0, rung0, 0
+    """tune's search (engine/advice/_halving.py) over the trials: the first rung, the halving, then the interleaved
+    pairs. every: the first rung runs every candidate (a space the caller named), while the whole budget lasts."""
+    ranked = rank_settings(result.settings, first, cores, first["gpu_idle_share"] is not None)
+
+    def siblings(idx: int, picks: list[int]) -> list[int]:  # the top pick's only: the budget holds few trials
+        if idx != picks[0]:
+            return []
+        return [i for i in range(1, len(result.settings)) if _sibling(result.settings[i], result.settings[idx])]
+
+    rung0 = first_rung(ranked, lambda i: result.settings[i]["num_workers"], TOP_K, siblings)
+    if every:
+        rung0 += [i for i in range(1, len(result.settings)) if i not in rung0]
     # NOTE: the search stops where the pairs the interval needs (6 and 7 runs, less the first rung's) still fit: a
     # script's trial pays the interpreter's and torch's start-up each time, so SEARCH_SHARE alone left too few; a
     # tight budget tries fewer of the first rung, the predicted fastest first. A budget that cannot hold one more
     # trial and those pairs gets no interval anyway: the search keeps its share.
     pairs = 2 * CONFIRM_REPEATS - 2
     reserve = trials.fits(result.budget_s, 1 + pairs)
-    while True:
-        def deadline() -> float:
-            return result.budget_s if every and rung == 0 else \
-                min(result.budget_s * SEARCH_SHARE, result.budget_s - pairs * trials.per_trial()) if reserve \
-                else result.budget_s * SEARCH_SHARE
-        if rung and not trials.fits(deadline(), len(survivors) * steps / result.steps):
-            result.stop_reason = "search share of the budget spent"  # NOTE: a rung cut short decides nothing
-            break
-        for idx in survivors:
-            if (rung or idx != survivors[0]) and not trials.fits(deadline(), steps / result.steps):  # the first goes
-                result.stop_reason = "search share of the budget spent"
-                break
-            result.rows.append(trials.measure(result, idx, rung, steps))
-        else:
-            complete = rung  # NOTE: a rung the budget cut short ran only some survivors: the pick is the last whole one
-        done = [r for r in result.rows if r["rung"] == rung and r["status"] == "done"]
-        if result.stop_reason or len(done) <= 1:
-            result.stop_reason = result.stop_reason or "one candidate left"
-            break
-        ranked_rows = sorted(done, key=lambda r: r["s_per_batch"])
-        survivors = [r["candidate"] for r in ranked_rows[:max(1, math.ceil(len(ranked_rows) / ETA))]]
-        if len(survivors) == 1:
-            result.stop_reason = "one candidate left"
-            break
-        rung, steps = rung + 1, steps * ETA
-    fine = [r for r in result.rows if r["status"] == "done" and memory.fits(r.get("peak_bytes"), result.max_memory)]
-    if not fine:
-        return
-    top_rung = max(r["rung"] for r in fine if r["rung"] <= complete) if any(r["rung"] <= complete for r in fine) \
-        else max(r["rung"] for r in fine)
-    result.best_idx = min((r for r in fine if r["rung"] == top_rung), key=lambda r: r["s_per_batch"])["candidate"]
-    if result.best_idx != 0:
-        _confirm(result, trials, rng)
+
+    def limit_s(rung: int) -> float:
+        if every and rung == 0:
+            return result.budget_s
+        share = result.budget_s * SEARCH_SHARE
+        return min(share, result.budget_s - pairs * trials.per_trial()) if reserve else share
+
+    plan = Plan(measure=lambda idx, rung, steps: trials.measure(result, idx, rung, steps),
+                fits=lambda idxs, rung, steps, limit: trials.fits(limit, len(idxs) * steps / result.steps),
+                limit_s=limit_s, figure="s_per_batch", length=result.steps, rng=rng, rows=result.rows)
+    result.stop_reason = halve(rung0, plan)[0]
+    result.best_idx = pick(result.rows, "s_per_batch", result.max_memory)
+    if result.best_idx not in (None, 0):
+        stop = confirm(result.best_idx, plan, CONFIRM_REPEATS, result.budget_s, result.rows,
+                       "the script's own setting")
+        result.stop_reason += f"; {stop}" if stop else ""
+        _compare(result)
         result.diff = change(result.site, result.base, result.settings[result.best_idx])
 
 
@@ -259,22 +246,13 @@ def _sibling(setting: dict[str, Any], top: dict[str, Any]) -> bool:
         any(setting.get(k) != top.get(k) for k in _KNOBS)
 
 
-def _confirm(result: ScriptTuneResult, trials: Trials, rng: random.Random) -> None:
-    """The script's own setting and the best, in pairs, each pair in a random order, while the budget lasts."""
-    best = result.best_idx
-    for rep in range(CONFIRM_REPEATS):
-        for idx in rng.sample([0, best], 2):
-            if not trials.fits(result.budget_s, 1.0):
-                result.stop_reason += "; budget spent while confirming"
-                break
-            result.rows.append({**trials.measure(result, idx, "confirm", result.steps), "repeat": rep})
-        else:
-            continue
-        break
+def _compare(result: ScriptTuneResult) -> None:
+    """stats.compare of the script's own setting and the best over their runs of the first rung's length (the
+    confirming pairs, and the first rung's runs of the two)."""
     runs = [r for r in result.rows if r["status"] == "done" and r["rung"] in (0, "confirm") and
             r["steps"] == result.steps]
     own = [r["s_per_batch"] for r in runs if r["candidate"] == 0]
-    top = [r["s_per_batch"] for r in runs if r["candidate"] == best]
+    top = [r["s_per_batch"] for r in runs if r["candidate"] == result.best_idx]
     if own and top:
         result.comparison = stats.compare(own, top)
 

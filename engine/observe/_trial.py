@@ -9,7 +9,8 @@ The parent says it all in the environment:
     LOADERLAB_TUNE_STEPS           stop once the tuned loader has delivered this many batches
     LOADERLAB_TUNE_SECONDS         (the first trial) stop this long after any observed loader's first batch
 
-At its limit the trial ends every stream's run (the epoch in flight counts up to there) and leaves with status 0;
+At its limit the trial ends every stream's run (the epoch in flight counts up to there, and its RunLog names that
+epoch as cut short: `trial_cut_epoch`) and leaves with status 0;
 the parent then kills the trial's process group, so no worker outlives it. Standard library only at import.
 """
 
@@ -71,6 +72,8 @@ def check(stream: Any) -> None:
     elif stream.site != _SITE or _delivered.get(stream.site, 0) < _STEPS:
         return
     stream.log.write("summary", trial_stopped_by=stream.site)
+    for s in _hub.open_streams():  # NOTE: their epoch in flight is recorded, cut short: no whole epoch's time
+        s.log.write("summary", trial_cut_epoch=len(s.epochs))
     _hub.finish_all("done", None)
     for f in (sys.stdout, sys.stderr):
         try:

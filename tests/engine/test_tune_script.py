@@ -8,16 +8,20 @@ leaves behind and what a failing candidate does, not how fast the search converg
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import duckdb
 import psutil
 import pytest
 
-from engine.advice.tune_script import change, tune_script
+from engine.advice._script_predict import probe_of, rank_settings, seconds_per_batch
+from engine.advice.tune_script import candidates, change, tune_script
+
 
 ROOT = Path(__file__).resolve().parents[2]
 SLOW = ROOT / "tests" / "engine" / "observed" / "slow_items.py"
@@ -26,9 +30,9 @@ WORKERS_2 = {"num_workers": 2, "persistent_workers": True, "prefetch_factor": 2}
 
 
 @pytest.fixture
-def marked(tmp_path, monkeypatch) -> Path:
+def marked(tmp_path, monkeypatch, store) -> Path:
     """A folder where each run of the script leaves a file (trial-PID or own-PID), named in the environment that
-    the trials and their workers inherit."""
+    the trials and their workers inherit; the trials are stored in the test's own store."""
     folder = tmp_path / "marks"
     folder.mkdir()
     monkeypatch.setenv("SLOW_ITEMS_MARK", str(folder))
@@ -102,16 +106,46 @@ def test_a_loader_made_anew_each_epoch_is_one_loader_whose_trials_stop_at_their_
     assert _left_behind(marked) == []
 
 
-def test_a_candidate_that_breaks_the_script_is_one_row_with_its_first_error(marked):
-    """A lambda collate_fn cannot reach a spawned worker: that candidate fails, the tune goes on to the next."""
+def test_a_candidate_that_breaks_the_script_is_one_row_and_one_failed_run_with_its_first_error_and_every_trial_is_stored(marked, store):
+    """A lambda collate_fn cannot reach a spawned worker: that candidate fails, the tune goes on to the next. Every
+    trial is a run of the tune in the store (/work/brief/contract-38.md)."""
     space = [{**WORKERS_2, "multiprocessing_context": "spawn"}, WORKERS_2]
-    result = tune_script([sys.executable, str(SLOW), "--lambda-collate", "--epochs", "20"], budget_s=22,
-                         space=space)
+    result = tune_script([sys.executable, str(SLOW), "--lambda-collate", "--val", "--epochs", "20"], budget_s=22,
+                         space=space, db=store)
     by = {r["candidate"]: r for r in result.rows if r["rung"] == 0}
     assert by[1]["status"] == "failed" and "pickle" in by[1]["error"].lower(), result.render()
     assert by[2]["status"] == "done" and result.best_idx == 2, result.render()
     assert sum(1 for line in result.render().splitlines() if "pickle" in line.lower()) == 1
     assert _left_behind(marked) == []
+    # one run per trial (the validation loader's are no trial), in the order the trials ran
+    with duckdb.connect(str(store), read_only=True) as conn:
+        cur = conn.execute("SELECT * FROM runs ORDER BY created_at")
+        runs = [dict(zip([d[0] for d in cur.description], row)) for row in cur.fetchall()]
+    assert re.fullmatch(r"tune-[0-9a-f]{12}", result.tune_id) and len(runs) == len(result.rows) == result.stored
+    assert {r["sweep_id"] for r in runs} == {result.tune_id} and {r["tags"] for r in runs} == {"tune"}
+    assert [(r["config_idx"], r["status"]) for r in runs] == [(row["candidate"], "done" if row["status"] == "done"
+                                                              else "failed") for row in result.rows]
+    for idx in {r["config_idx"] for r in runs}:
+        assert sorted(r["repeat_idx"] for r in runs if r["config_idx"] == idx) == \
+            list(range(sum(1 for r in runs if r["config_idx"] == idx)))
+    failed = next(r for r in runs if r["config_idx"] == 1)
+    assert failed["error"] == by[1]["error"] and failed["workers"] == 2 and failed["start_method"] == "spawn"
+    for run, row in zip(runs, result.rows):
+        summary = json.loads(run["summary_json"])
+        assert summary["tune_site"] == result.site and summary["trial_rung"] == row["rung"]
+        assert summary["trial_steps"] == row["steps"] and "gpu_idle_share" in summary and "peak_bytes" in summary
+        if row["status"] == "done":
+            assert summary["s_per_batch"] == pytest.approx(row["s_per_batch"])
+            assert run["workers"] == result.settings[row["candidate"]]["num_workers"]
+            # a trial stops mid-epoch: a stored epoch time is one of the epochs it finished, never the cut one
+            finished = _finished_epochs(store, run["run_id"], summary.get("trial_cut_epoch"))
+            assert run["epoch_s"] is None or run["epoch_s"] in finished
+
+
+def _finished_epochs(store: Path, run_id: str, cut: int | None) -> list[float]:
+    with duckdb.connect(str(store), read_only=True) as conn:
+        return [w for (w,) in conn.execute("SELECT wall_s FROM epochs WHERE run_id = ? AND NOT warmup AND epoch != ?",
+                                           [run_id, -1 if cut is None else cut]).fetchall()]
 
 
 def test_the_change_sets_each_argument_where_the_call_has_it_and_adds_the_rest(tmp_path):
@@ -135,3 +169,24 @@ def test_the_change_sets_each_argument_where_the_call_has_it_and_adds_the_rest(t
     # back to no workers: the settings only workers take go with them
     again = change(f"{script}:4", {**best, "num_workers": 4}, {"num_workers": 0, "pin_memory": False})
     assert "persistent_workers" not in again and "DataLoader(ds, 32, True, None, None, 0," in again
+
+
+@pytest.mark.parametrize("cpu_pct", [None, 5.0, 60.0])
+def test_where_items_wait_the_model_never_ranks_more_workers_slower_up_to_the_cores_and_ranks_the_most_first(cpu_pct):
+    """The first trial's figures (a loop that waits 24 ms a batch for items that mostly sleep, a 2 ms step, no
+    workers) fed to the lab's model: up to the cores, more workers are never predicted slower, and the predicted
+    fastest, the first rung's first, is the most workers within the cores."""
+    cores = 8.0
+    first = {"settings": {"num_workers": 0, "batch_size": 8, "intra_op_threads": 1}, "wait": 0.024, "step": 0.002,
+             "steps": 12, "cpu_pct": cpu_pct}
+    settings = candidates({"num_workers": 0, "pin_memory": False, "threads": 1}, cores, cuda=False)
+    probe = probe_of(first, cores, cuda=False)
+    fastest: dict[int, float] = {}
+    for s in settings:
+        w = s["num_workers"]
+        fastest[w] = min(fastest.get(w, float("inf")), seconds_per_batch(s, probe))
+    within = sorted(w for w in fastest if w <= cores)
+    assert len(within) >= 4 and all(fastest[a] >= fastest[b] for a, b in zip(within, within[1:])), fastest
+    assert fastest[0] == pytest.approx(0.026)   # the script's own setting: the trial's own wait and step
+    order = rank_settings(settings, first, cores, cuda=False)
+    assert settings[order[0]]["num_workers"] == max(within)
