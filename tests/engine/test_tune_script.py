@@ -190,3 +190,34 @@ def test_where_items_wait_the_model_never_ranks_more_workers_slower_up_to_the_co
     assert fastest[0] == pytest.approx(0.026)   # the script's own setting: the trial's own wait and step
     order = rank_settings(settings, first, cores, cuda=False)
     assert settings[order[0]]["num_workers"] == max(within)
+
+
+def test_the_one_search_keeps_the_fastest_third_each_rung_and_a_rung_the_budget_cuts_decides_nothing():
+    """engine/advice/_halving.py, which both tunes run, over made-up figures (candidate i reads 1 + i): each rung
+    keeps the fastest 1/eta at eta x the length; where a rung's runs took longer than estimated and the budget cut
+    it short, its few runs decide nothing: the answer is the fastest of the last whole rung."""
+    import random
+
+    from engine.advice._halving import Plan, halve, pick
+
+    def plan(limit: float, slow_rung: int | None = None) -> Plan:
+        spent = [0.0]
+
+        def measure(idx, rung, length):
+            spent[0] += length * (5 if rung == slow_rung else 1)
+            # the cut rung's runs read the slow candidates as the fastest: a pick from them would not be 0
+            figure = 1.0 / (1 + idx) if rung == slow_rung else 1.0 + idx
+            return {"candidate": idx, "rung": rung, "figure": figure}
+
+        return Plan(measure=measure, fits=lambda idxs, rung, length, lim: spent[0] + len(idxs) * length <= lim,
+                    limit_s=lambda rung: limit, figure="figure", length=1, rng=random.Random(0), rows=[], eta=3)
+
+    whole = plan(10_000)
+    assert halve(list(range(9)), whole) == ("one candidate left", 0)
+    assert [sorted(r["candidate"] for r in whole.rows if r["rung"] == k) for k in (0, 1)] == [list(range(9)), [0, 1, 2]]
+    assert pick(whole.rows, "figure", None) == 0
+    cut = plan(60, slow_rung=1)  # 27 runs of 1, then 9 of 3 estimated at 27 that take 15 each
+    assert halve(list(range(27)), cut)[0] == "search share of the budget spent"
+    ran = [r for r in cut.rows if r["rung"] == 1]
+    assert 0 < len(ran) < 9 and all(r.get("rung_cut") for r in ran)
+    assert pick(cut.rows, "figure", None) == 0
