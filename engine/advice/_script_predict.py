@@ -13,8 +13,8 @@ its process tree's CPU):
 - compute, the step: the trial's step per batch, at the script's intra-op threads. ASSUMED: threads neither speed
   nor slow it (a trial measures one thread count), so the ranking does not read threads; the first rung tries
   them beside the top pick (tune_script's _KNOBS).
-- gil_share: ASSUMED 1, the model's own default where unmeasured; only thread loaders read it, and a DataLoader's
-  workers are processes.
+- gil_share: ASSUMED 1, the model's own default where unmeasured: only the threads loader reads it, and a batch's
+  CPU work is taken to hold the GIL throughout, so threads are predicted to overlap only the load's waits.
 - handoff_s, receive_s: ASSUMED 0: a worker's hand-off of its batch is not seen from outside the loop.
 - cores: the usable CPUs; batch_size: the script's; n_samples: the trial's batches x batch_size, so a predicted
   epoch is the trial's length, and seconds per batch is it over the batches.
@@ -55,11 +55,12 @@ def probe_of(first: dict[str, Any], cores: float, cuda: bool) -> dict[str, Any]:
 def seconds_per_batch(setting: dict[str, Any], probe: dict[str, Any]) -> float:
     """A candidate's predicted seconds per batch (its steady epoch over the probe's batches)."""
     w = int(setting.get("num_workers") or 0)
-    cfg = RunConfig.from_dict({"mode": "single", "loader": "processes" if w else "sync", "workers": w,
+    loader = setting.get("loader") or ("processes" if w else "sync")
+    cfg = RunConfig.from_dict({"mode": "single", "loader": loader, "workers": w,
                                "batch_size": probe["batch_size"], "threads": setting.get("threads") or 0,
                                "device": "cpu"})
     p = predict(cfg, probe)
-    assert p is not None  # sync and processes in the single mode: the model covers both
+    assert p is not None  # sync, threads and processes in the single mode: the model covers them
     return p.epoch_s * probe["batch_size"] / probe["n_samples"]
 
 

@@ -236,11 +236,14 @@ def completed_epoch_s(events: list[dict[str, Any]]) -> float | None:
 def trial_config(setting: dict[str, Any]) -> dict[str, Any]:
     """A candidate's setting as the run config's fields (engine/observe/_settings.py maps a DataLoader the same)."""
     w = int(setting.get("num_workers") or 0)
-    out: dict[str, Any] = {"mode": "single", "tag": "tune", "loader": "processes" if w else "sync", "workers": w,
-                           "pin_memory": bool(setting.get("pin_memory"))}
+    out: dict[str, Any] = {"mode": "single", "tag": "tune", "loader": setting.get("loader") or ("processes" if w else
+                                                                                                "sync"),
+                           "workers": w, "pin_memory": bool(setting.get("pin_memory"))}
     if setting.get("threads"):
         out["threads"] = int(setting["threads"])
-    if w:
+    if out["loader"] == "threads":
+        out["prefetch_depth"] = int(setting.get("prefetch_factor") or 2)
+    elif w:
         out.update(persistent_workers=bool(setting.get("persistent_workers")),
                    start_method=setting.get("multiprocessing_context") or multiprocessing.get_start_method())
         if setting.get("prefetch_factor") is not None:

@@ -11,7 +11,9 @@ it stops). Its output goes to a file per trial; a trial that fails is one row wi
    the batches it delivered are every later trial's length (STEPS_MIN at least).
 2. The candidates (`candidates`): that DataLoader's num_workers {0, 1, 2, 4, ... <= cores} x prefetch_factor {2, 4}
    x the start method {the script's, spawn, fork} x intra-op threads {the script's, 1, cores - workers}, with persistent
-   workers (and pin_memory on CUDA). Ranked by the lab's model, the one `tune` ranks by, fed from the first trial
+   workers (and pin_memory on CUDA); for a map-style dataset, the lab's threads loader too (threads of the script's
+   process over its dataset, batch sampler and collate_fn, engine/observe/_threads_loader.py: {2, 4, ... up to twice
+   the cores, 4 at least} threads), whose answer pastes that class into the script. Ranked by the lab's model, the one `tune` ranks by, fed from the first trial
    (engine/advice/_script_predict.py says what it measures there and what it assumes), then tune's own search
    (engine/advice/_halving.py, with tune's constants, the memory cap and stats.compare): the first rung runs the
    TOP_K predicted fastest worker counts and the top pick's variants in the knobs the prediction does not read;
@@ -131,15 +133,21 @@ class ScriptTuneResult:
 def describe(setting: dict[str, Any], base: dict[str, Any] | None = None) -> str:
     """'num_workers=2, persistent_workers=True, prefetch_factor=2, threads=1'; with `base`, only what differs from it
     ('the script's own' where nothing does)."""
-    keys = (*LOADER_ARGS, "threads") if setting.get("num_workers") else ("num_workers", "pin_memory", "threads")
+    keys = ("loader", "num_workers", "pin_memory", "prefetch_factor", "threads") if setting.get("loader") else \
+        (*LOADER_ARGS, "threads") if setting.get("num_workers") else ("num_workers", "pin_memory", "threads")
     shown = [k for k in keys if setting.get(k) is not None and (base is None or setting.get(k) != base.get(k))]
     return ", ".join(f"{k}={setting[k]!r}" for k in shown) or "the script's own"
 
 
-def candidates(base: dict[str, Any], cores: float, cuda: bool) -> list[dict[str, Any]]:
-    """The script's own setting first, then the space (module doc), without repeats."""
+def candidates(base: dict[str, Any], cores: float, cuda: bool, map_style: bool = False) -> list[dict[str, Any]]:
+    """The script's own setting first, then the space (module doc), without repeats. map_style: the lab's threads
+    loader over the script's dataset too (engine/observe/_threads_loader.py)."""
     threads0 = base.get("threads") or 1
     out = [base]
+    if map_style:  # NOTE: threads overlap items that wait past the cores; the GIL limits them where items compute
+        for w in (w for w in (2, 4, 8, 16, 32, 64) if w <= max(4, 2 * cores)):
+            out.append({"loader": "threads", "num_workers": w, "pin_memory": cuda or base["pin_memory"],
+                        "prefetch_factor": 2, "threads": threads0})
     for w in sorted({w for w in (0, 1, 2, 4, 8, 16, 32, 64) if w <= max(2, cores)} | {base["num_workers"]}):
         if w == 0:
             for t in dict.fromkeys((threads0, max(1, int(cores)))):
@@ -187,7 +195,7 @@ def tune_script(command: list[str], *, budget_s: float, db: Db = None, max_memor
         result.base = _setting_of(stream["settings"])
         cores, cuda = usable_cpus(), stream["gpu_idle_share"] is not None
         result.settings = [result.base, *[{**result.base, **s} for s in space]] if space is not None else \
-            candidates(result.base, cores, cuda)
+            candidates(result.base, cores, cuda, _map_style(stream["settings"]))
         result.rows.append(trials.keep(first, site, 0, 0, result.base))
         trials.walls.append((first["wall_s"], 1.0))
         say(f"tuning the DataLoader at {site}: {len(result.settings)} candidates")
@@ -211,7 +219,8 @@ def _search(result: ScriptTuneResult, trials: Trials, first: dict[str, Any], cor
             return []
         return [i for i in range(1, len(result.settings)) if _sibling(result.settings[i], result.settings[idx])]
 
-    rung0 = first_rung(ranked, lambda i: result.settings[i]["num_workers"], TOP_K, siblings)
+    rung0 = first_rung(ranked, lambda i: (result.settings[i].get("loader"), result.settings[i]["num_workers"]), TOP_K,
+                       siblings)
     if every:
         rung0 += [i for i in range(1, len(result.settings)) if i not in rung0]
     # NOTE: the search stops where the pairs the interval needs (6 and 7 runs, less the first rung's) still fit: a
@@ -242,7 +251,7 @@ def _search(result: ScriptTuneResult, trials: Trials, first: dict[str, Any], cor
 
 def _sibling(setting: dict[str, Any], top: dict[str, Any]) -> bool:
     """The top pick with one knob the prediction does not read changed."""
-    return bool(top) and sum(setting.get(k) != top.get(k) for k in (*LOADER_ARGS, "threads")) == 1 and \
+    return bool(top) and sum(setting.get(k) != top.get(k) for k in ("loader", *LOADER_ARGS, "threads")) == 1 and \
         any(setting.get(k) != top.get(k) for k in _KNOBS)
 
 
@@ -255,6 +264,12 @@ def _compare(result: ScriptTuneResult) -> None:
     top = [r["s_per_batch"] for r in runs if r["candidate"] == result.best_idx]
     if own and top:
         result.comparison = stats.compare(own, top)
+
+
+def _map_style(settings: dict[str, Any]) -> bool:
+    """Whether the loader draws its batches of indices from a sampler (a map-style dataset, batched by DataLoader)."""
+    return settings.get("batch_size") is not None and settings.get("batch_sampler_class") is not None and \
+        "InfiniteConstantSampler" not in str(settings.get("sampler_class"))
 
 
 def _setting_of(settings: dict[str, Any]) -> dict[str, Any]:
