@@ -597,7 +597,9 @@ def _tune_script(args: argparse.Namespace, budget: float) -> int:
     print(result.render())
     if result.stored or result.unstored:
         late = f"; {result.unstored} waiting for the store, which was busy" if result.unstored else ""
-        print(f"stored: {result.stored} trial(s) as runs of sweep {result.tune_id} (tag 'tune'){late}")
+        answer = f", and the answer as tune {result.tune_id}" if result.recorded else \
+            ", not the answer (the store was busy)"
+        print(f"stored: {result.stored} trial(s) as runs of sweep {result.tune_id} (tag 'tune'){answer}{late}")
     return 1 if result.error else 0
 
 

@@ -438,9 +438,10 @@ def _first_rung(result: TuneResult, top_k: int, rng: random.Random) -> list[int]
     read (pin, persistent workers, start method: halving decides between them), then candidate 0; then every
     candidate the model could not rank, shuffled (all of them, with no prediction: plain successive halving)."""
     ranked = sorted(result.predictions, key=lambda i: result.predictions[i].epoch_s)  # stable: ties keep their order
-    first = first_rung(ranked, lambda i: (result.configs[i].loader, result.configs[i].workers,
-                                          result.configs[i].threads),  # what the model reads; prefetch depth it does not
-                       top_k, lambda i, picks: siblings(result.configs, [i]))
+    # told apart by what the model reads (prefetch depth it does not)
+    configs = result.configs
+    first = first_rung(ranked, lambda i: (configs[i].loader, configs[i].workers, configs[i].threads), top_k,
+                       lambda i, picks: siblings(configs, [i]))
     if result.predictions and 0 not in first:
         first.append(0)
     rest = [i for i in range(len(result.configs)) if i not in result.predictions and i not in first]

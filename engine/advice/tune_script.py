@@ -13,8 +13,9 @@ it stops). Its output goes to a file per trial; a trial that fails is one row wi
    x the start method {the script's, spawn, fork} x intra-op threads {the script's, 1, cores - workers}, with persistent
    workers (and pin_memory on CUDA); for a map-style dataset, the lab's threads loader too (threads of the script's
    process over its dataset, batch sampler and collate_fn, engine/observe/_threads_loader.py: {2, 4, ... up to twice
-   the cores, 4 at least} threads), whose answer pastes that class into the script. Ranked by the lab's model, the one `tune` ranks by, fed from the first trial
-   (engine/advice/_script_predict.py says what it measures there and what it assumes), then tune's own search
+   the cores, 4 at least} threads), whose answer pastes that class into the script. Ranked by the lab's model, the
+   one `tune` ranks by, fed from the first trial (engine/advice/_script_predict.py says what it measures there and
+   what it assumes), then tune's own search
    (engine/advice/_halving.py, with tune's constants, the memory cap and stats.compare): the first rung runs the
    TOP_K predicted fastest worker counts and the top pick's variants in the knobs the prediction does not read;
    successive halving keeps the best 1/ETA, which run ETA x as many batches (a whole rung or none), within
@@ -25,7 +26,8 @@ it stops). Its output goes to a file per trial; a trial that fails is one row wi
 3. The answer is the change to make: the DataLoader(...) call as it should read, a unified diff against the
    script's own source, with the speedup and its interval and the peak memory beside the script's.
 4. Each trial is a run in the store before this returns (engine/advice/_script_trials.py: sweep_id = the tune's id,
-   config_idx = the candidate, repeat_idx = its trials so far, tag "tune").
+   config_idx = the candidate, repeat_idx = its trials so far, tag "tune"), and the answer is the tune's row
+   (engine.store.record_tune: its settings, best, speedup and interval, diff and rendered answer).
 
 A trial's figure is the tuned loader's seconds per batch after its first: each batch's wait and step, and each later
 epoch's time to its first batch (workers that are not persistent start again there); the first epoch's start-up is
@@ -37,6 +39,7 @@ split itself over workers) changes what the script computes: it is a row, never 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import random
 import shutil
@@ -44,6 +47,7 @@ import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
@@ -55,8 +59,10 @@ from engine.advice._halving import CONFIRM_REPEATS, SEARCH_SHARE, TOP_K, Plan, c
 from engine.analysis import stats
 from engine.measure import usable_cpus
 from engine.observe import ENV_SECONDS, LOADER_ARGS
+from engine.errors import StoreBusy
 from engine.paths import Db
 from engine.run.observed import script_command
+from engine.store import record_tune
 
 __all__ = ["FIRST_S", "STEPS_MIN", "ScriptTuneResult", "candidates", "change", "tune_script"]
 
@@ -67,6 +73,8 @@ STEPS_MIN = 8  # batches per trial at least: fewer and one slow batch decides
 # imports torch again, which made each trial seconds longer and left too little of the budget for the interval; a
 # script that starts its workers by spawn gets fork as a candidate all the same (`candidates`)
 _KNOBS = ("prefetch_factor", "threads")
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -89,6 +97,7 @@ class ScriptTuneResult:
     tune_id: str = ""            # the sweep_id of its trials' runs, and its row in the store's tunes
     stored: int = 0              # trials stored as runs
     unstored: int = 0            # trials the store was too busy to take (their RunLogs wait for the next write)
+    recorded: bool = False       # the answer is the store's row of the tune (`tunes`)
 
     def render(self) -> str:
         head = (f"tune `{' '.join(self.command)}`: the script ran once per trial, {len(self.rows)} trials in "
@@ -205,7 +214,30 @@ def tune_script(command: list[str], *, budget_s: float, db: Db = None, max_memor
         shutil.rmtree(work, ignore_errors=True)
         trials.store_pending()
         result.stored, result.unstored = len(trials.stored), len(trials.unstored)
+    if result.rows:
+        _record(result, db)
     return result
+
+
+def _record(result: ScriptTuneResult, db: Db) -> None:
+    """The answer, as the store's row of the tune (engine.store.record_tune); a busy store loses only this row."""
+    c = result.comparison
+    best = result.best_idx or None  # NOTE: 0, the script's own, is no change to make
+    row = {"tune_id": result.tune_id, "created_at": datetime.now(timezone.utc).replace(tzinfo=None), "kind": "script",
+           "command": json.dumps(result.command), "site": result.site, "budget_s": result.budget_s,
+           "spent_s": result.spent_s, "stop_reason": result.stop_reason or "done", "best_config_idx": best,
+           **{k: _finite(c.get(k)) if best else None for k in ("speedup", "speedup_lo", "speedup_hi")},
+           "verdict": c.get("verdict") if best else None, "diff": result.diff, "answer": result.render(),
+           "settings_json": json.dumps(result.settings, default=str)}
+    try:
+        record_tune(db, row)
+        result.recorded = True
+    except StoreBusy as e:
+        log.warning("tune %s: its answer was not stored (%s)", result.tune_id, e)
+
+
+def _finite(x: Any) -> float | None:
+    return None if x is None or not math.isfinite(x) else float(x)
 
 
 def _search(result: ScriptTuneResult, trials: Trials, first: dict[str, Any], cores: float,

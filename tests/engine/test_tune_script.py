@@ -21,6 +21,7 @@ import pytest
 
 from engine.advice._script_predict import probe_of, rank_settings, seconds_per_batch
 from engine.advice.tune_script import candidates, change, tune_script
+from engine.store import tune_answers
 
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,9 +108,10 @@ def test_a_loader_made_anew_each_epoch_is_one_loader_whose_trials_stop_at_their_
     assert _left_behind(marked) == []
 
 
-def test_a_candidate_that_breaks_the_script_is_one_row_and_one_failed_run_with_its_first_error_and_every_trial_is_stored(marked, store):
+def test_a_breaking_candidate_is_one_failed_row_and_run_with_its_first_error_and_each_trial_and_the_answer_are_stored(
+        marked, store):
     """A lambda collate_fn cannot reach a spawned worker: that candidate fails, the tune goes on to the next. Every
-    trial is a run of the tune in the store (/work/brief/contract-38.md)."""
+    trial is a run of the tune in the store (/work/brief/contract-38.md), and the answer is the tune's row."""
     space = [{**WORKERS_2, "multiprocessing_context": "spawn"}, WORKERS_2]
     result = tune_script([sys.executable, str(SLOW), "--lambda-collate", "--val", "--epochs", "20"], budget_s=22,
                          space=space, db=store)
@@ -141,6 +143,11 @@ def test_a_candidate_that_breaks_the_script_is_one_row_and_one_failed_run_with_i
             # a trial stops mid-epoch: a stored epoch time is one of the epochs it finished, never the cut one
             finished = _finished_epochs(store, run["run_id"], summary.get("trial_cut_epoch"))
             assert run["epoch_s"] is None or run["epoch_s"] in finished
+    answer = tune_answers(store, result.tune_id)
+    assert len(answer) == 1 and answer[0]["best_config_idx"] == 2 and answer[0]["diff"] == result.diff != ""
+    assert answer[0]["kind"] == "script" and answer[0]["site"] == result.site and answer[0]["budget_s"] == 22
+    assert json.loads(answer[0]["settings_json"])[2]["num_workers"] == 2
+    assert json.loads(answer[0]["command"]) == result.command and answer[0]["answer"] == result.render()
 
 
 def _finished_epochs(store: Path, run_id: str, cut: int | None) -> list[float]:
