@@ -556,7 +556,8 @@ def _tune_options(p: argparse.ArgumentParser) -> None:
                         "runs the most steps) is tried under each candidate setting. THE SCRIPT RUNS ONCE PER TRIAL "
                         "(many times), each stopped after a bounded number of batches, with LOADERLAB_TRIAL=1 set so "
                         "it can skip checkpoints and logging; the answer is a diff of its DataLoader(...) call "
-                        "(--budget and --max-memory apply)")
+                        "(--budget and --max-memory apply); each trial is stored as a run tagged 'tune' and the answer "
+                        "as the tune's row, under one tune id")
 
 
 @command(_tune_options)
