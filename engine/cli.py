@@ -556,7 +556,8 @@ def _tune_options(p: argparse.ArgumentParser) -> None:
                         "runs the most steps) is tried under each candidate setting. THE SCRIPT RUNS ONCE PER TRIAL "
                         "(many times), each stopped after a bounded number of batches, with LOADERLAB_TRIAL=1 set so "
                         "it can skip checkpoints and logging; the answer is a diff of its DataLoader(...) call "
-                        "(--budget and --max-memory apply)")
+                        "(--budget and --max-memory apply); each trial is stored as a run tagged 'tune' and the answer "
+                        "as the tune's row, under one tune id")
 
 
 @command(_tune_options)
@@ -595,6 +596,11 @@ def _tune_script(args: argparse.Namespace, budget: float) -> int:
     result = tune_script(args.script, budget_s=budget, db=args.db, max_memory=max_memory,
                          say=lambda line: print(line, file=sys.stderr))
     print(result.render())
+    if result.stored or result.unstored:
+        late = f"; {result.unstored} waiting for the store, which was busy" if result.unstored else ""
+        answer = f", and the answer as tune {result.tune_id}" if result.recorded else \
+            ", not the answer (the store was busy)"
+        print(f"stored: {result.stored} trial(s) as runs of sweep {result.tune_id} (tag 'tune'){answer}{late}")
     return 1 if result.error else 0
 
 

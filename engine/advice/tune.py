@@ -61,6 +61,7 @@ from tqdm import tqdm
 from engine.advice.baseline import BASELINE_KEYS, confirm_sweep_toml
 from engine.advice.baseline import parse as parse_baseline
 from engine.advice import memory
+from engine.advice._halving import CONFIRM_REPEATS, ETA, SEARCH_SHARE, TOP_K, Plan, confirm, first_rung, halve, pick
 from engine.advice._knobs import siblings, widen
 from engine.advice.advisor import describe
 from engine.advice.learned import learned_residuals
@@ -82,11 +83,7 @@ __all__ = ["CONFIRM_REPEATS", "ETA", "MAX_PROCESSES_PER_CORE", "MAX_WORKERS", "P
 
 log = logging.getLogger(__name__)
 
-ETA = 3            # keep the best 1/ETA of each rung; survivors run ETA x more epochs
 RUNG0_EPOCHS = 3   # steady epochs in the first rung: 3, so even a first-rung median has an interval
-SEARCH_SHARE = 0.6   # of the budget for the halving; the rest confirms the best against sync
-CONFIRM_REPEATS = 7  # interleaved runs each of the best and sync: 6 + 7 is the least for a 95% ratio interval
-TOP_K = 4          # predicted-fastest settings in the first rung, beside candidate 0
 PROBE_SHARE = 0.1    # of the budget the probe may take (at least PROBE_MIN_S): it plans to fit, quick where it must
 PROBE_MIN_S = 6.0    # the least a probe is given: a child's start (torch's import) and a cached probe's read
 MAX_WORKERS = 64    # the most threads (or spdl workers) tried where items wait: past it, a user's pool is the limit
@@ -363,50 +360,45 @@ def tune(workload: str, model: str, *, budget_s: float, db: Db = None,
 
 def _search(result: TuneResult, cfg0: RunConfig, db: Db, t0: float, bar: tqdm, rng: random.Random, eta: int,
             rung0_epochs: int, confirm_repeats: int, top_k: int) -> None:
-    """The rungs, then the confirmation, all forked from one warm parent (as a sweep keeps: each run forks instead
-    of importing torch again)."""
+    """The rungs, then the confirmation (engine/advice/_halving.py), all forked from one warm parent (as a sweep
+    keeps: each run forks instead of importing torch again)."""
     survivors = _first_rung(result, top_k, rng)
     result.wanted = len(survivors)
     epochs_of: dict[int, list[float]] = {}   # candidate -> steady epoch walls of its latest run
-    rung, steady = 0, rung0_epochs
     with WarmParent() as warm:
-        while survivors:
-            if rung:
-                rng.shuffle(survivors)
-            # NOTE: the first rung may spend the whole budget: a candidate left untried is worth more than confirming
-            # one against too few (a short budget once confirmed a setting 7 + 7 times after measuring only it)
-            share = 1.0 if rung == 0 else SEARCH_SHARE
-            left_out = 0
-            for idx in survivors:
-                cfg = result.configs[idx].replace(epochs=cfg0.warmup_epochs + steady)
-                # the first run always goes: with nothing finished there is nothing to report; one that would
-                # overrun is passed over for the next, which may be shorter
-                if result.rows and time.monotonic() - t0 + _estimate(result.rows, epochs_of.get(idx), cfg,
-                                                                     _predicted(result, idx, cfg)) \
-                        > result.budget_s * share:
-                    left_out += 1
-                    continue
-                result.rows.append(_measure(cfg, db, result, idx, rung, steady, epochs_of, warm))
-                bar.n = min(round(time.monotonic() - t0), bar.total)
-                bar.set_postfix_str(f"rung {rung}, {len(result.rows)} runs", refresh=True)
-            if left_out:
-                result.stop_reason = "budget spent" if rung == 0 else "search share of the budget spent"
-                if rung == 0:
-                    result.full_budget_s = _full_budget(result, survivors, cfg0, rung0_epochs, eta, confirm_repeats)
-                    return  # NOTE: no confirming: the budget went to candidates (the answer says so)
-                break
-            done = [r for r in result.rows if r["rung"] == rung and not math.isnan(r["epoch_s"])]
-            if len(done) <= 1:
-                result.stop_reason = "one candidate left" if done else "every run of the rung failed"
-                break
-            ranked = sorted(done, key=lambda r: r["epoch_s"])
-            survivors = [r["candidate"] for r in ranked[:max(1, math.ceil(len(ranked) / eta))]]
-            if len(survivors) == 1:
-                result.stop_reason = "one candidate left"
-                break
-            rung, steady = rung + 1, steady * eta
+        def measure(idx: int, rung: Any, steady: int) -> dict[str, Any]:
+            if rung == "confirm":
+                cfg = result.configs[idx].replace(epochs=cfg0.warmup_epochs + rung0_epochs)
+                return _measure(cfg, db, result, idx, -1, steady, {}, warm)
+            row = _measure(result.configs[idx].replace(epochs=cfg0.warmup_epochs + steady), db, result, idx, rung,
+                           steady, epochs_of, warm)
+            bar.n = min(round(time.monotonic() - t0), bar.total)
+            bar.set_postfix_str(f"rung {rung}, {len(result.rows) + 1} runs", refresh=True)
+            return row
+
+        def fits(idxs: list[int], rung: Any, steady: int, limit_s: float) -> bool:
+            if rung == "confirm":  # NOTE: like with like: a confirming run is estimated from every run so far
+                cfg = result.configs[idxs[0]].replace(epochs=cfg0.warmup_epochs + rung0_epochs)
+                return time.monotonic() - t0 + _estimate(result.rows + result.confirm_rows, None, cfg) <= limit_s
+            cfgs = [(i, result.configs[i].replace(epochs=cfg0.warmup_epochs + steady)) for i in idxs]
+            return time.monotonic() - t0 + sum(_estimate(result.rows, epochs_of.get(i), c, _predicted(result, i, c))
+                                               for i, c in cfgs) <= limit_s
+
+        # NOTE: the first rung may spend the whole budget: a candidate left untried is worth more than confirming
+        # one against too few (a short budget once confirmed a setting 7 + 7 times after measuring only it)
+        plan = Plan(measure=measure, fits=fits, figure="epoch_s", length=rung0_epochs, rng=rng, rows=result.rows,
+                    limit_s=lambda rung: result.budget_s if rung == 0 else result.budget_s * SEARCH_SHARE, eta=eta)
+        result.stop_reason, left_out = halve(survivors, plan)
+        if left_out:
+            result.full_budget_s = _full_budget(result, survivors, cfg0, rung0_epochs, eta, confirm_repeats)
+            return  # NOTE: no confirming: the budget went to candidates (the answer says so)
         _pick_best(result)
-        _confirm(result, cfg0.warmup_epochs + rung0_epochs, db, t0, confirm_repeats, rng, warm)
+        best = result.best_idx
+        if best is None or best == 0 or (result.configs[0].loader != "sync" and not result.baseline):
+            return
+        stop = confirm(best, plan, confirm_repeats, result.budget_s, result.confirm_rows,
+                       "your baseline" if result.baseline else "sync")
+        result.stop_reason += f"; {stop}" if stop else ""
 
 
 def _predicted(result: TuneResult, idx: int, cfg: RunConfig) -> float | None:
@@ -442,20 +434,14 @@ def _full_budget(result: TuneResult, first: list[int], cfg0: RunConfig, rung0_ep
 
 
 def _first_rung(result: TuneResult, top_k: int, rng: random.Random) -> list[int]:
-    """The predicted fastest top_k settings, fastest first, then candidate 0; then every candidate the model could
-    not rank, shuffled (all of them, with no prediction: plain successive halving)."""
+    """The predicted fastest top_k settings, fastest first, each with its variants in the knobs the model does not
+    read (pin, persistent workers, start method: halving decides between them), then candidate 0; then every
+    candidate the model could not rank, shuffled (all of them, with no prediction: plain successive halving)."""
     ranked = sorted(result.predictions, key=lambda i: result.predictions[i].epoch_s)  # stable: ties keep their order
-    first: list[int] = []
-    told_apart: set[tuple[str, int, int]] = set()
-    for idx in ranked:
-        c = result.configs[idx]
-        key = (c.loader, c.workers, c.threads)  # what the model reads; prefetch depth it does not
-        if len(first) < top_k and key not in told_apart:
-            first.append(idx)
-            told_apart.add(key)
-    # each pick's variants in the knobs the model does not read (pin, persistent workers, start method) run beside it:
-    # halving decides between them
-    first = list(dict.fromkeys(j for i in first for j in (i, *siblings(result.configs, [i]))))
+    # told apart by what the model reads (prefetch depth it does not)
+    configs = result.configs
+    first = first_rung(ranked, lambda i: (configs[i].loader, configs[i].workers, configs[i].threads), top_k,
+                       lambda i, picks: siblings(configs, [i]))
     if result.predictions and 0 not in first:
         first.append(0)
     rest = [i for i in range(len(result.configs)) if i not in result.predictions and i not in first]
@@ -515,32 +501,8 @@ def _configs(workload: str, model: str, base: dict[str, Any] | None, space: list
 
 
 def _pick_best(result: TuneResult) -> None:
-    """Best = fastest among candidates measured in the highest rung reached."""
-    done = [r for r in result.rows if not math.isnan(r["epoch_s"])]
-    done = [r for r in done if memory.fits(r.get("peak_bytes"), result.max_memory)]  # over the cap: never the answer
-    if done:
-        top = max(r["rung"] for r in done)
-        result.best_idx = min((r for r in done if r["rung"] == top), key=lambda r: r["epoch_s"])["candidate"]
-
-
-def _confirm(result: TuneResult, epochs: int, db: Db, t0: float, repeats: int, rng: random.Random,
-             warm: Any = None) -> None:
-    """Candidate 0 (sync, or the user's baseline) and the best, `repeats` runs each, interleaved, each pair in a
-    random order, while the budget lasts: the runs are the samples of the final comparison (like with like, same
-    spell)."""
-    best = result.best_idx
-    if best is None or best == 0 or (result.configs[0].loader != "sync" and not result.baseline):
-        return
-    scratch: dict[int, list[float]] = {}
-    for rep in range(repeats):
-        for idx in rng.sample([0, best], 2):
-            cfg = result.configs[idx].replace(epochs=epochs)
-            if time.monotonic() - t0 + _estimate(result.rows + result.confirm_rows, None, cfg) > result.budget_s:
-                result.stop_reason += ("; budget spent while confirming" if result.confirm_rows
-                                       else "; no time left to confirm against sync")
-                return
-            row = _measure(cfg, db, result, idx, -1, epochs - cfg.warmup_epochs, scratch, warm)
-            result.confirm_rows.append({**row, "rung": "confirm", "repeat": rep})
+    """Best = fastest among candidates measured in the highest whole rung reached, within the memory cap."""
+    result.best_idx = pick(result.rows, "epoch_s", result.max_memory)
 
 
 def _compare_confirmed(result: TuneResult) -> None:

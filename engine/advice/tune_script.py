@@ -11,16 +11,23 @@ it stops). Its output goes to a file per trial; a trial that fails is one row wi
    the batches it delivered are every later trial's length (STEPS_MIN at least).
 2. The candidates (`candidates`): that DataLoader's num_workers {0, 1, 2, 4, ... <= cores} x prefetch_factor {2, 4}
    x the start method {the script's, spawn, fork} x intra-op threads {the script's, 1, cores - workers}, with persistent
-   workers (and pin_memory on CUDA). Ranked by a prediction from the first trial's own split (`predict`: each
-   batch's load spread over the workers, against the step), then tune's search (engine/advice/tune.py's constants
-   and its memory cap, stats.compare): the first rung runs the TOP_K predicted fastest worker counts and the top
-   pick's variants in the knobs the prediction does not read; successive halving keeps the best 1/ETA, which run
-   ETA x as many batches (a whole rung or none), within SEARCH_SHARE of the budget and short of the time the pairs
-   below need (a tight budget runs fewer of the first rung, the predicted fastest first); then the best and the
-   script's own setting run in pairs, each pair in a random order, and the speedup's 95% interval comes from those
-   runs (the first rung's runs of the two, of the same length, count among them).
+   workers (and pin_memory on CUDA); for a map-style dataset, the lab's threads loader too (threads of the script's
+   process over its dataset, batch sampler and collate_fn, engine/observe/_threads_loader.py: {2, 4, ... up to twice
+   the cores, 4 at least} threads), whose answer pastes that class into the script. Ranked by the lab's model, the
+   one `tune` ranks by, fed from the first trial (engine/advice/_script_predict.py says what it measures there and
+   what it assumes), then tune's own search
+   (engine/advice/_halving.py, with tune's constants, the memory cap and stats.compare): the first rung runs the
+   TOP_K predicted fastest worker counts and the top pick's variants in the knobs the prediction does not read;
+   successive halving keeps the best 1/ETA, which run ETA x as many batches (a whole rung or none), within
+   SEARCH_SHARE of the budget and short of the time the pairs below need (a tight budget runs fewer of the first
+   rung, the predicted fastest first); then the best and the script's own setting run in pairs, each pair in a
+   random order, and the speedup's 95% interval comes from those runs (the first rung's runs of the two, of the
+   same length, count among them).
 3. The answer is the change to make: the DataLoader(...) call as it should read, a unified diff against the
    script's own source, with the speedup and its interval and the peak memory beside the script's.
+4. Each trial is a run in the store before this returns (engine/advice/_script_trials.py: sweep_id = the tune's id,
+   config_idx = the candidate, repeat_idx = its trials so far, tag "tune"), and the answer is the tune's row
+   (engine.store.record_tune: its settings, best, speedup and interval, diff and rendered answer).
 
 A trial's figure is the tuned loader's seconds per batch after its first: each batch's wait and step, and each later
 epoch's time to its first batch (workers that are not persistent start again there); the first epoch's start-up is
@@ -32,26 +39,32 @@ split itself over workers) changes what the script computes: it is a row, never 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import random
 import shutil
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
 from engine.advice import memory
 from engine.advice._script_change import change
+from engine.advice._script_predict import rank_settings
 from engine.advice._script_trials import Trials
-from engine.advice.tune import CONFIRM_REPEATS, ETA, SEARCH_SHARE, TOP_K
+from engine.advice._halving import CONFIRM_REPEATS, SEARCH_SHARE, TOP_K, Plan, confirm, first_rung, halve, pick
 from engine.analysis import stats
 from engine.measure import usable_cpus
 from engine.observe import ENV_SECONDS, LOADER_ARGS
+from engine.errors import StoreBusy
 from engine.paths import Db
 from engine.run.observed import script_command
+from engine.store import record_tune
 
-__all__ = ["FIRST_S", "STEPS_MIN", "ScriptTuneResult", "candidates", "change", "predict", "tune_script"]
+__all__ = ["FIRST_S", "STEPS_MIN", "ScriptTuneResult", "candidates", "change", "tune_script"]
 
 FIRST_S = (1.0, 10.0)  # the first trial's length after its first batch: FIRST_SHARE of the budget, within these
 FIRST_SHARE = 0.03
@@ -60,6 +73,8 @@ STEPS_MIN = 8  # batches per trial at least: fewer and one slow batch decides
 # imports torch again, which made each trial seconds longer and left too little of the budget for the interval; a
 # script that starts its workers by spawn gets fork as a candidate all the same (`candidates`)
 _KNOBS = ("prefetch_factor", "threads")
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -79,6 +94,10 @@ class ScriptTuneResult:
     max_memory: int | None = None
     diff: str = ""
     error: str | None = None     # the script's own setting failed: nothing to tune
+    tune_id: str = ""            # the sweep_id of its trials' runs, and its row in the store's tunes
+    stored: int = 0              # trials stored as runs
+    unstored: int = 0            # trials the store was too busy to take (their RunLogs wait for the next write)
+    recorded: bool = False       # the answer is the store's row of the tune (`tunes`)
 
     def render(self) -> str:
         head = (f"tune `{' '.join(self.command)}`: the script ran once per trial, {len(self.rows)} trials in "
@@ -123,15 +142,21 @@ class ScriptTuneResult:
 def describe(setting: dict[str, Any], base: dict[str, Any] | None = None) -> str:
     """'num_workers=2, persistent_workers=True, prefetch_factor=2, threads=1'; with `base`, only what differs from it
     ('the script's own' where nothing does)."""
-    keys = (*LOADER_ARGS, "threads") if setting.get("num_workers") else ("num_workers", "pin_memory", "threads")
+    keys = ("loader", "num_workers", "pin_memory", "prefetch_factor", "threads") if setting.get("loader") else \
+        (*LOADER_ARGS, "threads") if setting.get("num_workers") else ("num_workers", "pin_memory", "threads")
     shown = [k for k in keys if setting.get(k) is not None and (base is None or setting.get(k) != base.get(k))]
     return ", ".join(f"{k}={setting[k]!r}" for k in shown) or "the script's own"
 
 
-def candidates(base: dict[str, Any], cores: float, cuda: bool) -> list[dict[str, Any]]:
-    """The script's own setting first, then the space (module doc), without repeats."""
+def candidates(base: dict[str, Any], cores: float, cuda: bool, map_style: bool = False) -> list[dict[str, Any]]:
+    """The script's own setting first, then the space (module doc), without repeats. map_style: the lab's threads
+    loader over the script's dataset too (engine/observe/_threads_loader.py)."""
     threads0 = base.get("threads") or 1
     out = [base]
+    if map_style:  # NOTE: threads overlap items that wait past the cores; the GIL limits them where items compute
+        for w in (w for w in (2, 4, 8, 16, 32, 64) if w <= max(4, 2 * cores)):
+            out.append({"loader": "threads", "num_workers": w, "pin_memory": cuda or base["pin_memory"],
+                        "prefetch_factor": 2, "threads": threads0})
     for w in sorted({w for w in (0, 1, 2, 4, 8, 16, 32, 64) if w <= max(2, cores)} | {base["num_workers"]}):
         if w == 0:
             for t in dict.fromkeys((threads0, max(1, int(cores)))):
@@ -151,15 +176,6 @@ def candidates(base: dict[str, Any], cores: float, cuda: bool) -> list[dict[str,
     return unique
 
 
-def predict(setting: dict[str, Any], first: dict[str, Any], cores: float) -> float:
-    """Seconds per batch, from the first trial's own split: each batch's load L and step S at the script's setting;
-    w workers spread the load (at most over the cores), the loop itself loads in turn with the step."""
-    w0, wait, step = first["workers"], first["wait"], first["step"]
-    load = wait if w0 == 0 else (wait + step) * w0  # with workers, one worker's time per batch (an upper estimate)
-    w = setting["num_workers"]
-    return load + step if w == 0 else max(step, load / min(w, max(1.0, cores)))
-
-
 def tune_script(command: list[str], *, budget_s: float, db: Db = None, max_memory: int | None = None,
                 space: list[dict[str, Any]] | None = None, seed: int = 0,
                 say: Callable[[str], None] = lambda line: None) -> ScriptTuneResult:
@@ -169,13 +185,17 @@ def tune_script(command: list[str], *, budget_s: float, db: Db = None, max_memor
     command = command[1:] if command[:1] == ["--"] else list(command)
     result = ScriptTuneResult(command=command, budget_s=budget_s, max_memory=max_memory)
     rng, t0 = random.Random(seed), time.monotonic()
-    work = Path(tempfile.mkdtemp(prefix="loaderlab-tune-"))
-    trials = Trials(argv, work, db, t0)
+    result.tune_id = f"tune-{uuid.uuid4().hex[:12]}"
+    work = Path(tempfile.mkdtemp(prefix="loaderlab-tune-"))  # the trials' output; their RunLogs go beside the store
+    trials = Trials(argv, work, db, t0, result.tune_id)
     try:
         first_s = min(max(FIRST_SHARE * budget_s, FIRST_S[0]), FIRST_S[1])
         first = trials.run({ENV_SECONDS: str(first_s)}, timeout_s=max(30.0, budget_s / 3))
         if first["status"] != "done" or not first["streams"]:
             result.error = first.get("error") or "no DataLoader was iterated"
+            for found in first["dirs"].values():  # NOTE: no loader was tuned: its trial is no candidate's run
+                for d in found:
+                    shutil.rmtree(d, ignore_errors=True)
             return result
         site, stream = max(first["streams"].items(), key=lambda kv: kv[1]["steps"])
         result.site, result.steps = site, max(STEPS_MIN, stream["steps"])
@@ -184,99 +204,104 @@ def tune_script(command: list[str], *, budget_s: float, db: Db = None, max_memor
         result.base = _setting_of(stream["settings"])
         cores, cuda = usable_cpus(), stream["gpu_idle_share"] is not None
         result.settings = [result.base, *[{**result.base, **s} for s in space]] if space is not None else \
-            candidates(result.base, cores, cuda)
-        result.rows.append(trials.row(first, stream, 0, 0))
+            candidates(result.base, cores, cuda, _map_style(stream["settings"]))
+        result.rows.append(trials.keep(first, site, 0, 0, result.base))
         trials.walls.append((first["wall_s"], 1.0))
         say(f"tuning the DataLoader at {site}: {len(result.settings)} candidates")
         _search(result, trials, stream, cores, rng, every=space is not None)
     finally:
         result.spent_s = time.monotonic() - t0
         shutil.rmtree(work, ignore_errors=True)
+        trials.store_pending()
+        result.stored, result.unstored = len(trials.stored), len(trials.unstored)
+    if result.rows:
+        _record(result, db)
     return result
+
+
+def _record(result: ScriptTuneResult, db: Db) -> None:
+    """The answer, as the store's row of the tune (engine.store.record_tune); a busy store loses only this row."""
+    c = result.comparison
+    best = result.best_idx or None  # NOTE: 0, the script's own, is no change to make
+    row = {"tune_id": result.tune_id, "created_at": datetime.now(timezone.utc).replace(tzinfo=None), "kind": "script",
+           "command": json.dumps(result.command), "site": result.site, "budget_s": result.budget_s,
+           "spent_s": result.spent_s, "stop_reason": result.stop_reason or "done", "best_config_idx": best,
+           **{k: _finite(c.get(k)) if best else None for k in ("speedup", "speedup_lo", "speedup_hi")},
+           "verdict": c.get("verdict") if best else None, "diff": result.diff, "answer": result.render(),
+           "settings_json": json.dumps(result.settings, default=str)}
+    try:
+        record_tune(db, row)
+        result.recorded = True
+    except StoreBusy as e:
+        log.warning("tune %s: its answer was not stored (%s)", result.tune_id, e)
+
+
+def _finite(x: Any) -> float | None:
+    return None if x is None or not math.isfinite(x) else float(x)
 
 
 def _search(result: ScriptTuneResult, trials: Trials, first: dict[str, Any], cores: float,
             rng: random.Random, every: bool = False) -> None:
-    """The first rung, the halving, then the interleaved pairs (module doc). every: the first rung runs every
-    candidate (a space the caller named), each once while the whole budget lasts."""
-    own = {"workers": first["settings"].get("num_workers") or 0, "wait": first["wait"], "step": first["step"]}
-    ranked = sorted(range(1, len(result.settings)), key=lambda i: predict(result.settings[i], own, cores))
-    rung0, told = [], set()
-    for i in ranked:
-        w = result.settings[i]["num_workers"]
-        if len(told) < TOP_K and w not in told:
-            told.add(w)
-            rung0.append(i)
-    top = result.settings[rung0[0]] if rung0 else {}
-    rung0 += [i for i in range(1, len(result.settings))
-              if i not in rung0 and (every or _sibling(result.settings[i], top))]
-    steps, rung, survivors, complete = result.steps, 0, rung0, 0
+    """tune's search (engine/advice/_halving.py) over the trials: the first rung, the halving, then the interleaved
+    pairs. every: the first rung runs every candidate (a space the caller named), while the whole budget lasts."""
+    ranked = rank_settings(result.settings, first, cores, first["gpu_idle_share"] is not None)
+
+    def siblings(idx: int, picks: list[int]) -> list[int]:  # the top pick's only: the budget holds few trials
+        if idx != picks[0]:
+            return []
+        return [i for i in range(1, len(result.settings)) if _sibling(result.settings[i], result.settings[idx])]
+
+    rung0 = first_rung(ranked, lambda i: (result.settings[i].get("loader"), result.settings[i]["num_workers"]), TOP_K,
+                       siblings)
+    if every:
+        rung0 += [i for i in range(1, len(result.settings)) if i not in rung0]
     # NOTE: the search stops where the pairs the interval needs (6 and 7 runs, less the first rung's) still fit: a
     # script's trial pays the interpreter's and torch's start-up each time, so SEARCH_SHARE alone left too few; a
     # tight budget tries fewer of the first rung, the predicted fastest first. A budget that cannot hold one more
     # trial and those pairs gets no interval anyway: the search keeps its share.
     pairs = 2 * CONFIRM_REPEATS - 2
     reserve = trials.fits(result.budget_s, 1 + pairs)
-    while True:
-        def deadline() -> float:
-            return result.budget_s if every and rung == 0 else \
-                min(result.budget_s * SEARCH_SHARE, result.budget_s - pairs * trials.per_trial()) if reserve \
-                else result.budget_s * SEARCH_SHARE
-        if rung and not trials.fits(deadline(), len(survivors) * steps / result.steps):
-            result.stop_reason = "search share of the budget spent"  # NOTE: a rung cut short decides nothing
-            break
-        for idx in survivors:
-            if (rung or idx != survivors[0]) and not trials.fits(deadline(), steps / result.steps):  # the first goes
-                result.stop_reason = "search share of the budget spent"
-                break
-            result.rows.append(trials.measure(result, idx, rung, steps))
-        else:
-            complete = rung  # NOTE: a rung the budget cut short ran only some survivors: the pick is the last whole one
-        done = [r for r in result.rows if r["rung"] == rung and r["status"] == "done"]
-        if result.stop_reason or len(done) <= 1:
-            result.stop_reason = result.stop_reason or "one candidate left"
-            break
-        ranked_rows = sorted(done, key=lambda r: r["s_per_batch"])
-        survivors = [r["candidate"] for r in ranked_rows[:max(1, math.ceil(len(ranked_rows) / ETA))]]
-        if len(survivors) == 1:
-            result.stop_reason = "one candidate left"
-            break
-        rung, steps = rung + 1, steps * ETA
-    fine = [r for r in result.rows if r["status"] == "done" and memory.fits(r.get("peak_bytes"), result.max_memory)]
-    if not fine:
-        return
-    top_rung = max(r["rung"] for r in fine if r["rung"] <= complete) if any(r["rung"] <= complete for r in fine) \
-        else max(r["rung"] for r in fine)
-    result.best_idx = min((r for r in fine if r["rung"] == top_rung), key=lambda r: r["s_per_batch"])["candidate"]
-    if result.best_idx != 0:
-        _confirm(result, trials, rng)
+
+    def limit_s(rung: int) -> float:
+        if every and rung == 0:
+            return result.budget_s
+        share = result.budget_s * SEARCH_SHARE
+        return min(share, result.budget_s - pairs * trials.per_trial()) if reserve else share
+
+    plan = Plan(measure=lambda idx, rung, steps: trials.measure(result, idx, rung, steps),
+                fits=lambda idxs, rung, steps, limit: trials.fits(limit, len(idxs) * steps / result.steps),
+                limit_s=limit_s, figure="s_per_batch", length=result.steps, rng=rng, rows=result.rows)
+    result.stop_reason = halve(rung0, plan)[0]
+    result.best_idx = pick(result.rows, "s_per_batch", result.max_memory)
+    if result.best_idx not in (None, 0):
+        stop = confirm(result.best_idx, plan, CONFIRM_REPEATS, result.budget_s, result.rows,
+                       "the script's own setting")
+        result.stop_reason += f"; {stop}" if stop else ""
+        _compare(result)
         result.diff = change(result.site, result.base, result.settings[result.best_idx])
 
 
 def _sibling(setting: dict[str, Any], top: dict[str, Any]) -> bool:
     """The top pick with one knob the prediction does not read changed."""
-    return bool(top) and sum(setting.get(k) != top.get(k) for k in (*LOADER_ARGS, "threads")) == 1 and \
+    return bool(top) and sum(setting.get(k) != top.get(k) for k in ("loader", *LOADER_ARGS, "threads")) == 1 and \
         any(setting.get(k) != top.get(k) for k in _KNOBS)
 
 
-def _confirm(result: ScriptTuneResult, trials: Trials, rng: random.Random) -> None:
-    """The script's own setting and the best, in pairs, each pair in a random order, while the budget lasts."""
-    best = result.best_idx
-    for rep in range(CONFIRM_REPEATS):
-        for idx in rng.sample([0, best], 2):
-            if not trials.fits(result.budget_s, 1.0):
-                result.stop_reason += "; budget spent while confirming"
-                break
-            result.rows.append({**trials.measure(result, idx, "confirm", result.steps), "repeat": rep})
-        else:
-            continue
-        break
+def _compare(result: ScriptTuneResult) -> None:
+    """stats.compare of the script's own setting and the best over their runs of the first rung's length (the
+    confirming pairs, and the first rung's runs of the two)."""
     runs = [r for r in result.rows if r["status"] == "done" and r["rung"] in (0, "confirm") and
             r["steps"] == result.steps]
     own = [r["s_per_batch"] for r in runs if r["candidate"] == 0]
-    top = [r["s_per_batch"] for r in runs if r["candidate"] == best]
+    top = [r["s_per_batch"] for r in runs if r["candidate"] == result.best_idx]
     if own and top:
         result.comparison = stats.compare(own, top)
+
+
+def _map_style(settings: dict[str, Any]) -> bool:
+    """Whether the loader draws its batches of indices from a sampler (a map-style dataset, batched by DataLoader)."""
+    return settings.get("batch_size") is not None and settings.get("batch_sampler_class") is not None and \
+        "InfiniteConstantSampler" not in str(settings.get("sampler_class"))
 
 
 def _setting_of(settings: dict[str, Any]) -> dict[str, Any]:

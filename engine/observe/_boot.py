@@ -50,13 +50,19 @@ def _patch(module: Any) -> None:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         site = sites.setdefault(self, _site(skip))  # NOTE: setdefault: a subclass's __init__ calling ours keeps its own
         if trial:
-            args, kwargs = importlib.import_module("engine.observe._trial").override(init, site, args, kwargs)
+            trial_mod = importlib.import_module("engine.observe._trial")
+            args, kwargs = trial_mod.override(init, site, args, kwargs)
+            init(self, *args, **kwargs)
+            trial_mod.mark(self, site)
+            return
         init(self, *args, **kwargs)
 
     @functools.wraps(orig_iter)
     def __iter__(self: Any) -> Any:
         t0, t_start = time.perf_counter(), time.time()
-        it = orig_iter(self)  # NOTE: timed from here: starting the workers is the epoch's time to first batch
+        threads = getattr(self, "_loaderlab_threads", None)  # a trial's threads loader (engine/observe/_trial.py)
+        # NOTE: timed from here: starting the workers is the epoch's time to first batch
+        it = iter(threads) if threads is not None else orig_iter(self)
         hub = importlib.import_module("engine.observe._hub")
         return hub.stream_for(self, sites.get(self, "?")).epoch(it, t0, t_start)
 

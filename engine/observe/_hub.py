@@ -28,7 +28,7 @@ from typing import Any
 from engine.paths import Db, db_path, runs_dir
 
 __all__ = ["ENV_NAME", "ENV_PREFIX", "ENV_RUNS", "ENV_STORE", "close", "enter", "finish_all", "leave",
-           "stream_for"]
+           "open_streams", "stream_for"]
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +98,11 @@ def close(obj: Any) -> None:
         stream.finish("done", None)
         if not _child():
             _store(stream)
+
+
+def open_streams() -> list[Any]:
+    """The streams in the middle of an epoch."""
+    return [s for s in _streams if not s.ended and s.open is not None]
 
 
 def finish_all(status: str, error: str | None) -> None:

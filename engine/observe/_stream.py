@@ -85,6 +85,8 @@ class Stream:
         self.open: _Epoch | None = None
         self.in_step, self.step_id, self.excluded = False, 0, 0.0
         config, settings = read_settings(obj)
+        if _trial.ACTIVE:
+            _trial.relabel(obj, config)
         config["workload"] = settings["dataset_class"] or settings["loader_class"]
         if name:
             config["tag"] = name

@@ -5,11 +5,15 @@ The parent says it all in the environment:
 
     LOADERLAB_TRIAL=1              for the script too: a trial may skip its checkpoints and logging
     LOADERLAB_TUNE_SITE            file:line of the DataLoader tuned (empty: the first trial, which finds it)
-    LOADERLAB_TUNE_SETTING         JSON of that DataLoader's arguments to set, and "threads" (torch's intra-op threads)
+    LOADERLAB_TUNE_SETTING         JSON of that DataLoader's arguments to set, "threads" (torch's intra-op threads),
+                                   and "loader": "threads" where its batches are made by threads of the script's
+                                   process instead (engine/observe/_threads_loader.py, over the same dataset,
+                                   batch sampler and collate_fn; the run's config says loader=threads)
     LOADERLAB_TUNE_STEPS           stop once the tuned loader has delivered this many batches
     LOADERLAB_TUNE_SECONDS         (the first trial) stop this long after any observed loader's first batch
 
-At its limit the trial ends every stream's run (the epoch in flight counts up to there) and leaves with status 0;
+At its limit the trial ends every stream's run (the epoch in flight counts up to there, and its RunLog names that
+epoch as cut short: `trial_cut_epoch`) and leaves with status 0;
 the parent then kills the trial's process group, so no worker outlives it. Standard library only at import.
 """
 
@@ -25,7 +29,7 @@ from typing import Any
 from engine.observe import _hub
 
 __all__ = ["ACTIVE", "ENV_SECONDS", "ENV_SETTING", "ENV_SITE", "ENV_STEPS", "ENV_TRIAL", "LOADER_ARGS", "arrived",
-           "check", "override"]
+           "check", "mark", "override", "relabel"]
 
 ENV_TRIAL, ENV_SITE, ENV_SETTING = "LOADERLAB_TRIAL", "LOADERLAB_TUNE_SITE", "LOADERLAB_TUNE_SETTING"
 ENV_STEPS, ENV_SECONDS = "LOADERLAB_TUNE_STEPS", "LOADERLAB_TUNE_SECONDS"
@@ -51,9 +55,35 @@ def override(init: Any, site: str, args: tuple, kwargs: dict[str, Any]) -> tuple
         sys.modules["torch"].set_num_threads(int(threads))
     bound = inspect.signature(init).bind(None, *args, **kwargs)
     bound.arguments.update({k: v for k, v in setting.items() if k in LOADER_ARGS})
+    if setting.get("loader") == "threads":  # no worker processes: mark() makes its threads loader
+        bound.arguments["num_workers"] = 0
     if not bound.arguments.get("num_workers"):
         bound.arguments.update(_ONLY_WITH_WORKERS)
     return bound.args[1:], bound.kwargs
+
+
+def mark(loader: Any, site: str) -> None:
+    """Where the trial's setting is a threads loader at `site`: the DataLoader's threads loader, which the observer
+    iterates in its place (engine/observe/_boot.py)."""
+    if not _SITE or site != _SITE or not os.environ.get(ENV_SETTING):
+        return
+    setting = json.loads(os.environ[ENV_SETTING])
+    if setting.get("loader") != "threads":
+        return
+    from engine.observe._threads_loader import ThreadsLoader  # noqa: PLC0415 - only a threads trial needs it
+    loader._loaderlab_threads = ThreadsLoader(loader.dataset, batch_sampler=loader.batch_sampler,
+                                              collate_fn=loader.collate_fn, pin_memory=bool(setting.get("pin_memory")),
+                                              num_workers=int(setting["num_workers"]),
+                                              prefetch_factor=setting.get("prefetch_factor") or 2)
+
+
+def relabel(loader: Any, config: dict[str, Any]) -> None:
+    """A threads loader's run config: loader=threads, its workers and prefetch depth (not the DataLoader's)."""
+    threads = getattr(loader, "_loaderlab_threads", None)
+    if threads is not None:
+        config.update(loader="threads", workers=threads.num_workers, prefetch_depth=threads.prefetch_factor)
+        for key in ("persistent_workers", "start_method"):
+            config.pop(key, None)
 
 
 def arrived(stream: Any) -> None:
@@ -71,6 +101,8 @@ def check(stream: Any) -> None:
     elif stream.site != _SITE or _delivered.get(stream.site, 0) < _STEPS:
         return
     stream.log.write("summary", trial_stopped_by=stream.site)
+    for s in _hub.open_streams():  # NOTE: their epoch in flight is recorded, cut short: no whole epoch's time
+        s.log.write("summary", trial_cut_epoch=len(s.epochs))
     _hub.finish_all("done", None)
     for f in (sys.stdout, sys.stderr):
         try:

@@ -13,6 +13,7 @@ queue's table, imports from other hosts, and the SQL sandbox. Nothing outside th
     jobs.py      the job queue's table (engine/jobs/ decides what it means)
     pending.py   RunLogs waiting to be stored, and who holds the store
     sandbox.py   the History page's and `query`'s read-only SQL
+    tunes.py     a script's tune answered (`engine tune -- python train.py`): record_tune, tune_answers
     version.py   the data version the dashboard's caches are keyed on
 
     from engine import store
@@ -34,6 +35,7 @@ from engine.store.queries import (RUN_TABLE_COLUMNS, count_runs, done_runs, epoc
 from engine.store.sandbox import QueryResult, QueryStream, check_query, run_query, stream_query
 from engine.store.schema import SCHEMA_VERSION, ensure_schema
 from engine.store.tables import BUILTIN_QUERIES
+from engine.store.tunes import record_tune, tune_answers
 from engine.store.views import delete_saved_query, list_saved_queries, load_view, save_query, save_view
 
 __all__ = [
@@ -78,6 +80,7 @@ __all__ = [
     "pending_summary",
     "prepare",
     "purge",
+    "record_tune",
     "reads_only",
     "restore",
     "run_query",
@@ -89,4 +92,5 @@ __all__ = [
     "soft_delete",
     "stream_query",
     "table_schema",
+    "tune_answers",
 ]

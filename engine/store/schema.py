@@ -29,7 +29,7 @@ __all__ = ["MIGRATIONS", "RUN_COLUMNS", "SCHEMA_VERSION", "SUMMARY_COLUMNS", "TA
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 _SQL_TYPES = {"int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "str": "VARCHAR", "list[str]": "VARCHAR"}
 
@@ -128,9 +128,16 @@ def _v7(conn: duckdb.DuckDBPyConnection) -> None:
             conn.unregister("_v7_hosts")
 
 
+def _v8(conn: duckdb.DuckDBPyConnection) -> None:
+    """A script's tune answered (`engine tune -- python train.py`): the `tunes` table; its trials are runs already.
+
+    NOTE: a file made at v8 got the table from _v1's CREATE already; the runs of an older file are untouched."""
+    conn.execute(f"CREATE TABLE IF NOT EXISTS tunes ({TABLES['tunes']})")
+
+
 # (version, migration) in order. A migration gets a writer connection inside a transaction.
 MIGRATIONS: list[tuple[int, Callable[[duckdb.DuckDBPyConnection], None]]] = [
-    (1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5), (6, _v6), (7, _v7)]
+    (1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5), (6, _v6), (7, _v7), (8, _v8)]
 
 
 def _now() -> datetime:

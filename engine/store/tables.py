@@ -12,7 +12,7 @@ from engine.runlog import GPU_EPOCH_FIELDS
 
 __all__ = ["BUILTIN_QUERIES", "EPOCH_COLUMNS_V4", "RUN_COLUMNS", "STORED_BUILTINS", "SUMMARY_COLUMNS",
            "SUMMARY_COLUMNS_V2", "SUMMARY_COLUMNS_V4", "SUMMARY_COLUMNS_V5", "SUMMARY_COLUMNS_V6", "TABLES",
-           "column_types"]
+           "TUNE_COLUMNS", "column_types"]
 
 # Run-level columns schema v4 added: GPU idle and its parts (engine/measure/idle.py) over steady epochs with NVML's
 # utilisation and peak device memory beside them, NULL on CPU; where the start-up went (the RunLog's `startup`
@@ -75,6 +75,15 @@ RUN_COLUMNS = {
     # schema v3: sha256 of the user's plugin source (engine/plugins/__init__.py); NULL for built-in workloads and models
     "code_hash": "VARCHAR",
 }
+# Schema v8: a script's tune answered (engine/store/tunes.py); its trials are the runs with sweep_id = tune_id.
+# command and settings_json hold JSON lists (the script's argv; the candidates' settings, index = config_idx);
+# best_config_idx NULL: no change to make or nothing finished; speedup_lo/hi NULL: no interval.
+TUNE_COLUMNS = {
+    "tune_id": "VARCHAR", "created_at": "TIMESTAMP", "kind": "VARCHAR", "command": "VARCHAR", "site": "VARCHAR",
+    "budget_s": "DOUBLE", "spent_s": "DOUBLE", "stop_reason": "VARCHAR", "best_config_idx": "INTEGER",
+    "speedup": "DOUBLE", "speedup_lo": "DOUBLE", "speedup_hi": "DOUBLE", "verdict": "VARCHAR", "diff": "VARCHAR",
+    "answer": "VARCHAR", "settings_json": "VARCHAR",
+}
 _KEYS = "model_idx INTEGER, rank INTEGER, epoch INTEGER"
 TABLES = {
     "epochs": f"run_id VARCHAR, {_KEYS}, warmup BOOLEAN, wall_s DOUBLE, samples BIGINT, samples_per_s DOUBLE, "
@@ -90,6 +99,7 @@ TABLES = {
             "started_at TIMESTAMP, ended_at TIMESTAMP",
     "views": "view_id VARCHAR PRIMARY KEY, created_at TIMESTAMP, state_json VARCHAR",
     "saved_queries": "name VARCHAR PRIMARY KEY, sql VARCHAR, builtin BOOLEAN, created_at TIMESTAMP",
+    "tunes": ", ".join(f"{k} {v}" for k, v in TUNE_COLUMNS.items()) + ", PRIMARY KEY (tune_id)",
 }
 # The History page's built-in queries, the one list: shown first on the page, and their names cannot be taken
 # by a user's query (engine/store/views.py). A store keeps STORED_BUILTINS as rows of saved_queries as well

@@ -1,0 +1,42 @@
+"""The lab's threads loader for a script's map-style dataset: what a trial of `engine tune -- python train.py` runs
+where a candidate's loader is "threads" (engine/observe/_trial.py), and, as its source, the code the answer pastes
+into the script (engine/advice/_script_change.py): the class below is self-contained for that reason.
+
+    loader = ThreadsLoader(dataset, batch_size=32, shuffle=True, num_workers=8, prefetch_factor=2)
+"""
+
+from __future__ import annotations
+
+__all__ = ["ThreadsLoader"]
+
+
+class ThreadsLoader:
+    """A DataLoader's batches made by threads of this process (torchdata.nodes.ParallelMapper, method="thread"):
+    for items that wait (reads, sleeps, decoders that release the GIL), threads overlap the waits without a process
+    per worker. DataLoader's arguments; a map-style dataset only; the order is the sampler's."""
+
+    def __init__(self, dataset, batch_size=1, shuffle=False, sampler=None, batch_sampler=None, num_workers=0,
+                 collate_fn=None, pin_memory=False, drop_last=False, *_, prefetch_factor=2, generator=None, **__):
+        from torch.utils.data import DataLoader
+        # NOTE: a loader without workers, never iterated: its batch sampler and collate_fn are DataLoader's own
+        self.plain = DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, 0, collate_fn,
+                                drop_last=drop_last, generator=generator)
+        self.dataset, self.batch_size = dataset, self.plain.batch_size
+        self.num_workers, self.prefetch_factor, self.pin_memory = max(1, num_workers), prefetch_factor or 2, pin_memory
+
+    def __len__(self):
+        return len(self.plain)
+
+    def __iter__(self):
+        import torchdata.nodes as tn
+        dataset, collate = self.dataset, self.plain.collate_fn
+
+        def fetch(indices):
+            return collate([dataset[i] for i in indices])
+
+        node = tn.SamplerWrapper(self.plain.batch_sampler)
+        node = tn.ParallelMapper(node, map_fn=fetch, num_workers=self.num_workers, method="thread", in_order=True,
+                                 max_concurrent=self.num_workers)
+        if self.pin_memory:
+            node = tn.PinMemory(node)
+        return iter(tn.Loader(tn.Prefetcher(node, prefetch_factor=self.prefetch_factor)))
