@@ -139,7 +139,9 @@ def trial_of(run: dict[str, Any]) -> None:
         return
     row = mine.iloc[0]
     stored = bool(cached("tune_answers", None, tune_id))
-    st.info(plain(f"Trial {int(row['trial'])} of tune {tune_id} ({plural(len(trials), 'trial')}): {row['setting']}, "
-                  f"this setting's trial {int(row['repeat_idx']) + 1 if pd.notna(row['repeat_idx']) else '?'}"
-                  + ("." if stored else "; the tune's answer is not stored yet.")), icon=":material/tune:")
-    st.markdown(f"[Open tune {plain(tune_id)} in Explore]({explore_link(tune_id)})")
+    nth = f", this setting's trial {int(row['repeat_idx']) + 1}" if pd.notna(row["repeat_idx"]) else ""
+    st.info(plain(f"Trial {int(row['trial'])} of tune {tune_id} ({plural(len(trials), 'trial')}): {row['setting']}{nth}"
+                  + ("." if stored else "; the tune's answer is not stored: it is still running, or it was stopped "
+                                        "before it answered.")), icon=":material/tune:")
+    if stored:  # Explore lists stored tunes only: a link to another would land on a warning
+        st.markdown(f"[Open tune {plain(tune_id)} in Explore]({explore_link(tune_id)})")

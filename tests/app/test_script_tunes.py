@@ -126,3 +126,13 @@ def test_a_trial_runs_page_names_its_tune_and_links_to_it_in_explore(tuned, open
     links = [m.value for m in at.markdown if "/explore?tune=" in m.value]
     assert links and links[0].endswith(f"(/explore?tune={TUNE})")
     assert "Observed: your own training loop" in said   # still an observed run's page
+
+
+def test_a_trial_of_a_tune_without_a_stored_answer_says_so_and_links_nowhere(store, open_page, no_problems):
+    run_id = _trial(store, 1, 0, 0.005)   # the tune is running, or was stopped before record_tune
+    at = open_page("runs", run=run_id)
+    no_problems(at)
+    said = " ".join(seen(i.value) for i in at.info)
+    assert f"Trial 1 of tune {TUNE} (1 trial): candidate 1, this setting's trial 1; the tune's answer is not stored" \
+        in said
+    assert not [m for m in at.markdown if "/explore?tune=" in m.value]
