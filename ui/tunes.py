@@ -84,6 +84,7 @@ def _view(tune: dict[str, Any]) -> None:
              f"stopped: {tune['stop_reason']}" if tune.get("stop_reason") else None]
     st.caption(plain(" ".join(p for p in spent if p)))
     best = tune.get("best_config_idx")
+    best = None if best == 0 else best  # the script's own setting again: no change to make
     with st.container(key="explore_tune_answer"):
         if best is None:
             st.markdown(plain(f"No change to make to the DataLoader at {tune.get('site')}: no candidate beat the "
@@ -119,6 +120,8 @@ def _trials(ranking: pd.DataFrame) -> None:
     table = pd.DataFrame({
         "rank": ranking["rank"], "setting": ranking["setting"], "trials": ranking["trials"],
         "median s/batch": [_median(r) for _, r in ranking.iterrows()], "95 % interval": ranking["interval"],
+        "peak memory": [sig(v / 2**20, " MiB", missing="not measured") for v in ranking["peak_bytes"]],
+        "GPU idle": [f"{v:.0%}" if v == v else "not measured (CPU)" for v in ranking["gpu_idle_share"]],
         "first error": [e or "none" for e in ranking["first_error"]], "call": ranking["call"]})
     # NOTE: st.table renders Markdown: every cell (settings and errors are the user's) goes through plain()
     st.table(table.set_index("rank").map(plain).rename(columns=plain), border="horizontal")

@@ -19,7 +19,7 @@ from engine.store.tunes import tune_answers
 __all__ = ["setting_text", "tune_ranking", "tune_trials"]
 
 _TRIAL_COLUMNS = ["trial", "run_id", "status", "error", "config_idx", "repeat_idx", "created_at", "s_per_batch",
-                  "trial_rung", "setting"]
+                  "peak_bytes", "gpu_idle_share", "trial_rung", "setting"]
 
 
 def _settings(tune: dict[str, Any] | None) -> list[Any]:
@@ -67,9 +67,9 @@ def tune_trials(tune_id: str, db: Db = None) -> pd.DataFrame:
     if runs.empty:
         return pd.DataFrame(columns=_TRIAL_COLUMNS)
     runs.insert(0, "trial", range(1, len(runs) + 1))
-    per_batch = [_summary_value(s, "s_per_batch") for s in runs["summary_json"]]
-    runs["s_per_batch"] = [float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
-                           for v in per_batch]
+    for name in ("s_per_batch", "peak_bytes", "gpu_idle_share"):  # null where not measured (GPU idle on CPU)
+        found = [_summary_value(s, name) for s in runs["summary_json"]]
+        runs[name] = [float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan for v in found]
     runs["trial_rung"] = [str(_summary_value(s, "trial_rung")) for s in runs["summary_json"]]
     runs["setting"] = [setting_text(settings, i) for i in runs["config_idx"]]
     return runs[_TRIAL_COLUMNS]
@@ -98,16 +98,21 @@ def tune_ranking(tune_id: str, db: Db = None) -> pd.DataFrame:
         done = mine[(mine["status"] == "done") & mine["s_per_batch"].notna()]["s_per_batch"]
         failed = mine[mine["status"] != "done"]
         med, lo, hi = stats.median_ci(done) if len(done) else (math.nan, math.nan, math.nan)
+        ok = mine[mine["status"] == "done"]
+        peak, idle = (float(ok[c].median()) if ok[c].notna().any() else math.nan for c in ("peak_bytes",
+                                                                                           "gpu_idle_share"))
         errors = [str(e) for e in failed["error"] if isinstance(e, str) and e]
         first_error = errors[0] if errors else ("failed without an error message" if len(failed) else "")
         call = "the answer" if best is not None and idx == best else ("the script's own" if idx == 0 else "")
         rows.append({"config_idx": idx, "setting": setting_text(settings, idx), "trials": len(mine),
                      "finished": len(done), "failed": len(failed), "median_s": med, "lo_s": lo, "hi_s": hi,
+                     "peak_bytes": peak, "gpu_idle_share": idle,
                      "interval": _interval(lo, hi, len(done)) if len(mine) else "not tried",
                      "first_error": first_error, "call": call,
                      "group": 0 if len(done) else (1 if len(mine) else 2)})
     out = pd.DataFrame(rows, columns=["config_idx", "setting", "trials", "finished", "failed", "median_s", "lo_s",
-                                      "hi_s", "interval", "first_error", "call", "group"])
+                                      "hi_s", "peak_bytes", "gpu_idle_share", "interval", "first_error", "call",
+                                      "group"])
     out = out.sort_values(["group", "median_s", "config_idx"], na_position="last", kind="stable")
     out.insert(0, "rank", range(1, len(out) + 1))
     return out.drop(columns="group").reset_index(drop=True)

@@ -36,7 +36,7 @@ def _trial(db, idx: int, repeat: int, s_per_batch: float | None, error: str | No
                          "workers": SETTINGS[idx]["num_workers"], "tag": "tune"})
         rl.write("summary", source="observed", observed_stream=SITE)
         rl.write("summary", s_per_batch=s_per_batch, trial_rung=0 if repeat == 0 else "confirm", trial_steps=40,
-                 tune_site=SITE, gpu_idle_share=None, peak_bytes=None)
+                 tune_site=SITE, gpu_idle_share=None, peak_bytes=None if error else (100 + 10 * idx) * 2**20)
         rl.write("end", status="failed" if error else "done", error=error)
     return ingest_run(run_dir, db=db, sweep_meta={"sweep_id": TUNE, "config_idx": idx, "repeat_idx": repeat})
 
@@ -81,6 +81,8 @@ def test_explore_ranks_a_script_tunes_candidates_by_seconds_per_batch_with_their
     failed = table.iloc[3]
     assert failed["median s/batch"] == "failed" and failed["first error"] == ERROR   # shown as typed
     assert list(table["call"]) == ["the answer", "", "the script's own", ""]
+    assert list(table["peak memory"]) == ["110 MiB", "120 MiB", "100 MiB", "not measured"]
+    assert set(table["GPU idle"]) == {"not measured (CPU)"}
 
 
 def test_the_tunes_answer_shows_its_speedup_site_and_diff_as_code_and_user_text_as_text(tuned, open_page):
