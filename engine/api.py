@@ -37,7 +37,8 @@ from engine.store import (EXPLORE_FILTERS, EXPLORE_METRICS, count_runs, demo_sum
                           explore_filter_options, explore_predictions, explore_ranking, explore_summary,
                           get_epochs, get_run, get_steps,
                           ingest_pending, list_saved_queries, load_view, pending_summary, purge, restore, run_query,
-                          save_query, save_view, search_runs, set_notes, set_tags, soft_delete, table_schema)
+                          save_query, save_view, search_runs, set_notes, set_tags, soft_delete, table_schema,
+                          tune_answers, tune_ranking, tune_trials)
 from engine.store.version import bump as bump_data_version
 from engine.store.version import current as data_version
 from engine.jobs.demo import demo_sweep
@@ -57,4 +58,4 @@ __all__ = ["BASELINE_EXAMPLE", "CONFIRM_REPEATS", "ConfigError", "EXPLORE_FILTER
            "parse_size", "pending_summary", "plugin_choices", "prediction_chart", "purge", "ray_available",
            "render_advice", "restore", "run_advice", "run_query", "run_title", "save_query", "save_view", "search_runs",
            "set_notes", "set_tags", "snippet", "soft_delete", "step_timeline_chart", "submit", "submit_ray_sweep",
-           "submit_sweep", "table_schema", "worker_alive"]
+           "submit_sweep", "table_schema", "tune_answers", "tune_ranking", "tune_trials", "worker_alive"]

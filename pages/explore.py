@@ -1,12 +1,13 @@
 """Explore: epoch time, samples/s or data-wait share against any setting, with filters and share links.
 
+A script's tune (`engine tune -- python train.py`) is chosen under "Script tunes" (?tune=<id>).
 Everything on the page is in the URL (ui.state), so a link reproduces the chart; "Copy share link"
 stores that state and shows a short `/explore?view=<id>` link.
 """
 
 import streamlit as st
 
-from ui import advisor, explore, first_visit, pending, state
+from ui import advisor, explore, first_visit, pending, state, tunes
 from ui.auth import require_token
 from ui.cache import cached
 from ui.errors import shown
@@ -24,12 +25,15 @@ with shown("Could not read the demo"):
 
 with shown("Could not read the store"):
     options = cached("explore_filter_options")
-    spec = explore.spec(options)
+    script_tunes = cached("tune_answers")  # newest first
+    spec = explore.spec(options, [t["tune_id"] for t in script_tunes])
     saved = state.restore_view("explore")
     warnings = state.bind("explore", spec, params=saved)
     for w in warnings:
         st.warning(plain(w))  # they quote the URL: text, never Markdown
 
+    with shown("Could not show the script tunes"):
+        tunes.section(script_tunes)  # a tune of the user's own script: its answer and its ranked trials
     explore.controls(spec)
     args = explore.state()
     with shown("Could not rank the configs"):

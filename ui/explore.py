@@ -35,8 +35,9 @@ _FROM_HELP = ("commonest source of the group's predictions: prior = predicted be
               "(held out); own = fitted on the run's own probe, after it (not a held-out prediction)")
 
 
-def spec(options: dict[str, Any]) -> dict[str, Param]:
-    """The page's URL parameters; filter values must be among the store's values.
+def spec(options: dict[str, Any], tune_ids: list[str] | tuple[str, ...] = ()) -> dict[str, Param]:
+    """The page's URL parameters; filter values must be among the store's values, a script tune (`tune`, ui/tunes.py)
+    among the stored tunes.
 
     NOTE: with several pipelines (workload + model) stored, the default view is the newest run's pipeline, never
     all of them pooled into one point per loader; `?workload=&model=` (cleared filters) shows them all."""
@@ -59,6 +60,7 @@ def spec(options: dict[str, Any]) -> dict[str, Param]:
         "date_from": Param("", "date"),
         "date_to": Param("", "date"),
         "sel": Param([], "ids"),
+        "tune": Param("", choices=["", *tune_ids]),
     }
 
 

@@ -13,7 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from engine import api
-from ui import cache, run_costs
+from ui import cache, run_costs, tunes
 from ui.observed import observed, why_no_verdict
 from ui.cache import cached
 from ui.text import plain, when
@@ -168,6 +168,7 @@ def detail(run: dict[str, Any]) -> None:
         st.error(f"The run failed: {plain(run['error'])}")
         _traceback(run)
     _figures(run)
+    tunes.trial_of(run)  # a trial of a script's tune: which one, and the link to it in Explore
     observed(run)  # a run of the user's own loop: what was observed, what the lab would try next
     c1, c2 = st.columns(2)
     c1.plotly_chart(api.epoch_chart(epochs), key="runs.epoch_chart")

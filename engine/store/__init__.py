@@ -13,7 +13,8 @@ queue's table, imports from other hosts, and the SQL sandbox. Nothing outside th
     jobs.py      the job queue's table (engine/jobs/ decides what it means)
     pending.py   RunLogs waiting to be stored, and who holds the store
     sandbox.py   the History page's and `query`'s read-only SQL
-    tunes.py     a script's tune answered (`engine tune -- python train.py`): record_tune, tune_answers
+    tunes.py     a script's tune answered (`engine tune -- python train.py`): record_tune, tune_answers;
+                 tune_trials, tune_ranking (_tune_rank.py)
     version.py   the data version the dashboard's caches are keyed on
 
     from engine import store
@@ -36,6 +37,7 @@ from engine.store.sandbox import QueryResult, QueryStream, check_query, run_quer
 from engine.store.schema import SCHEMA_VERSION, ensure_schema
 from engine.store.tables import BUILTIN_QUERIES
 from engine.store.tunes import record_tune, tune_answers
+from engine.store._tune_rank import tune_ranking, tune_trials
 from engine.store.views import delete_saved_query, list_saved_queries, load_view, save_query, save_view
 
 __all__ = [
@@ -93,4 +95,6 @@ __all__ = [
     "stream_query",
     "table_schema",
     "tune_answers",
+    "tune_ranking",
+    "tune_trials",
 ]

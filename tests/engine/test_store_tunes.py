@@ -9,7 +9,9 @@ from datetime import datetime, timedelta
 import duckdb
 import pytest
 
-from engine.store import connect, get_run, record_tune, tune_answers
+from engine.runlog import RunLog
+
+from engine.store import connect, get_run, ingest_run, record_tune, tune_answers, tune_ranking
 from engine.store import schema
 
 
@@ -88,3 +90,35 @@ def test_a_v7_store_gains_the_tunes_table_and_keeps_its_runs(tmp_path):
         assert conn.execute("SELECT max(version) FROM schema_version").fetchall() == [(8,)]
     with duckdb.connect(str(tmp_path / "loaderlab.duckdb.bak-v7"), read_only=True) as old:
         assert "tunes" not in {r[0] for r in old.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+
+
+def _trial(db, run_id: str, idx: int, repeat: int, s_per_batch: float | None, error: str | None = None) -> None:
+    with RunLog(db.parent / "runs" / run_id) as rl:
+        rl.write("start", run_id=run_id, config={"tag": "tune"}, host={"hostname": "box"})
+        rl.write("summary", source="observed", s_per_batch=s_per_batch, trial_rung=0, tune_site="train.py:42")
+        rl.write("end", status="failed" if error else "done", error=error)
+    ingest_run(db.parent / "runs" / run_id, db=db,
+               sweep_meta={"sweep_id": "tune-0123456789ab", "config_idx": idx, "repeat_idx": repeat})
+
+
+def test_a_tunes_candidates_rank_by_median_seconds_per_batch_then_failed_then_untried(store):
+    """A candidate with a failed trial beside finished ones ranks by its finished ones and keeps its error; one
+    whose every trial failed comes after those that finished; one never tried comes last, said as such."""
+    settings = [{"num_workers": w} for w in (0, 1, 2, 3, 4)]
+    _trial(store, "own", 0, 0, 0.010)
+    _trial(store, "two-a", 2, 0, 0.004)
+    _trial(store, "two-b", 2, 1, None, "worker died")
+    _trial(store, "two-c", 2, 2, 0.006)
+    _trial(store, "one", 1, 0, None, "PicklingError: lambda")
+    _trial(store, "three", 3, 0, 0.008)
+    record_tune(store, tune_row(settings_json=json.dumps(settings), best_config_idx=2))
+    ranked = tune_ranking("tune-0123456789ab", store)
+    assert list(ranked["config_idx"]) == [2, 3, 0, 1, 4]
+    two = ranked.iloc[0]
+    assert (two["trials"], two["finished"], two["failed"], two["first_error"]) == (3, 2, 1, "worker died")
+    assert two["median_s"] == pytest.approx(0.005) and two["interval"] == "no interval: 2 runs"
+    assert two["setting"] == "num_workers=2" and two["call"] == "the answer"
+    assert ranked.iloc[1]["interval"] == "one run: no interval"
+    assert ranked.iloc[2]["setting"] == "the script's own (num_workers=0)"
+    assert (ranked.iloc[3]["first_error"], ranked.iloc[3]["finished"]) == ("PicklingError: lambda", 0)
+    assert (ranked.iloc[4]["trials"], ranked.iloc[4]["interval"]) == (0, "not tried")
