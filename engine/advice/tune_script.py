@@ -9,11 +9,12 @@ it stops). Its output goes to a file per trial; a trial that fails is one row wi
 1. The first trial runs the script's own setting for a few seconds (FIRST_SHARE of the budget, within FIRST_S): the
    loader that delivered the most batches is the one tuned (training, not validation), named by file and line, and
    the batches it delivered are every later trial's length (STEPS_MIN at least).
-2. The candidates (`candidates`): that DataLoader's num_workers {0, 1, 2, 4, ... <= cores} x prefetch_factor {2, 4}
+2. The candidates (`candidates`): that DataLoader's num_workers {0, 1, 2, 4, ... <= cores, or past the cores where
+   the first trial's items wait, as in the lab's tune} x prefetch_factor {2, 4}
    x the start method {the script's, spawn, fork} x intra-op threads {the script's, 1, cores - workers}, with persistent
    workers (and pin_memory on CUDA); for a map-style dataset, the lab's threads loader too (threads of the script's
    process over its dataset, batch sampler and collate_fn, engine/observe/_threads_loader.py: {2, 4, ... up to twice
-   the cores, 4 at least} threads), whose answer pastes that class into the script. Ranked by the lab's model, the
+   the cores, 4 at least, or cores x (1 + waits) where items wait} threads), whose answer pastes that class into the script. Ranked by the lab's model, the
    one `tune` ranks by, fed from the first trial (engine/advice/_script_predict.py says what it measures there and
    what it assumes), then tune's own search
    (engine/advice/_halving.py, with tune's constants, the memory cap and stats.compare): the first rung runs the
@@ -53,8 +54,9 @@ from typing import Any, Callable
 
 from engine.advice import memory
 from engine.advice._script_change import change
-from engine.advice._script_predict import rank_settings
+from engine.advice._script_predict import probe_of, rank_settings
 from engine.advice._script_trials import Trials
+from engine.advice.tune import MAX_PROCESSES_PER_CORE, MAX_WORKERS, waits_of
 from engine.advice._halving import CONFIRM_REPEATS, SEARCH_SHARE, TOP_K, Plan, confirm, first_rung, halve, pick
 from engine.analysis import stats
 from engine.measure import usable_cpus
@@ -148,16 +150,21 @@ def describe(setting: dict[str, Any], base: dict[str, Any] | None = None) -> str
     return ", ".join(f"{k}={setting[k]!r}" for k in shown) or "the script's own"
 
 
-def candidates(base: dict[str, Any], cores: float, cuda: bool, map_style: bool = False) -> list[dict[str, Any]]:
+def candidates(base: dict[str, Any], cores: float, cuda: bool, map_style: bool = False,
+               waits: float = 0.0) -> list[dict[str, Any]]:
     """The script's own setting first, then the space (module doc), without repeats. map_style: the lab's threads
-    loader over the script's dataset too (engine/observe/_threads_loader.py)."""
+    loader over the script's dataset too (engine/observe/_threads_loader.py). waits: the first trial's latency per
+    second of loading work (tune.waits_of): where items wait, workers reach past the cores as in the lab's tune
+    (threads to cores x (1 + waits), at most MAX_WORKERS; processes to MAX_PROCESSES_PER_CORE x cores)."""
     threads0 = base.get("threads") or 1
     out = [base]
+    reach = cores * (1.0 + waits)
     if map_style:  # NOTE: threads overlap items that wait past the cores; the GIL limits them where items compute
-        for w in (w for w in (2, 4, 8, 16, 32, 64) if w <= max(4, 2 * cores)):
+        for w in (w for w in (2, 4, 8, 16, 32, 64) if w <= min(MAX_WORKERS, max(4, 2 * cores, reach))):
             out.append({"loader": "threads", "num_workers": w, "pin_memory": cuda or base["pin_memory"],
                         "prefetch_factor": 2, "threads": threads0})
-    for w in sorted({w for w in (0, 1, 2, 4, 8, 16, 32, 64) if w <= max(2, cores)} | {base["num_workers"]}):
+    processes = max(2, cores, min(reach, MAX_PROCESSES_PER_CORE * cores) if waits > 0 else 0)
+    for w in sorted({w for w in (0, 1, 2, 4, 8, 16, 32, 64) if w <= processes} | {base["num_workers"]}):
         if w == 0:
             for t in dict.fromkeys((threads0, max(1, int(cores)))):
                 out.append({"num_workers": 0, "pin_memory": cuda or base["pin_memory"], "threads": t})
@@ -204,7 +211,8 @@ def tune_script(command: list[str], *, budget_s: float, db: Db = None, max_memor
         result.base = _setting_of(stream["settings"])
         cores, cuda = usable_cpus(), stream["gpu_idle_share"] is not None
         result.settings = [result.base, *[{**result.base, **s} for s in space]] if space is not None else \
-            candidates(result.base, cores, cuda, _map_style(stream["settings"]))
+            candidates(result.base, cores, cuda, _map_style(stream["settings"]),
+                       waits_of(probe_of(stream, cores, cuda)))
         result.rows.append(trials.keep(first, site, 0, 0, result.base))
         trials.walls.append((first["wall_s"], 1.0))
         say(f"tuning the DataLoader at {site}: {len(result.settings)} candidates")

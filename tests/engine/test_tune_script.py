@@ -251,3 +251,16 @@ def test_a_map_style_dataset_is_tried_under_the_labs_threads_loader_and_its_answ
     subprocess.run(["patch", "-s", str(copy)], input=result.diff, text=True, check=True)
     ran = subprocess.run([sys.executable, str(copy), "--epochs", "1"], capture_output=True, text=True, timeout=120)
     assert ran.returncode == 0, ran.stderr
+
+
+def test_where_the_first_trial_sees_items_wait_the_candidates_reach_past_the_cores_and_where_none_wait_they_do_not():
+    base = {"num_workers": 0, "pin_memory": False, "threads": 1}
+    quiet = candidates(base, cores=2, cuda=False, map_style=True, waits=0.0)
+    waiting = candidates(base, cores=2, cuda=False, map_style=True, waits=15.0)
+
+    def most(settings, loader):
+        return max(s["num_workers"] for s in settings if (s.get("loader") or "dataloader") == loader)
+
+    assert most(quiet, "threads") <= 4 and most(quiet, "dataloader") <= 2
+    assert most(waiting, "threads") >= 16 and most(waiting, "dataloader") == 8  # 4 processes a core at most
+    assert all(s["num_workers"] <= 64 for s in candidates(base, cores=16, cuda=False, map_style=True, waits=100.0))
