@@ -117,6 +117,8 @@ def _trials(ranking: pd.DataFrame) -> None:
     if ranking.empty:
         st.info("No trial of this tune is stored.")
         return
+    untried = ranking[(ranking["trials"] == 0)]
+    ranking = ranking[ranking["trials"] > 0]
     table = pd.DataFrame({
         "rank": ranking["rank"], "setting": ranking["setting"], "trials": ranking["trials"],
         "median s/batch": [_median(r) for _, r in ranking.iterrows()], "95 % interval": ranking["interval"],
@@ -128,6 +130,10 @@ def _trials(ranking: pd.DataFrame) -> None:
     st.caption("Ranked by the median seconds per batch of each candidate's finished trials (the tuned loader's batches "
                "after its first). A candidate with fewer than 6 finished trials has no 95 % interval; one whose every "
                "trial failed is listed below the others with its first error.")
+    if len(untried):  # NOTE: most of a search's space is never run (the prediction ranks it below): one line, not rows
+        with st.expander(f"{len(untried)} candidate(s) not tried: the prediction ranked them below the first rung, "
+                         "or the budget ended first", expanded=False):
+            st.text("\n".join(untried["setting"]))
 
 
 def trial_of(run: dict[str, Any]) -> None:

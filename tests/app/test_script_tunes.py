@@ -18,7 +18,8 @@ from tests._markup import live_markup, seen
 TUNE = "tune-0a1b2c3d4e5f"
 SITE = "train.py:42"
 SETTINGS = [{"num_workers": 0, "pin_memory": False}, {"num_workers": 2, "pin_memory": False},
-            {"num_workers": 4, "pin_memory": False}, {"num_workers": 2, "pin_memory": "spawn"}]
+            {"num_workers": 4, "pin_memory": False}, {"num_workers": 2, "pin_memory": "spawn"},
+            {"num_workers": 8, "pin_memory": False}]  # the last never ran: the prediction ranked it below
 # the diff and the error are the user's text: Markdown and HTML in them must show as typed
 DIFF = ("--- train.py\n+++ train.py\n@@ -42 +42 @@\n-loader = DataLoader(ds, num_workers=0)  # **was** <b>x</b>\n"
         "+loader = DataLoader(ds, num_workers=2)  # [see](http://evil.example) ![i](http://evil.example/i.png)\n")
@@ -83,6 +84,9 @@ def test_explore_ranks_a_script_tunes_candidates_by_seconds_per_batch_with_their
     assert list(table["call"]) == ["the answer", "", "the script's own", ""]
     assert list(table["peak memory"]) == ["110 MiB", "120 MiB", "100 MiB", "not measured"]
     assert set(table["GPU idle"]) == {"not measured (CPU)"}
+    # a candidate never tried is no row of the ranking: it is named in one folded list below
+    untried = next(e for e in at.expander if "not tried" in e.label)
+    assert untried.label.startswith("1 candidate(s) not tried") and "num_workers=8" in untried.text[0].value
 
 
 def test_the_tunes_answer_shows_its_speedup_site_and_diff_as_code_and_user_text_as_text(tuned, open_page):
