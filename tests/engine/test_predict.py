@@ -1,8 +1,9 @@
 """engine.predict.model's capacity model as properties (Hypothesis over probes): more cores never slow a setting,
 more latency never speeds one, more process workers never slow one that fits the cores, a sync loader on a CPU
 is never predicted faster than the same setting overlapped, no prediction beats the work the cores must do, a
-worker process's batch is never faster than the one-thread load plus its hand-off, and no worker count beats the
-training process's serial receiving side. The probe (engine/predict/probe.py) on real pipelines: a sleep is latency
+worker process's batch is never faster than the one-thread load plus its hand-off, no worker count beats the
+training process's serial receiving side, and where items wait far longer than they work, twice the threads never
+predict slower. The probe (engine/predict/probe.py) on real pipelines: a sleep is latency
 that holds no GIL, a Python loop is CPU work that holds it, what that predicts for threads against processes, and a
 budget too short for the full probe gets a quick one with a wider range."""
 
@@ -62,7 +63,7 @@ loaders = st.sampled_from(["sync", "prefetch", "threads", "processes"])
 
 def _cfg(loader: str, workers: int, threads: int, base: RunConfig | None = None) -> RunConfig:
     return (base or RunConfig(device="cpu")).replace(
-        loader=loader, workers=workers if loader in ("threads", "processes") else 0, threads=threads)
+        loader=loader, workers=workers if loader in ("threads", "processes", "spdl") else 0, threads=threads)
 
 
 @settings(max_examples=300, deadline=None)
@@ -118,6 +119,22 @@ def test_more_process_workers_on_enough_cores_never_predict_slower(p: dict, work
     cores = 1 + (workers + 1) * pool
     more, fewer = predict(_cfg("processes", workers + 1, 1), p, cores), predict(_cfg("processes", workers, 1), p, cores)
     assert more.epoch_s <= fewer.epoch_s * (1 + 1e-9)
+
+
+@settings(max_examples=300, deadline=None)
+@given(probes(), st.sampled_from(["threads", "spdl"]), st.sampled_from([1, 2, 4, 8, 16, 32]), st.integers(1, 16),
+       st.floats(16.0, 200.0))
+def test_where_items_wait_far_longer_than_they_work_twice_the_threads_are_never_predicted_slower(
+        p: dict, loader: str, workers: int, threads: int, waits: float) -> None:
+    """Threads that wait hold no core and no GIL: over loading that is the limit, twice the threads (up to what
+    the latency/work ratio keeps busy) never predict slower, whatever share of the work holds the GIL."""
+    p = {**p, "load_wall_s": p["load_cpu_s"] * (1 + waits)}
+    if 2 * workers > p["cores"] * (1 + waits):
+        return
+    fewer = predict(_cfg(loader, workers, threads), p)
+    more = predict(_cfg(loader, 2 * workers, threads), p)
+    if fewer.limit == "data-bound":
+        assert more.epoch_s <= fewer.epoch_s * (1 + 1e-9), (more, fewer)
 
 
 @settings(max_examples=100, deadline=None)
