@@ -14,7 +14,7 @@ The model, per batch (b samples; probe figures scaled per sample when the batch 
               sync, prefetch   L + W            one thread makes every batch
               threads   (w)    max(L + W, (1-g) W + k g W)   the GIL-held share never runs on two threads, but a
                                                 thread that waits holds no GIL: the others' turns run in its wait
-              spdl      (w)    the same over samples (L / b, W / b each): its threads fetch samples, not batches
+              (a shape whose producers make samples: the same over samples, L / b and W / b each)
               processes (w)    L + W + H        H: a worker's hand-off of its batch (the probe's passes)
               (W / k in each, where the producer's hidden pool worked: k = 1 + its working extra threads)
     receive   R per batch (processes): the training process takes each batch in turn, between its steps: serial
@@ -108,10 +108,12 @@ LOADER_SHAPES: dict[str, LoaderShape] = {
     "sync": LoaderShape(threads=lambda w: 0, producers=lambda w: 1, in_process=True, overlaps=False),
     "prefetch": LoaderShape(threads=lambda w: 1, producers=lambda w: 1, in_process=True),
     "threads": LoaderShape(threads=lambda w: max(1, w), producers=lambda w: max(1, w), in_process=True),
-    # spdl: its fetch stage runs on `workers` threads of the training process, each fetching one sample at a time
-    # (concurrency=workers over samples, engine/loaders/spdl.py): threads, at a sample's grain, not a batch's
-    "spdl": LoaderShape(threads=lambda w: max(1, w), producers=lambda w: max(1, w), in_process=True,
-                        per_sample=True),
+    # spdl: its fetch stage runs on `workers` threads of the training process, so it is shaped as threads.
+    # NOTE: at a batch's grain, though its threads fetch samples (concurrency=workers over samples): SPDL's own cost
+    # a sample (an asyncio task, two thread hand-offs), which the probe does not measure, outweighed the overlap of
+    # waits a sample's grain buys over storage-like reads on 2 busy cores (spdl with 8 and 32 workers ran slower
+    # than threads with 8); `per_sample` is how a shape says so, where that cost is measured
+    "spdl": LoaderShape(threads=lambda w: max(1, w), producers=lambda w: max(1, w), in_process=True),
     "processes": LoaderShape(threads=lambda w: max(1, w), producers=lambda w: max(1, w), in_process=False),
 }
 

@@ -75,6 +75,7 @@ _REPEATS = 3
 _LATENT = 0.25     # a latency share of the load's wall above which its mean latency is measured over more batches
 _TAIL_S = 1.5      # wall seconds the mean latency may take, beyond the windows
 _POOL_BUSY = 0.05  # CPU of other threads, as a share of the loading thread's, past which a hidden pool is in use
+_QUICK_HANDOFF_S = 0.6  # what must be left for a quick probe's hand-off pass (3 workers' start, 8 hand-offs)
 QUICK_SPREAD = 0.25  # the least half-width (relative) of a quick probe's ranges: fewer windows, less sure
 _TAIL_ITEMS = 512  # items enough to see a heavy tail's weight (lognormal, sigma 1: the mean within ~10 %)
 
@@ -119,11 +120,20 @@ def probe(cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[Call
 
         load = _load(fetch, keys, device, cores := usable_cpus(), plan, kept)  # the loaders' fetch: collate, pinning
     default = torch.get_num_threads()
+    # a processes worker's hand-off of a batch, and the training process's serial side of it; a quick probe passes
+    # 4 batches, and only where what is left holds it. NOTE: without it processes read as free of their hand-off:
+    # over storage-like reads processes with 8 workers tied threads with 8 (both overlap the waits), and a tune
+    # answered either by its noise. So where items wait a quick probe passes them before the step (which fits what
+    # is left after), where the step decides more, after it
+    pin = bool(cfg.pin_memory) and device.type == "cuda"
+    waits = load["load_wall_s"] > 0 and 1 - load["load_cpu_s"] / load["load_wall_s"] > _LATENT
+    if load["quick"] and waits and end - time.perf_counter() > _QUICK_HANDOFF_S:
+        load.update(handoff(kept[:2], pin, n=4))
     compute, batches = _compute(cfg, device, steps, kept, default, end, load["quick"])
-    # a processes worker's hand-off of a batch, and the training process's serial side of it (NOTE: not in a quick
-    # probe, whose budget its worker's start would overrun: there the model reads no hand-off, the range covers it)
     if not load["quick"]:
-        load.update(handoff(kept[:8], bool(cfg.pin_memory) and device.type == "cuda"))
+        load.update(handoff(kept[:8], pin))
+    elif "handoff_s" not in load and end - time.perf_counter() > _QUICK_HANDOFF_S:
+        load.update(handoff(kept[:2], pin, n=4))
     spin = _spin_after_step() if device.type == "cpu" and default > 1 and not load["quick"] else 0.0
     gil_free = load["core_sharing"] <= _TOO_BUSY and cores >= 2  # NOTE: one core, or too busy: the GIL is not told
     step_s = compute[str(default)]["wall_s"]

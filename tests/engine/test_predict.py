@@ -2,8 +2,8 @@
 more latency never speeds one, more process workers never slow one that fits the cores, a sync loader on a CPU
 is never predicted faster than the same setting overlapped, no prediction beats the work the cores must do, a
 worker process's batch is never faster than the one-thread load plus its hand-off, no worker count beats the
-training process's serial receiving side, and where items wait far longer than they work, twice the threads never
-predict slower. The probe (engine/predict/probe.py) on real pipelines: a sleep is latency
+training process's serial receiving side, where items wait far longer than they work twice the threads never
+predict slower, and where the load holds no GIL threads never predict slower than as many processes. The probe (engine/predict/probe.py) on real pipelines: a sleep is latency
 that holds no GIL, a Python loop is CPU work that holds it, what that predicts for threads against processes, and a
 budget too short for the full probe gets a quick one with a wider range."""
 
@@ -135,6 +135,16 @@ def test_where_items_wait_far_longer_than_they_work_twice_the_threads_are_never_
     more = predict(_cfg(loader, 2 * workers, threads), p)
     if fewer.limit == "data-bound":
         assert more.epoch_s <= fewer.epoch_s * (1 + 1e-9), (more, fewer)
+
+
+@settings(max_examples=300, deadline=None)
+@given(probes(), st.integers(1, 64), st.integers(1, 16), st.integers(1, 64))
+def test_where_the_load_holds_no_gil_threads_are_never_predicted_slower_than_as_many_processes(
+        p: dict, workers: int, threads: int, cores: int) -> None:
+    """Both overlap the waits and the work; processes pay the hand-off (and the serial receiving side) besides."""
+    p = {**p, "gil_share": 0.0}
+    in_threads = predict(_cfg("threads", workers, threads), p, cores)
+    assert in_threads.epoch_s <= predict(_cfg("processes", workers, threads), p, cores).epoch_s * (1 + 1e-9)
 
 
 @settings(max_examples=100, deadline=None)

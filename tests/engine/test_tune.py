@@ -371,9 +371,11 @@ def test_a_heavy_cpu_models_tune_predicts_within_a_90s_budget(store):
 
 
 @pytest.mark.slow
-def test_over_storage_like_reads_tune_answers_more_workers_than_cores_within_1_3x_of_a_wider_grid(store):
+@pytest.mark.usefixtures("warm_runs")  # the grid's runs fork warm, as the tune's own do
+def test_over_storage_like_reads_tune_answers_threads_or_spdl_past_the_cores_within_1_3x_of_a_wider_grid(store):
     """Issue 37's done-when: reads that wait ~3 ms an item (bench/pipelines/storage.py), `tune --budget 90s`: the
-    answer has more workers than cores and is within 1.3x of the best of threads with 4, 8, 16 and 32 workers."""
+    answer is threads or spdl with more workers than cores, within 1.3x of the best of threads with 4, 8, 16 and
+    32 workers."""
     from engine.advice.tune import _steady_walls
     from engine.run.hostfit import usable_cores
     from engine.run.runner import launch
@@ -383,8 +385,7 @@ def test_over_storage_like_reads_tune_answers_more_workers_than_cores_within_1_3
     result = tune(f"{plugin}:build", f"{plugin}:model", budget_s=90, db=store, base=fields, progress=False)
     assert result.predictions, result.probe_note
     best = result.best
-    assert best is not None and best.loader in ("threads", "spdl", "processes") and best.workers > usable_cores(), \
-        result.render()
+    assert best is not None and best.loader in ("threads", "spdl") and best.workers > usable_cores(), result.render()
     answer = [r["epoch_s"] for r in result.rows + result.confirm_rows if r["candidate"] == result.best_idx]
     grid = []
     for workers in (4, 8, 16, 32):
