@@ -374,7 +374,8 @@ def test_a_load_whose_machine_slows_after_the_first_windows_is_read_at_most_wind
 
 def test_a_probe_that_cannot_fit_its_budget_is_a_quick_one_with_a_wider_range_not_none() -> None:
     """A budget far below the full probe's: the probe still comes back, says it is quick, and its range is at least
-    QUICK_SPREAD; without a budget, the full probe (with its hand-off passes)."""
+    QUICK_SPREAD; with a few seconds, a quick probe of this load (it mostly waits) passes batches through a worker
+    too (processes and threads tie without it); without a budget, the full probe (with its hand-off passes)."""
     from engine.predict.probe import QUICK_SPREAD
 
     cfg = RunConfig.from_dict({"workload": "bench.pipelines.storage:build", "model": "bench.pipelines.storage:model",
@@ -383,6 +384,9 @@ def test_a_probe_that_cannot_fit_its_budget_is_a_quick_one_with_a_wider_range_no
     assert quick["quick"] and quick["spread"] >= QUICK_SPREAD and quick["load_windows"] >= 1
     assert set(quick["compute"]) == {"1", str(quick["default_threads"])}
     assert predict(_cfg("threads", 8, 1), quick).epoch_s > 0
+    roomier = probe(cfg, CPU, step_builder(cfg, 0, CPU), budget_s=3.0)
+    assert roomier["quick"] and roomier["handoff_s"] >= roomier["receive_s"] > 0
+    assert predict(_cfg("processes", 8, 1), roomier).epoch_s > predict(_cfg("threads", 8, 1), roomier).epoch_s
     full = probe(cfg, CPU, step_builder(cfg, 0, CPU))
     assert not full["quick"] and full["load_windows"] > quick["load_windows"]
     assert full["handoff_s"] >= full["receive_s"] > 0   # a worker's batch pays at least the receiving side's share
