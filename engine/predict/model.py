@@ -10,9 +10,12 @@ The model, per batch (b samples; probe figures scaled per sample when the batch 
                                                 items, so a heavy tail counts as often as it comes)
     work      W = load CPU                      (needs a core; a share g of it holds the GIL; the calling thread's
                                                 and the hidden pools' (BLAS, OpenMP) threads' CPU together)
-    producer  sync, prefetch   L + W            one thread makes every batch
-              threads   (w)    (L + (1-g) W) / w + g W     the GIL-held share never runs on two threads
-              processes (w)    (L + W + H) / w            H: a worker's hand-off of its batch (the probe's passes)
+    producer  a wave of k units made at once by k of the w producers (k <= w; producers with no unit idle):
+              sync, prefetch   L + W            one thread makes every batch
+              threads   (w)    max(L + W, (1-g) W + k g W)   the GIL-held share never runs on two threads, but a
+                                                thread that waits holds no GIL: the others' turns run in its wait
+              (a shape whose producers make samples: the same over samples, L / b and W / b each)
+              processes (w)    L + W + H        H: a worker's hand-off of its batch (the probe's passes)
               (W / k in each, where the producer's hidden pool worked: k = 1 + its working extra threads)
     receive   R per batch (processes): the training process takes each batch in turn, between its steps: serial
     compute   C(t) = C1 ((1 - q) + q / n)       Amdahl's law through the probe's 1-thread and default-thread steps
@@ -26,13 +29,14 @@ The model, per batch (b samples; probe figures scaled per sample when the batch 
                                                 team loses its speed-up), then runs at its own
     runnable  t + the loader's producer threads + the hidden pools' extra threads (per worker process, or once in
               the training process; capped by the setting's transform_threads), counted by the share of them the
-              probe saw working (load CPU over wall, past one core); beside the step only where loading overlaps it
+              probe saw working (load CPU over wall, past one core); beside the step only where loading overlaps it,
+              and only the producers that have a unit to make (16 threads over 8 batches: 8)
     cores     (W + step CPU) / usable cores     step CPU: its busy work; when runnable threads (t + workers)
                                                 outnumber the cores, what its t threads burn (OpenMP spins on
                                                 a core a worker wants), and their spin after it (measured)
 
-    epoch     = the largest of      data      waves of w batches (w producers start together) x w x producer
-                                              + one step
+    epoch     = the largest of      data      the waves of an epoch's units (w producers start together: 8
+                                              batches, 4 workers: 2 waves) + one step
                                     compute   first batch + batches x (compute + R)
                                     cores     batches x cores
                                     gil       batches x (g W + gs C): a producer thread in the step's process
@@ -89,12 +93,14 @@ class LoaderShape:
     """A loader as the model sees it. threads(workers): the runnable threads it adds beside the training thread;
     producers(workers): how many make batches at once; in_process: its producers are threads of the training
     process (they share its GIL and its hidden pools; else each worker process has pools of its own);
-    overlaps: loading overlaps the step (sync's does not)."""
+    overlaps: loading overlaps the step (sync's does not); per_sample: each producer makes one sample at a time and
+    the batch is gathered from them (else each makes a whole batch)."""
 
     threads: Callable[[int], int]
     producers: Callable[[int], int]
     in_process: bool
     overlaps: bool = True
+    per_sample: bool = False
 
 
 # NOTE: a loader missing here gets no prediction; a thread-based one (spdl, say) is one more line like `threads`
@@ -102,7 +108,11 @@ LOADER_SHAPES: dict[str, LoaderShape] = {
     "sync": LoaderShape(threads=lambda w: 0, producers=lambda w: 1, in_process=True, overlaps=False),
     "prefetch": LoaderShape(threads=lambda w: 1, producers=lambda w: 1, in_process=True),
     "threads": LoaderShape(threads=lambda w: max(1, w), producers=lambda w: max(1, w), in_process=True),
-    # spdl: its fetch stage runs on `workers` threads of the training process, so it is shaped as threads
+    # spdl: its fetch stage runs on `workers` threads of the training process, so it is shaped as threads.
+    # NOTE: at a batch's grain, though its threads fetch samples (concurrency=workers over samples): SPDL's own cost
+    # a sample (an asyncio task, two thread hand-offs), which the probe does not measure, outweighed the overlap of
+    # waits a sample's grain buys over storage-like reads on 2 busy cores (spdl with 8 and 32 workers ran slower
+    # than threads with 8); `per_sample` is how a shape says so, where that cost is measured
     "spdl": LoaderShape(threads=lambda w: max(1, w), producers=lambda w: max(1, w), in_process=True),
     "processes": LoaderShape(threads=lambda w: max(1, w), producers=lambda w: max(1, w), in_process=False),
 }
@@ -149,15 +159,21 @@ def predict(cfg: RunConfig, probe: dict[str, Any], cores: float | None = None) -
     # stays W, which the cores term charges)
     made = work / pool_k
     loader_threads = shape.threads(cfg.workers)
+    producers = shape.producers(cfg.workers)
+    # NOTE: producers past the units an epoch has (batches, or samples where each makes one) never get one to make:
+    # 16 threads over 8 batches are 8 at work, and the idle 8 take no core from the step
+    units = probe["n_samples"] if shape.per_sample else batches
+    active = max(1, min(producers, units))
     # the pools' threads run beside the step only where loading overlaps it (sync's pool runs between steps)
-    beside_step = threads + loader_threads + (pool_extra if shape.overlaps else 0.0)
+    # (a worker process that never gets a batch leaves its pool idle too)
+    pools_at_work = pool_extra if shape.in_process else pool_extra * active / producers
+    beside_step = threads + min(loader_threads, active) + (pools_at_work if shape.overlaps else 0.0)
     runnable = threads + loader_threads + pool_extra
     on_cpu = probe["device"] == "cpu"
     # NOTE: past the cores, the intra-op threads' spinning takes cores the loader wants: while the step runs, and
     # after it while the loop waits for the next batch (the probe measures how long OpenMP spins then)
     after = probe.get("spin_after_step_s", 0.0) * (threads - 1) / max(1, probe["default_threads"] - 1)
     busy = (spin_cpu + after if on_cpu and beside_step > cores else step_cpu) + pool_spin
-    producers = shape.producers(cfg.workers)
     if on_cpu and beside_step > cores and (shape.overlaps or pool_spin > 0):
         # NOTE: an OpenMP team time-sliced with the loader's producers loses its parallel speed-up (each barrier waits
         # for the thread that is off its core): on 2 cores a jpeg + cnn step of 22-30 ms on 2 threads read 62-68 ms
@@ -166,7 +182,7 @@ def predict(cfg: RunConfig, probe: dict[str, Any], cores: float | None = None) -
         # overlapping loader) and the hidden pools' spin after each transform.
         one = _step(probe, 1, cores)[0] * per_sample if threads > 1 else step_wall
         # NOTE: one producer's share of a batch's work and of its pool's spin, spread over its pool_k threads
-        beside = ((work if shape.overlaps else 0.0) + pool_spin) / producers / pool_k
+        beside = ((work if shape.overlaps else 0.0) + pool_spin) / active / pool_k
         step_wall = _shared_step(step_wall, max(step_wall, one), beside, beside_step / cores)
     gil = 1.0 if probe.get("gil_share") is None else probe["gil_share"]  # NOTE: unmeasured (one core): GIL-bound
     # the GIL-held seconds of a batch: never more than the calling thread's own share of the work (a pool's
@@ -177,21 +193,25 @@ def predict(cfg: RunConfig, probe: dict[str, Any], cores: float | None = None) -
     if in_process and probe.get("step_beside_python"):
         # a Python-bound producer thread slows the step while it holds the GIL (the step waits for its turn);
         # NOTE: never by more than the producer holds it: the step can wait no longer than that
-        step_wall += min(held / producers, step_wall) * min(1.0, probe["step_beside_python"] - 1)
+        step_wall += min(held / active, step_wall) * min(1.0, probe["step_beside_python"] - 1)
     # NOTE: a worker process hands each batch over (shared memory, pickled handles), and the training process takes
     # each one in turn, between its steps: that side is serial however many workers there are (the probe's passes)
     hand, receive = ((0.0, 0.0) if shape.in_process else
                      (probe.get("handoff_s", 0.0) * per_sample, probe.get("receive_s", 0.0) * per_sample))
-    produce = _producer(latency, made + hand, held / made if shape.in_process and made > 0 else 0.0, producers)
+    g = held / made if shape.in_process and made > 0 else 0.0  # the GIL-held share of what a producer makes
+    grain = cfg.batch_size if shape.per_sample else 1  # units a batch is made of
     cpu = batches * (work + busy) / cores
     if on_cpu and not shape.overlaps:  # one thread loads, then steps: nothing overlaps
+        produce = latency + made + hand
         terms = {serial_kind(produce, step_wall): batches * (produce + step_wall), "cpu-bound": cpu}
     else:
-        # the first batch is waited for in full (one producer makes it), the last batch's step runs after it; w
-        # producers start together, so batches come in waves of w (8 batches, 4 workers: 2 waves, not 1 + 7/4)
+        # the first batch is waited for in full (its units' wave), the last batch's step runs after it; w
+        # producers start together, so units come in waves of w (8 batches, 4 workers: 2 waves, not 1 + 7/4)
         # (the last step runs with nothing made beside it)
-        terms = {"data-bound": max(math.ceil(batches / producers) * producers * produce, batches * receive) + alone,
-                 "compute-bound": latency + made + hand + (batches - 1) * (step_wall + receive) + alone,
+        made_s = _waves(units, active, latency / grain, (made + hand) / grain, g)
+        first = _waves(min(units, grain), active, latency / grain, (made + hand) / grain, g)
+        terms = {"data-bound": max(made_s, batches * receive) + alone,
+                 "compute-bound": first + (batches - 1) * (step_wall + receive) + alone,
                  "cpu-bound": cpu}
         if in_process:
             # a producer thread in the step's process and the step cannot overlap the parts both hold the GIL for
@@ -243,10 +263,21 @@ def apart(a: Prediction, b: Prediction) -> bool:
     return a.hi < b.lo or b.hi < a.lo
 
 
-def _producer(latency: float, work: float, gil: float, producers: int) -> float:
-    """Seconds per batch the loader's producers need, cores aside (the cores term charges those): the GIL-held
-    share g of the work never runs on two threads of one process at once (g = 0 for worker processes)."""
-    return (latency + (1 - gil) * work) / producers + gil * work
+def _waves(units: int, producers: int, latency: float, work: float, gil: float) -> float:
+    """Seconds `producers` (all of whom have a unit to make) take to make `units`, cores aside (the cores term
+    charges those), in waves of `producers` units. A wave of k takes a unit's own latency + work, or the time the
+    GIL lets it have: the GIL-held share g of the work never runs on two threads of one process at once (g = 0 for
+    worker processes), so k units need (1 - g) work + k g work.
+
+    NOTE: a thread that waits holds no GIL, so the others' held work runs in its wait: the GIL's turn does not add
+    to the latency (it did, and 16 threads over 8 batches of storage reads were predicted slower than 8). Where
+    nothing waits a wave is (1 - g) work + k g work, as before."""
+    full, part = divmod(units, producers)
+
+    def wave(k: int) -> float:
+        return max(latency + work, (1 - gil) * work + k * gil * work)
+
+    return full * wave(producers) + (wave(part) if part else 0.0)
 
 
 def _pools(cfg: RunConfig, probe: dict[str, Any], shape: LoaderShape) -> tuple[float, float, float]:

@@ -75,6 +75,8 @@ _REPEATS = 3
 _LATENT = 0.25     # a latency share of the load's wall above which its mean latency is measured over more batches
 _TAIL_S = 1.5      # wall seconds the mean latency may take, beyond the windows
 _POOL_BUSY = 0.05  # CPU of other threads, as a share of the loading thread's, past which a hidden pool is in use
+_QUICK_HANDOFF_S = 0.6  # what a quick probe keeps for its hand-off pass (3 workers' start, 8 hand-offs), and
+# half of which must be left for it
 QUICK_SPREAD = 0.25  # the least half-width (relative) of a quick probe's ranges: fewer windows, less sure
 _TAIL_ITEMS = 512  # items enough to see a heavy tail's weight (lognormal, sigma 1: the mean within ~10 %)
 
@@ -83,7 +85,8 @@ _TAIL_ITEMS = 512  # items enough to see a heavy tail's weight (lognormal, sigma
 class _Plan:
     """How many of each measurement the probe takes: the full probe, or a quick one that fits a short budget (one
     window where there were three, one GIL pair (none where the load mostly waits), no latency tail beyond the
-    window, one step at each thread count, no step-beside-Python) and says so with a wider range."""
+    window, one step at each thread count, no step-beside-Python, a hand-off pass of 4 batches only where what is
+    left holds it) and says so with a wider range."""
 
     repeats: int = _REPEATS
     gil_pairs: int = _GIL_PAIRS
@@ -119,11 +122,18 @@ def probe(cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[Call
 
         load = _load(fetch, keys, device, cores := usable_cpus(), plan, kept)  # the loaders' fetch: collate, pinning
     default = torch.get_num_threads()
-    compute, batches = _compute(cfg, device, steps, kept, default, end, load["quick"])
-    # a processes worker's hand-off of a batch, and the training process's serial side of it (NOTE: not in a quick
-    # probe, whose budget its worker's start would overrun: there the model reads no hand-off, the range covers it)
+    # a processes worker's hand-off of a batch, and the training process's serial side of it; a quick probe passes
+    # 4 batches, and only where what is left holds it. NOTE: without it processes read as free of their hand-off:
+    # over storage-like reads processes with 8 workers tied threads with 8 (both overlap the waits), and a tune
+    # answered either by its noise. So where items wait a quick probe's step plans to leave the pass its time
+    pin = bool(cfg.pin_memory) and device.type == "cuda"
+    waits = load["load_wall_s"] > 0 and 1 - load["load_cpu_s"] / load["load_wall_s"] > _LATENT
+    reserve = _QUICK_HANDOFF_S if load["quick"] and waits else 0.0
+    compute, batches = _compute(cfg, device, steps, kept, default, end - reserve, load["quick"])
     if not load["quick"]:
-        load.update(handoff(kept[:8], bool(cfg.pin_memory) and device.type == "cuda"))
+        load.update(handoff(kept[:8], pin))
+    elif end - time.perf_counter() > _QUICK_HANDOFF_S / 2:
+        load.update(handoff(kept[:2], pin, n=4))
     spin = _spin_after_step() if device.type == "cpu" and default > 1 and not load["quick"] else 0.0
     gil_free = load["core_sharing"] <= _TOO_BUSY and cores >= 2  # NOTE: one core, or too busy: the GIL is not told
     step_s = compute[str(default)]["wall_s"]

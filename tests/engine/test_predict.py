@@ -1,8 +1,9 @@
 """engine.predict.model's capacity model as properties (Hypothesis over probes): more cores never slow a setting,
 more latency never speeds one, more process workers never slow one that fits the cores, a sync loader on a CPU
 is never predicted faster than the same setting overlapped, no prediction beats the work the cores must do, a
-worker process's batch is never faster than the one-thread load plus its hand-off, and no worker count beats the
-training process's serial receiving side. The probe (engine/predict/probe.py) on real pipelines: a sleep is latency
+worker process's batch is never faster than the one-thread load plus its hand-off, no worker count beats the
+training process's serial receiving side, where items wait far longer than they work twice the threads never
+predict slower, and where the load holds no GIL threads never predict slower than as many processes. The probe (engine/predict/probe.py) on real pipelines: a sleep is latency
 that holds no GIL, a Python loop is CPU work that holds it, what that predicts for threads against processes, and a
 budget too short for the full probe gets a quick one with a wider range."""
 
@@ -62,7 +63,7 @@ loaders = st.sampled_from(["sync", "prefetch", "threads", "processes"])
 
 def _cfg(loader: str, workers: int, threads: int, base: RunConfig | None = None) -> RunConfig:
     return (base or RunConfig(device="cpu")).replace(
-        loader=loader, workers=workers if loader in ("threads", "processes") else 0, threads=threads)
+        loader=loader, workers=workers if loader in ("threads", "processes", "spdl") else 0, threads=threads)
 
 
 @settings(max_examples=300, deadline=None)
@@ -118,6 +119,33 @@ def test_more_process_workers_on_enough_cores_never_predict_slower(p: dict, work
     cores = 1 + (workers + 1) * pool
     more, fewer = predict(_cfg("processes", workers + 1, 1), p, cores), predict(_cfg("processes", workers, 1), p, cores)
     assert more.epoch_s <= fewer.epoch_s * (1 + 1e-9)
+
+
+@settings(max_examples=300, deadline=None)
+@given(probes(), st.sampled_from(["threads", "spdl"]), st.sampled_from([1, 2, 4, 8, 16, 32]), st.integers(1, 16),
+       st.floats(16.0, 200.0))
+def test_where_items_wait_far_longer_than_they_work_twice_the_threads_are_never_predicted_slower(
+        p: dict, loader: str, workers: int, threads: int, waits: float) -> None:
+    """Threads that wait hold no core and no GIL: where loading is the limit at both counts, twice the threads (up
+    to what the latency/work ratio keeps busy) never predict slower, whatever share of the work holds the GIL.
+    (Where the step is the limit, more threads beside it may slow it a little: the time-sliced step.)"""
+    p = {**p, "load_wall_s": p["load_cpu_s"] * (1 + waits)}
+    if 2 * workers > p["cores"] * (1 + waits):
+        return
+    fewer = predict(_cfg(loader, workers, threads), p)
+    more = predict(_cfg(loader, 2 * workers, threads), p)
+    if fewer.limit == more.limit == "data-bound":
+        assert more.epoch_s <= fewer.epoch_s * (1 + 1e-9), (more, fewer)
+
+
+@settings(max_examples=300, deadline=None)
+@given(probes(), st.integers(1, 64), st.integers(1, 16), st.integers(1, 64))
+def test_where_the_load_holds_no_gil_threads_are_never_predicted_slower_than_as_many_processes(
+        p: dict, workers: int, threads: int, cores: int) -> None:
+    """Both overlap the waits and the work; processes pay the hand-off (and the serial receiving side) besides."""
+    p = {**p, "gil_share": 0.0}
+    in_threads = predict(_cfg("threads", workers, threads), p, cores)
+    assert in_threads.epoch_s <= predict(_cfg("processes", workers, threads), p, cores).epoch_s * (1 + 1e-9)
 
 
 @settings(max_examples=100, deadline=None)
@@ -347,7 +375,8 @@ def test_a_load_whose_machine_slows_after_the_first_windows_is_read_at_most_wind
 
 def test_a_probe_that_cannot_fit_its_budget_is_a_quick_one_with_a_wider_range_not_none() -> None:
     """A budget far below the full probe's: the probe still comes back, says it is quick, and its range is at least
-    QUICK_SPREAD; without a budget, the full probe (with its hand-off passes)."""
+    QUICK_SPREAD; with a few seconds, a quick probe of this load (it mostly waits) passes batches through a worker
+    too (processes and threads tie without it); without a budget, the full probe (with its hand-off passes)."""
     from engine.predict.probe import QUICK_SPREAD
 
     cfg = RunConfig.from_dict({"workload": "bench.pipelines.storage:build", "model": "bench.pipelines.storage:model",
@@ -356,6 +385,9 @@ def test_a_probe_that_cannot_fit_its_budget_is_a_quick_one_with_a_wider_range_no
     assert quick["quick"] and quick["spread"] >= QUICK_SPREAD and quick["load_windows"] >= 1
     assert set(quick["compute"]) == {"1", str(quick["default_threads"])}
     assert predict(_cfg("threads", 8, 1), quick).epoch_s > 0
+    roomier = probe(cfg, CPU, step_builder(cfg, 0, CPU), budget_s=3.0)
+    assert roomier["quick"] and roomier["handoff_s"] >= roomier["receive_s"] > 0
+    assert predict(_cfg("processes", 8, 1), roomier).epoch_s > predict(_cfg("threads", 8, 1), roomier).epoch_s
     full = probe(cfg, CPU, step_builder(cfg, 0, CPU))
     assert not full["quick"] and full["load_windows"] > quick["load_windows"]
     assert full["handoff_s"] >= full["receive_s"] > 0   # a worker's batch pays at least the receiving side's share

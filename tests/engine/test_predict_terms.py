@@ -1,10 +1,12 @@
-"""engine.predict.model term by term, on hand-computed cases from its docstring (one per term: waves, the GIL
-split, the time-sliced step, spin), and what surrounds the model: ranges, residuals of earlier runs (prior+runs),
-settings it cannot tell apart shown once, and a probe cache keyed on the thread settings and the affinity."""
+"""engine.predict.model term by term, on hand-computed cases from its docstring (one per term: waves (of batches,
+or of samples), the GIL split, the time-sliced step, spin), and what surrounds the model: ranges,
+residuals of earlier runs (prior+runs), settings it cannot tell apart shown once, and a probe cache keyed on the
+thread settings and the affinity."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import subprocess
 import sys
 
@@ -39,6 +41,21 @@ def test_waves_four_workers_make_eight_batches_of_latency_in_two_waves() -> None
     # 100 ms of latency a batch, 4 workers: 2 waves of 4 batches, each wave 4 x 100 / 4 ms, then one 1 ms step
     got = predict(_cfg("processes", 4), _probe(0.1, 0.0, (0.001, 0.001)))
     assert got.limit == "data-bound" and got.epoch_s == pytest.approx(2 * 4 * 0.025 + 0.001)
+
+
+def test_threads_past_the_batches_idle_and_producers_of_samples_overlap_waits_at_a_samples_grain(monkeypatch) -> None:
+    # 320 ms of waiting a batch (5 ms a sample), a little GIL-held work (1 ms a batch): 8 batches. threads make whole
+    # batches: 8 and 16 threads are both one wave of 320 + 1 ms (the others' GIL turns run in its wait), then the
+    # last step; the 8 threads with no batch to make take no core (9 runnable on 16 cores: no step is time-sliced)
+    probe = _probe(0.321, 0.001, (0.001, 0.001), cores=16.0, gil_share=1.0)
+    eight, sixteen = predict(_cfg("threads", 8), probe), predict(_cfg("threads", 16), probe)
+    assert sixteen.epoch_s == pytest.approx(eight.epoch_s) and eight.terms["data-bound"] == pytest.approx(0.321 + 0.001)
+    # a shape whose producers fetch samples: 32 of them make 512 samples in 16 waves of 5 ms + 1/64 ms, then the
+    # last step (time-sliced a little: 33 runnable on 16 cores)
+    monkeypatch.setitem(LOADER_SHAPES, "spdl", replace(LOADER_SHAPES["spdl"], per_sample=True))
+    got = predict(_cfg("spdl", 32), probe)
+    assert got.terms["data-bound"] == pytest.approx(16 * 0.321 / 64 + 0.001, rel=0.01)
+    assert got.epoch_s < eight.epoch_s / 2
 
 
 def test_gil_split_two_threads_share_only_the_work_that_releases_the_gil() -> None:

@@ -348,32 +348,34 @@ def test_where_items_wait_threads_and_spdl_reach_past_the_cores_and_processes_st
 
 
 @pytest.mark.slow
+@pytest.mark.own_calibrations  # measured now: a probe another test cached would fit any budget
 def test_a_heavy_cpu_models_tune_predicts_within_a_90s_budget(store):
-    """The ResNet of examples/own_pipeline on the CPU: the probe tune asks for under a 90 s budget (its share) comes
-    back, quick where the full one does not fit, and ranks the candidates."""
-    from engine.advice import tune as tune_mod
+    """The ResNet of examples/own_pipeline on the CPU, `tune --budget 90s`: the probe comes back within its share
+    (quick where the full one does not fit, and the answer says which), and the answer carries predictions. One
+    candidate, the user's own setting, and one steady epoch, so the tune is its probe and one short run."""
     from engine.advice.tune import PROBE_MIN_S, PROBE_SHARE
-
-    fields = {"n_samples": 512, "image_size": 32, "num_classes": 8, "device": "cpu", "sample_hz": 0.0}
-    cfg0, configs = tune_mod._configs("examples.own_pipeline.data:build", "examples.own_pipeline.nets:resnet",
-                                      fields, None, {})
     from examples.own_pipeline.data import build
 
+    fields = {"n_samples": 256, "image_size": 32, "num_classes": 8, "device": "cpu", "sample_hz": 0.0}
     # the user's data exists already: its folder is made here, not in the probe
-    build(seed=cfg0.seed, **{k: fields[k] for k in ("image_size", "num_classes", "n_samples")})
+    build(seed=RunConfig().seed, **{k: fields[k] for k in ("image_size", "num_classes", "n_samples")})
+    result = tune("examples.own_pipeline.data:build", "examples.own_pipeline.nets:resnet", budget_s=90, db=store,
+                  base=fields, progress=False, space=[{"loader": "processes", "workers": 2}], rung0_epochs=1)
     share = max(PROBE_MIN_S, 90 * PROBE_SHARE)
-    started = time.monotonic()
-    found, note = tune_mod._probe(cfg0, store, share, True)
-    assert found is not None, note
-    assert time.monotonic() - started <= 1.5 * share   # its share, and what a busy machine overruns it by
-    assert ("a quick probe" in note) == bool(found.get("quick")) and ("the full probe" in note) != found.get("quick")
-    assert all(predict(c, found) is not None for c in configs)
+    assert result.probe is not None and "measured now" in result.probe_note, result.probe_note
+    assert result.probe_s <= 1.5 * share   # its share, and what a busy machine overruns it by
+    quick = bool(result.probe.get("quick"))
+    assert ("a quick probe" in result.probe_note) == quick and ("the full probe" in result.probe_note) != quick
+    assert set(result.predictions) == {0} and result.rows and result.rows[0]["predicted_s"] > 0
+    assert "ranked 1 of 1 candidates by prediction" in result.render(), result.render()
 
 
 @pytest.mark.slow
-def test_over_storage_like_reads_tune_answers_more_workers_than_cores_within_1_3x_of_a_wider_grid(store):
+@pytest.mark.usefixtures("warm_runs")  # the grid's runs fork warm, as the tune's own do
+def test_over_storage_like_reads_tune_answers_threads_or_spdl_past_the_cores_within_1_3x_of_a_wider_grid(store):
     """Issue 37's done-when: reads that wait ~3 ms an item (bench/pipelines/storage.py), `tune --budget 90s`: the
-    answer has more workers than cores and is within 1.3x of the best of threads with 4, 8, 16 and 32 workers."""
+    answer is threads or spdl with more workers than cores, within 1.3x of the best of threads with 4, 8, 16 and
+    32 workers."""
     from engine.advice.tune import _steady_walls
     from engine.run.hostfit import usable_cores
     from engine.run.runner import launch
@@ -383,8 +385,7 @@ def test_over_storage_like_reads_tune_answers_more_workers_than_cores_within_1_3
     result = tune(f"{plugin}:build", f"{plugin}:model", budget_s=90, db=store, base=fields, progress=False)
     assert result.predictions, result.probe_note
     best = result.best
-    assert best is not None and best.loader in ("threads", "spdl", "processes") and best.workers > usable_cores(), \
-        result.render()
+    assert best is not None and best.loader in ("threads", "spdl") and best.workers > usable_cores(), result.render()
     answer = [r["epoch_s"] for r in result.rows + result.confirm_rows if r["candidate"] == result.best_idx]
     grid = []
     for workers in (4, 8, 16, 32):
