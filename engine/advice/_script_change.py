@@ -1,6 +1,6 @@
 """The change `engine tune -- python train.py` answers with: the script's DataLoader(...) call as it should read, as a
 unified diff against the script's own source (engine/advice/tune_script.py). Where the answer is the lab's threads
-loader, the call becomes ThreadsLoader(...) with the same arguments, and the class (engine/observe/_threads_loader.py,
+loader, the call becomes ThreadsLoader(...) with the same arguments, and the class (engine/observe/threads_loader.py,
 the code its trials ran) is pasted after the script's imports.
 
     print(change("train.py:12", {"num_workers": 0}, {"num_workers": 4, "persistent_workers": True}))
@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from engine.observe import LOADER_ARGS
-from engine.observe._threads_loader import ThreadsLoader
 
 __all__ = ["change"]
 
@@ -44,12 +43,16 @@ def change(site: str, base: dict[str, Any], best: dict[str, Any]) -> str:
     changes = {k: best.get(k) for k in LOADER_ARGS if best.get(k) != base.get(k) and (k in best or k in base)}
     edits: list[tuple[int, int, bytes]] = []
     if best.get("loader") == "threads":  # the same arguments to ThreadsLoader, which ignores the workers' own
+        # NOTE: here, not at the top: the CLI imports this module and must not load torch before a command needs it
+        from engine.observe.threads_loader import IMPORTS, ThreadsLoader
         changes = {k: v for k, v in changes.items() if k in ("num_workers", "pin_memory", "prefetch_factor")}
         edits.append((at(call.func.lineno, call.func.col_offset),
                       at(call.func.end_lineno or call.func.lineno, call.func.end_col_offset or 0), b"ThreadsLoader"))
         imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
         after = at((imports[-1].end_lineno or imports[-1].lineno) + 1, 0) if imports else 0
-        code = "\n\n" + inspect.getsource(ThreadsLoader) + "\n"
+        lines = set(source.splitlines())
+        needed = "".join(f"{line}\n" for line in IMPORTS if line not in lines)  # the class's imports the script lacks
+        code = ("\n" + needed if needed else "") + "\n\n" + inspect.getsource(ThreadsLoader) + "\n"
         edits.append((after, after, code.encode()))
     if not best.get("num_workers"):
         changes = {k: v for k, v in changes.items() if k in ("num_workers", "pin_memory")}

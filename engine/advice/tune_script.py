@@ -13,7 +13,7 @@ it stops). Its output goes to a file per trial; a trial that fails is one row wi
    the first trial's items wait, as in the lab's tune} x prefetch_factor {2, 4}
    x the start method {the script's, spawn, fork} x intra-op threads {the script's, 1, cores - workers}, with persistent
    workers (and pin_memory on CUDA); for a map-style dataset, the lab's threads loader too (threads of the script's
-   process over its dataset, batch sampler and collate_fn, engine/observe/_threads_loader.py: {2, 4, ... up to twice
+   process over its dataset, batch sampler and collate_fn, engine/observe/threads_loader.py: {2, 4, ... up to twice
    the cores, 4 at least, or cores x (1 + waits) where items wait} threads), whose answer pastes that class into the script. Ranked by the lab's model, the
    one `tune` ranks by, fed from the first trial (engine/advice/_script_predict.py says what it measures there and
    what it assumes), then tune's own search
@@ -153,7 +153,7 @@ def describe(setting: dict[str, Any], base: dict[str, Any] | None = None) -> str
 def candidates(base: dict[str, Any], cores: float, cuda: bool, map_style: bool = False,
                waits: float = 0.0) -> list[dict[str, Any]]:
     """The script's own setting first, then the space (module doc), without repeats. map_style: the lab's threads
-    loader over the script's dataset too (engine/observe/_threads_loader.py). waits: the first trial's latency per
+    loader over the script's dataset too (engine/observe/threads_loader.py). waits: the first trial's latency per
     second of loading work (tune.waits_of): where items wait, workers reach past the cores as in the lab's tune
     (threads to cores x (1 + waits), at most MAX_WORKERS; processes to MAX_PROCESSES_PER_CORE x cores)."""
     threads0 = base.get("threads") or 1

@@ -7,7 +7,7 @@
     _stream.py    one loader's run: its RunLog, sampler and the timing of each epoch (loaded once torch is)
     _settings.py  the loader's settings read from the object, mapped onto RunConfig's fields where they map
     _trial.py     a trial of `engine tune -- python train.py`: the tuned loader's setting, and the trial's stop
-    _threads_loader.py  the lab's threads loader over a script's map-style dataset: a trial's, and the answer's code
+    threads_loader.py   the lab's threads loader over a script's map-style dataset: a trial's, and the answer's code
 
 Importing this package imports neither torch nor the store.
 """

@@ -7,7 +7,7 @@ The parent says it all in the environment:
     LOADERLAB_TUNE_SITE            file:line of the DataLoader tuned (empty: the first trial, which finds it)
     LOADERLAB_TUNE_SETTING         JSON of that DataLoader's arguments to set, "threads" (torch's intra-op threads),
                                    and "loader": "threads" where its batches are made by threads of the script's
-                                   process instead (engine/observe/_threads_loader.py, over the same dataset,
+                                   process instead (engine/observe/threads_loader.py, over the same dataset,
                                    batch sampler and collate_fn; the run's config says loader=threads)
     LOADERLAB_TUNE_STEPS           stop once the tuned loader has delivered this many batches
     LOADERLAB_TUNE_SECONDS         (the first trial) stop this long after any observed loader's first batch
@@ -70,7 +70,8 @@ def mark(loader: Any, site: str) -> None:
     setting = json.loads(os.environ[ENV_SETTING])
     if setting.get("loader") != "threads":
         return
-    from engine.observe._threads_loader import ThreadsLoader  # noqa: PLC0415 - only a threads trial needs it
+    # NOTE: here, not at the top: observe's boot is standard library only, and the threads loader imports torch
+    from engine.observe.threads_loader import ThreadsLoader
     loader._loaderlab_threads = ThreadsLoader(loader.dataset, batch_sampler=loader.batch_sampler,
                                               collate_fn=loader.collate_fn, pin_memory=bool(setting.get("pin_memory")),
                                               num_workers=int(setting["num_workers"]),

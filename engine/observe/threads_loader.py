@@ -1,13 +1,19 @@
 """The lab's threads loader for a script's map-style dataset: what a trial of `engine tune -- python train.py` runs
 where a candidate's loader is "threads" (engine/observe/_trial.py), and, as its source, the code the answer pastes
-into the script (engine/advice/_script_change.py): the class below is self-contained for that reason.
+into the script (engine/advice/_script_change.py): the class below needs only IMPORTS, which the answer adds where
+the script lacks them.
 
     loader = ThreadsLoader(dataset, batch_size=32, shuffle=True, num_workers=8, prefetch_factor=2)
 """
 
 from __future__ import annotations
 
-__all__ = ["ThreadsLoader"]
+import torchdata.nodes as tn
+from torch.utils.data import DataLoader
+
+__all__ = ["IMPORTS", "ThreadsLoader"]
+
+IMPORTS = ("import torchdata.nodes as tn", "from torch.utils.data import DataLoader")  # what the pasted class needs
 
 
 class ThreadsLoader:
@@ -17,7 +23,6 @@ class ThreadsLoader:
 
     def __init__(self, dataset, batch_size=1, shuffle=False, sampler=None, batch_sampler=None, num_workers=0,
                  collate_fn=None, pin_memory=False, drop_last=False, *_, prefetch_factor=2, generator=None, **__):
-        from torch.utils.data import DataLoader
         # NOTE: a loader without workers, never iterated: its batch sampler and collate_fn are DataLoader's own
         self.plain = DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, 0, collate_fn,
                                 drop_last=drop_last, generator=generator)
@@ -28,7 +33,6 @@ class ThreadsLoader:
         return len(self.plain)
 
     def __iter__(self):
-        import torchdata.nodes as tn
         dataset, collate = self.dataset, self.plain.collate_fn
 
         def fetch(indices):
