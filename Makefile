@@ -6,6 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum requirements.txt | cut -d' ' -f1)
 CLUSTER_STAMP := $(VENV)/.cluster-$(shell cat requirements.txt requirements-cluster.txt | cksum | cut -d' ' -f1)
+DEV_STAMP := $(VENV)/.dev-$(shell cat requirements.txt requirements-dev.txt | cksum | cut -d' ' -f1)
 PORT ?= 8501
 ADDRESS ?= 127.0.0.1
 PYTEST_ARGS ?=
@@ -14,7 +15,7 @@ PYTEST_ARGS ?=
 # each worker its share of the cores. docs/development.md says how long the suite takes, and where.
 TEST_WORKERS ?= 2
 
-.PHONY: install run demo worker test browser-deps media-deps share clean bench test-gpu bench-gpu docs docs-serve
+.PHONY: install run demo worker lint test browser-deps media-deps share clean bench test-gpu bench-gpu docs docs-serve
 
 $(STAMP): requirements.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -27,6 +28,17 @@ install: $(STAMP)
 $(CLUSTER_STAMP): $(STAMP) requirements-cluster.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-cluster.txt
 	@rm -f $(VENV)/.cluster-*; touch $(CLUSTER_STAMP)
+
+# The linter and the type checker (pinned in requirements-dev.txt; settings in pyproject.toml)
+$(DEV_STAMP): $(STAMP) requirements-dev.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	@rm -f $(VENV)/.dev-*; touch $(DEV_STAMP)
+
+# ruff's lint and format check over the whole tree, and mypy over engine/
+lint: $(DEV_STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
 
 # The first time (an empty store), queue the demo sweep as jobs; the worker runs it (about 1.5 min on 2 cores)
 # while the dashboard already serves, and the Launch page shows it live.
@@ -61,11 +73,14 @@ media-deps:
 # machine's own BLAS pools, which xdist's workers cap at one thread) run one at a time
 # first, the rest on TEST_WORKERS; PYTEST_ARGS go to both (paths, -k, -x; not -m). Exit 5 is "none selected here".
 PYTEST := LOADERLAB_REQUIRE_BROWSER=1 LOADERLAB_REQUIRE_RAY=1 LOADERLAB_REQUIRE_SPDL_IO=1 $(PY) -m pytest
-# Both parts run whatever the first one gave, so one CI run reports every failure; the target fails if either did,
-# and its last line names the part that failed. Each part's minutes are printed as it ends.
-test: $(CLUSTER_STAMP) browser-deps media-deps
+# The lint part runs first; each part runs whatever the ones before gave, so one CI run reports every failure;
+# the target fails if any did, and its last line names the parts that failed. Each part's minutes are printed as it ends.
+test: $(CLUSTER_STAMP) $(DEV_STAMP) browser-deps media-deps
 	@failed=""; start=$$SECONDS; \
-	$(PYTEST) -m "quiet or serial" $(PYTEST_ARGS) || [ $$? -eq 5 ] || failed="the quiet/serial part (one at a time)"; \
+	$(MAKE) --no-print-directory lint || failed="the lint part (ruff, mypy)"; \
+	echo "make test: the lint part took $$(( (SECONDS - start) / 60 )) min $$(( (SECONDS - start) % 60 )) s"; \
+	start=$$SECONDS; \
+	$(PYTEST) -m "quiet or serial" $(PYTEST_ARGS) || [ $$? -eq 5 ] || failed="$${failed:+$$failed and }the quiet/serial part (one at a time)"; \
 	echo "make test: the quiet/serial part took $$(( (SECONDS - start) / 60 )) min $$(( (SECONDS - start) % 60 )) s"; \
 	start=$$SECONDS; \
 	$(PYTEST) -n $(TEST_WORKERS) -m "not quiet and not serial" $(PYTEST_ARGS) || [ $$? -eq 5 ] \
