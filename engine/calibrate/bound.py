@@ -80,7 +80,8 @@ from typing import Any, Callable, NamedTuple
 import torch
 
 from engine.calibrate._passes import compute_pass, loader_pass
-from engine.measure import OVERLAP_MIN, VERDICTS, pool_fix, serial_kind, usable_cpus, verdict_help
+from engine.measure import (OVERLAP_MIN, VERDICTS, median_epoch_s, pool_fix, serial_kind, usable_cpus,
+                            verdict_help)
 from engine.runlog import read_events
 
 __all__ = ["COMPUTE_KEYS", "EXPLAINED", "FAIL_ENV", "GIL_HELD", "LOADER_KEYS", "STALE", "VERDICTS", "Calibrator",
@@ -230,15 +231,15 @@ def calibrate(ctx: Any, run_dir: Path, bound: Callable[[Calibrator], list[Phase]
     events = read_events(run_dir)
     start = next(e for e in events if e["type"] == "start")
     steady_events = [e for e in events if e["type"] == "epoch" and not e["warmup"]]
-    steady = _epoch_walls(steady_events)
-    if not steady:
+    # the run's epoch time, by the one definition the store falls back on for a run cut short (measure/throughput.py)
+    measured = median_epoch_s(steady_events)
+    if measured is None:
         return {}
     scope = f"{start.get('sweep_id') or start['run_id']}:{start.get('repeat_idx') or 0}"
     cal = Calibrator(ctx, scope, run_dir.parent.parent / "calibrations")
     phases = bound(cal)
     if not phases:  # e.g. a ddp rank other than 0: rank 0 calibrates
         return {}
-    measured = statistics.median(steady)
     ttfb = statistics.median(e["ttfb_s"] for e in steady_events)
     world = int(ctx.summary.get("world_size_run") or ctx.cfg.world_size)
     # NOTE: the verdict's CPU % is the steady epochs' only: start-up and the warm-up epoch idle or spike the cores
@@ -261,7 +262,8 @@ def calibrate(ctx: Any, run_dir: Path, bound: Callable[[Calibrator], list[Phase]
         # bound still beaten after that says so, with no verdict.
         cal.again = True
         figures = figures_of(bound(cal) or phases)
-    return {**figures, "steady_cpu_pct": cpu_pct}
+    # epoch_s travels with the figures it divides: the store keeps the run's own, not one of its own making
+    return {**figures, "epoch_s": measured, "steady_cpu_pct": cpu_pct}
 
 
 def steady_cpu_pct(events: list[dict[str, Any]], steady: list[dict[str, Any]]) -> float | None:
@@ -433,12 +435,3 @@ def _epoch_sum(epochs: list[dict[str, Any]], field: str) -> float | None:
         if e.get(field) is not None:
             by_epoch[e["epoch"]] = by_epoch.get(e["epoch"], 0.0) + e[field]
     return statistics.median(by_epoch.values()) if by_epoch else None
-
-
-def _epoch_walls(epochs: list[dict[str, Any]]) -> list[float]:
-    """Per epoch: the wall time from the first model/rank's start to the last one's end."""
-    by_epoch: dict[int, list[dict[str, Any]]] = {}
-    for e in epochs:
-        by_epoch.setdefault(e["epoch"], []).append(e)
-    return [max(e["t_end"] for e in group) - min(e["t_start"] for e in group) if len(group) > 1
-            else group[0]["wall_s"] for group in by_epoch.values()]

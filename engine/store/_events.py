@@ -13,7 +13,7 @@ from typing import Any, Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.measure import samples_per_s, span_s, wait_percentiles
+from engine.measure import epoch_walls, median_epoch_s, samples_per_s, span_s, wait_percentiles
 from engine.runlog import EPOCH_FIELDS, STEP_FIELDS
 from engine.store.tables import column_types
 
@@ -161,16 +161,13 @@ def summarize(epochs: list[dict], samples: pa.Table, waits: list[float] | None =
     """
     out: dict[str, Any] = {"n_epochs": len({e["epoch"] for e in epochs})}
     steady = [e for e in epochs if not e["warmup"]]
-    by_epoch: dict[int, list[dict]] = {}
-    for e in steady:
-        by_epoch.setdefault(e["epoch"], []).append(e)
-    walls = [w for w in (_epoch_wall(group) for group in by_epoch.values()) if w is not None]
-    if walls:
-        out["epoch_s"] = statistics.median(walls)
+    epoch_s = median_epoch_s(steady)
+    if epoch_s is not None:
+        out["epoch_s"] = epoch_s
         # one definition with Recorder.finish (engine/measure/throughput.py): one span, first start to last end
         times = [{k: _float(e.get(k)) for k in ("samples", "t_start", "t_end")} for e in steady]
         span = span_s(times)
-        out["samples_per_s"] = samples_per_s(times, sum(walls) if span is None else span)
+        out["samples_per_s"] = samples_per_s(times, sum(epoch_walls(steady)) if span is None else span)
     ttfbs = [t for t in (_float(e.get("ttfb_s")) for e in steady) if t is not None]
     out["ttfb_s"] = statistics.median(ttfbs) if ttfbs else None
     # NOTE: shares are of the epochs' wall time, so what no timer explains shows up as `other`
@@ -220,14 +217,3 @@ def _finite_sorted(values: list) -> list[float]:
     million steps."""
     arr = _column(values, *_CONVERT["DOUBLE"]).drop_null()
     return arr.sort().to_pylist()
-
-
-def _epoch_wall(group: list[dict]) -> float | None:
-    if len(group) == 1:
-        return _float(group[0].get("wall_s"))
-    starts = [_float(e.get("t_start")) for e in group]
-    ends = [_float(e.get("t_end")) for e in group]
-    if None not in starts and None not in ends:
-        return max(ends) - min(starts)
-    walls = [w for w in (_float(e.get("wall_s")) for e in group) if w is not None]
-    return max(walls) if walls else None
