@@ -70,7 +70,7 @@ def observed_figures(events: list[dict[str, Any]]) -> dict[str, Any]:
     threads = {"intra_op": int(settings.get("intra_op_threads") or 1), "loader": workers, "cores": cores,
                "extra": 0, "kind": "processes" if workers else "sync", "pools": None}
     phase = Phase(loader_s=load, compute_s=step, loader_cpu_s=cpu_s, overlaps=overlaps)
-    out = figures([phase], measured, ttfb, 0.0, threads, mean_cpu_pct=cpu_pct, split=(e["data_wait_s"], step))
+    out = figures([phase], measured, ttfb, 0.0, threads, mean_cpu_pct=cpu_pct, own_times=(e["data_wait_s"], step))
     out.update(dict.fromkeys(_PASS_FIELDS), steady_cpu_pct=cpu_pct)
     if out.get("verdict_help") and stream:
         out["verdict_help"] += (f" (the DataLoader at {stream}: num_workers={workers} on {cores:g} usable cores; "
