@@ -145,7 +145,7 @@ class Calibrator:
         result = self._cached("loader", LOADER_KEYS, [shard], lambda: loader_pass(self.cfg, self.device, shard))
         return Pass(result["seconds"], result.get("cpu_s", 0.0))
 
-    def compute(self, name: str, steps: Callable[[], list[Callable]], fraction: float = 1.0,
+    def compute(self, name: str, steps: Callable[[Any], list[Callable]], fraction: float = 1.0,
                 device: Any = None) -> list[Pass]:
         """Per step callable, its seconds and CPU-seconds over one epoch of cached batches (x fraction of the
         epoch's batches)."""
@@ -301,7 +301,7 @@ def _figures(phases: list[Phase], measured: float, ttfb: float, age_s: float, th
                              f"its lower bound; the calibration, taken {age_s:.0f} s before, ran under other "
                              "conditions (a busier machine?); no verdict")
     if all(p.serial_compute_s is not None for p in phases):
-        serial = sum(max(Phase(p.loader_s, p.serial_compute_s, None, p.loader_cpu_s, p.compute_cpu_s,
+        serial = sum(max(Phase(p.loader_s, p.serial_compute_s or 0.0, None, p.loader_cpu_s, p.compute_cpu_s,
                                p.overlaps).terms(cores).values()) for p in phases) + ttfb * len(phases)
         out["serial_bound_s"] = serial
         # NOTE: only where running the models at once could save a tenth of the epoch: below that the

@@ -74,7 +74,8 @@ def run_row(run_id: str, run_dir: Path, events: list[dict], start: dict, epochs:
         ended_at = utc(max(ev.coerce(e.get("t"), "DOUBLE") or 0.0 for e in events))
     else:
         status, error, ended_at = RunStatus.RUNNING, None, None
-    cfg = start.get("config") if isinstance(start.get("config"), dict) else {}
+    given = start.get("config")
+    cfg: dict[str, Any] = given if isinstance(given, dict) else {}
     meta = {k: start.get(k) for k in ("sweep_id", "config_idx", "repeat_idx", "job_id")}
     meta.update({k: v for k, v in (sweep_meta or {}).items() if k in meta})
     if job_id is not None:
