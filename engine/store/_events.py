@@ -157,8 +157,9 @@ def calibrations_table(run_id: str, events: list[dict]) -> pa.Table:
 def summarize(epochs: list[dict], samples: pa.Table, waits: list[float] | None = None) -> dict[str, Any]:
     """Run-level figures over steady-state (non-warm-up) epochs.
 
-    epoch_s: median over epochs of the epoch's wall time; with several models or ranks in an epoch,
-    the wall time from the first start to the last end. samples_per_s: all samples / all that wall time.
+    epoch_s: engine.measure.median_epoch_s of the steady epochs, the definition the bound divides by; the run's own
+    summary, where it has one, gives the figure stored (engine/store/_runrow.py), so this one stands for a run cut
+    short. samples_per_s: all samples / the span from the first start to the last end.
     Shares: each part of the summed data_wait + h2d + compute. n_epochs counts finished epochs, warm-up included.
     `waits`: the steady steps' sorted data waits, when the caller already has them (an incremental ingest reads
     them from the store in SQL instead of a million steps into Python); else they come from the epochs' `steps`.
