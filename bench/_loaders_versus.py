@@ -130,7 +130,7 @@ def _report(got: dict[tuple[str, str], list[dict[str, float]]], workloads: list[
             ms = got[(w, name)]
             cmp = stats.compare(base, [m["epoch_s"] for m in ms])
             ci = stats.ci_text(cmp["speedup_lo"], cmp["speedup_hi"], len(ms), "{:.2f}")
-            said = {"B faster": f"{label} faster", "A faster": "DataLoader faster"}.get(cmp["verdict"], cmp["verdict"])
+            said = {"B faster": f"{label} faster", "A faster": "DataLoader faster"}.get(cmp["difference"], cmp["difference"])
             ratio = "-" if name == "processes" else f"{cmp['speedup']:.2f}x [{ci}] {said}"
             cells = [_cell([m[k] for m in ms], fmt) for k, fmt in
                      (("epoch_s", "{:.3f}"), ("cpu_s", "{:.2f}"), ("peak_pss_mib", "{:.0f}"))]

@@ -144,7 +144,7 @@ def _status(expect: str, c: dict[str, Any]) -> str:
     if math.isnan(lo):
         return "no clear difference"
     if expect == "B faster":
-        return {"B faster": "confirmed", "A faster": "contradicted"}.get(c["verdict"], "no clear difference")
+        return {"B faster": "confirmed", "A faster": "contradicted"}.get(c["difference"], "no clear difference")
     if expect == "B not slower":
         if c["b_not_slower"]:
             return "confirmed"

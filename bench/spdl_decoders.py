@@ -71,7 +71,7 @@ def _report(title: str, got: dict[str, list[float]]) -> None:
             continue
         c = stats.compare(base, values)
         ci = stats.ci_text(c["speedup_lo"], c["speedup_hi"], len(values), "{:.2f}", "x")
-        print(f"  {label:<18}{cell:<36}{c['speedup']:.2f}x [{ci}] {c['verdict']}")
+        print(f"  {label:<18}{cell:<36}{c['speedup']:.2f}x [{ci}] {c['difference']}")
 
 
 def main() -> None:

@@ -152,7 +152,7 @@ def _report(space: list[RunConfig], runs: dict[int, list[float]], medians: dict[
     if answer in medians and ref in medians:
         c = stats.compare(runs[ref], runs[answer])
         ci = stats.ci_text(c["speedup_lo"], c["speedup_hi"], min(c["n_a"], c["n_b"]), "{:.2f}", "x")
-        lines.append(f"vs {_name(space[ref])}: tune's answer is {c['speedup']:.2f}x its speed ({ci}; {c['verdict']}); "
+        lines.append(f"vs {_name(space[ref])}: tune's answer is {c['speedup']:.2f}x its speed ({ci}; {c['difference']}); "
                      f"at least as fast by the medians: {'yes' if c['speedup'] >= 1 else 'no'}")
     return lines
 

@@ -16,7 +16,7 @@ from engine.advice.memory import parse_size
 from engine.advice.run_advice import RunAdvice, run_advice
 from engine.analysis.charts import (METRIC_LABELS, auto_chart, compare_chart, epoch_breakdown_chart, epoch_chart,
                                     metric_chart, prediction_chart, step_timeline_chart)
-from engine.analysis.kept import kept_epochs_verdict
+from engine.analysis.kept import kept_epochs_limit
 from engine.config import RunConfig, SweepConfig, config_fields, field_choices, field_type, field_value
 from engine.errors import ConfigError
 from engine.jobs import (RAY_ADDRESS_ENV, RAY_SWEEP, JobGroup, cancel, cancel_jobs, default_ray_address, ensure_worker,
@@ -53,7 +53,7 @@ __all__ = ["BASELINE_EXAMPLE", "CONFIRM_REPEATS", "ConfigError", "EXPLORE_FILTER
            "default_ray_address", "demo_summary", "demo_sweep", "efficiency_text", "end_traceback", "ensure_worker",
            "epoch_breakdown_chart", "epoch_chart", "estimate_duration", "explore_axes", "explore_filter_options",
            "explore_predictions", "explore_ranking", "explore_summary", "field_choices", "field_type", "field_value",
-           "get_epochs", "get_run", "get_steps", "ingest_pending", "job_groups", "job_progress", "kept_epochs_verdict",
+           "get_epochs", "get_run", "get_steps", "ingest_pending", "job_groups", "job_progress", "kept_epochs_limit",
            "list_jobs", "list_saved_queries", "load_view", "metric_chart", "observed_next_steps", "parse_baseline",
            "parse_size", "pending_summary", "plugin_choices", "prediction_chart", "purge", "ray_available",
            "render_advice", "restore", "run_advice", "run_query", "run_title", "save_query", "save_view", "search_runs",

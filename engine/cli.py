@@ -424,7 +424,7 @@ def cmd_speedups(args: argparse.Namespace) -> int:
               + ": try `python -m engine sweep examples/dual.toml` (or fused.toml)")
         return 0
     cols = [c for c in ("sweep_id", "mode", "n_models", "model", "model_b", "dual_data", "loader", "n", "baseline_mode",
-                        "baseline_n", "speedup", "speedup_lo", "speedup_hi", "verdict", "note") if c in table.columns]
+                        "baseline_n", "speedup", "speedup_lo", "speedup_hi", "difference", "note") if c in table.columns]
     table = table[cols]
     if args.format == "json":
         print(table.to_json(orient="records"))

@@ -88,7 +88,7 @@ def runs(*, db: Db = None, limit: int = 10_000, **filters: Any) -> pd.DataFrame:
 def compare(what: Iterable[str] | str | pd.DataFrame, *, by: list[str] | None = None,
             db: Db = None) -> pd.DataFrame:
     """Each distinct config among the runs: n, median epoch_s with its exact 95% interval, and its speedup over
-    the slowest config with the interval and verdict of engine.analysis.stats.compare (the CLI's and the advisor's).
+    the slowest config with the interval and difference of engine.analysis.stats.compare (the CLI's and the advisor's).
 
     `what`: run ids, a read-only SQL query returning run_id, or a DataFrame of runs. `by`: the fields that
     tell configs apart (default: the config fields that differ among the runs). Runs of other hosts or
@@ -101,7 +101,7 @@ def compare(what: Iterable[str] | str | pd.DataFrame, *, by: list[str] | None = 
 
 def speedups(what: Iterable[str] | str | pd.DataFrame | None = None, *, db: Db = None) -> pd.DataFrame:
     """Each dual-* and fused config's speedup over training the same models one after another, with the 95%
-    interval and verdict of engine.analysis.stats.compare: dual-* against dual-sequential, fused xN against N single
+    interval and difference of engine.analysis.stats.compare: dual-* against dual-sequential, fused xN against N single
     runs, matched within one sweep, host fingerprint and plugin code (engine.analysis.stats.speedup_vs_sequential).
 
     `what`: as for compare (run ids, a query, a DataFrame); default: every done run in the store.

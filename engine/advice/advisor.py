@@ -374,8 +374,8 @@ def _vs_baseline_lines(advice: Advice, cli: bool = True) -> list[str]:
         lines = [f"{mine}: no stored runs for this problem yet, so no speedup to report"]
     else:
         ci = stats.ci_text(c["speedup_lo"], c["speedup_hi"], min(c["n_a"], c["n_b"]), "{:.2f}", "x")
-        said = (f"best is {c['speedup']:.2f}x faster than {mine}" if c["verdict"] == "B faster"
-                else f"best vs {mine}: {c['speedup']:.2f}x by the medians, {c['verdict']}")
+        said = (f"best is {c['speedup']:.2f}x faster than {mine}" if c["difference"] == "B faster"
+                else f"best vs {mine}: {c['speedup']:.2f}x by the medians, {c['difference']}")
         lines = [f"{said} ({ci}; {c['n_a']} + {c['n_b']} runs)"]
     if advice.needs_confirmation and cli:
         host = "" if advice.host == "this" else f" --host {advice.host}"
@@ -447,7 +447,7 @@ def _tied(mine: pd.DataFrame, table: pd.DataFrame, best: dict[str, Any],
     for _, row in table.iloc[1:].iterrows():
         knobs = dict(zip(keys, _native(row[keys])))
         other = mine[stats.matching(mine, knobs)]["epoch_s"]
-        if stats.compare(other, best_runs["epoch_s"])["verdict"] == "no clear difference":
+        if stats.compare(other, best_runs["epoch_s"])["difference"] == "no clear difference":
             out.append(knobs)
     return out
 

@@ -224,8 +224,8 @@ class TuneResult:
                          else "the sync loader (no background loading) was the fastest measured")
         elif c and not math.isnan(c.get("speedup", math.nan)):
             ci = stats.ci_text(c["speedup_lo"], c["speedup_hi"], min(c["n_a"], c["n_b"]), "{:.2f}", "x")
-            said = (f"best is {c['speedup']:.2f}x faster than {ref}" if c["verdict"] == "B faster"
-                    else f"best vs {ref}: {c['speedup']:.2f}x by the medians, {c['verdict']}")
+            said = (f"best is {c['speedup']:.2f}x faster than {ref}" if c["difference"] == "B faster"
+                    else f"best vs {ref}: {c['speedup']:.2f}x by the medians, {c['difference']}")
             lines.append(f"{said} ({ci}; {c['n_a']} + {c['n_b']} interleaved runs, {c['median_a']:.3f} s per "
                          f"epoch for {ref.split(' (')[0]})")
         elif self.best_idx != 0:

@@ -128,9 +128,9 @@ class ScriptTuneResult:
                      f"{describe(self.base)})")
         if c and not math.isnan(c.get("speedup", math.nan)):
             ci = stats.ci_text(c["speedup_lo"], c["speedup_hi"], min(c["n_a"], c["n_b"]), "{:.2f}", "x")
-            said = (f"{c['speedup']:.2f}x faster than {own}" if c["verdict"] == "B faster" else
+            said = (f"{c['speedup']:.2f}x faster than {own}" if c["difference"] == "B faster" else
                     f"{c['speedup']:.2f}x {own}'s speed by the medians, not confirmed" if c.get("note") else
-                    f"{c['speedup']:.2f}x {own}'s speed by the medians: {c['verdict']}")
+                    f"{c['speedup']:.2f}x {own}'s speed by the medians: {c['difference']}")
             lines.append(f"{said} ({ci}; {c['n_a']} + {c['n_b']} runs, interleaved; {c['median_a']:.4f} s per batch "
                          "under the script's own)")
         peaks = [r.get("peak_bytes") for r in self.rows if r["candidate"] == self.best_idx and r.get("peak_bytes")]
@@ -235,7 +235,7 @@ def _record(result: ScriptTuneResult, db: Db) -> None:
            "command": json.dumps(result.command), "site": result.site, "budget_s": result.budget_s,
            "spent_s": result.spent_s, "stop_reason": result.stop_reason or "done", "best_config_idx": best,
            **{k: _finite(c.get(k)) if best else None for k in ("speedup", "speedup_lo", "speedup_hi")},
-           "verdict": c.get("verdict") if best else None, "diff": result.diff, "answer": result.render(),
+           "verdict": c.get("difference") if best else None, "diff": result.diff, "answer": result.render(),
            "settings_json": json.dumps(result.settings, default=str)}
     try:
         record_tune(db, row)

@@ -9,6 +9,8 @@ their ids in `custom_data`, so a click or a box selection in the dashboard hands
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
@@ -110,7 +112,7 @@ def metric_chart(summary: pd.DataFrame, *, x: str, metric: str = "epoch_s", colo
     if pooled:
         df["configs"] = [_configs_text(k, d) for k, d in zip(df["n_configs"], df.get("differs", [""] * len(df)))]
     title = f"{label} by {x}" + (f", colour {color}" if color else "") + (f", per {facet}" if facet else "")
-    kwargs = dict(x=x, y="median", color=color, facet_col=facet, error_y="err_plus", error_y_minus="err_minus",
+    kwargs: dict[str, Any] = dict(x=x, y="median", color=color, facet_col=facet, error_y="err_plus", error_y_minus="err_minus",
                   custom_data=["run_ids"], labels={"median": f"median {label}", "runs": "run ids"},
                   hover_data={"n": True, "interval": True, **({"configs": True} if pooled else {}), "runs": True,
                               "err_plus": False, "err_minus": False,

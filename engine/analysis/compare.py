@@ -21,7 +21,7 @@ _IGNORED = {"tag"}                               # a label, not a setting
 
 
 def compare_runs(df: pd.DataFrame, by: list[str] | None = None) -> pd.DataFrame:
-    """Fastest first: fields, n, median, ci_lo, ci_hi, cv, noisy, speedup / speedup_lo / speedup_hi / verdict
+    """Fastest first: fields, n, median, ci_lo, ci_hi, cv, noisy, speedup / speedup_lo / speedup_hi / difference
     over the slowest config (stats.compare: "B faster" means this config is faster), run_ids."""
     done = df[df["status"] == RunStatus.DONE] if "status" in df.columns else df
     done = done.dropna(subset=["epoch_s"]) if "epoch_s" in done.columns else done.iloc[0:0]
@@ -43,7 +43,7 @@ def compare_runs(df: pd.DataFrame, by: list[str] | None = None) -> pd.DataFrame:
         comparable = all(_same(a, b) for a, b, k in zip(key, ref_key, keys) if k in _SEPARATE)
         c = stats.compare(groups[ref_key]["epoch_s"], mine["epoch_s"]) if comparable else {}
         rows.append({"speedup": c.get("speedup"), "speedup_lo": c.get("speedup_lo"), "speedup_hi": c.get("speedup_hi"),
-                     "verdict": c.get("verdict", "other host or code: not compared"),
+                     "difference": c.get("difference", "other host or code: not compared"),
                      "run_ids": sorted(mine["run_id"]) if "run_id" in mine.columns else []})
     return pd.concat([table, pd.DataFrame(rows)], axis=1)
 

@@ -5,7 +5,7 @@ Pure functions of numbers and DataFrames (no store, no torch), so Explore, the a
 and the findings bench share one definition of "interval" and of "faster":
 
     med, lo, hi = median_ci([1.02, 0.98, 1.01, 1.00, 0.99, 1.03])   # exact 95% interval of the median
-    compare(sync_epoch_s, threads_epoch_s)["verdict"]   # "A faster" | "B faster" | "no clear difference"
+    compare(sync_epoch_s, threads_epoch_s)["difference"]   # "A faster" | "B faster" | "no clear difference"
 
 Interval of the median: the binomial order-statistic interval [x_(k), x_(n-k+1)] (distribution-free,
 coverage >= the confidence for any continuous distribution). At 95% it needs n >= 6; below that there is
@@ -28,7 +28,7 @@ from engine.status import RunStatus
 
 __all__ = ["MIN_FOR_CI", "NOISY_CV", "ci_text", "compare", "cv", "matching", "median_ci", "median_ci_ranks",
            "mixed_hosts_warning", "ratio_ci", "speedup_vs_sequential", "summarize_configs", "time_breakdown",
-           "verdict"]
+           "difference"]
 
 NOISY_CV = 0.10   # docs/design.md: a coefficient of variation over 10% flags a config as noisy
 MIN_FOR_CI = 6    # the fewest values whose exact interval of the median reaches 95% (n=5 gives 93.75%)
@@ -161,7 +161,7 @@ def ratio_ci(a_values: Iterable[float], b_values: Iterable[float],
     return ratio, float(a[ka - 1] / b[nb - kb]), float(a[na - ka] / b[kb - 1])
 
 
-def verdict(lo: float, hi: float) -> str:
+def difference(lo: float, hi: float) -> str:
     """The one rule for a ratio median_a / median_b of times: "B faster" when the whole interval is
     above 1, "A faster" when below, else (or with no interval) "no clear difference"."""
     if lo is None or hi is None or math.isnan(lo) or math.isnan(hi):
@@ -173,7 +173,7 @@ def compare(a_values: Iterable[float], b_values: Iterable[float], confidence: fl
             margin: float | None = None) -> dict[str, Any]:
     """A vs B, both times (lower is faster). speedup = median_a / median_b (> 1: B is faster).
 
-    The speedup's interval is ratio_ci's (exact, distribution-free); the verdict is verdict()'s on it.
+    The speedup's interval is ratio_ci's (exact, distribution-free); the difference is difference()'s on it.
     With `margin` (e.g. 0.05), b_not_slower is True when the interval's low end is >= 1 - margin: B is
     at most `margin` slower, with 95% confidence; without an interval it is False.
     Each median's own interval (a_lo..a_hi, b_lo..b_hi) is median_ci's at `confidence`.
@@ -187,7 +187,7 @@ def compare(a_values: Iterable[float], b_values: Iterable[float], confidence: fl
     not_slower = None if margin is None else (not no_ci and s_lo >= 1 - margin)
     return {"median_a": ma, "a_lo": a_lo, "a_hi": a_hi, "n_a": int(a.size), "median_b": mb, "b_lo": b_lo,
             "b_hi": b_hi, "n_b": int(b.size), "speedup": speedup, "speedup_lo": s_lo, "speedup_hi": s_hi,
-            "verdict": verdict(s_lo, s_hi), "b_not_slower": not_slower, "note": note}
+            "difference": difference(s_lo, s_hi), "b_not_slower": not_slower, "note": note}
 
 
 def mixed_hosts_warning(df: pd.DataFrame) -> str | None:
@@ -286,10 +286,10 @@ def speedup_vs_sequential(runs_df: pd.DataFrame, confidence: float = 0.95) -> pd
     so "N x single" needs no separate run: speedup = fused samples/s / single samples/s. Repeats of
     a config are the samples of stats.compare; the interval is that of the ratio of medians.
     Columns: sweep_id, mode, n_models, the matched fields, n, baseline_mode, baseline_n, speedup,
-    speedup_lo, speedup_hi, verdict ("faster" | "slower" | "no clear difference"), note.
+    speedup_lo, speedup_hi, difference ("faster" | "slower" | "no clear difference"), note.
     """
     cols = ["sweep_id", "mode", "n_models", "n", "baseline_mode", "baseline_n", "speedup", "speedup_lo",
-            "speedup_hi", "verdict", "note"]
+            "speedup_hi", "difference", "note"]
     if runs_df is None or runs_df.empty or "samples_per_s" not in runs_df.columns:
         return pd.DataFrame(columns=cols)
     df = runs_df[runs_df["samples_per_s"].fillna(0) > 0]
@@ -315,7 +315,7 @@ def speedup_vs_sequential(runs_df: pd.DataFrame, confidence: float = 0.95) -> pd
         row = {**fixed, "n": len(group), "baseline_mode": base_mode, "baseline_n": len(base),
                "speedup": c["speedup"] if c else math.nan, "speedup_lo": c["speedup_lo"] if c else math.nan,
                "speedup_hi": c["speedup_hi"] if c else math.nan,
-               "verdict": ({"B faster": "faster", "A faster": "slower"}.get(c["verdict"], c["verdict"]) if c
+               "difference": ({"B faster": "faster", "A faster": "slower"}.get(c["difference"], c["difference"]) if c
                            else "no baseline"),
                "note": c["note"] if c else f"no {base_mode} run with the same settings in sweep {fixed['sweep_id']}"}
         rows.append(row)

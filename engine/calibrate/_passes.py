@@ -20,9 +20,10 @@ __all__ = ["compute_pass", "loader_pass", "time_again"]
 _MAX_REPLAY_BYTES = 1 << 30  # replay at most 1 GiB of batches, then scale by the batch count
 _REPLAYS, _REPLAY_BUDGET_S = 3, 2.0
 _LOADER_BUDGET_S = 1.0  # timed loader epochs are repeated only while short: noise weighs on short ones most
-# NOTE: a VM's core can run 1.5-2x slow for 100-250 ms at a stretch, most often just after it idled (a 1 s sleep,
-# as a dataset's slow first items): three 11 ms replays fit in one such stretch, and sync's exact bound read 1.2-1.4
-# on a quiet machine. Short passes are timed again until they span this long, and the fastest kept.
+# NOTE: a VM's core can run slow for a stretch of a few hundred ms, most often just after it idled (as after a
+# dataset's slow first items), and several short replays can all fall inside one (bench/RESULTS.md, "Again, once
+# the passes time a short replay until it spans 0.25 s"). Short passes are timed again until they span this long,
+# and the fastest kept.
 _MIN_TIMED_S = 0.25
 
 
@@ -36,8 +37,8 @@ def loader_pass(cfg: RunConfig, device: torch.device, shard: tuple[int, int] | N
     NOTE: the run's steady epochs are epochs of a loader that has already run one: its workers started (a
     spawned worker imports torch, a CUDA build for seconds), its first pinned buffers allocated, a dataset's
     lazy first pass over its items done. A fresh loader's first epoch pays all of that after its first batch
-    (workers that come up one by one), which raised the bound above the epochs it bounds: efficiency 2.28 for
-    4 spawned workers on a GPU box. The warm-up epoch at least doubles the pass's time; only steady time bounds.
+    (workers that come up one by one), which would raise the bound above the epochs it bounds. The warm-up epoch
+    at least doubles the pass's time; only steady time bounds.
     """
     dataset = build_dataset(cfg)
     if shard is not None:

@@ -1,67 +1,24 @@
-"""Lower bound and efficiency: how close a run came to what its loader and its model allow.
+"""Lower bound and efficiency: how close a run came to what its loader and its model allow, and what limits it.
 
-Each mode owns its bound (`ModeSpec.bound`, a function `bound(cal)` in its file in engine/modes/): it says
-which passes to measure and how they combine, as a list of Phases run one after another (or None: no bound
-from this process). What can overlap in a mode decides its phases:
+    figures = calibrate(ctx, run_dir, spec.bound)   # after the run's epochs: {"bound_s", "efficiency", "verdict", ...}
 
-  single, fused       one phase: the loader against the step (fused: the vmapped step of all models)
-  dual-sequential     two phases, model A's epoch then model B's, each loading the epoch once
-  dual-threads, -processes, -streams
-                      one phase: the loader against the slower model's compute, A + B kept as the
-                      serial compute so `overlap` says how much of the concurrency was realised
-  split               per stage, on the stage's device: naive (1 micro-batch) is the sum of the stages;
-                      a pipeline is the busiest device's sum (the rest can overlap)
-  ddp                 rank 0 only: its shard through the loader, its share of the batches through one
-                      model, at the world size that ran (torchrun's); all-reduce is not in the bound
+Each mode owns its bound (`ModeSpec.bound` in engine/modes/): which passes to measure and how they combine, as a
+list of Phases run one after another (None: no bound from this process, e.g. a ddp rank other than 0). This module
+keeps the cache of the shared passes (engine/calibrate/_passes.py: loader-only, compute-only) and the arithmetic:
 
-This module keeps the shared passes (engine/calibrate/_passes.py) and the arithmetic:
+    bound      = per phase, the largest of its wall (loader and compute, overlapped or not) and its cores
+                 (loader + compute CPU-seconds / usable cores), plus the run's steady time to first batch a phase
+    efficiency = bound / epoch_s, the run's median steady epoch (engine.measure.median_epoch_s; 1.0 = nothing left)
+    verdict    = what limits the run (VERDICTS), with a line of what would help (`verdict_help`); none above 1
+    overlap    = concurrent modes only: how much of the models' possible overlap the run realised
 
-  loader-only   iterate the loader, no model: one warm-up epoch, then the fastest of up to 3 timed (steady time
-                after the first batch), with the CPU-seconds of the whole process tree (loader workers included)
-  compute-only  the epoch's batches already on the device, replayed through the mode's step(s), with the
-                CPU-seconds of busy work (a one-thread replay where OpenMP threads would spin)
+The run's epoch_s is returned with the figures, so the store keeps the figure the efficiency divides by.
+docs/concepts.md ("Lower bound, efficiency, verdict") gives each rule in full: the phases of each mode, each part at its
+faster reading (_at_fastest), the order in which the verdicts are tried, and the beaten bound measured again.
 
-    parts      = each part at its faster reading, the pass's or the run's own, where one model on one rank ran on
-                 a CPU (_at_fastest): its first batch, the step the run timed every step, and the load (sync: the
-                 data wait, where nothing overlaps it; else the epoch's wall after the first batch, within which the
-                 run's loader delivered every batch); the passes come a minute after the run, and this VM's speed
-                 drifts between
-    per phase  = max(wall, cpu) where
-                   wall = max(loader, compute), or loader + compute where the mode cannot overlap (sync)
-                   cpu  = (loader CPU + compute CPU) / usable cores (affinity, cgroup quota): loader workers
-                          and the model take turns on the same cores, so neither has the machine to itself
-    bound      = sum over phases + (phases x the run's median steady TTFB, or its median epoch's where faster)
-                 (the run's own TTFB: a fresh loader's would charge worker start-up that persistent
-                 workers pay only once, and overstate the bound)
-    efficiency = bound / median steady-state epoch time          (1.0 = nothing left on the table)
-    verdict    = what limits the run, from VERDICTS, with one line of what would help (`verdict_help`):
-                 the bound's largest term when it explains >= EXPLAINED of the time (data-bound,
-                 compute-bound, cpu-bound, no-overlap); else, in this order:
-                   gil-contention  a prefetch/threads producer that computes in Python (the probe's GIL share of
-                                   the load, else a loader pass busy on about one core) beside cores left idle
-                   hidden-threads  runnable threads, the pools the lab did not set included (engine/measure/pools.py),
-                                   exceed the cores, and either the cores were busy (SATURATED, over the steady
-                                   epochs) or the run's step ran SLOWED or more behind the compute pass's (its
-                                   threads lost their turns to the others, though the cores did not read busy)
-                   oversubscribed  the same with no such pool: the lab's own threads and workers exceed them
-                   cpu-bound       the cores were busy
-                   the run's own split  where one model on one rank ran and its own data wait + copy + step
-                                   account for >= EXPLAINED of its epoch, there is no per-step overhead to
-                                   name: its parts ran apart from their passes (this VM's speed drifts, or
-                                   the parts shared it). Named by the split: a sync loader on a CPU as serial_kind
-                                   names it; else data-bound where the step waited for data >= 1 - EXPLAINED
-                                   of the epoch, compute-bound where it did not (a bound_note says so)
-                   overhead-bound  none of these: time outside the run's own data wait, copy and step;
-                 none when efficiency > 1 (no fraction: the bound was measured under other conditions);
-                 a bound the run beat is measured once more first, each pass's faster reading kept
-    overlap    = concurrent modes only: (serial bound - measured) / (serial bound - bound), where the
-                 serial bound charges the models' compute one after another: 0 = no overlap, 1 = perfect,
-                 below 0 = slower than one after another; none when serial bound - bound is under
-                 OVERLAP_MIN of the epoch (then there is next to nothing to overlap)
-
-Calibrations are cached per (sweep, repeat) under `<store dir>/calibrations/`, keyed by the fields each
-pass depends on, so a sweep that varies only the loader pays for the compute pass once per repeat.
-Each records when it was taken; `calib_age_s` says how old it was when this run used it.
+Calibrations are cached per (sweep, repeat) under `<store dir>/calibrations/`, keyed by the fields each pass
+depends on, so a sweep that varies only the loader pays for the compute pass once per repeat; `calib_age_s` says
+how old a calibration was when the run used it.
 """
 
 from __future__ import annotations
@@ -80,7 +37,8 @@ from typing import Any, Callable, NamedTuple
 import torch
 
 from engine.calibrate._passes import compute_pass, loader_pass
-from engine.measure import OVERLAP_MIN, VERDICTS, pool_fix, serial_kind, usable_cpus, verdict_help
+from engine.measure import (OVERLAP_MIN, VERDICTS, median_epoch_s, pool_fix, serial_kind, usable_cpus,
+                            verdict_help)
 from engine.runlog import read_events
 
 __all__ = ["COMPUTE_KEYS", "EXPLAINED", "FAIL_ENV", "GIL_HELD", "LOADER_KEYS", "STALE", "VERDICTS", "Calibrator",
@@ -93,8 +51,7 @@ FAIL_ENV = "LOADERLAB_FAIL_CALIBRATION"  # test hook: calibration raises, the ru
 STALE = 1.1  # the tests' allowance for a bound measured a moment apart from its run on a shared machine
 SATURATED = 0.9  # a run whose process tree kept this share of the usable cores busy was short of CPU
 # the run's step against the compute pass's (the same batches alone) past which the step lost its turns to other
-# threads. NOTE: spectrogram, processes, 1 worker, 1 thread beside OpenBLAS's 2 threads in the worker: 1.45, with
-# the cores at 136 % of 200 %, read overhead-bound
+# threads, though the cores did not read busy (docs/concepts.md, `hidden-threads`)
 SLOWED = 1.25
 GIL_HELD = 0.5  # a load whose probe measured at least this share of its CPU work under the GIL is Python-bound
 _WORKLOAD_KEYS = ("workload", "n_samples", "image_size", "num_classes", "work_us", "latency_ms", "folder", "seed")
@@ -137,11 +94,11 @@ class Phase:
 
 
 def verdict(kind: str | None, efficiency: float, oversubscribed: bool = False, saturated: bool = False,
-            hidden: bool = False, gil: bool = False, slowed: bool = False, split: str | None = None) -> str | None:
+            hidden: bool = False, gil: bool = False, slowed: bool = False, own_times: str | None = None) -> str | None:
     """kind: the bound's largest term. Below EXPLAINED the bound does not explain the run: say why if we can.
     oversubscribed counts only where the cores were busy (saturated) or the step ran slowed beside the other
-    threads: workers asleep on I/O take no core and slow no step. split: the limit the run's own data wait, copy
-    and step name where they account for its epoch (_split_kind); overhead-bound is only time outside them."""
+    threads: workers asleep on I/O take no core and slow no step. own_times: the limit the run's own data wait, copy
+    and step name where they account for its epoch (_own_times_limit); overhead-bound is only time outside them."""
     if efficiency > 1.0:
         return None
     if efficiency >= EXPLAINED:
@@ -152,7 +109,7 @@ def verdict(kind: str | None, efficiency: float, oversubscribed: bool = False, s
         return "hidden-threads" if hidden else "oversubscribed"
     if saturated:
         return "cpu-bound"
-    return split or "overhead-bound"
+    return own_times or "overhead-bound"
 
 
 def _gil_held(loader: str | None, phases: list[Phase], gil_share: float | None) -> bool:
@@ -188,7 +145,7 @@ class Calibrator:
         result = self._cached("loader", LOADER_KEYS, [shard], lambda: loader_pass(self.cfg, self.device, shard))
         return Pass(result["seconds"], result.get("cpu_s", 0.0))
 
-    def compute(self, name: str, steps: Callable[[], list[Callable]], fraction: float = 1.0,
+    def compute(self, name: str, steps: Callable[[Any], list[Callable]], fraction: float = 1.0,
                 device: Any = None) -> list[Pass]:
         """Per step callable, its seconds and CPU-seconds over one epoch of cached batches (x fraction of the
         epoch's batches)."""
@@ -199,9 +156,9 @@ class Calibrator:
         return [Pass(w, c) for w, c in zip(result["per_step"], cpu)]
 
     def _cached(self, kind: str, keys: tuple[str, ...], extra: list[Any], measure: Callable) -> dict[str, Any]:
-        # NOTE: the pools' environment and the usable cores too: a loader pass taken beside 2-thread BLAS pools
-        # (spectrogram, processes, 2 workers: 3.2 s) was reused by a run of the same sweep under OMP_NUM_THREADS=1
-        # (1.7 s), as the same config fields; its efficiency read 1.87
+        # NOTE: keyed by the pools' environment and the usable cores too, not only the config fields: a pass taken
+        # beside multi-threaded BLAS pools is slower than the same config's under OMP_NUM_THREADS=1, and reusing it
+        # across them gives an efficiency above 1
         key_data = [self.scope, kind, [getattr(self.cfg, k) for k in keys], extra,
                     [os.environ.get(k) for k in _POOL_ENV], usable_cpus()]
         path = self.cache / f"{hashlib.sha1(json.dumps(key_data).encode()).hexdigest()[:16]}.json"
@@ -230,15 +187,15 @@ def calibrate(ctx: Any, run_dir: Path, bound: Callable[[Calibrator], list[Phase]
     events = read_events(run_dir)
     start = next(e for e in events if e["type"] == "start")
     steady_events = [e for e in events if e["type"] == "epoch" and not e["warmup"]]
-    steady = _epoch_walls(steady_events)
-    if not steady:
+    # the run's epoch time, by the one definition the store falls back on for a run cut short (measure/throughput.py)
+    measured = median_epoch_s(steady_events)
+    if measured is None:
         return {}
     scope = f"{start.get('sweep_id') or start['run_id']}:{start.get('repeat_idx') or 0}"
     cal = Calibrator(ctx, scope, run_dir.parent.parent / "calibrations")
     phases = bound(cal)
     if not phases:  # e.g. a ddp rank other than 0: rank 0 calibrates
         return {}
-    measured = statistics.median(steady)
     ttfb = statistics.median(e["ttfb_s"] for e in steady_events)
     world = int(ctx.summary.get("world_size_run") or ctx.cfg.world_size)
     # NOTE: the verdict's CPU % is the steady epochs' only: start-up and the warm-up epoch idle or spike the cores
@@ -251,17 +208,17 @@ def calibrate(ctx: Any, run_dir: Path, bound: Callable[[Calibrator], list[Phase]
         return _figures(phases, measured, ttfb, time.time() - min(cal.taken), _threads(ctx.cfg, world, ctx.summary),
                         ctx.summary.get("mean_cpu_pct") if cpu_pct is None else cpu_pct,
                         ctx.summary.get("probe_gil_share"), _epoch_sum(steady_events, "compute_s"),
-                        _run_split(steady_events), readings)
+                        _own_times(steady_events), readings)
 
     figures = figures_of(phases)
     if (figures["efficiency"] or 0.0) > 1.0:
-        # NOTE: a run that beat its bound says a pass ran slow: this VM's core runs 1.5-2x slow for 100-250 ms
-        # stretches, and a pass inside one read dual-sequential's exact bound 1.26x its run in a CI's quiet phase.
-        # Each pass is measured once more and the faster kept (the passes keep their fastest repeat already); a
-        # bound still beaten after that says so, with no verdict.
+        # NOTE: a run that beat its bound says a pass ran slow (a VM's core can run slow for a stretch of a pass:
+        # see bench/RESULTS.md, "The verdicts with a beaten bound measured again"). Each pass is measured once more
+        # and the faster kept; a bound still beaten after that says so, with no verdict.
         cal.again = True
         figures = figures_of(bound(cal) or phases)
-    return {**figures, "steady_cpu_pct": cpu_pct}
+    # epoch_s travels with the figures it divides: the store keeps the run's own, not one of its own making
+    return {**figures, "epoch_s": measured, "steady_cpu_pct": cpu_pct}
 
 
 def steady_cpu_pct(events: list[dict[str, Any]], steady: list[dict[str, Any]]) -> float | None:
@@ -292,10 +249,10 @@ def _threads(cfg: Any, world: int, summary: dict[str, Any] | None = None) -> dic
 
 def _figures(phases: list[Phase], measured: float, ttfb: float, age_s: float, threads: dict[str, Any],
              mean_cpu_pct: float | None = None, gil_share: float | None = None,
-             step_s: float | None = None, split: tuple[float, float] | None = None,
+             step_s: float | None = None, own_times: tuple[float, float] | None = None,
              readings: tuple[float, float, float, float] | None = None) -> dict[str, Any]:
-    """step_s: the run's own compute seconds per steady epoch (median), against the compute pass's; split: the
-    run's own (data wait + copy, step) seconds per steady epoch where one model on one rank ran (_run_split);
+    """step_s: the run's own compute seconds per steady epoch (median), against the compute pass's; own_times:
+    the run's own (data wait + copy, step) seconds per steady epoch where one model on one rank ran (_own_times);
     readings: the run's own readings of its first batch, its load and its step (_own_readings): the bound takes
     each part at the faster of the run's reading and its pass's (_at_fastest)."""
     passes = phases
@@ -314,10 +271,10 @@ def _figures(phases: list[Phase], measured: float, ttfb: float, age_s: float, th
     saturated = mean_cpu_pct is not None and mean_cpu_pct >= SATURATED * cores * 100
     alone = sum(p.compute_s for p in phases)  # the compute pass: the step with the machine to itself
     slowed = step_s is not None and alone > 0 and step_s >= SLOWED * alone
-    own = _split_kind(split, measured, all(p.overlaps for p in phases))
+    own = _own_times_limit(own_times, measured, all(p.overlaps for p in phases))
     name = verdict(max(by_kind, key=by_kind.__getitem__), efficiency or 0.0, runnable > cores, saturated,
                    hidden=extra > 0, gil=_gil_held(threads.get("kind"), phases, gil_share), slowed=slowed,
-                   split=own)
+                   own_times=own)
     out: dict[str, Any] = {
         "bound_s": bound_s, "efficiency": efficiency, "loader_only_s": sum(p.loader_s for p in phases),
         "compute_only_s": alone, "loader_cpu_s": sum(p.loader_cpu_s for p in phases),
@@ -325,8 +282,8 @@ def _figures(phases: list[Phase], measured: float, ttfb: float, age_s: float, th
         "cpu_bound_s": sum((p.loader_cpu_s + p.compute_cpu_s) / cores for p in phases),
         "usable_cores": cores, "runnable_threads": runnable, "bound_ttfb_s": ttfb, "bound_phases": len(phases),
         "calib_age_s": age_s, "verdict": name, "verdict_help": verdict_help(name, threads)}
-    if split is not None and name == own and (efficiency or 0.0) < EXPLAINED:
-        wait, step = split
+    if own_times is not None and name == own and (efficiency or 0.0) < EXPLAINED:
+        wait, step = own_times
         load, step_pass = sum(p.loader_s for p in passes), sum(p.compute_s for p in passes)  # the passes' readings
         # NOTE: a data wait is the load itself only where nothing overlaps it (sync on a CPU)
         slower = [f"its step took {step / step_pass:.2f}x the compute pass ({step_pass:.3f} s)"] if step_pass > 0 \
@@ -335,7 +292,7 @@ def _figures(phases: list[Phase], measured: float, ttfb: float, age_s: float, th
             # the wait holds every batch, the first included; the pass starts after its first (the TTFB apart)
             first = load + ttfb * len(phases)
             slower.append(f"its load {wait / first:.2f}x the loader pass and TTFB ({first:.3f} s)")
-        out["bound_note"] = (f"named by the run's own split, not by the bound: its data wait ({wait:.3f} s) and step "
+        out["bound_note"] = (f"named by the run's own times, not by the bound: its data wait ({wait:.3f} s) and step "
                              f"({step:.3f} s) make {(wait + step) / measured:.0%} of its epoch, so no per-step "
                              f"overhead holds it; {' and '.join(slower) or 'its parts ran apart from the passes'}: "
                              "this machine's drifting speed, or the parts sharing it, explain the gap to the bound")
@@ -344,11 +301,11 @@ def _figures(phases: list[Phase], measured: float, ttfb: float, age_s: float, th
                              f"its lower bound; the calibration, taken {age_s:.0f} s before, ran under other "
                              "conditions (a busier machine?); no verdict")
     if all(p.serial_compute_s is not None for p in phases):
-        serial = sum(max(Phase(p.loader_s, p.serial_compute_s, None, p.loader_cpu_s, p.compute_cpu_s,
+        serial = sum(max(Phase(p.loader_s, p.serial_compute_s or 0.0, None, p.loader_cpu_s, p.compute_cpu_s,
                                p.overlaps).terms(cores).values()) for p in phases) + ttfb * len(phases)
         out["serial_bound_s"] = serial
         # NOTE: only where running the models at once could save a tenth of the epoch: below that the
-        # ratio divides noise by next to nothing (a loader-bound dual run gave -796%)
+        # ratio divides noise by next to nothing (a loader-bound dual run reads a wild negative overlap)
         out["overlap"] = (serial - measured) / (serial - bound_s) if serial - bound_s >= OVERLAP_MIN * measured \
             else None
     return out
@@ -383,25 +340,25 @@ def _at_fastest(phases: list[Phase], ttfb: float, readings: tuple[float, float, 
     every batch after the first within the epoch's wall after it, so the loader alone can. A part's CPU-seconds are
     scaled with its seconds (the same work read at the faster speed).
 
-    NOTE: the passes run after the run, a minute on with a probe between, and this VM's speed drifts by 1.2-1.5x
-    over minutes (bench/machine_drift.py): a 6 s compute pass, timed once within its budget, read 5.97 s beside a
-    run whose steps took 5.36 s, and sync's exact bound (load + step) stood at 1.09 of its run."""
+    NOTE: the passes run a minute after the run, and a shared machine's speed drifts over minutes (bench/RESULTS.md,
+    "How steady this machine is"; docs/concepts.md has the readings that led here): a pass read in a slow minute
+    would put the bound above the run it bounds."""
     if readings is None or len(phases) != 1:
         return phases, ttfb
     first, waited, step, wall = readings
     p = phases[0]
     loader_s = min(p.loader_s, wall if p.overlaps else waited)
     compute_s = min(p.compute_s, step)
-    faster = compute_s / p.compute_s if p.compute_s > 0 else 1.0  # split's serial stages read at the same speed
+    faster = compute_s / p.compute_s if p.compute_s > 0 else 1.0  # the split mode's serial stages read at the same speed
     return [dataclasses.replace(
         p, loader_s=loader_s, compute_s=compute_s, compute_cpu_s=p.compute_cpu_s * faster,
         serial_compute_s=None if p.serial_compute_s is None else p.serial_compute_s * faster,
         loader_cpu_s=p.loader_cpu_s * (loader_s / p.loader_s if p.loader_s > 0 else 1.0))], min(ttfb, first)
 
 
-def _run_split(epochs: list[dict[str, Any]]) -> tuple[float, float] | None:
+def _own_times(epochs: list[dict[str, Any]]) -> tuple[float, float] | None:
     """The run's own median (data wait + copy, step) seconds per steady epoch, where one model on one rank ran: a
-    concurrent mode's models and ranks wait and step beside one another, and their sums are no split of the epoch."""
+    concurrent mode's models and ranks wait and step beside one another, and their sums do not divide the epoch."""
     if not _one_model(epochs):
         return None
     return (statistics.median(e["data_wait_s"] + (e.get("h2d_s") or 0.0) for e in epochs),
@@ -414,13 +371,13 @@ def _one_model(epochs: list[dict[str, Any]]) -> bool:
         all(e.get("data_wait_s") is not None and e.get("compute_s") is not None for e in epochs)
 
 
-def _split_kind(split: tuple[float, float] | None, measured: float, overlaps: bool) -> str | None:
-    """The limit the run's own split names where it accounts for >= EXPLAINED of the epoch (else None): a loop that
+def _own_times_limit(own_times: tuple[float, float] | None, measured: float, overlaps: bool) -> str | None:
+    """The limit the run's own times name where it accounts for >= EXPLAINED of the epoch (else None): a loop that
     cannot overlap as serial_kind names it; else data-bound where the step waited for data >= 1 - EXPLAINED of the
     epoch (more loader would shorten it by that much), compute-bound where it did not."""
-    if split is None or measured <= 0 or sum(split) < EXPLAINED * measured:
+    if own_times is None or measured <= 0 or sum(own_times) < EXPLAINED * measured:
         return None
-    wait, step = split
+    wait, step = own_times
     if not overlaps:
         return serial_kind(wait, step)
     return "data-bound" if wait >= (1 - EXPLAINED) * measured else "compute-bound"
@@ -433,12 +390,3 @@ def _epoch_sum(epochs: list[dict[str, Any]], field: str) -> float | None:
         if e.get(field) is not None:
             by_epoch[e["epoch"]] = by_epoch.get(e["epoch"], 0.0) + e[field]
     return statistics.median(by_epoch.values()) if by_epoch else None
-
-
-def _epoch_walls(epochs: list[dict[str, Any]]) -> list[float]:
-    """Per epoch: the wall time from the first model/rank's start to the last one's end."""
-    by_epoch: dict[int, list[dict[str, Any]]] = {}
-    for e in epochs:
-        by_epoch.setdefault(e["epoch"], []).append(e)
-    return [max(e["t_end"] for e in group) - min(e["t_start"] for e in group) if len(group) > 1
-            else group[0]["wall_s"] for group in by_epoch.values()]

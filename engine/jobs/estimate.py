@@ -72,7 +72,7 @@ def estimate_duration(configs: list[RunConfig], db: Db = None, host: str | None 
         seen = seconds_per_sample(db) if seen is None else seen
         guess, from_runs = _guess(cfg, seen)
         known += from_runs
-        # NOTE: a guess gets a wide range on purpose: it was off by 4x on the demo's JPEGs (issue 28)
+        # NOTE: a guess gets a wide range on purpose: a guess from other workloads can be off several-fold (issue 28)
         total, low, high = total + guess, low + guess / 3, high + guess * 3
     return {"seconds": total, "low_s": low, "high_s": high, "runs": len(configs), "from_history": known,
             "similar": len(used), "basis": _basis(len(configs), from_jobs, known, len(used))}

@@ -129,7 +129,7 @@ def submit_ray_sweep(sweep: SweepConfig | RunConfig, *, origin: str, address: st
         raise ConfigError("ray_address", f"{address!r} has spaces; use auto, host:port or ray://host:port")
     spec = {"kind": RAY_SWEEP, "sweep": dataclasses.asdict(sweep), "address": address, "runs": len(sweep.plan()),
             "cwd": os.getcwd()}  # the submitter's folder: its runs import a user's module from there
-    row = {"job_id": _job_ids(1)[0], "created_at": now(), "status": RunStatus.QUEUED, "config_json": json.dumps(spec),
+    row: dict[str, Any] = {"job_id": _job_ids(1)[0], "created_at": now(), "status": RunStatus.QUEUED, "config_json": json.dumps(spec),
            "sweep_id": new_sweep_id(sweep.name), "run_id": None, "device": f"ray:{address or 'local'}"}
     _write([row], db)
     log.info("queued ray-sweep job %s: %d runs of sweep %s", row["job_id"], spec["runs"], row["sweep_id"])
@@ -146,7 +146,8 @@ def _insert(items: list[tuple[RunConfig, dict | None]], sweep_id: str | None, db
     # without loading it
     from engine.devices import resolve  # noqa: PLC0415
 
-    created, run_ids, rows = now(), set(), []
+    created, run_ids = now(), set()
+    rows: list[dict[str, Any]] = []
     jobs_dir(db).mkdir(parents=True, exist_ok=True)
     for job_id, (cfg, position) in zip(_job_ids(len(items)), items):
         while (run_id := new_run_id()) in run_ids:

@@ -43,8 +43,8 @@ def put(db: Db, job: dict[str, Any]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     data = {name: job.get(name) for name in JOB_COLUMNS.names}
     for name in _TIMES:
-        if isinstance(data[name], datetime):
-            data[name] = data[name].isoformat()
+        if isinstance(when := data[name], datetime):
+            data[name] = when.isoformat()
     target = folder / f"{data['job_id']}.json"
     tmp = folder / f".{data['job_id']}.{os.getpid()}.tmp"
     tmp.write_text(json.dumps(data))

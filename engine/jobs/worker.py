@@ -198,7 +198,7 @@ def _closed(db: Db, job_id: str, status: str, error: str | None) -> None:
     log.info("job %s %s%s", job_id, status, f": {error}" if error else "")
 
 
-def _job_status(run_status: str) -> str:
+def _job_status(run_status: str | None) -> str:
     """A job is done or cancelled as its run was; any other end (failed, killed) fails the job."""
     return run_status if run_status in (RunStatus.DONE, RunStatus.CANCELLED) else RunStatus.FAILED
 

@@ -10,7 +10,7 @@ loader, mode, workload, bound or prediction (tests/engine/test_architecture.py k
     capacity.py     the CPUs and memory this process may use (affinity, cgroup)
     idle.py         GPU idle split by cause (data wait, copy wait, other host time)
     startup.py      a run's start-up phases
-    throughput.py   samples per second over one span
+    throughput.py   the median steady epoch, and samples per second over one span
     verdicts.py     what limits a run, in words, and what would help (no torch: the pages read it)
     waits.py        data-wait percentiles
     trace.py        --trace: one extra epoch under torch.profiler
@@ -36,6 +36,7 @@ _WHERE = {
     "idle_pools_add_none": "pools", "pool_fix": "pools", "pools_record": "pools", "pools_text": "pools",
     "Sampler": "sampler",
     "PHASES": "startup",
+    "epoch_walls": "throughput", "median_epoch_s": "throughput",
     "samples_per_s": "throughput", "span_s": "throughput",
     "EpochTimer": "timers", "arrived": "timers",
     "TRACED_MODES": "trace", "TRACE_FILE": "trace",

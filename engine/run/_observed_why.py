@@ -24,11 +24,10 @@ the script, whose observer sits below the bound's layer.
 from __future__ import annotations
 
 import json
-import statistics
 from typing import Any
 
 from engine.calibrate.bound import EXPLAINED, Phase, figures, steady_cpu_pct
-from engine.measure import usable_cpus
+from engine.measure import median_epoch_s, usable_cpus
 
 __all__ = ["UNSEEN", "observed_figures"]
 
@@ -52,7 +51,9 @@ def observed_figures(events: list[dict[str, Any]]) -> dict[str, Any]:
     steady = [e for e in events if e.get("type") == "epoch" and not e.get("warmup") and e.get("n_steps")]
     if not steady:
         return {"bound_note": "no steady epoch with a batch was observed: nothing to bound"}
-    measured = statistics.median(e["wall_s"] for e in steady)
+    measured = median_epoch_s(steady)
+    if measured is None:
+        return {"bound_note": "no steady epoch with a wall time was observed: nothing to bound"}
     e = max((x for x in steady if x["wall_s"] <= measured), key=lambda x: x["wall_s"])  # the (lower) median epoch
     ttfb = e["ttfb_s"]  # NOTE: the same epoch's: its wait and wall hold this first batch, not the median's
     wait, step = max(0.0, e["data_wait_s"] - e["ttfb_s"]), e["compute_s"]
@@ -69,7 +70,7 @@ def observed_figures(events: list[dict[str, Any]]) -> dict[str, Any]:
     threads = {"intra_op": int(settings.get("intra_op_threads") or 1), "loader": workers, "cores": cores,
                "extra": 0, "kind": "processes" if workers else "sync", "pools": None}
     phase = Phase(loader_s=load, compute_s=step, loader_cpu_s=cpu_s, overlaps=overlaps)
-    out = figures([phase], measured, ttfb, 0.0, threads, mean_cpu_pct=cpu_pct, split=(e["data_wait_s"], step))
+    out = figures([phase], measured, ttfb, 0.0, threads, mean_cpu_pct=cpu_pct, own_times=(e["data_wait_s"], step))
     out.update(dict.fromkeys(_PASS_FIELDS), steady_cpu_pct=cpu_pct)
     if out.get("verdict_help") and stream:
         out["verdict_help"] += (f" (the DataLoader at {stream}: num_workers={workers} on {cores:g} usable cores; "
@@ -78,4 +79,5 @@ def observed_figures(events: list[dict[str, Any]]) -> dict[str, Any]:
            "the load is the epoch after its first batch (the step waited on data)" if waited else
            "the load is the data wait only (the loader kept up)")
     out["bound_note"] = "; ".join(x for x in (UNSEEN + f"; {how}", out.get("bound_note")) if x)
+    out["epoch_s"] = measured  # the efficiency's denominator, stored as the run's epoch time (as calibrate's)
     return out

@@ -13,7 +13,7 @@ from typing import Any, Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.measure import samples_per_s, span_s, wait_percentiles
+from engine.measure import epoch_walls, median_epoch_s, samples_per_s, span_s, wait_percentiles
 from engine.runlog import EPOCH_FIELDS, STEP_FIELDS
 from engine.store.tables import column_types
 
@@ -56,15 +56,19 @@ def coerce(value: Any, sql_type: str) -> Any:
     return _CONVERT.get(sql_type.split()[0], (_str, None))[0](value)
 
 
-def _table(run_id: str, table: str, names: tuple[str, ...], rows: list[tuple | list | dict]) -> pa.Table:
-    """Columns from rows (sequences in `names` order, or dicts), coerced to the store's types."""
-    if rows and isinstance(rows[0], dict):
-        raw = [[r.get(name) for r in rows] for name in names]
-    elif rows and len({len(r) for r in rows}) == 1 and len(rows[0]) >= len(names):
+def _dict_table(run_id: str, table: str, names: tuple[str, ...], rows: list[dict[str, Any]]) -> pa.Table:
+    """Columns from dict rows (a missing key is NULL), coerced to the store's types."""
+    return _columns_table(run_id, table, names, [[r.get(name) for r in rows] for name in names])
+
+
+def _row_table(run_id: str, table: str, names: tuple[str, ...], rows: list[list[Any]]) -> pa.Table:
+    """Columns from rows in `names` order (a short row padded with NULL, a long one cut), coerced to the store's
+    types."""
+    if rows and len({len(r) for r in rows}) == 1 and len(rows[0]) >= len(names):
         raw = [list(col) for col in zip(*rows)][: len(names)]  # NOTE: transposed in C; steps are most rows
     else:
         raw = [[r[i] if i < len(r) else None for r in rows] for i in range(len(names))]
-    return _columns_table(run_id, table, names, raw if rows else [[] for _ in names])
+    return _columns_table(run_id, table, names, raw)
 
 
 def _columns_table(run_id: str, table: str, names: tuple[str, ...], raw: list[list]) -> pa.Table:
@@ -101,7 +105,7 @@ def unique_epochs(events: list[dict]) -> list[dict]:
 
 
 def epochs_table(run_id: str, epochs: list[dict]) -> pa.Table:
-    return _table(run_id, "epochs", EPOCH_FIELDS, epochs)
+    return _dict_table(run_id, "epochs", EPOCH_FIELDS, epochs)
 
 
 def steps_table(run_id: str, epochs: list[dict]) -> pa.Table:
@@ -133,44 +137,42 @@ def _unique_steps(steps: list) -> list:
 
 
 def _slow_steps(steps: list) -> list:
-    out = {}
+    out: dict[int, Any] = {}
     for s in steps:
-        if isinstance(s, (list, tuple)) and s and _int(s[0]) is not None:
-            out[_int(s[0])] = s
+        if isinstance(s, (list, tuple)) and s and (n := _int(s[0])) is not None:
+            out[n] = s
     return [out[n] for n in sorted(out)]
 
 
 def samples_table(run_id: str, events: list[dict]) -> pa.Table:
     rows = [r for e in events if e.get("type") == "samples" for r in e.get("rows") or [] if isinstance(r, list)]
-    return _table(run_id, "samples", SAMPLE_FIELDS, rows)
+    return _row_table(run_id, "samples", SAMPLE_FIELDS, rows)
 
 
 def calibrations_table(run_id: str, events: list[dict]) -> pa.Table:
     cals = [e for e in events if e.get("type") == "calibration"]
-    return _table(run_id, "calibrations", ("kind", "seconds", "ttfb_s", "cached"), cals)
+    return _dict_table(run_id, "calibrations", ("kind", "seconds", "ttfb_s", "cached"), cals)
 
 
 def summarize(epochs: list[dict], samples: pa.Table, waits: list[float] | None = None) -> dict[str, Any]:
     """Run-level figures over steady-state (non-warm-up) epochs.
 
-    epoch_s: median over epochs of the epoch's wall time; with several models or ranks in an epoch,
-    the wall time from the first start to the last end. samples_per_s: all samples / all that wall time.
+    epoch_s: engine.measure.median_epoch_s of the steady epochs, the definition the bound divides by; the run's own
+    summary, where it has one, gives the figure stored (engine/store/_runrow.py), so this one stands for a run cut
+    short. samples_per_s: all samples / the span from the first start to the last end.
     Shares: each part of the summed data_wait + h2d + compute. n_epochs counts finished epochs, warm-up included.
     `waits`: the steady steps' sorted data waits, when the caller already has them (an incremental ingest reads
     them from the store in SQL instead of a million steps into Python); else they come from the epochs' `steps`.
     """
     out: dict[str, Any] = {"n_epochs": len({e["epoch"] for e in epochs})}
     steady = [e for e in epochs if not e["warmup"]]
-    by_epoch: dict[int, list[dict]] = {}
-    for e in steady:
-        by_epoch.setdefault(e["epoch"], []).append(e)
-    walls = [w for w in (_epoch_wall(group) for group in by_epoch.values()) if w is not None]
-    if walls:
-        out["epoch_s"] = statistics.median(walls)
+    epoch_s = median_epoch_s(steady)
+    if epoch_s is not None:
+        out["epoch_s"] = epoch_s
         # one definition with Recorder.finish (engine/measure/throughput.py): one span, first start to last end
         times = [{k: _float(e.get(k)) for k in ("samples", "t_start", "t_end")} for e in steady]
         span = span_s(times)
-        out["samples_per_s"] = samples_per_s(times, sum(walls) if span is None else span)
+        out["samples_per_s"] = samples_per_s(times, sum(epoch_walls(steady)) if span is None else span)
     ttfbs = [t for t in (_float(e.get("ttfb_s")) for e in steady) if t is not None]
     out["ttfb_s"] = statistics.median(ttfbs) if ttfbs else None
     # NOTE: shares are of the epochs' wall time, so what no timer explains shows up as `other`
@@ -207,9 +209,10 @@ def gpu_idle_summary(steady: list[dict]) -> dict[str, float | None]:
     whole = sum(_float(e.get("wall_s")) or 0.0 for e in measured)
     out: dict[str, float | None] = {}
     for key in ("gpu_idle", "gpu_idle_data", "gpu_idle_copy", "gpu_idle_other"):
-        values = [_float(e.get(f"{key}_s")) for e in measured]
-        out[f"{key}_share"] = sum(values) / whole if whole > 0 and None not in values else None
-    out["gpu_idle_s"] = statistics.fmean(_float(e["gpu_idle_s"]) for e in measured) if measured else None
+        values = [v for v in (_float(e.get(f"{key}_s")) for e in measured) if v is not None]
+        out[f"{key}_share"] = sum(values) / whole if whole > 0 and len(values) == len(measured) else None
+    idle = [v for v in (_float(e.get("gpu_idle_s")) for e in measured) if v is not None]
+    out["gpu_idle_s"] = statistics.fmean(idle) if idle else None
     copies = [c for c in (_float(e.get("copy_wait_s")) for e in measured) if c is not None]
     out["copy_wait_s"] = statistics.fmean(copies) if copies else None
     return out
@@ -220,14 +223,3 @@ def _finite_sorted(values: list) -> list[float]:
     million steps."""
     arr = _column(values, *_CONVERT["DOUBLE"]).drop_null()
     return arr.sort().to_pylist()
-
-
-def _epoch_wall(group: list[dict]) -> float | None:
-    if len(group) == 1:
-        return _float(group[0].get("wall_s"))
-    starts = [_float(e.get("t_start")) for e in group]
-    ends = [_float(e.get("t_end")) for e in group]
-    if None not in starts and None not in ends:
-        return max(ends) - min(starts)
-    walls = [w for w in (_float(e.get("wall_s")) for e in group) if w is not None]
-    return max(walls) if walls else None

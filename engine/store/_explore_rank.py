@@ -51,9 +51,9 @@ def _call(c: dict[str, Any], is_ref: bool) -> str:
         return "reference"
     if c["note"]:
         return f"too few runs to tell: {c['n_b']} here, {c['n_a']} in the reference (a 95 % interval needs 6 + 7)"
-    if c["verdict"] == "B faster":
+    if c["difference"] == "B faster":
         return "faster"
-    if c["verdict"] == "A faster":
+    if c["difference"] == "A faster":
         return "slower"
     # NOTE: the interval spans 1: no winner, however the medians differ; "not slower" is what it does rule out
     said = f"not yet distinguishable ({c['n_b']} and {c['n_a']} runs)"

@@ -57,7 +57,8 @@ def pool_sql(groups: list[str]) -> tuple[str, str]:
     configs in the group, and `differs`, the comma-separated fields whose values vary within it."""
     # NOTE: code_hash is not a RunConfig field but separates configs too: a user's changed plugin code
     cols = config_columns(groups) + ([] if "code_hash" in groups else ["code_hash"])
-    # NOTE: min/max and one hash per row, not a count(DISTINCT) per field: ~30 of those cost seconds at 50k runs
+    # NOTE: min/max and one hash per row, not a count(DISTINCT) per field: one distinct count per field costs a
+    # hash table each, and a store of many runs has dozens of fields
     inner = [f"count(DISTINCT hash({', '.join(f'{chr(34)}{c}{chr(34)}' for c in cols)})) AS n_configs"]
     inner += [f'(min("{c}") <> max("{c}") OR count("{c}") NOT IN (0, count(*))) AS "_d_{c}"' for c in cols]
     differs = ", ".join(f'CASE WHEN "_d_{c}" THEN \'{c}\' END' for c in cols)

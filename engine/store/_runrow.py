@@ -10,7 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from engine.analysis.kept import kept_epochs_verdict
+from engine.analysis.kept import kept_epochs_limit
 from engine.runlog import dead_end
 from engine.status import ENDED, RunStatus
 from engine.store import _events as ev
@@ -74,7 +74,8 @@ def run_row(run_id: str, run_dir: Path, events: list[dict], start: dict, epochs:
         ended_at = utc(max(ev.coerce(e.get("t"), "DOUBLE") or 0.0 for e in events))
     else:
         status, error, ended_at = RunStatus.RUNNING, None, None
-    cfg = start.get("config") if isinstance(start.get("config"), dict) else {}
+    given = start.get("config")
+    cfg: dict[str, Any] = given if isinstance(given, dict) else {}
     meta = {k: start.get(k) for k in ("sweep_id", "config_idx", "repeat_idx", "job_id")}
     meta.update({k: v for k, v in (sweep_meta or {}).items() if k in meta})
     if job_id is not None:
@@ -84,12 +85,14 @@ def run_row(run_id: str, run_dir: Path, events: list[dict], start: dict, epochs:
         # startup, prediction: their fields are run columns too (engine/runlog.py)
         if e.get("type") in ("summary", "startup", "prediction"):
             summary_event.update({k: v for k, v in e.items() if k != "type"})
+    # the run's own figures (epoch_s, bound_s, efficiency, verdict: engine/calibrate/bound.py) win over what the store
+    # reads from the epochs, which stand only for a run cut short before its summary (the same functions)
     summary = ev.summarize(epochs, samples, waits)
     summary.update({k: ev.coerce(v, SUMMARY_COLUMNS[k]) for k, v in summary_event.items() if k in SUMMARY_COLUMNS})
     if status in (RunStatus.CANCELLED, RunStatus.KILLED) and not summary.get("verdict") and epochs:
         # NOTE: a run stopped before its bound's passes has no verdict from them; what its kept epochs' time split
         # says is stored as its verdict, so the store, the CLI and the run page read one answer
-        summary["verdict"], summary["verdict_help"] = kept_epochs_verdict(summary)
+        summary["verdict"], summary["verdict_help"] = kept_epochs_limit(summary)
     return {
         "run_id": run_id, "status": status, "error": None if error is None else str(error),
         "created_at": utc(start.get("t")), "started_at": utc(start.get("t")), "ended_at": ended_at,

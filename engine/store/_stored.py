@@ -49,8 +49,8 @@ def stored_epochs(conn: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[str
 def stored_waits(conn: duckdb.DuckDBPyConnection, run_id: str) -> list[float]:
     """The sorted data waits of the run's steady steps, each epoch's first step left out (engine/measure/waits.py).
 
-    NOTE: in DuckDB, not Python: a long run's summary needs a million steps on each ingest, and reading them
-    back as Python rows cost a quarter of the first ingest for every 1% the log grew."""
+    NOTE: in DuckDB, not Python: a long run's summary needs every step on each ingest, and reading a million
+    of them back as Python rows would make each incremental ingest cost nearly a whole one."""
     rows = conn.sql("SELECT s.data_wait_s FROM steps s JOIN epochs e USING (run_id, model_idx, rank, epoch) "
                     "WHERE s.run_id = ? AND NOT e.warmup AND s.step <> 0 AND isfinite(s.data_wait_s) "
                     "ORDER BY 1", params=[run_id]).fetchnumpy()

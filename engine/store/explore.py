@@ -49,7 +49,8 @@ def _q(col: str) -> str:
 
 def filter_sql(filters: dict[str, Any] | None) -> tuple[str, list[Any]]:
     """A WHERE clause (finished, not deleted runs) and its parameters. Unknown filter keys raise ValueError."""
-    where, params = ["status = 'done'", LIVE], []
+    where: list[str] = ["status = 'done'", LIVE]
+    params: list[Any] = []
     for key, value in (filters or {}).items():
         if value in (None, "", [], ()):
             continue

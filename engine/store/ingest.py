@@ -127,11 +127,12 @@ def _ingest(conn: duckdb.DuckDBPyConnection, run_dir: Path, job_id: str | None,
     prev = previous(conn, str(run_dir.resolve()))  # under the writer lock: no other ingest moves it meanwhile
     offset = prev["ingested_bytes"] or 0 if prev else 0
     start = first_event(log_file) if 0 < offset <= size and _line_start(log_file, offset) else None
-    resumable = start is not None and start.get("type") == "start" and not extra
+    resumable = prev is not None and start is not None and start.get("type") == "start" and not extra
     new, consumed = read_span(log_file, offset, size) if resumable else ([], 0)
-    if resumable and not new and not _went_stale(prev, run_dir, stale_after_s):
+    if prev is not None and resumable and not new and not _went_stale(prev, run_dir, stale_after_s):
         return prev["run_id"], False  # no whole new line: the store is up to date
     if new:  # incremental: only the new lines are parsed; the summary reads the rest back from the store
+        assert prev is not None and start is not None  # new lines are read only where resumable
         run_id, events = prev["run_id"], [*prior_events(prev), *new]
     else:  # first ingest, a log rewritten or cut short, or nothing new (a status to re-check): read it whole
         events, consumed = read_span(log_file, 0, size) if size else ([], 0)

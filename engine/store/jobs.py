@@ -116,7 +116,8 @@ def take_next_job(pid: int, at: datetime, db: Db) -> dict[str, Any] | None:
     """Mark the oldest queued job running (by `pid`, from `at`) and return its row; a read-only peek first keeps
     idle polls lock-free. StoreHeld (a StoreError) while the store cannot be opened."""
     with connect(db, read_only=True, outside_wait_s=DEFER_AFTER_S) as conn:
-        if not conn.execute("SELECT count(*) FROM jobs WHERE status = 'queued'").fetchone()[0]:
+        (queued,) = conn.execute("SELECT count(*) FROM jobs WHERE status = 'queued'").fetchone() or (0,)
+        if not queued:
             return None
     with connect(db, read_only=False, outside_wait_s=DEFER_AFTER_S) as conn:
         return _row(conn.execute(

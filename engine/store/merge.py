@@ -87,7 +87,9 @@ def _kind(path: Path) -> str:
 
 def _plan(paths: list[Path], store: Path) -> tuple[list[Path], list[dict[str, Path]]]:
     """DuckDB files to attach, and Parquet groups (table -> file): each folder one group, loose files another."""
-    stores, groups, loose = [], [], {}
+    stores: list[Path] = []
+    groups: list[dict[str, Path]] = []
+    loose: dict[str, Path] = {}
     for p in paths:
         if p.is_dir():
             named = {f.stem.removeprefix("loaderlab-"): f for f in sorted(p.glob("*.parquet"))}

@@ -47,10 +47,8 @@ LOCKDOWN: dict[str, object] = {
     "autoload_known_extensions": False,
     "allow_community_extensions": False,
     "python_enable_replacements": False,  # (connect() sets it too) a table name must not read a Python variable
-    # NOTE: a streamed result's peak memory grows with DuckDB's threads, each scanning ahead: 1M rows of 200
-    # characters out through the CLI took 95 MB more than `SELECT 1` on 1 thread, 123 MB on 4 and 195 MB on 16
-    # (an H100 box's 16 cores, 2026-11-26); the store's tables are small enough that 4 threads lose nothing
-    # and no more than the cores this process may use (affinity, cgroup quota): os.cpu_count() counts the machine's
+    # NOTE: a streamed result's peak memory grows with DuckDB's threads, each scanning ahead; the store's tables
+    # are small enough that 4 threads lose nothing, and no more than the cores this process may use (affinity, cgroup quota): os.cpu_count() counts the machine's
     "threads": min(4, usable_cores()),
 }  # then run_query sets lock_configuration, so that the query cannot SET any of them back
 # Table/scalar functions refused by name: they read files or the network, or run SQL given as text.

@@ -59,7 +59,7 @@ def test_best_config_speedup_and_neighbours(seeded):
     assert advice.problem["n_samples"] == 256 and advice.n_runs == 28
     c = advice.comparison
     assert c["speedup"] == pytest.approx(2.0 / 0.8, rel=0.02)
-    assert 1.0 < c["speedup_lo"] <= c["speedup"] <= c["speedup_hi"] and c["verdict"] == "B faster"
+    assert 1.0 < c["speedup_lo"] <= c["speedup"] <= c["speedup_hi"] and c["difference"] == "B faster"
     assert advice.verdict == "data-bound" and advice.efficiency == pytest.approx(0.9)
     # data-bound: more workers, a deeper queue, the other pool kind; none measured yet
     assert [s.changes for s in advice.suggestions] == [{"workers": 8}, {"prefetch_depth": 4}, {"loader": "processes"}]
@@ -165,7 +165,7 @@ def test_baseline_is_the_comparison_side_with_an_interval(seeded):
     assert advice.default["loader"] == "processes" and advice.default["workers"] == 2
     c = advice.comparison
     assert c["n_a"] == c["n_b"] == 7 and c["speedup"] == pytest.approx(1.0 / 0.8, rel=0.02)
-    assert 1.0 < c["speedup_lo"] and c["verdict"] == "B faster" and not advice.needs_confirmation
+    assert 1.0 < c["speedup_lo"] and c["difference"] == "B faster" and not advice.needs_confirmation
     text = render_advice(advice)
     assert "best is 1.25x faster than your setup (processes, 2 workers, depth 2, batch 64) (95% CI" in text
     assert "vs sync" not in text and "confirm it" not in text

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from engine.config import RunConfig
 from engine.calibrate import _passes
 from engine.calibrate._passes import loader_pass
-from engine.calibrate.bound import (EXPLAINED, FAIL_ENV, STALE, VERDICTS, Phase, _figures, _own_readings, _run_split,
+from engine.calibrate.bound import (EXPLAINED, FAIL_ENV, STALE, VERDICTS, Phase, _figures, _own_readings, _own_times,
                                    steady_cpu_pct)
 from engine.measure.verdicts import ABOVE_ONE, efficiency_text
 from engine.workloads.plugin import SERIAL_NOTE
@@ -130,7 +130,7 @@ def test_a_bound_the_run_beat_is_measured_again_and_the_faster_pass_kept(tmp_pat
 
 def test_big_model_on_in_memory_data_is_bound_by_compute(tmp_path):
     """The compute pass dominates. NOTE: the verdict's threshold is a timing, so on a shared machine the run
-    may fall below EXPLAINED (then its own split names it: compute-bound, or overhead-bound past it); it is never
+    may fall below EXPLAINED (then its own times name it: compute-bound, or overhead-bound past it); it is never
     data-bound. The rule itself: the next test."""
     result = launch(RunConfig.from_dict(BIG_MODEL), db=tmp_path / "s.duckdb")
     assert result.status == "done", result.error
@@ -414,14 +414,14 @@ def test_the_compute_pass_reads_the_cpu_before_the_final_synchronize(monkeypatch
 def test_a_run_whose_own_wait_and_step_make_its_epoch_is_never_overhead_bound(wait: float, step: float,
                                                                              overlaps: bool) -> None:
     """A bound well under the run (0.4 s, or 0.7 s serial, of a 1.0 s epoch), the cores idle, threads that fit, no
-    GIL: only the run's own split can say more. Where its data wait and step make EXPLAINED of the epoch or more,
+    GIL: only the run's own times can say more. Where its data wait and step make EXPLAINED of the epoch or more,
     nothing outside them holds it; overhead-bound is left for time outside them."""
     phase = Phase(0.3, 0.4, None, 0.3, 0.4, overlaps=overlaps)
-    out = _figures([phase], 1.0, 0.0, 0.0, _ONE_CORE_FREE, mean_cpu_pct=_IDLE, split=(wait, step))
+    out = _figures([phase], 1.0, 0.0, 0.0, _ONE_CORE_FREE, mean_cpu_pct=_IDLE, own_times=(wait, step))
     assert out["efficiency"] < EXPLAINED
     if wait + step >= EXPLAINED:
         assert out["verdict"] in ("data-bound", "compute-bound", "no-overlap")
-        assert "the run's own split" in out["bound_note"]
+        assert "the run's own times" in out["bound_note"]
         if overlaps and wait >= 1 - EXPLAINED:  # it waited for data a fifth of its epoch: not "the loader is good"
             assert out["verdict"] == "data-bound"
     else:
@@ -441,7 +441,7 @@ def test_a_run_slower_than_its_passes_is_named_by_its_own_data_wait_not_overhead
     row = get_run(result.run_id, db=tmp_path / "s.duckdb")
     assert row["efficiency"] < EXPLAINED, row  # the premise: the passes ran faster than the run
     assert row["verdict"] == "data-bound", (row["verdict"], row["bound_note"])
-    assert "the run's own split" in row["bound_note"]
+    assert "the run's own times" in row["bound_note"]
 
 
 # (first batch, the rest of the load, step, time outside them) of one steady epoch of one model on one rank
@@ -467,7 +467,7 @@ def test_a_cpu_run_of_one_model_never_reads_above_its_own_epoch_whatever_its_pas
     ttfb = statistics.median(e["ttfb_s"] for e in events)
     share = busy if overlaps else 2 * busy
     phase = Phase(load, compute, None, share * load, share * compute, overlaps=overlaps)
-    out = _figures([phase], measured, ttfb, 0.0, _ONE_CORE_FREE, split=_run_split(events),
+    out = _figures([phase], measured, ttfb, 0.0, _ONE_CORE_FREE, own_times=_own_times(events),
                    readings=_own_readings(events, measured))
     assert out["bound_s"] <= measured + 1e-9, out
     assert out["efficiency"] is None or out["efficiency"] <= 1.0 + 1e-9

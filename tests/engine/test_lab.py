@@ -34,7 +34,7 @@ def test_run_sweep_runs_compare_advise(store):
     fastest_first = sorted(df["loader"], key=lambda name: float(df[df.loader == name].epoch_s.iloc[0]))
     assert list(table["loader"]) == fastest_first
     assert table["n"].tolist() == [1, 1] and table["speedup"].iloc[-1] == pytest.approx(1.0)  # the slowest: 1x
-    assert table["verdict"].tolist() == ["no clear difference"] * 2   # one run each: no interval, and no claim
+    assert table["difference"].tolist() == ["no clear difference"] * 2   # one run each: no interval, and no claim
     by_query = lab.compare(f"SELECT run_id FROM runs WHERE sweep_id = '{df['sweep_id'].iloc[0]}'")
     assert by_query[["loader", "n"]].equals(table[["loader", "n"]])
     a = lab.advise(workload="tensor", model="mlp", baseline="loader=sync", host="any")

@@ -90,7 +90,7 @@ def test_compare_overlapping_samples_is_no_clear_difference():
     a = [1.00, 1.05, 0.97, 1.02, 0.99, 1.03, 0.98]
     b = [1.01, 0.98, 1.04, 1.00, 0.96, 1.02, 0.99]
     c = stats.compare(a, b)
-    assert c["verdict"] == "no clear difference"
+    assert c["difference"] == "no clear difference"
     assert c["speedup_lo"] < 1.0 < c["speedup_hi"]
 
 
@@ -98,13 +98,13 @@ def test_compare_clear_difference_gives_speedup_with_interval():
     slow = [2.00, 2.05, 1.97, 2.02, 1.99, 2.01, 2.03]
     fast = [1.00, 1.02, 0.98, 1.01, 0.99, 1.03, 0.97]
     c = stats.compare(slow, fast)
-    assert c["verdict"] == "B faster"
+    assert c["difference"] == "B faster"
     assert c["speedup"] == pytest.approx(2.0, rel=0.02)
     assert 1.0 < c["speedup_lo"] <= c["speedup"] <= c["speedup_hi"]
     assert c["speedup_lo"] == pytest.approx(1.97 / 1.03) and c["speedup_hi"] == pytest.approx(2.05 / 0.97)
-    assert stats.compare(fast, slow)["verdict"] == "A faster"
+    assert stats.compare(fast, slow)["difference"] == "A faster"
     few = stats.compare(slow[:6], fast[:6])   # 6 + 6 runs: each median has an interval, the ratio not
-    assert few["verdict"] == "no clear difference" and few["note"].startswith("no interval: 6 and 6 runs")
+    assert few["difference"] == "no clear difference" and few["note"].startswith("no interval: 6 and 6 runs")
     assert not math.isnan(few["a_lo"]) and math.isnan(few["speedup_lo"]) and few["speedup"] > 1.9
 
 
@@ -117,8 +117,8 @@ def test_not_slower_needs_the_low_end_above_one_minus_margin():
     close = [1.01, 1.02, 1.00, 1.02, 1.01, 1.00, 1.03]
     assert stats.compare(base, close, margin=0.05)["b_not_slower"] is True
     assert stats.compare(base[:3], close[:3], margin=0.05)["b_not_slower"] is False   # no interval, no claim
-    assert stats.verdict(math.nan, math.nan) == "no clear difference"
-    assert stats.verdict(1.01, 1.2) == "B faster" and stats.verdict(0.8, 0.99) == "A faster"
+    assert stats.difference(math.nan, math.nan) == "no clear difference"
+    assert stats.difference(1.01, 1.2) == "B faster" and stats.difference(0.8, 0.99) == "A faster"
 
 
 def test_mixed_hosts_warning():
@@ -171,12 +171,12 @@ def test_speedup_vs_sequential_matches_baselines_in_the_same_sweep_host_and_mode
     fused = by.loc[("fused", "shared")]
     assert fused["baseline_mode"] == "single" and fused["baseline_n"] == 7
     assert fused["speedup"] == pytest.approx(3.0, rel=0.02)   # 4 models in 4/3 of one model's time
-    assert fused["verdict"] == "faster"
+    assert fused["difference"] == "faster"
     assert by.loc[("dual-processes", "shared"), "speedup"] == pytest.approx(1.5, rel=0.02)
     assert by.loc[("dual-processes", "shared"), "baseline_mode"] == "dual-sequential"
-    assert by.loc[("dual-threads", "shared"), "verdict"] == "no clear difference"
+    assert by.loc[("dual-threads", "shared"), "difference"] == "no clear difference"
     separate = by.loc[("dual-threads", "separate")]  # dual-sequential is stored as "shared": it is the baseline
     assert separate["baseline_n"] == 7 and separate["speedup"] == pytest.approx(1.2, rel=0.02)
-    assert out[out["host_fingerprint"] == "h2"]["verdict"].tolist() == ["no baseline"]
+    assert out[out["host_fingerprint"] == "h2"]["difference"].tolist() == ["no baseline"]
     lonely = stats.speedup_vs_sequential(pd.DataFrame(runs("fused", [300], sweep="alone")))
-    assert lonely["verdict"].tolist() == ["no baseline"]
+    assert lonely["difference"].tolist() == ["no baseline"]

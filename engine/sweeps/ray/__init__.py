@@ -58,7 +58,8 @@ def run_sweep_ray(sweep: SweepConfig, *, db: Db = None, address: str | None = No
     # a bad plugin fails here, on the submitter's machine, before any trial is sent
     preflight_all(sweep.configs(), cwd=meta["cwd"])
     result = SweepResult(sweep_id or new_sweep_id(sweep.name))
-    trials, repeats = [], {}
+    trials: list[Trial] = []
+    repeats: dict[int, int] = {}
     for config_idx, cfg in sweep.plan():
         repeats[config_idx] = repeats.get(config_idx, -1) + 1
         trials.append(Trial(cfg, {**(meta or {}), "sweep_id": result.sweep_id, "config_idx": config_idx,

@@ -55,7 +55,9 @@ class Driver:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: PLC0415
 
         self.ray, self.db, self.result, self.bar = ray, db, result, bar
-        self.cancel, self.cancelled_at, self.forced = cancel or threading.Event(), None, False
+        self.cancel = cancel or threading.Event()
+        self.cancelled_at: float | None = None  # time.monotonic() of the first cancel
+        self.forced = False
         self.pin = lambda node: NodeAffinitySchedulingStrategy(node.node_id, soft=False)
         self.trial_fn, self.salvage_fn = ray.remote(_node.trial), ray.remote(_node.salvage)
         self.nodes = alive_nodes(ray)
