@@ -1,7 +1,7 @@
 """RunConfig and SweepConfig: the one schema behind CLI flags, TOML files, the launch form and the store.
 
 Every field is declared once below with its help text, its group and its limits. The CLI
-(`engine/cli.py`), the dashboard's launch form (`ui/form.py`) and the store's `runs` columns
+(`engine/cli/`), the dashboard's launch form (`ui/form.py`) and the store's `runs` columns
 are all generated from `dataclasses.fields(RunConfig)`; nothing else lists the fields again.
 
     cfg = RunConfig.from_dict({"loader": "threads", "workers": 4})   # raises ConfigError on bad input
