@@ -28,6 +28,7 @@ from engine.errors import ConfigError, printable
 from engine.paths import calibrations_dir
 from engine.predict import MODES
 from engine.run.hostfit import check_rules
+from engine.run.observed import script_command
 
 __all__ = ["advise_options", "cmd_advise", "cmd_code", "cmd_predict", "cmd_tune", "code_options",
            "predict_options", "tune_options"]
@@ -161,7 +162,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 def _tune_script(args: argparse.Namespace, budget: float) -> int:
     """`tune -- python train.py ARGS`: the script's training DataLoader, tuned trial by trial (tune_script.py)."""
+    if args.script[:1] == ["--"] and len(args.script) == 1:
+        raise ConfigError("script", "no script after --; give its command, e.g. python -m engine tune -- python "
+                                    "train.py")
     max_memory = parse_size(args.max_memory)
+    script_command(args.script)  # NOTE: a command that cannot run is refused here, before the line below promises trials
     print("the script runs once per trial, each stopped after a bounded number of batches (LOADERLAB_TRIAL=1 is set)",
           file=sys.stderr)
     result = tune_script(args.script, budget_s=budget, db=args.db, max_memory=max_memory,
