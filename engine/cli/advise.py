@@ -61,7 +61,8 @@ def _baseline_of(args: argparse.Namespace) -> str | dict[str, Any] | None:
     """--baseline, the settings read from --baseline-from's DataLoader, or --baseline-run's (saying on which pipeline
     the lab will measure them); more than one is bad input."""
     if args.baseline_from and (args.baseline or args.baseline_run):
-        raise ConfigError("baseline_from", "give one of --baseline, --baseline-from and --baseline-run, not both or all three")
+        raise ConfigError("baseline_from", "give one of --baseline, --baseline-from and --baseline-run, not both or "
+                                           "all three")
     if args.baseline_from:
         return read_loader(args.baseline_from)
     given = resolve_baseline(args.baseline, args.baseline_run, args.db)
@@ -166,7 +167,8 @@ def _tune_script(args: argparse.Namespace, budget: float) -> int:
         raise ConfigError("script", "no script after --; give its command, e.g. python -m engine tune -- python "
                                     "train.py")
     max_memory = parse_size(args.max_memory)
-    script_command(args.script)  # NOTE: a command that cannot run is refused here, before the line below promises trials
+    # NOTE: a command that cannot run is refused here, alone, before the line below promises trials of it
+    script_command(args.script)
     print("the script runs once per trial, each stopped after a bounded number of batches (LOADERLAB_TRIAL=1 is set)",
           file=sys.stderr)
     result = tune_script(args.script, budget_s=budget, db=args.db, max_memory=max_memory,
