@@ -109,7 +109,7 @@ def owner(run_dir: str | Path) -> str | None:
 class RunLog:
     """Writer. Thread-safe: dual-thread modes and the sampler thread write through one instance."""
 
-    def __init__(self, run_dir: str | Path):
+    def __init__(self, run_dir: str | Path) -> None:
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / "events.jsonl"
