@@ -14,7 +14,7 @@ from engine.config import RunConfig
 from engine.errors import printable
 from engine.measure import efficiency_text
 
-__all__ = ["WRITERS", "code", "costs", "given", "line", "predicted_table", "setting", "shown", "summary", "warn"]
+__all__ = ["WRITERS", "line", "predicted_table", "print_code", "setting", "shown", "summary", "warn"]
 
 
 def line(text: object) -> str:
@@ -27,7 +27,7 @@ def warn(warnings: list[str]) -> None:
         print(f"warning: {printable(warning)}", file=sys.stderr)
 
 
-def given(value: Any) -> bool:
+def _given(value: Any) -> bool:
     return value is not None and value == value  # NaN from the store is "not measured"
 
 
@@ -55,25 +55,25 @@ def summary(run_id: str, run: dict[str, Any]) -> list[str]:
     if run.get("efficiency") is not None:  # above 1 no fraction and no verdict (engine/measure/verdicts.py)
         parts.append(f"bound {run['bound_s']:.3f} s, efficiency {efficiency_text(run['efficiency'])}"
                      + (f", {run['verdict']}" if run.get("verdict") and run["efficiency"] <= 1 else ""))
-    if given(run.get("overlap")):  # concurrent modes: how much of A + B's compute the concurrency hid
+    if _given(run.get("overlap")):  # concurrent modes: how much of A + B's compute the concurrency hid
         parts.append(f"overlap {run['overlap']:.0%}")
     out = [" · ".join(parts)]
     for key, what in (("verdict_help", run.get("verdict")), ("bound_note", "note"), ("bound_error", "no lower bound")):
         if run.get(key):
             out.append(f"  {what}: {line(run[key])}")
-    return out + [f"  {cost}" for cost in costs(run)]
+    return out + [f"  {cost}" for cost in _costs(run)]
 
 
-def costs(run: dict[str, Any]) -> list[str]:
+def _costs(run: dict[str, Any]) -> list[str]:
     """What the GPU waited on (GPU runs only) and how long the start-up took: lines under the summary."""
     out = []
-    if given(run.get("gpu_idle_share")):
+    if _given(run.get("gpu_idle_share")):
         parts = [(f"gpu_idle_{key}_share", what) for key, what in (("data", "data"), ("copy", "copies"),
                                                                    ("other", "the host"))]
-        split = ", ".join(f"{what} {run[k]:.0%}" for k, what in parts if given(run.get(k)))
+        split = ", ".join(f"{what} {run[k]:.0%}" for k, what in parts if _given(run.get(k)))
         out.append(f"GPU idle {run['gpu_idle_share']:.0%} of the steady epochs" + (f", waiting on {split}" if split
                                                                                       else ""))
-    if given(run.get("startup_s")):
+    if _given(run.get("startup_s")):
         out.append(f"start-up {run['startup_s']:.1f} s to the first batch (interpreter and imports "
                    f"{run['startup_imports_s']:.1f} s)")
     return out
@@ -110,7 +110,7 @@ WRITERS: dict[str, Callable[[Iterator[pd.DataFrame], TextIO], None]] = {
 # ---------------------------------------------------------------------------- settings and predictions
 
 
-def code(setting: dict[str, Any] | RunConfig | None, title: str) -> None:
+def print_code(setting: dict[str, Any] | RunConfig | None, title: str) -> None:
     """The answer as code, printed last: what the user pastes."""
     if setting is not None:
         print(f"\n# --- the code: paste it where your loader is built ---\n{snippet(setting, title)}", end="")

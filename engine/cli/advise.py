@@ -20,7 +20,7 @@ from engine.advice.learned import learned_residuals
 from engine.advice.memory import parse_size
 from engine.advice.tune import candidates, parse_budget, tune, waits_of
 from engine.advice.tune_script import tune_script
-from engine.cli._format import code, predicted_table, setting
+from engine.cli._format import predicted_table, print_code, setting
 from engine.cli._options import Parser, add_config_flags, config_from_args, launch_options, launch_settings
 from engine.cli._store import prepare_store
 from engine.config import RunConfig, load_toml
@@ -99,8 +99,8 @@ def cmd_advise(args: argparse.Namespace) -> int:
                     max_memory=max_memory)
     print(render_advice(advice))
     if advice.base_config:
-        code({**advice.base_config, **advice.best}, f"the best for {args.workload} + {args.model}: "
-                                                     f"{describe(advice.best)}")
+        print_code({**advice.base_config, **advice.best}, f"the best for {args.workload} + {args.model}: "
+                                                           f"{describe(advice.best)}")
     if args.write_confirm:
         _write_confirm(args.write_confirm, advice.confirm_sweep_toml if advice.default != advice.best else None)
     if args.write_sweep and advice.base_config:
@@ -155,7 +155,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     result = tune(args.workload, args.model, budget_s=budget, db=args.db, base=base, progress=not args.quiet,
                   baseline=given or None, predicted=not args.no_predict, max_memory=max_memory)
     print(result.render())
-    code(result.best, f"the best found by tune {result.sweep_id}")
+    print_code(result.best, f"the best found by tune {result.sweep_id}")
     if args.write_confirm:
         _write_confirm(args.write_confirm, result.confirm_sweep_toml if result.best_idx else None)
     return 0 if result.best is not None else 1
@@ -220,12 +220,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
               f"{row['predicted_hi_s']:.3f}) · {row['samples_per_s']:.0f} samples/s · limit: {row['limit']}")
         if observed:
             print(observed_line(observed[1], row["predicted_epoch_s"]))
-        code(cfg, f"the setting predicted: {setting(row)}")
+        print_code(cfg, f"the setting predicted: {setting(row)}")
         return 0
     print(predicted_table(table))
     top = table.iloc[0]
-    code(cfg.replace(**{k: _native(top[k]) for k in ("loader", "workers", "prefetch_depth", "threads")}),
-         f"the setting predicted fastest: {printable(setting(top))}")
+    print_code(cfg.replace(**{k: _native(top[k]) for k in ("loader", "workers", "prefetch_depth", "threads")}),
+               f"the setting predicted fastest: {printable(setting(top))}")
     return 0
 
 
