@@ -1,4 +1,5 @@
-"""`python -m engine <command>`: the CLI, wired in engine/cli.py. `python -m engine --help` lists the commands."""
+"""`python -m engine <command>`: the CLI, wired in engine/cli/__init__.py. `python -m engine --help` lists the
+commands."""
 
 from __future__ import annotations
 

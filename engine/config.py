@@ -1,7 +1,7 @@
 """RunConfig and SweepConfig: the one schema behind CLI flags, TOML files, the launch form and the store.
 
 Every field is declared once below with its help text, its group and its limits. The CLI
-(`engine/cli.py`), the dashboard's launch form (`ui/form.py`) and the store's `runs` columns
+(`engine/cli/`), the dashboard's launch form (`ui/form.py`) and the store's `runs` columns
 are all generated from `dataclasses.fields(RunConfig)`; nothing else lists the fields again.
 
     cfg = RunConfig.from_dict({"loader": "threads", "workers": 4})   # raises ConfigError on bad input
@@ -33,7 +33,7 @@ def _f(default: Any, help: str, group: str, **meta: Any) -> Any:
     'module.path:callable' spec is accepted besides the choices; an empty plugin field means the default), auto
     (the value the word "auto" stands for)."""
     if isinstance(default, list):
-        return field(default_factory=lambda d=default: list(d), metadata={"help": help, "group": group, **meta})
+        return field(default_factory=default.copy, metadata={"help": help, "group": group, **meta})
     return field(default=default, metadata={"help": help, "group": group, **meta})
 
 
@@ -293,14 +293,16 @@ def _check_field(f: dataclasses.Field, value: Any) -> None:
     if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
         raise ConfigError(f.name, f"expected {typ.__name__}, got {value!r:.60}")
     _check_limits(f, value)
-    if f.metadata.get("plugin") and SPEC_RE.match(value):
+    if f.metadata.get("plugin") and isinstance(value, str) and SPEC_RE.match(value):
         return  # NOTE: only the spelling is checked here; engine.run.preflight imports and tries it
     choices = field_choices(f)
     if choices is not None and value not in choices:
         own = ", or your own as 'module.path:callable'" if f.metadata.get("plugin") else ""
-        raise ConfigError(f.name, f"'{printable(value[:200])}' is unknown; choose one of: {', '.join(choices)}{own}")
+        raise ConfigError(f.name, f"'{printable(str(value)[:200])}' is unknown; choose one of: "
+                                  f"{', '.join(choices)}{own}")
     if f.metadata.get("plugin") and value and choices is None:
-        raise ConfigError(f.name, f"'{printable(value[:200])}' is not a plugin spec; write 'module.path:callable', "
+        raise ConfigError(f.name, f"'{printable(str(value)[:200])}' is not a plugin spec; write "
+                                  "'module.path:callable', "
                                   "e.g. 'mypkg.data:build', or leave it empty for the default")
 
 

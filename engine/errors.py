@@ -70,7 +70,7 @@ def _last_exception(traceback_text: str) -> str | None:
 class ConfigError(ValueError):
     """Bad user input. `field` names the offending field so forms can show the error inline."""
 
-    def __init__(self, field_name: str, message: str):
+    def __init__(self, field_name: str, message: str) -> None:
         super().__init__(f"{field_name}: {message}")
         self.field = field_name
         self.message = message
@@ -98,7 +98,7 @@ class StoreHeld(StoreBusy):
     Raised after `outside_wait_s`; deferrable work (ingest) leaves the RunLog for the next command that can write.
     """
 
-    def __init__(self, message: str, holder: str | None = None):
+    def __init__(self, message: str, holder: str | None = None) -> None:
         super().__init__(message)
         self.holder = holder
 

@@ -12,7 +12,8 @@ import functools
 import os
 from pathlib import Path
 
-__all__ = ["DATA_DIR", "Db", "ROOT", "TRACE_FILE", "calibrations_dir", "datasets_dir", "db_path", "jobs_dir", "runs_dir"]
+__all__ = ["DATA_DIR", "Db", "ROOT", "TRACE_FILE", "calibrations_dir", "datasets_dir", "db_path", "jobs_dir",
+           "runs_dir"]
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = ROOT / "data"
@@ -28,8 +29,9 @@ def db_path(db: Db = None) -> Path:
 
 @functools.lru_cache(maxsize=256)
 def _resolved(path: str, cwd: str) -> Path:
-    # NOTE: cached: Path.resolve() stats every component, and a dashboard view asks for the store's path a
-    # dozen times (an eighth of the server's CPU with 20 viewers); keyed on the cwd a relative path depends on
+    # NOTE: cached: Path.resolve() stats every component, and a dashboard view asks for the store's path a dozen
+    # times (its share of the server's CPU: bench/RESULTS.md, "Load: 20 concurrent dashboard sessions"); keyed on
+    # the cwd a relative path depends on
     return Path(path).resolve()
 
 

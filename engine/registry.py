@@ -21,7 +21,7 @@ imports leads from one to the other and back (tests/engine/test_architecture.py 
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from engine import devices
 from engine.errors import ConfigError
@@ -33,7 +33,7 @@ from engine.workloads import WORKLOADS
 
 __all__ = ["LOADERS", "MODELS", "MODES", "WORKLOADS", "check", "check_each", "names"]
 
-_KINDS = {"workloads": WORKLOADS, "loaders": LOADERS, "models": MODELS, "modes": MODES}
+_KINDS: dict[str, Mapping[str, Any]] = {"workloads": WORKLOADS, "loaders": LOADERS, "models": MODELS, "modes": MODES}
 
 
 def names(kind: str) -> list[str]:

@@ -3,10 +3,9 @@
 Layout: `<runs_root>/<run_id>/events.jsonl` plus a `heartbeat` file whose mtime the run refreshes, and a
 `store` file naming the one store this RunLog belongs to (its resolved path, written before the run starts):
 only that store ingests it, so runs of two stores in one folder never land in each other (claim, owner).
-`launcher.lock` is locked by the process that launched the run until it has tried to store it (launching):
-until then a finished RunLog is not waiting for anyone else.
-Each line is one JSON event, written whole and flushed + fsynced, so a kill loses at most the
-epoch in flight. A torn last line (the process died mid-write) is ignored by the reader.
+`launcher.lock` is locked by the process that launched the run until it has tried to store it (launching): until
+then a finished RunLog is not waiting for anyone else. Each line is one JSON event, written whole and flushed +
+fsynced, so a kill loses at most the epoch in flight; a torn last line (a death mid-write) is ignored by the reader.
 
 Events (every event has "type" and "t", a unix timestamp):
   start        run_id, config (RunConfig dict), host (fingerprint dict), pid
@@ -36,7 +35,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from engine.errors import disk_full
 from engine.status import RunStatus
@@ -110,7 +109,7 @@ def owner(run_dir: str | Path) -> str | None:
 class RunLog:
     """Writer. Thread-safe: dual-thread modes and the sampler thread write through one instance."""
 
-    def __init__(self, run_dir: str | Path):
+    def __init__(self, run_dir: str | Path) -> None:
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / "events.jsonl"
@@ -180,9 +179,9 @@ def end_dead_run(run_dir: str | Path, status: str, error: str | None,
     (its disk is full): the caller hands those to the store directly.
     """
     run_dir = Path(run_dir)
-    events = iter_events(run_dir) if events is None else events
-    missing = [{"type": "end", "t": time.time(), "status": status, "error": error}]
-    if not any(e.get("type") == "start" for e in events):
+    seen: Iterable[dict[str, Any]] = iter_events(run_dir) if events is None else events
+    missing: list[dict[str, Any]] = [{"type": "end", "t": time.time(), "status": status, "error": error}]
+    if not any(e.get("type") == "start" for e in seen):
         # NOTE: it died before its start event (killed while importing, or a crash at start-up)
         meta = json.loads((run_dir / "meta.json").read_text())
         missing.insert(0, {"type": "start", "t": time.time(), "run_id": run_dir.name,

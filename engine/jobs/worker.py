@@ -8,7 +8,7 @@ subprocess that never opens DuckDB nor imports streamlit, forked from the worker
 run as it lands). Either way Cancel is the marker file `<jobs_dir>/<job_id>.cancel`, watched here and
 turned into the executor's cancel Event.
 
-    python -m engine worker [--db PATH] [--ensure | --once]     # engine/cli.py parses the flags
+    python -m engine worker [--db PATH] [--ensure | --once]     # engine/cli/ parses the flags
 
 NOTE: one job at a time on the whole host, not one per device: runs on two GPUs still share the CPU
 cores that load their data, so running them side by side would corrupt both timings.

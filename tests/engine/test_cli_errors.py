@@ -161,6 +161,14 @@ def test_sweep_of_a_directory_says_it_is_a_directory(tmp_path, store):
     one_line(cli("run", "--config", str(folder), db=store), "config", "is a directory")
 
 
+def test_tune_with_nothing_after_the_dashes_is_one_line_saying_how_to_name_the_script(tmp_path):
+    store = tmp_path / "s.duckdb"
+    out = cli("tune", "--db", str(store), "--")  # --db before --: after it, everything is the script's command
+    line = one_line(out, "script", "python -m engine tune -- python train.py")
+    assert "observe" not in line
+    assert out.stdout == "" and not store.exists()  # refused before a trial was promised or the store made
+
+
 @pytest.mark.parametrize("target", ["/proc/version", "a folder"])
 def test_export_to_a_path_it_cannot_write_is_one_line_and_writes_nothing(tmp_path, target):
     db = stored_run(tmp_path / "store")

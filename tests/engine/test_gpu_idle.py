@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.advice.advisor import advise, render_advice
-from engine.cli import _print_summary
+from engine.cli.launch import print_summary
 from engine.config import RunConfig
 from engine.run.runner import launch
 from engine.runlog import GPU_EPOCH_FIELDS
@@ -101,7 +101,7 @@ def test_the_advisor_says_nothing_of_a_gpu_for_cpu_runs(store):
 
 def test_the_cli_summary_says_what_the_gpu_waited_on(store, capsys):
     ingest_run(write_gpu_run(store.parent / "runs", "gpu1"), db=store)
-    _print_summary("gpu1", store)
+    print_summary("gpu1", store)
     out = capsys.readouterr().out
     assert "GPU idle 42% of the steady epochs, waiting on data 38%, copies 2%, the host 2%" in out, out
     assert "start-up 12.4 s to the first batch (interpreter and imports 6.1 s)" in out

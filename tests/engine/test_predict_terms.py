@@ -13,7 +13,7 @@ import sys
 import pandas as pd
 import pytest
 
-from engine import cli
+from engine.cli._format import predicted_table
 from engine.advice.learned import earlier_runs, learned_residuals
 from engine.predict import LOADER_SHAPES, adjusted, apart, predict, probe_path, residuals
 from engine.config import RunConfig
@@ -151,7 +151,7 @@ def test_predict_shows_settings_the_model_cannot_tell_apart_once() -> None:
     table = pd.DataFrame(rows([_cfg("prefetch", prefetch_depth=2), _cfg("prefetch", prefetch_depth=8),
                                _cfg("processes", 2)], probe))
     assert table["same_as"].notna().sum() == 1  # depth 8 is depth 2's twin
-    text = cli._predicted_table(table)
+    text = predicted_table(table)
     lines = [line for line in text.splitlines() if "prefetch" in line]
     assert len(lines) == 1 and "depth 8" in lines[0]  # one line, naming its twin
     assert "cannot tell them apart" in text

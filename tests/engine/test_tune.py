@@ -12,6 +12,7 @@ import time
 import pytest
 
 from engine import cli
+from engine.cli._options import config_from_args
 from engine.advice.tune import TuneResult, candidates, parse_budget, run_flags, tune
 from engine.config import ConfigError, RunConfig
 from engine.predict import predict
@@ -162,7 +163,7 @@ def test_use_it_is_the_run_command_of_the_best_with_the_shared_fields():
     flags = run_flags(cfg)
     assert flags == ("--workload mypkg.data:build --model mypkg.nets:net --loader processes --workers 2 "
                      "--n-samples 512 --no-pin-memory")
-    again = cli._config_from_args(cli.build_parser().parse_args(["run", *flags.split()]))  # the CLI reads it back
+    again = config_from_args(cli.build_parser().parse_args(["run", *flags.split()]))  # the CLI reads it back
     assert again.replace(epochs=10, tag="tune", bound=False) == cfg
 
 
