@@ -66,7 +66,7 @@ def _rank_main(rank: int, cfg: RunConfig, world: int, device_name: str, threads:
         # NOTE: DDP, its reducer and their pending work were freed when _train_rank returned (collected here
         # in case of a cycle), so the group is not torn down later by the interpreter's teardown, where gloo's
         # threads can still hold tensors and abort the process (SIGABRT, "terminate called without an
-        # active exception", seen once in CI)
+        # active exception")
         gc.collect()
         dist.destroy_process_group()
 
