@@ -86,8 +86,8 @@ def demand(cfg: Any) -> Demand:
         words += f", {models} model(s) of {_gb(model_bytes)} with gradients and optimizer state"
     # NOTE: with workers, the training process mostly waits on them: workers = cores (the usual advice) fits
     return Demand(processes=copies * max(1, workers), process_field=copy_field if copies >= workers else "workers",
-                  memory_bytes=sum(parts.values()), memory_field=max((k for k in parts if k != "run"), key=lambda k: parts[k]),
-                  memory_parts=words)
+                  memory_bytes=sum(parts.values()),
+                  memory_field=max((k for k in parts if k != "run"), key=lambda k: parts[k]), memory_parts=words)
 
 
 def check_host(cfg: Any, *, oversubscribe: bool | None = None) -> list[str]:

@@ -68,7 +68,7 @@ class SeededDataset(Dataset):
         self.seed = int(cfg.seed)
         self.num_classes = int(cfg.num_classes) or DEFAULT_CLASSES  # 0: auto
         self.image_size = int(cfg.image_size)
-        self.sample_shape: tuple[int, ...] = (3, self.image_size, self.image_size)  # a plugin's: any shape
+        self.sample_shape: tuple[int, ...] = (3, self.image_size, self.image_size)  # a plugin's may be any shape
         self.latency_s = float(cfg.latency_ms) / 1000.0
         self._len = int(cfg.n_samples)
 
@@ -142,7 +142,9 @@ class BankWorkload(SeededDataset):
                     bank = torch.randn((self.bank_size, *self.sample_shape), generator=g).numpy()
                     self._labels = torch.randint(self.num_classes, (self.bank_size,), generator=g).tolist()
                     self._bank = bank  # published last: a reader that sees the bank also sees the labels
-        return self._bank, self._labels  # type: ignore[return-value]
+        bank, labels = self._bank, self._labels  # the bank first: a thread that sees it sees the labels too
+        assert bank is not None and labels is not None  # built above, by this thread or another
+        return bank, labels
 
     def _load(self, epoch: int, index: int) -> tuple[torch.Tensor, int]:
         bank, labels = self._ensure_bank()
