@@ -399,7 +399,7 @@ def main(argv: list[str]) -> int:
 def exit_child(code: int) -> None:
     """End a run child, cold or warm-forked, with `code` and no interpreter teardown. Never returns.
 
-    NOTE: teardown costs about a second with torch loaded (bench/startup.py "reap"), and buys nothing: the RunLog
+    NOTE: teardown is slow with torch loaded (bench/startup.py times it in its "reap" phase), and buys nothing: the RunLog
     is closed and fsynced and the loader workers joined by now."""
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
