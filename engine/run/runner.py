@@ -399,8 +399,8 @@ def main(argv: list[str]) -> int:
 def exit_child(code: int) -> None:
     """End a run child, cold or warm-forked, with `code` and no interpreter teardown. Never returns.
 
-    NOTE: teardown is slow with torch loaded (bench/startup.py times it in its "reap" phase), and buys nothing: the RunLog
-    is closed and fsynced and the loader workers joined by now."""
+    NOTE: teardown is slow with torch loaded (bench/startup.py times it in its "reap" phase), and buys nothing:
+    the RunLog is closed and fsynced and the loader workers joined by now."""
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:
