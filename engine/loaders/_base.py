@@ -120,8 +120,9 @@ class BackgroundIterator:
 
     def _run(self) -> None:
         torch.set_num_threads(1)  # a producer must not compete with the training loop's intra-op threads
+        assert self._source is not None  # set before the thread starts; only this method's end drops it
         try:
-            for item in self._source:  # type: ignore[union-attr]
+            for item in self._source:
                 if not self._put(item):
                     return
             self._put(_END)

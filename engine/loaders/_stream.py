@@ -68,10 +68,11 @@ def stream_epoch(loader: Any, e: int) -> Iterator[tuple[torch.Tensor, torch.Tens
         yield x, y
     loader.stream_tally = tally
     delivered = sum(tally.counts.values())
-    if not delivered and getattr(loader, "stream_delivered", 0):
+    earlier: int = getattr(loader, "stream_delivered", 0)  # the most an earlier epoch delivered
+    if not delivered and earlier:
         raise StreamMismatch(f"epoch {e} of the stream '{stream.spec}' delivered nothing after earlier epochs did: "
                              "its iter() does not start over; return an iterable whose __iter__ starts a new pass")
-    loader.stream_delivered = max(delivered, getattr(loader, "stream_delivered", 0))
+    loader.stream_delivered = max(delivered, earlier)
     if stream.world == 1:
         tally.check(stream, e)
 
@@ -111,7 +112,7 @@ class _Parts(IterableDataset):
                             self.collate)
 
 
-def _as_is(batch: Batch) -> Batch:
+def _as_is(batch: Any) -> Any:  # torch types collate_fn for batched loading; batch_size=None passes one Batch
     return batch
 
 

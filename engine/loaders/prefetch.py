@@ -75,6 +75,7 @@ class PrefetchLoader(Loader):
         compute = torch.cuda.current_stream(self.device)
         wait = cuda_events.pool(self.device).span()
         wait.start.record(compute)
+        assert self._copy_stream is not None  # batches are handed over only on CUDA, where the stream is made
         compute.wait_stream(self._copy_stream)  # only this batch's copy: the next one is not issued yet
         wait.end.record(compute)
         for t in batch:

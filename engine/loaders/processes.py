@@ -62,7 +62,8 @@ class ProcessLoader(PooledLoader):
             multiprocessing_context=start_method, timeout=timeout_s, worker_init_fn=init,
             collate_fn=self.collate,
         )
-        self._it = None  # the DataLoader iterator that owns the worker processes
+        # the DataLoader iterator that owns the worker processes; Any: its fields used here are private, undeclared
+        self._it: Any = None
 
     def _epoch(self, e: int) -> Iterator[tuple[Tensor, Tensor]]:
         self.sampler.set_epoch(e)
@@ -91,8 +92,8 @@ class ProcessLoader(PooledLoader):
             raise LoaderTimeout.after(self.name, self.timeout_s) from None
         except Exception as err:  # noqa: BLE001 - re-raised as it came unless a dead worker explains it
             # NOTE: a worker killed while handing over a batch's shared memory surfaces as a bare EOFError or
-            # "connection reset" from the pipe, or as a KeyError naming multiprocessing's QueueFeederThread (CI,
-            # a worker killed in the first epoch): name the dead worker instead
+            # "connection reset" from the pipe, or as a KeyError naming multiprocessing's QueueFeederThread (a
+            # worker killed in the first epoch): name the dead worker instead
             raise self._worker_death(err) or err
         finally:
             if not self.persistent_workers:
@@ -113,7 +114,7 @@ class ProcessLoader(PooledLoader):
 
     def worker_pools(self) -> list[dict[str, Any]]:
         """The pools the workers reported as they started (the largest), noted for the run's record too."""
-        seen = []
+        seen: list[list[dict[str, Any]]] = []  # one list of pools per worker
         while True:
             try:
                 seen.append(self._reports.get_nowait()[1])
@@ -131,7 +132,7 @@ class ProcessLoader(PooledLoader):
 
     def _worker_death(self, err: BaseException) -> RuntimeError | None:
         """A clear error if a worker process has died (what `err` really means then), else None."""
-        it = self._it or getattr(self._dl, "_iterator", None) or _iterator_in(err)
+        it: Any = self._it or getattr(self._dl, "_iterator", None) or _iterator_in(err)
         workers = list(enumerate(getattr(it, "_workers", None) or []))
         dead = [(i, w) for i, w in workers if not w.is_alive()]  # is_alive() reaps a dead worker, no wait
         if not dead:
@@ -148,7 +149,7 @@ class ProcessLoader(PooledLoader):
                             f"SIGKILL), or what killed it")
 
     def _kill_workers(self) -> None:
-        it = self._it or getattr(self._dl, "_iterator", None)
+        it: Any = self._it or getattr(self._dl, "_iterator", None)
         if getattr(it, "_worker_pids_set", False):
             # unregister first, or DataLoader's SIGCHLD handler reports the kill as the error instead
             torch.utils.data._utils.signal_handling._remove_worker_pids(id(it))
@@ -173,7 +174,7 @@ class ProcessLoader(PooledLoader):
 def _iterator_in(err: BaseException) -> Any:
     """The DataLoader iterator that was being built when `err` came, from its traceback's frames, else None.
 
-    NOTE: a worker killed while iter() starts its workers (CI: killed in the first epoch) interrupts the iterator's
+    NOTE: a worker killed while iter() starts its workers (killed in the first epoch) interrupts the iterator's
     __init__, with a KeyError naming multiprocessing's QueueFeederThread: neither self._it nor the DataLoader's
     _iterator is set yet, and only the frames hold the workers to ask which one died."""
     tb = err.__traceback__

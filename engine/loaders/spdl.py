@@ -132,7 +132,7 @@ class SpdlLoader(PooledLoader):
 
     def _build(self, watch: _Watch, pool: ThreadPoolExecutor) -> Pipeline:
         keys = [k for batch in self.sampler for k in batch]  # the plan, flattened; aggregate cuts it again
-        return (PipelineBuilder()
+        return (PipelineBuilder[tuple[int, int], Any]()  # keys in, batches out
                 .add_source(keys)
                 .pipe(watch.wrap("fetch", self.fetch_one), concurrency=self.workers, executor=pool,
                       name="fetch", output_order="input")

@@ -47,8 +47,8 @@ class ResBlock(nn.Module):
 
 
 class CNN(nn.Sequential):
-    def __init__(self, in_shape: tuple[int, int, int], num_classes: int, width: int, depth: int):
-        channels, height, width_px = in_shape
+    def __init__(self, in_shape: tuple[int, ...], num_classes: int, width: int, depth: int):
+        channels, height, width_px = in_shape  # (C, H, W): an image's shape
         side = min(height, width_px)
         stride = 2 if side > 32 else 1
         layers: list[tuple[str, nn.Module]] = [

@@ -15,7 +15,7 @@ __all__ = ["MLP"]
 
 
 class MLP(nn.Sequential):
-    def __init__(self, in_shape: tuple[int, int, int], num_classes: int, width: int, depth: int):
+    def __init__(self, in_shape: tuple[int, ...], num_classes: int, width: int, depth: int):
         layers: list[tuple[str, nn.Module]] = [
             # [B, C, H, W] -> [B, width]
             ("stem", nn.Sequential(nn.Flatten(), nn.Linear(math.prod(in_shape), width), nn.ReLU())),

@@ -24,9 +24,9 @@ __all__ = ["Transformer"]
 class PatchEmbed(nn.Module):
     """[B, C, H, W] -> [B, N, width] tokens with the positional embedding added (it lives here, not free)."""
 
-    def __init__(self, in_shape: tuple[int, int, int], width: int):
+    def __init__(self, in_shape: tuple[int, ...], width: int):
         super().__init__()
-        channels, height, width_px = in_shape
+        channels, height, width_px = in_shape  # (C, H, W): an image's shape
         patch = min(max(4, min(height, width_px) // 8), height, width_px)
         self.proj = nn.Conv2d(channels, width, patch, stride=patch)
         n_tokens = (height // patch) * (width_px // patch)
@@ -69,7 +69,7 @@ class MeanTokens(nn.Module):
 
 
 class Transformer(nn.Sequential):
-    def __init__(self, in_shape: tuple[int, int, int], num_classes: int, width: int, depth: int):
+    def __init__(self, in_shape: tuple[int, ...], num_classes: int, width: int, depth: int):
         layers: list[tuple[str, nn.Module]] = [("embed", PatchEmbed(in_shape, width))]
         layers += [(f"block{i}", EncoderBlock(width)) for i in range(depth)]
         layers.append(("head", nn.Sequential(nn.LayerNorm(width), MeanTokens(), nn.Linear(width, num_classes))))

@@ -51,7 +51,8 @@ def timed_allreduce(timer: AllreduceTimer, bucket):  # noqa: ANN001, ANN202
             timer.spans.append(time.perf_counter() - start)
         return fut.value()
 
-    return allreduce_hook(None, bucket).then(done)
+    # torch's annotation says ProcessGroup, but its code (_allreduce_fut) takes None as the default group
+    return allreduce_hook(None, bucket).then(done)  # type: ignore[arg-type]
 
 
 def torchrun_env() -> tuple[int, int, int, int] | None:

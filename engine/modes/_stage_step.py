@@ -7,7 +7,7 @@ gradient of ones: the same kernels as the real gradient from the next stage.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
@@ -20,7 +20,7 @@ __all__ = ["StageStep", "stage_builder"]
 
 
 class StageStep:
-    def __init__(self, stages: list[torch.nn.Module], devices: list[torch.device], s: int, cfg: RunConfig):
+    def __init__(self, stages: Sequence[torch.nn.Module], devices: list[torch.device], s: int, cfg: RunConfig):
         self.before = [(stage.to(d), d) for stage, d in zip(stages[:s], devices[:s])]
         self.stage, self.device, self.last = stages[s].to(devices[s]), devices[s], s == len(stages) - 1
         self.opt = make_optimizer(self.stage.parameters(), cfg.optimizer, cfg.lr)

@@ -66,7 +66,7 @@ def _rank_main(rank: int, cfg: RunConfig, world: int, device_name: str, threads:
         # NOTE: DDP, its reducer and their pending work were freed when _train_rank returned (collected here
         # in case of a cycle), so the group is not torn down later by the interpreter's teardown, where gloo's
         # threads can still hold tensors and abort the process (SIGABRT, "terminate called without an
-        # active exception", seen once in CI)
+        # active exception")
         gc.collect()
         dist.destroy_process_group()
 
@@ -76,7 +76,8 @@ def _train_rank(cfg: RunConfig, device: torch.device, rank: int, world: int, emi
     # --- build: this rank's shard; the same seeded weights on every rank (DDP broadcasts rank 0's anyway) ---
     base = build_dataset(cfg)
     dataset = shard_of(base, rank, world)
-    # NOTE: a stream's parts may need different step counts: join() always
+    # NOTE: a stream's parts may need different step counts, unknown before they run: {0, 1} stands for that, so
+    # a stream always trains under join()
     steps = {0, 1} if is_stream(base) else {math.ceil(len(range(r, len(base), world)) / cfg.batch_size)
                                            for r in range(world)}
     torch.manual_seed(cfg.seed)

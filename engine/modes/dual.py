@@ -19,7 +19,7 @@ import contextlib
 import functools
 import logging
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import torch
 
@@ -90,7 +90,7 @@ def _thread_loop(recorder: Recorder, cfg: RunConfig, i: int, model: torch.nn.Mod
             recorder.write(epoch_payload(cfg, i, 0, epoch, record))
 
 
-def _on_stream(batches: Iterable, stream: torch.cuda.Stream) -> Iterable:
+def _on_stream(batches: Iterable[Any], stream: torch.cuda.Stream) -> Iterator[Any]:
     """Order device batches (a prefetch loader's, maybe handed over on another thread's stream) before `stream`."""
     for batch in batches:
         x, y = batch
@@ -138,10 +138,11 @@ def run_threads(ctx: RunContext) -> None:
     stop = threading.Event()  # set when either thread fails: the other one (and the feeder) stop between batches
     with contextlib.ExitStack() as stack:
         # --- data: one loader fanned out to both threads, or one loader each ---
+        sources: list[Callable[[int], Iterator[Any]]]  # per model: epoch -> its batches
         if cfg.dual_data == "shared":
             loader = stack.enter_context(open_loader(dataset, cfg, device))
             fan = stack.enter_context(FanOut(loader, N_MODELS, cfg.epochs, cfg.prefetch_depth, stop))
-            sources = [lambda e, i=i: fan.epoch(i, e) for i in range(N_MODELS)]
+            sources = [functools.partial(fan.epoch, i) for i in range(N_MODELS)]
         else:
             sources = [stack.enter_context(open_loader(dataset, cfg, device)).epoch for _ in range(N_MODELS)]
         # --- train: one thread per model (one CUDA stream each); the first real error wins, the other stops ---

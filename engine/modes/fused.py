@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from torch.func import functional_call, grad_and_value, stack_module_state, vmap
@@ -81,12 +81,13 @@ class FusedStep:
         """The optimizer step over the stack, then each model's update scaled to its own lr."""
         for name, p in self.params.items():
             p.grad = grads[name]
-        old = [p.detach().clone() for p in self.params.values()] if self.scale is not None else None
+        scale = self.scale
+        old = [p.detach().clone() for p in self.params.values()] if scale is not None else None
         self.opt.step()
-        if old is not None:
+        if scale is not None and old is not None:
             with torch.no_grad():
                 for p, p_old in zip(self.params.values(), old):
-                    weight = self.scale.view(-1, *([1] * (p.dim() - 1)))  # [N, 1, ...]
+                    weight = scale.view(-1, *([1] * (p.dim() - 1)))  # [N, 1, ...]
                     p.copy_(p_old.lerp_(p, weight))
 
     def state_dict(self, i: int) -> dict[str, torch.Tensor]:
@@ -123,7 +124,7 @@ def _epoch(step: Any, batches: Any, n_models: int, device: torch.device) -> tupl
 
 def bound(cal: Calibrator) -> list[Phase]:
     """One phase: the loader against the vmapped step of all models."""
-    def build(dataset: Any) -> list[FusedStep]:
+    def build(dataset: Any) -> list[Callable[..., Any]]:
         models = [build_model(cal.cfg, dataset, i, cal.device) for i in range(cal.cfg.n_models)]
         return [FusedStep(models, cal.cfg.optimizer, model_lrs(cal.cfg))]
     compute, loader = cal.compute("fused", build)[0], cal.loader()

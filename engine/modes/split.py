@@ -19,7 +19,7 @@ a schedule of our own is simpler and keeps every mode in the runner's process.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 from torch import nn
@@ -53,7 +53,7 @@ def stage_devices(cfg: RunConfig, default: torch.device) -> list[torch.device]:
 class Pipeline:
     """Stages placed on devices; forward_backward(x, y) leaves the full-batch gradient in the parameters."""
 
-    def __init__(self, stages: list[nn.Module], devices: list[torch.device], micro_batches: int):
+    def __init__(self, stages: Sequence[nn.Module], devices: list[torch.device], micro_batches: int):
         self.stages = [stage.to(d) for stage, d in zip(stages, devices)]
         self.devices, self.micro_batches = devices, micro_batches
         self.streams = [torch.cuda.Stream(d) if d.type == "cuda" else None for d in devices]
@@ -74,6 +74,7 @@ class Pipeline:
         # --- backward: one pass over the batch-weighted micro-batch losses == the full-batch mean loss ---
         last = self.devices[-1]
         total = sum(loss_fn(a, t.to(last, non_blocking=True)) * (t.shape[0] / y.shape[0]) for a, t in zip(acts, ys))
+        assert isinstance(total, torch.Tensor)  # a sum of one loss or more: never sum()'s start, 0
         total.backward()
         return total.detach()
 
@@ -117,8 +118,8 @@ class Pipeline:
         """The first device's stream waits for every other device, so a CUDA timer there spans the whole step."""
         first = self.devices[0]
         for device in {d for d in self.devices if d != first and d.type == "cuda"}:
-            event = self._event(None, device)
-            if first.type == "cuda":
+            event = self._event(None, device)  # an event: the device is a CUDA one
+            if event is not None and first.type == "cuda":
                 torch.cuda.current_stream(first).wait_event(event)
 
 

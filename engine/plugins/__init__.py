@@ -22,7 +22,7 @@ import inspect
 import os
 import sys
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 import numpy as np
 
@@ -75,6 +75,7 @@ def call_factory(fn: Callable[..., Any], spec: str, field: str, kwargs: dict[str
     So `def build(**cfg)` and `def build(seed, n_samples, **_)` both work, and so does `def build(seed)`.
     Whatever the factory raises, SystemExit included, is a ConfigError on `field`: bad input, reported on one line.
     """
+    params: Collection[inspect.Parameter]
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):  # a builtin or C callable without a signature: give it everything

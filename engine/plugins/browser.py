@@ -51,7 +51,7 @@ def _read(path: str, stamp: tuple[int, int] | None) -> dict[str, dict[str, str]]
 def _builtins(name: str) -> list[str]:
     """The non-plugin values a browser may give: the field's registry choices, or empty (= the default)."""
     fld = RunConfig.__dataclass_fields__["model" if name == "model_b" else name]
-    return ["", *field_choices(fld)] if name == "model_b" else list(field_choices(fld) or [""])
+    return ["", *(field_choices(fld) or ())] if name == "model_b" else list(field_choices(fld) or [""])
 
 
 def choices(name: str, plugins: dict[str, dict[str, str]] | None = None) -> list[str]:

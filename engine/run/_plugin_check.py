@@ -79,7 +79,7 @@ def _doing(field: str, spec: str, what: str, kind: str | None = None) -> Iterato
                                  "a plugin must return or raise an exception, never exit the process") from None
 
 
-def _hash(cfg: RunConfig, specs: list[str]) -> str:
+def _hash(cfg: RunConfig, specs: list[str]) -> str | None:
     for field in ("workload", "model", "model_b", "collate", "loss"):
         value = getattr(cfg, field)
         if value and is_spec(value):

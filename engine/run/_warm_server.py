@@ -51,7 +51,7 @@ def _threads() -> int:
 def _refusal(state: dict[str, Any]) -> str | None:
     if state["cuda_initialized"]:
         return "CUDA is initialised in the warm parent"
-    # NOTE: numpy's OpenBLAS starts its pool when it loads (1 thread on 2 cores); OpenBLAS stops it around fork
+    # NOTE: numpy's OpenBLAS starts its pool when it loads (the baseline); OpenBLAS stops it around fork
     # (pthread_atfork), as with DataLoader's fork workers. Any thread beyond that baseline (an OpenMP pool
     # started by an op, a Python thread) could hold a lock the child inherits held: refuse.
     if state["python_threads"] > 1 or state["threads"] > state["baseline_threads"]:

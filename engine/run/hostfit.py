@@ -5,8 +5,8 @@ checked before anything is launched: CLI run, sweep and tune, job submit, the la
     warnings = check_host(cfg, oversubscribe=True)  # oversubscribed but runs; insisting lifts the refusal of heavy
     warnings = check_all(sweep.configs())           # oversubscription (the memory refusal stays)
 
-The schema allows 1024 ddp ranks and 256 workers whatever the machine; a ddp run of 64 ranks on 2 cores ran for
-141 s on 14 GB and was stored as done. Here:
+The schema allows 1024 ddp ranks and 256 workers whatever the machine, and a run far past the host would still
+end and be stored as done, its figures meaningless. Here:
   * memory: a lower bound of what the run needs (each spawned Python process with torch, each model's weights,
     gradients and optimizer state on the CPU, each process's in-memory sample bank) above the memory available
     (psutil, and the cgroup's limit) is refused, with no way to insist: it cannot fit;
@@ -40,7 +40,7 @@ OVERSUBSCRIBE_ENV = "LOADERLAB_OVERSUBSCRIBE"
 INSIST_HINT = f"pass --oversubscribe (or {OVERSUBSCRIBE_ENV}=1) to insist"
 HEAVY = 4  # parallel processes per usable core past which oversubscription is refused unless insisted on
 # NOTE: a lower bound, so a refusal is sound: a spawned Python process with torch and the engine imported holds
-# ~145 MiB of its own (USS; RSS ~220 MiB, which is what issue 19 measured: 14 GB for 64 ddp ranks)
+# more than this of its own (its unique set), and more again resident
 PROCESS_BYTES = 128 * 2**20
 _OPTIMIZER_STATES = {"sgd": 1, "adamw": 2}  # tensors per parameter besides the weight and its gradient
 
@@ -86,8 +86,8 @@ def demand(cfg: Any) -> Demand:
         words += f", {models} model(s) of {_gb(model_bytes)} with gradients and optimizer state"
     # NOTE: with workers, the training process mostly waits on them: workers = cores (the usual advice) fits
     return Demand(processes=copies * max(1, workers), process_field=copy_field if copies >= workers else "workers",
-                  memory_bytes=sum(parts.values()), memory_field=max((k for k in parts if k != "run"), key=parts.get),
-                  memory_parts=words)
+                  memory_bytes=sum(parts.values()),
+                  memory_field=max((k for k in parts if k != "run"), key=lambda k: parts[k]), memory_parts=words)
 
 
 def check_host(cfg: Any, *, oversubscribe: bool | None = None) -> list[str]:

@@ -47,7 +47,8 @@ def script_command(command: list[str]) -> list[str]:
     if shutil.which(exe) is None:
         raise ConfigError("command", f"the interpreter '{printable(exe[:80])}' was not found; give its path or "
                                      "'python'")
-    flags, rest = [], command[1:]
+    flags: list[str] = []
+    rest = command[1:]
     while rest and rest[0].startswith("-") and rest[0] not in ("-m", "-c"):
         take = 2 if rest[0] in _FLAGS_WITH_VALUE else 1
         flags, rest = flags + rest[:take], rest[take:]

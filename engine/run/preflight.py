@@ -14,8 +14,8 @@ NOTE: a child process, not a thread with join(timeout): Python cannot stop a thr
 forever would leave a stuck thread (and whatever it holds, torch's threads, GPU memory) in a long-lived launcher
 (the job worker, the dashboard, a notebook) for good, and a CLI could only leave by os._exit. A process is
 killed with its whole group, and the user's module never runs in the launcher: its sys.exit, its globals and
-its imports stay out of it. The price is the child's start (torch's import, about as long as the in-process
-check used to take in a CLI, which no longer imports torch for it); a launcher keeps the checks that passed,
+its imports stay out of it. The price is the child's start (torch's import, which the CLI's process leaves
+out); a launcher keeps the checks that passed,
 keyed by config and by the stamp of the source files hashed, so a sweep or a worker pays it once per code change.
 
 This module is the launchers' (CLI, sweeps, the job worker, Ray, the notebook) and sits above the run side:
@@ -130,6 +130,7 @@ def _check(configs: list[Any], cwd: str, limit: float) -> list[_Found]:
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen([sys.executable, "-m", "engine.run._plugin_check"], cwd=ROOT, env=run_env(),
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, start_new_session=True)
+        assert proc.stdin is not None  # a pipe, as asked
         try:
             proc.stdin.write(request)
             proc.stdin.close()
@@ -140,11 +141,12 @@ def _check(configs: list[Any], cwd: str, limit: float) -> list[_Found]:
             _kill(proc)  # done, failed or timed out: nothing it started outlives the check
 
 
-def _follow(proc: subprocess.Popen, n: int, limit: float, err: Any) -> list[_Found]:
+def _follow(proc: subprocess.Popen[bytes], n: int, limit: float, err: Any) -> list[_Found]:
     """Read the child's messages; each phase (one call into the user's code) must end within `limit` seconds."""
     found: list[_Found] = []
     phase: dict[str, Any] = {}  # the call in progress, as the child reported it
     deadline, buf, started = time.monotonic() + max(_START_S, limit), b"", False
+    assert proc.stdout is not None  # a pipe, as asked
     fd = proc.stdout.fileno()
     while len(found) < n:
         left = deadline - time.monotonic()
@@ -210,10 +212,11 @@ def _ended(phase: dict[str, Any], proc: subprocess.Popen, err: Any, crash: str |
                                        "process")
 
 
-def _kill(proc: subprocess.Popen) -> None:
+def _kill(proc: subprocess.Popen[bytes]) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
     proc.wait()
-    proc.stdout.close()
+    if proc.stdout is not None:  # a pipe, as _check asked
+        proc.stdout.close()

@@ -136,8 +136,8 @@ def _execute(run_dir: Path) -> int:
                 spec.run(ctx)
             ctx.summary.update(s.summary())
             # no probe before the run: its own, after it, and before the verdict, which reads it as a prior run's
-            # would (NOTE: taken after the verdict, a pipeline's first run counted numpy's OpenBLAS, loaded in every
-            # worker and never called, as runnable threads: a false hidden-threads on a pure-Python tokenizer)
+            # would (NOTE: the verdict needs the probe's pools: without it, a pool loaded in every worker and never
+            # called, such as numpy's OpenBLAS, counts as runnable threads: a false hidden-threads)
             own = _predict(forecast.own, cfg, device, calibrations, default_threads) \
                 if predicted is None and forecast.covered(cfg) else None
             # NOTE: the probe, through forecast's own path: its GIL share of the load, and whether the pools it saw
@@ -371,7 +371,7 @@ def _store(run_dir: Path, db: Db, unlogged: list[dict[str, Any]]) -> tuple[bool,
 
 
 def _close_log(run_dir: Path, returncode: int,
-               ending: tuple[str, str] | None) -> tuple[tuple[str, str | None], list[dict[str, Any]]]:
+               ending: tuple[str, str | None] | None) -> tuple[tuple[str, str | None], list[dict[str, Any]]]:
     """Make sure the log ends with an `end` event, written by the parent when the child could not.
 
     Returns (status, error) and the events the RunLog could not take (its disk is full): the store gets those
@@ -399,8 +399,8 @@ def main(argv: list[str]) -> int:
 def exit_child(code: int) -> None:
     """End a run child, cold or warm-forked, with `code` and no interpreter teardown. Never returns.
 
-    NOTE: teardown costs about a second with torch loaded (bench/startup.py "reap"), and buys nothing: the RunLog
-    is closed and fsynced and the loader workers joined by now."""
+    NOTE: teardown is slow with torch loaded (bench/startup.py times it in its "reap" phase), and buys nothing:
+    the RunLog is closed and fsynced and the loader workers joined by now."""
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from engine.paths import ROOT
 
@@ -54,7 +54,8 @@ class WarmChild:
     """A forked run, with the part of Popen's interface launch() uses: pid, poll(), wait(), returncode."""
 
     def __init__(self, parent: "WarmParent", pid: int):
-        self.parent, self.pid, self.returncode = parent, pid, None
+        self.parent, self.pid = parent, pid
+        self.returncode: int | None = None
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -65,7 +66,7 @@ class WarmChild:
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.returncode is None:
             left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
+            if timeout is not None and left is not None and left <= 0:
                 raise subprocess.TimeoutExpired(f"warm run {self.pid}", timeout)
             self._take(self.parent._read(timeout=left))
         return self.returncode
@@ -89,6 +90,11 @@ class WarmChild:
 class WarmParent:
     """One warm parent for a sweep or a job worker; start() forks a run, or returns None: start it cold."""
 
+    _proc: "subprocess.Popen[bytes] | None"
+    _dead: str | None  # why runs start cold; None while the parent serves forks
+    _ready: dict[str, Any] | None  # its first message, once read
+    _env: dict[str, str]  # the environment it started with
+
     def __init__(self, enabled: bool = True, ready_timeout_s: float = 180.0):
         self.ready_timeout_s, self._proc, self._dead = ready_timeout_s, None, None
         self._busy = threading.Lock()  # one run in flight: a second launch at once starts cold
@@ -100,7 +106,7 @@ class WarmParent:
             self._proc = subprocess.Popen([sys.executable, "-m", "engine.run._warm_server"], cwd=ROOT, env=self._env,
                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                           start_new_session=True, bufsize=0)
-            self._ready: dict[str, Any] | None = None
+            self._ready = None
         else:
             self._dead = "not wanted"
 
@@ -118,7 +124,7 @@ class WarmParent:
             reply = self._read(timeout=60.0)
             if reply is None:  # a late answer would be read as the next one's: stop using it
                 self._fail("the warm parent did not answer in 60 s")
-                self._proc.kill()
+                self._live().kill()
                 reply = {"eof": True}
             if "pid" in reply:
                 return WarmChild(self, reply["pid"])
@@ -134,8 +140,9 @@ class WarmParent:
                 self._fail(f"the warm parent failed to start: {self._ready.get('error')}")
                 return self._dead
             log.info("warm parent pid %d ready (imports took %.1f s)", self.pid, self._ready["preload_s"])
-        if self._proc.poll() is not None:
-            self._fail(f"the warm parent exited ({self._proc.returncode})")
+        proc = self._live()
+        if proc.poll() is not None:
+            self._fail(f"the warm parent exited ({proc.returncode})")
             return self._dead
         changed = sorted({k for k, _ in set(_load_time(env).items()) ^ set(_load_time(self._env).items())})
         return f"{', '.join(changed)} changed since the warm parent started" if changed else None
@@ -150,13 +157,13 @@ class WarmParent:
 
     def _send(self, **msg: Any) -> None:
         try:
-            self._proc.stdin.write(json.dumps(msg).encode() + b"\n")
+            self._pipe(self._live().stdin).write(json.dumps(msg).encode() + b"\n")
         except OSError:
             pass  # it died: the read that follows sees EOF
 
     def _read(self, timeout: float | None) -> dict[str, Any] | None:
         """The next message; None when none came within timeout; {"eof": True} when the parent is gone."""
-        out = self._proc.stdout
+        out = self._pipe(self._live().stdout)
         if timeout is not None and not select.select([out], [], [], timeout)[0]:
             return None
         line = out.readline()  # unbuffered: whole lines, written in one write() each
@@ -164,6 +171,16 @@ class WarmParent:
             self._fail("the warm parent died")
             return {"eof": True}
         return json.loads(line)
+
+    def _live(self) -> "subprocess.Popen[bytes]":
+        """The parent's process: every caller runs only while it serves forks, so it was started."""
+        assert self._proc is not None, "the warm parent was never started"
+        return self._proc
+
+    @staticmethod
+    def _pipe(pipe: IO[bytes] | None) -> IO[bytes]:
+        assert pipe is not None, "the warm parent's stdin and stdout are pipes"
+        return pipe
 
     def _fail(self, why: str) -> None:
         if not self._dead:
@@ -174,13 +191,13 @@ class WarmParent:
         """Stop the parent (it exits when its stdin closes) and reap it: nothing is left behind."""
         if self._proc is None:
             return
-        self._proc.stdin.close()
+        self._pipe(self._proc.stdin).close()
         try:
             self._proc.wait(timeout=10.0)
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait()
-        self._proc.stdout.close()
+        self._pipe(self._proc.stdout).close()
         self._dead = self._dead or "closed"
 
     def __enter__(self) -> "WarmParent":

@@ -45,8 +45,8 @@ def build_dataset(cfg: Any) -> Any:
     """The run's dataset: a built-in workload, or the user's factory called with every config field, wrapped."""
     if not is_spec(cfg.workload):
         return WORKLOADS[cfg.workload](cfg)
-    # NOTE: num_classes auto (0) reaches the factory as the lab's default, as before auto existed: a factory that
-    # takes it (`% num_classes`, a head of that width) keeps working; its dataset's own num_classes, if it declares
+    # NOTE: num_classes auto (0) reaches the factory as the lab's default, so a factory that takes it
+    # (`% num_classes`, a head of that width) gets a usable count; its dataset's own num_classes, if it declares
     # one, is what the run then uses (engine/workloads/_classes.py)
     fields = {**cfg.to_dict(), "num_classes": cfg.num_classes or DEFAULT_CLASSES}
     inner = call_factory(resolve(cfg.workload, "workload"), cfg.workload, "workload", fields)

@@ -40,7 +40,7 @@ def _splitmix64(x: int) -> int:
 def sample_seed(seed: int, epoch: int, index: int) -> int:
     """A 64-bit seed for one sample in one epoch. Stable across processes, platforms and versions.
 
-    NOTE: a pure-Python splitmix64 chain (about 1 us) rather than numpy's SeedSequence (about 10 us),
+    NOTE: a pure-Python splitmix64 chain rather than numpy's SeedSequence, which costs several times more,
     because the tensor workload calls it per sample and is meant to cost almost nothing.
     """
     return _splitmix64(_splitmix64(_splitmix64(seed & _MASK64) ^ (epoch & _MASK64)) ^ (index & _MASK64))
@@ -68,7 +68,7 @@ class SeededDataset(Dataset):
         self.seed = int(cfg.seed)
         self.num_classes = int(cfg.num_classes) or DEFAULT_CLASSES  # 0: auto
         self.image_size = int(cfg.image_size)
-        self.sample_shape: tuple[int, int, int] = (3, self.image_size, self.image_size)
+        self.sample_shape: tuple[int, ...] = (3, self.image_size, self.image_size)  # a plugin's may be any shape
         self.latency_s = float(cfg.latency_ms) / 1000.0
         self._len = int(cfg.n_samples)
 
@@ -142,14 +142,16 @@ class BankWorkload(SeededDataset):
                     bank = torch.randn((self.bank_size, *self.sample_shape), generator=g).numpy()
                     self._labels = torch.randint(self.num_classes, (self.bank_size,), generator=g).tolist()
                     self._bank = bank  # published last: a reader that sees the bank also sees the labels
-        return self._bank, self._labels  # type: ignore[return-value]
+        bank, labels = self._bank, self._labels  # the bank first: a thread that sees it sees the labels too
+        assert bank is not None and labels is not None  # built above, by this thread or another
+        return bank, labels
 
     def _load(self, epoch: int, index: int) -> tuple[torch.Tensor, int]:
         bank, labels = self._ensure_bank()
         slot = index % self.bank_size
         h = sample_seed(self.seed, epoch, index)
         # NOTE: numpy, not torch.roll/flip: torch splits these over its thread pool for large images,
-        # which cost ~20x more on a busy 2-core machine than numpy's single-threaded copies.
+        # which costs far more on busy cores than numpy's single-threaded copies.
         x = np.roll(bank[slot], (h % self.image_size, (h >> 16) % self.image_size), axis=(1, 2))
         if (h >> 32) & 1:
             x = np.ascontiguousarray(x[:, :, ::-1])

@@ -59,7 +59,7 @@ def to_normalized_tensor(img: Image.Image) -> torch.Tensor:
     """RGB PIL image -> float32 (3, H, W), ImageNet-normalized.
 
     NOTE: done in numpy, which is single-threaded for these ops. The same ops in torch fan out to the
-    intra-op thread pool above 32k elements and ran ~10x slower on a busy 2-core machine.
+    intra-op thread pool above 32k elements, which is much slower on busy cores.
     """
     hwc = np.asarray(img, dtype=np.uint8)  # (H, W, 3)
     x = hwc.transpose(2, 0, 1).astype(np.float32, order="C")  # (3, H, W), a fresh writable array
@@ -88,10 +88,11 @@ def render_jpeg(seed: int, index: int, visual_class: int, side: int = 256, quali
     hue = (visual_class * 0.618034) % 1.0  # golden-ratio spacing keeps neighbouring classes apart
     # background: 2x2 corner colors stretched bilinearly into a smooth gradient
     corners = [_rgb(hue + rng.uniform(-0.1, 0.25), rng.uniform(0.3, 0.8), rng.uniform(0.25, 0.95)) for _ in range(4)]
-    img = Image.fromarray(np.array(corners, dtype=np.uint8).reshape(2, 2, 3)).resize((side, side), Image.BILINEAR)
+    img = Image.fromarray(np.array(corners, dtype=np.uint8).reshape(2, 2, 3))
+    img = img.resize((side, side), Image.Resampling.BILINEAR)
     # texture: coarse random blotches, blended in
     blotches = Image.fromarray(rng.integers(0, 256, (side // 16, side // 16, 3), dtype=np.uint8))
-    img = Image.blend(img, blotches.resize((side, side), Image.BICUBIC), 0.2)
+    img = Image.blend(img, blotches.resize((side, side), Image.Resampling.BICUBIC), 0.2)
     draw = ImageDraw.Draw(img)
     kind = visual_class % 4
     for _ in range(3 + visual_class % 5):

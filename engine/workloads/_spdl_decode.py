@@ -13,13 +13,15 @@ import functools
 import logging
 import os
 import time
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 import torch
 
 try:  # NOTE: optional (requirements.txt pins it, FFmpeg's libraries may still be missing): without it, PIL's path
-    import spdl.io as spdl_io
+    import spdl.io as _spdl_io
+    spdl_io: ModuleType | None = _spdl_io
 except ImportError:
     spdl_io = None
 
@@ -61,6 +63,7 @@ def decode(dataset: Any, key: Any) -> tuple[torch.Tensor, int]:
     if dataset.latency_s > 0:
         time.sleep(dataset.latency_s)
     path = dataset.path_of(index)
+    assert spdl_io is not None  # the loader calls this only where available() holds
     packets = spdl_io.demux_image(str(path))
     rng = np.random.default_rng(sample_seed(dataset.seed, epoch, index))
     x0, y0, x1, y1 = crop_box(packets.width, packets.height, rng)

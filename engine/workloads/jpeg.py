@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 VISUAL_CLASSES, SIDE, QUALITY = 1000, 256, 90
 _PARAMS_VERSION = 1
-_EST_BYTES_PER_IMAGE = 24_000  # measured ~15 kB; rounded up for the disk-space check
+_EST_BYTES_PER_IMAGE = 24_000  # above a rendered image's usual size, so the disk-space check errs toward refusing
 
 
 def dataset_dir(n: int, seed: int) -> Path:

@@ -20,8 +20,7 @@ __all__ = ["TensorWorkload"]
 
 # NOTE: the work is cumsum over a 1-D float32 buffer. A 1-D scan runs on one thread whatever
 # torch.get_num_threads() says (elementwise ops would be split across threads above 32k elements),
-# and one call on 64k elements takes ~40 us, of which ~2 us is Python holding the GIL: ~95% of the
-# work runs with the GIL released.
+# and Python holds the GIL only to dispatch each call: almost all of the work runs with the GIL released.
 _CHUNK = 65536
 # NOTE: per-thread buffers: allocating 2 x 256 KiB per sample would mmap fresh pages each time, and the
 # page faults would be paid per sample, outside the calibration. Module-level: the dataset stays picklable.
