@@ -64,8 +64,8 @@ from engine.advice import memory
 from engine.advice._halving import CONFIRM_REPEATS, ETA, SEARCH_SHARE, TOP_K, Plan, confirm, first_rung, halve, pick
 from engine.advice._knobs import siblings, widen
 from engine.advice.advisor import describe
-from engine.advice.learned import learned_residuals
 from engine.predict import MODES, Prediction, adjusted, predict
+from engine.predict.learned import learned_residuals
 from engine.analysis import stats
 from engine.config import RunConfig
 from engine.errors import ConfigError
@@ -73,6 +73,7 @@ from engine.paths import ROOT, Db, calibrations_dir
 from engine.run.hostfit import check_machine_all, usable_cores
 from engine.run.runner import launch
 from engine.run.warm import WarmParent, run_env
+from engine.store import recent_done_runs
 from engine.runlog import read_events
 from engine.status import RunStatus
 from engine.sweeps.local import new_sweep_id
@@ -344,7 +345,7 @@ def tune(workload: str, model: str, *, budget_s: float, db: Db = None,
                     result.configs, cfg0, cap, max(10.0, budget_s * PROBE_SHARE))
             if result.probe is not None:
                 # earlier runs of the pipeline on this host (another tune's, a sweep's) correct the model: prior+runs
-                found = learned_residuals(cfg0, db, result.probe)[0]
+                found = learned_residuals(cfg0, recent_done_runs(MODES, db), result.probe)[0]
                 result.predictions = {i: adjusted(p, found) for i, c in enumerate(result.configs)
                                       if (p := predict(c, result.probe)) is not None}
             result.probe_s = time.monotonic() - t0

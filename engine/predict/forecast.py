@@ -12,7 +12,7 @@ as it was, with no prediction; the run's own figures stand.
 
 The CLI's `predict` and lab.predict share the rest: the cached probe or a new one (`cached_or_new`) and the
 ranked rows of a list of settings (`rows`), adjusted by the residuals of the pipeline's earlier runs where the
-caller read them from the store (engine/advice/learned.py): `prior+runs`. A run itself never opens the store, so
+caller read them from the store (engine/predict/learned.py): `prior+runs`. A run itself never opens the store, so
 its own stored prediction stays `prior` or `own`.
 """
 
