@@ -64,7 +64,7 @@ from engine.advice import memory
 from engine.advice._halving import CONFIRM_REPEATS, ETA, SEARCH_SHARE, TOP_K, Plan, confirm, first_rung, halve, pick
 from engine.advice._knobs import siblings, widen
 from engine.advice.advisor import describe
-from engine.predict import MODES, Prediction, adjusted, predict
+from engine.predict import MODES, Prediction, Probe, adjusted, predict
 from engine.predict.learned import learned_residuals
 from engine.analysis import stats
 from engine.config import RunConfig
@@ -135,7 +135,7 @@ def candidates(base: RunConfig, cores: int | None = None, default_threads: int |
     return out
 
 
-def waits_of(probe: dict[str, Any] | None) -> float:
+def waits_of(probe: Probe | None) -> float:
     """The probe's latency per second of loading work (wall above CPU, over CPU): 0 where loading only works."""
     if not probe:
         return 0.0
@@ -167,7 +167,7 @@ class TuneResult:
     comparison: dict[str, Any] = field(default_factory=dict)    # stats.compare(candidate 0's runs, best's), confirmed
     baseline: dict[str, Any] = field(default_factory=dict)      # the user's setup as given: candidate 0
     confirm_rows: list[dict[str, Any]] = field(default_factory=list)   # the interleaved runs of sync and best
-    probe: dict[str, Any] | None = None        # what the predictions came from (engine/predict/probe.py)
+    probe: Probe | None = None                 # what the predictions came from (engine/predict/probe.py)
     probe_note: str = ""                       # where it came from, or why there is none
     probe_s: float = 0.0                       # seconds before the first run: the probe, the memory estimate
     predictions: dict[int, Prediction] = field(default_factory=dict)   # candidate -> its predicted steady epoch
@@ -450,7 +450,7 @@ def _first_rung(result: TuneResult, top_k: int, rng: random.Random) -> list[int]
     return first + rest
 
 
-def _probe(cfg0: RunConfig, db: Db, timeout_s: float, wanted: bool) -> tuple[dict[str, Any] | None, str]:
+def _probe(cfg0: RunConfig, db: Db, timeout_s: float, wanted: bool) -> tuple[Probe | None, str]:
     """The base pipeline's probe, from the store's calibrations or measured in a child
     (engine/predict/_probe_child.py), and a note on where it came from or why there is none."""
     if not wanted:

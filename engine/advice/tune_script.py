@@ -133,8 +133,8 @@ class ScriptTuneResult:
                     f"{c['speedup']:.2f}x {own}'s speed by the medians: {c['difference']}")
             lines.append(f"{said} ({ci}; {c['n_a']} + {c['n_b']} runs, interleaved; {c['median_a']:.4f} s per batch "
                          "under the script's own)")
-        peaks = [r.get("peak_bytes") for r in self.rows if r["candidate"] == self.best_idx and r.get("peak_bytes")]
-        yours = [r.get("peak_bytes") for r in self.rows if r["candidate"] == 0 and r.get("peak_bytes")]
+        peaks = [r["peak_bytes"] for r in self.rows if r["candidate"] == self.best_idx and r.get("peak_bytes")]
+        yours = [r["peak_bytes"] for r in self.rows if r["candidate"] == 0 and r.get("peak_bytes")]
         lines.append(memory.peak_line(max(peaks) if peaks else None, max(yours) if yours else None,
                                       self.max_memory, "the script's own"))
         lines += [f"the change to make, in {self.site}:", self.diff.rstrip("\n") or "(the call could not be located)"]
@@ -280,13 +280,13 @@ def _search(result: ScriptTuneResult, trials: Trials, first: dict[str, Any], cor
                 fits=lambda idxs, rung, steps, limit: trials.fits(limit, len(idxs) * steps / result.steps),
                 limit_s=limit_s, figure="s_per_batch", length=result.steps, rng=rng, rows=result.rows)
     result.stop_reason = halve(rung0, plan)[0]
-    result.best_idx = pick(result.rows, "s_per_batch", result.max_memory)
-    if result.best_idx not in (None, 0):
-        stop = confirm(result.best_idx, plan, CONFIRM_REPEATS, result.budget_s, result.rows,
+    result.best_idx = best = pick(result.rows, "s_per_batch", result.max_memory)
+    if best is not None and best != 0:
+        stop = confirm(best, plan, CONFIRM_REPEATS, result.budget_s, result.rows,
                        "the script's own setting")
         result.stop_reason += f"; {stop}" if stop else ""
         _compare(result)
-        result.diff = change(result.site, result.base, result.settings[result.best_idx])
+        result.diff = change(result.site, result.base, result.settings[best])
 
 
 def _sibling(setting: dict[str, Any], top: dict[str, Any]) -> bool:

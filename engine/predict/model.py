@@ -71,6 +71,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from engine.measure import VERDICTS, serial_kind
+from engine.predict.records import Probe
 
 if TYPE_CHECKING:  # annotations only
     from engine.config import RunConfig
@@ -140,7 +141,7 @@ class Prediction:
         return self.runnable > self.cores
 
 
-def predict(cfg: RunConfig, probe: dict[str, Any], cores: float | None = None) -> Prediction | None:
+def predict(cfg: RunConfig, probe: Probe, cores: float | None = None) -> Prediction | None:
     """The steady epoch of cfg's loader setting on a machine with `cores` usable CPUs (default: the probe's);
     None for a mode or a loader the model does not cover."""
     shape = LOADER_SHAPES.get(cfg.loader)
@@ -184,16 +185,18 @@ def predict(cfg: RunConfig, probe: dict[str, Any], cores: float | None = None) -
         # NOTE: one producer's share of a batch's work and of its pool's spin, spread over its pool_k threads
         beside = ((work if shape.overlaps else 0.0) + pool_spin) / active / pool_k
         step_wall = _shared_step(step_wall, max(step_wall, one), beside, beside_step / cores)
-    gil = 1.0 if probe.get("gil_share") is None else probe["gil_share"]  # NOTE: unmeasured (one core): GIL-bound
+    gil_share = probe.get("gil_share")
+    gil = 1.0 if gil_share is None else gil_share  # NOTE: unmeasured (one core): GIL-bound
     # the GIL-held seconds of a batch: never more than the calling thread's own share of the work (a pool's
     # threads run BLAS, which holds no GIL)
     held = min(gil * work, made)
     in_process = shape.in_process and shape.overlaps
     alone = step_wall
-    if in_process and probe.get("step_beside_python"):
+    beside_python = probe.get("step_beside_python")
+    if in_process and beside_python:
         # a Python-bound producer thread slows the step while it holds the GIL (the step waits for its turn);
         # NOTE: never by more than the producer holds it: the step can wait no longer than that
-        step_wall += min(held / active, step_wall) * min(1.0, probe["step_beside_python"] - 1)
+        step_wall += min(held / active, step_wall) * min(1.0, beside_python - 1)
     # NOTE: a worker process hands each batch over (shared memory, pickled handles), and the training process takes
     # each one in turn, between its steps: that side is serial however many workers there are (the probe's passes)
     hand, receive = ((0.0, 0.0) if shape.in_process else
@@ -225,7 +228,7 @@ def predict(cfg: RunConfig, probe: dict[str, Any], cores: float | None = None) -
                       epoch * (1 + spread))
 
 
-def rank(configs: list[RunConfig], probe: dict[str, Any], cores: float | None = None,
+def rank(configs: list[RunConfig], probe: Probe, cores: float | None = None,
          found: dict[str, list[float]] | None = None) -> list[tuple[RunConfig, Prediction]]:
     """The configs the model covers, fastest predicted first (ties keep their order); `found`: residuals of
     earlier runs (`residuals`) that adjust each prediction."""
@@ -234,7 +237,7 @@ def rank(configs: list[RunConfig], probe: dict[str, Any], cores: float | None = 
     return sorted(kept, key=lambda cp: cp[1].epoch_s)
 
 
-def residuals(points: list[tuple[RunConfig, float]], probe: dict[str, Any], cores: float | None = None
+def residuals(points: list[tuple[RunConfig, float]], probe: Probe, cores: float | None = None
               ) -> dict[str, list[float]]:
     """measured / predicted of each (setting, measured steady epoch) point, grouped by the limit the probe
     predicted: what earlier runs say the model gets wrong, per resource."""
@@ -280,7 +283,7 @@ def _waves(units: int, producers: int, latency: float, work: float, gil: float) 
     return full * wave(producers) + (wave(part) if part else 0.0)
 
 
-def _pools(cfg: RunConfig, probe: dict[str, Any], shape: LoaderShape) -> tuple[float, float, float]:
+def _pools(cfg: RunConfig, probe: Probe, shape: LoaderShape) -> tuple[float, float, float]:
     """The hidden pools' (BLAS, foreign OpenMP; engine/measure/pools.py) extra runnable threads (in each worker
     process, or once in the training process) and the CPU-seconds they spin per batch; at most the setting's
     transform_threads where it sets one (the pools it caps); and the threads one producer loads on (1 + its pool's
@@ -296,7 +299,7 @@ def _pools(cfg: RunConfig, probe: dict[str, Any], shape: LoaderShape) -> tuple[f
     return processes * working, spin, 1.0 + working
 
 
-def pool_use(probe: dict[str, Any]) -> float:
+def pool_use(probe: Probe) -> float:
     """The share of the hidden pools' extra threads that worked while the probe loaded (0..1): the load's CPU over
     its wall, past the loading thread's own one core, per extra thread of the largest pool.
 
@@ -310,7 +313,7 @@ def pool_use(probe: dict[str, Any]) -> float:
     return min(1.0, max(0.0, probe["load_cpu_s"] / wall - 1) / (size - 1))
 
 
-def _pool_size(probe: dict[str, Any]) -> int:
+def _pool_size(probe: Probe) -> int:
     """The threads of the largest hidden pool the probe saw working (1: none)."""
     return max((p["threads"] for p in probe.get("pools") or []), default=1)
 
@@ -329,7 +332,7 @@ def _shared_step(step: float, slow: float, beside: float, share: float) -> float
     return done * slow * share + (1 - done) * step
 
 
-def _step(probe: dict[str, Any], threads: int, cores: float) -> tuple[float, float, float]:
+def _step(probe: Probe, threads: int, cores: float) -> tuple[float, float, float]:
     """Per step at `threads` intra-op threads on `cores`: wall, CPU of busy work, CPU its threads burn (spins)."""
     one = probe["compute"]["1"]
     n = probe["default_threads"]
@@ -355,7 +358,7 @@ def probe_path(calibrations: Path, cfg: RunConfig, machine: str, device: str) ->
     the sweep, so every run of the pipeline on this host and under these settings finds it."""
     # NOTE: here, not at the top: the probe's module imports torch, which the CLI's parent and the pages must not load
     from engine.predict.probe import PROBE_KEYS, PROBE_METHOD
-    key = [machine, device, [getattr(cfg, k) if k != "device" else device for k in PROBE_KEYS]]
+    key: list[Any] = [machine, device, [getattr(cfg, k) if k != "device" else device for k in PROBE_KEYS]]
     key.append(PROBE_METHOD)  # NOTE: a probe taken another way is not this model's input: measured again, not reused
     pools = {k: os.environ.get(k) for k in _THREAD_ENV if os.environ.get(k) is not None}
     if pools or _affinity() is not None:  # NOTE: the default layout keeps the key (and the cache) it always had
@@ -372,14 +375,14 @@ def _affinity() -> list[int] | None:
     return None if len(mine) == (os.cpu_count() or len(mine)) else mine
 
 
-def load_probe(path: Path) -> dict[str, Any] | None:
+def load_probe(path: Path) -> Probe | None:
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
 
 
-def save_probe(path: Path, probe: dict[str, Any]) -> None:
+def save_probe(path: Path, probe: Probe) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{id(probe)}.tmp")
     tmp.write_text(json.dumps(probe))

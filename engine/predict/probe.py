@@ -40,7 +40,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NotRequired
 
 import torch
 
@@ -49,6 +49,7 @@ from engine.loaders import epoch_batches, open_loader, stream_fetch, to_device
 from engine.measure import fingerprint, hidden_pools, tree_cpu_s, usable_cpus
 from engine.predict._probe_handoff import handoff
 from engine.predict._probe_step import step_beside_python
+from engine.predict.records import ComputeAt, Handoff, Probe
 from engine.workloads import build_dataset, is_stream
 
 if TYPE_CHECKING:  # annotations only: the run side does not import the config (engine/registry.py says why)
@@ -94,6 +95,27 @@ class _Plan:
     quick: bool = False
 
 
+class _Load(Handoff):
+    """The load's part of the probe (Probe says what each key is): _load's figures, then the hand-off's and the
+    step's beside Python where probe() measures them."""
+
+    load_wall_s: float
+    load_cpu_s: float
+    load_median_wall_s: float
+    load_fastest_wall_s: float
+    load_windows: int
+    gil_share: float | None
+    core_sharing: float
+    pools: list[dict[str, Any]]
+    pools_loaded: list[dict[str, Any]]
+    pool_spin_s: float
+    spread: float
+    latency_batches: int
+    quick: bool
+    step_gil_share: NotRequired[float | None]
+    step_beside_python: NotRequired[float | None]
+
+
 def _full_load_s(first: float) -> float:
     """Seconds the full plan's load measurements take, from one batch's: the windows, the tail, the GIL pairs."""
     window = max(_LOAD_S, 2 * first)
@@ -101,7 +123,7 @@ def _full_load_s(first: float) -> float:
 
 
 def probe(cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[Callable]],
-          budget_s: float | None = None) -> dict[str, Any]:
+          budget_s: float | None = None) -> Probe:
     """Measure the probe for cfg's pipeline on `device`; steps(dataset) -> [the mode's train step] (one).
 
     budget_s: seconds the probe may take from here (None: no limit). Where the full probe does not fit, a quick one
@@ -142,22 +164,26 @@ def probe(cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[Call
     with _threads(1):
         beside = step_beside_python(cfg, device, steps, load["core_sharing"], kept[:int(batches)]) \
             if gil_free and fits else {}
-    load.update({k: beside.get(k) for k in ("step_gil_share", "step_beside_python")})
+    load["step_gil_share"], load["step_beside_python"] = beside.get("step_gil_share"), beside.get("step_beside_python")
     if load["quick"]:
         load["spread"] = max(load["spread"], QUICK_SPREAD)
     n_samples = (dataset.total or cfg.n_samples) if is_stream(dataset) else len(dataset)
-    return {"batch_size": cfg.batch_size, "n_samples": n_samples, "batches": len(keys), "cores": cores,
-            "default_threads": default, "device": device.type, **load, "compute": compute, "spin_after_step_s": spin,
-            "steps_replayed": batches, "machine": fingerprint()["machine"], "taken_at": time.time()}
+    out: Probe = {"batch_size": cfg.batch_size, "n_samples": n_samples, "batches": len(keys), "cores": cores,
+                  "default_threads": default, "device": device.type, "load_wall_s": load["load_wall_s"],
+                  "load_cpu_s": load["load_cpu_s"], "compute": compute}
+    out.update(load)
+    out.update({"spin_after_step_s": spin, "steps_replayed": batches, "machine": fingerprint()["machine"],
+                "taken_at": time.time()})
+    return out
 
 
 def _compute(cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[Callable]], kept: list[Any],
-             default: int, end: float, quick: bool) -> tuple[dict[str, dict[str, float]], float]:
+             default: int, end: float, quick: bool) -> tuple[dict[str, ComputeAt], float]:
     """The step replayed on the load's batches at one intra-op thread and at torch's default: wall and CPU seconds
     per step, and how many batches were replayed: _STEPS where they fit what is left before `end`, fewer for a
     heavy step (a first replay of one batch sizes them), at least one; a quick probe's one step, timed on part of a
     batch where a whole one does not fit (the share it timed)."""
-    out: dict[str, dict[str, float]] = {}
+    out: dict[str, ComputeAt] = {}
 
     def measure(threads: int, n: int) -> None:
         with _threads(threads):
@@ -194,7 +220,7 @@ def _spin_after_step() -> float:
 
 
 def _one_step_each(cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[Callable]], batch: Any,
-                   default: int, end: float) -> tuple[dict[str, dict[str, float]], int]:
+                   default: int, end: float) -> tuple[dict[str, ComputeAt], int]:
     """A quick probe's step, and the samples it was timed on: an untimed step on two samples, then timed steps at
     torch's default threads (wall, and the process's CPU, no more than one thread's, as a compute pass counts it)
     and at one thread.
@@ -215,15 +241,15 @@ def _one_step_each(cfg: RunConfig, device: torch.device, steps: Callable[[Any], 
                 torch.cuda.synchronize(device)
             return time.perf_counter() - t0, cpu
 
-    def line(a: tuple[int, tuple[float, float]], b: tuple[int, tuple[float, float]]) -> dict[str, float]:
+    def line(a: tuple[int, tuple[float, float]], b: tuple[int, tuple[float, float]]) -> ComputeAt:
         """The line through two (samples, (wall, CPU)) points carried to the whole batch, held between the larger
         point's own time and that time scaled per sample (a noisy slope is not multiplied up)."""
         (n0, t0), (n1, t1) = a, b
-        out = {}
-        for i, k in enumerate(("wall_s", "cpu_s")):
+        held = []
+        for i in (0, 1):  # wall, CPU
             carried = t1[i] + (t1[i] - t0[i]) * (full - n1) / (n1 - n0) if n1 > n0 else t1[i] * full / n1
-            out[k] = min(max(carried, t1[i]), t1[i] * full / n1)
-        return out
+            held.append(min(max(carried, t1[i]), t1[i] * full / n1))
+        return {"wall_s": held[0], "cpu_s": held[1]}
 
     two = min(2, full)
     timed(default, two)  # untimed: allocator and kernel selection
@@ -248,7 +274,7 @@ def _one_step_each(cfg: RunConfig, device: torch.device, steps: Callable[[Any], 
 
 
 def _load(fetch: Callable, keys: list, device: torch.device, cores: float,
-          plan_for: Callable[[float], _Plan] = lambda first: _Plan(), kept: list | None = None) -> dict[str, Any]:
+          plan_for: Callable[[float], _Plan] = lambda first: _Plan(), kept: list | None = None) -> _Load:
     """Per batch: wall and CPU seconds of fetch + collate (+ copy) on one thread, the GIL share (None on one core:
     two threads would wait for the core, not the GIL), the hidden pools, and the spread of the windows.
     plan_for(one batch's seconds) -> how many windows to take; `kept` gets the first _STEPS batches made."""
@@ -346,7 +372,7 @@ def _spread(walls: list[float], waits: list[float], per_batch: float) -> float:
     return max(windows, 2 * sem / per_batch if per_batch > 0 else 0.0)
 
 
-def _spin_after(work: Callable[[], None]) -> float:
+def _spin_after(work: Callable[[], object]) -> float:
     """CPU-seconds this process's other threads burn in an idle window after work() (a pool's threads spinning
     before they sleep): the median of a few tries."""
     tries = []

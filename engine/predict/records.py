@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, NotRequired, TypedDict
 
-__all__ = ["ComputeAt", "PredictionFields", "Probe"]
+__all__ = ["ComputeAt", "Handoff", "PredictionFields", "Probe"]
 
 
 class ComputeAt(TypedDict):
@@ -15,6 +15,15 @@ class ComputeAt(TypedDict):
 
     wall_s: float  # its wall seconds
     cpu_s: float   # its process CPU seconds
+
+
+class Handoff(TypedDict, total=False):
+    """A worker process's hand-off of a batch, from the probe's passes (engine/predict/_probe_handoff.py); empty
+    where no worker could start."""
+
+    handoff_s: float       # a worker's batch past its load
+    receive_s: float       # the training process's serial side of it, per batch
+    worker_start_s: float  # the workers' start
 
 
 class Probe(TypedDict):
@@ -48,7 +57,7 @@ class Probe(TypedDict):
     step_gil_share: NotRequired[float | None]      # the share of a step that holds the GIL
     step_beside_python: NotRequired[float | None]  # the step's wall beside a Python loop over its wall alone (>= 1)
     spin_after_step_s: NotRequired[float]  # CPU seconds OpenMP spins after a step
-    steps_replayed: NotRequired[int]  # the batches the step was replayed over
+    steps_replayed: NotRequired[float]  # the batches the step was replayed over (a quick probe: part of one)
     machine: NotRequired[str]         # the host's fingerprint (engine/measure/host.py): whose runs it learns from
     taken_at: NotRequired[float]      # when it was taken (epoch seconds): a prediction's probe_age_s
 
