@@ -7,8 +7,8 @@ The space (`candidates`): sync, prefetch and threads/processes/spdl x workers (p
 items wait: `waits_of`), each with prefetch_depth {2, 8} and,
 jointly with the workers, intra-op threads {auto (torch's default), 1, what fits: cores - loader threads} (and
 transform_threads {auto, 1} where the probe saw a BLAS/OpenMP pool of its own where items load). On a
-small CPU box the threads are the biggest lever (issue 20: on 2 cores, processes with 1 worker on 1 thread ran
-1.4x faster than sync on torch's default): workers and the model's OpenMP threads share the same cores.
+small CPU box the threads are the biggest lever (issue 20): workers and the model's OpenMP threads share the same
+cores.
 
 Ranked by prediction first. Before any run, tune gets the base pipeline's probe (engine/predict/probe.py: a few
 seconds of what a batch, a step and the GIL cost here, apart from any loader setting): from the store's calibrations

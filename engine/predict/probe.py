@@ -68,10 +68,9 @@ _GIL_PAIRS = 3    # pairs of windows (one thread, then two at once) the GIL shar
 _SPIN_WINDOW_S = 0.04  # idle after a parallel op: longer than OpenMP's spin before its threads sleep
 _WARM_BATCHES = 1  # untimed: lazy first use of the dataset (file cache, decoder set-up)
 # NOTE: the load figure is the median of every one-thread window the probe times (_tries back to back, then the GIL
-# pairs' six, seconds later), not the fastest (as the bound's passes keep theirs): this VM's speed drifts for seconds
-# at a time (a tokenizer batch read 27-51 ms within one process, `bench/load_between_steps.py`), and an epoch pays
-# the drift's middle. The fastest of three back-to-back windows read 31 ms a batch where its runs paid about 48,
-# and 42 of the unseen table's 43 misses were too fast (bench/RESULTS.md). A median still stands one hiccup.
+# pairs' six, seconds later), not the fastest (as the bound's passes keep theirs): a shared machine's speed drifts for
+# seconds at a time (`bench/load_between_steps.py` shows it), and an epoch pays the drift's middle, so the fastest
+# window predicts too fast (bench/RESULTS.md, 'Predict before you run'). A median still stands one hiccup.
 _REPEATS = 3
 _LATENT = 0.25     # a latency share of the load's wall above which its mean latency is measured over more batches
 _TAIL_S = 1.5      # wall seconds the mean latency may take, beyond the windows
@@ -213,7 +212,7 @@ def _compute(cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[C
 def _spin_after_step() -> float:
     """CPU-seconds the intra-op threads burn after a parallel op ends, while the main thread waits (for the next
     batch): OpenMP's workers spin before they sleep. Idle cores absorb it; a loader worker that wants the core
-    pays it (the processes loader, 2 workers beside 2 intra-op threads: 0.147 s a jpeg epoch against 0.112 s).
+    pays it.
     The median of a few tries: a parallel matmul, then an idle window."""
     a = torch.randn(256, 256)
     return _spin_after(lambda: torch.mm(a, a))
@@ -255,7 +254,7 @@ def _one_step_each(cfg: RunConfig, device: torch.device, steps: Callable[[Any], 
     timed(default, two)  # untimed: allocator and kernel selection
     small = (two, timed(default, two))
     # the most samples (the batch, 32, 8) whose step, scaled per sample (an upper bound), fits beside a one-thread
-    # step in what is left; 8 at least: one point carried per sample read a small MLP's 1 ms step at 1.7 s
+    # step in what is left; 8 at least: a single point carried per sample blows a small step's fixed cost up
     left = end - time.perf_counter()
     sizes = [n for n in (full, 32, 8) if n <= full]
     part = next((n for n in sizes if small[1][0] * n / two * (1 + default) <= left), min(8, full))
