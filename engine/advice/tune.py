@@ -10,30 +10,13 @@ transform_threads {auto, 1} where the probe saw a BLAS/OpenMP pool of its own wh
 small CPU box the threads are the biggest lever (issue 20): workers and the model's OpenMP threads share the same
 cores.
 
-Ranked by prediction first. Before any run, tune gets the base pipeline's probe (engine/predict/probe.py: a few
-seconds of what a batch, a step and the GIL cost here, apart from any loader setting): from the store's calibrations
-(<store dir>/calibrations, cached per host), else measured now in a child process (engine/predict/_probe_child.py)
-before the warm parent starts, so nothing of tune's competes for the cores it measures. That time counts in the
-budget, at most PROBE_SHARE of it (PROBE_MIN_S at least): the child plans its measurements to fit, a quick probe
-with wider ranges where the full one cannot, and the answer says which (past its share the child is stopped and tune
-goes on without). engine/predict/model.py then ranks the candidates by predicted steady epoch, and the first rung
-runs the TOP_K predicted fastest, fastest first, then candidate 0 (sync, or the user's `baseline`). Settings the
-model cannot tell apart (prefetch depth, which it does not read) take one slot, the first listed. Candidates the
-model cannot rank (a mode it does not cover, or no probe: it failed, ran out of its share, or --no-predict) all join
-the first rung, in a seeded shuffled order: plain successive halving over the whole space, as before.
-
-Successive halving: the first rung's candidates run with RUNG0_EPOCHS steady epochs; the fastest 1/ETA survive and
-run again with ETA times as many epochs, in a shuffled (seeded) order, so a slow spell of the machine does not
-always hit the same candidate; and so on until one is left or the budget is spent. The first rung may spend the
-whole budget (a run that would overrun it is passed over for the next, which may be shorter): a candidate untried is
-worth more than confirming one against too few, so a first rung cut short is not confirmed, and the answer says how
-many it tried of how many and the budget a full answer takes (estimated from the predictions and the runs' own
-overhead). Later rungs get SEARCH_SHARE of the budget (the probe included); then the best and candidate 0 run
-CONFIRM_REPEATS times each, interleaved (each pair in a random order), and the speedup's 95% interval comes from
-those runs' medians (stats.compare), never from the epochs of one run each. Each run is a normal run (subprocess,
-RunLog, store), tagged "tune" and grouped under one sweep_id; its row in the result carries the predicted epoch
-beside the measured one. Before each run the time it will take is estimated from the runs so far, and a run that
-would overrun the budget is not started.
+Ranked by prediction first: the base pipeline's probe (engine/predict/probe.py; cached per host, else measured in a
+child process within PROBE_SHARE of the budget) ranks the candidates, and the first rung runs the TOP_K predicted
+fastest, then candidate 0 (sync, or the user's `baseline`); candidates the model cannot rank join in a seeded
+shuffle. Then successive halving (engine/advice/_halving.py): the fastest 1/ETA of each rung run again with ETA
+times the epochs, and the best and candidate 0 run CONFIRM_REPEATS times each, interleaved, for the speedup's 95%
+interval. Each trial is a normal run tagged "tune", under one sweep_id. The search in full: docs/predict.md,
+"How tune searches".
 
 NOTE: batch_size stays fixed (the base's): it changes the optimisation, not just the speed, so it is the user's
 call (`--set batch_size=128`). So do intra-op threads when the base sets them (`--set threads=4`). The

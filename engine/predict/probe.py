@@ -1,29 +1,11 @@
 """The probe behind engine/predict/model.py: what one sample, one batch and one step cost on this machine, apart from
 any loader setting, measured in a few seconds.
 
-    load     the dataset's fetch + collate (+ the copy to the device) of whole batches on one thread, as a loader
-             worker runs them (one intra-op thread): wall and CPU seconds per batch, the median of the probe's
-             one-thread windows (a few back to back, then those of the GIL pairs, seconds later).
-             Wall minus CPU is latency (sleeps, I/O), which any number of workers overlap; CPU is work that needs
-             a core (the calling thread's and, where the transform runs them, its hidden pools' threads).
-    latency  where the load waits more than it works, the mean over more batches, spread over the epoch: a
-             heavy-tailed wait (object storage) is random by nature, and the fastest of a few windows misses
-             its tail, which every epoch pays.
-    pools    the BLAS and OpenMP pools the transform loaded (engine/measure/pools.py), their sizes, and the
-             CPU-seconds they spin after a batch while the caller does something else (pools the transform
-             loaded but never ran, like the OpenBLAS that comes with numpy, are listed apart and not counted).
-    spread   how far the load's windows disagree about their median (and the latency's standard error): each
-             prediction's range.
-    gil      the same batches on two threads at once, right after one thread ran them (the median of three such
-             pairs): the extra wall time over one thread, as a share of the CPU work, is the share that holds the
-             GIL (0: decoding in C, sleeps; 1: pure Python) and so cannot run on two threads at once, however many
-             threads a `threads` loader has.
-    compute  the epoch's step replayed on cached batches at one intra-op thread and at torch's default: wall and
-             CPU seconds per step. Two points fit Amdahl's law for any thread count between.
-    step gil the step beside a pure-Python thread (engine/predict/_probe_step.py): its GIL-held share, and how
-             much slower it runs while a producer thread wants the GIL.
-    hand-off a DataLoader worker process's batch past its load, and the training process's serial side of it
-             (engine/predict/_probe_handoff.py): a 1- and a 2-worker pass over batches already made.
+    load, latency, pools, spread, gil   a batch's fetch + collate on one thread, its waits, hidden pools, GIL share
+    compute, step gil, hand-off          the step at two thread counts, beside Python, and a worker's hand-off
+
+Each key is typed and described in engine/predict/records.py (Probe); how each is measured: docs/predict.md,
+"What the probe measures".
 
 The probe does not depend on the loader, its workers or its threads, so one probe predicts them all
 (engine/predict/model.py). It is cached per workload, model, batch size and device on this host, and
