@@ -208,7 +208,7 @@ def _one_step_each(cfg: RunConfig, device: torch.device, steps: Callable[[Any], 
 
     NOTE: a step too heavy for what is left before `end` (a ResNet on a CPU takes seconds) is timed on two samples and
     on as many as fit, and the line through the two carried to the whole batch: a step has a part that does not grow
-    with the batch (the optimizer's update, the dispatch), so scaling two samples' time per sample read it 2.7x slow."""
+    with the batch (the optimizer's update, the dispatch), so scaling two samples' time per sample reads it too slow."""
     step = steps(build_dataset(cfg.replace(latency_ms=0.0, work_us=0)))[0]
     x, y = (t.to(device) for t in batch)
     full = x.shape[0]
@@ -314,8 +314,8 @@ def _gil_share(one: Callable[[Any], None], batch: list, clock: Callable[[], floa
 
     In each pair the second thread's extra wall, past what sharing the cores costs any two threads just then, is
     the GIL-held work it waited for; as a share of the CPU work. NOTE: a pair, not the fastest one-thread window
-    against the fastest two-thread window taken seconds apart: this VM's speed drifts over seconds, and those read
-    a pure-Python tokenizer's share at 0.58-1.00 across probes; its pairs read 0.9-1.4 (before the clamp)."""
+    against the fastest two-thread window taken seconds apart: a shared machine's speed drifts over seconds, so
+    windows apart disagree across probes of the same load, where back-to-back pairs agree."""
     pairs, singles = [], []
     for _ in range(n_pairs):
         before = _one_thread(one, batch, clock)
