@@ -79,5 +79,5 @@ def learned_residuals(cfg: RunConfig, runs: pd.DataFrame, probe: Probe) -> tuple
     machine = probe.get("machine")
     if not machine:
         return {}, 0
-    points = earlier_runs(cfg, runs, machine, device=probe.get("device", "cpu"))
+    points = earlier_runs(cfg, runs, machine, device=probe["device"])
     return residuals(points, probe), len(points)
