@@ -27,8 +27,8 @@ import pandas as pd
 from engine import paths
 from engine.advice.advisor import advise as _advise, render_advice
 from engine.advice.code import code_of_run, snippet
-from engine.advice.learned import learned_residuals
 from engine.predict import MODES
+from engine.predict.learned import learned_residuals
 from engine.advice.tune import candidates, parse_budget, waits_of
 from engine.advice.tune import tune as _tune
 from engine.analysis.compare import compare_runs
@@ -37,7 +37,7 @@ from engine.config import RunConfig, SweepConfig
 from engine.errors import ConfigError
 from engine.paths import Db
 from engine.run.runner import launch
-from engine.store import get_run, list_runs, run_query
+from engine.store import get_run, list_runs, recent_done_runs, run_query
 from engine.sweeps.local import run_sweep
 
 __all__ = ["advise", "code", "compare", "db_path", "predict", "run", "runs", "speedups", "sweep", "tune"]
@@ -182,7 +182,7 @@ def predict(*, db: Db = None, **fields: Any) -> pd.DataFrame:
     probe, _ = cached_or_new(cfg, paths.calibrations_dir(db))
     space = [cfg] if "loader" in fields else candidates(cfg, default_threads=probe["default_threads"],
                                                         waits=waits_of(probe))
-    return pd.DataFrame(rows(space, probe, learned_residuals(cfg, db, probe)[0]))
+    return pd.DataFrame(rows(space, probe, learned_residuals(cfg, recent_done_runs(MODES, db), probe)[0]))
 
 
 # ---------------------------------------------------------------------------- helpers

@@ -13,12 +13,14 @@ from __future__ import annotations
 import itertools
 import json
 import sys
+from collections.abc import Generator
 
 import psutil
 import torch
 
 from engine.config import RunConfig
 from engine.loaders import open_loader
+from engine.loaders.processes import ProcessLoader
 from engine.models import build_model, loss_fn, make_optimizer
 from engine.workloads import build_dataset
 
@@ -46,11 +48,13 @@ def main() -> int:
     base = _pss(psutil.Process().pid)
     one = cfg.replace(loader="processes", workers=1, persistent_workers=True)
     with open_loader(dataset, one, "cpu") as loader:
+        assert isinstance(loader, ProcessLoader)  # the loader named above: its worker processes are measured
         batches = loader.epoch(0)
         for _ in itertools.islice(batches, BATCHES):
             pass
         worker = max((psutil.Process(p).memory_full_info().uss for p in loader.worker_pids()), default=0)
-        batches.close()
+        if isinstance(batches, Generator):  # Loader.epoch says Iterator; its epochs are generators, ended here
+            batches.close()
     print(json.dumps({"base_bytes": base, "worker_bytes": int(worker)}), flush=True)
     return 0
 

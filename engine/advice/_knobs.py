@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import multiprocessing
 import sys
-from typing import Any
 
 from engine.predict.model import predict
+from engine.predict.records import Probe
 from engine.config import RunConfig
 
 __all__ = ["KNOBS", "SHORT_EPOCH_S", "siblings", "widen"]
@@ -36,9 +36,9 @@ def _start_methods(base: RunConfig) -> list[str]:
     return [m for m in multiprocessing.get_all_start_methods() if m != base.start_method]
 
 
-def widen(configs: list[RunConfig], base: RunConfig, probe: dict[str, Any] | None) -> tuple[list[RunConfig], str]:
+def widen(configs: list[RunConfig], base: RunConfig, probe: Probe | None) -> tuple[list[RunConfig], str]:
     """configs and their knob variants (module docstring), candidate 0 first; and a note naming the knobs searched."""
-    cuda = str(base.device).startswith("cuda") or (probe or {}).get("device") == "cuda"
+    cuda = str(base.device).startswith("cuda") or (probe is not None and probe["device"] == "cuda")
     ref = predict(base.replace(loader="sync", workers=0), probe) if probe else None
     short = ref is None or ref.epoch_s < SHORT_EPOCH_S
     methods = _start_methods(base)

@@ -49,11 +49,11 @@ def change(site: str, base: dict[str, Any], best: dict[str, Any]) -> str:
         edits.append((at(call.func.lineno, call.func.col_offset),
                       at(call.func.end_lineno or call.func.lineno, call.func.end_col_offset or 0), b"ThreadsLoader"))
         imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
-        after = at((imports[-1].end_lineno or imports[-1].lineno) + 1, 0) if imports else 0
+        insert_at = at((imports[-1].end_lineno or imports[-1].lineno) + 1, 0) if imports else 0
         lines = set(source.splitlines())
         needed = "".join(f"{line}\n" for line in IMPORTS if line not in lines)  # the class's imports the script lacks
         code = ("\n" + needed if needed else "") + "\n\n" + inspect.getsource(ThreadsLoader) + "\n"
-        edits.append((after, after, code.encode()))
+        edits.append((insert_at, insert_at, code.encode()))
     if not best.get("num_workers"):
         changes = {k: v for k, v in changes.items() if k in ("num_workers", "pin_memory")}
         for kw in call.keywords:  # settings only workers take: a loader without workers refuses them
@@ -72,7 +72,7 @@ def change(site: str, base: dict[str, Any], best: dict[str, Any]) -> str:
         else:
             added.append(f"{key}={value!r}")
     if added:
-        args = [*call.args, *call.keywords]
+        args: list[ast.expr | ast.keyword] = [*call.args, *call.keywords]
         if args:
             last = max(args, key=lambda n: (n.end_lineno or 0, n.end_col_offset or 0))
             end = at(last.end_lineno or last.lineno, last.end_col_offset or 0)

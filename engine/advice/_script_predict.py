@@ -25,14 +25,14 @@ from __future__ import annotations
 from typing import Any
 
 from engine.config import RunConfig
-from engine.predict import predict
+from engine.predict import ComputeAt, Probe, predict
 
 __all__ = ["probe_of", "rank_settings", "seconds_per_batch"]
 
 _CPU_SHARE_UNSAMPLED = 0.5  # the CPU part of a batch's load where the trial had no CPU sample (module doc)
 
 
-def probe_of(first: dict[str, Any], cores: float, cuda: bool) -> dict[str, Any]:
+def probe_of(first: dict[str, Any], cores: float, cuda: bool) -> Probe:
     """The model's probe from the first trial's figures of the tuned loader (engine/advice/_script_trials.py's
     stream_figures): its wait and step per batch, its batches, settings and process-tree CPU."""
     settings = first["settings"]
@@ -45,14 +45,14 @@ def probe_of(first: dict[str, Any], cores: float, cuda: bool) -> dict[str, Any]:
         work = min(load, max(0.0, cpu / 100.0 * (wait + step) - step))
     threads = int(settings.get("intra_op_threads") or 1)
     batch = int(settings.get("batch_size") or 1)
-    one = {"wall_s": step, "cpu_s": step}
+    one: ComputeAt = {"wall_s": step, "cpu_s": step}
     return {"device": "cuda" if cuda else "cpu", "cores": cores, "batch_size": batch,
             "n_samples": max(1, first["steps"]) * batch, "load_wall_s": load, "load_cpu_s": work,
             "default_threads": threads, "compute": {"1": one, str(threads): one}, "gil_share": 1.0,
             "handoff_s": 0.0, "receive_s": 0.0}
 
 
-def seconds_per_batch(setting: dict[str, Any], probe: dict[str, Any]) -> float:
+def seconds_per_batch(setting: dict[str, Any], probe: Probe) -> float:
     """A candidate's predicted seconds per batch (its steady epoch over the probe's batches)."""
     w = int(setting.get("num_workers") or 0)
     loader = setting.get("loader") or ("processes" if w else "sync")

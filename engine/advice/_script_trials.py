@@ -119,18 +119,19 @@ class Trials:
         status, error = trial["status"], trial.get("error")
         if status == "done" and stream is None:
             status, error = "failed", "the tuned DataLoader was not iterated"
-        if status == "done" and stream["full_epoch_samples"]:
+        if status == "done" and stream is not None and stream["full_epoch_samples"]:
             if self.epoch_samples is None:
                 self.epoch_samples = stream["full_epoch_samples"]
             elif stream["full_epoch_samples"] != self.epoch_samples:
                 status, error = "changes the data", (f"an epoch of {sorted(stream['full_epoch_samples'])} samples, the "
                                                      f"script's own {sorted(self.epoch_samples)}: the dataset does not "
                                                      "split itself over workers")
-        ok = status == "done"
+        ok = stream if status == "done" else None  # done with no stream was made failed above
         return {"candidate": idx, "rung": rung, "status": status, "error": error, "wall_s": trial["wall_s"],
-                "steps": stream["steps"] if ok else 0, "s_per_batch": stream["s_per_batch"] if ok else math.nan,
-                "peak_bytes": stream["peak_bytes"] if ok else None,
-                "gpu_idle_share": stream["gpu_idle_share"] if ok else None}
+                "steps": ok["steps"] if ok is not None else 0,
+                "s_per_batch": ok["s_per_batch"] if ok is not None else math.nan,
+                "peak_bytes": ok["peak_bytes"] if ok is not None else None,
+                "gpu_idle_share": ok["gpu_idle_share"] if ok is not None else None}
 
     def run(self, env_extra: dict[str, str], timeout_s: float) -> dict[str, Any]:
         """One trial: the script under the observer with the trial's environment; its streams' figures by site."""
@@ -168,12 +169,12 @@ class Trials:
         streams = {site: merged(found) for site, found in parts.items()}
         dirs = {site: sorted(found, key=lambda d: min((p["t_start"] for p in parts.get(site, []) if p["dir"] == d),
                                                       default=math.inf)) for site, found in dirs.items()}
-        out = {"wall_s": wall, "streams": streams, "dirs": dirs, "prefix": prefix}
+        found_all = {"wall_s": wall, "streams": streams, "dirs": dirs, "prefix": prefix}
         if rc is None:
-            return {**out, "status": "timed out", "error": f"past {timeout_s:.0f} s"}
+            return {**found_all, "status": "timed out", "error": f"past {timeout_s:.0f} s"}
         if rc != 0:
-            return {**out, "status": "failed", "error": first_error(err_path.read_text(errors="replace"), rc)}
-        return {**out, "status": "done"}
+            return {**found_all, "status": "failed", "error": first_error(err_path.read_text(errors="replace"), rc)}
+        return {**found_all, "status": "done"}
 
 
 def stream_figures(events: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -196,7 +197,7 @@ def stream_figures(events: list[dict[str, Any]]) -> dict[str, Any] | None:
     busy = sum(e["data_wait_s"] + e["compute_s"] for e in ordered) - sum(first_waits) + \
         sum(e["ttfb_s"] for e in ordered[1:])
     full = ordered[:-1] if summary.get("trial_stopped_by") == summary["observed_stream"] else ordered
-    idle = [e.get("gpu_idle_s") for e in ordered]
+    idle = [e["gpu_idle_s"] for e in ordered if e.get("gpu_idle_s") is not None]  # none where any went unmeasured
     settings = json.loads(summary.get("observed_settings") or "{}")
     wait = sum(e["data_wait_s"] for e in ordered) - ordered[0]["ttfb_s"]
     return {"site": summary["observed_stream"], "settings": settings, "steps": steps, "busy": busy,
@@ -205,7 +206,7 @@ def stream_figures(events: list[dict[str, Any]]) -> dict[str, Any] | None:
             "cpu_pct": summary.get("mean_cpu_pct"),
             "wait": wait / steps if steps else 0.0,
             "step": sum(e["compute_s"] for e in ordered) / steps if steps else 0.0,
-            "gpu_idle_share": None if None in idle else sum(idle) / sum(e["wall_s"] for e in ordered),
+            "gpu_idle_share": None if len(idle) < len(ordered) else sum(idle) / sum(e["wall_s"] for e in ordered),
             "full_epoch_samples": {e["samples"] for e in full}}
 
 

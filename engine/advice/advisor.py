@@ -146,7 +146,7 @@ def advise(workload: str, model: str, *, host: str = "this", db: Db = None,
     cap = memory.parse_size(max_memory)
     runs = _filtered(done_runs(workload, model, db), {**(filters or {}), **({"tag": tags} if tags else {})})
     on_host, label = _on_host(runs, host)
-    asked = {"workload": workload, "model": model, "host": host, "host_label": label, "baseline": given}
+    asked: dict[str, Any] = {"workload": workload, "model": model, "host": host, "host_label": label, "baseline": given}
     runs = _where(runs[on_host], where or {})
     single = runs[runs["mode"] == "single"].dropna(subset=["epoch_s"])
     if single.empty:
@@ -335,7 +335,7 @@ def gpu_line(shares: dict[str, float], best: dict[str, Any]) -> str:
     parts = {k: shares[k] for k in GPU_IDLE_KEYS[1:] if k in shares}
     if not parts:  # stored before the split: the idle share alone
         return f"GPU: idle {idle:.0%} of each step"
-    cause = max(parts, key=parts.get)
+    cause = max(parts, key=lambda k: parts[k])
     what = {"gpu_idle_data_share": "waits on data", "gpu_idle_copy_share": "waits on host-to-device copies",
             "gpu_idle_other_share": "waits on the host (launches, Python, syncs)"}[cause]
     if cause == "gpu_idle_data_share":

@@ -108,10 +108,10 @@ def _predicted(run: dict[str, Any], db: Db) -> str | None:
     if not ranked:
         return None
     best, p = ranked[0]
-    threads = best.threads or probe.get("default_threads")
+    default = probe.get("default_threads")  # an older probe may not say
     name = describe(_knobs(best.to_dict()))
     if not best.threads:
-        name += f", torch's default intra-op threads ({threads})" if threads else ", torch's default intra-op threads"
+        name += f", torch's default intra-op threads ({default})" if default else ", torch's default intra-op threads"
     return f"Not measured yet; predicted best: {name}, about {p.epoch_s:.3g} s an epoch ({p.limit})."
 
 

@@ -7,33 +7,16 @@ The space (`candidates`): sync, prefetch and threads/processes/spdl x workers (p
 items wait: `waits_of`), each with prefetch_depth {2, 8} and,
 jointly with the workers, intra-op threads {auto (torch's default), 1, what fits: cores - loader threads} (and
 transform_threads {auto, 1} where the probe saw a BLAS/OpenMP pool of its own where items load). On a
-small CPU box the threads are the biggest lever (issue 20: on 2 cores, processes with 1 worker on 1 thread ran
-1.4x faster than sync on torch's default): workers and the model's OpenMP threads share the same cores.
+small CPU box the threads are the biggest lever (issue 20): workers and the model's OpenMP threads share the same
+cores.
 
-Ranked by prediction first. Before any run, tune gets the base pipeline's probe (engine/predict/probe.py: a few
-seconds of what a batch, a step and the GIL cost here, apart from any loader setting): from the store's calibrations
-(<store dir>/calibrations, cached per host), else measured now in a child process (engine/predict/_probe_child.py)
-before the warm parent starts, so nothing of tune's competes for the cores it measures. That time counts in the
-budget, at most PROBE_SHARE of it (PROBE_MIN_S at least): the child plans its measurements to fit, a quick probe
-with wider ranges where the full one cannot, and the answer says which (past its share the child is stopped and tune
-goes on without). engine/predict/model.py then ranks the candidates by predicted steady epoch, and the first rung
-runs the TOP_K predicted fastest, fastest first, then candidate 0 (sync, or the user's `baseline`). Settings the
-model cannot tell apart (prefetch depth, which it does not read) take one slot, the first listed. Candidates the
-model cannot rank (a mode it does not cover, or no probe: it failed, ran out of its share, or --no-predict) all join
-the first rung, in a seeded shuffled order: plain successive halving over the whole space, as before.
-
-Successive halving: the first rung's candidates run with RUNG0_EPOCHS steady epochs; the fastest 1/ETA survive and
-run again with ETA times as many epochs, in a shuffled (seeded) order, so a slow spell of the machine does not
-always hit the same candidate; and so on until one is left or the budget is spent. The first rung may spend the
-whole budget (a run that would overrun it is passed over for the next, which may be shorter): a candidate untried is
-worth more than confirming one against too few, so a first rung cut short is not confirmed, and the answer says how
-many it tried of how many and the budget a full answer takes (estimated from the predictions and the runs' own
-overhead). Later rungs get SEARCH_SHARE of the budget (the probe included); then the best and candidate 0 run
-CONFIRM_REPEATS times each, interleaved (each pair in a random order), and the speedup's 95% interval comes from
-those runs' medians (stats.compare), never from the epochs of one run each. Each run is a normal run (subprocess,
-RunLog, store), tagged "tune" and grouped under one sweep_id; its row in the result carries the predicted epoch
-beside the measured one. Before each run the time it will take is estimated from the runs so far, and a run that
-would overrun the budget is not started.
+Ranked by prediction first: the base pipeline's probe (engine/predict/probe.py; cached per host, else measured in a
+child process within PROBE_SHARE of the budget) ranks the candidates, and the first rung runs the TOP_K predicted
+fastest, then candidate 0 (sync, or the user's `baseline`); candidates the model cannot rank join in a seeded
+shuffle. Then successive halving (engine/advice/_halving.py): the fastest 1/ETA of each rung run again with ETA
+times the epochs, and the best and candidate 0 run CONFIRM_REPEATS times each, interleaved, for the speedup's 95%
+interval. Each trial is a normal run tagged "tune", under one sweep_id. The search in full: docs/predict.md,
+"How tune searches".
 
 NOTE: batch_size stays fixed (the base's): it changes the optimisation, not just the speed, so it is the user's
 call (`--set batch_size=128`). So do intra-op threads when the base sets them (`--set threads=4`). The
@@ -64,8 +47,8 @@ from engine.advice import memory
 from engine.advice._halving import CONFIRM_REPEATS, ETA, SEARCH_SHARE, TOP_K, Plan, confirm, first_rung, halve, pick
 from engine.advice._knobs import siblings, widen
 from engine.advice.advisor import describe
-from engine.advice.learned import learned_residuals
-from engine.predict import MODES, Prediction, adjusted, predict
+from engine.predict import MODES, Prediction, Probe, adjusted, predict
+from engine.predict.learned import learned_residuals
 from engine.analysis import stats
 from engine.config import RunConfig
 from engine.errors import ConfigError
@@ -73,6 +56,7 @@ from engine.paths import ROOT, Db, calibrations_dir
 from engine.run.hostfit import check_machine_all, usable_cores
 from engine.run.runner import launch
 from engine.run.warm import WarmParent, run_env
+from engine.store import recent_done_runs
 from engine.runlog import read_events
 from engine.status import RunStatus
 from engine.sweeps.local import new_sweep_id
@@ -134,7 +118,7 @@ def candidates(base: RunConfig, cores: int | None = None, default_threads: int |
     return out
 
 
-def waits_of(probe: dict[str, Any] | None) -> float:
+def waits_of(probe: Probe | None) -> float:
     """The probe's latency per second of loading work (wall above CPU, over CPU): 0 where loading only works."""
     if not probe:
         return 0.0
@@ -166,7 +150,7 @@ class TuneResult:
     comparison: dict[str, Any] = field(default_factory=dict)    # stats.compare(candidate 0's runs, best's), confirmed
     baseline: dict[str, Any] = field(default_factory=dict)      # the user's setup as given: candidate 0
     confirm_rows: list[dict[str, Any]] = field(default_factory=list)   # the interleaved runs of sync and best
-    probe: dict[str, Any] | None = None        # what the predictions came from (engine/predict/probe.py)
+    probe: Probe | None = None                 # what the predictions came from (engine/predict/probe.py)
     probe_note: str = ""                       # where it came from, or why there is none
     probe_s: float = 0.0                       # seconds before the first run: the probe, the memory estimate
     predictions: dict[int, Prediction] = field(default_factory=dict)   # candidate -> its predicted steady epoch
@@ -344,7 +328,7 @@ def tune(workload: str, model: str, *, budget_s: float, db: Db = None,
                     result.configs, cfg0, cap, max(10.0, budget_s * PROBE_SHARE))
             if result.probe is not None:
                 # earlier runs of the pipeline on this host (another tune's, a sweep's) correct the model: prior+runs
-                found = learned_residuals(cfg0, db, result.probe)[0]
+                found = learned_residuals(cfg0, recent_done_runs(MODES, db), result.probe)[0]
                 result.predictions = {i: adjusted(p, found) for i, c in enumerate(result.configs)
                                       if (p := predict(c, result.probe)) is not None}
             result.probe_s = time.monotonic() - t0
@@ -449,7 +433,7 @@ def _first_rung(result: TuneResult, top_k: int, rng: random.Random) -> list[int]
     return first + rest
 
 
-def _probe(cfg0: RunConfig, db: Db, timeout_s: float, wanted: bool) -> tuple[dict[str, Any] | None, str]:
+def _probe(cfg0: RunConfig, db: Db, timeout_s: float, wanted: bool) -> tuple[Probe | None, str]:
     """The base pipeline's probe, from the store's calibrations or measured in a child
     (engine/predict/_probe_child.py), and a note on where it came from or why there is none."""
     if not wanted:

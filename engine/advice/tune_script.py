@@ -9,32 +9,20 @@ it stops). Its output goes to a file per trial; a trial that fails is one row wi
 1. The first trial runs the script's own setting for a few seconds (FIRST_SHARE of the budget, within FIRST_S): the
    loader that delivered the most batches is the one tuned (training, not validation), named by file and line, and
    the batches it delivered are every later trial's length (STEPS_MIN at least).
-2. The candidates (`candidates`): that DataLoader's num_workers {0, 1, 2, 4, ... <= cores, or past the cores where
-   the first trial's items wait, as in the lab's tune} x prefetch_factor {2, 4}
-   x the start method {the script's, spawn, fork} x intra-op threads {the script's, 1, cores - workers}, with persistent
-   workers (and pin_memory on CUDA); for a map-style dataset, the lab's threads loader too (threads of the script's
-   process over its dataset, batch sampler and collate_fn, engine/observe/threads_loader.py: {2, 4, ... up to twice
-   the cores, 4 at least, or cores x (1 + waits) where items wait} threads), whose answer pastes that class into the script. Ranked by the lab's model, the
-   one `tune` ranks by, fed from the first trial (engine/advice/_script_predict.py says what it measures there and
-   what it assumes), then tune's own search
-   (engine/advice/_halving.py, with tune's constants, the memory cap and stats.compare): the first rung runs the
-   TOP_K predicted fastest worker counts and the top pick's variants in the knobs the prediction does not read;
-   successive halving keeps the best 1/ETA, which run ETA x as many batches (a whole rung or none), within
-   SEARCH_SHARE of the budget and short of the time the pairs below need (a tight budget runs fewer of the first
-   rung, the predicted fastest first); then the best and the script's own setting run in pairs, each pair in a
-   random order, and the speedup's 95% interval comes from those runs (the first rung's runs of the two, of the
-   same length, count among them).
+2. The candidates (`candidates`): that DataLoader's num_workers x prefetch_factor x the start method x intra-op
+   threads, with persistent workers (and pin_memory on CUDA); for a map-style dataset, the lab's threads loader too
+   (engine/observe/threads_loader.py). Ranked by the lab's model fed from the first trial
+   (engine/advice/_script_predict.py), then tune's own search (engine/advice/_halving.py): successive halving, then
+   the best and the script's own setting in interleaved pairs for the speedup's 95% interval. In full:
+   docs/pipeline.md, "Tune your script as it is".
 3. The answer is the change to make: the DataLoader(...) call as it should read, a unified diff against the
    script's own source, with the speedup and its interval and the peak memory beside the script's.
 4. Each trial is a run in the store before this returns (engine/advice/_script_trials.py: sweep_id = the tune's id,
    config_idx = the candidate, repeat_idx = its trials so far, tag "tune"), and the answer is the tune's row
    (engine.store.record_tune: its settings, best, speedup and interval, diff and rendered answer).
 
-A trial's figure is the tuned loader's seconds per batch after its first: each batch's wait and step, and each later
-epoch's time to its first batch (workers that are not persistent start again there); the first epoch's start-up is
-paid once and left out. A setting under which a full
-epoch of the loader delivers a different number of samples than the script's own (an IterableDataset that does not
-split itself over workers) changes what the script computes: it is a row, never the answer.
+A trial's figure: the tuned loader's seconds per batch after its first, later epochs' start-up included. A setting
+under which an epoch's samples differ from the script's own changes what it computes: a row, never the answer.
 """
 
 from __future__ import annotations
@@ -133,8 +121,8 @@ class ScriptTuneResult:
                     f"{c['speedup']:.2f}x {own}'s speed by the medians: {c['difference']}")
             lines.append(f"{said} ({ci}; {c['n_a']} + {c['n_b']} runs, interleaved; {c['median_a']:.4f} s per batch "
                          "under the script's own)")
-        peaks = [r.get("peak_bytes") for r in self.rows if r["candidate"] == self.best_idx and r.get("peak_bytes")]
-        yours = [r.get("peak_bytes") for r in self.rows if r["candidate"] == 0 and r.get("peak_bytes")]
+        peaks = [r["peak_bytes"] for r in self.rows if r["candidate"] == self.best_idx and r.get("peak_bytes")]
+        yours = [r["peak_bytes"] for r in self.rows if r["candidate"] == 0 and r.get("peak_bytes")]
         lines.append(memory.peak_line(max(peaks) if peaks else None, max(yours) if yours else None,
                                       self.max_memory, "the script's own"))
         lines += [f"the change to make, in {self.site}:", self.diff.rstrip("\n") or "(the call could not be located)"]
@@ -280,13 +268,13 @@ def _search(result: ScriptTuneResult, trials: Trials, first: dict[str, Any], cor
                 fits=lambda idxs, rung, steps, limit: trials.fits(limit, len(idxs) * steps / result.steps),
                 limit_s=limit_s, figure="s_per_batch", length=result.steps, rng=rng, rows=result.rows)
     result.stop_reason = halve(rung0, plan)[0]
-    result.best_idx = pick(result.rows, "s_per_batch", result.max_memory)
-    if result.best_idx not in (None, 0):
-        stop = confirm(result.best_idx, plan, CONFIRM_REPEATS, result.budget_s, result.rows,
+    result.best_idx = best = pick(result.rows, "s_per_batch", result.max_memory)
+    if best is not None and best != 0:
+        stop = confirm(best, plan, CONFIRM_REPEATS, result.budget_s, result.rows,
                        "the script's own setting")
         result.stop_reason += f"; {stop}" if stop else ""
         _compare(result)
-        result.diff = change(result.site, result.base, result.settings[result.best_idx])
+        result.diff = change(result.site, result.base, result.settings[best])
 
 
 def _sibling(setting: dict[str, Any], top: dict[str, Any]) -> bool:

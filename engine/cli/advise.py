@@ -16,7 +16,6 @@ from engine.advice import observed_line, predict_fields, read_loader, resolve_ba
 from engine.advice.advisor import advise, describe, render_advice
 from engine.advice.baseline import parse as parse_baseline
 from engine.advice.code import code_of_run, parse_setting, snippet
-from engine.advice.learned import learned_residuals
 from engine.advice.memory import parse_size
 from engine.advice.tune import candidates, parse_budget, tune, waits_of
 from engine.advice.tune_script import tune_script
@@ -27,6 +26,8 @@ from engine.config import RunConfig, load_toml
 from engine.errors import ConfigError, printable
 from engine.paths import calibrations_dir
 from engine.predict import MODES
+from engine.predict.learned import learned_residuals
+from engine.store import recent_done_runs
 from engine.run.hostfit import check_rules
 from engine.run.observed import script_command
 
@@ -209,7 +210,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         taken = probe.get("taken_at") or 0
         print(f"probe from {datetime.fromtimestamp(taken):%Y-%m-%d %H:%M}, {time.time() - taken:.0f} s old "
               f"({printable(cfg.workload)} + {printable(cfg.model)}, {probe['device']}, {probe['cores']:g} cores)")
-    found, n_runs = learned_residuals(cfg, args.db, probe)
+    found, n_runs = learned_residuals(cfg, recent_done_runs(MODES, args.db), probe)
     if n_runs:
         print(f"adjusted by {n_runs} earlier run(s) of this pipeline on this host (prior+runs)")
     space = [cfg] if one else candidates(cfg, default_threads=probe["default_threads"], waits=waits_of(probe))

@@ -15,6 +15,8 @@ import time
 from typing import Any
 
 import torch
+
+from engine.predict.records import Handoff
 from torch.utils.data import DataLoader, Dataset
 
 __all__ = ["handoff"]
@@ -68,7 +70,7 @@ def _pass(batches: list[Any], workers: int, n: int, pin: bool) -> tuple[float, f
     return first - t0, (end - first) / n
 
 
-def handoff(batches: list[Any], pin: bool, n: int = 16) -> dict[str, float]:
+def handoff(batches: list[Any], pin: bool, n: int = 16) -> Handoff:
     """{"handoff_s": a worker's batch past its load, "receive_s": the training process's serial side per batch,
     "worker_start_s": the workers' start}, from passes of n batches."""
     if not batches:

@@ -12,7 +12,7 @@ as it was, with no prediction; the run's own figures stand.
 
 The CLI's `predict` and lab.predict share the rest: the cached probe or a new one (`cached_or_new`) and the
 ranked rows of a list of settings (`rows`), adjusted by the residuals of the pipeline's earlier runs where the
-caller read them from the store (engine/advice/learned.py): `prior+runs`. A run itself never opens the store, so
+caller read them from the store (engine/predict/learned.py): `prior+runs`. A run itself never opens the store, so
 its own stored prediction stays `prior` or `own`.
 """
 
@@ -31,6 +31,7 @@ from engine.measure import fingerprint, usable_cpus
 from engine.modes import step_builder
 from engine.predict import model as predict
 from engine.predict.probe import probe
+from engine.predict.records import PredictionFields, Probe
 
 if TYPE_CHECKING:  # annotations only: the run side does not import the config (engine/registry.py says why)
     from engine.config import RunConfig
@@ -49,7 +50,7 @@ def covered(cfg: RunConfig) -> bool:
     return bool(cfg.bound) and cfg.mode in predict.MODES
 
 
-def prior(cfg: RunConfig, device: torch.device, calibrations: Path) -> dict[str, Any] | None:
+def prior(cfg: RunConfig, device: torch.device, calibrations: Path) -> PredictionFields | None:
     """The `prediction` event's fields from a probe already cached for this pipeline on this host, else None."""
     path = predict.probe_path(calibrations, cfg, fingerprint()["machine"], device.type)
     found = predict.load_probe(path)
@@ -63,7 +64,7 @@ def prior(cfg: RunConfig, device: torch.device, calibrations: Path) -> dict[str,
 
 
 def _measure(cfg: RunConfig, device: torch.device, default_threads: int, budget_s: float | None = None
-             ) -> dict[str, Any]:
+             ) -> Probe:
     if os.environ.get(FAIL_ENV):
         raise RuntimeError(f"injected probe failure ({FAIL_ENV} is set)")
     before = torch.get_num_threads()
@@ -74,7 +75,7 @@ def _measure(cfg: RunConfig, device: torch.device, default_threads: int, budget_
         torch.set_num_threads(before)
 
 
-def own(cfg: RunConfig, device: torch.device, calibrations: Path, default_threads: int) -> dict[str, Any]:
+def own(cfg: RunConfig, device: torch.device, calibrations: Path, default_threads: int) -> PredictionFields:
     """Measure the probe after the run (at torch's default threads, whatever the run's: the probe's two thread
     counts are 1 and that default), save it for the pipeline's later runs, and predict the run from it."""
     measured = _measure(cfg, device, default_threads)
@@ -82,7 +83,7 @@ def own(cfg: RunConfig, device: torch.device, calibrations: Path, default_thread
     return _fields(cfg, measured, "own")
 
 
-def _fields(cfg: RunConfig, measured: dict[str, Any], source: str) -> dict[str, Any]:
+def _fields(cfg: RunConfig, measured: Probe, source: str) -> PredictionFields:
     """On the cores this run may use now (affinity, quota), which a probe taken under others may not have had."""
     p = predict.predict(cfg, measured, usable_cpus())
     if p is None:
@@ -94,7 +95,7 @@ def _fields(cfg: RunConfig, measured: dict[str, Any], source: str) -> dict[str, 
 
 
 def cached_or_new(cfg: RunConfig, calibrations: Path, say: Callable[[str], None] | None = None,
-                  budget_s: float | None = None) -> tuple[dict[str, Any], bool]:
+                  budget_s: float | None = None) -> tuple[Probe, bool]:
     """The pipeline's probe on this host and whether it was cached; else measured now (`say` is told first, as it
     takes a few seconds) and saved beside the store, where the pipeline's runs find it. Never touches the store.
     A folder that cannot take the file leaves the probe unsaved (a warning), not the prediction undone.
@@ -115,7 +116,7 @@ def cached_or_new(cfg: RunConfig, calibrations: Path, say: Callable[[str], None]
     return measured, False
 
 
-def rows(configs: list[RunConfig], measured: dict[str, Any], found: dict[str, list[float]] | None = None
+def rows(configs: list[RunConfig], measured: Probe, found: dict[str, list[float]] | None = None
          ) -> list[dict[str, Any]]:
     """The configs the model covers, fastest predicted first: each one's SETTING_FIELDS, predicted_epoch_s, its
     range (predicted_lo_s, predicted_hi_s), samples_per_s, limit, predicted_from ('prior', or 'prior+runs' with

@@ -4,56 +4,16 @@ this pipeline (the probe, engine/predict/probe.py).
     python -m engine predict --workload jpeg --model cnn                      # every tune candidate, ranked
     python -m engine predict --workload jpeg --model cnn --loader processes --workers 2 --threads 1
 
-The model, per batch (b samples; probe figures scaled per sample when the batch size differs):
+The model, per batch: latency and work of the load (a share of the work holding the GIL), the producers a loader
+runs at once, a worker's hand-off, the step by Amdahl's law through the probe's two thread counts (time-sliced
+where the runnable threads outnumber the cores), and the cores' CPU. An epoch is the largest of its data, compute,
+cores and GIL terms, and the largest names the limit in the bound's words (engine/measure/verdicts.py). The
+formulas in full: docs/predict.md, "The model in full".
 
-    latency   L = load wall - load CPU          (sleeps, I/O: any number of workers overlap it; the mean over many
-                                                items, so a heavy tail counts as often as it comes)
-    work      W = load CPU                      (needs a core; a share g of it holds the GIL; the calling thread's
-                                                and the hidden pools' (BLAS, OpenMP) threads' CPU together)
-    producer  a wave of k units made at once by k of the w producers (k <= w; producers with no unit idle):
-              sync, prefetch   L + W            one thread makes every batch
-              threads   (w)    max(L + W, (1-g) W + k g W)   the GIL-held share never runs on two threads, but a
-                                                thread that waits holds no GIL: the others' turns run in its wait
-              (a shape whose producers make samples: the same over samples, L / b and W / b each)
-              processes (w)    L + W + H        H: a worker's hand-off of its batch (the probe's passes)
-              (W / k in each, where the producer's hidden pool worked: k = 1 + its working extra threads)
-    receive   R per batch (processes): the training process takes each batch in turn, between its steps: serial
-    compute   C(t) = C1 ((1 - q) + q / n)       Amdahl's law through the probe's 1-thread and default-thread steps
-                                                (n = min(t, cores) when threads help, q >= 0; n = t when they slow
-                                                the step, q < 0: the team's overhead comes with its t threads
-                                                whatever the cores, so more cores never slow it)
-              past the cores (t + w runnable > cores, a loader beside the step): with B = min(W / w, S),
-                                                S = C(1) (C where threads slow it), s = (t + w) / cores:
-                                                B s + (1 - B / S) C: while the producers' work runs beside it the
-                                                step is time-sliced at its one-thread speed (a time-sliced OpenMP
-                                                team loses its speed-up), then runs at its own
-    runnable  t + the loader's producer threads + the hidden pools' extra threads (per worker process, or once in
-              the training process; capped by the setting's transform_threads), counted by the share of them the
-              probe saw working (load CPU over wall, past one core); beside the step only where loading overlaps it,
-              and only the producers that have a unit to make (16 threads over 8 batches: 8)
-    cores     (W + step CPU) / usable cores     step CPU: its busy work; when runnable threads (t + workers)
-                                                outnumber the cores, what its t threads burn (OpenMP spins on
-                                                a core a worker wants), and their spin after it (measured)
-
-    epoch     = the largest of      data      the waves of an epoch's units (w producers start together: 8
-                                              batches, 4 workers: 2 waves) + one step
-                                    compute   first batch + batches x (compute + R)
-                                    cores     batches x cores
-                                    gil       batches x (g W + gs C): a producer thread in the step's process
-                                              (sync aside, which does not overlap) and the step take turns on
-                                              the GIL; gs is the step's own GIL-held share (measured)
-                (a sync loader on a CPU cannot overlap: batches x (producer + compute))
-
-Each prediction has a range, lo..hi, from the probe's own spread (how far its windows reach from their median) or, with
-earlier runs, the residuals' spread; two settings whose ranges overlap cannot be told apart on this machine.
-
-Learning from what ran (`prior+runs`): every `done` run of the pipeline on this host is a measured point;
-residual = measured / predicted, per predicted limit. A later prediction is scaled by the median residual of its
-limit (of all limits where its own has none), `adjusted`. bench/predict.py fits them only on other settings' runs.
-
-The largest term names the limit in the bound's words (engine/measure/verdicts.py): data-bound, compute-bound,
-cpu-bound, no-overlap, gil-contention (where the vocabulary has it; cpu-bound before). Predictions cover the
-single mode; other modes' loops (two models, pipelines, ranks) are not modelled and get none.
+Each prediction has a range, lo..hi, from the probe's own spread or, with earlier runs, the residuals' spread; two
+settings whose ranges overlap cannot be told apart on this machine. With earlier runs of the pipeline on this host
+(`prior+runs`, engine/predict/learned.py), a prediction is scaled by the median measured / predicted of its limit
+(`adjusted`). Predictions cover the single mode only.
 
 Accuracy is measured, not assumed: `bench/predict.py` fits on one probe and compares with measured medians of
 settings it never saw (bench/RESULTS.md, "Predict before you run").
@@ -71,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from engine.measure import VERDICTS, serial_kind
+from engine.predict.records import Probe
 
 if TYPE_CHECKING:  # annotations only
     from engine.config import RunConfig
@@ -140,7 +101,7 @@ class Prediction:
         return self.runnable > self.cores
 
 
-def predict(cfg: RunConfig, probe: dict[str, Any], cores: float | None = None) -> Prediction | None:
+def predict(cfg: RunConfig, probe: Probe, cores: float | None = None) -> Prediction | None:
     """The steady epoch of cfg's loader setting on a machine with `cores` usable CPUs (default: the probe's);
     None for a mode or a loader the model does not cover."""
     shape = LOADER_SHAPES.get(cfg.loader)
@@ -176,24 +137,25 @@ def predict(cfg: RunConfig, probe: dict[str, Any], cores: float | None = None) -
     busy = (spin_cpu + after if on_cpu and beside_step > cores else step_cpu) + pool_spin
     if on_cpu and beside_step > cores and (shape.overlaps or pool_spin > 0):
         # NOTE: an OpenMP team time-sliced with the loader's producers loses its parallel speed-up (each barrier waits
-        # for the thread that is off its core): on 2 cores a jpeg + cnn step of 22-30 ms on 2 threads read 62-68 ms
-        # beside one decoding worker, slower than on 1 thread (43 ms). So while they run it runs at its one-thread
-        # speed, time-sliced; once their share of the batch is done, at its own. Beside it run the producers' work (an
+        # for the thread that is off its core), and can run slower than on one thread. So while they run it runs at
+        # its one-thread speed, time-sliced; once their share of the batch is done, at its own. Beside it run the producers' work (an
         # overlapping loader) and the hidden pools' spin after each transform.
         one = _step(probe, 1, cores)[0] * per_sample if threads > 1 else step_wall
         # NOTE: one producer's share of a batch's work and of its pool's spin, spread over its pool_k threads
         beside = ((work if shape.overlaps else 0.0) + pool_spin) / active / pool_k
         step_wall = _shared_step(step_wall, max(step_wall, one), beside, beside_step / cores)
-    gil = 1.0 if probe.get("gil_share") is None else probe["gil_share"]  # NOTE: unmeasured (one core): GIL-bound
+    gil_share = probe.get("gil_share")
+    gil = 1.0 if gil_share is None else gil_share  # NOTE: unmeasured (one core): GIL-bound
     # the GIL-held seconds of a batch: never more than the calling thread's own share of the work (a pool's
     # threads run BLAS, which holds no GIL)
     held = min(gil * work, made)
     in_process = shape.in_process and shape.overlaps
     alone = step_wall
-    if in_process and probe.get("step_beside_python"):
+    beside_python = probe.get("step_beside_python")
+    if in_process and beside_python:
         # a Python-bound producer thread slows the step while it holds the GIL (the step waits for its turn);
         # NOTE: never by more than the producer holds it: the step can wait no longer than that
-        step_wall += min(held / active, step_wall) * min(1.0, probe["step_beside_python"] - 1)
+        step_wall += min(held / active, step_wall) * min(1.0, beside_python - 1)
     # NOTE: a worker process hands each batch over (shared memory, pickled handles), and the training process takes
     # each one in turn, between its steps: that side is serial however many workers there are (the probe's passes)
     hand, receive = ((0.0, 0.0) if shape.in_process else
@@ -225,7 +187,7 @@ def predict(cfg: RunConfig, probe: dict[str, Any], cores: float | None = None) -
                       epoch * (1 + spread))
 
 
-def rank(configs: list[RunConfig], probe: dict[str, Any], cores: float | None = None,
+def rank(configs: list[RunConfig], probe: Probe, cores: float | None = None,
          found: dict[str, list[float]] | None = None) -> list[tuple[RunConfig, Prediction]]:
     """The configs the model covers, fastest predicted first (ties keep their order); `found`: residuals of
     earlier runs (`residuals`) that adjust each prediction."""
@@ -234,7 +196,7 @@ def rank(configs: list[RunConfig], probe: dict[str, Any], cores: float | None = 
     return sorted(kept, key=lambda cp: cp[1].epoch_s)
 
 
-def residuals(points: list[tuple[RunConfig, float]], probe: dict[str, Any], cores: float | None = None
+def residuals(points: list[tuple[RunConfig, float]], probe: Probe, cores: float | None = None
               ) -> dict[str, list[float]]:
     """measured / predicted of each (setting, measured steady epoch) point, grouped by the limit the probe
     predicted: what earlier runs say the model gets wrong, per resource."""
@@ -280,7 +242,7 @@ def _waves(units: int, producers: int, latency: float, work: float, gil: float) 
     return full * wave(producers) + (wave(part) if part else 0.0)
 
 
-def _pools(cfg: RunConfig, probe: dict[str, Any], shape: LoaderShape) -> tuple[float, float, float]:
+def _pools(cfg: RunConfig, probe: Probe, shape: LoaderShape) -> tuple[float, float, float]:
     """The hidden pools' (BLAS, foreign OpenMP; engine/measure/pools.py) extra runnable threads (in each worker
     process, or once in the training process) and the CPU-seconds they spin per batch; at most the setting's
     transform_threads where it sets one (the pools it caps); and the threads one producer loads on (1 + its pool's
@@ -296,13 +258,13 @@ def _pools(cfg: RunConfig, probe: dict[str, Any], shape: LoaderShape) -> tuple[f
     return processes * working, spin, 1.0 + working
 
 
-def pool_use(probe: dict[str, Any]) -> float:
+def pool_use(probe: Probe) -> float:
     """The share of the hidden pools' extra threads that worked while the probe loaded (0..1): the load's CPU over
     its wall, past the loading thread's own one core, per extra thread of the largest pool.
 
     NOTE: numpy's OpenBLAS splits a matrix product over its threads only past a size, and numpy loads it whether
-    the transform calls it or not: a pool that idled adds no core. One that worked adds its threads: the
-    spectrogram's (OpenBLAS, 2 threads) read 227 ms of CPU in 114 ms of wall a batch, a share of 0.98."""
+    the transform calls it or not: a pool that idled adds no core. One that worked adds its threads (a transform
+    that runs matrix products over two pool threads reads about twice its wall in CPU, a share near 1)."""
     size = _pool_size(probe)
     wall = probe.get("load_median_wall_s") or probe.get("load_wall_s") or 0.0  # the same windows as load_cpu_s
     if size <= 1 or wall <= 0:
@@ -310,7 +272,7 @@ def pool_use(probe: dict[str, Any]) -> float:
     return min(1.0, max(0.0, probe["load_cpu_s"] / wall - 1) / (size - 1))
 
 
-def _pool_size(probe: dict[str, Any]) -> int:
+def _pool_size(probe: Probe) -> int:
     """The threads of the largest hidden pool the probe saw working (1: none)."""
     return max((p["threads"] for p in probe.get("pools") or []), default=1)
 
@@ -322,14 +284,13 @@ def _shared_step(step: float, slow: float, beside: float, share: float) -> float
     other thread burns per step (a producer's share of a batch, a pool's spin). For as long as that runs the step
     runs time-sliced at its slow speed, doing a share beside / slow of its work; the rest at its own speed.
 
-    NOTE: on 2 cores, jpeg + cnn on 1 thread, 8 batches of 40 ms decoding: beside 2 and 4 process workers the
-    epochs read 0.472 and 0.499 s; with those runs' own 43 ms step this gives 53 and 58 ms a step, 0.46 and 0.50 s
-    an epoch (without it, 0.38 s for both). A 2-thread step of 26 ms beside one 40 ms decode: 62 ms (read 62-68)."""
+    NOTE: without this term, a step beside more process workers than cores reads as fast as beside fewer; how close
+    the model comes is bench/RESULTS.md, 'Predict before you run'."""
     done = min(beside, slow) / slow if slow > 0 else 1.0
     return done * slow * share + (1 - done) * step
 
 
-def _step(probe: dict[str, Any], threads: int, cores: float) -> tuple[float, float, float]:
+def _step(probe: Probe, threads: int, cores: float) -> tuple[float, float, float]:
     """Per step at `threads` intra-op threads on `cores`: wall, CPU of busy work, CPU its threads burn (spins)."""
     one = probe["compute"]["1"]
     n = probe["default_threads"]
@@ -337,11 +298,11 @@ def _step(probe: dict[str, Any], threads: int, cores: float) -> tuple[float, flo
     parallel = 0.0
     if n > 1 and one["wall_s"] > 0:
         # Amdahl: many = one ((1 - q) + q / n). NOTE: q below 0 is a step that threads slow down (a small model:
-        # more synchronising than work), measured as 0.6 s at 2 threads against 0.44 s at 1 on a 2-core box
+        # more synchronising than work)
         parallel = min(1.0, max(_SLOWER, (1 - many["wall_s"] / one["wall_s"]) * n / (n - 1)))
     # NOTE: threads that help run at most `cores` at once; threads that slow the step slow it by their number, on
-    # any cores (the team synchronises all t). Capping those at the cores read 4 threads as slower on 3 cores than
-    # on 2 (9.62, 10.47, 10.90 s on 2, 3, 4): more cores slowing a setting
+    # any cores (the team synchronises all t). Capping those at the cores would predict more cores slowing a
+    # setting
     on = min(threads, max(1, int(cores))) if parallel >= 0 else threads
     wall = one["wall_s"] * ((1 - parallel) + parallel / on)
     thread_s = n * many["wall_s"]
@@ -355,7 +316,7 @@ def probe_path(calibrations: Path, cfg: RunConfig, machine: str, device: str) ->
     the sweep, so every run of the pipeline on this host and under these settings finds it."""
     # NOTE: here, not at the top: the probe's module imports torch, which the CLI's parent and the pages must not load
     from engine.predict.probe import PROBE_KEYS, PROBE_METHOD
-    key = [machine, device, [getattr(cfg, k) if k != "device" else device for k in PROBE_KEYS]]
+    key: list[Any] = [machine, device, [getattr(cfg, k) if k != "device" else device for k in PROBE_KEYS]]
     key.append(PROBE_METHOD)  # NOTE: a probe taken another way is not this model's input: measured again, not reused
     pools = {k: os.environ.get(k) for k in _THREAD_ENV if os.environ.get(k) is not None}
     if pools or _affinity() is not None:  # NOTE: the default layout keeps the key (and the cache) it always had
@@ -372,14 +333,14 @@ def _affinity() -> list[int] | None:
     return None if len(mine) == (os.cpu_count() or len(mine)) else mine
 
 
-def load_probe(path: Path) -> dict[str, Any] | None:
+def load_probe(path: Path) -> Probe | None:
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
 
 
-def save_probe(path: Path, probe: dict[str, Any]) -> None:
+def save_probe(path: Path, probe: Probe) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{id(probe)}.tmp")
     tmp.write_text(json.dumps(probe))

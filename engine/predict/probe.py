@@ -1,29 +1,11 @@
 """The probe behind engine/predict/model.py: what one sample, one batch and one step cost on this machine, apart from
 any loader setting, measured in a few seconds.
 
-    load     the dataset's fetch + collate (+ the copy to the device) of whole batches on one thread, as a loader
-             worker runs them (one intra-op thread): wall and CPU seconds per batch, the median of the probe's
-             one-thread windows (a few back to back, then those of the GIL pairs, seconds later).
-             Wall minus CPU is latency (sleeps, I/O), which any number of workers overlap; CPU is work that needs
-             a core (the calling thread's and, where the transform runs them, its hidden pools' threads).
-    latency  where the load waits more than it works, the mean over more batches, spread over the epoch: a
-             heavy-tailed wait (object storage) is random by nature, and the fastest of a few windows misses
-             its tail, which every epoch pays.
-    pools    the BLAS and OpenMP pools the transform loaded (engine/measure/pools.py), their sizes, and the
-             CPU-seconds they spin after a batch while the caller does something else (pools the transform
-             loaded but never ran, like the OpenBLAS that comes with numpy, are listed apart and not counted).
-    spread   how far the load's windows disagree about their median (and the latency's standard error): each
-             prediction's range.
-    gil      the same batches on two threads at once, right after one thread ran them (the median of three such
-             pairs): the extra wall time over one thread, as a share of the CPU work, is the share that holds the
-             GIL (0: decoding in C, sleeps; 1: pure Python) and so cannot run on two threads at once, however many
-             threads a `threads` loader has.
-    compute  the epoch's step replayed on cached batches at one intra-op thread and at torch's default: wall and
-             CPU seconds per step. Two points fit Amdahl's law for any thread count between.
-    step gil the step beside a pure-Python thread (engine/predict/_probe_step.py): its GIL-held share, and how
-             much slower it runs while a producer thread wants the GIL.
-    hand-off a DataLoader worker process's batch past its load, and the training process's serial side of it
-             (engine/predict/_probe_handoff.py): a 1- and a 2-worker pass over batches already made.
+    load, latency, pools, spread, gil   a batch's fetch + collate on one thread, its waits, hidden pools, GIL share
+    compute, step gil, hand-off          the step at two thread counts, beside Python, and a worker's hand-off
+
+Each key is typed and described in engine/predict/records.py (Probe); how each is measured: docs/predict.md,
+"What the probe measures".
 
 The probe does not depend on the loader, its workers or its threads, so one probe predicts them all
 (engine/predict/model.py). It is cached per workload, model, batch size and device on this host, and
@@ -40,7 +22,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NotRequired
 
 import torch
 
@@ -49,6 +31,7 @@ from engine.loaders import epoch_batches, open_loader, stream_fetch, to_device
 from engine.measure import fingerprint, hidden_pools, tree_cpu_s, usable_cpus
 from engine.predict._probe_handoff import handoff
 from engine.predict._probe_step import step_beside_python
+from engine.predict.records import ComputeAt, Handoff, Probe
 from engine.workloads import build_dataset, is_stream
 
 if TYPE_CHECKING:  # annotations only: the run side does not import the config (engine/registry.py says why)
@@ -67,10 +50,9 @@ _GIL_PAIRS = 3    # pairs of windows (one thread, then two at once) the GIL shar
 _SPIN_WINDOW_S = 0.04  # idle after a parallel op: longer than OpenMP's spin before its threads sleep
 _WARM_BATCHES = 1  # untimed: lazy first use of the dataset (file cache, decoder set-up)
 # NOTE: the load figure is the median of every one-thread window the probe times (_tries back to back, then the GIL
-# pairs' six, seconds later), not the fastest (as the bound's passes keep theirs): this VM's speed drifts for seconds
-# at a time (a tokenizer batch read 27-51 ms within one process, `bench/load_between_steps.py`), and an epoch pays
-# the drift's middle. The fastest of three back-to-back windows read 31 ms a batch where its runs paid about 48,
-# and 42 of the unseen table's 43 misses were too fast (bench/RESULTS.md). A median still stands one hiccup.
+# pairs' six, seconds later), not the fastest (as the bound's passes keep theirs): a shared machine's speed drifts for
+# seconds at a time (`bench/load_between_steps.py` shows it), and an epoch pays the drift's middle, so the fastest
+# window predicts too fast (bench/RESULTS.md, 'Predict before you run'). A median still stands one hiccup.
 _REPEATS = 3
 _LATENT = 0.25     # a latency share of the load's wall above which its mean latency is measured over more batches
 _TAIL_S = 1.5      # wall seconds the mean latency may take, beyond the windows
@@ -94,6 +76,27 @@ class _Plan:
     quick: bool = False
 
 
+class _Load(Handoff):
+    """The load's part of the probe (Probe says what each key is): _load's figures, then the hand-off's and the
+    step's beside Python where probe() measures them."""
+
+    load_wall_s: float
+    load_cpu_s: float
+    load_median_wall_s: float
+    load_fastest_wall_s: float
+    load_windows: int
+    gil_share: float | None
+    core_sharing: float
+    pools: list[dict[str, Any]]
+    pools_loaded: list[dict[str, Any]]
+    pool_spin_s: float
+    spread: float
+    latency_batches: int
+    quick: bool
+    step_gil_share: NotRequired[float | None]
+    step_beside_python: NotRequired[float | None]
+
+
 def _full_load_s(first: float) -> float:
     """Seconds the full plan's load measurements take, from one batch's: the windows, the tail, the GIL pairs."""
     window = max(_LOAD_S, 2 * first)
@@ -101,7 +104,7 @@ def _full_load_s(first: float) -> float:
 
 
 def probe(cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[Callable]],
-          budget_s: float | None = None) -> dict[str, Any]:
+          budget_s: float | None = None) -> Probe:
     """Measure the probe for cfg's pipeline on `device`; steps(dataset) -> [the mode's train step] (one).
 
     budget_s: seconds the probe may take from here (None: no limit). Where the full probe does not fit, a quick one
@@ -142,22 +145,26 @@ def probe(cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[Call
     with _threads(1):
         beside = step_beside_python(cfg, device, steps, load["core_sharing"], kept[:int(batches)]) \
             if gil_free and fits else {}
-    load.update({k: beside.get(k) for k in ("step_gil_share", "step_beside_python")})
+    load["step_gil_share"], load["step_beside_python"] = beside.get("step_gil_share"), beside.get("step_beside_python")
     if load["quick"]:
         load["spread"] = max(load["spread"], QUICK_SPREAD)
     n_samples = (dataset.total or cfg.n_samples) if is_stream(dataset) else len(dataset)
-    return {"batch_size": cfg.batch_size, "n_samples": n_samples, "batches": len(keys), "cores": cores,
-            "default_threads": default, "device": device.type, **load, "compute": compute, "spin_after_step_s": spin,
-            "steps_replayed": batches, "machine": fingerprint()["machine"], "taken_at": time.time()}
+    out: Probe = {"batch_size": cfg.batch_size, "n_samples": n_samples, "batches": len(keys), "cores": cores,
+                  "default_threads": default, "device": device.type, "load_wall_s": load["load_wall_s"],
+                  "load_cpu_s": load["load_cpu_s"], "compute": compute}
+    out.update(load)
+    out.update({"spin_after_step_s": spin, "steps_replayed": batches, "machine": fingerprint()["machine"],
+                "taken_at": time.time()})
+    return out
 
 
 def _compute(cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[Callable]], kept: list[Any],
-             default: int, end: float, quick: bool) -> tuple[dict[str, dict[str, float]], float]:
+             default: int, end: float, quick: bool) -> tuple[dict[str, ComputeAt], float]:
     """The step replayed on the load's batches at one intra-op thread and at torch's default: wall and CPU seconds
     per step, and how many batches were replayed: _STEPS where they fit what is left before `end`, fewer for a
     heavy step (a first replay of one batch sizes them), at least one; a quick probe's one step, timed on part of a
     batch where a whole one does not fit (the share it timed)."""
-    out: dict[str, dict[str, float]] = {}
+    out: dict[str, ComputeAt] = {}
 
     def measure(threads: int, n: int) -> None:
         with _threads(threads):
@@ -187,21 +194,21 @@ def _compute(cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[C
 def _spin_after_step() -> float:
     """CPU-seconds the intra-op threads burn after a parallel op ends, while the main thread waits (for the next
     batch): OpenMP's workers spin before they sleep. Idle cores absorb it; a loader worker that wants the core
-    pays it (the processes loader, 2 workers beside 2 intra-op threads: 0.147 s a jpeg epoch against 0.112 s).
+    pays it.
     The median of a few tries: a parallel matmul, then an idle window."""
     a = torch.randn(256, 256)
     return _spin_after(lambda: torch.mm(a, a))
 
 
 def _one_step_each(cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[Callable]], batch: Any,
-                   default: int, end: float) -> tuple[dict[str, dict[str, float]], int]:
+                   default: int, end: float) -> tuple[dict[str, ComputeAt], int]:
     """A quick probe's step, and the samples it was timed on: an untimed step on two samples, then timed steps at
     torch's default threads (wall, and the process's CPU, no more than one thread's, as a compute pass counts it)
     and at one thread.
 
     NOTE: a step too heavy for what is left before `end` (a ResNet on a CPU takes seconds) is timed on two samples and
     on as many as fit, and the line through the two carried to the whole batch: a step has a part that does not grow
-    with the batch (the optimizer's update, the dispatch), so scaling two samples' time per sample read it 2.7x slow."""
+    with the batch (the optimizer's update, the dispatch), so scaling two samples' time per sample reads it too slow."""
     step = steps(build_dataset(cfg.replace(latency_ms=0.0, work_us=0)))[0]
     x, y = (t.to(device) for t in batch)
     full = x.shape[0]
@@ -215,21 +222,21 @@ def _one_step_each(cfg: RunConfig, device: torch.device, steps: Callable[[Any], 
                 torch.cuda.synchronize(device)
             return time.perf_counter() - t0, cpu
 
-    def line(a: tuple[int, tuple[float, float]], b: tuple[int, tuple[float, float]]) -> dict[str, float]:
+    def line(a: tuple[int, tuple[float, float]], b: tuple[int, tuple[float, float]]) -> ComputeAt:
         """The line through two (samples, (wall, CPU)) points carried to the whole batch, held between the larger
         point's own time and that time scaled per sample (a noisy slope is not multiplied up)."""
         (n0, t0), (n1, t1) = a, b
-        out = {}
-        for i, k in enumerate(("wall_s", "cpu_s")):
+        held = []
+        for i in (0, 1):  # wall, CPU
             carried = t1[i] + (t1[i] - t0[i]) * (full - n1) / (n1 - n0) if n1 > n0 else t1[i] * full / n1
-            out[k] = min(max(carried, t1[i]), t1[i] * full / n1)
-        return out
+            held.append(min(max(carried, t1[i]), t1[i] * full / n1))
+        return {"wall_s": held[0], "cpu_s": held[1]}
 
     two = min(2, full)
     timed(default, two)  # untimed: allocator and kernel selection
     small = (two, timed(default, two))
     # the most samples (the batch, 32, 8) whose step, scaled per sample (an upper bound), fits beside a one-thread
-    # step in what is left; 8 at least: one point carried per sample read a small MLP's 1 ms step at 1.7 s
+    # step in what is left; 8 at least: a single point carried per sample blows a small step's fixed cost up
     left = end - time.perf_counter()
     sizes = [n for n in (full, 32, 8) if n <= full]
     part = next((n for n in sizes if small[1][0] * n / two * (1 + default) <= left), min(8, full))
@@ -248,7 +255,7 @@ def _one_step_each(cfg: RunConfig, device: torch.device, steps: Callable[[Any], 
 
 
 def _load(fetch: Callable, keys: list, device: torch.device, cores: float,
-          plan_for: Callable[[float], _Plan] = lambda first: _Plan(), kept: list | None = None) -> dict[str, Any]:
+          plan_for: Callable[[float], _Plan] = lambda first: _Plan(), kept: list | None = None) -> _Load:
     """Per batch: wall and CPU seconds of fetch + collate (+ copy) on one thread, the GIL share (None on one core:
     two threads would wait for the core, not the GIL), the hidden pools, and the spread of the windows.
     plan_for(one batch's seconds) -> how many windows to take; `kept` gets the first _STEPS batches made."""
@@ -307,8 +314,8 @@ def _gil_share(one: Callable[[Any], None], batch: list, clock: Callable[[], floa
 
     In each pair the second thread's extra wall, past what sharing the cores costs any two threads just then, is
     the GIL-held work it waited for; as a share of the CPU work. NOTE: a pair, not the fastest one-thread window
-    against the fastest two-thread window taken seconds apart: this VM's speed drifts over seconds, and those read
-    a pure-Python tokenizer's share at 0.58-1.00 across probes; its pairs read 0.9-1.4 (before the clamp)."""
+    against the fastest two-thread window taken seconds apart: a shared machine's speed drifts over seconds, so
+    windows apart disagree across probes of the same load, where back-to-back pairs agree."""
     pairs, singles = [], []
     for _ in range(n_pairs):
         before = _one_thread(one, batch, clock)
@@ -346,7 +353,7 @@ def _spread(walls: list[float], waits: list[float], per_batch: float) -> float:
     return max(windows, 2 * sem / per_batch if per_batch > 0 else 0.0)
 
 
-def _spin_after(work: Callable[[], None]) -> float:
+def _spin_after(work: Callable[[], object]) -> float:
     """CPU-seconds this process's other threads burn in an idle window after work() (a pool's threads spinning
     before they sleep): the median of a few tries."""
     tries = []

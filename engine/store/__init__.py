@@ -32,7 +32,7 @@ from engine.store.ingest import ingest_pending, ingest_run
 from engine.store.merge import export_bundle, import_results
 from engine.store.pending import pending_summary
 from engine.store.queries import (RUN_TABLE_COLUMNS, count_runs, done_runs, epoch_time_by, get_epochs, get_run,
-                                  get_steps, list_runs, search_runs, table_schema)
+                                  get_steps, list_runs, recent_done_runs, search_runs, table_schema)
 from engine.store.sandbox import QueryResult, QueryStream, check_query, run_query, stream_query
 from engine.store.schema import SCHEMA_VERSION, ensure_schema
 from engine.store.tables import BUILTIN_QUERIES
@@ -80,6 +80,7 @@ __all__ = [
     "list_saved_queries",
     "load_view",
     "pending_summary",
+    "recent_done_runs",
     "prepare",
     "purge",
     "record_tune",

@@ -17,13 +17,13 @@ from typing import Any
 import duckdb
 import pandas as pd
 
-from engine.paths import Db
+from engine.paths import Db, db_path
 from engine.status import RunStatus
 from engine.store._explore_rank import OWN_MODEL
 from engine.store.connect import connect
 
 __all__ = ["LIVE", "RUN_TABLE_COLUMNS", "count_runs", "done_runs", "epoch_time_by", "filter_clauses", "get_epochs",
-           "get_run", "get_steps", "list_runs", "search_runs", "seconds_per_sample", "table_schema"]
+           "get_run", "get_steps", "list_runs", "recent_done_runs", "search_runs", "seconds_per_sample", "table_schema"]
 
 LIVE = "NOT coalesce(deleted, false)"  # the condition that leaves soft-deleted runs out
 # The Runs page's table: its columns, in order
@@ -109,6 +109,14 @@ def done_runs(workload: str, model: str, db: Db = None) -> pd.DataFrame:
         where, params = _filter_sql(conn, {"status": RunStatus.DONE, "workload": workload,
                                            "model": None if model == OWN_MODEL else model})
         return conn.execute(f"SELECT * FROM runs WHERE {' AND '.join(where)}", params).df()
+
+
+def recent_done_runs(modes: tuple[str, ...] | list[str], db: Db = None, limit: int = 2000) -> pd.DataFrame:
+    """The newest `limit` done, not deleted runs in one of `modes`, all columns, newest first: the earlier runs the
+    predictor learns from (engine/predict/learned.py). A store that does not exist yet has none."""
+    if not db_path(db).exists():
+        return pd.DataFrame()
+    return list_runs(db=db, limit=limit, filters={"status": RunStatus.DONE, "mode": list(modes)})
 
 
 def get_run(run_id: str, db: Db = None) -> dict[str, Any] | None:

@@ -14,13 +14,14 @@ import pandas as pd
 import pytest
 
 from engine.cli._format import predicted_table
-from engine.advice.learned import earlier_runs, learned_residuals
-from engine.predict import LOADER_SHAPES, adjusted, apart, predict, probe_path, residuals
+from engine.predict.learned import earlier_runs, learned_residuals
+from engine.predict import LOADER_SHAPES, MODES, adjusted, apart, predict, residuals
 from engine.config import RunConfig
 from engine.predict.forecast import rows
 from engine.measure.host import fingerprint
 from engine.paths import ROOT
 from engine.run.runner import launch
+from engine.store import recent_done_runs
 
 
 def _probe(load_wall: float, load_cpu: float, one: tuple[float, float], many: tuple[float, float] | None = None,
@@ -185,11 +186,13 @@ def test_earlier_done_runs_of_the_pipeline_are_its_points_and_no_other_pipelines
     for loader in ("sync", "prefetch"):
         assert launch(RunConfig.from_dict({**TINY, "loader": loader}), db=db).status == "done"
     machine = fingerprint()["machine"]
-    mine = earlier_runs(RunConfig.from_dict(TINY), db, machine)
+    runs = recent_done_runs(MODES, db)
+    mine = earlier_runs(RunConfig.from_dict(TINY), runs, machine)
     assert sorted(c.loader for c, _ in mine) == ["prefetch", "sync"] and all(s > 0 for _, s in mine)
-    assert earlier_runs(RunConfig.from_dict({**TINY, "latency_ms": 2.0}), db, machine) == []  # another pipeline
-    assert earlier_runs(RunConfig.from_dict(TINY), db, "another host") == []
+    assert earlier_runs(RunConfig.from_dict({**TINY, "latency_ms": 2.0}), runs, machine) == []  # another pipeline
+    assert earlier_runs(RunConfig.from_dict(TINY), runs, "another host") == []
     probe = json.loads(next((tmp_path / "calibrations").glob("probe-*.json")).read_text())
-    found, n = learned_residuals(RunConfig.from_dict(TINY), db, probe)
+    found, n = learned_residuals(RunConfig.from_dict(TINY), runs, probe)
     assert n == 2 and sum(len(r) for r in found.values()) == 2
-    assert earlier_runs(RunConfig.from_dict(TINY), tmp_path / "none.duckdb", machine) == []  # no store: none
+    no_store = recent_done_runs(MODES, tmp_path / "none.duckdb")
+    assert earlier_runs(RunConfig.from_dict(TINY), no_store, machine) == []  # no store: none

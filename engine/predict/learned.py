@@ -3,10 +3,9 @@ in the single mode, is a measured point (its setting and its median steady epoch
 `residuals` turns them into measured / predicted per limit, and `adjusted` scales a later prediction by them
 (predicted_from 'prior+runs').
 
-    points = earlier_runs(cfg, db, machine)              # [(RunConfig, epoch_s)], newest first
+    runs = store.recent_done_runs(MODES, db)             # the caller reads the store: it sits above predict/
+    points = earlier_runs(cfg, runs, machine)            # [(RunConfig, epoch_s)], newest first
     ranked = predict.rank(configs, probe, found=predict.residuals(points, probe))
-
-Reads the store (read-only) and never writes it; a store that does not exist yet has no points.
 """
 
 from __future__ import annotations
@@ -15,11 +14,12 @@ import json
 import logging
 from typing import Any
 
+import pandas as pd
+
 from engine.config import RunConfig
-from engine.predict import MODES, residuals
 from engine.errors import ConfigError
-from engine.paths import Db, db_path
-from engine.store import list_runs
+from engine.predict.model import residuals
+from engine.predict.records import Probe
 
 __all__ = ["PIPELINE_KEYS", "earlier_runs", "learned_residuals", "same_pipeline"]
 
@@ -29,7 +29,6 @@ log = logging.getLogger(__name__)
 # residual is per sample, and the model scales it)
 PIPELINE_KEYS = ("workload", "n_samples", "image_size", "num_classes", "work_us", "latency_ms", "folder", "seed",
                  "model", "width", "depth", "optimizer", "lr", "collate", "loss")
-_LIMIT = 2000  # the newest runs looked at: more is history, not this pipeline's current state
 
 
 def same_pipeline(a: RunConfig, b: RunConfig) -> bool:
@@ -42,14 +41,14 @@ def _agree(ea: dict[str, Any], eb: dict[str, Any]) -> bool:
                for k in PIPELINE_KEYS)
 
 
-def earlier_runs(cfg: RunConfig, db: Db, machine: str, device: str = "cpu") -> list[tuple[RunConfig, float]]:
-    """(setting, median steady epoch) of every `done` single-mode run of cfg's pipeline on `machine` (the host's
-    `machine` fingerprint, engine/measure/host.py) and a device of type `device`, newest first."""
-    if not db_path(db).exists():
-        return []
-    rows = list_runs(db=db, limit=_LIMIT, filters={"status": "done", "mode": list(MODES)})
-    out, mine = [], cfg.effective()  # once, not once per stored run
-    for _, row in rows.iterrows():
+def earlier_runs(cfg: RunConfig, runs: pd.DataFrame, machine: str,
+                 device: str = "cpu") -> list[tuple[RunConfig, float]]:
+    """(setting, median steady epoch) of every run in `runs` (stored done runs of the modes the model covers,
+    newest first: engine.store.recent_done_runs) of cfg's pipeline on `machine` (the host's `machine`
+    fingerprint, engine/measure/host.py) and a device of type `device`, newest first."""
+    out: list[tuple[RunConfig, float]] = []
+    mine = cfg.effective()  # once, not once per stored run
+    for _, row in runs.iterrows():
         run = _config(row)
         if run is None or not _agree(run.effective(), mine) or _machine(row) != machine or \
                 str(run.device).split(":")[0] != device:
@@ -73,11 +72,12 @@ def _machine(row: Any) -> str | None:
         return None
 
 
-def learned_residuals(cfg: RunConfig, db: Db, probe: dict[str, Any]) -> tuple[dict[str, list[float]], int]:
-    """The residuals (engine/predict/model.py's `residuals`) of cfg's pipeline's earlier runs on the probe's host
-    under `probe`, and how many runs they come from; nothing where the store has none, or the probe does not say
-    its host (an older probe)."""
-    if not probe.get("machine"):
+def learned_residuals(cfg: RunConfig, runs: pd.DataFrame, probe: Probe) -> tuple[dict[str, list[float]], int]:
+    """The residuals (engine/predict/model.py's `residuals`) of cfg's pipeline's earlier runs (in `runs`, as
+    earlier_runs reads them) on the probe's host under `probe`, and how many runs they come from; nothing where
+    there are none, or the probe does not say its host (an older probe)."""
+    machine = probe.get("machine")
+    if not machine:
         return {}, 0
-    points = earlier_runs(cfg, db, probe["machine"], device=probe["device"])
+    points = earlier_runs(cfg, runs, machine, device=probe["device"])
     return residuals(points, probe), len(points)
