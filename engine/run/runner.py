@@ -24,7 +24,7 @@ import traceback
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from engine.config import RunConfig
 from engine.errors import ConfigError, disk_full, user_error
@@ -142,7 +142,7 @@ def _execute(run_dir: Path) -> int:
                 if predicted is None and forecast.covered(cfg) else None
             # NOTE: the probe, through forecast's own path: its GIL share of the load, and whether the pools it saw
             # loaded worked (idle ones add no runnable thread)
-            found = (forecast.predict.load_probe(forecast.predict.probe_path(
+            found: Mapping[str, Any] | None = (forecast.predict.load_probe(forecast.predict.probe_path(
                 calibrations, cfg, host.fingerprint()["machine"], device.type)) or {}) if predicted or own else None
             # the pools the loaders saw where items load (engine/measure/pools.py), and the plugin's lock
             record = pools.pools_record({"training": pools.hidden_pools(), **loaders.seen_pools()}, cfg.loader,
@@ -223,10 +223,11 @@ def _calibrate(calibrate: Callable[..., dict[str, Any]], ctx: Any, run_dir: Path
         return {"bound_error": f"{type(e).__name__}: {e}"[:500]}
 
 
-def _predict(how: Callable[..., dict[str, Any] | None], *args: Any) -> dict[str, Any] | None:
+def _predict(how: Callable[..., Mapping[str, Any] | None], *args: Any) -> dict[str, Any] | None:
     """A prediction's fields; its failure (a probe out of memory, say) leaves the run as it is, unpredicted."""
     try:
-        return how(*args)
+        fields = how(*args)
+        return dict(fields) if fields is not None else None
     except Exception:  # noqa: BLE001 - the run's own figures stand; the prediction is an extra
         log.warning("predicting the epoch failed", exc_info=True)
         return None
