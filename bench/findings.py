@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from engine.analysis import stats  # noqa: E402
 from engine.config import SweepConfig, load_toml  # noqa: E402
-from engine.measure import fingerprint
+from engine.measure import fingerprint  # noqa: E402
 from engine.store import connect  # noqa: E402
 from engine.sweeps.local import run_sweep  # noqa: E402
 

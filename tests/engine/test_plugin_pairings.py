@@ -11,7 +11,7 @@ import duckdb
 import pytest
 
 from engine.cli import main
-from engine.config import ConfigError, RunConfig
+from engine.config import RunConfig
 from engine.run._plugin_check import preflight
 
 from examples.own_pipeline.data import make_folder

@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 import random
 import statistics
-import time
 
 import pytest
 
@@ -15,7 +14,6 @@ from engine import cli
 from engine.cli._options import config_from_args
 from engine.advice.tune import TuneResult, candidates, parse_budget, run_flags, tune
 from engine.config import ConfigError, RunConfig
-from engine.predict import predict
 from engine.store import list_runs
 
 TINY = {"n_samples": 128, "image_size": 8, "width": 8, "batch_size": 32, "device": "cpu", "sample_hz": 0.0}
