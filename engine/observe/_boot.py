@@ -16,7 +16,6 @@ Standard library only at import: this file is what the script's process starts w
 from __future__ import annotations
 
 import functools
-import importlib
 import importlib.abc
 import importlib.machinery
 import os
@@ -50,7 +49,7 @@ def _patch(module: Any) -> None:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         site = sites.setdefault(self, _site(skip))  # NOTE: setdefault: a subclass's __init__ calling ours keeps its own
         if trial:
-            trial_mod = importlib.import_module("engine.observe._trial")
+            from engine.observe import _trial as trial_mod  # NOTE: here: no LoaderLab before (module doc)
             args, kwargs = trial_mod.override(init, site, args, kwargs)
             init(self, *args, **kwargs)
             trial_mod.mark(self, site)
@@ -63,7 +62,7 @@ def _patch(module: Any) -> None:
         threads = getattr(self, "_loaderlab_threads", None)  # a trial's threads loader (engine/observe/_trial.py)
         # NOTE: timed from here: starting the workers is the epoch's time to first batch
         it = iter(threads) if threads is not None else orig_iter(self)
-        hub = importlib.import_module("engine.observe._hub")
+        from engine.observe import _hub as hub  # NOTE: here: no LoaderLab before (module doc)
         return hub.stream_for(self, sites.get(self, "?")).epoch(it, t0, t_start)
 
     loader_cls.__init__, loader_cls.__iter__ = __init__, __iter__

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from engine.measure import Sampler, arrived, clock_offset, fingerprint, split_idle
-from engine.observe import _hub, _trial
+from engine.observe import _live, _trial
 from engine.observe._settings import read_settings
 from engine.runlog import GPU_EPOCH_FIELDS, RunLog, claim
 
@@ -139,7 +139,7 @@ class _Epoch:
         torch = sys.modules.get("torch")
         cuda = torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized()
         self.gpu = _Gpu(torch) if cuda else None
-        self.nested_in = _hub.enter(stream)
+        self.nested_in = _live.enter(stream)
 
     def __iter__(self) -> "_Epoch":
         return self
@@ -189,7 +189,7 @@ class _Epoch:
         if self.arrived is not None:
             self._end_step(t)
         s.open = None
-        _hub.leave(s, self.nested_in, self.t0)
+        _live.leave(s, self.nested_in, self.t0)
         if not finished:
             return
         wall = t + end_wait - self.t0
