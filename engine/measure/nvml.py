@@ -32,7 +32,8 @@ class Gpu:
     """NVML handle for one GPU, or nothing when there is no GPU, no NVML or no way to find the right one."""
 
     def __init__(self, index: int | None):
-        self.handle, self._off = None, set()
+        self.handle: Any = None
+        self._off: set[str] = set()
         if index is None:
             return
         try:

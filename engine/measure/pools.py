@@ -28,8 +28,8 @@ __all__ = ["cap_pools", "extra_threads", "hidden_pools", "idle_pools_add_none", 
 def _torch_lib_dir() -> str | None:
     """The folder of torch's own shared libraries: its OpenMP runtime is the intra-op pool the lab sets."""
     torch = sys.modules.get("torch")  # NOTE: never imported here: every caller has loaded it already, or has no pool
-    return str(Path(torch.__file__).resolve().parent) if torch is not None and getattr(torch, "__file__", None) \
-        else None
+    file = getattr(torch, "__file__", None) if torch is not None else None
+    return str(Path(file).resolve().parent) if file else None
 
 
 def hidden_pools() -> list[dict[str, Any]]:

@@ -81,7 +81,8 @@ class Sampler:
         return [known.setdefault(p.pid, p) for p in procs]
 
     def _loop(self) -> None:
-        root, known, gpu = psutil.Process(), {}, Gpu(self.gpu_index)
+        known: dict[int, psutil.Process] = {}
+        root, gpu = psutil.Process(), Gpu(self.gpu_index)
         last_flush = time.monotonic()
         for p in self._tree(root, known):
             _safe(p.cpu_percent)

@@ -23,6 +23,7 @@ import runpy
 import sys
 import time
 import weakref
+from types import FrameType
 from typing import Any
 
 TARGET = "torch.utils.data.dataloader"
@@ -31,7 +32,7 @@ ENV_ROOT = "LOADERLAB_OBSERVE_ROOT"  # the checkout, so the observer imports onc
 
 def _site(skip: tuple[str, ...]) -> str:
     """file:line of the first frame outside torch and this file: where the script made the DataLoader."""
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None and frame.f_code.co_filename.startswith(skip):
         frame = frame.f_back
     return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else "?"
