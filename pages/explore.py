@@ -7,6 +7,7 @@ stores that state and shows a short `/explore?view=<id>` link.
 
 import streamlit as st
 
+from engine import api
 from ui import advisor, explore, first_visit, pending, state, tunes
 from ui.auth import require_token
 from ui.cache import cached
@@ -24,8 +25,8 @@ with shown("Could not read the demo"):
     first_visit.first_steps()
 
 with shown("Could not read the store"):
-    options = cached("explore_filter_options")
-    script_tunes = cached("tune_answers")  # newest first
+    options = cached(api.explore_filter_options)
+    script_tunes = cached(api.tune_answers)  # newest first
     spec = explore.spec(options, [t["tune_id"] for t in script_tunes])
     saved = state.restore_view("explore")
     warnings = state.bind("explore", spec, params=saved)

@@ -63,7 +63,7 @@ def panel(options: dict[str, Any], filters: dict[str, Any] | None = None,
             tags = list(filters.get("tag") or []) or None
             # NOTE: host "any" with Explore's own filters: the runs Explore's headline ranks, so both name one config
             same = {k: v for k, v in filters.items() if k not in ("workload", "model") and v}
-            advice = cached("advise", workload, model, host="any", baseline=baseline or None,
+            advice = cached(api.advise, workload, model, host="any", baseline=baseline or None,
                             max_memory=cap or None, filters=same or None)
             if tags:
                 st.caption(f"Runs tagged {plain(', '.join(tags))} only, as Explore's tag filter.")

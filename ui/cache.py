@@ -6,14 +6,14 @@ edits bump), so 20 viewers of one chart cost one query per version, and the job 
 an older LoaderLab) falls back to the file's stat. `live=True` keys on the stat instead, for reads
 that may touch tables the version does not cover (the SQL console can read the job queue).
 
-    df = cached("explore_summary", "loader", metric="epoch_s")   # api.explore_summary(...), cached
+    df = cached(api.explore_summary, "loader", metric="epoch_s")   # api.explore_summary(...), cached
 """
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, Callable
 
 import streamlit as st
 
@@ -44,16 +44,18 @@ def data_token() -> str:
 
 
 @st.cache_data(max_entries=256, show_spinner=False, ttl=_SAFETY_TTL_S)
-def _call(token: str, name: str, args_json: str) -> Any:
+def _call(token: str, name: str, args_json: str, _fn: Callable[..., Any]) -> Any:
+    # NOTE: `_fn` is not hashed (st.cache_data skips a leading underscore): `name` keys the function
     args, kwargs = json.loads(args_json)
-    return getattr(api, name)(*args, **kwargs)
+    return _fn(*args, **kwargs)
 
 
-def cached(name: str, *args: Any, live: bool = False, **kwargs: Any) -> Any:
-    """`api.<name>(*args, **kwargs)`, cached until the results change (`live`: until any write).
+def cached(fn: Callable[..., Any], *args: Any, live: bool = False, **kwargs: Any) -> Any:
+    """`fn(*args, **kwargs)` (an engine.api function), cached until the results change (`live`: until any write).
     Arguments must be JSON-able."""
     token = store_token() if live else data_token()
-    return _call(token, name, json.dumps([args, kwargs], sort_keys=True, default=str))
+    name = f"{fn.__module__}.{fn.__qualname__}"
+    return _call(token, name, json.dumps([args, kwargs], sort_keys=True, default=str), fn)
 
 
 def clear() -> None:

@@ -103,12 +103,12 @@ def answer(args: dict[str, Any]) -> pd.DataFrame:
     the speedup over sync (or the config picked in "Speedup over") and its interval, and the call in words.
     The fastest config is named first, in the container keyed "explore.fastest" (where its code goes). The runs
     ranked are the advisor's (engine.analysis.answer), so the Advisor below names the same config."""
-    ranking = cached("explore_ranking", filters=args["filters"], reference=st.session_state.get(_k("vs")) or None)
+    ranking = cached(api.explore_ranking, filters=args["filters"], reference=st.session_state.get(_k("vs")) or None)
     if ranking.empty:
         return ranking
     mine = None if st.session_state.get(_k("vs")) else _your_setup(ranking)
     if mine:  # the Advisor's "Your current setup", measured: what every speedup is against, as the Advisor's is
-        ranking = cached("explore_ranking", filters=args["filters"], reference=mine)
+        ranking = cached(api.explore_ranking, filters=args["filters"], reference=mine)
     st.session_state["_explore.yours"] = mine
     pipelines = ranking[["workload", "model"]].drop_duplicates()
     if len(pipelines) > 1:
@@ -140,7 +140,7 @@ def _your_setup(ranking: pd.DataFrame) -> str | None:
 
 def _fastest_code(run_id: str) -> None:
     """The fastest config's loader as code to paste (its newest run's setting), in st.code with its copy button."""
-    run = cached("get_run", run_id) if run_id else None
+    run = cached(api.get_run, run_id) if run_id else None
     if run and run["config"].get("loader") in api.SNIPPETS:
         with st.expander("The code: this loader, built from your `dataset`", expanded=False):
             st.code(api.snippet(run["config"], api.run_title(run)), language="python")
@@ -208,7 +208,7 @@ def _fastest_sentence(top: pd.Series, ref: pd.Series, n_configs: int = 2) -> str
 
 def chart(args: dict[str, Any]) -> pd.DataFrame:
     """Draw the chart and the table of its groups; a selection updates explore.sel. Returns the summary."""
-    summary = cached("explore_summary", args["x"], metric=args["metric"], color=args["color"],
+    summary = cached(api.explore_summary, args["x"], metric=args["metric"], color=args["color"],
                      facet=args["facet"], filters=args["filters"], interval=args["interval"])
     if summary.empty:
         st.info("No finished runs match these filters. Queue some on the Launch page, or widen the filters.")
@@ -275,7 +275,7 @@ def _table(summary: pd.DataFrame) -> pd.DataFrame:
 
 def predictions(args: dict[str, Any]) -> None:
     """Predicted against measured epoch time for the predicted runs among the filtered ones; nothing if none."""
-    runs = cached("explore_predictions", filters=args["filters"])
+    runs = cached(api.explore_predictions, filters=args["filters"])
     if runs.empty:
         return
     st.subheader("Predicted vs measured")

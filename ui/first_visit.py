@@ -10,6 +10,7 @@ from typing import Any
 
 import streamlit as st
 
+from engine import api
 from ui.cache import cached
 from ui.text import plain, when
 
@@ -61,8 +62,8 @@ def answer_line(demo: dict[str, Any]) -> str:
 
 def first_steps() -> None:
     """The "Start here" box: open when the store holds nothing but the demo."""
-    demo = cached("demo_summary")
-    n_runs = sum(cached("count_runs").values())
+    demo = cached(api.demo_summary)
+    n_runs = sum(cached(api.count_runs).values())
     only_demo = n_runs == (demo["runs"] if demo else 0)
     with st.expander("Start here: what this is, and three steps to your fastest loader", expanded=only_demo,
                      icon=":material/school:"):

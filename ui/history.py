@@ -39,7 +39,7 @@ def _load(queries: pd.DataFrame) -> None:
 
 def saved() -> None:
     """Pick a saved query (built-ins first) to load and run it; save the editor's query under a name."""
-    queries = cached("list_saved_queries")
+    queries = cached(api.list_saved_queries)
     labels = {n: n + ("" if b else " (yours)") for n, b in zip(queries["name"], queries["builtin"])}
     c1, c2 = st.columns([4, 1])
     c1.selectbox("Saved queries", list(labels), key="history.pick", format_func=labels.__getitem__)
@@ -65,7 +65,7 @@ def console() -> None:
 
 def schema() -> None:
     with st.expander("Schema: tables and columns"):
-        tables = cached("table_schema")
+        tables = cached(api.table_schema)
         rows = [(t, c, typ) for t, cols in tables.items() for c, typ in cols]
         st.dataframe(pd.DataFrame(rows, columns=["table", "column", "type"]), hide_index=True,
                      key="history.schema", height=300)

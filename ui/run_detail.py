@@ -38,7 +38,7 @@ def check_ids(raw: str, *, lo: int = 1, hi: int = 1) -> list[dict[str, Any]] | N
             st.error(f"{plain(repr(run_id[:80]))} is not a run id (ids look like 20250101-120000-a1b2c3); "
                      "pick a run in the table below.")
             return None
-        run = cached("get_run", run_id)
+        run = cached(api.get_run, run_id)
         if run is None:
             st.error(f"There is no run {plain(repr(run_id))} in this store; it may have been purged. "
                      "Pick one in the table below.")
@@ -110,7 +110,7 @@ def _figures(run: dict[str, Any]) -> None:
     st.markdown(f"Verdict: **{plain(verdict)}**" + (f": {plain(why)}" if why else "")
                 + " (efficiency = lower bound ÷ measured epoch; the bound is the most of the loader pass, the compute "
                   "pass, and their CPU-seconds over the usable cores" + _cores(run) + ")")
-    measured = cached("run_advice", run["run_id"]) if run.get("run_id") else None  # a setting named, not a verdict
+    measured = cached(api.run_advice, run["run_id"]) if run.get("run_id") else None  # a setting named, not a verdict
     if measured and measured.suggestion:
         st.markdown(f"Next: {plain(measured.suggestion)}")
     if measured and measured.spread:
@@ -161,7 +161,7 @@ def detail(run: dict[str, Any]) -> None:
     parts = [run.get("status"), f"created {when(run.get('created_at'))}",
              f"host {run['host']}" if run.get("host") else None, run.get("cpu_model"), run.get("gpu_name")]
     st.caption(plain(" · ".join(str(p) for p in parts if p)))
-    epochs = cached("get_epochs", run_id)
+    epochs = cached(api.get_epochs, run_id)
     if run.get("status") == api.RunStatus.CANCELLED:
         _cancelled(run, epochs)
     elif run.get("error"):
@@ -181,7 +181,7 @@ def detail(run: dict[str, Any]) -> None:
                 else choices[-1]
         epoch = st.selectbox("Epoch for the step timeline", choices, key="runs.epoch_pick")
         st.session_state["runs.epoch"] = str(epoch)
-        st.plotly_chart(api.step_timeline_chart(cached("get_steps", run_id, epoch), epoch), key="runs.timeline")
+        st.plotly_chart(api.step_timeline_chart(cached(api.get_steps, run_id, epoch), epoch), key="runs.timeline")
     trace_download(run)  # the --trace file, when the run recorded one
     with st.expander("Config and host", expanded=False):
         config = pd.DataFrame({"field": list(run["config"]), "value": [_setting(v) for v in run["config"].values()]})
@@ -239,5 +239,5 @@ def compare(runs: list[dict[str, Any]]) -> None:
         c1.dataframe(styled, key="runs.diff", placeholder=MISSING)
     c2.markdown("**Results**")
     c2.dataframe(figures, key="runs.figures", placeholder=MISSING)
-    epochs = pd.concat([cached("get_epochs", i) for i in ids], ignore_index=True)
+    epochs = pd.concat([cached(api.get_epochs, i) for i in ids], ignore_index=True)
     st.plotly_chart(api.compare_chart(epochs), key="runs.compare_chart")

@@ -46,7 +46,7 @@ def table() -> list[str]:
     c2.multiselect("Status", STATUSES, key="runs.status", placeholder="any")
     c3.selectbox("Show deleted", ["no", "yes"], key="runs.deleted")
     ss = st.session_state
-    df = cached("search_runs", ss["runs.q"], statuses=ss["runs.status"], include_deleted=ss["runs.deleted"] == "yes")
+    df = cached(api.search_runs, ss["runs.q"], statuses=ss["runs.status"], include_deleted=ss["runs.deleted"] == "yes")
     if df.empty:
         st.info("No runs match. Queue one on the Launch page, or clear the search.")
         return []

@@ -26,7 +26,7 @@ REFRESH_S = 3.0
 def store_status() -> None:
     st.caption(f"Store: {plain(api.db_path())}")
     try:
-        counts = cached("count_runs")
+        counts = cached(api.count_runs)
         st.caption(f"{plural(sum(counts.values()), 'run')} ({counts.get(api.RunStatus.DONE, 0)} done)")
     except Exception as e:  # noqa: BLE001 - the sidebar must never stop a page from rendering
         st.caption(f"Store unreadable: {plain(e)}")

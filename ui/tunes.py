@@ -18,6 +18,7 @@ from urllib.parse import quote
 import pandas as pd
 import streamlit as st
 
+from engine import api
 from ui.cache import cached
 from ui.text import plain, sig, when
 from ui.words import plural
@@ -76,7 +77,7 @@ def _speedup(tune: dict[str, Any]) -> str:
 
 def _view(tune: dict[str, Any]) -> None:
     tune_id = tune["tune_id"]
-    ranking = cached("tune_ranking", tune_id)
+    ranking = cached(api.tune_ranking, tune_id)
     st.markdown(plain(f"Tune {tune_id} of the DataLoader at {tune.get('site')}, {when(tune.get('created_at'))}"))
     st.code(_command(tune), language="bash")
     spent = [f"spent {sig(tune.get('spent_s'), ' s')}" if tune.get("spent_s") is not None else None,
@@ -142,12 +143,12 @@ def trial_of(run: dict[str, Any]) -> None:
     tune_id = str(run.get("sweep_id") or "")
     if not TUNE_ID.fullmatch(tune_id):
         return
-    trials = cached("tune_trials", tune_id)
+    trials = cached(api.tune_trials, tune_id)
     mine = trials[trials["run_id"] == run["run_id"]]
     if mine.empty:
         return
     row = mine.iloc[0]
-    stored = bool(cached("tune_answers", None, tune_id))
+    stored = bool(cached(api.tune_answers, None, tune_id))
     nth = f", this setting's trial {int(row['repeat_idx']) + 1}" if pd.notna(row["repeat_idx"]) else ""
     st.info(plain(f"Trial {int(row['trial'])} of tune {tune_id} ({plural(len(trials), 'trial')}): {row['setting']}{nth}"
                   + ("." if stored else "; the tune's answer is not stored: it is still running, or it was stopped "

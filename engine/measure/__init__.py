@@ -15,44 +15,54 @@ loader, mode, workload, bound or prediction (tests/engine/test_architecture.py k
     waits.py        data-wait percentiles
     trace.py        --trace: one extra epoch under torch.profiler
 
-This face names the instruments' public parts: `from engine.measure import EpochTimer, usable_cpus`. Each is loaded
-from its module when first asked for, so a torch-free caller (the dashboard reads the verdicts) loads no torch.
+This face names the instruments' public parts: `from engine.measure import EpochTimer, usable_cpus`. The torch-free
+ones are imported here; those of the six modules that import torch load when first asked for, so a torch-free
+caller (the dashboard reads the verdicts) loads no torch.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-_WHERE = {
-    "available_memory": "capacity", "usable_cores": "capacity", "usable_cpus": "capacity",
-    "DeviceBatch": "cuda_events", "EventPool": "cuda_events", "Span": "cuda_events",
-    "MACHINE_KEYS": "machine", "THREAD_KEYS": "machine", "machine_id": "machine",
-    "fingerprint": "host", "thread_settings": "host",
-    "tree_cpu_s": "host",
-    "IdleSplit": "idle", "clock_offset": "idle", "split_idle": "idle",
-    "Gpu": "nvml", "gpu_facts": "nvml",
-    "cap_pools": "pools", "extra_threads": "pools", "hidden_pools": "pools", "limit_pools": "pools",
-    "idle_pools_add_none": "pools", "pool_fix": "pools", "pools_record": "pools", "pools_text": "pools",
-    "Sampler": "sampler",
-    "PHASES": "startup",
-    "epoch_walls": "throughput", "median_epoch_s": "throughput",
-    "samples_per_s": "throughput", "span_s": "throughput",
-    "EpochTimer": "timers", "arrived": "timers",
-    "TRACED_MODES": "trace", "TRACE_FILE": "trace",
-    "ABOVE_ONE": "verdicts", "OVERLAP_MIN": "verdicts", "VERDICTS": "verdicts", "efficiency_text": "verdicts",
-    "serial_kind": "verdicts", "verdict_help": "verdicts",
-    "QUANTILES": "waits", "wait_percentiles": "waits",
-}
+from engine.measure.capacity import available_memory, usable_cores, usable_cpus
+from engine.measure.idle import IdleSplit, clock_offset, split_idle
+from engine.measure.machine import MACHINE_KEYS, THREAD_KEYS, machine_id
+from engine.measure.pools import (cap_pools, extra_threads, hidden_pools, idle_pools_add_none, limit_pools, pool_fix,
+                                  pools_record, pools_text)
+from engine.measure.startup import PHASES
+from engine.measure.throughput import epoch_walls, median_epoch_s, samples_per_s, span_s
+from engine.measure.verdicts import ABOVE_ONE, OVERLAP_MIN, VERDICTS, efficiency_text, serial_kind, verdict_help
+from engine.measure.waits import QUANTILES, wait_percentiles
 
-__all__ = sorted(_WHERE)
+if TYPE_CHECKING:  # the torch side, for the type checker and go-to-definition; loaded by __getattr__ at run time
+    from engine.measure.cuda_events import DeviceBatch, EventPool, Span
+    from engine.measure.host import fingerprint, thread_settings, tree_cpu_s
+    from engine.measure.nvml import Gpu, gpu_facts
+    from engine.measure.sampler import Sampler
+    from engine.measure.timers import EpochTimer, arrived
+    from engine.measure.trace import TRACE_FILE, TRACED_MODES
+
+_TORCH_SIDE = {"DeviceBatch", "EventPool", "Span", "fingerprint", "thread_settings", "tree_cpu_s", "Gpu", "gpu_facts",
+               "Sampler", "EpochTimer", "arrived", "TRACE_FILE", "TRACED_MODES"}
+
+__all__ = ["ABOVE_ONE", "DeviceBatch", "EpochTimer", "EventPool", "Gpu", "IdleSplit", "MACHINE_KEYS", "OVERLAP_MIN",
+           "PHASES", "QUANTILES", "Sampler", "Span", "THREAD_KEYS", "TRACED_MODES", "TRACE_FILE", "VERDICTS",
+           "arrived", "available_memory", "cap_pools", "clock_offset", "efficiency_text", "epoch_walls",
+           "extra_threads", "fingerprint", "gpu_facts", "hidden_pools", "idle_pools_add_none", "limit_pools",
+           "machine_id", "median_epoch_s", "pool_fix", "pools_record", "pools_text", "samples_per_s", "serial_kind",
+           "span_s", "split_idle", "thread_settings", "tree_cpu_s", "usable_cores", "usable_cpus", "verdict_help",
+           "wait_percentiles"]
 
 
 def __getattr__(name: str) -> Any:
-    """An instrument's public part, from its module (imported now, once): PEP 562's lazy package attributes."""
-    if name not in _WHERE:
+    """A public part of the torch side, imported now (once): PEP 562's lazy package attributes."""
+    if name not in _TORCH_SIDE:
         raise AttributeError(f"module 'engine.measure' has no attribute '{name}'")
-    value = getattr(importlib.import_module(f"engine.measure.{_WHERE[name]}"), name)
+    # NOTE: here, not at the top: these modules import torch, and the CLI and the dashboard import this face
+    from engine.measure import cuda_events, host, nvml, sampler, timers, trace
+
+    module = next(m for m in (cuda_events, host, nvml, sampler, timers, trace) if name in m.__all__)
+    value = getattr(module, name)
     globals()[name] = value
     return value
 

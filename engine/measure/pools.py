@@ -17,7 +17,7 @@ import contextlib
 import json
 import sys
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator
 
 from threadpoolctl import threadpool_info, threadpool_limits
 
@@ -28,8 +28,8 @@ __all__ = ["cap_pools", "extra_threads", "hidden_pools", "idle_pools_add_none", 
 def _torch_lib_dir() -> str | None:
     """The folder of torch's own shared libraries: its OpenMP runtime is the intra-op pool the lab sets."""
     torch = sys.modules.get("torch")  # NOTE: never imported here: every caller has loaded it already, or has no pool
-    where = getattr(torch, "__file__", None) if torch is not None else None
-    return str(Path(where).resolve().parent) if where else None
+    file = getattr(torch, "__file__", None) if torch is not None else None
+    return str(Path(file).resolve().parent) if file else None
 
 
 def hidden_pools() -> list[dict[str, Any]]:
@@ -103,7 +103,7 @@ def pools_record(seen: dict[str, list[dict[str, Any]]], loader: str, workers: in
     return {"thread_pools": json.dumps(seen, sort_keys=True), "extra_threads": extra}
 
 
-def idle_pools_add_none(record: dict[str, Any], probe: Mapping[str, Any] | None) -> dict[str, Any]:
+def idle_pools_add_none(record: dict[str, Any], probe: dict[str, Any] | None) -> dict[str, Any]:
     """The run's record with no extra threads where the pipeline's probe saw every loaded pool idle through the load
     (its `pools` empty beside `pools_loaded`): numpy's OpenBLAS loads with torch whether the transform calls it or not,
     and a pool that never works takes no core. Without a probe, or with a pool it saw working, the record as it is

@@ -3,7 +3,8 @@
 
     _watch.py     watch(loader): one line in the loop
     _boot.py      the observe command's bootstrap in the script's process: observes every DataLoader it iterates
-    _hub.py       which loader is which stream, streams nested in another's step, how the runs end
+    _hub.py       which loader is which stream, and how the runs end when the program does
+    _live.py      the live streams: which are in an epoch, which contain another's, ending and storing them
     _stream.py    one loader's run: its RunLog, sampler and the timing of each epoch (loaded once torch is)
     _settings.py  the loader's settings read from the object, mapped onto RunConfig's fields where they map
     _trial.py     a trial of `engine tune -- python train.py`: the tuned loader's setting, and the trial's stop

@@ -16,7 +16,6 @@ Standard library only at import: this file is what the script's process starts w
 from __future__ import annotations
 
 import functools
-import importlib
 import importlib.abc
 import importlib.machinery
 import os
@@ -24,6 +23,7 @@ import runpy
 import sys
 import time
 import weakref
+from types import FrameType
 from typing import Any
 
 TARGET = "torch.utils.data.dataloader"
@@ -32,7 +32,7 @@ ENV_ROOT = "LOADERLAB_OBSERVE_ROOT"  # the checkout, so the observer imports onc
 
 def _site(skip: tuple[str, ...]) -> str:
     """file:line of the first frame outside torch and this file: where the script made the DataLoader."""
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None and frame.f_code.co_filename.startswith(skip):
         frame = frame.f_back
     return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else "?"
@@ -50,7 +50,7 @@ def _patch(module: Any) -> None:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         site = sites.setdefault(self, _site(skip))  # NOTE: setdefault: a subclass's __init__ calling ours keeps its own
         if trial:
-            trial_mod = importlib.import_module("engine.observe._trial")
+            from engine.observe import _trial as trial_mod  # NOTE: here: no LoaderLab before (module doc)
             args, kwargs = trial_mod.override(init, site, args, kwargs)
             init(self, *args, **kwargs)
             trial_mod.mark(self, site)
@@ -63,7 +63,7 @@ def _patch(module: Any) -> None:
         threads = getattr(self, "_loaderlab_threads", None)  # a trial's threads loader (engine/observe/_trial.py)
         # NOTE: timed from here: starting the workers is the epoch's time to first batch
         it = iter(threads) if threads is not None else orig_iter(self)
-        hub = importlib.import_module("engine.observe._hub")
+        from engine.observe import _hub as hub  # NOTE: here: no LoaderLab before (module doc)
         return hub.stream_for(self, sites.get(self, "?")).epoch(it, t0, t_start)
 
     loader_cls.__init__, loader_cls.__iter__ = __init__, __iter__

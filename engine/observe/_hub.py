@@ -14,20 +14,20 @@ runs once the script exits, so the script's process never opens the store).
 from __future__ import annotations
 
 import atexit
-import importlib
 import logging
 import os
 import sys
-import time
 import uuid
 import weakref
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+from engine.observe import _live
+from engine.observe._live import finish_all, open_streams, streams
 from engine.paths import Db, db_path, runs_dir
 
-__all__ = ["ENV_NAME", "ENV_PREFIX", "ENV_RUNS", "ENV_STORE", "close", "enter", "finish_all", "leave",
+__all__ = ["ENV_NAME", "ENV_PREFIX", "ENV_RUNS", "ENV_STORE", "close", "finish_all",
            "open_streams", "stream_for"]
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,6 @@ ENV_RUNS, ENV_STORE = "LOADERLAB_OBSERVE_RUNS", "LOADERLAB_OBSERVE_STORE"  # set
 ENV_PREFIX, ENV_NAME = "LOADERLAB_OBSERVE_PREFIX", "LOADERLAB_OBSERVE_NAME"
 
 _by_loader: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loader -> its Stream
-_streams: list[Any] = []  # every stream of this process, in the order they started
 _failure: list[str] = []  # watch(): the exception that ended the program, seen by sys.excepthook
 
 
@@ -44,9 +43,13 @@ def _child() -> bool:
     return ENV_RUNS in os.environ
 
 
-def stream_for(obj: Any, site: str, *, name: str | None = None, db: Db = None) -> Any:
+StoreRun = Callable[[Path, Db], Any]  # stores a finished run's folder: engine.store's ingest_run, passed from above
+
+
+def stream_for(obj: Any, site: str, *, name: str | None = None, db: Db = None, store_run: StoreRun | None = None) -> Any:
     """The Stream of a loader, made at its first epoch. A loader that cannot be weakly referenced (a plain list)
-    gets a new stream each time it is watched."""
+    gets a new stream each time it is watched. `store_run` stores its run when it ends (watch(); the observe
+    command's child stores nothing: its parent does)."""
     try:
         found = _by_loader.get(obj)
     except TypeError:
@@ -55,37 +58,24 @@ def stream_for(obj: Any, site: str, *, name: str | None = None, db: Db = None) -
         return found
     # NOTE: loaded here, not at the top: it brings the sampler and the host fingerprint, which import torch, and the
     # observe command's child must not import torch before the user's script does
-    stream_mod = importlib.import_module("engine.observe._stream")
+    from engine.observe._stream import Stream
     if _child():
         root, store = Path(os.environ[ENV_RUNS]), Path(os.environ[ENV_STORE])
-        run_id, name = f"{os.environ[ENV_PREFIX]}-{len(_streams)}", name or os.environ.get(ENV_NAME) or None
+        run_id, name = f"{os.environ[ENV_PREFIX]}-{len(streams)}", name or os.environ.get(ENV_NAME) or None
     else:
         root, store = runs_dir(db), db_path(db)
         run_id = f"obs-{datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
-    stream = stream_mod.Stream(obj, site=site, run_dir=root / run_id, store=store, name=name)
+    stream = Stream(obj, site=site, run_dir=root / run_id, store=store, name=name)
     stream.db = None if _child() else db
+    stream.store_run = None if _child() else store_run
     try:
         _by_loader[obj] = stream
     except TypeError:
         pass
-    _streams.append(stream)
-    if len(_streams) == 1 and not _child():
+    streams.append(stream)
+    if len(streams) == 1 and not _child():
         _on_exit()
     return stream
-
-
-def enter(stream: Any) -> list[tuple[Any, int]]:
-    """A stream starts an epoch: the other streams in the middle of a step now contain it (a validation pass
-    between two training steps), with the step each is in."""
-    return [(s, s.step_id) for s in _streams if s is not stream and s.in_step]
-
-
-def leave(stream: Any, nested_in: list[tuple[Any, int]], t0: float) -> None:
-    """A stream's epoch ended: the steps that contained it, still the same step, leave its time out."""
-    now = time.perf_counter()
-    for outer, step_id in nested_in:
-        if outer.in_step and outer.step_id == step_id:
-            outer.excluded += now - t0
 
 
 def close(obj: Any) -> None:
@@ -96,31 +86,7 @@ def close(obj: Any) -> None:
         stream = None
     if stream is not None and not stream.ended:
         stream.finish("done", None)
-        if not _child():
-            _store(stream)
-
-
-def open_streams() -> list[Any]:
-    """The streams in the middle of an epoch."""
-    return [s for s in _streams if not s.ended and s.open is not None]
-
-
-def finish_all(status: str, error: str | None) -> None:
-    """End every stream's run (the script ended: `status` as engine.status says it) and, under watch(), store it."""
-    for stream in _streams:
-        if stream.ended:  # closed already (Watched.close)
-            continue
-        stream.finish(status, error)
-        if not _child():
-            _store(stream)
-
-
-def _store(stream: Any) -> None:
-    try:
-        importlib.import_module("engine.store").ingest_run(stream.dir, db=stream.db)
-    except Exception as e:  # noqa: BLE001 - the user's training must not fail for the store: the RunLog keeps it
-        log.warning("observed run %s not stored yet (%s); the next command that writes stores it",
-                    stream.dir.name, e)
+        _live.store(stream)
 
 
 def _on_exit() -> None:

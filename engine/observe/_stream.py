@@ -23,11 +23,12 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Sized
 
 from engine.measure import Sampler, arrived, clock_offset, fingerprint, split_idle
-from engine.observe import _hub, _trial
+from engine.observe import _live, _trial
 from engine.observe._settings import read_settings
+from engine.paths import Db
 from engine.runlog import GPU_EPOCH_FIELDS, RunLog, claim
 
 __all__ = ["Stream"]
@@ -55,7 +56,9 @@ class _Gpu:
     """CUDA events at the host's boundaries of one epoch (see the module doc); None of it on CPU."""
 
     def __init__(self, torch: Any):
-        self.torch, self.events, self.enqueued = torch, [], []
+        self.torch = torch
+        self.events: list[Any] = []  # torch.cuda.Event, one per boundary
+        self.enqueued: list[float] = []
 
     def mark(self) -> None:
         event = self.torch.cuda.Event(enable_timing=True)
@@ -98,6 +101,8 @@ class Stream:
         self.sampler = Sampler(self.log, hz=SAMPLE_HZ)
         self.sampler.__enter__()
         self.ended = False
+        self.db: Db = None  # the store watch() named; set by the hub
+        self.store_run: Callable[[Path, Db], Any] | None = None  # stores the run when it ends; set by the hub
 
     def epoch(self, it: Iterator, t0: float, t_start: float) -> "_Epoch":
         if self.open is not None:  # the loop broke out of the last epoch and starts another: that one ended there
@@ -134,17 +139,20 @@ class _Epoch:
         self.waits: list[float] = []
         self.steps: list[float] = []
         self.spans: list[tuple[float, float]] = []
-        self.samples, self.arrived, self.done = 0, None, False
+        self.samples, self.done = 0, False
+        self.arrived: float | None = None  # when the step's batch reached the loop; None between steps
         self.ttfb: float | None = None
         torch = sys.modules.get("torch")
         cuda = torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized()
         self.gpu = _Gpu(torch) if cuda else None
-        self.nested_in = _hub.enter(stream)
+        self.nested_in = _live.enter(stream)
 
     def __iter__(self) -> "_Epoch":
         return self
 
     def __len__(self) -> int:
+        if not isinstance(self.it, Sized):  # as len() of the unwrapped iterator says it
+            raise TypeError(f"object of type {type(self.it).__name__!r} has no len()")
         return len(self.it)
 
     def __getattr__(self, name: str) -> Any:
@@ -176,6 +184,7 @@ class _Epoch:
         if self.gpu is not None:
             self.gpu.mark()
         s = self.stream
+        assert self.arrived is not None  # called only in a step (__next__ checks)
         self.steps.append(max(0.0, t - self.arrived - s.excluded))
         s.in_step, s.step_id, self.arrived = False, s.step_id + 1, None
 
@@ -189,7 +198,7 @@ class _Epoch:
         if self.arrived is not None:
             self._end_step(t)
         s.open = None
-        _hub.leave(s, self.nested_in, self.t0)
+        _live.leave(s, self.nested_in, self.t0)
         if not finished:
             return
         wall = t + end_wait - self.t0

@@ -26,7 +26,7 @@ import sys
 import time
 from typing import Any
 
-from engine.observe import _hub
+from engine.observe import _live
 
 __all__ = ["ACTIVE", "ENV_SECONDS", "ENV_SETTING", "ENV_SITE", "ENV_STEPS", "ENV_TRIAL", "LOADER_ARGS", "arrived",
            "check", "mark", "override", "relabel"]
@@ -102,9 +102,9 @@ def check(stream: Any) -> None:
     elif stream.site != _SITE or _delivered.get(stream.site, 0) < _STEPS:
         return
     stream.log.write("summary", trial_stopped_by=stream.site)
-    for s in _hub.open_streams():  # NOTE: their epoch in flight is recorded, cut short: no whole epoch's time
+    for s in _live.open_streams():  # NOTE: their epoch in flight is recorded, cut short: no whole epoch's time
         s.log.write("summary", trial_cut_epoch=len(s.epochs))
-    _hub.finish_all("done", None)
+    _live.finish_all("done", None)
     for f in (sys.stdout, sys.stderr):
         try:
             f.flush()

@@ -17,6 +17,7 @@ import time
 from typing import Any, Iterator
 
 from engine.observe import _hub
+from engine.observe._hub import StoreRun
 from engine.paths import Db
 
 __all__ = ["Watched", "watch"]
@@ -25,11 +26,11 @@ __all__ = ["Watched", "watch"]
 class Watched:
     """An iterable over the loader's batches; iterating it again is the loader's next epoch."""
 
-    def __init__(self, loader: Any, site: str, name: str | None, db: Db):
-        self.loader, self.site, self.name, self.db = loader, site, name, db
+    def __init__(self, loader: Any, site: str, name: str | None, db: Db, store_run: StoreRun | None = None):
+        self.loader, self.site, self.name, self.db, self.store_run = loader, site, name, db, store_run
 
     def __iter__(self) -> Iterator:
-        stream = _hub.stream_for(self.loader, self.site, name=self.name, db=self.db)
+        stream = _hub.stream_for(self.loader, self.site, name=self.name, db=self.db, store_run=self.store_run)
         t0, t_start = time.perf_counter(), time.time()
         return stream.epoch(iter(self.loader), t0, t_start)
 
@@ -41,7 +42,7 @@ class Watched:
         _hub.close(self.loader)
 
 
-def watch(loader: Any, *, name: str | None = None, db: Db = None) -> Watched:
+def watch(loader: Any, *, name: str | None = None, db: Db = None, store_run: StoreRun | None = None) -> Watched:
     """The loader's batches, unchanged, with each pass timed as one epoch of a stored run.
 
     Wrap the loader where the loop iterates it, `for x, y in watch(train_loader): ...`; each loader wrapped this
@@ -53,6 +54,8 @@ def watch(loader: Any, *, name: str | None = None, db: Db = None) -> Watched:
         loader: the DataLoader (or any iterable of batches) the script already builds.
         name: a tag for the run, e.g. "train" or "val".
         db: the store; default $LOADERLAB_DB, else data/loaderlab.duckdb.
+        store_run: stores the finished run (`from engine import watch` passes the store's ingest_run; the observer
+            sits below the store and never imports it); None keeps the RunLog only.
     """
     caller = sys._getframe(1)
-    return Watched(loader, f"{caller.f_code.co_filename}:{caller.f_lineno}", name, db)
+    return Watched(loader, f"{caller.f_code.co_filename}:{caller.f_lineno}", name, db, store_run)

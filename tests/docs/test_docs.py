@@ -18,6 +18,7 @@ DOCS = ROOT / "docs"
 sys.path.insert(0, str(DOCS / "hooks"))
 
 import cli_reference  # noqa: E402 - the hook MkDocs runs, imported from docs/hooks/
+import package_tree  # noqa: E402 - likewise
 
 from engine.cli import build_parser  # noqa: E402
 
@@ -54,6 +55,15 @@ def test_the_cli_reference_names_every_command_and_flag():
 def test_the_cli_reference_misses_a_flag_the_parser_does_not_have():
     """The completeness check can fail: a flag the CLI does not have is not in the reference."""
     assert "--no-such-flag" not in cli_reference.reference_markdown()
+
+
+def test_the_architecture_page_lists_every_engine_package_with_its_docstring():
+    assert package_tree.MARKER in (DOCS / "architecture.md").read_text()  # the page is generated, not typed
+    lines = package_tree.package_lines()
+    packages = sorted(p.parent.name for p in (ROOT / "engine").glob("*/__init__.py"))
+    assert {"calibrate", "predict", "observe", "measure"} <= set(packages)  # the check sees the packages
+    assert [line.split()[0] for line in lines] == [f"{p}/" for p in packages]
+    assert all(len(line.split(maxsplit=1)) == 2 for line in lines)  # each with its docstring's first sentence
 
 
 def _blocks() -> list[tuple[str, str, str]]:
