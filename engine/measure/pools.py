@@ -17,7 +17,7 @@ import contextlib
 import json
 import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 from threadpoolctl import threadpool_info, threadpool_limits
 
@@ -103,7 +103,7 @@ def pools_record(seen: dict[str, list[dict[str, Any]]], loader: str, workers: in
     return {"thread_pools": json.dumps(seen, sort_keys=True), "extra_threads": extra}
 
 
-def idle_pools_add_none(record: dict[str, Any], probe: dict[str, Any] | None) -> dict[str, Any]:
+def idle_pools_add_none(record: dict[str, Any], probe: Mapping[str, Any] | None) -> dict[str, Any]:
     """The run's record with no extra threads where the pipeline's probe saw every loaded pool idle through the load
     (its `pools` empty beside `pools_loaded`): numpy's OpenBLAS loads with torch whether the transform calls it or not,
     and a pool that never works takes no core. Without a probe, or with a pool it saw working, the record as it is

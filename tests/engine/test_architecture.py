@@ -441,11 +441,7 @@ def test_no_module_is_imported_by_a_string_outside_the_named_exemptions():
 
 
 # 40b's files, cut by its branch (engine/advice/, engine/predict/): empty this once merged
-LONG_DOCSTRINGS_BEING_CUT = {"engine/advice/tune.py", "engine/advice/tune_script.py", "engine/predict/model.py",
-                             "engine/predict/probe.py"}
-
-
 def test_module_docstrings_fit_a_screen_of_25_lines():
     long = {str(p.relative_to(ROOT)) for p in _python_files()
             if len((ast.get_docstring(ast.parse(p.read_text()), clean=False) or "").splitlines()) > 25}
-    assert long <= LONG_DOCSTRINGS_BEING_CUT, sorted(long - LONG_DOCSTRINGS_BEING_CUT)
+    assert not long, sorted(long)
