@@ -109,8 +109,8 @@ def idle_pools_add_none(record: dict[str, Any], probe: Mapping[str, Any] | None)
     and a pool that never works takes no core. Without a probe, or with a pool it saw working, the record as it is
     (a pipeline's first run, whose probe is taken after it, counts its loaded pools).
 
-    NOTE: the tokenizer (pure Python) under processes, 1 worker: its workers' idle 2-thread OpenBLAS counted 3
-    runnable threads on 2 cores and read hidden-threads, with transform_threads=1 as the fix for a pool never used."""
+    NOTE: without this, a pure-Python transform's workers count their idle OpenBLAS as runnable threads, and the
+    verdict reads hidden-threads with transform_threads=1 as the fix for a pool that is never used."""
     if probe and "pools" in probe and not probe["pools"]:
         return {**record, "extra_threads": 0}
     return record

@@ -12,11 +12,10 @@ one that the GPU lacks (utilisation on a MIG slice) drops that field, never the 
 Rows go to the RunLog in batches (`samples` events) so sampling never costs an fsync per row.
 
 What sampling costs the run it measures: CPU % is cheap (a /proc read per process); PSS is not (the kernel walks
-each process's whole memory map: about 2.3 ms for a process that imported torch, its forked workers alike), nor is
-finding the tree (psutil reads every process on the machine: about 1 ms). So those two are read at most every
-SLOW_EVERY_S, CPU % at every tick; a row between two memory reads carries the last one, and a worker started
-since the last look is counted from the next. On 2 cores with two loader workers at 10 Hz, the sampler thread's
-CPU went from 16.2 ms a tick to 3.7 (`bench/sampler.py`, bench/RESULTS.md).
+each process's whole memory map), nor is finding the tree (psutil reads every process on the machine). So those two
+are read at most every SLOW_EVERY_S, CPU % at every tick; a row between two memory reads carries the last one, and a
+worker started since the last look is counted from the next. What a tick costs: bench/RESULTS.md, "What the sampler
+costs a run".
 """
 
 from __future__ import annotations
