@@ -21,13 +21,15 @@ def home() -> None:
     st.switch_page(explore, query_params=st.query_params.to_dict())
 
 
-page = st.navigation([
-    st.Page(home, title="Home", url_path="home", default=True, visibility="hidden"),
-    st.Page("pages/launch.py", title="Launch", url_path="launch", icon=":material/rocket_launch:"),
-    explore,
-    st.Page("pages/runs.py", title="Runs", url_path="runs", icon=":material/table_rows:"),
-    st.Page("pages/history.py", title="History", url_path="history", icon=":material/history:"),
-])
+page = st.navigation(
+    [
+        st.Page(home, title="Home", url_path="home", default=True, visibility="hidden"),
+        st.Page("pages/launch.py", title="Launch", url_path="launch", icon=":material/rocket_launch:"),
+        explore,
+        st.Page("pages/runs.py", title="Runs", url_path="runs", icon=":material/table_rows:"),
+        st.Page("pages/history.py", title="History", url_path="history", icon=":material/history:"),
+    ]
+)
 
 with st.sidebar:
     store_status()  # refreshes itself, so the run count keeps up with running jobs

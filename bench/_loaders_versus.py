@@ -107,7 +107,7 @@ def run(workloads: list[str], workers: int, repeats: int, epochs: int, base: dic
     got: dict[tuple[str, str], list[dict[str, float]]] = {(w, n): [] for w in workloads for n in LOADERS}
     names = list(LOADERS)
     for r in range(repeats):
-        order = names[r % len(names):] + names[:r % len(names)]  # rotated: no loader always runs first
+        order = names[r % len(names) :] + names[: r % len(names)]  # rotated: no loader always runs first
         for w in workloads:
             for name in order:
                 got[(w, name)].append(_measure({**settings[w], "loader": name}, epochs))
@@ -122,18 +122,24 @@ def _cell(values: list[float], fmt: str) -> str:
 
 def _report(got: dict[tuple[str, str], list[dict[str, float]]], workloads: list[str], workers: int) -> None:
     print(f"\nmedians over repeats [95% CI of the median]; {workers} workers each; loader only, no model")
-    print(f"{'workload':<14}{'loader':<17}{'epoch s':<34}{'CPU-s / epoch':<34}{'peak PSS MiB':<34}"
-          f"{'DataLoader epoch / this (>1: faster)'}")
+    print(
+        f"{'workload':<14}{'loader':<17}{'epoch s':<34}{'CPU-s / epoch':<34}{'peak PSS MiB':<34}"
+        f"{'DataLoader epoch / this (>1: faster)'}"
+    )
     for w in workloads:
         base = [m["epoch_s"] for m in got[(w, "processes")]]
         for name, label in LOADERS.items():
             ms = got[(w, name)]
             cmp = stats.compare(base, [m["epoch_s"] for m in ms])
             ci = stats.ci_text(cmp["speedup_lo"], cmp["speedup_hi"], len(ms), "{:.2f}")
-            said = {"B faster": f"{label} faster", "A faster": "DataLoader faster"}.get(cmp["difference"], cmp["difference"])
+            said = {"B faster": f"{label} faster", "A faster": "DataLoader faster"}.get(
+                cmp["difference"], cmp["difference"]
+            )
             ratio = "-" if name == "processes" else f"{cmp['speedup']:.2f}x [{ci}] {said}"
-            cells = [_cell([m[k] for m in ms], fmt) for k, fmt in
-                     (("epoch_s", "{:.3f}"), ("cpu_s", "{:.2f}"), ("peak_pss_mib", "{:.0f}"))]
+            cells = [
+                _cell([m[k] for m in ms], fmt)
+                for k, fmt in (("epoch_s", "{:.3f}"), ("cpu_s", "{:.2f}"), ("peak_pss_mib", "{:.0f}"))
+            ]
             print(f"{w:<14}{label:<17}" + "".join(f"{c:<34}" for c in cells) + ratio)
 
 

@@ -69,8 +69,10 @@ def bench_models(base: dict[str, Any], args: argparse.Namespace, cuda: bool) -> 
                 fused = samples_per_s(cfg, args.repeats, mode="fused", n_models=n) if n > 1 else single
                 print(f"  {n:>3}  {single:>12,.0f}  {fused or 0:>12,.0f}  {ratio(fused, single):>9}")
             dual_seq = samples_per_s(cfg, args.repeats, mode="dual-sequential")
-            print(f"  N=2: dual-sequential {dual_seq or 0:,.0f} samples/s ({ratio(dual_seq, single).strip()} of single, "
-                  f"ideally 1x); the concurrent dual modes as ratios to it:")
+            print(
+                f"  N=2: dual-sequential {dual_seq or 0:,.0f} samples/s ({ratio(dual_seq, single).strip()} of single, "
+                f"ideally 1x); the concurrent dual modes as ratios to it:"
+            )
             modes = ["dual-threads", "dual-processes"] + (["dual-streams"] if cuda else [])
             for mode in modes:
                 extra = {"dual_data": "shared"} if mode == "dual-threads" else {}
@@ -93,15 +95,22 @@ def bench_split_ddp(base: dict[str, Any], args: argparse.Namespace) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true",
-                    help="small data, N in {1,2,4}, M in {1,2,4}, one repeat, 1 intra-op thread unless --threads")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="small data, N in {1,2,4}, M in {1,2,4}, one repeat, 1 intra-op thread unless --threads",
+    )
     ap.add_argument("--device", default="auto")
     ap.add_argument("--n-samples", type=int, default=None)
     ap.add_argument("--epochs", type=int, default=None, help="epochs per run, the first one warm-up")
     ap.add_argument("--repeats", type=int, default=None)
-    ap.add_argument("--threads", type=int, default=None,
-                    help="intra-op threads for this process (process modes give each child its share); "
-                         "1 keeps a busy machine's OpenMP barriers from dominating the figures")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="intra-op threads for this process (process modes give each child its share); "
+        "1 keeps a busy machine's OpenMP barriers from dominating the figures",
+    )
     args = ap.parse_args()
     if args.threads or args.quick:
         torch.set_num_threads(args.threads or 1)
@@ -109,15 +118,26 @@ def main() -> None:
     args.repeats = args.repeats or (1 if quick else 3)
     args.n_models = [1, 2, 4] if quick else [1, 2, 4, 8, 16]
     args.micro_batches = [1, 2, 4] if quick else [1, 2, 4, 8]
-    base = {"workload": "tensor", "image_size": 16 if quick else 32, "n_samples": args.n_samples or
-            (512 if quick else 4096), "epochs": args.epochs or 3, "batch_size": 64,
-            "device": args.device, "bound": False, "sample_hz": 0.0}
+    base = {
+        "workload": "tensor",
+        "image_size": 16 if quick else 32,
+        "n_samples": args.n_samples or (512 if quick else 4096),
+        "epochs": args.epochs or 3,
+        "batch_size": 64,
+        "device": args.device,
+        "bound": False,
+        "sample_hz": 0.0,
+    }
     host = fingerprint()
     cuda = devices.resolve(args.device).type == "cuda"
-    print(f"machine: {host['cpu_model']} ({host['cores']} cores), GPU: {host['gpu_name'] or 'none'}, "
-          f"torch {host['torch_version']}, device {args.device}, intra-op threads {torch.get_num_threads()}")
-    print(f"workload: tensor {base['image_size']}px, {base['n_samples']} samples, batch 64, {base['epochs']} epochs "
-          f"(1 warm-up), median of {args.repeats}; figures are aggregate samples/s and ratios")
+    print(
+        f"machine: {host['cpu_model']} ({host['cores']} cores), GPU: {host['gpu_name'] or 'none'}, "
+        f"torch {host['torch_version']}, device {args.device}, intra-op threads {torch.get_num_threads()}"
+    )
+    print(
+        f"workload: tensor {base['image_size']}px, {base['n_samples']} samples, batch 64, {base['epochs']} epochs "
+        f"(1 warm-up), median of {args.repeats}; figures are aggregate samples/s and ratios"
+    )
     bench_models(base, args, cuda)
     bench_split_ddp(base, args)
 

@@ -26,8 +26,20 @@ sys.path.insert(0, str(ROOT))
 
 log = logging.getLogger("bench.dashboard")
 
-_CONFIG = ("workload", "model", "loader", "workers", "prefetch_depth", "batch_size", "mode", "n_models",
-           "n_samples", "epochs", "device", "tag")
+_CONFIG = (
+    "workload",
+    "model",
+    "loader",
+    "workers",
+    "prefetch_depth",
+    "batch_size",
+    "mode",
+    "n_models",
+    "n_samples",
+    "epochs",
+    "device",
+    "tag",
+)
 
 
 def seed(db: Path, n_runs: int, epochs: int, step_runs: int = 20, steps: int = 16) -> None:
@@ -36,27 +48,42 @@ def seed(db: Path, n_runs: int, epochs: int, step_runs: int = 20, steps: int = 1
 
     pick = lambda values, div: f"[{', '.join(map(repr, values))}][1 + (i // {div}) % {len(values)}]"  # noqa: E731
     cols = {
-        "run_id": "printf('bench-%07d', i)", "status": "CASE WHEN i % 50 = 7 THEN 'failed' ELSE 'done' END",
-        "created_at": "TIMESTAMP '2025-01-01' + to_seconds(i * 60)", "sweep_id": "printf('sweep-%04d', i // 100)",
-        "host": "'host-' || (i % 5)", "deleted": "false", "tags": "CASE WHEN i % 10 = 0 THEN 'keep' END",
+        "run_id": "printf('bench-%07d', i)",
+        "status": "CASE WHEN i % 50 = 7 THEN 'failed' ELSE 'done' END",
+        "created_at": "TIMESTAMP '2025-01-01' + to_seconds(i * 60)",
+        "sweep_id": "printf('sweep-%04d', i // 100)",
+        "host": "'host-' || (i % 5)",
+        "deleted": "false",
+        "tags": "CASE WHEN i % 10 = 0 THEN 'keep' END",
         "workload": pick(["tensor", "jpeg", "pyloop", "folder"], 1),
-        "loader": pick(["sync", "prefetch", "threads", "processes"], 4), "workers": pick([0, 1, 2, 4, 8], 16),
-        "prefetch_depth": pick([1, 2, 4], 80), "batch_size": pick([32, 64, 128, 256], 240),
-        "mode": pick(["single", "fused", "dual-threads"], 960), "n_models": pick([1, 2, 4], 2880),
-        "model": pick(["mlp", "cnn", "transformer"], 7), "n_samples": "2048", "epochs": str(epochs), "device": "'cpu'",
+        "loader": pick(["sync", "prefetch", "threads", "processes"], 4),
+        "workers": pick([0, 1, 2, 4, 8], 16),
+        "prefetch_depth": pick([1, 2, 4], 80),
+        "batch_size": pick([32, 64, 128, 256], 240),
+        "mode": pick(["single", "fused", "dual-threads"], 960),
+        "n_models": pick([1, 2, 4], 2880),
+        "model": pick(["mlp", "cnn", "transformer"], 7),
+        "n_samples": "2048",
+        "epochs": str(epochs),
+        "device": "'cpu'",
         "tag": pick(["", "baseline", "nightly"], 3),
-        "epoch_s": "0.5 + (hash(i) % 1000) / 1000.0", "n_epochs": str(epochs),
+        "epoch_s": "0.5 + (hash(i) % 1000) / 1000.0",
+        "n_epochs": str(epochs),
         "data_wait_share": "(hash(i + 1) % 100) / 100.0",
     }
-    derived = ("2048 / epoch_s AS samples_per_s, 0.05 AS ttfb_s, 0.05 AS h2d_share, "
-               "0.95 - data_wait_share AS compute_share, epoch_s * 0.8 AS bound_s, 0.8 AS efficiency, "
-               "CASE WHEN data_wait_share > 0.5 THEN 'data-bound' ELSE 'compute-bound' END AS verdict, "
-               f"to_json(struct_pack({', '.join(f'{c} := {c}' for c in _CONFIG)})) AS config_json")
+    derived = (
+        "2048 / epoch_s AS samples_per_s, 0.05 AS ttfb_s, 0.05 AS h2d_share, "
+        "0.95 - data_wait_share AS compute_share, epoch_s * 0.8 AS bound_s, 0.8 AS efficiency, "
+        "CASE WHEN data_wait_share > 0.5 THEN 'data-bound' ELSE 'compute-bound' END AS verdict, "
+        f"to_json(struct_pack({', '.join(f'{c} := {c}' for c in _CONFIG)})) AS config_json"
+    )
     select = ", ".join(f"{v} AS {k}" for k, v in cols.items())
     t0 = time.perf_counter()
     with connect(db, read_only=False) as conn:
-        conn.execute(f"INSERT INTO runs BY NAME SELECT * EXCLUDE (i), {derived} "
-                     f"FROM (SELECT i, {select} FROM range({n_runs}) t(i))")
+        conn.execute(
+            f"INSERT INTO runs BY NAME SELECT * EXCLUDE (i), {derived} "
+            f"FROM (SELECT i, {select} FROM range({n_runs}) t(i))"
+        )
         log.info("runs: %.1f s", time.perf_counter() - t0)
         # NOTE: ordered by run, as ingest writes them, so DuckDB's zone maps find one run's rows fast
         conn.execute(f"""INSERT INTO epochs BY NAME SELECT printf('bench-%07d', i) AS run_id, 0 AS model_idx,
@@ -119,15 +146,26 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.keep and db.exists() and api.count_runs()):
         seed(db, args.runs, args.epochs)
     n = sum(api.count_runs().values())
-    views = [("explore", {}), ("explore", {"x": "workers", "color": "loader", "facet": "workload"}),
-             ("explore", {"metric": "data_wait_share", "x": "batch_size", "interval": "quantiles", "tag": "keep"}),
-             ("runs", {}), ("runs", {"q": "threads"}), ("runs", {"run": "bench-0000003"}),
-             ("runs", {"compare": "bench-0000003,bench-0000004,bench-0000005"}),
-             ("history", {}), ("history", {"sql": api.BUILTIN_QUERIES["median epoch time by loader"]}),
-             # a user's heavy query: its time is DuckDB's work over every epoch row, not the page's overhead
-             ("history", {"sql": "SELECT loader, workers, median(wall_s) FROM epochs JOIN runs USING (run_id) "
-                                 "GROUP BY ALL ORDER BY 3"}),
-             ("launch", {})]
+    views = [
+        ("explore", {}),
+        ("explore", {"x": "workers", "color": "loader", "facet": "workload"}),
+        ("explore", {"metric": "data_wait_share", "x": "batch_size", "interval": "quantiles", "tag": "keep"}),
+        ("runs", {}),
+        ("runs", {"q": "threads"}),
+        ("runs", {"run": "bench-0000003"}),
+        ("runs", {"compare": "bench-0000003,bench-0000004,bench-0000005"}),
+        ("history", {}),
+        ("history", {"sql": api.BUILTIN_QUERIES["median epoch time by loader"]}),
+        # a user's heavy query: its time is DuckDB's work over every epoch row, not the page's overhead
+        (
+            "history",
+            {
+                "sql": "SELECT loader, workers, median(wall_s) FROM epochs JOIN runs USING (run_id) "
+                "GROUP BY ALL ORDER BY 3"
+            },
+        ),
+        ("launch", {}),
+    ]
     try:
         rows = [(page, params, *time_page(page, params, args.reps)) for page, params in views]
     finally:
@@ -135,13 +173,17 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep:
             tmp.cleanup()
     print(f"\nDashboard server-side time: {n:,} runs, {n * args.epochs:,} epoch rows; median of {args.reps}")
-    print(f"machine: {platform.node()} · {platform.processor() or platform.machine()} · {os.cpu_count()} cores · "
-          f"Python {platform.python_version()}")
+    print(
+        f"machine: {platform.node()} · {platform.processor() or platform.machine()} · {os.cpu_count()} cores · "
+        f"Python {platform.python_version()}"
+    )
     print(f"{'page':<10}{'query':<62}{'first view':>12}{'rerun':>9}  < 1 s")
     for page, params, first, again in rows:
         query = "&".join(f"{k}={v}" for k, v in params.items()).replace("\n", " ")
-        print(f"{page:<10}{(query[:59] + '...') if len(query) > 62 else query:<62}{first:>11.3f}s{again:>8.3f}s  "
-              f"{'yes' if first < 1.0 else 'NO'}")
+        print(
+            f"{page:<10}{(query[:59] + '...') if len(query) > 62 else query:<62}{first:>11.3f}s{again:>8.3f}s  "
+            f"{'yes' if first < 1.0 else 'NO'}"
+        )
     return 0
 
 

@@ -43,8 +43,11 @@ def step(name: str, cmd: list[str], cwd: Path, env: dict[str, str] | None = None
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--budget", default="5m", help="tune's budget (default 5m)")
-    ap.add_argument("--baseline", default="loader=processes,workers=2,batch_size=32",
-                    help="the user's setup (default: a DataLoader with 2 worker processes, batch 32)")
+    ap.add_argument(
+        "--baseline",
+        default="loader=processes,workers=2,batch_size=32",
+        help="the user's setup (default: a DataLoader with 2 worker processes, batch 32)",
+    )
     ap.add_argument("--keep", help="clone into DIR and keep it (default: a temporary folder, removed)")
     args = ap.parse_args()
 
@@ -59,19 +62,38 @@ def main() -> int:
         times["clone"], _ = step("clone", ["git", "clone", "-q", str(ROOT), str(clone)], where)
         times["install"], _ = step("install", ["make", "install"], clone, env)
         sets = [a for k, v in EXAMPLE.items() for a in ("--set", f"{k}={v}")]
-        times["tune"], out = step("tune", [".venv/bin/python", "-m", "engine", "tune", "--quiet",
-                                           "--workload", "examples.own_pipeline.data:build",
-                                           "--model", "examples.own_pipeline.nets:resnet",
-                                           "--baseline", args.baseline, "--budget", args.budget, *sets], clone, env)
+        times["tune"], out = step(
+            "tune",
+            [
+                ".venv/bin/python",
+                "-m",
+                "engine",
+                "tune",
+                "--quiet",
+                "--workload",
+                "examples.own_pipeline.data:build",
+                "--model",
+                "examples.own_pipeline.nets:resnet",
+                "--baseline",
+                args.baseline,
+                "--budget",
+                args.budget,
+                *sets,
+            ],
+            clone,
+            env,
+        )
     finally:
         if not args.keep:
             shutil.rmtree(where, ignore_errors=True)
     print("\n" + out.strip())
     total = sum(times.values())
-    print(f"\nfresh clone -> verified answer: {total / 60:.1f} min "
-          f"(clone {times['clone']:.0f} s, install {times['install']:.0f} s "
-          f"{'with' if cached else 'without'} pip's cache, tune {times['tune']:.0f} s of a {args.budget} budget); "
-          f"{os.cpu_count()} cores")
+    print(
+        f"\nfresh clone -> verified answer: {total / 60:.1f} min "
+        f"(clone {times['clone']:.0f} s, install {times['install']:.0f} s "
+        f"{'with' if cached else 'without'} pip's cache, tune {times['tune']:.0f} s of a {args.budget} budget); "
+        f"{os.cpu_count()} cores"
+    )
     return 0
 
 

@@ -40,11 +40,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 REQUIREMENTS = ROOT / "requirements.txt"
 KEEP = {"torch"}  # the box's own: never installed or replaced from requirements.txt
-SUITES = {"cuda": ["-m", "gpu", "tests/engine", "tests/system"],
-          "suite": ["-m", "not gpu", "tests/engine", "tests/system"]}
-BENCHES = {"concurrency": ["bench/concurrency.py", "--device", "cuda", "--repeats", "1", "--epochs", "3"],
-           "startup": ["bench/startup.py", "--runs", "5"],
-           "sync_cpu": ["bench/sync_cpu.py", "--widths", "16,64,256,512", "--image-size", "128", "--n-samples", "1024"]}
+SUITES = {
+    "cuda": ["-m", "gpu", "tests/engine", "tests/system"],
+    "suite": ["-m", "not gpu", "tests/engine", "tests/system"],
+}
+BENCHES = {
+    "concurrency": ["bench/concurrency.py", "--device", "cuda", "--repeats", "1", "--epochs", "3"],
+    "startup": ["bench/startup.py", "--runs", "5"],
+    "sync_cpu": ["bench/sync_cpu.py", "--widths", "16,64,256,512", "--image-size", "128", "--n-samples", "1024"],
+}
 OUTCOMES, FAILURES = "outcomes.tsv", "failures.txt"  # what tests/_failwriter.py writes, per suite folder
 _PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([^\s;#]+)")
 
@@ -79,8 +83,9 @@ def classify(wanted: dict[str, str]) -> dict[str, list[tuple[str, str, str | Non
     out: dict[str, list[tuple[str, str, str | None]]] = {"missing": [], "other": [], "kept": [], "ok": []}
     for name, version in wanted.items():
         have = installed_version(name)
-        kind = ("kept" if canonical(name) in KEEP else "missing" if have is None
-                else "ok" if have == version else "other")
+        kind = (
+            "kept" if canonical(name) in KEEP else "missing" if have is None else "ok" if have == version else "other"
+        )
         out[kind].append((name, version, have))
     return out
 
@@ -88,8 +93,16 @@ def classify(wanted: dict[str, str]) -> dict[str, list[tuple[str, str, str | Non
 def pip_command(missing: list[tuple[str, str, str | None]], pip_args: str = "") -> list[str]:
     """pip install --no-deps of exactly these pins: requirements.txt pins every dependency, so each one that is
     missing is in the list, and --no-deps keeps pip from replacing what the box has (its torch's numpy, say)."""
-    return [sys.executable, "-m", "pip", "install", "--no-deps", "--disable-pip-version-check",
-            *shlex.split(pip_args), *(f"{name}=={version}" for name, version, _ in missing)]
+    return [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--no-deps",
+        "--disable-pip-version-check",
+        *shlex.split(pip_args),
+        *(f"{name}=={version}" for name, version, _ in missing),
+    ]
 
 
 # ---------------------------------------------------------------------------- tests and benchmarks
@@ -112,8 +125,16 @@ def run_suite(name: str, out: Path, extra: list[str], workers: int, timeout_s: i
     for stale in (OUTCOMES, FAILURES, "pytest.log"):
         (folder / stale).unlink(missing_ok=True)
     # NOTE: pytest.ini's addopts (-q, no cache, -ra) still apply; --timeout here overrides its 600 s
-    cmd = [sys.executable, "-m", "pytest", "-p", "tests._failwriter", f"--timeout={timeout_s}",
-           *(["-n", str(workers)] if workers else []), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "tests._failwriter",
+        f"--timeout={timeout_s}",
+        *(["-n", str(workers)] if workers else []),
+        *extra,
+    ]
     (folder / "command.txt").write_text(shlex.join(cmd[1:]) + "\n")
     # the checkout first, and whatever PYTHONPATH the box's own torch or packages may need after it
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
@@ -136,8 +157,14 @@ def run_bench(name: str, argv: list[str], out: Path, timeout_s: int) -> int:
         fh.flush()
         # unbuffered, so that a benchmark cut off at its limit has written every line it printed; its own
         # session, so that the limit stops the runs it started too
-        proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, *argv],
+            cwd=ROOT,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            start_new_session=True,
+        )
         try:
             code = proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
@@ -165,8 +192,13 @@ def tally(folder: Path) -> dict[str, object]:
     counts = {k: sum(v == k for v in per_test.values()) for k in ("passed", "failed", "error", "skipped", "unfinished")}
     exit_file = folder / "exit.txt"
     code, seconds = exit_file.read_text().split() if exit_file.exists() else (None, None)
-    return {"counts": counts, "failed": sorted(n for n, v in per_test.items() if v in ("failed", "error")),
-            "exit": code, "seconds": seconds, "finished": exit_file.exists()}
+    return {
+        "counts": counts,
+        "failed": sorted(n for n, v in per_test.items() if v in ("failed", "error")),
+        "exit": code,
+        "seconds": seconds,
+        "finished": exit_file.exists(),
+    }
 
 
 def _result(seen: dict[str, str]) -> str:
@@ -184,39 +216,58 @@ def _first_error_line(folder: Path, nodeid: str) -> str:
     """The first 'E   ' line of a test's failure report in failures.txt: what its assertion or exception said."""
     path = folder / FAILURES
     blocks = path.read_text(errors="replace").split("===== ") if path.exists() else []
-    said = [line[1:].strip() for block in blocks if block.startswith(f"{nodeid} [")
-            for line in block.splitlines() if line.startswith("E ")]
+    said = [
+        line[1:].strip()
+        for block in blocks
+        if block.startswith(f"{nodeid} [")
+        for line in block.splitlines()
+        if line.startswith("E ")
+    ]
     return (said[0] if said else "")[:240]
 
 
 def machine() -> list[str]:
     """Lines naming the machine, torch and the GPU (asked of torch in a child: this script must not need it)."""
-    probe = ("import json, torch; c = torch.cuda.is_available(); print(json.dumps({'torch': torch.__version__, "
-             "'cuda': torch.version.cuda, 'gpus': [torch.cuda.get_device_name(i) for i in "
-             "range(torch.cuda.device_count())] if c else [], 'memory_gib': [round(torch.cuda.get_device_properties(i)"
-             ".total_memory / 2**30, 1) for i in range(torch.cuda.device_count())] if c else []}))")
+    probe = (
+        "import json, torch; c = torch.cuda.is_available(); print(json.dumps({'torch': torch.__version__, "
+        "'cuda': torch.version.cuda, 'gpus': [torch.cuda.get_device_name(i) for i in "
+        "range(torch.cuda.device_count())] if c else [], 'memory_gib': [round(torch.cuda.get_device_properties(i)"
+        ".total_memory / 2**30, 1) for i in range(torch.cuda.device_count())] if c else []}))"
+    )
     try:
-        facts = json.loads(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
-                                          check=True).stdout)
+        facts = json.loads(
+            subprocess.run(
+                [sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, check=True
+            ).stdout
+        )
     except (subprocess.SubprocessError, ValueError, OSError):
         facts = {"torch": "not importable here", "cuda": None, "gpus": [], "memory_gib": []}
     gpus = ", ".join(f"{n} ({m} GiB)" for n, m in zip(facts["gpus"], facts["memory_gib"])) or "no CUDA GPU"
     if facts["gpus"]:
         gpus += f", driver {_driver()}"
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip() or "unknown"
-    return [f"- **GPU:** {gpus}",
-            f"- **torch:** {facts['torch']} (CUDA {facts['cuda']}), Python {platform.python_version()} "
-            f"({sys.executable})",
-            f"- **host:** {platform.processor() or platform.machine()}, {len(os.sched_getaffinity(0))} cores, "
-            f"{platform.system()} {platform.release()}",
-            f"- **checkout:** {commit}, {dt.date.today().isoformat()}"]
+    commit = (
+        subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        or "unknown"
+    )
+    return [
+        f"- **GPU:** {gpus}",
+        f"- **torch:** {facts['torch']} (CUDA {facts['cuda']}), Python {platform.python_version()} ({sys.executable})",
+        f"- **host:** {platform.processor() or platform.machine()}, {len(os.sched_getaffinity(0))} cores, "
+        f"{platform.system()} {platform.release()}",
+        f"- **checkout:** {commit}, {dt.date.today().isoformat()}",
+    ]
 
 
 def _driver() -> str:
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return out.stdout.split("\n")[0].strip() or "unknown"
@@ -224,17 +275,29 @@ def _driver() -> str:
 
 def _suite_lines(out: Path) -> list[str]:
     lines = []
-    folders = sorted((f for f in out.iterdir() if (f / "command.txt").exists()), key=lambda f: (
-        list(SUITES).index(f.name) if f.name in SUITES else len(SUITES), f.name)) if out.exists() else []
+    folders = (
+        sorted(
+            (f for f in out.iterdir() if (f / "command.txt").exists()),
+            key=lambda f: (list(SUITES).index(f.name) if f.name in SUITES else len(SUITES), f.name),
+        )
+        if out.exists()
+        else []
+    )
     for folder in folders:
         name, t = folder.name, tally(folder)
         c = t["counts"]
-        state = (f"exit {t['exit']} in {float(t['seconds']):.0f} s" if t["finished"]
-                 else "**cut off**: the counts so far")
+        state = (
+            f"exit {t['exit']} in {float(t['seconds']):.0f} s" if t["finished"] else "**cut off**: the counts so far"
+        )
         unfinished = f", {c['unfinished']} unfinished" if c["unfinished"] else ""
         command = (folder / "command.txt").read_text().strip()
-        lines += [f"### {name}: {c['passed']} passed, {c['failed']} failed, {c['error']} errors, "
-                  f"{c['skipped']} skipped{unfinished} ({state})", "", f"`python {command}`", ""]
+        lines += [
+            f"### {name}: {c['passed']} passed, {c['failed']} failed, {c['error']} errors, "
+            f"{c['skipped']} skipped{unfinished} ({state})",
+            "",
+            f"`python {command}`",
+            "",
+        ]
         lines += [f"- `{n}`: {_first_error_line(folder, n)}" for n in t["failed"]] or ["No failures."]
         lines.append("")
     return lines
@@ -266,11 +329,14 @@ def write_summary(out: Path) -> Path:
 def package_report(groups: dict[str, list[tuple[str, str, str | None]]], installed_now: bool) -> list[str]:
     def names(kind: str, fmt: str) -> str:
         return ", ".join(fmt.format(n=n, p=p, h=h) for n, p, h in groups[kind]) or "none"
-    return [f"- installed from requirements.txt pins{'' if installed_now else ' (not yet)'}: "
-            f"{names('missing', '{n}=={p}')}",
-            f"- kept as found (another version than the pin): {names('other', '{n} {h} (pinned {p})')}",
-            f"- the box's own, never touched: {names('kept', '{n} {h}')}",
-            f"- as pinned: {len(groups['ok'])} packages"]
+
+    return [
+        f"- installed from requirements.txt pins{'' if installed_now else ' (not yet)'}: "
+        f"{names('missing', '{n}=={p}')}",
+        f"- kept as found (another version than the pin): {names('other', '{n} {h} (pinned {p})')}",
+        f"- the box's own, never touched: {names('kept', '{n} {h}')}",
+        f"- as pinned: {len(groups['ok'])} packages",
+    ]
 
 
 # ---------------------------------------------------------------------------- commands
@@ -298,8 +364,11 @@ def cmd_install(args: argparse.Namespace) -> int:
         return 0
     code = subprocess.run(cmd).returncode
     if code != 0:
-        print(f"error: pip could not install the missing pins (exit {code}); offline, point it at wheels with "
-              "PIP_ARGS='--no-index --find-links DIR'", file=sys.stderr)
+        print(
+            f"error: pip could not install the missing pins (exit {code}); offline, point it at wheels with "
+            "PIP_ARGS='--no-index --find-links DIR'",
+            file=sys.stderr,
+        )
         return code
     (args.out / "packages.txt").write_text("\n".join(package_report(groups, True)) + "\n")
     return 0
@@ -311,8 +380,11 @@ def _has_torch() -> bool:
 
 def cmd_test(args: argparse.Namespace) -> int:
     if not _has_torch():
-        print(f"error: {sys.executable} has no torch; run with the Python that has the box's CUDA torch: "
-              "make test-gpu PYTHON=/path/to/python", file=sys.stderr)
+        print(
+            f"error: {sys.executable} has no torch; run with the Python that has the box's CUDA torch: "
+            "make test-gpu PYTHON=/path/to/python",
+            file=sys.stderr,
+        )
         return 2
     suites = {"custom": args.pytest_args} if args.pytest_args else SUITES
     codes = []
@@ -353,8 +425,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dry-run", action="store_true", help="print the pip command, run nothing")
     p.add_argument("--pip-args", default="", help="extra pip arguments, e.g. '--no-index --find-links wheels/'")
     p.set_defaults(fn=cmd_install)
-    p = sub.add_parser("test", parents=[common],
-                       help="the CUDA tests, then tests/engine tests/system; writes summary.md")
+    p = sub.add_parser(
+        "test", parents=[common], help="the CUDA tests, then tests/engine tests/system; writes summary.md"
+    )
     p.add_argument("--workers", type=int, default=None, help="pytest-xdist workers (default: half the cores, <= 8)")
     p.add_argument("--timeout", type=int, default=600, help="per-test limit in seconds (the suite's own: 600)")
     p.add_argument("pytest_args", nargs="*", help="after --: run only these pytest arguments instead")
@@ -364,7 +437,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("script", nargs="*", help="after --: run only this script with these arguments instead")
     p.set_defaults(fn=cmd_bench)
     sub.add_parser("summary", parents=[common], help="rewrite summary.md from --out and print it").set_defaults(
-        fn=cmd_summary)
+        fn=cmd_summary
+    )
     args = ap.parse_args(argv)
     args.out = args.out.resolve()
     return args.fn(args)

@@ -33,13 +33,30 @@ from engine.store import connect, ingest_run  # noqa: E402
 
 def write_epochs(rl: RunLog, first: int, n_epochs: int, steps_per_epoch: int, rng: random.Random) -> None:
     for ep in range(first, first + n_epochs):
-        steps = [[s, rng.random() * 1e-3, rng.random() * 1e-4, rng.random() * 1e-2, rng.random() * 2e-2]
-                 for s in range(steps_per_epoch)]
+        steps = [
+            [s, rng.random() * 1e-3, rng.random() * 1e-4, rng.random() * 1e-2, rng.random() * 2e-2]
+            for s in range(steps_per_epoch)
+        ]
         wall = sum(s[4] for s in steps)
-        rl.write("epoch", model_idx=0, rank=0, epoch=ep, warmup=ep == 0, wall_s=wall, samples=32 * steps_per_epoch,
-                 samples_per_s=32 * steps_per_epoch / wall, ttfb_s=0.01, data_wait_s=sum(s[1] for s in steps),
-                 h2d_s=sum(s[2] for s in steps), compute_s=sum(s[3] for s in steps), n_steps=steps_per_epoch,
-                 t_start=float(ep), t_end=ep + wall, loss=1.0 / (ep + 1), steps=steps)
+        rl.write(
+            "epoch",
+            model_idx=0,
+            rank=0,
+            epoch=ep,
+            warmup=ep == 0,
+            wall_s=wall,
+            samples=32 * steps_per_epoch,
+            samples_per_s=32 * steps_per_epoch / wall,
+            ttfb_s=0.01,
+            data_wait_s=sum(s[1] for s in steps),
+            h2d_s=sum(s[2] for s in steps),
+            compute_s=sum(s[3] for s in steps),
+            n_steps=steps_per_epoch,
+            t_start=float(ep),
+            t_end=ep + wall,
+            loss=1.0 / (ep + 1),
+            steps=steps,
+        )
         rl.write("samples", rows=[[ep + i / 10, 150.0, 2**30, None, None] for i in range(10)])
 
 
@@ -82,13 +99,19 @@ def main() -> None:
             rl.write("end", status="done", error=None)
         append_s = timed_ingest(run_dir, db)
         added = count_steps(db) - rows
-    print(f"machine: {platform.processor() or platform.machine()}, {cores} cores used, Python "
-          f"{platform.python_version()}, duckdb {duckdb.__version__}, {platform.system()} {platform.release()}")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {cores} cores used, Python "
+        f"{platform.python_version()}, duckdb {duckdb.__version__}, {platform.system()} {platform.release()}"
+    )
     print(f"RunLog: {rows:,} steps in {n_epochs} epochs, {size_mb:.1f} MiB, written in {write_s:.2f} s")
-    print(f"ingest {rows:,} step rows in {full_s:.2f} s: {rows / full_s:,.0f} rows/s "
-          f"(store open + schema alone: {connect_s:.2f} s)")
-    print(f"append {added:,} steps, re-ingest in {append_s:.3f} s: {added / append_s:,.0f} rows/s; "
-          f"{append_s / full_s:.1%} of the full ingest for {added / max(rows, 1):.1%} of the rows")
+    print(
+        f"ingest {rows:,} step rows in {full_s:.2f} s: {rows / full_s:,.0f} rows/s "
+        f"(store open + schema alone: {connect_s:.2f} s)"
+    )
+    print(
+        f"append {added:,} steps, re-ingest in {append_s:.3f} s: {added / append_s:,.0f} rows/s; "
+        f"{append_s / full_s:.1%} of the full ingest for {added / max(rows, 1):.1%} of the rows"
+    )
 
 
 def timed_ingest_empty(db: Path) -> float:

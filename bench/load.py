@@ -45,8 +45,15 @@ sys.path.insert(0, str(ROOT))
 
 log = logging.getLogger("bench.load")
 
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 HISTORY_SQL = "SELECT loader, workers, count(*) AS runs, median(epoch_s) AS epoch_s FROM runs GROUP BY ALL ORDER BY 4"
 # page -> (path with query, the element whose visibility means "the page is there")
 PAGES = {
@@ -70,10 +77,30 @@ class Server:
         env = {**os.environ, "LOADERLAB_DB": str(db), "PYTHONPATH": str(ROOT)}
         with open(log_path, "ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port",
-                 str(self.port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
-                 "--server.fileWatcherType", "none"], cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                stderr=out, start_new_session=True)
+                [
+                    sys.executable,
+                    "-m",
+                    "streamlit",
+                    "run",
+                    "app.py",
+                    "--server.headless",
+                    "true",
+                    "--server.port",
+                    str(self.port),
+                    "--server.address",
+                    "127.0.0.1",
+                    "--browser.gatherUsageStats",
+                    "false",
+                    "--server.fileWatcherType",
+                    "none",
+                ],
+                cwd=ROOT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + 90
         while True:
             try:
@@ -104,8 +131,16 @@ class Server:
         self.close()
 
 
-async def _session(browser, base: str, i: int, rounds: int, start: asyncio.Event,
-                   times: dict[str, list[float]], failures: list[str], timeout_s: float) -> None:
+async def _session(
+    browser,
+    base: str,
+    i: int,
+    rounds: int,
+    start: asyncio.Event,
+    times: dict[str, list[float]],
+    failures: list[str],
+    timeout_s: float,
+) -> None:
     """One user: a fresh browser context; Explore and History in turns, `rounds` times each."""
     ctx = await browser.new_context(viewport={"width": 1400, "height": 1000})
     page = await ctx.new_page()
@@ -140,8 +175,10 @@ async def drive(base: str, sessions: int, rounds: int, timeout_s: float) -> tupl
                 await warm.locator(selector).first.wait_for(state="visible", timeout=120_000)
             await warm.close()
             start = asyncio.Event()
-            tasks = [asyncio.create_task(_session(browser, base, i, rounds, start, times, failures, timeout_s))
-                     for i in range(sessions)]
+            tasks = [
+                asyncio.create_task(_session(browser, base, i, rounds, start, times, failures, timeout_s))
+                for i in range(sessions)
+            ]
             await asyncio.sleep(0.5)
             start.set()  # every session starts at once
             await asyncio.gather(*tasks)
@@ -178,14 +215,25 @@ async def _ws_view(ws, name: str, timeout_s: float) -> None:
         raise RuntimeError(f"the page finished without its {MAIN_ELEMENT[name]} (elements: {sorted(seen)})")
 
 
-async def _ws_session(base: str, i: int, rounds: int, start: asyncio.Event, times: dict[str, list[float]],
-                      failures: list[str], timeout_s: float) -> None:
+async def _ws_session(
+    base: str,
+    i: int,
+    rounds: int,
+    start: asyncio.Event,
+    times: dict[str, list[float]],
+    failures: list[str],
+    timeout_s: float,
+) -> None:
     """One user as a websocket session: Explore and History in turns, `rounds` times each."""
     import websockets
 
     order = list(PAGES) if i % 2 == 0 else list(reversed(PAGES))
-    async with websockets.connect(base.replace("http", "ws", 1) + "/_stcore/stream", subprotocols=["streamlit"],
-                                  max_size=None, open_timeout=timeout_s) as ws:
+    async with websockets.connect(
+        base.replace("http", "ws", 1) + "/_stcore/stream",
+        subprotocols=["streamlit"],
+        max_size=None,
+        open_timeout=timeout_s,
+    ) as ws:
         await start.wait()
         for _ in range(rounds):
             for name in order:
@@ -208,8 +256,9 @@ async def drive_ws(base: str, sessions: int, rounds: int, timeout_s: float) -> t
     if failures:
         return times, failures
     start = asyncio.Event()
-    tasks = [asyncio.create_task(_ws_session(base, i, rounds, start, times, failures, timeout_s))
-             for i in range(sessions)]
+    tasks = [
+        asyncio.create_task(_ws_session(base, i, rounds, start, times, failures, timeout_s)) for i in range(sessions)
+    ]
     await asyncio.sleep(0.5)
     start.set()  # every session starts at once
     await asyncio.gather(*tasks)
@@ -282,11 +331,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=50_000, help="synthetic runs in the store (default 50,000)")
     p.add_argument("--epochs", type=int, default=20, help="epoch rows per run (default 20)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds before a page counts as failed")
-    p.add_argument("--driver", choices=("websocket", "browser", "apptest"), default="websocket",
-                   help="websocket: sessions speaking Streamlit's own protocol to `streamlit run` (the server's "
-                        "whole work per view, no rendering); browser: chromium contexts in one browser (on a small "
-                        "machine this mostly measures chromium); apptest: AppTest sessions, one process each, "
-                        "cold caches (a worst case)")
+    p.add_argument(
+        "--driver",
+        choices=("websocket", "browser", "apptest"),
+        default="websocket",
+        help="websocket: sessions speaking Streamlit's own protocol to `streamlit run` (the server's "
+        "whole work per view, no rendering); browser: chromium contexts in one browser (on a small "
+        "machine this mostly measures chromium); apptest: AppTest sessions, one process each, "
+        "cold caches (a worst case)",
+    )
     p.add_argument("--db", type=Path, default=None, help="store to seed (default: a temporary file)")
     p.add_argument("--keep", action="store_true", help="reuse --db if it already has runs, and keep it afterwards")
     args = p.parse_args(argv)
@@ -316,19 +369,28 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.keep:
             tmp.cleanup()
-    who = {"browser": "chromium sessions", "websocket": "websocket sessions (Streamlit's protocol, no rendering)",
-           "apptest": "AppTest sessions (a process each; server side only)"}[args.driver]
-    print(f"\nDashboard under load: {args.sessions} concurrent {who} × {args.rounds} rounds of "
-          f"Explore + History; {n_runs:,} runs, {n_runs * args.epochs:,} epoch rows; {wall:.1f} s in all")
+    who = {
+        "browser": "chromium sessions",
+        "websocket": "websocket sessions (Streamlit's protocol, no rendering)",
+        "apptest": "AppTest sessions (a process each; server side only)",
+    }[args.driver]
+    print(
+        f"\nDashboard under load: {args.sessions} concurrent {who} × {args.rounds} rounds of "
+        f"Explore + History; {n_runs:,} runs, {n_runs * args.epochs:,} epoch rows; {wall:.1f} s in all"
+    )
     shared = " · server and clients on the same machine" if args.driver != "apptest" else ""
-    print(f"machine: {platform.node()} · {platform.processor() or platform.machine()} · {os.cpu_count()} cores · "
-          f"Python {platform.python_version()}{shared}")
+    print(
+        f"machine: {platform.node()} · {platform.processor() or platform.machine()} · {os.cpu_count()} cores · "
+        f"Python {platform.python_version()}{shared}"
+    )
     print(f"{'page':<10}{'loads':>6}{'p50':>9}{'p95':>9}{'max':>9}   p95 < 2 s")
     for name, values in [*times.items(), ("all", [v for vs in times.values() for v in vs])]:
         if values:
             p95 = _pct(values, 95)
-            print(f"{name:<10}{len(values):>6}{_pct(values, 50):>8.2f}s{p95:>8.2f}s{max(values):>8.2f}s   "
-                  f"{'yes' if p95 < 2.0 else 'NO'}")
+            print(
+                f"{name:<10}{len(values):>6}{_pct(values, 50):>8.2f}s{p95:>8.2f}s{max(values):>8.2f}s   "
+                f"{'yes' if p95 < 2.0 else 'NO'}"
+            )
     for f in failures[:10]:
         print("failed:", f)
     if failures:

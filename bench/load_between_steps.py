@@ -33,8 +33,14 @@ CPU = torch.device("cpu")
 
 
 def _config(pipeline: str) -> RunConfig:
-    return RunConfig.from_dict({"workload": f"bench.pipelines.{pipeline}:build",
-                                "model": f"bench.pipelines.{pipeline}:model", "n_samples": 512, "device": "cpu"})
+    return RunConfig.from_dict(
+        {
+            "workload": f"bench.pipelines.{pipeline}:build",
+            "model": f"bench.pipelines.{pipeline}:model",
+            "n_samples": 512,
+            "device": "cpu",
+        }
+    )
 
 
 def rounds(pipeline: str, n: int, with_step: bool = True) -> list[tuple[float, float, float, float]]:
@@ -86,16 +92,29 @@ def main() -> int:
         return 0
     print(f"# {args.pipeline}, ms a batch, one thread")
     for i, (alone, between, step, step_between) in enumerate(rounds(args.pipeline, args.rounds)):
-        print(f"round {i}: load back to back {alone:.1f}, between steps {between:.1f}; "
-              f"step alone {step:.1f}, between loads {step_between:.1f}", flush=True)
+        print(
+            f"round {i}: load back to back {alone:.1f}, between steps {between:.1f}; "
+            f"step alone {step:.1f}, between loads {step_between:.1f}",
+            flush=True,
+        )
     readings = []
     for i in range(args.processes):
         if i:
             time.sleep(args.gap_s)
-        readings.append(float(subprocess.run([sys.executable, __file__, "--alone", "--pipeline", args.pipeline],
-                                             capture_output=True, text=True, check=True).stdout.split()[-1]))
-    print(f"load back to back in {args.processes} fresh processes: {', '.join(f'{r:.1f}' for r in readings)} "
-          f"(max/min {max(readings) / min(readings):.2f})")
+        readings.append(
+            float(
+                subprocess.run(
+                    [sys.executable, __file__, "--alone", "--pipeline", args.pipeline],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout.split()[-1]
+            )
+        )
+    print(
+        f"load back to back in {args.processes} fresh processes: {', '.join(f'{r:.1f}' for r in readings)} "
+        f"(max/min {max(readings) / min(readings):.2f})"
+    )
     return 0
 
 

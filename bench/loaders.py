@@ -78,7 +78,7 @@ def plain_epochs(cfg: RunConfig) -> list[float]:
         for x, y in loader:
             train_step(model, opt, x, y)
         times.append(time.perf_counter() - t)
-    return times[cfg.warmup_epochs:]
+    return times[cfg.warmup_epochs :]
 
 
 def main() -> None:
@@ -98,8 +98,18 @@ def main() -> None:
         versus.run(args.workloads.split(","), int(args.workers or 2), args.repeats or 7, args.epochs, base)
         return
     args.repeats, args.workers = args.repeats or 3, args.workers or "0,1,2,4"
-    base = dict(workload="jpeg", n_samples=args.n_samples, image_size=args.image_size, model="cnn", width=16,
-                depth=2, batch_size=64, epochs=args.epochs, warmup_epochs=1, bound=False)
+    base = dict(
+        workload="jpeg",
+        n_samples=args.n_samples,
+        image_size=args.image_size,
+        model="cnn",
+        width=16,
+        depth=2,
+        batch_size=64,
+        epochs=args.epochs,
+        warmup_epochs=1,
+        bound=False,
+    )
     WORKLOADS["jpeg"](RunConfig.from_dict(base))  # generate the files before anything is timed
     print(f"{'loader':<10}{'workers':>8}{'engine s':>10}{'plain s':>10}{'samples/s':>11}{'engine/plain':>14}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -114,8 +124,9 @@ def main() -> None:
                     eng += engine_epochs(cfg, Path(tmp))
                     pln += plain_epochs(plain_cfg)
                 e, p = statistics.median(eng), statistics.median(pln)
-                print(f"{loader:<10}{workers:>8}{e:>10.3f}{p:>10.3f}{cfg.n_samples / e:>11.0f}{e / p:>14.3f}",
-                      flush=True)
+                print(
+                    f"{loader:<10}{workers:>8}{e:>10.3f}{p:>10.3f}{cfg.n_samples / e:>11.0f}{e / p:>14.3f}", flush=True
+                )
     print("plain = torch DataLoader with num_workers = workers (0 for sync/prefetch), same batches and model")
 
 

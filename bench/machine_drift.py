@@ -53,12 +53,17 @@ def _line(name: str, times: list[float], every: float) -> str:
     ms = sorted(t * 1e3 for t in times)
     q = statistics.quantiles(ms, n=10)
     slow, median = _stretches(times, every), statistics.median(times)
-    stretch = f"{len(slow)} slow stretches, longest {max(slow):.1f} s, median {statistics.median(slow):.2f} s" \
-        if slow else "no slow stretch"
-    return (f"{name:>8}: median {statistics.median(ms):.2f} ms, p10 {q[0]:.2f}, p90 {q[-1]:.2f} "
-            f"(p90/p10 {q[-1] / q[0]:.2f}), slowest/fastest {ms[-1] / ms[0]:.2f}; "
-            f"{100 * sum(t >= SLOW * median for t in times) / len(times):.0f} % of ticks slow; "
-            f"{stretch}")
+    stretch = (
+        f"{len(slow)} slow stretches, longest {max(slow):.1f} s, median {statistics.median(slow):.2f} s"
+        if slow
+        else "no slow stretch"
+    )
+    return (
+        f"{name:>8}: median {statistics.median(ms):.2f} ms, p10 {q[0]:.2f}, p90 {q[-1]:.2f} "
+        f"(p90/p10 {q[-1] / q[0]:.2f}), slowest/fastest {ms[-1] / ms[0]:.2f}; "
+        f"{100 * sum(t >= SLOW * median for t in times) / len(times):.0f} % of ticks slow; "
+        f"{stretch}"
+    )
 
 
 def main() -> int:

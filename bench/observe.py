@@ -76,12 +76,16 @@ def main() -> None:
         watched.close()  # stored before the temporary store goes
     per_step = {k: [r[k][0] / r[k][2] * 1000 for r in rows] for k in ("plain", "watched")}
     ratios = [w / p_ for w, p_ in zip(per_step["watched"], per_step["plain"])]
-    print(f"machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, 1 intra-op thread; "
-          f"{args.steps} steps of {n} matmuls, {args.repeats} pairs")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, 1 intra-op thread; "
+        f"{args.steps} steps of {n} matmuls, {args.repeats} pairs"
+    )
     for kind in ("plain", "watched"):
         ends = [r[kind][1] * 1000 for r in rows]
-        print(f"{kind:8s} median step {statistics.median(per_step[kind]):.3f} ms · epoch end "
-              f"{statistics.median(ends):.1f} ms")
+        print(
+            f"{kind:8s} median step {statistics.median(per_step[kind]):.3f} ms · epoch end "
+            f"{statistics.median(ends):.1f} ms"
+        )
     print("watched / plain per pair: " + " ".join(f"{r:.4f}" for r in ratios))
     print(f"median watched / plain: {statistics.median(ratios):.4f} (target: at most 1.01 at a 5 ms step)")
 

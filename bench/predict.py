@@ -62,35 +62,62 @@ from engine.run.warm import WarmParent, run_env  # noqa: E402
 from engine.store import get_run  # noqa: E402
 
 # (loader, workers, intra-op threads): threads 0 = torch's default
-SETTINGS = [("sync", 0, 0), ("sync", 0, 1), ("prefetch", 0, 0), ("prefetch", 0, 1),
-            ("threads", 1, 1), ("threads", 2, 1), ("threads", 2, 0), ("threads", 4, 1),
-            ("processes", 1, 1), ("processes", 1, 0), ("processes", 2, 1), ("processes", 2, 0), ("processes", 4, 1)]
+SETTINGS = [
+    ("sync", 0, 0),
+    ("sync", 0, 1),
+    ("prefetch", 0, 0),
+    ("prefetch", 0, 1),
+    ("threads", 1, 1),
+    ("threads", 2, 1),
+    ("threads", 2, 0),
+    ("threads", 4, 1),
+    ("processes", 1, 1),
+    ("processes", 1, 0),
+    ("processes", 2, 1),
+    ("processes", 2, 0),
+    ("processes", 4, 1),
+]
 QUICK = [("sync", 0, 1), ("threads", 2, 1), ("processes", 1, 1)]
 GOAL = (10.0, 20.0)  # median and p90 |error| %, the issue's goal on 2 cores
-KS = (1, 2, 4)       # earlier runs (of other settings) each held-out prediction learns from
+KS = (1, 2, 4)  # earlier runs (of other settings) each held-out prediction learns from
 # what the model's figures come from: a change to any of them re-measures every table
-MODEL_FILES = ("engine/predict/model.py", "engine/predict/probe.py", "engine/predict/_probe_step.py",
-               "engine/measure/pools.py", "engine/predict/forecast.py")
+MODEL_FILES = (
+    "engine/predict/model.py",
+    "engine/predict/probe.py",
+    "engine/predict/_probe_step.py",
+    "engine/measure/pools.py",
+    "engine/predict/forecast.py",
+)
 _PLUGIN = "bench.pipelines"
 
 
 def pipelines(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """name -> (kind, config fields): 'builtin' shaped the model; 'unseen' did not."""
+
     def plugin(name: str, **fields: Any) -> dict[str, Any]:
         return {"workload": f"{_PLUGIN}.{name}:build", "model": f"{_PLUGIN}.{name}:model", **fields}
 
-    return {"jpeg": ("builtin", {"workload": "jpeg", "model": "cnn", "width": 16, "image_size": 48}),
-            "pyloop": ("builtin", {"workload": "pyloop", "model": "mlp", "image_size": 16, "work_us": args.work_us}),
-            "tensor": ("builtin", {"workload": "tensor", "model": "mlp", "image_size": 16,
-                                   "latency_ms": args.latency_ms}),
-            "tokenizer": ("unseen", plugin("tokenizer")),
-            "spectrogram": ("shaped", plugin("spectrogram")),  # its misses shaped the pool rule: no longer unseen
-            "storage": ("unseen", plugin("storage")),
-            "features": ("unseen", plugin("features")),
-            "sensors": ("unseen", plugin("sensors")),
-            "own_pipeline": ("unseen", {"workload": "examples.own_pipeline.data:build",
-                                        "model": "examples.own_pipeline.nets:resnet", "image_size": 64, "width": 16,
-                                        "num_classes": 8, "batch_size": 32})}
+    return {
+        "jpeg": ("builtin", {"workload": "jpeg", "model": "cnn", "width": 16, "image_size": 48}),
+        "pyloop": ("builtin", {"workload": "pyloop", "model": "mlp", "image_size": 16, "work_us": args.work_us}),
+        "tensor": ("builtin", {"workload": "tensor", "model": "mlp", "image_size": 16, "latency_ms": args.latency_ms}),
+        "tokenizer": ("unseen", plugin("tokenizer")),
+        "spectrogram": ("shaped", plugin("spectrogram")),  # its misses shaped the pool rule: no longer unseen
+        "storage": ("unseen", plugin("storage")),
+        "features": ("unseen", plugin("features")),
+        "sensors": ("unseen", plugin("sensors")),
+        "own_pipeline": (
+            "unseen",
+            {
+                "workload": "examples.own_pipeline.data:build",
+                "model": "examples.own_pipeline.nets:resnet",
+                "image_size": 64,
+                "width": 16,
+                "num_classes": 8,
+                "batch_size": 32,
+            },
+        ),
+    }
 
 
 def main() -> None:
@@ -100,16 +127,30 @@ def main() -> None:
     known = pipelines(args)
     chosen = _chosen(args, known)
     settings = _settings(args)
-    lines = [f"machine: {host['cpu_model']}, {usable_cpus():g} usable cores, torch {host['torch_version']}; "
-             f"{args.n_samples} samples, {args.epochs} epochs (1 warm-up), {args.repeats} run(s) per setting", "",
-             f"model: {_model_commit()}", "",
-             f"command: `{' '.join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])}`", ""]
+    lines = [
+        f"machine: {host['cpu_model']}, {usable_cpus():g} usable cores, torch {host['torch_version']}; "
+        f"{args.n_samples} samples, {args.epochs} epochs (1 warm-up), {args.repeats} run(s) per setting",
+        "",
+        f"model: {_model_commit()}",
+        "",
+        f"command: `{' '.join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])}`",
+        "",
+    ]
     rows: dict[str, list[dict[str, Any]]] = {}
     with WarmParent() as warm:
         for name in chosen:
             kind, fields = known[name]
-            base = RunConfig.from_dict({**fields, "n_samples": args.n_samples, "epochs": args.epochs,
-                                        "device": "cpu", "bound": False, "sample_hz": 0.0, "tag": "bench-predict"})
+            base = RunConfig.from_dict(
+                {
+                    **fields,
+                    "n_samples": args.n_samples,
+                    "epochs": args.epochs,
+                    "device": "cpu",
+                    "bound": False,
+                    "sample_hz": 0.0,
+                    "tag": "bench-predict",
+                }
+            )
             found = _pipeline(name, kind, base, settings, args.repeats, db, warm, lines)
             rows[name] = [r for r in found if r["measured"] is not None]
     lines += _summary(rows, {n: known[n][0] for n in rows})
@@ -122,11 +163,15 @@ def main() -> None:
 
 def _args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workload", default=None,
-                    help="builtin (default), unseen, all, or pipeline names joined by commas")
+    ap.add_argument(
+        "--workload", default=None, help="builtin (default), unseen, all, or pipeline names joined by commas"
+    )
     ap.add_argument("--pipelines", action="store_true", help="the unseen pipelines (as --workload unseen)")
-    ap.add_argument("--settings", default=None,
-                    help="all (default), quick, or loader/workers/threads joined by commas (threads 0: default)")
+    ap.add_argument(
+        "--settings",
+        default=None,
+        help="all (default), quick, or loader/workers/threads joined by commas (threads 0: default)",
+    )
     ap.add_argument("--work-us", type=float, default=300.0, help="pyloop: microseconds of Python per sample")
     ap.add_argument("--latency-ms", type=float, default=5.0, help="tensor: milliseconds of sleep per sample")
     ap.add_argument("--n-samples", type=int, default=None, help="default 512 (128 with --quick)")
@@ -172,15 +217,25 @@ def _settings(args: argparse.Namespace) -> list[tuple[str, int, int]]:
 def _model_commit() -> str:
     """The last commit that touched the model's files, and whether they differ from it now (a table measured
     on changed files is not that commit's)."""
+
     def git(*a: str) -> str:
         return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
     commit = git("log", "-1", "--format=%h %cs", "--", *MODEL_FILES) or "unknown (no git)"
     dirty = git("status", "--porcelain", "--", *MODEL_FILES)
     return f"{commit} ({', '.join(MODEL_FILES)})" + (" + UNCOMMITTED CHANGES: not a frozen model" if dirty else "")
 
 
-def _pipeline(name: str, kind: str, base: RunConfig, settings: list[tuple[str, int, int]], repeats: int, db: Path,
-              warm: WarmParent, lines: list[str]) -> list[dict[str, Any]]:
+def _pipeline(
+    name: str,
+    kind: str,
+    base: RunConfig,
+    settings: list[tuple[str, int, int]],
+    repeats: int,
+    db: Path,
+    warm: WarmParent,
+    lines: list[str],
+) -> list[dict[str, Any]]:
     """One probe, every setting predicted, then run; the pipeline's Markdown section appended to lines."""
     probe = _probe(base, db.parent / f"calibrations-{name}")
     cfgs = [base.replace(loader=loader, workers=workers, threads=threads) for loader, workers, threads in settings]
@@ -191,18 +246,34 @@ def _pipeline(name: str, kind: str, base: RunConfig, settings: list[tuple[str, i
             run = get_run(result.run_id, db=db) if result.status == "done" else None
             if run and run.get("epoch_s"):
                 measured[i].append(run["epoch_s"])
-    lines += [f"### {name} ({kind}): {base.workload} + {base.model}", "", _probe_line(probe), "",
-              "| setting | predicted s (range) | measured s | error % | predicted limit |",
-              "| --- | ---: | ---: | ---: | --- |"]
+    lines += [
+        f"### {name} ({kind}): {base.workload} + {base.model}",
+        "",
+        _probe_line(probe),
+        "",
+        "| setting | predicted s (range) | measured s | error % | predicted limit |",
+        "| --- | ---: | ---: | ---: | --- |",
+    ]
     rows = []
     for i, cfg in enumerate(cfgs):
         p = predict(cfg, probe)
         got = statistics.median(measured[i]) if measured[i] else None
-        rows.append({"pipeline": name, "cfg": cfg, "setting": _setting(cfg), "predicted": p, "measured": got,
-                     "error": _error(p, got), "spread": _runs_spread(measured[i])})
+        rows.append(
+            {
+                "pipeline": name,
+                "cfg": cfg,
+                "setting": _setting(cfg),
+                "predicted": p,
+                "measured": got,
+                "error": _error(p, got),
+                "spread": _runs_spread(measured[i]),
+            }
+        )
         err = "-" if got is None else f"{rows[-1]['error']:+.1f}"
-        lines.append(f"| {_setting(cfg)} | {p.epoch_s:.3f} ({p.lo:.3f}-{p.hi:.3f}) | "
-                     f"{'failed' if got is None else f'{got:.3f}'}{rows[-1]['spread']} | {err} | {p.limit} |")
+        lines.append(
+            f"| {_setting(cfg)} | {p.epoch_s:.3f} ({p.lo:.3f}-{p.hi:.3f}) | "
+            f"{'failed' if got is None else f'{got:.3f}'}{rows[-1]['spread']} | {err} | {p.limit} |"
+        )
     _learned(rows, probe)
     lines.append("")
     return rows
@@ -215,11 +286,16 @@ def _probe_line(probe: dict[str, Any]) -> str:
     pools = ", ".join(f"{p['api']} {p['threads']}" for p in probe.get("pools") or []) or "none"
     if probe.get("pools"):  # the pool's working share: the load's CPU over its median wall, past one core
         pools += f" (working share {pool_use(probe):.2f}, median wall {probe['load_median_wall_s'] * 1e3:.1f} ms)"
-    windows = f" (median of {probe['load_windows']} windows; the fastest {probe['load_fastest_wall_s'] * 1e3:.1f} ms)" \
-        if probe.get("load_windows") else ""
-    return (f"probe: load {probe['load_wall_s'] * 1e3:.1f} ms wall / {probe['load_cpu_s'] * 1e3:.1f} ms CPU per "
-            f"batch of {probe['batch_size']}{windows}, GIL share {gil}; step {compute}, its GIL share {step_gil}; "
-            f"hidden pools {pools}; spread {100 * (probe.get('spread') or 0):.0f} %; {probe['cores']:g} cores")
+    windows = (
+        f" (median of {probe['load_windows']} windows; the fastest {probe['load_fastest_wall_s'] * 1e3:.1f} ms)"
+        if probe.get("load_windows")
+        else ""
+    )
+    return (
+        f"probe: load {probe['load_wall_s'] * 1e3:.1f} ms wall / {probe['load_cpu_s'] * 1e3:.1f} ms CPU per "
+        f"batch of {probe['batch_size']}{windows}, GIL share {gil}; step {compute}, its GIL share {step_gil}; "
+        f"hidden pools {pools}; spread {100 * (probe.get('spread') or 0):.0f} %; {probe['cores']:g} cores"
+    )
 
 
 def _learned(rows: list[dict[str, Any]], probe: dict[str, Any]) -> None:
@@ -245,9 +321,15 @@ def _runs_spread(times: list[float]) -> str:
 
 def _probe(base: RunConfig, calibrations: Path) -> dict[str, Any]:
     """Measured once, in a child, into a folder of its own: never an earlier cached one."""
-    out = subprocess.run([sys.executable, "-m", "engine.predict._probe_child", str(calibrations)],
-                         input=json.dumps(base.to_dict()), capture_output=True, text=True, cwd=ROOT, env=run_env(),
-                         check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "engine.predict._probe_child", str(calibrations)],
+        input=json.dumps(base.to_dict()),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=run_env(),
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])["probe"]
 
 
@@ -264,9 +346,13 @@ def _summary(rows: dict[str, list[dict[str, Any]]], kinds: dict[str, str]) -> li
         members = [r for n, rs in rows.items() if kinds[n] == kind for r in rs]
         if members and sum(kinds[n] == kind for n in rows) > 1:
             groups.append((f"**all {kind}**", members))
-    lines = ["### accuracy (held out: no setting's own run shapes its prediction)", "",
-             "| pipeline | source | settings | median \\|error\\| % | p90 \\|error\\| % | too fast / too slow "
-             "(\\|error\\| > 10 %) |", "| --- | --- | ---: | ---: | ---: | --- |"]
+    lines = [
+        "### accuracy (held out: no setting's own run shapes its prediction)",
+        "",
+        "| pipeline | source | settings | median \\|error\\| % | p90 \\|error\\| % | too fast / too slow "
+        "(\\|error\\| > 10 %) |",
+        "| --- | --- | ---: | ---: | ---: | --- |",
+    ]
     for name, members in groups:
         for source, key in [("prior (probe alone)", "error"), *[(f"prior+runs, k={k}", f"k{k}") for k in KS]]:
             errs = [r[key] for r in members if r.get(key) is not None]
@@ -281,15 +367,19 @@ def _summary(rows: dict[str, list[dict[str, Any]]], kinds: dict[str, str]) -> li
             if len(errs):
                 med, p90 = float(np.median(errs)), float(np.percentile(errs, 90))
                 met = med <= GOAL[0] and p90 <= GOAL[1]
-                lines.append(f"goal on the unseen pipelines, {source}: median <= {GOAL[0]:g} %, p90 <= {GOAL[1]:g} %: "
-                             f"{'met' if met else 'not met'} ({med:.1f} %, {p90:.1f} %)")
+                lines.append(
+                    f"goal on the unseen pipelines, {source}: median <= {GOAL[0]:g} %, p90 <= {GOAL[1]:g} %: "
+                    f"{'met' if met else 'not met'} ({med:.1f} %, {p90:.1f} %)"
+                )
     every = [r for rs in rows.values() for r in rs]
     if every:
         lines += ["", "largest misses, probe alone (the limit each was predicted under):", ""]
         for r in sorted(every, key=lambda r: -abs(r["error"]))[:8]:
-            lines.append(f"- {r['pipeline']}, {r['setting']}: predicted {r['predicted'].epoch_s:.3f} s, measured "
-                         f"{r['measured']:.3f} s ({r['error']:+.1f} %, {'too fast' if r['error'] < 0 else 'too slow'});"
-                         f" {_limits(r['predicted'])}")
+            lines.append(
+                f"- {r['pipeline']}, {r['setting']}: predicted {r['predicted'].epoch_s:.3f} s, measured "
+                f"{r['measured']:.3f} s ({r['error']:+.1f} %, {'too fast' if r['error'] < 0 else 'too slow'});"
+                f" {_limits(r['predicted'])}"
+            )
     return lines
 
 
@@ -301,8 +391,9 @@ def _signs(members: list[dict[str, Any]], key: str) -> str:
     for r in fast + slow:
         label = f"{'fast' if r[key] < 0 else 'slow'} {r['predicted'].limit}"
         by_limit[label] = by_limit.get(label, 0) + 1
-    return f"{len(fast)} / {len(slow)}" + (f"; {', '.join(f'{k} {v}' for k, v in sorted(by_limit.items()))}"
-                                           if by_limit else "")
+    return f"{len(fast)} / {len(slow)}" + (
+        f"; {', '.join(f'{k} {v}' for k, v in sorted(by_limit.items()))}" if by_limit else ""
+    )
 
 
 def _limits(p: Prediction) -> str:

@@ -38,9 +38,15 @@ def _busy(conn) -> None:
 def _steps(seconds: float) -> list[float]:
     """Per-step wall seconds of a small CNN trained on one thread for `seconds`."""
     torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(16, 16, 3),
-                              torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
-                              torch.nn.Linear(16, 10))
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(16, 16, 3),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(16, 10),
+    )
     opt = torch.optim.SGD(net.parameters(), lr=0.01)
     x, y = torch.randn(64, 3, 48, 48), torch.randint(0, 10, (64,))
     out, end = [], time.perf_counter() + seconds
@@ -106,13 +112,18 @@ def main() -> None:
         for c in children:
             c.join()
     host = fingerprint()
-    print(f"machine: {host['cpu_model']}, torch {host['torch_version']}; a process that imported torch + "
-          f"{args.workers} busy forked children; {args.hz:g} Hz, {args.seconds:g} s x {args.repeats} interleaved\n")
+    print(
+        f"machine: {host['cpu_model']}, torch {host['torch_version']}; a process that imported torch + "
+        f"{args.workers} busy forked children; {args.hz:g} Hz, {args.seconds:g} s x {args.repeats} interleaved\n"
+    )
     print("| sampler | CPU per tick ms | median step ms | step vs no sampler |")
     print("| --- | ---: | ---: | ---: |")
     off = statistics.median(steps["off"])
-    names = {"off": "off (sample_hz 0)", "before": "tree and memory every tick (before)",
-             "now": f"tree and memory every {DEFAULT_SLOW_EVERY_S:g} s (now)"}
+    names = {
+        "off": "off (sample_hz 0)",
+        "before": "tree and memory every tick (before)",
+        "now": f"tree and memory every {DEFAULT_SLOW_EVERY_S:g} s (now)",
+    }
     for kind in kinds:
         step = statistics.median(steps[kind])
         tick = f"{statistics.median(ticks[kind]) * 1e3:.2f}" if ticks[kind] else "-"

@@ -33,8 +33,12 @@ from engine.measure import fingerprint  # noqa: E402
 from engine.workloads._spdl_decode import OFF_ENV, available  # noqa: E402
 
 # label -> (loader, SPDL's decoders on)
-SETTINGS = {"DataLoader": ("processes", False), "torchdata.nodes": ("threads", False),
-            "spdl + decoders": ("spdl", True), "spdl (PIL)": ("spdl", False)}
+SETTINGS = {
+    "DataLoader": ("processes", False),
+    "torchdata.nodes": ("threads", False),
+    "spdl + decoders": ("spdl", True),
+    "spdl (PIL)": ("spdl", False),
+}
 
 
 def _with(decoders: bool, measure: Any) -> Any:
@@ -89,10 +93,18 @@ def main() -> None:
     labels = [k for k in SETTINGS if SETTINGS[k][1] is False or available()]
     if len(labels) < len(SETTINGS):
         print("spdl_io's decoders do not load here (spdl_io or FFmpeg's libraries missing): 'spdl + decoders' left out")
-    base = {"workload": "jpeg", "n_samples": args.n_samples, "image_size": args.image_size,
-            "batch_size": args.batch_size, "workers": args.workers, "seed": 0}
-    print(f"machine {fingerprint()['machine']}; jpeg {args.n_samples} x {args.image_size} px, batch {args.batch_size}, "
-          f"{args.workers} workers, {args.repeats} repeats, {args.epochs} timed epochs")
+    base = {
+        "workload": "jpeg",
+        "n_samples": args.n_samples,
+        "image_size": args.image_size,
+        "batch_size": args.batch_size,
+        "workers": args.workers,
+        "seed": 0,
+    }
+    print(
+        f"machine {fingerprint()['machine']}; jpeg {args.n_samples} x {args.image_size} px, batch {args.batch_size}, "
+        f"{args.workers} workers, {args.repeats} repeats, {args.epochs} timed epochs"
+    )
     from engine.config import RunConfig
     from engine.workloads import build_dataset
 
@@ -101,14 +113,22 @@ def main() -> None:
     with_model: dict[str, list[float]] = {k: [] for k in labels}
     db = Path(tempfile.mkdtemp(prefix="spdl-decoders-")) / "bench.duckdb"
     for r in range(args.repeats):
-        order = labels[r % len(labels):] + labels[:r % len(labels)]  # rotated: no setting always runs first
+        order = labels[r % len(labels) :] + labels[: r % len(labels)]  # rotated: no setting always runs first
         for label in order:
             loader, decoders = SETTINGS[label]
             setting = {**base, "loader": loader, "device": "cpu"}
             loader_only[label].append(_with(decoders, lambda s=setting: versus._measure(s, args.epochs))["epoch_s"])
             if not args.no_model:
-                fields = {**base, "loader": loader, "model": args.model, "device": args.device, "threads": 1,
-                          "epochs": 1 + args.epochs, "bound": False, "tag": "bench-spdl"}
+                fields = {
+                    **base,
+                    "loader": loader,
+                    "model": args.model,
+                    "device": args.device,
+                    "threads": 1,
+                    "epochs": 1 + args.epochs,
+                    "bound": False,
+                    "tag": "bench-spdl",
+                }
                 with_model[label].append(_with(decoders, lambda f=fields: _run_epoch(f, db)))
         print(f"  repeat {r + 1}/{args.repeats} done", flush=True)
     _report("loader only (no model)", loader_only)

@@ -25,6 +25,7 @@ def _busy(us: float):
         while time.perf_counter() - t0 < us / 1e6:
             pass
         return i
+
     return work
 
 
@@ -39,9 +40,14 @@ def main() -> None:
         for concurrency in (1, 2):
             for _ in range(2):
                 pool = ThreadPoolExecutor(concurrency)
-                pipeline = (PipelineBuilder().add_source(range(args.items))
-                            .pipe(_busy(us), concurrency=concurrency, executor=pool, output_order="input")
-                            .aggregate(32).add_sink(2).build(num_threads=1))
+                pipeline = (
+                    PipelineBuilder()
+                    .add_source(range(args.items))
+                    .pipe(_busy(us), concurrency=concurrency, executor=pool, output_order="input")
+                    .aggregate(32)
+                    .add_sink(2)
+                    .build(num_threads=1)
+                )
                 t0, c0 = time.perf_counter(), time.process_time()
                 with pipeline.auto_stop():
                     n = sum(len(batch) for batch in pipeline.get_iterator(timeout=60))

@@ -37,8 +37,13 @@ from engine.run.runner import launch  # noqa: E402
 from engine.run.warm import WarmParent  # noqa: E402
 
 PHASES = ("overhead", "spawn", "setup", "finish", "reap")
-STARTUP = {"startup": "startup_s", "imports": "startup_imports_s", "cuda": "startup_cuda_s", "build": "startup_build_s",
-           "first_batch": "startup_first_batch_s"}  # the startup event's phases, as this table names them
+STARTUP = {
+    "startup": "startup_s",
+    "imports": "startup_imports_s",
+    "cuda": "startup_cuda_s",
+    "build": "startup_build_s",
+    "first_batch": "startup_first_batch_s",
+}  # the startup event's phases, as this table names them
 
 
 def one(cfg: RunConfig, db: Path, warm: WarmParent | None) -> dict[str, float]:
@@ -52,9 +57,14 @@ def one(cfg: RunConfig, db: Path, warm: WarmParent | None) -> dict[str, float]:
     start = next(e["t"] for e in events if e["type"] == "start")
     end = next(e["t"] for e in events if e["type"] == "end")
     phases = next(e for e in events if e["type"] == "startup")
-    return {"overhead": t_back - t0 - sum(e["wall_s"] for e in epochs), "spawn": start - t0,
-            "setup": epochs[0]["t"] - epochs[0]["wall_s"] - start, "finish": end - epochs[-1]["t"],
-            "reap": t_back - end, **{name: phases[key] for name, key in STARTUP.items()}}
+    return {
+        "overhead": t_back - t0 - sum(e["wall_s"] for e in epochs),
+        "spawn": start - t0,
+        "setup": epochs[0]["t"] - epochs[0]["wall_s"] - start,
+        "finish": end - epochs[-1]["t"],
+        "reap": t_back - end,
+        **{name: phases[key] for name, key in STARTUP.items()},
+    }
 
 
 def _cells(xs: list[float | None]) -> str:
@@ -75,22 +85,38 @@ def main() -> None:
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(name)s %(levelname)s %(message)s")
     os.environ.pop("LOADERLAB_WARM", None)
-    cfg = RunConfig.from_dict(dict(workload="tensor", n_samples=32, image_size=8, width=8, epochs=1, warmup_epochs=0,
-                                   batch_size=8, bound=False, loader="processes" if args.workers else "sync",
-                                   workers=args.workers, device=args.device))
+    cfg = RunConfig.from_dict(
+        dict(
+            workload="tensor",
+            n_samples=32,
+            image_size=8,
+            width=8,
+            epochs=1,
+            warmup_epochs=0,
+            batch_size=8,
+            bound=False,
+            loader="processes" if args.workers else "sync",
+            workers=args.workers,
+            device=args.device,
+        )
+    )
     times: dict[str, list[dict[str, float]]] = {"cold": [], "warm": []}
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "startup.duckdb"
         t0 = time.perf_counter()
         with WarmParent() as warm:
             ready = warm.status()  # waits for its imports: the once-per-sweep cost
-            print(f"warm parent pid {ready['pid']} ready in {time.perf_counter() - t0:.2f} s "
-                  f"({ready['threads']} threads, cuda_initialized={ready['cuda_initialized']})")
+            print(
+                f"warm parent pid {ready['pid']} ready in {time.perf_counter() - t0:.2f} s "
+                f"({ready['threads']} threads, cuda_initialized={ready['cuda_initialized']})"
+            )
             for i in range(2 * args.runs):
                 kind = "warm" if i % 4 in (1, 2) else "cold"  # cold, warm, warm, cold: neither always goes first
                 times[kind].append(one(cfg, db, warm if kind == "warm" else None))
-    print(f"{args.runs} runs each, tensor 32 samples, 1 epoch, {args.workers} workers, {args.device}, "
-          f"{os.cpu_count()} cores")
+    print(
+        f"{args.runs} runs each, tensor 32 samples, 1 epoch, {args.workers} workers, {args.device}, "
+        f"{os.cpu_count()} cores"
+    )
     print(f"{'seconds':12}" + "".join(f"{k + ' p50':>11}{k + ' p95':>11}" for k in ("cold", "warm")))
     for phase in (*PHASES, *STARTUP):
         if phase == "startup":
@@ -98,8 +124,10 @@ def main() -> None:
         print(f"{phase:12}" + "".join(_cells([r[phase] for r in times[k]]) for k in ("cold", "warm")))
     med = {k: statistics.median(r["overhead"] for r in times[k]) for k in times}
     met = "met" if med["warm"] <= 0.5 else "NOT met"
-    print(f"overhead p50: cold {med['cold']:.3f} s, warm {med['warm']:.3f} s, "
-          f"cold/warm {med['cold'] / med['warm']:.1f}x; target warm <= 0.5 s: {met}")
+    print(
+        f"overhead p50: cold {med['cold']:.3f} s, warm {med['warm']:.3f} s, "
+        f"cold/warm {med['cold'] / med['warm']:.1f}x; target warm <= 0.5 s: {met}"
+    )
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import sys
 
 def child(threads: str, sql: str) -> None:
     import duckdb  # noqa: PLC0415
+
     conn = duckdb.connect(config={} if threads == "default" else {"threads": int(threads)})
     conn.execute(sql)
     with open(os.devnull, "w") as out:
@@ -41,8 +42,14 @@ def main() -> int:
     big = f"SELECT range AS i, repeat('x', 200) AS s FROM range({args.rows})"
     print(f"# {os.cpu_count()} cores, MALLOC_ARENA_MAX={os.environ.get('MALLOC_ARENA_MAX', 'unset')}")
     for threads in args.threads.split(","):
-        small, large = (int(subprocess.run([sys.executable, __file__, "--child", threads, q], capture_output=True,
-                                           text=True, check=True).stdout.split()[-1]) for q in ("SELECT 1", big))
+        small, large = (
+            int(
+                subprocess.run(
+                    [sys.executable, __file__, "--child", threads, q], capture_output=True, text=True, check=True
+                ).stdout.split()[-1]
+            )
+            for q in ("SELECT 1", big)
+        )
         print(f"threads={threads}: SELECT 1 {small} MB, streamed {large} MB, over it {large - small} MB", flush=True)
     return 0
 

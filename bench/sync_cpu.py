@@ -60,12 +60,23 @@ def main() -> int:
         print("error: no CUDA GPU here; this check needs one", file=sys.stderr)
         return 2
     device = torch.device(args.device)
-    print(f"# {torch.cuda.get_device_name(0) if device.type == 'cuda' else 'CPU'}, torch {torch.__version__}, {torch.get_num_threads()} threads")
-    print(f"{'width':>5} {'wall s':>8} {'cpu to launch':>14} {'cpu to sync end':>16} {'spin share':>10} "
-          f"{'stored cpu_s':>12} {'stored s':>9}")
+    print(
+        f"# {torch.cuda.get_device_name(0) if device.type == 'cuda' else 'CPU'}, torch {torch.__version__}, {torch.get_num_threads()} threads"
+    )
+    print(
+        f"{'width':>5} {'wall s':>8} {'cpu to launch':>14} {'cpu to sync end':>16} {'spin share':>10} "
+        f"{'stored cpu_s':>12} {'stored s':>9}"
+    )
     for width in (int(w) for w in args.widths.split(",")):
-        cfg = RunConfig(workload="jpeg", model="cnn", width=width, image_size=args.image_size,
-                        batch_size=args.batch_size, n_samples=args.n_samples, device=args.device)
+        cfg = RunConfig(
+            workload="jpeg",
+            model="cnn",
+            width=width,
+            image_size=args.image_size,
+            batch_size=args.batch_size,
+            n_samples=args.n_samples,
+            device=args.device,
+        )
         dataset = build_dataset(cfg)
         step = step_builder(cfg, 0, device)(dataset)[0]
         n = len(epoch_batches(len(dataset), cfg.batch_size, cfg.seed, 1))
@@ -74,8 +85,11 @@ def main() -> int:
         step(*inputs[0])
         wall, to_launch, to_end = min(readings(step, inputs, device) for _ in range(args.repeats))
         stored = compute_pass(cfg, device, step_builder(cfg, 0, device))
-        print(f"{width:>5} {wall:>8.3f} {to_launch:>14.3f} {to_end:>16.3f} {(to_end - to_launch) / wall:>10.2f} "
-              f"{stored['cpu_s']:>12.3f} {stored['seconds']:>9.3f}", flush=True)
+        print(
+            f"{width:>5} {wall:>8.3f} {to_launch:>14.3f} {to_end:>16.3f} {(to_end - to_launch) / wall:>10.2f} "
+            f"{stored['cpu_s']:>12.3f} {stored['seconds']:>9.3f}",
+            flush=True,
+        )
     return 0
 
 

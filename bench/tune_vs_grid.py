@@ -45,8 +45,15 @@ from engine.store import get_run  # noqa: E402
 PIPELINES = {
     "jpeg": {"workload": "jpeg", "model": "cnn", "width": 16, "image_size": 48},
     # examples/own_pipeline/sweep.toml's pipeline (the default width 64 made an epoch 18-32 s: a 4-hour grid)
-    "own": {"workload": "examples.own_pipeline.data:build", "model": "examples.own_pipeline.nets:resnet",
-            "image_size": 64, "num_classes": 8, "width": 16, "depth": 2, "batch_size": 32},
+    "own": {
+        "workload": "examples.own_pipeline.data:build",
+        "model": "examples.own_pipeline.nets:resnet",
+        "image_size": 64,
+        "num_classes": 8,
+        "width": 16,
+        "depth": 2,
+        "batch_size": 32,
+    },
 }
 KNOBS = ("loader", "workers", "prefetch_depth", "threads")
 REFERENCE = {"loader": "processes", "workers": 1, "prefetch_depth": 2, "threads": 1}
@@ -60,18 +67,28 @@ def main() -> None:
     base = RunConfig.from_dict({**fields, "bound": False, "tag": "bench-grid"})
     space = _space(base, args.quick)
     host = fingerprint()
-    lines = [f"machine: {host['cpu_model']}, {usable_cpus():g} usable cores, torch {host['torch_version']}; "
-             f"{base.workload} + {base.model}, {args.n_samples} samples, {len(space)} candidates, "
-             f"{args.steady} steady epochs per run", ""]
+    lines = [
+        f"machine: {host['cpu_model']}, {usable_cpus():g} usable cores, torch {host['torch_version']}; "
+        f"{base.workload} + {base.model}, {args.n_samples} samples, {len(space)} candidates, "
+        f"{args.steady} steady epochs per run",
+        "",
+    ]
     grid_s, runs = _grid(space, base.warmup_epochs + args.steady, args.repeats, folder / "grid" / "grid.duckdb")
     medians = {i: statistics.median(r) for i, r in runs.items() if r}
     if not medians:
         sys.exit("every grid run failed; see the store at " + str(folder / "grid"))
     best = min(medians, key=medians.__getitem__)
-    result = tune(base.workload, base.model, budget_s=args.share * grid_s, db=folder / "tune" / "tune.duckdb",
-                  base={k: v for k, v in fields.items() if k not in ("workload", "model")}, progress=False,
-                  space=[{k: getattr(c, k) for k in KNOBS} for c in space], rung0_epochs=args.steady,
-                  confirm_repeats=args.confirm_repeats)
+    result = tune(
+        base.workload,
+        base.model,
+        budget_s=args.share * grid_s,
+        db=folder / "tune" / "tune.duckdb",
+        base={k: v for k, v in fields.items() if k not in ("workload", "model")},
+        progress=False,
+        space=[{k: getattr(c, k) for k in KNOBS} for c in space],
+        rung0_epochs=args.steady,
+        confirm_repeats=args.confirm_repeats,
+    )
     lines += _report(space, runs, medians, best, grid_s, result, args)
     lines += ["", f"stores: {folder}/grid, {folder}/tune"]
     text = "\n".join(lines)
@@ -85,8 +102,12 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--pipeline", choices=sorted(PIPELINES), default="jpeg")
     ap.add_argument("--n-samples", type=int, default=None, help="default 512 (64 with --quick)")
     ap.add_argument("--repeats", type=int, default=None, help="grid runs per candidate; default 7 (1 with --quick)")
-    ap.add_argument("--steady", type=int, default=None, help=f"steady epochs per run; default {RUNG0_EPOCHS} "
-                                                              "(tune's first rung; 1 with --quick)")
+    ap.add_argument(
+        "--steady",
+        type=int,
+        default=None,
+        help=f"steady epochs per run; default {RUNG0_EPOCHS} (tune's first rung; 1 with --quick)",
+    )
     ap.add_argument("--share", type=float, default=GOAL_TIME, help="tune's budget as a share of the grid's wall time")
     ap.add_argument("--confirm-repeats", type=int, default=None, help="tune's; default its own (1 with --quick)")
     ap.add_argument("--quick", action="store_true", help="a few candidates on small data: a smoke test")
@@ -128,32 +149,50 @@ def _grid(space: list[RunConfig], epochs: int, repeats: int, db: Path) -> tuple[
     return time.monotonic() - t0, runs
 
 
-def _report(space: list[RunConfig], runs: dict[int, list[float]], medians: dict[int, float], best: int,
-            grid_s: float, result: Any, args: argparse.Namespace) -> list[str]:
+def _report(
+    space: list[RunConfig],
+    runs: dict[int, list[float]],
+    medians: dict[int, float],
+    best: int,
+    grid_s: float,
+    result: Any,
+    args: argparse.Namespace,
+) -> list[str]:
     n_grid = sum(len(r) for r in runs.values())
     n_tune = len(result.rows) + len(result.confirm_rows)
     answer = next((i for i, c in enumerate(space) if result.best is not None and _is(c, result.best)), None)
     ref = next((i for i, c in enumerate(space) if _is(c, REFERENCE)), None)
-    lines = ["| search | wall s | runs | answer | its epoch s (grid median) | throughput vs grid best |",
-             "| --- | ---: | ---: | --- | ---: | ---: |",
-             f"| grid ({args.repeats} x {len(space)}) | {grid_s:.0f} | {n_grid} | {_name(space[best])} | "
-             f"{medians[best]:.3f} | 100% |"]
+    lines = [
+        "| search | wall s | runs | answer | its epoch s (grid median) | throughput vs grid best |",
+        "| --- | ---: | ---: | --- | ---: | ---: |",
+        f"| grid ({args.repeats} x {len(space)}) | {grid_s:.0f} | {n_grid} | {_name(space[best])} | "
+        f"{medians[best]:.3f} | 100% |",
+    ]
     tuned = "no answer" if answer is None else _name(space[answer])
     share = medians[best] / medians[answer] if answer in medians else math.nan
-    lines.append(f"| tune (budget {args.share:.0%} of the grid's) | {result.spent_s:.0f} | {n_tune} | {tuned} | "
-                 f"{medians.get(answer, math.nan):.3f} | {share:.1%} |")
-    lines += ["", f"tune: {result.probe_note or 'no probe'}; stopped: {result.stop_reason}",
-              f"tune's wall time: {result.spent_s / grid_s:.1%} of the grid's (goal <= {GOAL_TIME:.0%})"]
+    lines.append(
+        f"| tune (budget {args.share:.0%} of the grid's) | {result.spent_s:.0f} | {n_tune} | {tuned} | "
+        f"{medians.get(answer, math.nan):.3f} | {share:.1%} |"
+    )
+    lines += [
+        "",
+        f"tune: {result.probe_note or 'no probe'}; stopped: {result.stop_reason}",
+        f"tune's wall time: {result.spent_s / grid_s:.1%} of the grid's (goal <= {GOAL_TIME:.0%})",
+    ]
     if answer in medians:
         c = stats.compare(runs[best], runs[answer])
         ci = stats.ci_text(c["speedup_lo"], c["speedup_hi"], min(c["n_a"], c["n_b"]), "{:.1%}")
-        lines.append(f"tune's answer's throughput: {share:.1%} of the grid best's ({ci}; goal >= {GOAL_SHARE:.0%}: "
-                     f"{'met' if share >= GOAL_SHARE else 'not met'} by the medians)")
+        lines.append(
+            f"tune's answer's throughput: {share:.1%} of the grid best's ({ci}; goal >= {GOAL_SHARE:.0%}: "
+            f"{'met' if share >= GOAL_SHARE else 'not met'} by the medians)"
+        )
     if answer in medians and ref in medians:
         c = stats.compare(runs[ref], runs[answer])
         ci = stats.ci_text(c["speedup_lo"], c["speedup_hi"], min(c["n_a"], c["n_b"]), "{:.2f}", "x")
-        lines.append(f"vs {_name(space[ref])}: tune's answer is {c['speedup']:.2f}x its speed ({ci}; {c['difference']}); "
-                     f"at least as fast by the medians: {'yes' if c['speedup'] >= 1 else 'no'}")
+        lines.append(
+            f"vs {_name(space[ref])}: tune's answer is {c['speedup']:.2f}x its speed ({ci}; {c['difference']}); "
+            f"at least as fast by the medians: {'yes' if c['speedup'] >= 1 else 'no'}"
+        )
     return lines
 
 

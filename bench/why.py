@@ -26,8 +26,15 @@ from engine.run.runner import launch  # noqa: E402
 from engine.store import get_run  # noqa: E402
 
 # (loader, workers, threads): threads 0 = torch's default (all cores)
-SETTINGS = [("sync", 0, 0), ("processes", 2, 0), ("sync", 0, 1), ("processes", 2, 1), ("processes", 1, 1),
-            ("threads", 2, 1), ("prefetch", 0, 1)]
+SETTINGS = [
+    ("sync", 0, 0),
+    ("processes", 2, 0),
+    ("sync", 0, 1),
+    ("processes", 2, 1),
+    ("processes", 1, 1),
+    ("threads", 2, 1),
+    ("prefetch", 0, 1),
+]
 UNSEEN_SETTINGS = [*SETTINGS, ("threads", 4, 1), ("prefetch", 0, 0)]
 PIPELINES = ("jpeg", "tokenizer", "spectrogram", "storage")
 
@@ -51,16 +58,28 @@ def main() -> None:
         sys.exit(f"--pipeline: choose from {', '.join(PIPELINES)}, joined by commas; got {args.pipeline!r}")
     db = args.db or Path(tempfile.mkdtemp()) / "why.duckdb"
     host = fingerprint()
-    print(f"machine: {host['cpu_model']}, {usable_cpus():g} usable cores, torch {host['torch_version']}; "
-          f"{args.n_samples} samples, {args.epochs} epochs (1 warm-up)")
+    print(
+        f"machine: {host['cpu_model']}, {usable_cpus():g} usable cores, torch {host['torch_version']}; "
+        f"{args.n_samples} samples, {args.epochs} epochs (1 warm-up)"
+    )
     runs = []
     for name in names:
         print(f"\n{name}: {_fields(name, args)['workload']} + {_fields(name, args)['model']}")
-        print(f"{'loader':>10} {'workers':>7} {'threads':>7} {'epoch s':>8} {'old bound':>9} {'old eff':>7} "
-              f"{'bound':>7} {'eff':>5}  verdict: what would help")
-        for loader, workers, threads in (SETTINGS if name == "jpeg" else UNSEEN_SETTINGS):
-            cfg = RunConfig(**_fields(name, args), n_samples=args.n_samples, epochs=args.epochs, loader=loader,
-                            workers=workers, threads=threads, device="cpu", tag="bench-why")
+        print(
+            f"{'loader':>10} {'workers':>7} {'threads':>7} {'epoch s':>8} {'old bound':>9} {'old eff':>7} "
+            f"{'bound':>7} {'eff':>5}  verdict: what would help"
+        )
+        for loader, workers, threads in SETTINGS if name == "jpeg" else UNSEEN_SETTINGS:
+            cfg = RunConfig(
+                **_fields(name, args),
+                n_samples=args.n_samples,
+                epochs=args.epochs,
+                loader=loader,
+                workers=workers,
+                threads=threads,
+                device="cpu",
+                tag="bench-why",
+            )
             result = launch(cfg, db=db)
             run = get_run(result.run_id, db=db)
             if result.status != "done" or run.get("efficiency") is None:
@@ -68,9 +87,11 @@ def main() -> None:
                 continue
             runs.append((name, loader, workers, threads, run))
             old = max(run["loader_only_s"], run["compute_only_s"]) + (run["bound_s"] - _terms(run))
-            print(f"{loader:>10} {workers:>7} {threads or 'auto':>7} {run['epoch_s']:>8.3f} {old:>9.3f} "
-                  f"{old / run['epoch_s']:>7.2f} {run['bound_s']:>7.3f} {run['efficiency']:>5.2f}  "
-                  + (f"{run['verdict']}: {run['verdict_help']}" if run["verdict"] else f"efficiency {ABOVE_ONE}"))
+            print(
+                f"{loader:>10} {workers:>7} {threads or 'auto':>7} {run['epoch_s']:>8.3f} {old:>9.3f} "
+                f"{old / run['epoch_s']:>7.2f} {run['bound_s']:>7.3f} {run['efficiency']:>5.2f}  "
+                + (f"{run['verdict']}: {run['verdict_help']}" if run["verdict"] else f"efficiency {ABOVE_ONE}")
+            )
     print()
     for line in _checks(runs):
         print(line)
@@ -81,8 +102,10 @@ def _checks(runs: list[tuple]) -> list[str]:
     """Issue 25's checks over the runs made: overhead-bound and efficiency above 1, and storage's threads/4."""
     overhead = [f"{n} {lo}/{w}/{t}" for n, lo, w, t, r in runs if r["verdict"] == "overhead-bound"]
     above = [f"{n} {lo}/{w}/{t} ({r['efficiency']:.2f})" for n, lo, w, t, r in runs if r["efficiency"] > 1.0]
-    lines = [f"overhead-bound: {len(overhead)} of {len(runs)} runs" + (f" ({', '.join(overhead)})" if overhead else ""),
-             f"efficiency above 1: {len(above)} of {len(runs)} runs" + (f" ({', '.join(above)})" if above else "")]
+    lines = [
+        f"overhead-bound: {len(overhead)} of {len(runs)} runs" + (f" ({', '.join(overhead)})" if overhead else ""),
+        f"efficiency above 1: {len(above)} of {len(runs)} runs" + (f" ({', '.join(above)})" if above else ""),
+    ]
     epoch = {(lo, w, t): r["epoch_s"] for n, lo, w, t, r in runs if n == "storage"}
     if ("threads", 4, 1) in epoch and ("sync", 0, 1) in epoch:
         ratio = epoch[("sync", 0, 1)] / epoch[("threads", 4, 1)]
@@ -92,8 +115,12 @@ def _checks(runs: list[tuple]) -> list[str]:
 
 def _terms(run: dict) -> float:
     """The bound less its TTFB: the phase's largest term (one phase in single mode)."""
-    return max(run["loader_only_s"], run["compute_only_s"], run["cpu_bound_s"],
-               run["loader_only_s"] + run["compute_only_s"] if run["loader"] == "sync" else 0.0)
+    return max(
+        run["loader_only_s"],
+        run["compute_only_s"],
+        run["cpu_bound_s"],
+        run["loader_only_s"] + run["compute_only_s"] if run["loader"] == "sync" else 0.0,
+    )
 
 
 if __name__ == "__main__":

@@ -22,8 +22,18 @@ from typing import Any
 from engine.errors import ConfigError, printable
 from engine.names import DEFAULT_CLASSES, NAMES, SPEC_RE, WORKER_LOADERS, check_workers
 
-__all__ = ["ConfigError", "DEFAULT_MAX_RUNS", "RunConfig", "SweepConfig", "config_fields", "field_choices",
-           "field_type", "field_value", "load_toml", "printable"]
+__all__ = [
+    "ConfigError",
+    "DEFAULT_MAX_RUNS",
+    "RunConfig",
+    "SweepConfig",
+    "config_fields",
+    "field_choices",
+    "field_type",
+    "field_value",
+    "load_toml",
+    "printable",
+]
 
 DEFAULT_MAX_RUNS = 1000  # a sweep's runs (configs × repeats) unless its max_runs says more
 
@@ -40,15 +50,31 @@ def _f(default: Any, help: str, group: str, **meta: Any) -> Any:
 @dataclass(kw_only=True)
 class RunConfig:
     # --- workload ---
-    workload: str = _f("tensor", "dataset to load: a built-in name, or your own as 'module.path:callable' "
-                                 "(see engine/plugins/__init__.py)", "workload", choices="workloads", plugin=True)
+    workload: str = _f(
+        "tensor",
+        "dataset to load: a built-in name, or your own as 'module.path:callable' (see engine/plugins/__init__.py)",
+        "workload",
+        choices="workloads",
+        plugin=True,
+    )
     n_samples: int = _f(2048, "samples per epoch", "workload", min=1, max=10_000_000)
     image_size: int = _f(32, "side of the square images the model sees", "workload", min=8, max=1024)
-    num_classes: int = _f(0, "label classes; auto (or 0): a user's dataset's own (its num_classes or labels), else "
-                             "its model's output width; 10 for the built-in workloads", "workload", min=0,
-                          max=100_000, auto=0)
-    work_us: int = _f(0, "extra per-sample CPU work in microseconds (tensor: GIL-releasing; pyloop: GIL-holding)",
-                      "workload", min=0, max=10_000_000)
+    num_classes: int = _f(
+        0,
+        "label classes; auto (or 0): a user's dataset's own (its num_classes or labels), else "
+        "its model's output width; 10 for the built-in workloads",
+        "workload",
+        min=0,
+        max=100_000,
+        auto=0,
+    )
+    work_us: int = _f(
+        0,
+        "extra per-sample CPU work in microseconds (tensor: GIL-releasing; pyloop: GIL-holding)",
+        "workload",
+        min=0,
+        max=10_000_000,
+    )
     latency_ms: float = _f(0.0, "per-sample sleep that emulates remote storage", "workload", min=0.0, max=10_000.0)
     folder: str = _f("", "folder workload: an ImageFolder-style directory (class subfolders)", "workload")
     seed: int = _f(0, "seed for data, shuffling and initial weights", "workload", min=0, max=2**31 - 1)
@@ -56,34 +82,61 @@ class RunConfig:
     loader: str = _f("sync", "how batches are produced", "loader", choices="loaders")
     workers: int = _f(0, "threads or processes producing batches (threads, processes, spdl)", "loader", min=0, max=256)
     prefetch_depth: int = _f(2, "batches kept ready ahead of the training loop", "loader", min=1, max=1024)
-    start_method: str = _f("fork", "multiprocessing start method (processes)", "loader",
-                           choices=("fork", "spawn", "forkserver"))
+    start_method: str = _f(
+        "fork", "multiprocessing start method (processes)", "loader", choices=("fork", "spawn", "forkserver")
+    )
     persistent_workers: bool = _f(True, "keep worker processes alive between epochs (processes)", "loader")
     pin_memory: bool = _f(True, "pin host batches before the copy (CUDA only; ignored on CPU)", "loader")
-    worker_timeout_s: float = _f(120.0, "fail the run if no batch arrives for this long", "loader",
-                                 min=1.0, max=86_400.0)
+    worker_timeout_s: float = _f(
+        120.0, "fail the run if no batch arrives for this long", "loader", min=1.0, max=86_400.0
+    )
     # --- model ---
-    model: str = _f("mlp", "architecture: a built-in name, or your own as 'module.path:callable'", "model",
-                    choices="models", plugin=True)
+    model: str = _f(
+        "mlp",
+        "architecture: a built-in name, or your own as 'module.path:callable'",
+        "model",
+        choices="models",
+        plugin=True,
+    )
     width: int = _f(64, "hidden width (channels for cnn, d_model for transformer)", "model", min=1, max=65_536)
     depth: int = _f(2, "hidden layers / residual blocks / encoder layers", "model", min=1, max=256)
     optimizer: str = _f("sgd", "optimizer", "model", choices=("sgd", "adamw"))
     lr: float = _f(0.05, "learning rate", "model", min=1e-8, max=10.0)
-    collate: str = _f("", "batch collate function as 'module.path:callable' (empty: torch's default_collate)",
-                      "model", plugin=True, ui="hidden")
-    loss: str = _f("", "loss(logits, y) as 'module.path:callable' (empty: cross-entropy)", "model", plugin=True,
-                   ui="hidden")
+    collate: str = _f(
+        "",
+        "batch collate function as 'module.path:callable' (empty: torch's default_collate)",
+        "model",
+        plugin=True,
+        ui="hidden",
+    )
+    loss: str = _f(
+        "", "loss(logits, y) as 'module.path:callable' (empty: cross-entropy)", "model", plugin=True, ui="hidden"
+    )
     # --- training ---
     batch_size: int = _f(64, "samples per step", "training", min=1, max=1_000_000)
     epochs: int = _f(3, "epochs, warm-up included", "training", min=1, max=100_000)
-    warmup_epochs: int = _f(1, "leading epochs flagged as warm-up (kept, excluded from summaries)", "training",
-                            min=0, max=100_000)
+    warmup_epochs: int = _f(
+        1, "leading epochs flagged as warm-up (kept, excluded from summaries)", "training", min=0, max=100_000
+    )
     device: str = _f("auto", "auto, cpu, cuda or cuda:N", "training")
-    threads: int = _f(0, "intra-op threads (torch.set_num_threads); auto (or 0): torch's default, and the count it "
-                         "chose is recorded with the run", "training", min=0, max=1024, auto=0)
-    transform_threads: int = _f(0, "threads of the BLAS/OpenMP pools your transforms bring (numpy, SciPy, OpenCV) in "
-                                   "loader workers and producer threads; auto (or 0): as the libraries set them",
-                                "training", min=0, max=1024, auto=0)
+    threads: int = _f(
+        0,
+        "intra-op threads (torch.set_num_threads); auto (or 0): torch's default, and the count it "
+        "chose is recorded with the run",
+        "training",
+        min=0,
+        max=1024,
+        auto=0,
+    )
+    transform_threads: int = _f(
+        0,
+        "threads of the BLAS/OpenMP pools your transforms bring (numpy, SciPy, OpenCV) in "
+        "loader workers and producer threads; auto (or 0): as the libraries set them",
+        "training",
+        min=0,
+        max=1024,
+        auto=0,
+    )
     tag: str = _f("", "free-form label to group runs", "training")
     # --- concurrency mode ---
     mode: str = _f("single", "how models share the machine", "mode", choices="modes")
@@ -91,23 +144,36 @@ class RunConfig:
     lr_spread: float = _f(0.0, "fused: model i gets lr * (1 + lr_spread * i)", "mode", min=0.0, max=100.0)
     model_b: str = _f("", "dual-*: second model's architecture (empty: same as model)", "mode")
     width_b: int = _f(0, "dual-*: second model's width (0: same as width)", "mode", min=0, max=65_536)
-    dual_data: str = _f("shared", "dual-threads: both models consume the same batches, or each has its own loader",
-                        "mode", choices=("shared", "separate"))
+    dual_data: str = _f(
+        "shared",
+        "dual-threads: both models consume the same batches, or each has its own loader",
+        "mode",
+        choices=("shared", "separate"),
+    )
     devices: list[str] = _f([], "dual-processes, split: devices to place models or stages on (may repeat)", "mode")
     n_stages: int = _f(2, "split: pipeline stages", "mode", min=1, max=64)
-    micro_batches: int = _f(1, "split: micro-batches per step (1 = naive split, >1 = GPipe pipeline)", "mode",
-                            min=1, max=1024)
+    micro_batches: int = _f(
+        1, "split: micro-batches per step (1 = naive split, >1 = GPipe pipeline)", "mode", min=1, max=1024
+    )
     world_size: int = _f(2, "ddp: data-parallel processes", "mode", min=1, max=1024)
     # --- measurement ---
-    bound: bool = _f(True, "measure a loader-only and a compute-only pass for the lower bound and efficiency",
-                     "measure")
+    bound: bool = _f(
+        True, "measure a loader-only and a compute-only pass for the lower bound and efficiency", "measure"
+    )
     sample_hz: float = _f(10.0, "system-metrics sampling rate (CPU %, RSS, GPU)", "measure", min=0.0, max=100.0)
-    check_samples: bool = _f(False, "streams: check each sample's identity every epoch (the key it yields, else a "
-                                    "hash of the item), not only the count, so a stream that repeats or drops "
-                                    "samples fails the run", "measure")
-    trace: bool = _f(False, "record a torch.profiler trace of one extra steady-state epoch after the measured ones "
-                            "into the run's folder (trace.json.gz, opens in Perfetto); stored epochs are unchanged",
-                     "measure")
+    check_samples: bool = _f(
+        False,
+        "streams: check each sample's identity every epoch (the key it yields, else a "
+        "hash of the item), not only the count, so a stream that repeats or drops "
+        "samples fails the run",
+        "measure",
+    )
+    trace: bool = _f(
+        False,
+        "record a torch.profiler trace of one extra steady-state epoch after the measured ones "
+        "into the run's folder (trace.json.gz, opens in Perfetto); stored epochs are unchanged",
+        "measure",
+    )
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -183,8 +249,9 @@ class RunConfig:
             raise ConfigError("warmup_epochs", f"must be less than epochs ({self.epochs}) so that some epochs count")
         check_workers(self.loader, self.workers)
         if self.num_classes == 1:
-            raise ConfigError("num_classes", "one class leaves nothing to learn; set 2 or more, or auto (0) to take "
-                                             "the dataset's")
+            raise ConfigError(
+                "num_classes", "one class leaves nothing to learn; set 2 or more, or auto (0) to take the dataset's"
+            )
         if self.workload == "folder" and not self.folder:
             raise ConfigError("folder", "the folder workload needs --folder PATH to a directory of class subfolders")
 
@@ -257,8 +324,13 @@ def _coerce(f: dataclasses.Field, value: Any) -> Any:
                     number = float(value)  # NOTE: "2.0" and "1e6" are whole numbers too (a URL, a sweep axis)
             else:
                 number = float(value)
-            why = " (not a finite number)" if not math.isfinite(number) else \
-                " (not a whole number)" if not number.is_integer() else ""
+            why = (
+                " (not a finite number)"
+                if not math.isfinite(number)
+                else " (not a whole number)"
+                if not number.is_integer()
+                else ""
+            )
             if why:
                 raise ValueError
             return int(number)
@@ -298,12 +370,16 @@ def _check_field(f: dataclasses.Field, value: Any) -> None:
     choices = field_choices(f)
     if choices is not None and value not in choices:
         own = ", or your own as 'module.path:callable'" if f.metadata.get("plugin") else ""
-        raise ConfigError(f.name, f"'{printable(str(value)[:200])}' is unknown; choose one of: "
-                                  f"{', '.join(choices)}{own}")
+        raise ConfigError(
+            f.name, f"'{printable(str(value)[:200])}' is unknown; choose one of: {', '.join(choices)}{own}"
+        )
     if f.metadata.get("plugin") and value and choices is None:
-        raise ConfigError(f.name, f"'{printable(str(value)[:200])}' is not a plugin spec; write "
-                                  "'module.path:callable', "
-                                  "e.g. 'mypkg.data:build', or leave it empty for the default")
+        raise ConfigError(
+            f.name,
+            f"'{printable(str(value)[:200])}' is not a plugin spec; write "
+            "'module.path:callable', "
+            "e.g. 'mypkg.data:build', or leave it empty for the default",
+        )
 
 
 def _check_limits(f: dataclasses.Field, value: Any) -> None:
@@ -361,8 +437,9 @@ class SweepConfig:
         if not isinstance(sweep.repeats, int) or isinstance(sweep.repeats, bool) or not 1 <= sweep.repeats <= 1000:
             raise ConfigError("sweep.repeats", "must be an integer from 1 to 1000")
         if not isinstance(sweep.max_runs, int) or isinstance(sweep.max_runs, bool) or sweep.max_runs < 1:
-            raise ConfigError("sweep.max_runs", f"must be a whole number of runs, at least 1, got "
-                                                f"{sweep.max_runs!r:.40}")
+            raise ConfigError(
+                "sweep.max_runs", f"must be a whole number of runs, at least 1, got {sweep.max_runs!r:.40}"
+            )
         if not isinstance(sweep.base, dict):
             raise ConfigError("sweep.base", "must be a table of RunConfig fields")
         if not isinstance(sweep.grid, dict):
@@ -373,9 +450,12 @@ class SweepConfig:
         if not isinstance(sweep.points, list) or not all(isinstance(p, dict) for p in sweep.points):
             raise ConfigError("sweep.points", "must be a list of tables of RunConfig fields ([[points]])")
         if sweep.size() * sweep.repeats > sweep.max_runs:
-            raise ConfigError("sweep.max_runs", f"{sweep.describe()} is above the cap of {sweep.max_runs} runs; "
-                                                "shrink the grid, or raise the cap (max_runs in the TOML, "
-                                                "--max-runs on the command line)")
+            raise ConfigError(
+                "sweep.max_runs",
+                f"{sweep.describe()} is above the cap of {sweep.max_runs} runs; "
+                "shrink the grid, or raise the cap (max_runs in the TOML, "
+                "--max-runs on the command line)",
+            )
         if expand:
             sweep.configs()  # validates every combination up front: nothing runs if one is bad
         return sweep
@@ -394,8 +474,10 @@ class SweepConfig:
         if self.grid:
             parts.insert(0, " × ".join(str(len(v)) for v in self.grid.values()) + " grid points")
         made = " + ".join(parts) or "the base alone"
-        return (f"{made} = {_count(self.size(), 'config')} × {_count(self.repeats, 'repeat')} = "
-                f"{_count(self.size() * self.repeats, 'run')}")
+        return (
+            f"{made} = {_count(self.size(), 'config')} × {_count(self.repeats, 'repeat')} = "
+            f"{_count(self.size() * self.repeats, 'run')}"
+        )
 
     def configs(self) -> list[RunConfig]:
         """Distinct configs of the grid (no repeats), each validated; configs that would run the same (equal
@@ -411,8 +493,9 @@ class SweepConfig:
         out: list[RunConfig] = []
         seen: set[str] = set()  # each kept config's effective() as JSON: de-duplication in linear time
         product = itertools.product(*self.grid.values()) if grid_keys or not self.points else []
-        points = itertools.chain(((grid_keys, combo) for combo in product),
-                                 ((list(p), list(p.values())) for p in self.points))
+        points = itertools.chain(
+            ((grid_keys, combo) for combo in product), ((list(p), list(p.values())) for p in self.points)
+        )
         for keys, combo in points:
             data = {**self.base, **dict(zip(keys, combo))}
             where = ", ".join(f"{k}={v}" for k, v in zip(keys, combo))

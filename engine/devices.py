@@ -25,8 +25,9 @@ def check_device(field_name: str, name: str) -> None:
             raise ConfigError(field_name, f"'{name}' needs CUDA, but this machine has no CUDA GPU; use cpu or auto")
         index = int(name.split(":")[1]) if ":" in name else 0
         if index >= torch.cuda.device_count():
-            raise ConfigError(field_name, f"'{name}' does not exist; this machine has "
-                                          f"{torch.cuda.device_count()} CUDA device(s)")
+            raise ConfigError(
+                field_name, f"'{name}' does not exist; this machine has {torch.cuda.device_count()} CUDA device(s)"
+            )
 
 
 def resolve(name: str) -> torch.device:

@@ -11,12 +11,25 @@ from __future__ import annotations
 import errno
 import re
 
-__all__ = ["ConfigError", "QueryRejected", "StoreBusy", "StoreCorrupt", "StoreError", "StoreHeld",
-           "StoreVersionError", "UsageError", "disk_full", "printable", "user_error"]
+__all__ = [
+    "ConfigError",
+    "QueryRejected",
+    "StoreBusy",
+    "StoreCorrupt",
+    "StoreError",
+    "StoreHeld",
+    "StoreVersionError",
+    "UsageError",
+    "disk_full",
+    "printable",
+    "user_error",
+]
 
 # engine/loaders/processes.py's message for a worker that died under the run
-_WORKER_DEATH = re.compile(r"processes loader: worker \d+ \(pid \d+\) (was killed by signal \d+( \(\w+\))?|"
-                           r"exited with status -?\d+|died)")
+_WORKER_DEATH = re.compile(
+    r"processes loader: worker \d+ \(pid \d+\) (was killed by signal \d+( \(\w+\))?|"
+    r"exited with status -?\d+|died)"
+)
 _ORIGINAL = "Original Traceback (most recent call last):"  # how torch's ExceptionWrapper quotes a worker's error
 
 
@@ -48,8 +61,10 @@ def user_error(e: BaseException) -> str:
     text = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
     death = _WORKER_DEATH.search(text)
     if death:  # NOTE: a dead worker is the cause; what its death broke elsewhere (a queue's thread) is a symptom
-        return " ".join(text[death.start():death.end()].split()) + "; check its memory use (the OOM killer sends " \
+        return (
+            " ".join(text[death.start() : death.end()].split()) + "; check its memory use (the OOM killer sends "
             "SIGKILL), or what killed it"
+        )
     if _ORIGINAL in text:
         text = _last_exception(text.rsplit(_ORIGINAL, 1)[1]) or text
     return " ".join(text.split())

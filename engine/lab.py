@@ -42,9 +42,28 @@ from engine.sweeps.local import run_sweep
 
 __all__ = ["advise", "code", "compare", "db_path", "predict", "run", "runs", "speedups", "sweep", "tune"]
 
-_SUMMARY = ("run_id", "status", "error", "workload", "model", "loader", "workers", "mode", "batch_size", "epoch_s",
-            "samples_per_s", "ttfb_s", "bound_s", "efficiency", "verdict", "data_wait_share", "peak_rss_bytes",
-            "code_hash", "sweep_id", "created_at")
+_SUMMARY = (
+    "run_id",
+    "status",
+    "error",
+    "workload",
+    "model",
+    "loader",
+    "workers",
+    "mode",
+    "batch_size",
+    "epoch_s",
+    "samples_per_s",
+    "ttfb_s",
+    "bound_s",
+    "efficiency",
+    "verdict",
+    "data_wait_share",
+    "peak_rss_bytes",
+    "code_hash",
+    "sweep_id",
+    "created_at",
+)
 
 
 def db_path(db: Db = None) -> str:
@@ -66,8 +85,16 @@ def run(*, db: Db = None, **fields: Any) -> dict[str, Any]:
     return out
 
 
-def sweep(grid: dict[str, list[Any]], repeats: int = 1, base: dict[str, Any] | None = None, progress: bool = True,
-          *, name: str = "lab", seed: int = 0, db: Db = None) -> pd.DataFrame:
+def sweep(
+    grid: dict[str, list[Any]],
+    repeats: int = 1,
+    base: dict[str, Any] | None = None,
+    progress: bool = True,
+    *,
+    name: str = "lab",
+    seed: int = 0,
+    db: Db = None,
+) -> pd.DataFrame:
     """The product of `grid` (field -> values) over `base`, each config `repeats` times in a seeded random order
     (the CLI's sweep), with a progress bar. Returns the sweep's runs, one row each.
 
@@ -85,8 +112,7 @@ def runs(*, db: Db = None, limit: int = 10_000, **filters: Any) -> pd.DataFrame:
     return list_runs(db=db, limit=limit, filters=filters or None)
 
 
-def compare(what: Iterable[str] | str | pd.DataFrame, *, by: list[str] | None = None,
-            db: Db = None) -> pd.DataFrame:
+def compare(what: Iterable[str] | str | pd.DataFrame, *, by: list[str] | None = None, db: Db = None) -> pd.DataFrame:
     """Each distinct config among the runs: n, median epoch_s with its exact 95% interval, and its speedup over
     the slowest config with the interval and difference of engine.analysis.stats.compare (the CLI's and the advisor's).
 
@@ -111,8 +137,16 @@ def speedups(what: Iterable[str] | str | pd.DataFrame | None = None, *, db: Db =
     return speedup_vs_sequential(runs_df)
 
 
-def advise(*, workload: str, model: str, baseline: str | dict[str, Any] | None = None, host: str = "this",
-           where: dict[str, Any] | None = None, max_memory: str | int | None = None, db: Db = None) -> dict[str, Any]:
+def advise(
+    *,
+    workload: str,
+    model: str,
+    baseline: str | dict[str, Any] | None = None,
+    host: str = "this",
+    where: dict[str, Any] | None = None,
+    max_memory: str | int | None = None,
+    db: Db = None,
+) -> dict[str, Any]:
     """The advisor's answer as data: best config, its speedup over sync or your `baseline` with the interval,
     the configs tied with it, the verdict, what to try next, and the sweeps that would confirm it.
 
@@ -120,36 +154,78 @@ def advise(*, workload: str, model: str, baseline: str | dict[str, Any] | None =
         a["speedup"], a["speedup_lo"], a["speedup_hi"], a["tied"], a["confirm_sweep_toml"]"""
     a = _advise(workload, model, host=host, db=db, where=where, baseline=baseline, max_memory=max_memory)
     c = a.comparison
-    return {"workload": workload, "model": model, "message": a.message, "n_runs": a.n_runs, "problem": a.problem,
-            "best": a.best, "reference": a.default, "baseline": a.baseline, "speedup": _num(c.get("speedup")),
-            "speedup_lo": _num(c.get("speedup_lo")), "speedup_hi": _num(c.get("speedup_hi")),
-            "comparison": c, "tied": a.tied, "verdict": a.verdict, "efficiency": a.efficiency,
-            "warning": a.warning, "table": a.table,
-            "suggestions": [{"changes": s.changes, "reason": s.reason} for s in a.suggestions],
-            "needs_confirmation": a.needs_confirmation, "memory": a.memory,
-            "code": snippet({**a.base_config, **a.best}, f"the best for {workload} + {model}")
-            if a.base_config else None,
-            "next_sweep_toml": a.next_sweep_toml() if a.base_config else None,
-            "confirm_sweep_toml": a.confirm_sweep_toml() if a.base_config and a.default != a.best else None,
-            "text": render_advice(a)}
+    return {
+        "workload": workload,
+        "model": model,
+        "message": a.message,
+        "n_runs": a.n_runs,
+        "problem": a.problem,
+        "best": a.best,
+        "reference": a.default,
+        "baseline": a.baseline,
+        "speedup": _num(c.get("speedup")),
+        "speedup_lo": _num(c.get("speedup_lo")),
+        "speedup_hi": _num(c.get("speedup_hi")),
+        "comparison": c,
+        "tied": a.tied,
+        "verdict": a.verdict,
+        "efficiency": a.efficiency,
+        "warning": a.warning,
+        "table": a.table,
+        "suggestions": [{"changes": s.changes, "reason": s.reason} for s in a.suggestions],
+        "needs_confirmation": a.needs_confirmation,
+        "memory": a.memory,
+        "code": snippet({**a.base_config, **a.best}, f"the best for {workload} + {model}") if a.base_config else None,
+        "next_sweep_toml": a.next_sweep_toml() if a.base_config else None,
+        "confirm_sweep_toml": a.confirm_sweep_toml() if a.base_config and a.default != a.best else None,
+        "text": render_advice(a),
+    }
 
 
-def tune(*, workload: str, model: str, budget: str | float = "10m", baseline: str | dict[str, Any] | None = None,
-         base: dict[str, Any] | None = None, progress: bool = True, db: Db = None, **options: Any) -> dict[str, Any]:
+def tune(
+    *,
+    workload: str,
+    model: str,
+    budget: str | float = "10m",
+    baseline: str | dict[str, Any] | None = None,
+    base: dict[str, Any] | None = None,
+    progress: bool = True,
+    db: Db = None,
+    **options: Any,
+) -> dict[str, Any]:
     """Successive halving over loader settings within `budget` ("90s", "10m", seconds), then the best confirmed
     against sync or your `baseline` by interleaved runs (engine.advice.tune). The answer as data.
 
         t = lab.tune(workload="tensor", model="mlp", budget="5m", baseline="loader=processes,workers=4")
         t["best"], t["speedup"], (t["speedup_lo"], t["speedup_hi"]), t["runs"]"""
-    r = _tune(workload, model, budget_s=parse_budget(budget), db=db, base=base, progress=progress,
-              baseline=baseline, **options)
+    r = _tune(
+        workload,
+        model,
+        budget_s=parse_budget(budget),
+        db=db,
+        base=base,
+        progress=progress,
+        baseline=baseline,
+        **options,
+    )
     c = r.comparison
-    return {"sweep_id": r.sweep_id, "best": r.best.to_dict() if r.best else None, "reference": r.configs[0].to_dict(),
-            "baseline": r.baseline, "speedup": _num(c.get("speedup")), "speedup_lo": _num(c.get("speedup_lo")),
-            "speedup_hi": _num(c.get("speedup_hi")), "comparison": c, "stop_reason": r.stop_reason,
-            "spent_s": r.spent_s, "runs": r.table, "confirm_runs": r.confirm_rows,
-            "confirm_sweep_toml": r.confirm_sweep_toml() if r.best_idx else None, "text": r.render(),
-            "code": snippet(r.best, f"the best found by tune {r.sweep_id}") if r.best else None}
+    return {
+        "sweep_id": r.sweep_id,
+        "best": r.best.to_dict() if r.best else None,
+        "reference": r.configs[0].to_dict(),
+        "baseline": r.baseline,
+        "speedup": _num(c.get("speedup")),
+        "speedup_lo": _num(c.get("speedup_lo")),
+        "speedup_hi": _num(c.get("speedup_hi")),
+        "comparison": c,
+        "stop_reason": r.stop_reason,
+        "spent_s": r.spent_s,
+        "runs": r.table,
+        "confirm_runs": r.confirm_rows,
+        "confirm_sweep_toml": r.confirm_sweep_toml() if r.best_idx else None,
+        "text": r.render(),
+        "code": snippet(r.best, f"the best found by tune {r.sweep_id}") if r.best else None,
+    }
 
 
 def code(run_id: str | None = None, *, db: Db = None, **setting: Any) -> str:
@@ -180,8 +256,11 @@ def predict(*, db: Db = None, **fields: Any) -> pd.DataFrame:
     if cfg.mode not in MODES:
         raise ConfigError("mode", f"predict models the {', '.join(MODES)} mode only, not '{cfg.mode}'")
     probe, _ = cached_or_new(cfg, paths.calibrations_dir(db))
-    space = [cfg] if "loader" in fields else candidates(cfg, default_threads=probe["default_threads"],
-                                                        waits=waits_of(probe))
+    space = (
+        [cfg]
+        if "loader" in fields
+        else candidates(cfg, default_threads=probe["default_threads"], waits=waits_of(probe))
+    )
     return pd.DataFrame(rows(space, probe, learned_residuals(cfg, recent_done_runs(MODES, db), probe)[0]))
 
 
@@ -191,7 +270,7 @@ def predict(*, db: Db = None, **fields: Any) -> pd.DataFrame:
 def _runs_of(what: Any, db: Db) -> pd.DataFrame:
     if isinstance(what, pd.DataFrame):
         return what
-    if isinstance(what, str) and len(what.split()) > 1:   # a query: run ids hold no spaces
+    if isinstance(what, str) and len(what.split()) > 1:  # a query: run ids hold no spaces
         found = run_query(what, db=db).df
         if "run_id" not in found.columns:
             raise ValueError("compare: the query must return a run_id column, e.g. SELECT run_id FROM runs WHERE ...")

@@ -33,8 +33,16 @@ NAMES: dict[str, tuple[str, ...]] = {
     "workloads": ("tensor", "jpeg", "pyloop", "folder"),  # engine/workloads/__init__.py
     "loaders": ("sync", "prefetch", "threads", "processes", "spdl"),  # engine/loaders/__init__.py
     "models": ("mlp", "cnn", "transformer"),  # engine/models/__init__.py
-    "modes": ("single", "dual-sequential", "dual-threads", "dual-processes", "dual-streams", "fused", "split",
-              "ddp"),  # engine/modes/__init__.py
+    "modes": (
+        "single",
+        "dual-sequential",
+        "dual-threads",
+        "dual-processes",
+        "dual-streams",
+        "fused",
+        "split",
+        "ddp",
+    ),  # engine/modes/__init__.py
 }
 
 

@@ -12,8 +12,17 @@ import functools
 import os
 from pathlib import Path
 
-__all__ = ["DATA_DIR", "Db", "ROOT", "TRACE_FILE", "calibrations_dir", "datasets_dir", "db_path", "jobs_dir",
-           "runs_dir"]
+__all__ = [
+    "DATA_DIR",
+    "Db",
+    "ROOT",
+    "TRACE_FILE",
+    "calibrations_dir",
+    "datasets_dir",
+    "db_path",
+    "jobs_dir",
+    "runs_dir",
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = ROOT / "data"

@@ -40,16 +40,50 @@ from typing import Any, Iterable, Iterator
 from engine.errors import disk_full
 from engine.status import RunStatus
 
-__all__ = ["EPOCH_FIELDS", "GPU_EPOCH_FIELDS", "LAUNCHER_LOCK", "STEP_FIELDS", "STORE_FILE", "RunLog", "claim",
-           "dead_end", "end_dead_run", "end_traceback", "first_event", "heartbeat_age", "held_by_launcher",
-           "iter_events", "launching", "owner", "read_events", "read_span", "tail_events"]
+__all__ = [
+    "EPOCH_FIELDS",
+    "GPU_EPOCH_FIELDS",
+    "LAUNCHER_LOCK",
+    "STEP_FIELDS",
+    "STORE_FILE",
+    "RunLog",
+    "claim",
+    "dead_end",
+    "end_dead_run",
+    "end_traceback",
+    "first_event",
+    "heartbeat_age",
+    "held_by_launcher",
+    "iter_events",
+    "launching",
+    "owner",
+    "read_events",
+    "read_span",
+    "tail_events",
+]
 
 STEP_FIELDS = ("step", "data_wait_s", "h2d_s", "compute_s", "total_s")
 # what the compute stream lost per epoch, and why (engine/measure/timers.py, idle.py): None where not measured
 GPU_EPOCH_FIELDS = ("gpu_idle_s", "gpu_idle_data_s", "gpu_idle_copy_s", "gpu_idle_other_s", "copy_wait_s")
-EPOCH_FIELDS = ("model_idx", "rank", "epoch", "warmup", "wall_s", "samples", "samples_per_s", "ttfb_s",
-                "data_wait_s", "h2d_s", "compute_s", "n_steps", "t_start", "t_end", "loss", "allreduce_s",
-                *GPU_EPOCH_FIELDS)
+EPOCH_FIELDS = (
+    "model_idx",
+    "rank",
+    "epoch",
+    "warmup",
+    "wall_s",
+    "samples",
+    "samples_per_s",
+    "ttfb_s",
+    "data_wait_s",
+    "h2d_s",
+    "compute_s",
+    "n_steps",
+    "t_start",
+    "t_end",
+    "loss",
+    "allreduce_s",
+    *GPU_EPOCH_FIELDS,
+)
 log = logging.getLogger(__name__)
 
 STORE_FILE = "store"  # <run_dir>/store: the resolved path of the store the RunLog belongs to
@@ -132,7 +166,7 @@ class RunLog:
         """Write and fsync; an OSError names this log's file (a full disk then says where it is full)."""
         try:
             while data:
-                data = data[self._fh.write(data):]
+                data = data[self._fh.write(data) :]
             os.fsync(self._fh.fileno())
         except OSError as e:
             if e.filename is not None:
@@ -170,8 +204,9 @@ def dead_end(cause: str, *, killed: bool) -> tuple[RunStatus, str]:
     return (RunStatus.KILLED if killed else RunStatus.FAILED), f"{cause}; finished epochs kept"
 
 
-def end_dead_run(run_dir: str | Path, status: str, error: str | None,
-                 events: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+def end_dead_run(
+    run_dir: str | Path, status: str, error: str | None, events: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
     """Append the `end` a run could not write itself, and its `start` if it died before that, from the files its
     launcher wrote (config.json, meta.json), so it is stored as killed or failed with the reason, not lost.
 
@@ -184,9 +219,18 @@ def end_dead_run(run_dir: str | Path, status: str, error: str | None,
     if not any(e.get("type") == "start" for e in seen):
         # NOTE: it died before its start event (killed while importing, or a crash at start-up)
         meta = json.loads((run_dir / "meta.json").read_text())
-        missing.insert(0, {"type": "start", "t": time.time(), "run_id": run_dir.name,
-                           "config": json.loads((run_dir / "config.json").read_text()), "host": {}, "pid": None,
-                           **{k: v for k, v in meta.items() if k != "run_id"}})
+        missing.insert(
+            0,
+            {
+                "type": "start",
+                "t": time.time(),
+                "run_id": run_dir.name,
+                "config": json.loads((run_dir / "config.json").read_text()),
+                "host": {},
+                "pid": None,
+                **{k: v for k, v in meta.items() if k != "run_id"},
+            },
+        )
     try:
         with RunLog(run_dir) as runlog:
             for event in missing:
@@ -194,8 +238,9 @@ def end_dead_run(run_dir: str | Path, status: str, error: str | None,
     except OSError as e:
         if disk_full(e) is None:
             raise
-        log.warning("run %s: its RunLog cannot take its end (%s); the store gets it directly", run_dir.name,
-                    disk_full(e))
+        log.warning(
+            "run %s: its RunLog cannot take its end (%s); the store gets it directly", run_dir.name, disk_full(e)
+        )
         return missing
     return []
 

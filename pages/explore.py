@@ -38,7 +38,7 @@ with shown("Could not read the store"):
     explore.controls(spec)
     args = explore.state()
     with shown("Could not rank the configs"):
-        ranking = explore.answer(args)   # the fastest config first: what a visitor came for
+        ranking = explore.answer(args)  # the fastest config first: what a visitor came for
     with shown("Could not draw the chart"):
         explore.chart(args)
     with shown("Could not draw the predictions"):

@@ -18,8 +18,9 @@ from pathlib import Path
 __all__ = ["cli_in_process"]
 
 
-def cli_in_process(*args: str, db: Path | None = None, cwd: Path | None = None,
-                   env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def cli_in_process(
+    *args: str, db: Path | None = None, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """main([*args, "--db", db]) run here, in `cwd` and with the variables in `env` set if given; never raises for
     what a process would exit on."""
     from engine.cli import main  # noqa: PLC0415

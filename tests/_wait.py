@@ -13,8 +13,9 @@ import pytest
 __all__ = ["no_quiet_second", "quiet_cores", "wait_for"]
 
 
-def wait_for(predicate: Callable[[], Any], what: str = "condition", timeout_s: float = 180.0,
-             poll_s: float = 0.2) -> Any:
+def wait_for(
+    predicate: Callable[[], Any], what: str = "condition", timeout_s: float = 180.0, poll_s: float = 0.2
+) -> Any:
     """predicate()'s first truthy value; AssertionError naming `what` after timeout_s. A short poll_s for
     conditions that a test must act on at once (a kill while a worker is mid-epoch)."""
     deadline = time.monotonic() + timeout_s

@@ -17,8 +17,11 @@ def _route_through_app() -> None:
     from streamlit.runtime.pages_manager import PagesManager
     from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-    if PagesManager.uses_pages_directory and get_script_run_ctx() is not None \
-            and not config.get_option("global.appTest"):
+    if (
+        PagesManager.uses_pages_directory
+        and get_script_run_ctx() is not None
+        and not config.get_option("global.appTest")
+    ):
         import streamlit as st
 
         PagesManager.uses_pages_directory = False

@@ -1,7 +1,7 @@
 """Show failures as a clear st.error instead of a traceback, and keep the rest of the page alive.
 
-    with shown("Could not read the store"):
-        df = cached(api.search_runs, "")
+with shown("Could not read the store"):
+    df = cached(api.search_runs, "")
 """
 
 from __future__ import annotations

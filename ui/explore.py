@@ -25,14 +25,20 @@ _MAX_FACETS = 12
 _LABELS = {**api.METRIC_LABELS, "ci": "95% CI of the median", "quantiles": "2.5–97.5% of runs", "": "(none)"}
 
 
-_VERDICT_HELP = ("commonest verdict among the group's runs: " + "; ".join(f"{k}: {v}" for k, v in api.VERDICTS.items())
-                 + " (the run page gives the counts)")
+_VERDICT_HELP = (
+    "commonest verdict among the group's runs: "
+    + "; ".join(f"{k}: {v}" for k, v in api.VERDICTS.items())
+    + " (the run page gives the counts)"
+)
 
 
-_PREDICTED_HELP = ("median predicted epoch of the group's runs (engine/predict/model.py): compare with the "
-                   "measured median")
-_FROM_HELP = ("commonest source of the group's predictions: prior = predicted before the run from an earlier probe "
-              "(held out); own = fitted on the run's own probe, after it (not a held-out prediction)")
+_PREDICTED_HELP = (
+    "median predicted epoch of the group's runs (engine/predict/model.py): compare with the measured median"
+)
+_FROM_HELP = (
+    "commonest source of the group's predictions: prior = predicted before the run from an earlier probe "
+    "(held out); own = fitted on the run's own probe, after it (not a held-out prediction)"
+)
 
 
 def spec(options: dict[str, Any], tune_ids: list[str] | tuple[str, ...] = ()) -> dict[str, Param]:
@@ -55,8 +61,10 @@ def spec(options: dict[str, Any], tune_ids: list[str] | tuple[str, ...] = ()) ->
         "interval": Param("ci", choices=["ci", "quantiles"]),
         "scale": Param("linear", choices=["linear", "log"]),
         "vs": Param("", "text"),
-        **{f: Param([pinned[f]] if f in pinned else [], "many", choices=list(options.get(f, [])))
-           for f in api.EXPLORE_FILTERS},
+        **{
+            f: Param([pinned[f]] if f in pinned else [], "many", choices=list(options.get(f, [])))
+            for f in api.EXPLORE_FILTERS
+        },
         "date_from": Param("", "date"),
         "date_to": Param("", "date"),
         "sel": Param([], "ids"),
@@ -72,10 +80,18 @@ def controls(sp: dict[str, Param]) -> None:
     """Chart settings on one row, filters on the next; values come from session state set by bind()."""
     fmt = lambda v: _LABELS.get(v, v)  # noqa: E731
     cols = st.columns(6)
-    for col, name, label in zip(cols, ("metric", "x", "color", "facet", "interval", "scale"),
-                                ("Metric", "x axis", "Colour", "Facet", "Error bars", "y scale")):
-        col.selectbox(label, sp[name].allowed(), key=_k(name), format_func=fmt,
-                      help="log: one slow outlier no longer flattens the others" if name == "scale" else None)
+    for col, name, label in zip(
+        cols,
+        ("metric", "x", "color", "facet", "interval", "scale"),
+        ("Metric", "x axis", "Colour", "Facet", "Error bars", "y scale"),
+    ):
+        col.selectbox(
+            label,
+            sp[name].allowed(),
+            key=_k(name),
+            format_func=fmt,
+            help="log: one slow outlier no longer flattens the others" if name == "scale" else None,
+        )
     cols = st.columns(6)
     for col, name in zip(cols, api.EXPLORE_FILTERS):
         col.multiselect(name.capitalize(), sp[name].allowed(), key=_k(name), placeholder="all")
@@ -90,9 +106,15 @@ def state() -> dict[str, Any]:
     for name in ("date_from", "date_to"):
         day = ss.get(_k(name))
         filters[name] = day.isoformat() if day else ""
-    return {"x": ss[_k("x")], "metric": ss[_k("metric")], "color": ss[_k("color")] or None,
-            "facet": ss[_k("facet")] or None, "interval": ss[_k("interval")], "filters": filters,
-            "log": ss.get(_k("scale")) == "log"}
+    return {
+        "x": ss[_k("x")],
+        "metric": ss[_k("metric")],
+        "color": ss[_k("color")] or None,
+        "facet": ss[_k("facet")] or None,
+        "interval": ss[_k("interval")],
+        "filters": filters,
+        "log": ss.get(_k("scale")) == "log",
+    }
 
 
 _SHOWN_PIPELINES = 4  # rankings shown at once; more pipelines in view get a line saying how to narrow the view
@@ -112,9 +134,11 @@ def answer(args: dict[str, Any]) -> pd.DataFrame:
     st.session_state["_explore.yours"] = mine
     pipelines = ranking[["workload", "model"]].drop_duplicates()
     if len(pipelines) > 1:
-        st.warning(f"This view holds {len(pipelines)} pipelines (workload + model); each is ranked on its own, "
-                   "never pooled. Pick one workload and one model in the filters to chart one.",
-                   icon=":material/call_split:")
+        st.warning(
+            f"This view holds {len(pipelines)} pipelines (workload + model); each is ranked on its own, "
+            "never pooled. Pick one workload and one model in the filters to chart one.",
+            icon=":material/call_split:",
+        )
     groups = ranking.groupby(["workload", "model"], sort=False, dropna=False)
     for i, ((workload, model), rank) in enumerate(groups):
         if i < _SHOWN_PIPELINES:
@@ -133,8 +157,11 @@ def _your_setup(ranking: pd.DataFrame) -> str | None:
         return None
     top = ranking.iloc[0]
     first = ranking[(ranking["workload"] == top["workload"]) & (ranking["model"] == top["model"])]
-    found = [(json.loads(k).get("threads") not in (0, None), c) for k, c in zip(first["knobs"], first["config"])
-             if all(str(json.loads(k).get(f)) == str(v) for f, v in given.items())]
+    found = [
+        (json.loads(k).get("threads") not in (0, None), c)
+        for k, c in zip(first["knobs"], first["config"])
+        if all(str(json.loads(k).get(f)) == str(v) for f, v in given.items())
+    ]
     return min(found)[1] if found else None
 
 
@@ -158,23 +185,39 @@ def _one_ranking(rank: pd.DataFrame, workload: str, model: str, i: int) -> None:
         whose = "your setup" if st.session_state.get("_explore.yours") else "the default"
         if st.session_state.get(_k("vs")) not in labels:
             st.session_state[_k("vs")] = ""
-        st.selectbox("Speedup over", labels, key=_k("vs"),
-                     format_func=lambda v: v or f"{whose}: {ref['config']}",
-                     help="the config each speedup is measured against: your setup, if you measured it")
-    table = pd.DataFrame({
-        "rank": rank["rank"], "config": rank["config"], "runs": rank["n"],
-        "median epoch": [sig(v, " s") for v in rank["median"]], "95 % interval": rank["interval"],
-        f"speedup over {ref['config']}": [_speedup(r) for _, r in rank.iterrows()], "call": rank["call"]})
+        st.selectbox(
+            "Speedup over",
+            labels,
+            key=_k("vs"),
+            format_func=lambda v: v or f"{whose}: {ref['config']}",
+            help="the config each speedup is measured against: your setup, if you measured it",
+        )
+    table = pd.DataFrame(
+        {
+            "rank": rank["rank"],
+            "config": rank["config"],
+            "runs": rank["n"],
+            "median epoch": [sig(v, " s") for v in rank["median"]],
+            "95 % interval": rank["interval"],
+            f"speedup over {ref['config']}": [_speedup(r) for _, r in rank.iterrows()],
+            "call": rank["call"],
+        }
+    )
     left_out = int(rank["left_out"].iloc[0]) if "left_out" in rank else 0
     # NOTE: st.table, not st.dataframe: a short leaderboard whose text wraps and can be read (and tested) as text;
     # it renders Markdown, so every cell goes through plain()
     st.table(table.set_index("rank").map(plain).rename(columns=plain), border="horizontal")
-    st.caption("Ranked by median epoch time over each config's runs. The call: faster when the speedup's whole 95 % "
-               "interval is above 1; not slower when it starts above 0.95; not yet distinguishable while it spans 1; "
-               "a config with fewer than 6 runs has no interval yet, so it is unproven however fast it looks."
-               + (f" {left_out} other run{'' if left_out == 1 else 's'} of this pipeline (another mode, data size, "
-                  "machine or plugin code) are charted below but not ranked here, as the Advisor does."
-                  if left_out else ""))
+    st.caption(
+        "Ranked by median epoch time over each config's runs. The call: faster when the speedup's whole 95 % "
+        "interval is above 1; not slower when it starts above 0.95; not yet distinguishable while it spans 1; "
+        "a config with fewer than 6 runs has no interval yet, so it is unproven however fast it looks."
+        + (
+            f" {left_out} other run{'' if left_out == 1 else 's'} of this pipeline (another mode, data size, "
+            "machine or plugin code) are charted below but not ranked here, as the Advisor does."
+            if left_out
+            else ""
+        )
+    )
 
 
 def _speedup(row: pd.Series) -> str:
@@ -194,81 +237,121 @@ def _runs(n: Any) -> str:
 def _fastest_sentence(top: pd.Series, ref: pd.Series, n_configs: int = 2) -> str:
     """'threads, workers=2 is fastest: 0.412 s an epoch (95 % CI ...), 1.62× faster than sync (95 % CI ...).'"""
     word = api.best_word(int(top["n"]))
-    head = (f"{top['config']} is the fastest" if word == "best" else f"{top['config']} is the {word}") + \
-        f": {sig(top['median'], ' s')} an epoch ({top['interval']})"
+    head = (
+        f"{top['config']} is the fastest" if word == "best" else f"{top['config']} is the {word}"
+    ) + f": {sig(top['median'], ' s')} an epoch ({top['interval']})"
     if n_configs == 1:
         return head + "; it is the only config in view."
     if top["call"] == "reference":
         return head + "; it is the reference the others are measured against."
     if not top.get("distinguishable", True) and pd.notna(top["speedup_lo"]):
-        return (f"{head}; not yet distinguishable from {ref['config']} ({_runs(top['n'])} and {_runs(ref['n'])}: the "
-                f"speedup's 95 % CI {sig(top['speedup_lo'])}-{sig(top['speedup_hi'], '×')} spans 1).")
+        return (
+            f"{head}; not yet distinguishable from {ref['config']} ({_runs(top['n'])} and {_runs(ref['n'])}: the "
+            f"speedup's 95 % CI {sig(top['speedup_lo'])}-{sig(top['speedup_hi'], '×')} spans 1)."
+        )
     return f"{head}, {_speedup(top)} over {ref['config']}: {top['call']}."
 
 
 def chart(args: dict[str, Any]) -> pd.DataFrame:
     """Draw the chart and the table of its groups; a selection updates explore.sel. Returns the summary."""
-    summary = cached(api.explore_summary, args["x"], metric=args["metric"], color=args["color"],
-                     facet=args["facet"], filters=args["filters"], interval=args["interval"])
+    summary = cached(
+        api.explore_summary,
+        args["x"],
+        metric=args["metric"],
+        color=args["color"],
+        facet=args["facet"],
+        filters=args["filters"],
+        interval=args["interval"],
+    )
     if summary.empty:
         st.info("No finished runs match these filters. Queue some on the Launch page, or widen the filters.")
         return summary
     if args["facet"] and summary[args["facet"]].nunique(dropna=False) > _MAX_FACETS:
         keep = summary[args["facet"]].drop_duplicates().head(_MAX_FACETS)
-        st.warning(f"{plain(args['facet'])} has {summary[args['facet']].nunique(dropna=False)} values; the chart shows "
-                   f"the first {_MAX_FACETS} as facets (filter, or facet by a field with fewer values).")
+        st.warning(
+            f"{plain(args['facet'])} has {summary[args['facet']].nunique(dropna=False)} values; the chart shows "
+            f"the first {_MAX_FACETS} as facets (filter, or facet by a field with fewer values)."
+        )
         summary = summary[summary[args["facet"]].isin(keep)]
     axes = {args["x"], args["color"], args["facet"]}
     if not axes & {"host", "host_fingerprint"} and (summary["n_hosts"].max() > 1 or summary["n_torch"].max() > 1):
-        st.warning("Some points mix runs from several hosts or torch versions, which are not like with like: "
-                   "colour or facet by host, or filter to one host.")
+        st.warning(
+            "Some points mix runs from several hosts or torch versions, which are not like with like: "
+            "colour or facet by host, or filter to one host."
+        )
     if summary["noisy"].any():
-        st.caption(f"{int(summary['noisy'].sum())} group(s) are noisy (coefficient of variation over 10 %): "
-                   "add repeats or quiet the machine before trusting small differences.")
+        st.caption(
+            f"{int(summary['noisy'].sum())} group(s) are noisy (coefficient of variation over 10 %): "
+            "add repeats or quiet the machine before trusting small differences."
+        )
     _pooling_banner(summary)
     # NOTE: tags and other free text become tick labels, legends and facet titles: text, not Plotly's HTML
     safe = chart_safe(summary, [args["x"], args["color"], args["facet"]])
     fig = _figure(data_token(), json.dumps(args, sort_keys=True, default=str), safe)
     event = st.plotly_chart(fig, key=_k("chart"), on_select="rerun", selection_mode=("points", "box", "lasso"))
-    picked = sorted({i for p in (event.selection.points if event else []) or []
-                     for i in str((p.get("customdata") or [""])[0]).split(",") if i})
+    picked = sorted(
+        {
+            i
+            for p in (event.selection.points if event else []) or []
+            for i in str((p.get("customdata") or [""])[0]).split(",")
+            if i
+        }
+    )
     if picked != st.session_state.get("_explore.picked", []):  # a new click/selection, not a replay
         st.session_state["_explore.picked"] = picked
         st.session_state[_k("sel")] = picked
     table = _table(summary).rename(columns={"median": f"median {_LABELS[args['metric']]}"})
-    st.dataframe(table, hide_index=True, key=_k("table"), column_config={
-        "run_ids": st.column_config.TextColumn("run ids (newest first)", width="large"),
-        "efficiency": st.column_config.TextColumn("efficiency", help="lower bound ÷ measured"),
-        "bound_s": st.column_config.TextColumn("bound (s)", help="median lower bound of an epoch"),
-        "verdict": st.column_config.TextColumn("verdict", help=_VERDICT_HELP),
-        "predicted_epoch_s": st.column_config.TextColumn("predicted (s)", help=_PREDICTED_HELP),
-        "predicted_from": st.column_config.TextColumn("predicted from", help=_FROM_HELP),
-        "cv": st.column_config.TextColumn("CV", help="coefficient of variation across runs"),
-        "noisy": st.column_config.CheckboxColumn("noisy", help="CV over 10 %: differences may be noise"),
-        "interval": st.column_config.TextColumn("interval", help="the 95 % interval, or why a group has none (n < 6)"),
-        "n_configs": st.column_config.NumberColumn("configs", help="distinct configs pooled into this point"),
-        "differs": st.column_config.TextColumn("fields that differ", help="settings that vary within the point")})
+    st.dataframe(
+        table,
+        hide_index=True,
+        key=_k("table"),
+        column_config={
+            "run_ids": st.column_config.TextColumn("run ids (newest first)", width="large"),
+            "efficiency": st.column_config.TextColumn("efficiency", help="lower bound ÷ measured"),
+            "bound_s": st.column_config.TextColumn("bound (s)", help="median lower bound of an epoch"),
+            "verdict": st.column_config.TextColumn("verdict", help=_VERDICT_HELP),
+            "predicted_epoch_s": st.column_config.TextColumn("predicted (s)", help=_PREDICTED_HELP),
+            "predicted_from": st.column_config.TextColumn("predicted from", help=_FROM_HELP),
+            "cv": st.column_config.TextColumn("CV", help="coefficient of variation across runs"),
+            "noisy": st.column_config.CheckboxColumn("noisy", help="CV over 10 %: differences may be noise"),
+            "interval": st.column_config.TextColumn(
+                "interval", help="the 95 % interval, or why a group has none (n < 6)"
+            ),
+            "n_configs": st.column_config.NumberColumn("configs", help="distinct configs pooled into this point"),
+            "differs": st.column_config.TextColumn("fields that differ", help="settings that vary within the point"),
+        },
+    )
     return summary
 
 
-_REASONS = {"bound_s": "no bound: measured without it", "efficiency": "no bound: measured without it",
-            "predicted_epoch_s": "not predicted", "cv": "one run: no spread"}
+_REASONS = {
+    "bound_s": "no bound: measured without it",
+    "efficiency": "no bound: measured without it",
+    "predicted_epoch_s": "not predicted",
+    "cv": "one run: no spread",
+}
 
 
 def _table(summary: pd.DataFrame) -> pd.DataFrame:
     """The groups as a person reads them: 3 significant figures, the interval as one text column ("lo – hi", or
     the reason there is none: "no interval: 5 runs"), never None in a cell."""
     out = summary.copy()
-    out.insert(out.columns.get_loc("lo"), "interval", [
-        note if isinstance(note, str) and note else f"{sig(lo)} – {sig(hi)}"
-        for note, lo, hi in zip(out["interval_note"], out["lo"], out["hi"])])
+    out.insert(
+        out.columns.get_loc("lo"),
+        "interval",
+        [
+            note if isinstance(note, str) and note else f"{sig(lo)} – {sig(hi)}"
+            for note, lo, hi in zip(out["interval_note"], out["lo"], out["hi"])
+        ],
+    )
     out = out.drop(columns=["lo", "hi", "interval_note"])
     out["verdict"] = out["verdict"].fillna("no verdict: no bound")
     out["predicted_from"] = out["predicted_from"].fillna("not predicted")
     if "efficiency" in out:  # above 1 no fraction and no verdict: the bound was measured under other conditions
         above = out["efficiency"] > 1
-        out["efficiency"] = [api.efficiency_text(v) if pd.notna(v) else _REASONS["efficiency"]
-                             for v in out["efficiency"]]
+        out["efficiency"] = [
+            api.efficiency_text(v) if pd.notna(v) else _REASONS["efficiency"] for v in out["efficiency"]
+        ]
         out.loc[above, "verdict"] = "no verdict: the bound was measured under other conditions"
     return readable(out, _REASONS)
 
@@ -280,9 +363,11 @@ def predictions(args: dict[str, Any]) -> None:
         return
     st.subheader("Predicted vs measured")
     held_out = int((runs["predicted_from"] == "prior").sum())
-    st.caption(f"{len(runs)} predicted run(s), {held_out} predicted before they ran (prior); 'own' predictions "
-               "were fitted on the run's own probe after it, so they are no test of the model. On the dotted line "
-               "the prediction was exact; above it, the run was faster than predicted.")
+    st.caption(
+        f"{len(runs)} predicted run(s), {held_out} predicted before they ran (prior); 'own' predictions "
+        "were fitted on the run's own probe after it, so they are no test of the model. On the dotted line "
+        "the prediction was exact; above it, the run was faster than predicted."
+    )
     safe = chart_safe(runs, ["predicted_from", "predicted_limit", "workload", "model", "loader", "run_id"])
     st.plotly_chart(api.prediction_chart(safe), key=_k("predicted"))
 
@@ -295,11 +380,13 @@ def _pooling_banner(summary: pd.DataFrame) -> None:
     if pooled.empty:
         return
     fields = sorted({f.strip() for d in pooled["differs"].fillna("") for f in d.split(",") if f.strip()})
-    st.warning(f"{len(pooled)} of {len(summary)} point(s) pool several distinct configs (up to "
-               f"{int(pooled['n_configs'].max())} in one point), so their median and interval mix unlike runs. "
-               f"Fields that differ within a point: {plain(', '.join(fields) or '?')}. Colour or facet by one of them, "
-               "or filter, to get one config per point; the table's 'configs' column says which points pool.",
-               icon=":material/call_merge:")
+    st.warning(
+        f"{len(pooled)} of {len(summary)} point(s) pool several distinct configs (up to "
+        f"{int(pooled['n_configs'].max())} in one point), so their median and interval mix unlike runs. "
+        f"Fields that differ within a point: {plain(', '.join(fields) or '?')}. Colour or facet by one of them, "
+        "or filter, to get one config per point; the table's 'configs' column says which points pool.",
+        icon=":material/call_merge:",
+    )
 
 
 @st.cache_resource(max_entries=64, ttl=300, show_spinner=False)
@@ -307,8 +394,14 @@ def _figure(token: str, args_json: str, _summary: pd.DataFrame) -> Any:
     """The chart for (store version, settings), built once and shared by every session: Plotly's figure
     building is most of a faceted view's server time. NOTE: never mutated after this, so sharing is safe."""
     args = json.loads(args_json)
-    return api.metric_chart(_summary, x=args["x"], metric=args["metric"], color=args["color"], facet=args["facet"],
-                            log_y=bool(args.get("log")))
+    return api.metric_chart(
+        _summary,
+        x=args["x"],
+        metric=args["metric"],
+        color=args["color"],
+        facet=args["facet"],
+        log_y=bool(args.get("log")),
+    )
 
 
 def selected_runs() -> None:
@@ -321,8 +414,10 @@ def selected_runs() -> None:
         st.session_state["_explore.picked"] = []  # so coming back does not bounce to the run again
         st.switch_page("pages/runs.py", query_params={"run": ids[0]})
     # the labels are text and the addresses are this app's own pages, whatever the ids hold
-    st.markdown(f"**Selected runs ({len(ids)})**: "
-                + " · ".join(f"[{plain(i)}](/runs?run={quote(i, safe='')})" for i in ids[:50]))
+    st.markdown(
+        f"**Selected runs ({len(ids)})**: "
+        + " · ".join(f"[{plain(i)}](/runs?run={quote(i, safe='')})" for i in ids[:50])
+    )
     if 2 <= len(ids) <= 4:
         st.markdown(f"[Compare these runs](/runs?compare={quote(','.join(ids), safe=',')})")
     if st.button("Clear selection"):

@@ -34,9 +34,13 @@ from ui.text import plain
 __all__ = ["FormResult", "SweepResult", "preset_picker", "run_form", "sweep_builder"]
 
 _OPEN_GROUPS = ("workload", "loader", "model", "training")  # the rest start collapsed
-_PLUGIN_HELP = {"workload": "dataset to load", "model": "architecture", "model_b": "dual-*: second model's "
-                "architecture (empty: same as model)", "collate": "batch collate (empty: torch's default_collate)",
-                "loss": "loss(logits, y) (empty: cross-entropy)"}
+_PLUGIN_HELP = {
+    "workload": "dataset to load",
+    "model": "architecture",
+    "model_b": "dual-*: second model's architecture (empty: same as model)",
+    "collate": "batch collate (empty: torch's default_collate)",
+    "loss": "loss(logits, y) (empty: cross-entropy)",
+}
 
 
 @dataclass
@@ -62,8 +66,11 @@ class SweepResult:
 
 def _fields() -> list[dataclasses.Field]:
     """Visible fields; collate and loss only when the server's owner registered one (by name, never a path)."""
-    return [f for f in api.config_fields() if f.metadata.get("ui") != "hidden"
-            or (f.name in api.PLUGIN_FIELDS and len(api.plugin_choices(f.name)) > 1)]
+    return [
+        f
+        for f in api.config_fields()
+        if f.metadata.get("ui") != "hidden" or (f.name in api.PLUGIN_FIELDS and len(api.plugin_choices(f.name)) > 1)
+    ]
 
 
 def _choices(f: dataclasses.Field) -> tuple[str, ...] | None:
@@ -105,15 +112,22 @@ def _apply_preset(prefix: str) -> None:
 
 def preset_picker(prefix: str) -> None:
     """A select box over engine.presets.PRESETS; picking one fills the form."""
-    st.selectbox("Preset", ["(none)", *api.PRESETS], key=f"{prefix}.preset", on_change=_apply_preset,
-                 args=(prefix,), help="fills the form; every field can still be changed")
+    st.selectbox(
+        "Preset",
+        ["(none)", *api.PRESETS],
+        key=f"{prefix}.preset",
+        on_change=_apply_preset,
+        args=(prefix,),
+        help="fills the form; every field can still be changed",
+    )
 
 
 def _spec(values: dict[str, Any]) -> dict[str, Param]:
     """The form's URL parameters: one per visible field, read by the schema's coercion; `values` give the defaults
     (a URL's preset changes them)."""
-    return {f.name: Param(_widget_value(f, values[f.name]), kind="value", parse=partial(_url_value, f))
-            for f in _fields()}
+    return {
+        f.name: Param(_widget_value(f, values[f.name]), kind="value", parse=partial(_url_value, f)) for f in _fields()
+    }
 
 
 def _url_value(f: dataclasses.Field, raw: str) -> Any:
@@ -170,9 +184,11 @@ def run_form(prefix: str) -> FormResult:
         st.warning(plain(warning))  # they quote the URL: text, never Markdown
     values, slots = _draw_fields(prefix)
     top = st.empty()
-    oversubscribe = st.checkbox("Oversubscribe: run even with more parallel processes than cores",
-                                key=f"{prefix}.oversubscribe",
-                                help="the processes time-share the cores, so the run measures that, not the loader")
+    oversubscribe = st.checkbox(
+        "Oversubscribe: run even with more parallel processes than cores",
+        key=f"{prefix}.oversubscribe",
+        help="the processes time-share the cores, so the run measures that, not the loader",
+    )
     result = _validate(values, slots, top, oversubscribe)
     state.publish(prefix, _spec(_defaults()), values)
     return result
@@ -209,8 +225,9 @@ def _validate(values: dict[str, Any], slots: dict[str, Any], top: Any, oversubsc
         choices = _choices(f)
         if choices is not None and values[f.name] not in choices:  # said beside the other fields' refusals
             offered = ", ".join(c or "(default)" for c in choices)
-            result.errors.append(api.ConfigError(f.name, f"{str(values[f.name])[:60]!r} is not offered here; "
-                                                         f"choose one of: {offered}"))
+            result.errors.append(
+                api.ConfigError(f.name, f"{str(values[f.name])[:60]!r} is not offered here; choose one of: {offered}")
+            )
     if not result.errors:
         try:
             cfg = api.browser_config(values)
@@ -244,17 +261,30 @@ def sweep_builder(prefix: str, form: FormResult) -> SweepResult:
     """Axes over any fields (values comma-separated; `;` between list values) × repeats, on top of the run form's
     values. Refused while the run form refuses a field, naming it."""
     by_name = {f.name: f for f in _fields()}
-    axes = st.multiselect("Axes", list(by_name), key=f"{prefix}.axes", format_func=label,
-                          help="fields to vary; every other field comes from the run form above")
+    axes = st.multiselect(
+        "Axes",
+        list(by_name),
+        key=f"{prefix}.axes",
+        format_func=label,
+        help="fields to vary; every other field comes from the run form above",
+    )
     grid = {}
     for name in axes:
         f = by_name[name]
         sep = ";" if api.field_type(f) is list else ","
-        text = st.text_input(f"{label(name)}: values", value=_axis_start(f, form.values.get(name, "")),
-                             key=f"{prefix}.axis.{name}", help=_axis_help(f, sep))
+        text = st.text_input(
+            f"{label(name)}: values",
+            value=_axis_start(f, form.values.get(name, "")),
+            key=f"{prefix}.axis.{name}",
+            help=_axis_help(f, sep),
+        )
         grid[name] = [v.strip() for v in text.split(sep) if v.strip()]
-    repeats = st.text_input("Repeats", value="1", key=f"{prefix}.repeats",
-                            help="runs per distinct config, for a median and a 95% CI; from 1 to 1000")
+    repeats = st.text_input(
+        "Repeats",
+        value="1",
+        key=f"{prefix}.repeats",
+        help="runs per distinct config, for a median and a 95% CI; from 1 to 1000",
+    )
     out = SweepResult()
     try:
         refused = [e for e in form.errors if e.field not in grid]  # an axis replaces the form's value
@@ -264,8 +294,9 @@ def sweep_builder(prefix: str, form: FormResult) -> SweepResult:
             return out
         sweep, configs = api.browser_sweep_config(form.values, grid, _repeats(repeats))
         # refused when one cannot fit, or is oversubscribed without the checkbox; the form's own warning is not repeated
-        for warning in oversubscribed(api.check_host_all(configs, oversubscribe=form.oversubscribe),
-                                      form.oversubscribe):
+        for warning in oversubscribed(
+            api.check_host_all(configs, oversubscribe=form.oversubscribe), form.oversubscribe
+        ):
             if warning not in form.warnings:
                 st.warning(plain(warning))
         out.sweep, out.n_configs, out.n_runs = sweep, len(configs), len(configs) * sweep.repeats

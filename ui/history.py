@@ -54,8 +54,7 @@ def console() -> None:
     st.text_area("SQL (one read-only statement; DuckDB dialect)", key=_EDITOR, height=160)
     c1, c2, c3 = st.columns([1, 3, 1])
     c1.button("Run", type="primary", key="history.run", on_click=_run)
-    name = c2.text_input("Save as", key="history.name", placeholder="name for this query",
-                         label_visibility="collapsed")
+    name = c2.text_input("Save as", key="history.name", placeholder="name for this query", label_visibility="collapsed")
     if c3.button("Save query", key="history.save"):
         with shown("Could not save the query"):  # a built-in's name is refused by the engine
             api.save_query(name, st.session_state[_EDITOR])
@@ -67,8 +66,9 @@ def schema() -> None:
     with st.expander("Schema: tables and columns"):
         tables = cached(api.table_schema)
         rows = [(t, c, typ) for t, cols in tables.items() for c, typ in cols]
-        st.dataframe(pd.DataFrame(rows, columns=["table", "column", "type"]), hide_index=True,
-                     key="history.schema", height=300)
+        st.dataframe(
+            pd.DataFrame(rows, columns=["table", "column", "type"]), hide_index=True, key="history.schema", height=300
+        )
 
 
 def result(sql: str) -> None:
@@ -93,8 +93,13 @@ def result(sql: str) -> None:
     if isinstance(files["parquet"], str):
         c2.error(f"Parquet download unavailable: {plain(files['parquet'])}")
     else:
-        c2.download_button("Download Parquet", files["parquet"], "query.parquet", "application/vnd.apache.parquet",
-                           key="history.parquet")
+        c2.download_button(
+            "Download Parquet",
+            files["parquet"],
+            "query.parquet",
+            "application/vnd.apache.parquet",
+            key="history.parquet",
+        )
 
 
 @st.cache_data(max_entries=64, show_spinner=False, ttl=300)

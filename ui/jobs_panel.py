@@ -43,8 +43,11 @@ def explore_params(group: Any) -> dict[str, str]:
     """Explore's URL parameters for a sweep's runs: its own sweep when Explore filters by sweep, else its pipeline
     (workload and model); x and colour are its first two axes."""
     first, varied = group.config(), group.varied()
-    params = ({"sweep_id": group.key} if "sweep_id" in api.EXPLORE_FILTERS
-              else {k: str(first[k]) for k in ("workload", "model") if k not in varied})
+    params = (
+        {"sweep_id": group.key}
+        if "sweep_id" in api.EXPLORE_FILTERS
+        else {k: str(first[k]) for k in ("workload", "model") if k not in varied}
+    )
     axes = [a for a in varied if a in api.explore_axes()]
     params.update(dict(zip(("x", "color"), axes)))
     return params
@@ -58,27 +61,44 @@ def _run_card(group: Any) -> None:
     if p["kind"] == api.RAY_SWEEP:
         if group.status == api.RunStatus.RUNNING:
             counts = ", ".join(f"{n} {s}" for s, n in sorted(p["run_counts"].items()))
-            st.progress(min(1.0, p["runs_done"] / max(1, p["runs_total"])),
-                        text=f"{p['runs_done']}/{plural(p['runs_total'], 'run')} landed"
-                             f"{f' ({counts})' if counts else ''} · ETA {duration_text(p['eta_s'])}")
+            st.progress(
+                min(1.0, p["runs_done"] / max(1, p["runs_total"])),
+                text=f"{p['runs_done']}/{plural(p['runs_total'], 'run')} landed"
+                f"{f' ({counts})' if counts else ''} · ETA {duration_text(p['eta_s'])}",
+            )
         st.caption(f"sweep {plain(p['sweep_id'])}")
     elif group.status == api.RunStatus.RUNNING:
-        st.progress(min(1.0, p["epochs_done"] / max(1, p["epochs_total"])),
-                    text=f"epoch {p['epochs_done']} of {p['epochs_total']} · ETA {duration_text(p['eta_s'])}")
+        st.progress(
+            min(1.0, p["epochs_done"] / max(1, p["epochs_total"])),
+            text=f"epoch {p['epochs_done']} of {p['epochs_total']} · ETA {duration_text(p['eta_s'])}",
+        )
         if p["epochs"]:
-            st.plotly_chart(api.epoch_chart(pd.DataFrame(p["epochs"]), compact=True),
-                            key=f"launch.chart.{job['job_id']}")
+            st.plotly_chart(
+                api.epoch_chart(pd.DataFrame(p["epochs"]), compact=True), key=f"launch.chart.{job['job_id']}"
+            )
     # NOTE: a horizontal container sizes each to its content and wraps: columns cut the button to "C.." (issue 28)
     row = st.container(horizontal=True, vertical_alignment="center")
     if group.active_ids:
-        row.button("Cancel", key=f"launch.cancel.{job['job_id']}", disabled=p["cancel_requested"], on_click=_cancel,
-                   args=([job["job_id"]],))
+        row.button(
+            "Cancel",
+            key=f"launch.cancel.{job['job_id']}",
+            disabled=p["cancel_requested"],
+            on_click=_cancel,
+            args=([job["job_id"]],),
+        )
     if job.get("run_id"):
-        row.page_link(_RUNS_PAGE, label=f"run {job['run_id']}", query_params={"run": job["run_id"]},
-                      icon=":material/open_in_browser:")
+        row.page_link(
+            _RUNS_PAGE,
+            label=f"run {job['run_id']}",
+            query_params={"run": job["run_id"]},
+            icon=":material/open_in_browser:",
+        )
     if group.status == api.RunStatus.CANCELLED:
-        st.caption("Cancelled: its finished epochs are kept, on its run page." if job.get("run_id")
-                   else "Cancelled before it started: nothing ran.")
+        st.caption(
+            "Cancelled: its finished epochs are kept, on its run page."
+            if job.get("run_id")
+            else "Cancelled before it started: nothing ran."
+        )
 
 
 def _sweep_card(group: Any) -> None:
@@ -86,27 +106,36 @@ def _sweep_card(group: Any) -> None:
     st.markdown(f"**{plain(group.status)}** · {plain(group.label)}")
     said = ", ".join(f"{counts[s]} {s}" for s in api.RunStatus if counts.get(s))
     eta = f" · ETA {duration_text(group.eta_s)} ({plain(group.eta_basis)})" if group.active_ids else ""
-    st.progress(group.ended / max(1, group.total),
-                text=f"{group.ended} of {plural(group.total, 'run')} ended ({said}){eta}")
+    st.progress(
+        group.ended / max(1, group.total), text=f"{group.ended} of {plural(group.total, 'run')} ended ({said}){eta}"
+    )
     st.caption(f"sweep {plain(group.key)}")
     if group.active_ids:
-        st.button("Cancel all", key=f"launch.cancel_all.{group.key}", on_click=_cancel, args=(group.active_ids,),
-                  help="cancels its queued runs, then the running one (its finished epochs are kept)")
+        st.button(
+            "Cancel all",
+            key=f"launch.cancel_all.{group.key}",
+            on_click=_cancel,
+            args=(group.active_ids,),
+            help="cancels its queued runs, then the running one (its finished epochs are kept)",
+        )
     elif counts.get(api.RunStatus.DONE):
-        st.page_link(_EXPLORE_PAGE, label="Open in Explore", query_params=explore_params(group),
-                     icon=":material/insights:")
+        st.page_link(
+            _EXPLORE_PAGE, label="Open in Explore", query_params=explore_params(group), icon=":material/insights:"
+        )
 
 
 def _table(groups: list[Any]) -> pd.DataFrame:
     """One row per group, from the same groups the cards draw."""
-    return pd.DataFrame({
-        "status": [g.status for g in groups],
-        "what": [g.label for g in groups],
-        "runs": [f"{g.ended} of {g.total}" if g.kind == "sweep" else "" for g in groups],
-        "run": [f"/runs?run={g.run_ids[0]}" if g.kind == "run" and g.run_ids else None for g in groups],
-        "queued at (UTC)": [g.created_at for g in groups],
-        "error": [next((j["error"] for j in g.jobs if j.get("error")), "") for g in groups],
-    })
+    return pd.DataFrame(
+        {
+            "status": [g.status for g in groups],
+            "what": [g.label for g in groups],
+            "runs": [f"{g.ended} of {g.total}" if g.kind == "sweep" else "" for g in groups],
+            "run": [f"/runs?run={g.run_ids[0]}" if g.kind == "run" and g.run_ids else None for g in groups],
+            "queued at (UTC)": [g.created_at for g in groups],
+            "error": [next((j["error"] for j in g.jobs if j.get("error")), "") for g in groups],
+        }
+    )
 
 
 @st.fragment(run_every=REFRESH_S)
@@ -126,7 +155,14 @@ def jobs_panel(limit: int = 30) -> None:
         for group in (active + recent)[:MAX_CARDS]:
             with st.container(border=True, key=f"launch.card.{group.key}"):
                 (_sweep_card if group.kind == "sweep" else _run_card)(group)
-        st.dataframe(_table(groups), hide_index=True, key="launch.jobs", placeholder=MISSING, column_config={
-            "what": st.column_config.TextColumn("what", width="large"),
-            "run": st.column_config.LinkColumn("run", display_text=r"/runs\?run=(.*)"),
-            "queued at (UTC)": st.column_config.DatetimeColumn("queued at (UTC)", format="YYYY-MM-DD HH:mm:ss")})
+        st.dataframe(
+            _table(groups),
+            hide_index=True,
+            key="launch.jobs",
+            placeholder=MISSING,
+            column_config={
+                "what": st.column_config.TextColumn("what", width="large"),
+                "run": st.column_config.LinkColumn("run", display_text=r"/runs\?run=(.*)"),
+                "queued at (UTC)": st.column_config.DatetimeColumn("queued at (UTC)", format="YYYY-MM-DD HH:mm:ss"),
+            },
+        )

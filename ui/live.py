@@ -50,15 +50,24 @@ def target_picker() -> Target:
         ss["launch.target"] = TARGETS[0]
     address = str(ss["launch.ray_address"]).strip()
     ray_caption = Target(True, address).where if available else f"not installed: `{api.INSTALL_HINT}`"
-    choice = st.radio("Target", TARGETS, key="launch.target", horizontal=True, disabled=not available,
-                      captions=["one run at a time, here", ray_caption],
-                      help="Ray: the sweep runs as one job, each run with its device (or CPU node) to itself")
+    choice = st.radio(
+        "Target",
+        TARGETS,
+        key="launch.target",
+        horizontal=True,
+        disabled=not available,
+        captions=["one run at a time, here", ray_caption],
+        help="Ray: the sweep runs as one job, each run with its device (or CPU node) to itself",
+    )
     if not available:
         st.caption(f"Ray is not installed here, so only this machine can run jobs: `{api.INSTALL_HINT}`")
     if choice == TARGETS[1]:  # NOTE: where the cluster is matters only once it is the target
-        address = st.text_input("Ray address", key="launch.ray_address",
-                                help=f"auto, host:port or ray://host:port; empty: a local Ray instance (127.0.0.1). "
-                                     f"Default: ${api.RAY_ADDRESS_ENV}").strip()
+        address = st.text_input(
+            "Ray address",
+            key="launch.ray_address",
+            help=f"auto, host:port or ray://host:port; empty: a local Ray instance (127.0.0.1). "
+            f"Default: ${api.RAY_ADDRESS_ENV}",
+        ).strip()
     ss["launch._ray_address"], ss["launch._target"] = address, choice
     return Target(ray=choice == TARGETS[1], address=address)
 
@@ -89,9 +98,11 @@ def queue_run(form: Any, target: Target | None = None) -> None:
             st.error(_refused(form.errors))
             return
         with shown("Could not queue the run"):
-            job_id = (api.submit_ray_sweep(form.cfg, address=target.address, origin="browser")
-                      if target and target.ray else api.submit(form.cfg, origin="browser",
-                                                               oversubscribe=form.oversubscribe))
+            job_id = (
+                api.submit_ray_sweep(form.cfg, address=target.address, origin="browser")
+                if target and target.ray
+                else api.submit(form.cfg, origin="browser", oversubscribe=form.oversubscribe)
+            )
             _remember(f"Queued 1 job: {job_id}", "Run queued: it shows under Jobs")
 
 
@@ -107,13 +118,17 @@ def queue_sweep(result: Any, target: Target | None = None, oversubscribe: bool =
     ray = target is not None and target.ray
     if result.sweep is not None:
         with shown("Could not estimate the duration"):
-            est = _estimate(cache.store_token(), json.dumps([cfg.to_dict() for _, cfg in result.sweep.plan()],
-                                                            sort_keys=True, default=str))
+            est = _estimate(
+                cache.store_token(),
+                json.dumps([cfg.to_dict() for _, cfg in result.sweep.plan()], sort_keys=True, default=str),
+            )
             spread = f"{duration_text(est['low_s'])} to {duration_text(est['high_s'])}"
             where = f" · as one Ray job on {target.where}" if ray else " · one run at a time"
-            st.markdown(f"**{plural(result.n_runs, 'run')}** = {plural(result.n_configs, 'distinct config')} × "
-                        f"{plural(result.sweep.repeats, 'repeat')} · about **{duration_text(est['seconds'])}** "
-                        f"({spread}; {plain(est['basis'])}){where}")
+            st.markdown(
+                f"**{plural(result.n_runs, 'run')}** = {plural(result.n_configs, 'distinct config')} × "
+                f"{plural(result.sweep.repeats, 'repeat')} · about **{duration_text(est['seconds'])}** "
+                f"({spread}; {plain(est['basis'])}){where}"
+            )
     if st.button("Queue sweep", key="launch.queue_sweep"):
         if result.sweep is None:
             st.error(_refused([result.error]))
@@ -124,5 +139,7 @@ def queue_sweep(result: Any, target: Target | None = None, oversubscribe: bool =
                 _remember(f"Queued the sweep as 1 Ray job: {job_id}", "Sweep queued as one Ray job, under Jobs")
             else:
                 ids = api.submit_sweep(result.sweep, origin="browser", oversubscribe=oversubscribe)
-                _remember(f"Queued a sweep of {plural(len(ids), 'run')}: it shows as one card in Jobs",
-                          "Sweep queued: it shows as one card under Jobs")
+                _remember(
+                    f"Queued a sweep of {plural(len(ids), 'run')}: it shows as one card in Jobs",
+                    "Sweep queued: it shows as one card under Jobs",
+                )

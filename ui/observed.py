@@ -22,13 +22,19 @@ def observed(run: dict[str, Any]) -> None:
         settings = json.loads(run.get("observed_settings") or "{}")
     except ValueError:
         settings = {}
-    st.info(plain(f"Observed: your own training loop, the loader made at {run.get('observed_stream')}. It never pools "
-                  f"with the lab's runs of the same settings (loader={run.get('loader')}, workers={run.get('workers')}"
-                  f", batch_size={run.get('batch_size')}): the loops differ."))
+    st.info(
+        plain(
+            f"Observed: your own training loop, the loader made at {run.get('observed_stream')}. It never pools "
+            f"with the lab's runs of the same settings (loader={run.get('loader')}, workers={run.get('workers')}"
+            f", batch_size={run.get('batch_size')}): the loops differ."
+        )
+    )
     if settings.get("unmapped"):
         st.caption(plain("Kept as read, which the lab's runs do not reproduce: " + "; ".join(settings["unmapped"])))
-    st.caption("What the lab would try next: tune runs your script again at other loader settings and says which "
-               "is faster with a 95% interval; observe runs it once more as it is, after a change of yours:")
+    st.caption(
+        "What the lab would try next: tune runs your script again at other loader settings and says which "
+        "is faster with a 95% interval; observe runs it once more as it is, after a change of yours:"
+    )
     st.code(next_steps(run), language="bash")
 
 
@@ -43,13 +49,17 @@ def next_steps(run: dict[str, Any]) -> str:
     script, the commands for the one the user runs (they name it; nothing to replace)."""
     script = script_of(run)
     if script is None:
-        return ("# put your training command after --, as you run it\n"
-                "python -m engine tune -- python train.py\npython -m engine observe -- python train.py")
+        return (
+            "# put your training command after --, as you run it\n"
+            "python -m engine tune -- python train.py\npython -m engine observe -- python train.py"
+        )
     quoted = shlex.quote(script)
     return f"python -m engine tune -- python {quoted}\npython -m engine observe -- python {quoted}"
 
 
 def why_no_verdict(run: dict[str, Any]) -> str:
     """Why an observed run has no verdict: the lab measured no lower bound for the user's loop."""
-    return ("none yet: observing your loop measures its epochs, not the lower bound a verdict rests on; tune "
-            "(below) compares settings on your loop instead")
+    return (
+        "none yet: observing your loop measures its epochs, not the lower bound a verdict rests on; tune "
+        "(below) compares settings on your loop instead"
+    )

@@ -35,8 +35,10 @@ def message(summary: dict[str, Any]) -> str | None:
     runs = "1 run" if count == 1 else f"{count} runs"
     holder = summary.get("holder")
     if holder:
-        return (f"{runs} waiting to be stored (the store is held by {holder}). Close that program's connection "
-                "to the store; nothing is lost meanwhile.")
+        return (
+            f"{runs} waiting to be stored (the store is held by {holder}). Close that program's connection "
+            "to the store; nothing is lost meanwhile."
+        )
     return f"{runs} waiting to be stored (the next write stores them)."
 
 

@@ -12,12 +12,19 @@ from engine import api
 
 __all__ = ["FIGURES", "column", "fmt", "gpu_idle", "startup"]
 
-_GPU = {"gpu_idle_share": ("GPU idle", "{:.0%}"), "gpu_idle_data_share": ("waiting on data", "{:.0%}"),
-        "gpu_idle_copy_share": ("waiting on copies", "{:.0%}"), "gpu_idle_other_share": ("other host time", "{:.0%}"),
-        "mean_gpu_util": ("GPU utilisation (NVML)", "{:.0f} %"), "peak_gpu_mem_mib": ("peak GPU memory", "{:,.0f} MiB")}
-_STARTUP = {"startup_s": ("start-up to first batch", "{:.2f} s"),
-            **{k: (label, "{:.2f} s") for k, label in api.STARTUP_PHASES.items()},
-            "calibration_s": ("bound passes", "{:.2f} s")}
+_GPU = {
+    "gpu_idle_share": ("GPU idle", "{:.0%}"),
+    "gpu_idle_data_share": ("waiting on data", "{:.0%}"),
+    "gpu_idle_copy_share": ("waiting on copies", "{:.0%}"),
+    "gpu_idle_other_share": ("other host time", "{:.0%}"),
+    "mean_gpu_util": ("GPU utilisation (NVML)", "{:.0f} %"),
+    "peak_gpu_mem_mib": ("peak GPU memory", "{:,.0f} MiB"),
+}
+_STARTUP = {
+    "startup_s": ("start-up to first batch", "{:.2f} s"),
+    **{k: (label, "{:.2f} s") for k, label in api.STARTUP_PHASES.items()},
+    "calibration_s": ("bound passes", "{:.2f} s"),
+}
 FIGURES = {**_GPU, **_STARTUP}  # label and format of each, for the comparison table too
 
 
@@ -42,16 +49,23 @@ def gpu_idle(run: dict[str, Any]) -> None:
     run = _with_mib(run)
     if all(fmt(k, run.get(k)) == "–" for k in _GPU):
         return
-    st.markdown("**GPU**: the share of the steady epochs' wall time its compute stream sat idle between steps, "
-                "split by what the host was doing meanwhile (the three parts add up to the idle share, as far as the "
-                "CUDA events can tell), with NVML's utilisation and device memory beside it")
+    st.markdown(
+        "**GPU**: the share of the steady epochs' wall time its compute stream sat idle between steps, "
+        "split by what the host was doing meanwhile (the three parts add up to the idle share, as far as the "
+        "CUDA events can tell), with NVML's utilisation and device memory beside it"
+    )
     for col, key in zip(st.columns(len(_GPU)), _GPU):
         col.metric(_GPU[key][0], fmt(key, run.get(key)))
     idle, copy = run.get("gpu_idle_s"), run.get("copy_wait_s")
     if idle is not None and idle == idle:
-        st.caption(f"Per steady epoch: GPU idle {idle:.3f} s"
-                   + (f", of which the compute stream waited {copy:.3f} s for side-stream copies"
-                      if copy is not None and copy == copy else ""))
+        st.caption(
+            f"Per steady epoch: GPU idle {idle:.3f} s"
+            + (
+                f", of which the compute stream waited {copy:.3f} s for side-stream copies"
+                if copy is not None and copy == copy
+                else ""
+            )
+        )
 
 
 def startup(run: dict[str, Any]) -> None:
@@ -59,5 +73,7 @@ def startup(run: dict[str, Any]) -> None:
     if fmt("startup_s", run.get("startup_s")) == "–" and fmt("calibration_s", run.get("calibration_s")) == "–":
         return
     phases = " · ".join(f"{FIGURES[k][0]} {fmt(k, run.get(k))}" for k in api.STARTUP_PHASES)
-    st.markdown(f"Start-up: **{fmt('startup_s', run.get('startup_s'))}** from launch to the first batch ({phases}); "
-                f"after the epochs, the bound's passes took {fmt('calibration_s', run.get('calibration_s'))}")
+    st.markdown(
+        f"Start-up: **{fmt('startup_s', run.get('startup_s'))}** from launch to the first batch ({phases}); "
+        f"after the epochs, the bound's passes took {fmt('calibration_s', run.get('calibration_s'))}"
+    )

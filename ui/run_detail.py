@@ -35,26 +35,39 @@ def check_ids(raw: str, *, lo: int = 1, hi: int = 1) -> list[dict[str, Any]] | N
     runs = []
     for run_id in ids:
         if not _ID.match(run_id):
-            st.error(f"{plain(repr(run_id[:80]))} is not a run id (ids look like 20250101-120000-a1b2c3); "
-                     "pick a run in the table below.")
+            st.error(
+                f"{plain(repr(run_id[:80]))} is not a run id (ids look like 20250101-120000-a1b2c3); "
+                "pick a run in the table below."
+            )
             return None
         run = cached(api.get_run, run_id)
         if run is None:
-            st.error(f"There is no run {plain(repr(run_id))} in this store; it may have been purged. "
-                     "Pick one in the table below.")
+            st.error(
+                f"There is no run {plain(repr(run_id))} in this store; it may have been purged. "
+                "Pick one in the table below."
+            )
             return None
         runs.append(run)
     return runs
 
 
-_FIGURES = {"epoch_s": ("epoch time", "{:.3f} s"), "samples_per_s": ("samples/s", "{:,.0f}"),
-            "ttfb_s": ("first batch", "{:.3f} s"), "bound_s": ("lower bound", "{:.3f} s"),
-            "efficiency": ("efficiency", "{:.0%}"), "verdict": ("verdict", "{}"),
-            "data_wait_share": ("data wait", "{:.0%}"), "h2d_share": ("copy", "{:.0%}"),
-            "compute_share": ("compute", "{:.0%}"), "other_share": ("other", "{:.0%}"),
-            "data_wait_p50_s": ("wait p50", "{:.4f} s"), "data_wait_p90_s": ("wait p90", "{:.4f} s"),
-            "data_wait_p99_s": ("wait p99", "{:.4f} s"), "peak_rss_mib": ("peak memory (PSS)", "{:.0f} MiB"),
-            "mean_cpu_pct": ("mean CPU", "{:.0f} %")}
+_FIGURES = {
+    "epoch_s": ("epoch time", "{:.3f} s"),
+    "samples_per_s": ("samples/s", "{:,.0f}"),
+    "ttfb_s": ("first batch", "{:.3f} s"),
+    "bound_s": ("lower bound", "{:.3f} s"),
+    "efficiency": ("efficiency", "{:.0%}"),
+    "verdict": ("verdict", "{}"),
+    "data_wait_share": ("data wait", "{:.0%}"),
+    "h2d_share": ("copy", "{:.0%}"),
+    "compute_share": ("compute", "{:.0%}"),
+    "other_share": ("other", "{:.0%}"),
+    "data_wait_p50_s": ("wait p50", "{:.4f} s"),
+    "data_wait_p90_s": ("wait p90", "{:.4f} s"),
+    "data_wait_p99_s": ("wait p99", "{:.4f} s"),
+    "peak_rss_mib": ("peak memory (PSS)", "{:.0f} MiB"),
+    "mean_cpu_pct": ("mean CPU", "{:.0f} %"),
+}
 
 
 def _fmt(key: str, value: Any) -> str:
@@ -107,9 +120,12 @@ def _figures(run: dict[str, Any]) -> None:
     for col, key in zip(cols, list(_FIGURES)[:5]):
         col.metric(_FIGURES[key][0], _fmt(key, run.get(key)))
     verdict, why = verdict_text(run)
-    st.markdown(f"Verdict: **{plain(verdict)}**" + (f": {plain(why)}" if why else "")
-                + " (efficiency = lower bound ÷ measured epoch; the bound is the most of the loader pass, the compute "
-                  "pass, and their CPU-seconds over the usable cores" + _cores(run) + ")")
+    st.markdown(
+        f"Verdict: **{plain(verdict)}**"
+        + (f": {plain(why)}" if why else "")
+        + " (efficiency = lower bound ÷ measured epoch; the bound is the most of the loader pass, the compute "
+        "pass, and their CPU-seconds over the usable cores" + _cores(run) + ")"
+    )
     measured = cached(api.run_advice, run["run_id"]) if run.get("run_id") else None  # a setting named, not a verdict
     if measured and measured.suggestion:
         st.markdown(f"Next: {plain(measured.suggestion)}")
@@ -117,18 +133,22 @@ def _figures(run: dict[str, Any]) -> None:
         st.warning(plain(measured.spread), icon=":material/stacked_line_chart:")
     overlap = run.get("overlap")
     if overlap is not None and overlap == overlap:
-        st.markdown(f"Overlap: **{overlap:.0%}** of the time the two models' compute would take one after another "
-                    "was hidden by running them at once (0% = none, 100% = all of it). In this mode A + B's compute "
-                    "is no lower bound, so the efficiency above is against the slower model alone.")
+        st.markdown(
+            f"Overlap: **{overlap:.0%}** of the time the two models' compute would take one after another "
+            "was hidden by running them at once (0% = none, 100% = all of it). In this mode A + B's compute "
+            "is no lower bound, so the efficiency above is against the slower model alone."
+        )
     if run.get("bound_note"):
         st.warning(plain(run["bound_note"]))
     if run.get("bound_error"):
         st.warning(f"No lower bound for this run (its epochs stand): {plain(run['bound_error'])}")
     rss = run.get("peak_rss_bytes")
     run = {**run, "peak_rss_mib": rss / 2**20 if rss else None}
-    st.caption("Where the steady-state time goes, per-step data wait, and the process tree (workers included; memory "
-               "is PSS, so pages workers share copy-on-write count once): "
-               + " · ".join(f"{_FIGURES[k][0]} {_sampled(run, k)}" for k in list(_FIGURES)[6:]))
+    st.caption(
+        "Where the steady-state time goes, per-step data wait, and the process tree (workers included; memory "
+        "is PSS, so pages workers share copy-on-write count once): "
+        + " · ".join(f"{_FIGURES[k][0]} {_sampled(run, k)}" for k in list(_FIGURES)[6:])
+    )
     run_costs.gpu_idle(run)
     run_costs.startup(run)
 
@@ -150,16 +170,23 @@ def _cancelled(run: dict[str, Any], epochs: pd.DataFrame) -> None:
     """Say a cancelled run as cancelled (not as a failure), with its kept epochs. Its verdict is the stored one
     (the store judges its kept epochs at ingest: engine/analysis/kept.py)."""
     kept = int(epochs["epoch"].nunique()) if not epochs.empty else 0
-    st.info(f"Cancelled after {plural(kept, 'finished epoch')}: "
-            + ("they are kept, and the figures below come from them." if kept else "nothing was measured."),
-            icon=":material/cancel:")
+    st.info(
+        f"Cancelled after {plural(kept, 'finished epoch')}: "
+        + ("they are kept, and the figures below come from them." if kept else "nothing was measured."),
+        icon=":material/cancel:",
+    )
 
 
 def detail(run: dict[str, Any]) -> None:
     run_id = run["run_id"]
     st.subheader(f"Run {plain(run_id)}")
-    parts = [run.get("status"), f"created {when(run.get('created_at'))}",
-             f"host {run['host']}" if run.get("host") else None, run.get("cpu_model"), run.get("gpu_name")]
+    parts = [
+        run.get("status"),
+        f"created {when(run.get('created_at'))}",
+        f"host {run['host']}" if run.get("host") else None,
+        run.get("cpu_model"),
+        run.get("gpu_name"),
+    ]
     st.caption(plain(" · ".join(str(p) for p in parts if p)))
     epochs = cached(api.get_epochs, run_id)
     if run.get("status") == api.RunStatus.CANCELLED:
@@ -177,8 +204,9 @@ def detail(run: dict[str, Any]) -> None:
         choices = sorted(int(e) for e in epochs["epoch"].unique())
         if st.session_state.get("runs.epoch_pick") not in choices:
             wanted = str(st.session_state.get("runs.epoch") or "")
-            st.session_state["runs.epoch_pick"] = int(wanted) if wanted.isdigit() and int(wanted) in choices \
-                else choices[-1]
+            st.session_state["runs.epoch_pick"] = (
+                int(wanted) if wanted.isdigit() and int(wanted) in choices else choices[-1]
+            )
         epoch = st.selectbox("Epoch for the step timeline", choices, key="runs.epoch_pick")
         st.session_state["runs.epoch"] = str(epoch)
         st.plotly_chart(api.step_timeline_chart(cached(api.get_steps, run_id, epoch), epoch), key="runs.timeline")
@@ -225,8 +253,10 @@ def compare(runs: list[dict[str, Any]]) -> None:
     keys = list(dict.fromkeys(k for r in runs for k in r["config"]))
     table = pd.DataFrame({r["run_id"]: [_setting(r["config"].get(k)) for k in keys] for r in runs}, index=keys)
     differ = table.nunique(axis=1) > 1
-    figures = pd.DataFrame({r["run_id"]: [_fmt(k, r.get(k)) for k in _FIGURES] + run_costs.column(r) for r in runs},
-                           index=[label for label, _ in (*_FIGURES.values(), *run_costs.FIGURES.values())])
+    figures = pd.DataFrame(
+        {r["run_id"]: [_fmt(k, r.get(k)) for k in _FIGURES] + run_costs.column(r) for r in runs},
+        index=[label for label, _ in (*_FIGURES.values(), *run_costs.FIGURES.values())],
+    )
     c1, c2 = st.columns(2)
     c1.markdown(f"**Config fields that differ** ({int(differ.sum())} of {len(keys)})")
     diff = table[differ]
@@ -234,8 +264,10 @@ def compare(runs: list[dict[str, Any]]) -> None:
         c1.info("The configs are identical: these are repeats of one config.")
     else:
         base = diff.iloc[:, 0]
-        styled = diff.style.apply(lambda col: ["background-color: #fde68a; font-weight: 600" if v != b else ""
-                                               for v, b in zip(col, base)], axis=0)
+        styled = diff.style.apply(
+            lambda col: ["background-color: #fde68a; font-weight: 600" if v != b else "" for v, b in zip(col, base)],
+            axis=0,
+        )
         c1.dataframe(styled, key="runs.diff", placeholder=MISSING)
     c2.markdown("**Results**")
     c2.dataframe(figures, key="runs.figures", placeholder=MISSING)

@@ -51,19 +51,28 @@ def table() -> list[str]:
         st.info("No runs match. Queue one on the Launch page, or clear the search.")
         return []
     df = readable_table(df)
-    st.caption(f"{plural(len(df), 'run')} shown (newest first; click a header to sort; tick one row to open it above, "
-               "or several to act on them)")
+    st.caption(
+        f"{plural(len(df), 'run')} shown (newest first; click a header to sort; tick one row to open it above, "
+        "or several to act on them)"
+    )
     event = st.dataframe(
-        df, key="runs.table", hide_index=True, on_select="rerun", selection_mode="multi-row", placeholder=MISSING,
+        df,
+        key="runs.table",
+        hide_index=True,
+        on_select="rerun",
+        selection_mode="multi-row",
+        placeholder=MISSING,
         column_config={
             "created_at": st.column_config.DatetimeColumn("created", format="YYYY-MM-DD HH:mm:ss"),
             "epoch_s": st.column_config.NumberColumn("epoch (s)", format="%.3f"),
             "samples_per_s": st.column_config.NumberColumn("samples/s", format="%.0f"),
-            "data_wait_share": st.column_config.ProgressColumn("data wait", min_value=0.0, max_value=1.0,
-                                                               format="percent"),
+            "data_wait_share": st.column_config.ProgressColumn(
+                "data wait", min_value=0.0, max_value=1.0, format="percent"
+            ),
             "bound_s": st.column_config.NumberColumn("bound (s)", format="%.3f"),
             "efficiency": st.column_config.NumberColumn("efficiency", format="%.2f"),
-        })
+        },
+    )
     rows = event.selection.rows if event else []
     return [df["run_id"].iloc[i] for i in rows if i < len(df)]
 

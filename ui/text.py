@@ -34,9 +34,9 @@ _PUNCT = re.compile(r"([!-/:-@\[-`{-~])")
 # autolinks (http://…, www.…, a@b.c), :emoji: / :material_icon: / :streamlit: shortcodes, and "->"-style arrows.
 # An invisible word joiner inside each such pattern keeps the text as typed (only a copy carries the joiner).
 _AFTER_PARSE = [
-    (re.compile(r"(?<=:)(?=[\w+/-])"), _WJ),           # :shortcode:, http://
-    (re.compile(r"(?i)(?<=www)(?=\.)"), _WJ),          # www.example.org
-    (re.compile(r"(?<=@)(?=\w)"), _WJ),                # an e-mail address
+    (re.compile(r"(?<=:)(?=[\w+/-])"), _WJ),  # :shortcode:, http://
+    (re.compile(r"(?i)(?<=www)(?=\.)"), _WJ),  # www.example.org
+    (re.compile(r"(?<=@)(?=\w)"), _WJ),  # an e-mail address
     (re.compile(r"(?<!\S)(<->|->|<-|--|>=|<=|~=)(?!\S)"), None),  # arrows, dashes and ≥ between spaces
 ]
 
@@ -110,6 +110,12 @@ def readable(df: pd.DataFrame, reasons: dict[str, str] | None = None) -> pd.Data
         elif pd.api.types.is_float_dtype(col):
             out[c] = [sig(v, missing=why) for v in col]
         elif col.dtype == object and col.map(lambda v: isinstance(v, (float, dt.datetime))).any():
-            out[c] = [sig(v, missing=why) if isinstance(v, float) or v is None else
-                      when(v) if isinstance(v, dt.datetime) else v for v in col]
+            out[c] = [
+                sig(v, missing=why)
+                if isinstance(v, float) or v is None
+                else when(v)
+                if isinstance(v, dt.datetime)
+                else v
+                for v in col
+            ]
     return out

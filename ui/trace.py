@@ -40,17 +40,26 @@ def trace_download(run: dict[str, Any]) -> None:
     path = trace_file(run)
     if path is None:
         if (run.get("config") or {}).get("trace"):
-            st.caption("This run asked for a profiler trace, but its folder holds none (it failed before the "
-                       "traced epoch, or the folder was purged).")
+            st.caption(
+                "This run asked for a profiler trace, but its folder holds none (it failed before the "
+                "traced epoch, or the folder was purged)."
+            )
         return
     size = path.stat().st_size
     if size > _MAX_BYTES:
-        st.caption(f"Profiler trace: {size / 2**20:.0f} MiB, too big to download here; "
-                   f"it is on the server at {plain(path)}.")
+        st.caption(
+            f"Profiler trace: {size / 2**20:.0f} MiB, too big to download here; it is on the server at {plain(path)}."
+        )
         return
-    st.download_button(f"Download the profiler trace ({size / 2**20:.1f} MiB)", path.read_bytes(),
-                       file_name=f"{run['run_id']}-{api.TRACE_FILE}", mime="application/gzip",
-                       key="runs.trace_download")
-    st.caption("One extra epoch after the measured ones, profiled by torch.profiler (its figures are not stored). "
-               "Open it at https://ui.perfetto.dev (drop the .json.gz file in), chrome://tracing, or TensorBoard's "
-               "trace viewer.")
+    st.download_button(
+        f"Download the profiler trace ({size / 2**20:.1f} MiB)",
+        path.read_bytes(),
+        file_name=f"{run['run_id']}-{api.TRACE_FILE}",
+        mime="application/gzip",
+        key="runs.trace_download",
+    )
+    st.caption(
+        "One extra epoch after the measured ones, profiled by torch.profiler (its figures are not stored). "
+        "Open it at https://ui.perfetto.dev (drop the .json.gz file in), chrome://tracing, or TensorBoard's "
+        "trace viewer."
+    )

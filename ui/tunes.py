@@ -57,9 +57,13 @@ def section(tunes: list[dict[str, Any]]) -> None:
         return
     by_id = {t["tune_id"]: t for t in tunes}
     st.subheader("Script tunes", anchor=False)
-    st.selectbox("Script tune", ["", *by_id], key=_KEY,
-                 format_func=lambda i: _label(by_id[i]) if i else f"(none: {plural(len(tunes), 'tune')} stored)",
-                 help="a tune of your own script: python -m engine tune -- python train.py")
+    st.selectbox(
+        "Script tune",
+        ["", *by_id],
+        key=_KEY,
+        format_func=lambda i: _label(by_id[i]) if i else f"(none: {plural(len(tunes), 'tune')} stored)",
+        help="a tune of your own script: python -m engine tune -- python train.py",
+    )
     chosen = by_id.get(st.session_state.get(_KEY) or "")
     if chosen is not None:
         _view(chosen)
@@ -80,22 +84,32 @@ def _view(tune: dict[str, Any]) -> None:
     ranking = cached(api.tune_ranking, tune_id)
     st.markdown(plain(f"Tune {tune_id} of the DataLoader at {tune.get('site')}, {when(tune.get('created_at'))}"))
     st.code(_command(tune), language="bash")
-    spent = [f"spent {sig(tune.get('spent_s'), ' s')}" if tune.get("spent_s") is not None else None,
-             f"of a {sig(tune.get('budget_s'), ' s')} budget" if tune.get("budget_s") is not None else None,
-             f"stopped: {tune['stop_reason']}" if tune.get("stop_reason") else None]
+    spent = [
+        f"spent {sig(tune.get('spent_s'), ' s')}" if tune.get("spent_s") is not None else None,
+        f"of a {sig(tune.get('budget_s'), ' s')} budget" if tune.get("budget_s") is not None else None,
+        f"stopped: {tune['stop_reason']}" if tune.get("stop_reason") else None,
+    ]
     st.caption(plain(" ".join(p for p in spent if p)))
     best = tune.get("best_config_idx")
     best = None if best == 0 else best  # the script's own setting again: no change to make
     with st.container(key="explore_tune_answer"):
         if best is None:
-            st.markdown(plain(f"No change to make to the DataLoader at {tune.get('site')}: no candidate beat the "
-                              "script's own setting, or none finished."))
+            st.markdown(
+                plain(
+                    f"No change to make to the DataLoader at {tune.get('site')}: no candidate beat the "
+                    "script's own setting, or none finished."
+                )
+            )
         else:
             row = ranking[ranking["config_idx"] == best]
             setting = row["setting"].iloc[0] if len(row) else f"candidate {best}"
             verdict = f": {_VERDICT.get(tune['verdict'], tune['verdict'])}" if tune.get("verdict") else ""
-            st.markdown(plain(f"The answer: {setting} at {tune.get('site')}, {_speedup(tune)} against the script's "
-                              f"own setting{verdict}."))
+            st.markdown(
+                plain(
+                    f"The answer: {setting} at {tune.get('site')}, {_speedup(tune)} against the script's "
+                    f"own setting{verdict}."
+                )
+            )
         if tune.get("diff"):
             st.caption(plain(f"The change to make to {tune.get('site')}:"))
             st.code(tune["diff"], language="diff")  # the user's source: code, never Markdown
@@ -120,20 +134,32 @@ def _trials(ranking: pd.DataFrame) -> None:
         return
     untried = ranking[(ranking["trials"] == 0)]
     ranking = ranking[ranking["trials"] > 0]
-    table = pd.DataFrame({
-        "rank": ranking["rank"], "setting": ranking["setting"], "trials": ranking["trials"],
-        "median s/batch": [_median(r) for _, r in ranking.iterrows()], "95 % interval": ranking["interval"],
-        "peak memory": [sig(v / 2**20, " MiB", missing="not measured") for v in ranking["peak_bytes"]],
-        "GPU idle": [f"{v:.0%}" if v == v else "not measured (CPU)" for v in ranking["gpu_idle_share"]],
-        "first error": [e or "none" for e in ranking["first_error"]], "call": ranking["call"]})
+    table = pd.DataFrame(
+        {
+            "rank": ranking["rank"],
+            "setting": ranking["setting"],
+            "trials": ranking["trials"],
+            "median s/batch": [_median(r) for _, r in ranking.iterrows()],
+            "95 % interval": ranking["interval"],
+            "peak memory": [sig(v / 2**20, " MiB", missing="not measured") for v in ranking["peak_bytes"]],
+            "GPU idle": [f"{v:.0%}" if v == v else "not measured (CPU)" for v in ranking["gpu_idle_share"]],
+            "first error": [e or "none" for e in ranking["first_error"]],
+            "call": ranking["call"],
+        }
+    )
     # NOTE: st.table renders Markdown: every cell (settings and errors are the user's) goes through plain()
     st.table(table.set_index("rank").map(plain).rename(columns=plain), border="horizontal")
-    st.caption("Ranked by the median seconds per batch of each candidate's finished trials (the tuned loader's batches "
-               "after its first). A candidate with fewer than 6 finished trials has no 95 % interval; one whose every "
-               "trial failed is listed below the others with its first error.")
+    st.caption(
+        "Ranked by the median seconds per batch of each candidate's finished trials (the tuned loader's batches "
+        "after its first). A candidate with fewer than 6 finished trials has no 95 % interval; one whose every "
+        "trial failed is listed below the others with its first error."
+    )
     if len(untried):  # NOTE: most of a search's space is never run (the prediction ranks it below): one line, not rows
-        with st.expander(f"{len(untried)} candidate(s) not tried: the prediction ranked them below the first rung, "
-                         "or the budget ended first", expanded=False):
+        with st.expander(
+            f"{len(untried)} candidate(s) not tried: the prediction ranked them below the first rung, "
+            "or the budget ended first",
+            expanded=False,
+        ):
             st.text("\n".join(untried["setting"]))
 
 
@@ -150,8 +176,16 @@ def trial_of(run: dict[str, Any]) -> None:
     row = mine.iloc[0]
     stored = bool(cached(api.tune_answers, None, tune_id))
     nth = f", this setting's trial {int(row['repeat_idx']) + 1}" if pd.notna(row["repeat_idx"]) else ""
-    st.info(plain(f"Trial {int(row['trial'])} of tune {tune_id} ({plural(len(trials), 'trial')}): {row['setting']}{nth}"
-                  + ("." if stored else "; the tune's answer is not stored: it is still running, or it was stopped "
-                                        "before it answered.")), icon=":material/tune:")
+    st.info(
+        plain(
+            f"Trial {int(row['trial'])} of tune {tune_id} ({plural(len(trials), 'trial')}): {row['setting']}{nth}"
+            + (
+                "."
+                if stored
+                else "; the tune's answer is not stored: it is still running, or it was stopped before it answered."
+            )
+        ),
+        icon=":material/tune:",
+    )
     if stored:  # Explore lists stored tunes only: a link to another would land on a warning
         st.markdown(f"[Open tune {plain(tune_id)} in Explore]({explore_link(tune_id)})")

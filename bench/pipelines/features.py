@@ -31,8 +31,9 @@ class Rows(Dataset):
         rng = random.Random(self.seed * 1_000_003 + index)  # an item's own generator: no global state
         features = [0.0] * (_FIELDS * 2)
         for _ in range(self.records):  # a user's join: several raw records folded into one row
-            line = ",".join(f"{rng.random() * 1000:.3f}" if k % 3 else f"city{rng.randrange(200)}"
-                            for k in range(_FIELDS))
+            line = ",".join(
+                f"{rng.random() * 1000:.3f}" if k % 3 else f"city{rng.randrange(200)}" for k in range(_FIELDS)
+            )
             for k, field in enumerate(line.split(",")):
                 value = _CITIES[field] / 200 if field.startswith("city") else math.log1p(float(field))
                 features[k] += value / self.records

@@ -34,8 +34,8 @@ class Windows(Dataset):
         label = int(rng.integers(self.num_classes))
         raw = rng.standard_normal((_STEPS, _CHANNELS)).astype(np.float32) @ self.mix[label]
         z = (raw - raw.mean(axis=0)) / (raw.std(axis=0) + 1e-6)
-        cov = (z.T @ z) / _STEPS                                        # [channels, channels]
-        eig = np.linalg.eigvalsh(cov.astype(np.float64))                # LAPACK
+        cov = (z.T @ z) / _STEPS  # [channels, channels]
+        eig = np.linalg.eigvalsh(cov.astype(np.float64))  # LAPACK
         spread = np.log(raw.std(axis=0) + 1e-6)
         return torch.from_numpy(np.concatenate([np.log(np.abs(eig) + 1e-6), spread]).astype(np.float32)), label
 
@@ -45,5 +45,6 @@ def build(*, n_samples: int = 512, num_classes: int = 6, seed: int = 0, **_: obj
 
 
 def model(*, in_shape: tuple[int, ...], num_classes: int, width: int = 256, **_: object) -> nn.Module:
-    return nn.Sequential(nn.Linear(in_shape[-1], width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
-                         nn.Linear(width, num_classes))
+    return nn.Sequential(
+        nn.Linear(in_shape[-1], width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, num_classes)
+    )

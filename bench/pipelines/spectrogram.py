@@ -43,9 +43,9 @@ class Clips(Dataset):
         label = int(rng.integers(self.num_classes))
         t = np.arange(_RATE, dtype=np.float32) / _RATE
         clip = np.sin(2 * np.pi * (200 + 150 * label) * t) + 0.3 * rng.standard_normal(_RATE).astype(np.float32)
-        frames = np.lib.stride_tricks.sliding_window_view(clip, _FFT)[::_HOP] * self.window   # [frames, fft]
-        power = np.abs(np.fft.rfft(frames, axis=1)).astype(np.float32) ** 2                    # [frames, fft/2+1]
-        mel = np.log(power @ self.bank + 1e-6)                                                  # [frames, mels]
+        frames = np.lib.stride_tricks.sliding_window_view(clip, _FFT)[::_HOP] * self.window  # [frames, fft]
+        power = np.abs(np.fft.rfft(frames, axis=1)).astype(np.float32) ** 2  # [frames, fft/2+1]
+        mel = np.log(power @ self.bank + 1e-6)  # [frames, mels]
         return torch.from_numpy(np.ascontiguousarray(mel.T))[None], label
 
 
@@ -54,5 +54,12 @@ def build(*, n_samples: int = 512, num_classes: int = 10, seed: int = 0, **_: ob
 
 
 def model(*, in_shape: tuple[int, ...], num_classes: int, width: int = 16, **_: object) -> nn.Module:
-    return nn.Sequential(nn.Conv2d(in_shape[0], width, 5, 2, 2), nn.ReLU(), nn.Conv2d(width, width * 2, 3, 2, 1),
-                         nn.ReLU(), nn.AdaptiveAvgPool2d(4), nn.Flatten(), nn.Linear(width * 2 * 16, num_classes))
+    return nn.Sequential(
+        nn.Conv2d(in_shape[0], width, 5, 2, 2),
+        nn.ReLU(),
+        nn.Conv2d(width, width * 2, 3, 2, 1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(4),
+        nn.Flatten(),
+        nn.Linear(width * 2 * 16, num_classes),
+    )

@@ -28,7 +28,7 @@ class Objects(Dataset):
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         rng = np.random.default_rng(self.seed * 1_000_003 + index)
         time.sleep(self.median_ms / 1000 * float(rng.lognormal(0.0, self.sigma)))  # the GET
-        raw = rng.integers(0, 256, 4096, dtype=np.uint8).tobytes()                 # the object's bytes
+        raw = rng.integers(0, 256, 4096, dtype=np.uint8).tobytes()  # the object's bytes
         x = np.frombuffer(raw, dtype=np.uint8).astype(np.float32).reshape(16, 256).mean(axis=0) / 255.0
         return torch.from_numpy(x), int(raw[0]) % self.num_classes
 

@@ -38,8 +38,10 @@ class Texts(Dataset):
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         rng = random.Random(self.seed * 1_000_003 + index)
         topic = rng.randrange(self.num_classes)
-        text = " ".join(_WORDS[(topic * 37 + int(rng.paretovariate(1.2))) % len(_WORDS)] + rng.choice(",. ")
-                        for _ in range(self.words))
+        text = " ".join(
+            _WORDS[(topic * 37 + int(rng.paretovariate(1.2))) % len(_WORDS)] + rng.choice(",. ")
+            for _ in range(self.words)
+        )
         return torch.tensor(_ids(text, self.length)), topic
 
 
@@ -49,5 +51,6 @@ def build(*, n_samples: int = 2048, num_classes: int = 10, seed: int = 0, **_: o
 
 def model(*, num_classes: int, width: int = 64, **_: object) -> nn.Module:
     """Mean of the ids' embeddings, then a two-layer MLP."""
-    return nn.Sequential(nn.EmbeddingBag(_BUCKETS, width, mode="mean"), nn.Linear(width, width), nn.ReLU(),
-                         nn.Linear(width, num_classes))
+    return nn.Sequential(
+        nn.EmbeddingBag(_BUCKETS, width, mode="mean"), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, num_classes)
+    )

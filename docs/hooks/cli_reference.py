@@ -37,8 +37,7 @@ def _option_row(action: argparse.Action, parser: argparse.ArgumentParser) -> str
         help_text = help_text % {"default": action.default, "prog": parser.prog} if help_text else ""
     except (KeyError, TypeError, ValueError):
         pass
-    default = "" if action.default in (None, False, argparse.SUPPRESS) or action.nargs == 0 else \
-        f"`{action.default}`"
+    default = "" if action.default in (None, False, argparse.SUPPRESS) or action.nargs == 0 else f"`{action.default}`"
     return f"| {names} | {_cell(help_text)} | {default} |"
 
 
@@ -52,10 +51,19 @@ def reference_markdown() -> str:
     out = []
     for name, parser in _subcommands(root).items():
         parser.format_help()  # fills the registries' names into the config flags' help (engine.cli._Parser)
-        out += [f"### `{name}`", "", _cell(parser.description or ""), "", "| option | what it does | default |",
-                "| --- | --- | --- |"]
-        out += [_option_row(a, parser) for a in parser._actions  # noqa: SLF001
-                if not isinstance(a, argparse._HelpAction)]  # noqa: SLF001
+        out += [
+            f"### `{name}`",
+            "",
+            _cell(parser.description or ""),
+            "",
+            "| option | what it does | default |",
+            "| --- | --- | --- |",
+        ]
+        out += [
+            _option_row(a, parser)
+            for a in parser._actions  # noqa: SLF001
+            if not isinstance(a, argparse._HelpAction)
+        ]  # noqa: SLF001
         out.append("")
     return "\n".join(out)
 

@@ -6,7 +6,6 @@ engine/predict/ (the model, the probe, and what earlier runs say: learned.py).
 """
 
 from engine.advice._baseline_from import read_loader
-from engine.advice._baseline_run import (baseline_of_run, next_steps, observed_line, predict_fields,
-                                           resolve_baseline)
+from engine.advice._baseline_run import baseline_of_run, next_steps, observed_line, predict_fields, resolve_baseline
 
 __all__ = ["baseline_of_run", "next_steps", "observed_line", "predict_fields", "read_loader", "resolve_baseline"]

@@ -30,8 +30,11 @@ def read_loader(spec: str) -> dict[str, Any]:
     made = call_factory(resolve(spec, FIELD), spec, FIELD, {})
     # NOTE: known by its class, not isinstance: importing torch here would load it into the CLI for every command
     if not any(c.__name__ == "DataLoader" and c.__module__.startswith("torch.utils.data") for c in type(made).__mro__):
-        raise ConfigError(FIELD, f"'{printable(spec[:200])}' returned type {type(made).__name__}, not a "
-                                 "torch.utils.data.DataLoader; return the loader your training builds")
+        raise ConfigError(
+            FIELD,
+            f"'{printable(spec[:200])}' returned type {type(made).__name__}, not a "
+            "torch.utils.data.DataLoader; return the loader your training builds",
+        )
     return settings_of(made)
 
 
@@ -46,26 +49,45 @@ def settings_of(dl: Any) -> dict[str, Any]:
     """A DataLoader's loader settings as a baseline dict (KNOB_KEYS of engine/advice/baseline.py)."""
     batch = dl.batch_size if dl.batch_size is not None else getattr(dl.batch_sampler, "batch_size", None)
     if batch is None:
-        raise ConfigError(FIELD, "the DataLoader has no batch_size (nor a batch_sampler with one); give it "
-                                 "batch_size=..., or say your setup with --baseline loader=...,batch_size=...")
-    out: dict[str, Any] = {"loader": "processes" if dl.num_workers > 0 else "sync", "batch_size": int(batch),
-                           "pin_memory": bool(dl.pin_memory)}
+        raise ConfigError(
+            FIELD,
+            "the DataLoader has no batch_size (nor a batch_sampler with one); give it "
+            "batch_size=..., or say your setup with --baseline loader=...,batch_size=...",
+        )
+    out: dict[str, Any] = {
+        "loader": "processes" if dl.num_workers > 0 else "sync",
+        "batch_size": int(batch),
+        "pin_memory": bool(dl.pin_memory),
+    }
     if dl.num_workers > 0:
-        out.update(workers=int(dl.num_workers), prefetch_depth=int(dl.prefetch_factor or 2),
-                   persistent_workers=bool(dl.persistent_workers),
-                   start_method=_start_method(dl.multiprocessing_context))
-    unread = [name for name, custom in (("collate_fn", _custom_collate(dl)), ("worker_init_fn", dl.worker_init_fn),
-                                        ("sampler", type(dl.sampler).__name__ not in ("RandomSampler",
-                                                                                      "SequentialSampler")))
-              if custom]
+        out.update(
+            workers=int(dl.num_workers),
+            prefetch_depth=int(dl.prefetch_factor or 2),
+            persistent_workers=bool(dl.persistent_workers),
+            start_method=_start_method(dl.multiprocessing_context),
+        )
+    unread = [
+        name
+        for name, custom in (
+            ("collate_fn", _custom_collate(dl)),
+            ("worker_init_fn", dl.worker_init_fn),
+            ("sampler", type(dl.sampler).__name__ not in ("RandomSampler", "SequentialSampler")),
+        )
+        if custom
+    ]
     if unread:
-        log.warning("--baseline-from: the DataLoader's %s is not part of the baseline: the lab's runs use its own "
-                    "sampler and the run's collate", ", ".join(unread))
+        log.warning(
+            "--baseline-from: the DataLoader's %s is not part of the baseline: the lab's runs use its own "
+            "sampler and the run's collate",
+            ", ".join(unread),
+        )
     return parse(out)
 
 
 def _custom_collate(dl: Any) -> bool:
     """Not torch's default_collate (batches) nor default_convert (no batching): the user's own."""
     fn = dl.collate_fn
-    return not (getattr(fn, "__module__", "").startswith("torch.utils.data")
-                and getattr(fn, "__name__", "") in ("default_collate", "default_convert"))
+    return not (
+        getattr(fn, "__module__", "").startswith("torch.utils.data")
+        and getattr(fn, "__name__", "") in ("default_collate", "default_convert")
+    )

@@ -25,11 +25,15 @@ __all__ = ["baseline_of_run", "next_steps", "observed_line", "predict_fields", "
 def _run(run_id: str, db: Db) -> dict[str, Any]:
     run = get_run(run_id, db=db)
     if run is None:
-        raise ConfigError("baseline_run", f"no run '{printable(run_id[:80])}' in the store; list them with "
-                                          "python -m engine runs")
+        raise ConfigError(
+            "baseline_run", f"no run '{printable(run_id[:80])}' in the store; list them with python -m engine runs"
+        )
     if not run.get("loader"):
-        raise ConfigError("baseline_run", f"run '{printable(run_id[:80])}' has no loader settings (it did not "
-                                          "observe a DataLoader); give --baseline loader=...,workers=... instead")
+        raise ConfigError(
+            "baseline_run",
+            f"run '{printable(run_id[:80])}' has no loader settings (it did not "
+            "observe a DataLoader); give --baseline loader=...,workers=... instead",
+        )
     return run
 
 
@@ -61,14 +65,18 @@ def observed_line(run: dict[str, Any], predicted_epoch_s: float) -> str:
         return f"observed ({run['run_id']}): no finished steady epoch to compare with"
     ratio = predicted_epoch_s / run["epoch_s"]
     setting = describe_baseline({k: run[k] for k in BASELINE_KEYS if run.get(k) is not None})
-    return (f"observed ({run['run_id']}, {setting}): epoch {run['epoch_s']:.3f} s · predicted / observed "
-            f"{ratio:.2f}: the prediction is of the workload and model named here; the closer to 1, the more its "
-            "ranking of other settings is to be trusted for your loop")
+    return (
+        f"observed ({run['run_id']}, {setting}): epoch {run['epoch_s']:.3f} s · predicted / observed "
+        f"{ratio:.2f}: the prediction is of the workload and model named here; the closer to 1, the more its "
+        "ranking of other settings is to be trusted for your loop"
+    )
 
 
 def next_steps(run: dict[str, Any]) -> str:
     """The commands that take an observed run to an answer: predict ranks every setting beside what was observed,
     tune measures the best against it with a 95 % interval (the dataset and model named as plugins)."""
     flags = "--workload YOUR_MODULE:dataset --model YOUR_MODULE:model"
-    return (f"python -m engine predict {flags} --baseline-run {run['run_id']}\n"
-            f"python -m engine tune {flags} --baseline-run {run['run_id']} --budget 10m")
+    return (
+        f"python -m engine predict {flags} --baseline-run {run['run_id']}\n"
+        f"python -m engine tune {flags} --baseline-run {run['run_id']} --budget 10m"
+    )

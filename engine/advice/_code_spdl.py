@@ -34,11 +34,16 @@ def spdl_lines(setting: dict[str, Any]) -> list[str]:
     """The lines that bind `loader` (assuming `torch` and `dataset`), for the SNIPPETS registry."""
     w, bs, depth = int(setting["workers"]), int(setting["batch_size"]), int(setting.get("prefetch_depth", 2))
     timeout = float(setting.get("worker_timeout_s", 120.0))
-    lines = ["from concurrent.futures import ThreadPoolExecutor", "",
-             "from spdl.pipeline import PipelineBuilder", "from torch.utils.data import RandomSampler",
-             _collate_import(setting), "",
-             "# one intra-op thread per stage thread, as the lab's: they must not oversubscribe the cores",
-             f"pool = ThreadPoolExecutor({w}, initializer=torch.set_num_threads, initargs=(1,))"]
+    lines = [
+        "from concurrent.futures import ThreadPoolExecutor",
+        "",
+        "from spdl.pipeline import PipelineBuilder",
+        "from torch.utils.data import RandomSampler",
+        _collate_import(setting),
+        "",
+        "# one intra-op thread per stage thread, as the lab's: they must not oversubscribe the cores",
+        f"pool = ThreadPoolExecutor({w}, initializer=torch.set_num_threads, initargs=(1,))",
+    ]
     collate = "collate_fn"
     if _pins(setting):
         pinned = "x.pin_memory(), y.pin_memory()"
@@ -55,7 +60,7 @@ def spdl_lines(setting: dict[str, Any]) -> list[str]:
         "loader = (",
         "    PipelineBuilder()",
         "    .add_source(RandomSampler(dataset), continuous=True)",
-        f"    .pipe(dataset.__getitem__, concurrency={w}, executor=pool, output_order=\"input\")",
+        f'    .pipe(dataset.__getitem__, concurrency={w}, executor=pool, output_order="input")',
         f"    .aggregate({bs})  # the last batch of an epoch is short, as DataLoader's with drop_last=False",
         f"    .pipe({collate}, executor=pool)",
         f"    .add_sink({depth})  # batches kept ready (the lab's prefetch_depth)",

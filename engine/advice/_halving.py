@@ -31,10 +31,10 @@ from engine.advice import memory
 
 __all__ = ["CONFIRM_REPEATS", "ETA", "SEARCH_SHARE", "TOP_K", "Plan", "confirm", "first_rung", "halve", "pick"]
 
-ETA = 3            # keep the best 1/ETA of each rung; survivors run ETA x more epochs
-SEARCH_SHARE = 0.6   # of the budget for the halving; the rest confirms the best against candidate 0
+ETA = 3  # keep the best 1/ETA of each rung; survivors run ETA x more epochs
+SEARCH_SHARE = 0.6  # of the budget for the halving; the rest confirms the best against candidate 0
 CONFIRM_REPEATS = 7  # interleaved runs each of the best and candidate 0: 6 + 7 is the least for a 95% ratio interval
-TOP_K = 4          # predicted-fastest settings in the first rung, beside candidate 0
+TOP_K = 4  # predicted-fastest settings in the first rung, beside candidate 0
 
 
 @dataclass
@@ -44,15 +44,19 @@ class Plan:
     measure: Callable[[int, Any, int], dict[str, Any]]  # (candidate, rung, length) -> its row (one real run)
     fits: Callable[[list[int], Any, int, float], bool]  # (candidates, rung, length, limit_s): they end by limit_s
     limit_s: Callable[[int], float]  # rung -> seconds from the start by which its runs must end
-    figure: str                      # the row's figure, lower is faster; NaN where the run failed
-    length: int                      # the first rung's length (epochs, batches)
+    figure: str  # the row's figure, lower is faster; NaN where the run failed
+    length: int  # the first rung's length (epochs, batches)
     rng: random.Random
-    rows: list[dict[str, Any]]       # the search's rows: the caller's list, which halve() appends to
+    rows: list[dict[str, Any]]  # the search's rows: the caller's list, which halve() appends to
     eta: int = ETA
 
 
-def first_rung(ranked: list[int], told_apart: Callable[[int], Hashable], top_k: int,
-               siblings: Callable[[int, list[int]], list[int]]) -> list[int]:
+def first_rung(
+    ranked: list[int],
+    told_apart: Callable[[int], Hashable],
+    top_k: int,
+    siblings: Callable[[int, list[int]], list[int]],
+) -> list[int]:
     """The first `top_k` of `ranked` (predicted fastest first) that the prediction tells apart, each followed by
     its siblings (step 1 of the module doc)."""
     picks: list[int] = []
@@ -91,7 +95,7 @@ def halve(first: list[int], plan: Plan) -> tuple[str, int | None]:
         if len(done) <= 1:
             return ("one candidate left" if done else "every run of the rung failed"), 0
         ranked = sorted(done, key=lambda r: r[plan.figure])
-        survivors = [r["candidate"] for r in ranked[:max(1, math.ceil(len(ranked) / plan.eta))]]
+        survivors = [r["candidate"] for r in ranked[: max(1, math.ceil(len(ranked) / plan.eta))]]
         if len(survivors) == 1:
             return "one candidate left", 0
         rung, length = rung + 1, length * plan.eta
@@ -101,8 +105,11 @@ def halve(first: list[int], plan: Plan) -> tuple[str, int | None]:
 def pick(rows: list[dict[str, Any]], figure: str, max_memory: int | None) -> int | None:
     """The fastest candidate of the highest whole rung among the finished runs within the memory cap (over it: never
     the answer), or None."""
-    done = [r for r in rows if isinstance(r["rung"], int) and not math.isnan(r[figure])
-            and memory.fits(r.get("peak_bytes"), max_memory)]
+    done = [
+        r
+        for r in rows
+        if isinstance(r["rung"], int) and not math.isnan(r[figure]) and memory.fits(r.get("peak_bytes"), max_memory)
+    ]
     whole = [r for r in done if not r.get("rung_cut")] or done
     if not whole:
         return None
@@ -110,15 +117,17 @@ def pick(rows: list[dict[str, Any]], figure: str, max_memory: int | None) -> int
     return min((r for r in whole if r["rung"] == top), key=lambda r: r[figure])["candidate"]
 
 
-def confirm(best: int, plan: Plan, repeats: int, budget_s: float, into: list[dict[str, Any]],
-            against: str) -> str:
+def confirm(best: int, plan: Plan, repeats: int, budget_s: float, into: list[dict[str, Any]], against: str) -> str:
     """Candidate 0 and the best in pairs, each pair in a random order, at the first rung's length, while the budget
     lasts (module doc), into `into`; what cut it short ('' when nothing did). against: candidate 0's name."""
     before = len(into)
     for rep in range(repeats):
         for idx in plan.rng.sample([0, best], 2):
             if not plan.fits([idx], "confirm", plan.length, budget_s):
-                return "budget spent while confirming" if len(into) > before else f"no time left to confirm against " \
-                                                                                  f"{against}"
+                return (
+                    "budget spent while confirming"
+                    if len(into) > before
+                    else f"no time left to confirm against {against}"
+                )
             into.append({**plan.measure(idx, "confirm", plan.length), "rung": "confirm", "repeat": rep})
     return ""

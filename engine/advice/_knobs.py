@@ -61,6 +61,7 @@ def widen(configs: list[RunConfig], base: RunConfig, probe: Probe | None) -> tup
 
 def siblings(configs: list[RunConfig], picked: list[int]) -> list[int]:
     """The candidates that differ from a picked one only in KNOBS, in the order listed (the picked excluded)."""
+
     def rest(c: RunConfig) -> str:
         return RunConfig.to_json(c.replace(**{k: RunConfig.__dataclass_fields__[k].default for k in KNOBS}))
 

@@ -45,9 +45,15 @@ def change(site: str, base: dict[str, Any], best: dict[str, Any]) -> str:
     if best.get("loader") == "threads":  # the same arguments to ThreadsLoader, which ignores the workers' own
         # NOTE: here, not at the top: the CLI imports this module and must not load torch before a command needs it
         from engine.observe.threads_loader import IMPORTS, ThreadsLoader
+
         changes = {k: v for k, v in changes.items() if k in ("num_workers", "pin_memory", "prefetch_factor")}
-        edits.append((at(call.func.lineno, call.func.col_offset),
-                      at(call.func.end_lineno or call.func.lineno, call.func.end_col_offset or 0), b"ThreadsLoader"))
+        edits.append(
+            (
+                at(call.func.lineno, call.func.col_offset),
+                at(call.func.end_lineno or call.func.lineno, call.func.end_col_offset or 0),
+                b"ThreadsLoader",
+            )
+        )
         imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
         insert_at = at((imports[-1].end_lineno or imports[-1].lineno) + 1, 0) if imports else 0
         lines = set(source.splitlines())
@@ -59,16 +65,33 @@ def change(site: str, base: dict[str, Any], best: dict[str, Any]) -> str:
         for kw in call.keywords:  # settings only workers take: a loader without workers refuses them
             if kw.arg in ("persistent_workers", "prefetch_factor", "multiprocessing_context"):
                 changes[kw.arg] = {"persistent_workers": False}.get(kw.arg)
-    positional = ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "num_workers", "collate_fn",
-                  "pin_memory", "drop_last", "timeout", "worker_init_fn", "multiprocessing_context")
+    positional = (
+        "dataset",
+        "batch_size",
+        "shuffle",
+        "sampler",
+        "batch_sampler",
+        "num_workers",
+        "collate_fn",
+        "pin_memory",
+        "drop_last",
+        "timeout",
+        "worker_init_fn",
+        "multiprocessing_context",
+    )
     given = {kw.arg: kw.value for kw in call.keywords if kw.arg}
-    given.update({positional[i]: a for i, a in enumerate(call.args[:len(positional)])})
+    given.update({positional[i]: a for i, a in enumerate(call.args[: len(positional)])})
     added = []
     for key, value in changes.items():
         if key in given:
             node = given[key]
-            edits.append((at(node.lineno, node.col_offset), at(node.end_lineno or node.lineno,
-                                                                  node.end_col_offset or 0), repr(value).encode()))
+            edits.append(
+                (
+                    at(node.lineno, node.col_offset),
+                    at(node.end_lineno or node.lineno, node.end_col_offset or 0),
+                    repr(value).encode(),
+                )
+            )
         else:
             added.append(f"{key}={value!r}")
     if added:
@@ -81,11 +104,19 @@ def change(site: str, base: dict[str, Any], best: dict[str, Any]) -> str:
             end = at(call.end_lineno or call.lineno, (call.end_col_offset or 1) - 1)
             edits.append((end, end, ", ".join(added).encode()))
     if best.get("threads") and best.get("threads") != base.get("threads"):
-        stmt = min((n for n in ast.walk(tree) if isinstance(n, ast.stmt) and n.lineno <= call.lineno
-                    <= (n.end_lineno or n.lineno)), key=lambda n: (n.end_lineno or n.lineno) - n.lineno)
-        indent = source.splitlines()[stmt.lineno - 1][:stmt.col_offset]
-        plain = any(isinstance(n, ast.Import) and any(a.name == "torch" and not a.asname for a in n.names)
-                    for n in ast.walk(tree))
+        stmt = min(
+            (
+                n
+                for n in ast.walk(tree)
+                if isinstance(n, ast.stmt) and n.lineno <= call.lineno <= (n.end_lineno or n.lineno)
+            ),
+            key=lambda n: (n.end_lineno or n.lineno) - n.lineno,
+        )
+        indent = source.splitlines()[stmt.lineno - 1][: stmt.col_offset]
+        plain = any(
+            isinstance(n, ast.Import) and any(a.name == "torch" and not a.asname for a in n.names)
+            for n in ast.walk(tree)
+        )
         torch_name = "torch" if plain else "__import__('torch')"
         begin = at(stmt.lineno, 0)
         edits.append((begin, begin, f"{indent}{torch_name}.set_num_threads({best['threads']})\n".encode()))
@@ -96,5 +127,6 @@ def change(site: str, base: dict[str, Any], best: dict[str, Any]) -> str:
         before, after = f"a/{name}", f"b/{name}"
     except ValueError:  # outside the working folder: its own path on both sides
         before = after = str(path)
-    return "".join(difflib.unified_diff(source.splitlines(keepends=True), data.decode().splitlines(keepends=True),
-                                        before, after))
+    return "".join(
+        difflib.unified_diff(source.splitlines(keepends=True), data.decode().splitlines(keepends=True), before, after)
+    )

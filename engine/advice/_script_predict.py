@@ -46,19 +46,35 @@ def probe_of(first: dict[str, Any], cores: float, cuda: bool) -> Probe:
     threads = int(settings.get("intra_op_threads") or 1)
     batch = int(settings.get("batch_size") or 1)
     one: ComputeAt = {"wall_s": step, "cpu_s": step}
-    return {"device": "cuda" if cuda else "cpu", "cores": cores, "batch_size": batch,
-            "n_samples": max(1, first["steps"]) * batch, "load_wall_s": load, "load_cpu_s": work,
-            "default_threads": threads, "compute": {"1": one, str(threads): one}, "gil_share": 1.0,
-            "handoff_s": 0.0, "receive_s": 0.0}
+    return {
+        "device": "cuda" if cuda else "cpu",
+        "cores": cores,
+        "batch_size": batch,
+        "n_samples": max(1, first["steps"]) * batch,
+        "load_wall_s": load,
+        "load_cpu_s": work,
+        "default_threads": threads,
+        "compute": {"1": one, str(threads): one},
+        "gil_share": 1.0,
+        "handoff_s": 0.0,
+        "receive_s": 0.0,
+    }
 
 
 def seconds_per_batch(setting: dict[str, Any], probe: Probe) -> float:
     """A candidate's predicted seconds per batch (its steady epoch over the probe's batches)."""
     w = int(setting.get("num_workers") or 0)
     loader = setting.get("loader") or ("processes" if w else "sync")
-    cfg = RunConfig.from_dict({"mode": "single", "loader": loader, "workers": w,
-                               "batch_size": probe["batch_size"], "threads": setting.get("threads") or 0,
-                               "device": "cpu"})
+    cfg = RunConfig.from_dict(
+        {
+            "mode": "single",
+            "loader": loader,
+            "workers": w,
+            "batch_size": probe["batch_size"],
+            "threads": setting.get("threads") or 0,
+            "device": "cpu",
+        }
+    )
     p = predict(cfg, probe)
     assert p is not None  # sync, threads and processes in the single mode: the model covers them
     return p.epoch_s * probe["batch_size"] / probe["n_samples"]

@@ -29,8 +29,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.observe import (ENV_NAME, ENV_PREFIX, ENV_ROOT, ENV_RUNS, ENV_SETTING, ENV_SITE, ENV_STEPS, ENV_STORE,
-                            ENV_TRIAL)
+from engine.observe import (
+    ENV_NAME,
+    ENV_PREFIX,
+    ENV_ROOT,
+    ENV_RUNS,
+    ENV_SETTING,
+    ENV_SITE,
+    ENV_STEPS,
+    ENV_STORE,
+    ENV_TRIAL,
+)
 from engine.errors import StoreBusy
 from engine.paths import ROOT, Db, db_path, runs_dir
 from engine.runlog import RunLog, claim, read_events
@@ -50,8 +59,8 @@ class Trials:
         self.walls: list[tuple[float, float]] = []  # (trial seconds, its length relative to the first rung's)
         self.epoch_samples: set[int] | None = None
         self.repeats: dict[int, int] = {}  # candidate -> its trials so far
-        self.stored: list[str] = []        # run ids
-        self.unstored: list[Path] = []     # RunLogs the store was too busy to take: ingested again at the end
+        self.stored: list[str] = []  # run ids
+        self.unstored: list[Path] = []  # RunLogs the store was too busy to take: ingested again at the end
 
     def per_trial(self) -> float:
         """Seconds a trial of the first rung's length takes, by the trials so far."""
@@ -63,8 +72,11 @@ class Trials:
 
     def measure(self, result: Any, idx: int, rung: Any, steps: int) -> dict[str, Any]:
         setting = result.settings[idx]
-        env = {ENV_SITE: result.site, ENV_STEPS: str(steps), ENV_SETTING: json.dumps(setting)} if idx else \
-            {ENV_SITE: result.site, ENV_STEPS: str(steps)}
+        env = (
+            {ENV_SITE: result.site, ENV_STEPS: str(steps), ENV_SETTING: json.dumps(setting)}
+            if idx
+            else {ENV_SITE: result.site, ENV_STEPS: str(steps)}
+        )
         first_wall = self.walls[0][0] if self.walls else 60.0
         trial = self.run(env, timeout_s=max(30.0, 5 * first_wall * steps / max(1, result.steps)))
         self.walls.append((trial["wall_s"], steps / max(1, result.steps)))
@@ -83,10 +95,17 @@ class Trials:
             if row["status"] != "done" or not any(e.get("type") == "end" for e in events):
                 # NOTE: the last `end` is the run's: a trial's error is the one its row names (a timeout included)
                 runlog.write("end", status="failed" if row["status"] != "done" else "done", error=row["error"])
-            runlog.write("summary", s_per_batch=None if math.isnan(row["s_per_batch"]) else row["s_per_batch"],
-                         trial_rung=rung, trial_steps=row["steps"], trial_status=row["status"], tune_site=site,
-                         gpu_idle_share=row["gpu_idle_share"], peak_bytes=row["peak_bytes"],
-                         epoch_s=completed_epoch_s(events))
+            runlog.write(
+                "summary",
+                s_per_batch=None if math.isnan(row["s_per_batch"]) else row["s_per_batch"],
+                trial_rung=rung,
+                trial_steps=row["steps"],
+                trial_status=row["status"],
+                tune_site=site,
+                gpu_idle_share=row["gpu_idle_share"],
+                peak_bytes=row["peak_bytes"],
+                epoch_s=completed_epoch_s(events),
+            )
         row["repeat"] = repeat
         self._ingest(run_dir, {"sweep_id": self.tune_id, "config_idx": idx, "repeat_idx": repeat})
         return row
@@ -123,28 +142,48 @@ class Trials:
             if self.epoch_samples is None:
                 self.epoch_samples = stream["full_epoch_samples"]
             elif stream["full_epoch_samples"] != self.epoch_samples:
-                status, error = "changes the data", (f"an epoch of {sorted(stream['full_epoch_samples'])} samples, the "
-                                                     f"script's own {sorted(self.epoch_samples)}: the dataset does not "
-                                                     "split itself over workers")
+                status, error = (
+                    "changes the data",
+                    (
+                        f"an epoch of {sorted(stream['full_epoch_samples'])} samples, the "
+                        f"script's own {sorted(self.epoch_samples)}: the dataset does not "
+                        "split itself over workers"
+                    ),
+                )
         ok = stream if status == "done" else None  # done with no stream was made failed above
-        return {"candidate": idx, "rung": rung, "status": status, "error": error, "wall_s": trial["wall_s"],
-                "steps": ok["steps"] if ok is not None else 0,
-                "s_per_batch": ok["s_per_batch"] if ok is not None else math.nan,
-                "peak_bytes": ok["peak_bytes"] if ok is not None else None,
-                "gpu_idle_share": ok["gpu_idle_share"] if ok is not None else None}
+        return {
+            "candidate": idx,
+            "rung": rung,
+            "status": status,
+            "error": error,
+            "wall_s": trial["wall_s"],
+            "steps": ok["steps"] if ok is not None else 0,
+            "s_per_batch": ok["s_per_batch"] if ok is not None else math.nan,
+            "peak_bytes": ok["peak_bytes"] if ok is not None else None,
+            "gpu_idle_share": ok["gpu_idle_share"] if ok is not None else None,
+        }
 
     def run(self, env_extra: dict[str, str], timeout_s: float) -> dict[str, Any]:
         """One trial: the script under the observer with the trial's environment; its streams' figures by site."""
         self.n += 1
         prefix = f"{self.tune_id}-t{self.n}"
         # NOTE: the name is each run's tag: "tune", as the lab's tune tags its runs
-        env = {**os.environ, ENV_RUNS: str(self.root), ENV_STORE: str(self.store), ENV_PREFIX: prefix,
-               ENV_NAME: "tune", ENV_ROOT: str(ROOT), ENV_TRIAL: "1", **env_extra}
+        env = {
+            **os.environ,
+            ENV_RUNS: str(self.root),
+            ENV_STORE: str(self.store),
+            ENV_PREFIX: prefix,
+            ENV_NAME: "tune",
+            ENV_ROOT: str(ROOT),
+            ENV_TRIAL: "1",
+            **env_extra,
+        }
         started = time.monotonic()
         out_path, err_path = self.work / f"{prefix}.out", self.work / f"{prefix}.err"
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            proc = subprocess.Popen(self.argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                self.argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True
+            )
             try:
                 rc: int | None = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
@@ -167,8 +206,12 @@ class Trials:
             if s is not None:
                 parts.setdefault(site, []).append({**s, "dir": run_dir})
         streams = {site: merged(found) for site, found in parts.items()}
-        dirs = {site: sorted(found, key=lambda d: min((p["t_start"] for p in parts.get(site, []) if p["dir"] == d),
-                                                      default=math.inf)) for site, found in dirs.items()}
+        dirs = {
+            site: sorted(
+                found, key=lambda d: min((p["t_start"] for p in parts.get(site, []) if p["dir"] == d), default=math.inf)
+            )
+            for site, found in dirs.items()
+        }
         found_all = {"wall_s": wall, "streams": streams, "dirs": dirs, "prefix": prefix}
         if rc is None:
             return {**found_all, "status": "timed out", "error": f"past {timeout_s:.0f} s"}
@@ -194,20 +237,30 @@ def stream_figures(events: list[dict[str, Any]]) -> dict[str, Any] | None:
     # each batch's wait and step, and each later epoch's time to its first batch (iter() starts workers that are not
     # persistent): the first epoch's is start-up, paid once
     first_waits = [e["steps"][0][1] if e.get("steps") else 0.0 for e in ordered]
-    busy = sum(e["data_wait_s"] + e["compute_s"] for e in ordered) - sum(first_waits) + \
-        sum(e["ttfb_s"] for e in ordered[1:])
+    busy = (
+        sum(e["data_wait_s"] + e["compute_s"] for e in ordered)
+        - sum(first_waits)
+        + sum(e["ttfb_s"] for e in ordered[1:])
+    )
     full = ordered[:-1] if summary.get("trial_stopped_by") == summary["observed_stream"] else ordered
     idle = [e["gpu_idle_s"] for e in ordered if e.get("gpu_idle_s") is not None]  # none where any went unmeasured
     settings = json.loads(summary.get("observed_settings") or "{}")
     wait = sum(e["data_wait_s"] for e in ordered) - ordered[0]["ttfb_s"]
-    return {"site": summary["observed_stream"], "settings": settings, "steps": steps, "busy": busy,
-            "first_ttfb": ordered[0]["ttfb_s"], "t_start": ordered[0].get("t_start") or 0.0,
-            "s_per_batch": busy / steps if steps else math.nan, "peak_bytes": summary.get("peak_rss_bytes"),
-            "cpu_pct": summary.get("mean_cpu_pct"),
-            "wait": wait / steps if steps else 0.0,
-            "step": sum(e["compute_s"] for e in ordered) / steps if steps else 0.0,
-            "gpu_idle_share": None if len(idle) < len(ordered) else sum(idle) / sum(e["wall_s"] for e in ordered),
-            "full_epoch_samples": {e["samples"] for e in full}}
+    return {
+        "site": summary["observed_stream"],
+        "settings": settings,
+        "steps": steps,
+        "busy": busy,
+        "first_ttfb": ordered[0]["ttfb_s"],
+        "t_start": ordered[0].get("t_start") or 0.0,
+        "s_per_batch": busy / steps if steps else math.nan,
+        "peak_bytes": summary.get("peak_rss_bytes"),
+        "cpu_pct": summary.get("mean_cpu_pct"),
+        "wait": wait / steps if steps else 0.0,
+        "step": sum(e["compute_s"] for e in ordered) / steps if steps else 0.0,
+        "gpu_idle_share": None if len(idle) < len(ordered) else sum(idle) / sum(e["wall_s"] for e in ordered),
+        "full_epoch_samples": {e["samples"] for e in full},
+    }
 
 
 def merged(parts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -219,11 +272,16 @@ def merged(parts: list[dict[str, Any]]) -> dict[str, Any]:
     busy = sum(p["busy"] for p in parts) + sum(p["first_ttfb"] for p in parts[1:])  # later loaders' start-up counts
     peaks = [p["peak_bytes"] for p in parts if p["peak_bytes"] is not None]
     idle = [p["gpu_idle_share"] for p in parts]
-    return {**parts[0], "steps": steps, "busy": busy, "peak_bytes": max(peaks) if peaks else None,
-            "s_per_batch": busy / steps if steps else math.nan,
-            **{k: sum(p[k] * p["steps"] for p in parts) / steps if steps else math.nan for k in ("wait", "step")},
-            "gpu_idle_share": None if None in idle else statistics.fmean(idle),
-            "full_epoch_samples": set().union(*(p["full_epoch_samples"] for p in parts))}
+    return {
+        **parts[0],
+        "steps": steps,
+        "busy": busy,
+        "peak_bytes": max(peaks) if peaks else None,
+        "s_per_batch": busy / steps if steps else math.nan,
+        **{k: sum(p[k] * p["steps"] for p in parts) / steps if steps else math.nan for k in ("wait", "step")},
+        "gpu_idle_share": None if None in idle else statistics.fmean(idle),
+        "full_epoch_samples": set().union(*(p["full_epoch_samples"] for p in parts)),
+    }
 
 
 def completed_epoch_s(events: list[dict[str, Any]]) -> float | None:
@@ -237,16 +295,22 @@ def completed_epoch_s(events: list[dict[str, Any]]) -> float | None:
 def trial_config(setting: dict[str, Any]) -> dict[str, Any]:
     """A candidate's setting as the run config's fields (engine/observe/_settings.py maps a DataLoader the same)."""
     w = int(setting.get("num_workers") or 0)
-    out: dict[str, Any] = {"mode": "single", "tag": "tune", "loader": setting.get("loader") or ("processes" if w else
-                                                                                                "sync"),
-                           "workers": w, "pin_memory": bool(setting.get("pin_memory"))}
+    out: dict[str, Any] = {
+        "mode": "single",
+        "tag": "tune",
+        "loader": setting.get("loader") or ("processes" if w else "sync"),
+        "workers": w,
+        "pin_memory": bool(setting.get("pin_memory")),
+    }
     if setting.get("threads"):
         out["threads"] = int(setting["threads"])
     if out["loader"] == "threads":
         out["prefetch_depth"] = int(setting.get("prefetch_factor") or 2)
     elif w:
-        out.update(persistent_workers=bool(setting.get("persistent_workers")),
-                   start_method=setting.get("multiprocessing_context") or multiprocessing.get_start_method())
+        out.update(
+            persistent_workers=bool(setting.get("persistent_workers")),
+            start_method=setting.get("multiprocessing_context") or multiprocessing.get_start_method(),
+        )
         if setting.get("prefetch_factor") is not None:
             out["prefetch_depth"] = int(setting["prefetch_factor"])
     return out

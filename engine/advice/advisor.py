@@ -39,8 +39,19 @@ from engine.names import WORKER_LOADERS
 from engine.paths import Db
 from engine.store import done_runs
 
-__all__ = ["Advice", "CONFIRM_REPEATS", "GPU_IDLE_KEYS", "KNOB_KEYS", "PROBLEM_KEYS", "QUIET_GPU", "Suggestion",
-           "advise", "best_word", "gpu_line", "render_advice"]
+__all__ = [
+    "Advice",
+    "CONFIRM_REPEATS",
+    "GPU_IDLE_KEYS",
+    "KNOB_KEYS",
+    "PROBLEM_KEYS",
+    "QUIET_GPU",
+    "Suggestion",
+    "advise",
+    "best_word",
+    "gpu_line",
+    "render_advice",
+]
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +64,7 @@ CONFIRM_REPEATS = 7
 
 @dataclass(frozen=True)
 class Suggestion:
-    changes: dict[str, Any]   # fields to change from the best config (mode/n_models for fused)
+    changes: dict[str, Any]  # fields to change from the best config (mode/n_models for fused)
     reason: str
 
 
@@ -61,44 +72,51 @@ class Suggestion:
 class Advice:
     """What advise() found: built once, at the end; render_advice(advice) says it in words."""
 
-
     workload: str
     model: str
-    host: str                                   # "this" | "any" | a fingerprint, as asked
-    host_label: str                             # for messages: "this host (abc123)", "any host"
-    message: str | None = None                  # set when there is nothing to advise on
+    host: str  # "this" | "any" | a fingerprint, as asked
+    host_label: str  # for messages: "this host (abc123)", "any host"
+    message: str | None = None  # set when there is nothing to advise on
     n_runs: int = 0
     problem: dict[str, Any] = field(default_factory=dict)
-    table: pd.DataFrame = field(default_factory=pd.DataFrame)   # stats.summarize_configs over the ranked keys
+    table: pd.DataFrame = field(default_factory=pd.DataFrame)  # stats.summarize_configs over the ranked keys
     best: dict[str, Any] = field(default_factory=dict)
     default: dict[str, Any] = field(default_factory=dict)
-    comparison: dict[str, Any] = field(default_factory=dict)    # stats.compare(default, best)
-    tied: list[dict[str, Any]] = field(default_factory=list)    # configs with no clear difference from the best
-    cores: int | None = None                                    # logical cores of the host the best ran on
+    comparison: dict[str, Any] = field(default_factory=dict)  # stats.compare(default, best)
+    tied: list[dict[str, Any]] = field(default_factory=list)  # configs with no clear difference from the best
+    cores: int | None = None  # logical cores of the host the best ran on
     verdict: str | None = None
-    verdict_help: str | None = None                             # what would help (engine/calibrate/bound.py)
+    verdict_help: str | None = None  # what would help (engine/calibrate/bound.py)
     efficiency: float | None = None
     suggestions: list[Suggestion] = field(default_factory=list)
     warning: str | None = None
-    base_config: dict[str, Any] = field(default_factory=dict)   # a best run's full config
-    baseline: dict[str, Any] = field(default_factory=dict)      # the user's setup as given; default is its knobs
-    gpu_idle: dict[str, float] = field(default_factory=dict)    # the best's GPU idle shares (median); empty on CPU
-    memory: str | None = None                                   # the best's peak PSS against your setup and the cap
-    best_run_ids: list[str] = field(default_factory=list)      # the runs the best's figures come from
+    base_config: dict[str, Any] = field(default_factory=dict)  # a best run's full config
+    baseline: dict[str, Any] = field(default_factory=dict)  # the user's setup as given; default is its knobs
+    gpu_idle: dict[str, float] = field(default_factory=dict)  # the best's GPU idle shares (median); empty on CPU
+    memory: str | None = None  # the best's peak PSS against your setup and the cap
+    best_run_ids: list[str] = field(default_factory=list)  # the runs the best's figures come from
 
     @property
     def needs_confirmation(self) -> bool:
         """A baseline was given, it is not the best, and the stored runs give no interval for the speedup."""
-        return bool(self.baseline and self.base_config and self.default != self.best
-                    and math.isnan(self.comparison.get("speedup_lo", math.nan)))
+        return bool(
+            self.baseline
+            and self.base_config
+            and self.default != self.best
+            and math.isnan(self.comparison.get("speedup_lo", math.nan))
+        )
 
     def confirm_sweep_toml(self, repeats: int = CONFIRM_REPEATS) -> str:
         """Your setup and the best, `repeats` runs each in a random order: the runs a 95% interval needs."""
         if not self.base_config:
             raise ValueError(self.message or "nothing measured yet: no sweep to propose")
-        return baseline.confirm_sweep_toml(self.base_config, self.default, self.best, repeats=repeats,
-                                  title=f"your setup vs the best for {self.workload} + {self.model}, "
-                                        "proposed by `python -m engine advise`")
+        return baseline.confirm_sweep_toml(
+            self.base_config,
+            self.default,
+            self.best,
+            repeats=repeats,
+            title=f"your setup vs the best for {self.workload} + {self.model}, proposed by `python -m engine advise`",
+        )
 
     @property
     def speedup(self) -> float | None:
@@ -110,9 +128,13 @@ class Advice:
         if not self.base_config:
             raise ValueError(self.message or "nothing measured yet: no sweep to propose")
         defaults = RunConfig().to_dict()
-        base = {k: self.base_config[k] for k in defaults  # in schema order
-                if k in self.base_config and k != "tag"
-                and (self.base_config[k] != defaults[k] or k in ("workload", "model"))}
+        base = {
+            k: self.base_config[k]
+            for k in defaults  # in schema order
+            if k in self.base_config
+            and k != "tag"
+            and (self.base_config[k] != defaults[k] or k in ("workload", "model"))
+        }
         grid: dict[str, list[Any]] = {}
         for s in self.suggestions:
             for k, v in s.changes.items():
@@ -125,18 +147,32 @@ class Advice:
             base["n_models"] = max(2, int(base.get("n_models", 2)))
         for k in grid:
             base.pop(k, None)
-        out = [f"# next measurements for {self.workload} + {self.model}, proposed by `python -m engine advise`",
-               "# run: python -m engine sweep <this file>", f'name = "next-{self.workload}-{self.model}"',
-               f"repeats = {repeats}", "seed = 0", "", "[base]"]
+        out = [
+            f"# next measurements for {self.workload} + {self.model}, proposed by `python -m engine advise`",
+            "# run: python -m engine sweep <this file>",
+            f'name = "next-{self.workload}-{self.model}"',
+            f"repeats = {repeats}",
+            "seed = 0",
+            "",
+            "[base]",
+        ]
         out += [f"{k} = {baseline.toml_value(v)}" for k, v in base.items()]
         out += ["", "[grid]"] + [f"{k} = {baseline.toml_value(v)}" for k, v in grid.items()]
         return "\n".join(out) + "\n"
 
 
-def advise(workload: str, model: str, *, host: str = "this", db: Db = None,
-           where: dict[str, Any] | None = None, baseline: str | dict[str, Any] | None = None,
-           max_memory: str | int | None = None, tags: list[str] | None = None,
-           filters: dict[str, Any] | None = None) -> Advice:
+def advise(
+    workload: str,
+    model: str,
+    *,
+    host: str = "this",
+    db: Db = None,
+    where: dict[str, Any] | None = None,
+    baseline: str | dict[str, Any] | None = None,
+    max_memory: str | int | None = None,
+    tags: list[str] | None = None,
+    filters: dict[str, Any] | None = None,
+) -> Advice:
     """Advice for workload + model from the done runs in the store (see the module docstring).
     `baseline`: the user's setup, e.g. "loader=processes,workers=4,batch_size=64" (engine.advice.baseline.parse).
     `max_memory` ("8G"): a config with a run whose peak PSS was above it is never the best.
@@ -157,13 +193,18 @@ def advise(workload: str, model: str, *, host: str = "this", db: Db = None,
     every = every.assign(**{k: every[k].astype(object).where(every[k].notna(), None) for k in keys})
     mine = memory.drop_over_cap(every, keys, cap)
     if mine.empty:
-        return Advice(**asked, message=f"every measured config of {workload}+{model} {_OVER_CAP} "
-                                       f"{memory.fmt_bytes(cap)} memory cap")
+        return Advice(
+            **asked,
+            message=f"every measured config of {workload}+{model} {_OVER_CAP} {memory.fmt_bytes(cap)} memory cap",
+        )
     table = stats.summarize_configs(mine, keys)
     # --- best, default (sync or the user's setup), their runs ---
     best = dict(zip(keys, _native(table.iloc[0][keys])))
-    default = _given_knobs(given, problem["device"], best) if given else \
-        dict(zip(keys, _native([reference_of(table, best)[k] for k in keys])))
+    default = (
+        _given_knobs(given, problem["device"], best)
+        if given
+        else dict(zip(keys, _native([reference_of(table, best)[k] for k in keys])))
+    )
     best_runs, default_runs = mine[stats.matching(mine, best)], every[stats.matching(every, default)]
     # --- why, and what to try next ---
     verdict, verdict_help = _verdict(best_runs)
@@ -172,19 +213,32 @@ def advise(workload: str, model: str, *, host: str = "this", db: Db = None,
     cores = int(best_runs["cores"].dropna().min()) if best_runs["cores"].notna().any() else os.cpu_count()
     measured = runs[stats.matching(runs, problem)]
     return Advice(
-        **asked, n_runs=len(mine), problem=problem, table=table, best=best, default=default,
-        comparison=_comparison(default_runs, best_runs), tied=_tied(mine, table, best, best_runs, keys), cores=cores,
-        verdict=verdict, verdict_help=verdict_help,
+        **asked,
+        n_runs=len(mine),
+        problem=problem,
+        table=table,
+        best=best,
+        default=default,
+        comparison=_comparison(default_runs, best_runs),
+        tied=_tied(mine, table, best, best_runs, keys),
+        cores=cores,
+        verdict=verdict,
+        verdict_help=verdict_help,
         efficiency=float(efficiency.median()) if len(efficiency) else None,
         # NOTE: an observed loop is the user's script, not a lab pipeline a sweep could queue: `engine tune -- python
         # SCRIPT` tries its other settings (the run page says so)
         suggestions=[] if problem.get("source") == "observed" else _suggest(best, verdict, measured, cores or 2),
         warning=stats.mixed_hosts_warning(mine) or _left_out(single, problem),
         base_config=json.loads(best_runs.sort_values("created_at").iloc[-1]["config_json"]),
-        gpu_idle=_gpu_idle(best_runs), memory=memory.peak_line(
-            _max(best_runs, "peak_rss_bytes"), _max(default_runs, "peak_rss_bytes") if default != best else None,
-            cap, "your setup" if given else describe(default)),
-        best_run_ids=sorted(best_runs["run_id"].astype(str)))
+        gpu_idle=_gpu_idle(best_runs),
+        memory=memory.peak_line(
+            _max(best_runs, "peak_rss_bytes"),
+            _max(default_runs, "peak_rss_bytes") if default != best else None,
+            cap,
+            "your setup" if given else describe(default),
+        ),
+        best_run_ids=sorted(best_runs["run_id"].astype(str)),
+    )
 
 
 def _filtered(runs: pd.DataFrame, filters: dict[str, Any]) -> pd.DataFrame:
@@ -199,8 +253,11 @@ def _filtered(runs: pd.DataFrame, filters: dict[str, Any]) -> pd.DataFrame:
             runs = runs[runs[key].astype(str).isin(values)]
         elif key in ("date_from", "date_to"):
             day = pd.Timestamp(dt.date.fromisoformat(str(value)))
-            runs = runs[runs["created_at"] >= day] if key == "date_from" else \
-                runs[runs["created_at"] < day + pd.Timedelta(days=1)]
+            runs = (
+                runs[runs["created_at"] >= day]
+                if key == "date_from"
+                else runs[runs["created_at"] < day + pd.Timedelta(days=1)]
+            )
         else:
             raise ValueError(f"unknown filter '{key}'; use: host, tag, date_from, date_to")
     return runs
@@ -228,10 +285,12 @@ def _where(runs: pd.DataFrame, where: dict[str, Any]) -> pd.DataFrame:
 
 def _no_runs(workload: str, model: str, label: str, others: int, given: dict[str, Any]) -> str:
     hint = f" ({others} on other hosts: --host any)" if others else ""
-    return (f"no runs for {workload}+{model} on {label}{hint}; try: "
-            f"python -m engine sweep examples/loaders.toml (edit its workload and model), or "
-            f"python -m engine tune --workload {workload} --model {model} --budget 10m"
-            + (f" --baseline {baseline.describe_baseline(given)}" if given else ""))
+    return (
+        f"no runs for {workload}+{model} on {label}{hint}; try: "
+        f"python -m engine sweep examples/loaders.toml (edit its workload and model), or "
+        f"python -m engine tune --workload {workload} --model {model} --budget 10m"
+        + (f" --baseline {baseline.describe_baseline(given)}" if given else "")
+    )
 
 
 def _given_knobs(given: dict[str, Any], device: Any, best: dict[str, Any]) -> dict[str, Any]:
@@ -251,8 +310,11 @@ def _verdict(best_runs: pd.DataFrame) -> tuple[str | None, str | None]:
     """The best's most common verdict, and what would help (stored with the runs, else the verdict's own)."""
     verdicts = best_runs["verdict"].dropna()
     verdict = verdicts.mode().iloc[0] if len(verdicts) else None
-    helps = best_runs[best_runs["verdict"] == verdict]["verdict_help"].dropna() \
-        if "verdict_help" in best_runs else pd.Series(dtype=object)
+    helps = (
+        best_runs[best_runs["verdict"] == verdict]["verdict_help"].dropna()
+        if "verdict_help" in best_runs
+        else pd.Series(dtype=object)
+    )
     return verdict, helps.mode().iloc[0] if len(helps) else VERDICTS.get(verdict or "")
 
 
@@ -268,13 +330,17 @@ def render_advice(advice: Advice, cli: bool = True) -> str:
     if advice.message:  # no runs to advise on, or none under the memory cap (both pages say it so)
         return advice.message if cli or _OVER_CAP in advice.message else _no_runs_here(advice)
     row = advice.table.iloc[0]
-    lines = [f"{advice.workload} + {advice.model} on {advice.host_label}: {advice.n_runs} done runs, "
-             f"{len(advice.table)} configs (single-model runs; {_fmt_problem(advice.problem)})"]
+    lines = [
+        f"{advice.workload} + {advice.model} on {advice.host_label}: {advice.n_runs} done runs, "
+        f"{len(advice.table)} configs (single-model runs; {_fmt_problem(advice.problem)})"
+    ]
     if advice.warning:
         lines.append(f"warning: {advice.warning}")
     epoch = _fmt_ci(row["median"], row["ci_lo"], row["ci_hi"], row["n"])
-    lines.append(f"{best_word(int(row['n']))}: {describe(advice.best)}: epoch {epoch}"
-                 f" over {row['n']} run(s){' (noisy: CV over 10%)' if row['noisy'] else ''}")
+    lines.append(
+        f"{best_word(int(row['n']))}: {describe(advice.best)}: epoch {epoch}"
+        f" over {row['n']} run(s){' (noisy: CV over 10%)' if row['noisy'] else ''}"
+    )
     if advice.tied:
         shown = "; ".join(describe(t) for t in advice.tied[:4]) + ("; ..." if len(advice.tied) > 4 else "")
         lines.append(f"not yet distinguishable from the best (its interval spans 1, or too few runs to tell): {shown}")
@@ -286,14 +352,21 @@ def render_advice(advice: Advice, cli: bool = True) -> str:
     elif c.get("note") and not c.get("n_a"):
         lines.append(f"vs {describe(advice.default)}: {c['note']}")
     elif not_yet_distinguishable(c["speedup_lo"], c["speedup_hi"]):
-        spans = ("no 95% interval yet" if math.isnan(c["speedup_lo"])
-                 else f"its 95% CI {c['speedup_lo']:.2f}-{c['speedup_hi']:.2f}x spans 1")
-        lines.append(f"vs {describe(advice.default)} (epoch {c['median_a']:.3f} s): not yet distinguishable "
-                     f"({c['n_b']} and {c['n_a']} runs; {spans})")
+        spans = (
+            "no 95% interval yet"
+            if math.isnan(c["speedup_lo"])
+            else f"its 95% CI {c['speedup_lo']:.2f}-{c['speedup_hi']:.2f}x spans 1"
+        )
+        lines.append(
+            f"vs {describe(advice.default)} (epoch {c['median_a']:.3f} s): not yet distinguishable "
+            f"({c['n_b']} and {c['n_a']} runs; {spans})"
+        )
     else:
-        lines.append(f"vs {describe(advice.default)}: epoch {c['median_a']:.3f} s, so {c['speedup']:.2f}x "
-                     f"{'faster' if c['speedup'] > 1 else 'slower'} (95% CI {c['speedup_lo']:.2f}-"
-                     f"{c['speedup_hi']:.2f}x)")
+        lines.append(
+            f"vs {describe(advice.default)}: epoch {c['median_a']:.3f} s, so {c['speedup']:.2f}x "
+            f"{'faster' if c['speedup'] > 1 else 'slower'} (95% CI {c['speedup_lo']:.2f}-"
+            f"{c['speedup_hi']:.2f}x)"
+        )
     if advice.verdict and (advice.efficiency is None or advice.efficiency <= 1):  # above 1: no verdict
         eff = f", efficiency {efficiency_text(advice.efficiency)}" if advice.efficiency is not None else ""
         lines.append(f"verdict: {advice.verdict}{eff}" + (f": {advice.verdict_help}" if advice.verdict_help else ""))
@@ -304,13 +377,17 @@ def render_advice(advice: Advice, cli: bool = True) -> str:
     if advice.suggestions:
         lines.append("try next:")
         lines += [f"  {i}. {_fmt_changes(s.changes)}: {s.reason}" for i, s in enumerate(advice.suggestions, 1)]
-        lines.append(f"  the sweep repeats the best and each of these {CONFIRM_REPEATS} times: enough runs "
-                     "for a 95% interval of every speedup")
+        lines.append(
+            f"  the sweep repeats the best and each of these {CONFIRM_REPEATS} times: enough runs "
+            "for a 95% interval of every speedup"
+        )
         if not cli:
             return "\n".join(lines)
         host = "" if advice.host == "this" else f" --host {advice.host}"
-        lines.append(f"  one command: python -m engine advise --workload {advice.workload} --model {advice.model}"
-                     f"{host} --write-sweep next.toml && python -m engine sweep next.toml")
+        lines.append(
+            f"  one command: python -m engine advise --workload {advice.workload} --model {advice.model}"
+            f"{host} --write-sweep next.toml && python -m engine sweep next.toml"
+        )
     return "\n".join(lines)
 
 
@@ -336,17 +413,30 @@ def gpu_line(shares: dict[str, float], best: dict[str, Any]) -> str:
     if not parts:  # stored before the split: the idle share alone
         return f"GPU: idle {idle:.0%} of each step"
     cause = max(parts, key=lambda k: parts[k])
-    what = {"gpu_idle_data_share": "waits on data", "gpu_idle_copy_share": "waits on host-to-device copies",
-            "gpu_idle_other_share": "waits on the host (launches, Python, syncs)"}[cause]
+    what = {
+        "gpu_idle_data_share": "waits on data",
+        "gpu_idle_copy_share": "waits on host-to-device copies",
+        "gpu_idle_other_share": "waits on the host (launches, Python, syncs)",
+    }[cause]
     if cause == "gpu_idle_data_share":
-        fix = ("more workers would cut it" if best["loader"] in WORKER_LOADERS
-               else "a loader with workers (threads or processes) would cut it")
+        fix = (
+            "more workers would cut it"
+            if best["loader"] in WORKER_LOADERS
+            else "a loader with workers (threads or processes) would cut it"
+        )
     elif cause == "gpu_idle_copy_share":
         fix = "pinned memory and a copy that overlaps compute (loader prefetch) would hide it"
     else:
         fix = "bigger batches (fewer, larger steps) or one fused program for several models would cut it"
-    rest = ", ".join(f"{label} {shares[k]:.0%}" for k, label in (("gpu_idle_data_share", "data"),
-                     ("gpu_idle_copy_share", "copies"), ("gpu_idle_other_share", "host")) if k in shares)
+    rest = ", ".join(
+        f"{label} {shares[k]:.0%}"
+        for k, label in (
+            ("gpu_idle_data_share", "data"),
+            ("gpu_idle_copy_share", "copies"),
+            ("gpu_idle_other_share", "host"),
+        )
+        if k in shares
+    )
     return f"GPU: it {what} {parts[cause]:.0%} of each step; {fix} (idle {idle:.0%}: {rest})"
 
 
@@ -360,8 +450,10 @@ def best_word(n: int) -> str:
 
 def _no_runs_here(advice: Advice) -> str:
     """The dashboard's words for a workload + model with no runs to advise on (the CLI's name commands)."""
-    return (f"No finished single-model runs of {advice.workload} + {advice.model} on {advice.host_label}: queue a "
-            "sweep over loaders on the Launch page, or pick 'any' host.")
+    return (
+        f"No finished single-model runs of {advice.workload} + {advice.model} on {advice.host_label}: queue a "
+        "sweep over loaders on the Launch page, or pick 'any' host."
+    )
 
 
 def _vs_baseline_lines(advice: Advice, cli: bool = True) -> list[str]:
@@ -374,15 +466,20 @@ def _vs_baseline_lines(advice: Advice, cli: bool = True) -> list[str]:
         lines = [f"{mine}: no stored runs for this problem yet, so no speedup to report"]
     else:
         ci = stats.ci_text(c["speedup_lo"], c["speedup_hi"], min(c["n_a"], c["n_b"]), "{:.2f}", "x")
-        said = (f"best is {c['speedup']:.2f}x faster than {mine}" if c["difference"] == "B faster"
-                else f"best vs {mine}: {c['speedup']:.2f}x by the medians, {c['difference']}")
+        said = (
+            f"best is {c['speedup']:.2f}x faster than {mine}"
+            if c["difference"] == "B faster"
+            else f"best vs {mine}: {c['speedup']:.2f}x by the medians, {c['difference']}"
+        )
         lines = [f"{said} ({ci}; {c['n_a']} + {c['n_b']} runs)"]
     if advice.needs_confirmation and cli:
         host = "" if advice.host == "this" else f" --host {advice.host}"
-        lines.append(f"  confirm it ({CONFIRM_REPEATS} runs of each, in a random order): python -m engine advise "
-                     f"--workload {advice.workload} --model {advice.model}{host} --baseline "
-                     f"{baseline.describe_baseline(advice.baseline)} --write-confirm confirm.toml && "
-                     "python -m engine sweep confirm.toml")
+        lines.append(
+            f"  confirm it ({CONFIRM_REPEATS} runs of each, in a random order): python -m engine advise "
+            f"--workload {advice.workload} --model {advice.model}{host} --baseline "
+            f"{baseline.describe_baseline(advice.baseline)} --write-confirm confirm.toml && "
+            "python -m engine sweep confirm.toml"
+        )
     return lines
 
 
@@ -392,8 +489,9 @@ def _vs_baseline_lines(advice: Advice, cli: bool = True) -> list[str]:
 def _candidates(best: dict[str, Any], cores: int) -> dict[str, list[Suggestion]]:
     """Neighbouring configs by kind; validity only (measured or not is checked later)."""
     loader, w, depth, bs = best["loader"], int(best["workers"] or 0), int(best["prefetch_depth"]), best["batch_size"]
-    out: dict[str, list[Suggestion]] = {k: [] for k in ("more", "fewer", "depth", "switch", "batch", "persist",
-                                                         "fused")}
+    out: dict[str, list[Suggestion]] = {
+        k: [] for k in ("more", "fewer", "depth", "switch", "batch", "persist", "fused")
+    }
     if loader in WORKER_LOADERS:
         # NOTE: worker processes each want a core (and the training process one more): beyond the cores they
         # only contend. Threads may usefully outnumber cores when they wait on I/O, up to twice the cores.
@@ -402,7 +500,7 @@ def _candidates(best: dict[str, Any], cores: int) -> dict[str, list[Suggestion]]
         if w >= 2:
             out["fewer"].append(Suggestion({"workers": w // 2}, "fewer workers cost less start-up and contention"))
         other = "threads" if loader == "processes" else "processes"  # spdl's stages are threads too
-        why = ("processes sidestep the GIL" if other == "processes" else "threads skip pickling and start-up")
+        why = "processes sidestep the GIL" if other == "processes" else "threads skip pickling and start-up"
         out["switch"].append(Suggestion({"loader": other}, why))
     else:
         for other in WORKER_LOADERS:
@@ -410,12 +508,19 @@ def _candidates(best: dict[str, Any], cores: int) -> dict[str, list[Suggestion]]
     if loader != "sync" and depth * 2 <= 1024:
         out["depth"].append(Suggestion({"prefetch_depth": depth * 2}, "a deeper queue absorbs slow batches"))
     if bs * 2 <= 1_000_000:
-        out["batch"].append(Suggestion({"batch_size": bs * 2}, "bigger batches mean fewer steps and per-step costs "
-                                                                "(NOTE: it changes the optimisation too)"))
+        out["batch"].append(
+            Suggestion(
+                {"batch_size": bs * 2},
+                "bigger batches mean fewer steps and per-step costs (NOTE: it changes the optimisation too)",
+            )
+        )
     if loader == "processes" and not best["persistent_workers"]:
         out["persist"].append(Suggestion({"persistent_workers": True}, "keep workers alive between epochs"))
-    out["fused"].append(Suggestion({"mode": "fused"}, "if you train several models (say an lr sweep), train "
-                                                       "them as one vmapped program"))
+    out["fused"].append(
+        Suggestion(
+            {"mode": "fused"}, "if you train several models (say an lr sweep), train them as one vmapped program"
+        )
+    )
     return out
 
 
@@ -440,8 +545,9 @@ def _suggest(best: dict[str, Any], verdict: str | None, measured: pd.DataFrame, 
     return out
 
 
-def _tied(mine: pd.DataFrame, table: pd.DataFrame, best: dict[str, Any],
-          best_runs: pd.DataFrame, keys: list[str]) -> list[dict[str, Any]]:
+def _tied(
+    mine: pd.DataFrame, table: pd.DataFrame, best: dict[str, Any], best_runs: pd.DataFrame, keys: list[str]
+) -> list[dict[str, Any]]:
     """Configs whose speedup interval against the best contains 1 (stats.compare's "no clear difference")."""
     out = []
     for _, row in table.iloc[1:].iterrows():
@@ -493,9 +599,11 @@ def _left_out(single: pd.DataFrame, problem: dict[str, Any]) -> str | None:
     if other.empty:
         return None
     fps = sorted(str(v) for v in other["host_fingerprint"].dropna().unique())
-    return (f"{len(other)} run(s) of this problem under {len(fps)} other host fingerprint(s) ({', '.join(fps[:3])}"
-            f"{', ...' if len(fps) > 3 else ''}: another machine) are left out, since "
-            f"timings are compared only within one fingerprint; --host FINGERPRINT advises on theirs")
+    return (
+        f"{len(other)} run(s) of this problem under {len(fps)} other host fingerprint(s) ({', '.join(fps[:3])}"
+        f"{', ...' if len(fps) > 3 else ''}: another machine) are left out, since "
+        f"timings are compared only within one fingerprint; --host FINGERPRINT advises on theirs"
+    )
 
 
 def _max(runs: pd.DataFrame, column: str) -> float | None:
@@ -504,7 +612,7 @@ def _max(runs: pd.DataFrame, column: str) -> float | None:
 
 def _native(values: Any) -> list[Any]:
     out = []
-    for v in (values if isinstance(values, (tuple, list)) else list(values)):
+    for v in values if isinstance(values, (tuple, list)) else list(values):
         v = v.item() if hasattr(v, "item") else v
         out.append(None if v is pd.NA or (isinstance(v, float) and math.isnan(v)) else v)
     return out

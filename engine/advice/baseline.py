@@ -21,8 +21,15 @@ from engine.errors import ConfigError, printable
 __all__ = ["BASELINE_KEYS", "EXAMPLE", "confirm_sweep_toml", "describe_baseline", "knobs", "parse", "toml_value"]
 
 # The loader settings a baseline may name; the advisor ranks configs over the same keys (its KNOB_KEYS)
-BASELINE_KEYS = ("loader", "workers", "prefetch_depth", "start_method", "persistent_workers", "pin_memory",
-                 "batch_size")
+BASELINE_KEYS = (
+    "loader",
+    "workers",
+    "prefetch_depth",
+    "start_method",
+    "persistent_workers",
+    "pin_memory",
+    "batch_size",
+)
 EXAMPLE = "loader=processes,workers=4,batch_size=64"
 
 
@@ -37,8 +44,9 @@ def parse(value: str | dict[str, Any] | None) -> dict[str, Any]:
         for item in value.split(","):
             key, sep, val = item.partition("=")
             if not sep or not key.strip() or not val.strip():
-                raise ConfigError("baseline", f"'{printable(item.strip()[:80])}' is not FIELD=VALUE; write e.g. "
-                                              f"--baseline {EXAMPLE}")
+                raise ConfigError(
+                    "baseline", f"'{printable(item.strip()[:80])}' is not FIELD=VALUE; write e.g. --baseline {EXAMPLE}"
+                )
             pairs[key.strip()] = val.strip()
         value = pairs
     if not isinstance(value, dict) or not value:
@@ -46,8 +54,9 @@ def parse(value: str | dict[str, Any] | None) -> dict[str, Any]:
     given = {str(k).strip().replace("-", "_"): v for k, v in value.items()}
     unknown = [k for k in given if k not in BASELINE_KEYS]
     if unknown:
-        raise ConfigError("baseline", f"'{printable(unknown[0][:80])}' is not a loader setting; "
-                                      f"use: {', '.join(BASELINE_KEYS)}")
+        raise ConfigError(
+            "baseline", f"'{printable(unknown[0][:80])}' is not a loader setting; use: {', '.join(BASELINE_KEYS)}"
+        )
     if "loader" not in given:
         raise ConfigError("baseline", f"name your loader, e.g. {EXAMPLE}")
     try:
@@ -73,15 +82,26 @@ def describe_baseline(baseline: dict[str, Any]) -> str:
     return ",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in baseline.items())
 
 
-def confirm_sweep_toml(base_config: dict[str, Any], yours: dict[str, Any], best: dict[str, Any], *,
-                       repeats: int, title: str) -> str:
+def confirm_sweep_toml(
+    base_config: dict[str, Any], yours: dict[str, Any], best: dict[str, Any], *, repeats: int, title: str
+) -> str:
     """A sweep of exactly two configs, your setup and the best, `repeats` runs each in a seeded random order:
     enough runs (7 + 7) for a 95% interval of the speedup. Base: every non-default field of base_config."""
     defaults = RunConfig().to_dict()
-    base = {k: v for k, v in base_config.items() if k in defaults and k not in BASELINE_KEYS and k != "tag"
-            and (v != defaults[k] or k in ("workload", "model"))}
-    out = [f"# {title}", "# run: python -m engine sweep <this file>; then advise with the same --baseline",
-           'name = "confirm"', f"repeats = {repeats}", "seed = 0", "", "[base]"]
+    base = {
+        k: v
+        for k, v in base_config.items()
+        if k in defaults and k not in BASELINE_KEYS and k != "tag" and (v != defaults[k] or k in ("workload", "model"))
+    }
+    out = [
+        f"# {title}",
+        "# run: python -m engine sweep <this file>; then advise with the same --baseline",
+        'name = "confirm"',
+        f"repeats = {repeats}",
+        "seed = 0",
+        "",
+        "[base]",
+    ]
     out += [f"{k} = {toml_value(v)}" for k, v in base.items()]
     for point in (yours, best):
         out += ["", "[[points]]"] + [f"{k} = {toml_value(v)}" for k, v in point.items()]

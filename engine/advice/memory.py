@@ -31,8 +31,18 @@ from engine.errors import ConfigError, printable
 from engine.paths import ROOT
 from engine.run.warm import run_env
 
-__all__ = ["FOOTPRINT_TIMEOUT_S", "answer_lines", "drop_over_cap", "estimate", "fits", "fmt_bytes", "footprint",
-           "parse_size", "peak_line", "within_cap"]
+__all__ = [
+    "FOOTPRINT_TIMEOUT_S",
+    "answer_lines",
+    "drop_over_cap",
+    "estimate",
+    "fits",
+    "fmt_bytes",
+    "footprint",
+    "parse_size",
+    "peak_line",
+    "within_cap",
+]
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +88,11 @@ def peak_line(peak: float | None, yours: float | None, cap: int | None, whose: s
     """'peak memory (PSS, whole process tree): 1.20 GiB, 6.80 GiB under the 8.00 GiB cap; your setup 0.90 GiB'."""
     out = f"peak memory (PSS, whole process tree): {fmt_bytes(peak)}"
     if cap is not None and peak is not None and not math.isnan(peak):
-        out += f", {fmt_bytes(cap - peak)} under the {fmt_bytes(cap)} cap" if peak <= cap else \
-            f", {fmt_bytes(peak - cap)} over the {fmt_bytes(cap)} cap"
+        out += (
+            f", {fmt_bytes(cap - peak)} under the {fmt_bytes(cap)} cap"
+            if peak <= cap
+            else f", {fmt_bytes(peak - cap)} over the {fmt_bytes(cap)} cap"
+        )
     if yours is not None and not math.isnan(yours):
         out += f"; {whose} {fmt_bytes(yours)}"
     return out
@@ -89,20 +102,28 @@ def footprint(cfg: RunConfig, timeout_s: float = FOOTPRINT_TIMEOUT_S) -> dict[st
     """The pipeline's memory footprint ({"base_bytes", "worker_bytes"}), measured in a child process so that
     nothing of the caller's counts; None (with a warning) when it fails or takes over timeout_s."""
     try:
-        out = subprocess.run([sys.executable, "-m", "engine.advice._footprint_child"], input=cfg.to_json(),
-                             capture_output=True, text=True, cwd=ROOT, env=run_env(), timeout=timeout_s, check=False)
+        out = subprocess.run(
+            [sys.executable, "-m", "engine.advice._footprint_child"],
+            input=cfg.to_json(),
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=run_env(),
+            timeout=timeout_s,
+            check=False,
+        )
         return json.loads(out.stdout.strip().splitlines()[-1])
     except subprocess.TimeoutExpired:
-        log.warning("the memory estimate took over %.0f s; settings are judged on their measured peaks only",
-                    timeout_s)
+        log.warning("the memory estimate took over %.0f s; settings are judged on their measured peaks only", timeout_s)
     except (IndexError, ValueError):
         last = (out.stderr.strip().splitlines() or ["no output"])[-1]
         log.warning("the memory estimate failed (%s); settings are judged on their measured peaks only", last)
     return None
 
 
-def within_cap(configs: list[RunConfig], base: RunConfig, cap: int, timeout_s: float = FOOTPRINT_TIMEOUT_S
-               ) -> tuple[list[RunConfig], list[RunConfig], dict[str, Any] | None]:
+def within_cap(
+    configs: list[RunConfig], base: RunConfig, cap: int, timeout_s: float = FOOTPRINT_TIMEOUT_S
+) -> tuple[list[RunConfig], list[RunConfig], dict[str, Any] | None]:
     """(the configs the estimate says fit, those it says cannot, the footprint). Candidate 0 (the user's setup or
     sync: the reference) is always kept; without an estimate every config is kept and judged on its measured peak."""
     foot = footprint(base, timeout_s)
@@ -117,8 +138,9 @@ def _worst(rows: list[dict[str, Any]], idx: int | None) -> float | None:
     return float(max(peaks)) if peaks else None
 
 
-def answer_lines(rows: list[dict[str, Any]], best: int | None, cap: int | None, skipped: int,
-                 foot: dict[str, Any] | None, whose: str) -> list[str]:
+def answer_lines(
+    rows: list[dict[str, Any]], best: int | None, cap: int | None, skipped: int, foot: dict[str, Any] | None, whose: str
+) -> list[str]:
     """What a tune's answer says of memory: the best's peak against candidate 0's and the cap, what the cap left
     out. rows: tune's runs, each with its candidate and peak_bytes."""
     if best is None:
@@ -128,8 +150,10 @@ def answer_lines(rows: list[dict[str, Any]], best: int | None, cap: int | None, 
     if over:
         lines.append(f"  {len(over)} measured setting(s) peaked above the cap and are not the answer")
     if skipped and foot:
-        lines.append(f"  {skipped} setting(s) not run: the estimate ({fmt_bytes(foot['base_bytes'])}, and "
-                     f"{fmt_bytes(foot['worker_bytes'])} per worker process) puts them above the cap")
+        lines.append(
+            f"  {skipped} setting(s) not run: the estimate ({fmt_bytes(foot['base_bytes'])}, and "
+            f"{fmt_bytes(foot['worker_bytes'])} per worker process) puts them above the cap"
+        )
     return lines
 
 

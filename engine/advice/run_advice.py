@@ -34,8 +34,8 @@ SPREAD_FLAG = 1.5  # slowest / fastest steady epoch above this: the run's median
 
 @dataclass(frozen=True)
 class RunAdvice:
-    suggestion: str | None = None   # names a setting (measured better, or predicted best), or None: nothing to name
-    spread: str | None = None       # the steady epochs' spread, when it is wide
+    suggestion: str | None = None  # names a setting (measured better, or predicted best), or None: nothing to name
+    spread: str | None = None  # the steady epochs' spread, when it is wide
 
 
 def run_advice(run_id: str, db: Db = None) -> RunAdvice:
@@ -47,8 +47,19 @@ def run_advice(run_id: str, db: Db = None) -> RunAdvice:
 
 
 def _knobs(values: dict[str, Any]) -> dict[str, Any]:
-    knobs = {k: values.get(k) for k in ("loader", "workers", "prefetch_depth", "start_method", "persistent_workers",
-                                        "pin_memory", "batch_size", "threads")}
+    knobs = {
+        k: values.get(k)
+        for k in (
+            "loader",
+            "workers",
+            "prefetch_depth",
+            "start_method",
+            "persistent_workers",
+            "pin_memory",
+            "batch_size",
+            "threads",
+        )
+    }
     if knobs["loader"] not in WORKER_LOADERS:
         knobs["workers"] = 0
     return knobs
@@ -72,16 +83,22 @@ def _measured(run: dict[str, Any], db: Db) -> str | None:
     mine = {k: _native(run.get(k)) for k in keys}
     best_runs, my_runs = runs[stats.matching(runs, best)], runs[stats.matching(runs, mine)]
     if best == mine or my_runs.empty:
-        return (f"This setting is the fastest of the {len(table)} measured for this problem "
-                f"({len(best_runs)} run{'' if len(best_runs) == 1 else 's'}).")
+        return (
+            f"This setting is the fastest of the {len(table)} measured for this problem "
+            f"({len(best_runs)} run{'' if len(best_runs) == 1 else 's'})."
+        )
     c = stats.compare(my_runs["epoch_s"], best_runs["epoch_s"])
     name = describe(_knobs(best)) + ("" if best.get("threads") else ", torch's default intra-op threads")
     if not_yet_distinguishable(c["speedup_lo"], c["speedup_hi"]):
-        return (f"Measured faster here so far: {name}, {stats.median_ci(best_runs['epoch_s'])[0]:.3g} s an epoch "
-                f"against this setting's {c['median_a']:.3g} s (not yet distinguishable: {c['n_b']} and {c['n_a']} "
-                "runs).")
-    return (f"Try {name}: measured {c['speedup']:.2f}x faster than this setting (95% CI {c['speedup_lo']:.2f}-"
-            f"{c['speedup_hi']:.2f}x, {c['n_b']} and {c['n_a']} runs).")
+        return (
+            f"Measured faster here so far: {name}, {stats.median_ci(best_runs['epoch_s'])[0]:.3g} s an epoch "
+            f"against this setting's {c['median_a']:.3g} s (not yet distinguishable: {c['n_b']} and {c['n_a']} "
+            "runs)."
+        )
+    return (
+        f"Try {name}: measured {c['speedup']:.2f}x faster than this setting (95% CI {c['speedup_lo']:.2f}-"
+        f"{c['speedup_hi']:.2f}x, {c['n_b']} and {c['n_a']} runs)."
+    )
 
 
 def _predicted(run: dict[str, Any], db: Db) -> str | None:
@@ -100,10 +117,11 @@ def _predicted(run: dict[str, Any], db: Db) -> str | None:
     cores = int(probe.get("cores") or host.get("cores") or 2)
     candidates = []
     for loader in ("sync", "prefetch", "threads", "processes"):
-        for workers in (range(1, cores + 1) if loader in WORKER_LOADERS else (0,)):
+        for workers in range(1, cores + 1) if loader in WORKER_LOADERS else (0,):
             for threads in (0, 1):
-                candidates.append(RunConfig.from_dict({**cfg.to_dict(), "loader": loader, "workers": workers,
-                                                       "threads": threads}))
+                candidates.append(
+                    RunConfig.from_dict({**cfg.to_dict(), "loader": loader, "workers": workers, "threads": threads})
+                )
     ranked = rank(candidates, probe)
     if not ranked:
         return None
@@ -127,8 +145,10 @@ def _spread(run_id: str, db: Db) -> str | None:
     ratio = float(steady.max() / steady.min())
     if ratio <= SPREAD_FLAG:
         return None
-    return (f"Its steady epochs spread {ratio:.1f}x ({steady.min():.3g}-{steady.max():.3g} s): the median above hides "
-            "two speeds, so repeat the run, on a quieter machine, before trusting its figures.")
+    return (
+        f"Its steady epochs spread {ratio:.1f}x ({steady.min():.3g}-{steady.max():.3g} s): the median above hides "
+        "two speeds, so repeat the run, on a quieter machine, before trusting its figures."
+    )
 
 
 def _native(v: Any) -> Any:

@@ -61,16 +61,30 @@ from engine.runlog import read_events
 from engine.status import RunStatus
 from engine.sweeps.local import new_sweep_id
 
-__all__ = ["CONFIRM_REPEATS", "ETA", "MAX_PROCESSES_PER_CORE", "MAX_WORKERS", "PROBE_MIN_S", "PROBE_SHARE",
-           "RUNG0_EPOCHS", "SEARCH_SHARE", "TOP_K", "TuneResult", "candidates", "parse_budget", "run_flags", "tune",
-           "waits_of"]
+__all__ = [
+    "CONFIRM_REPEATS",
+    "ETA",
+    "MAX_PROCESSES_PER_CORE",
+    "MAX_WORKERS",
+    "PROBE_MIN_S",
+    "PROBE_SHARE",
+    "RUNG0_EPOCHS",
+    "SEARCH_SHARE",
+    "TOP_K",
+    "TuneResult",
+    "candidates",
+    "parse_budget",
+    "run_flags",
+    "tune",
+    "waits_of",
+]
 
 log = logging.getLogger(__name__)
 
-RUNG0_EPOCHS = 3   # steady epochs in the first rung: 3, so even a first-rung median has an interval
-PROBE_SHARE = 0.1    # of the budget the probe may take (at least PROBE_MIN_S): it plans to fit, quick where it must
-PROBE_MIN_S = 6.0    # the least a probe is given: a child's start (torch's import) and a cached probe's read
-MAX_WORKERS = 64    # the most threads (or spdl workers) tried where items wait: past it, a user's pool is the limit
+RUNG0_EPOCHS = 3  # steady epochs in the first rung: 3, so even a first-rung median has an interval
+PROBE_SHARE = 0.1  # of the budget the probe may take (at least PROBE_MIN_S): it plans to fit, quick where it must
+PROBE_MIN_S = 6.0  # the least a probe is given: a child's start (torch's import) and a cached probe's read
+MAX_WORKERS = 64  # the most threads (or spdl workers) tried where items wait: past it, a user's pool is the limit
 MAX_PROCESSES_PER_CORE = 4  # worker processes past the cores only where items wait: each costs a process's memory
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -88,8 +102,13 @@ def parse_budget(text: str | float) -> float:
     return seconds
 
 
-def candidates(base: RunConfig, cores: int | None = None, default_threads: int | None = None,
-               hidden_pools: bool = False, waits: float = 0.0) -> list[RunConfig]:
+def candidates(
+    base: RunConfig,
+    cores: int | None = None,
+    default_threads: int | None = None,
+    hidden_pools: bool = False,
+    waits: float = 0.0,
+) -> list[RunConfig]:
     """sync; prefetch and threads/processes/spdl x workers {1, 2, 4, ... <= cores (at least 2)}, each with
     prefetch_depth {2, 8}; each of those with intra-op threads {0 (auto: torch's default), 1, what fits: cores -
     the loader's threads (workers; prefetch's one), at least 1}, without repeats (an explicit count equal to
@@ -105,13 +124,19 @@ def candidates(base: RunConfig, cores: int | None = None, default_threads: int |
     if waits > 0:  # NOTE: in-flight requests, not cores, set the speed of a read that waits (object storage)
         reach = min(MAX_WORKERS, max(reach, math.ceil(cores * (1 + waits))))
     counts = [w for w in (1, 2, 4, 8, 16, 32, 64, 128) if w <= MAX_WORKERS]
-    workers = {"threads": [w for w in counts if w <= reach], "spdl": [w for w in counts if w <= reach],
-               "processes": [w for w in counts if w <= max(2, cores, min(reach, MAX_PROCESSES_PER_CORE * cores))]}
+    workers = {
+        "threads": [w for w in counts if w <= reach],
+        "spdl": [w for w in counts if w <= reach],
+        "processes": [w for w in counts if w <= max(2, cores, min(reach, MAX_PROCESSES_PER_CORE * cores))],
+    }
     settings = [base.replace(loader="sync", workers=0)]
     for depth in (2, 8):
         settings.append(base.replace(loader="prefetch", workers=0, prefetch_depth=depth))
-        settings += [base.replace(loader=loader, workers=w, prefetch_depth=depth)
-                     for loader in ("threads", "processes", "spdl") for w in workers[loader]]
+        settings += [
+            base.replace(loader=loader, workers=w, prefetch_depth=depth)
+            for loader in ("threads", "processes", "spdl")
+            for w in workers[loader]
+        ]
     out = [s.replace(threads=t) for s in settings for t in _thread_counts(s, cores, default_threads)]
     if hidden_pools and not base.transform_threads:
         out += [c.replace(transform_threads=1) for c in out]
@@ -144,22 +169,22 @@ class TuneResult:
     budget_s: float
     spent_s: float = 0.0
     stop_reason: str = ""
-    rows: list[dict[str, Any]] = field(default_factory=list)   # one per run: candidate, rung, epoch_s, ...
+    rows: list[dict[str, Any]] = field(default_factory=list)  # one per run: candidate, rung, epoch_s, ...
     configs: list[RunConfig] = field(default_factory=list)
     best_idx: int | None = None
-    comparison: dict[str, Any] = field(default_factory=dict)    # stats.compare(candidate 0's runs, best's), confirmed
-    baseline: dict[str, Any] = field(default_factory=dict)      # the user's setup as given: candidate 0
-    confirm_rows: list[dict[str, Any]] = field(default_factory=list)   # the interleaved runs of sync and best
-    probe: Probe | None = None                 # what the predictions came from (engine/predict/probe.py)
-    probe_note: str = ""                       # where it came from, or why there is none
-    probe_s: float = 0.0                       # seconds before the first run: the probe, the memory estimate
-    predictions: dict[int, Prediction] = field(default_factory=dict)   # candidate -> its predicted steady epoch
-    max_memory: int | None = None              # --max-memory: no answer's measured peak PSS is above it
-    skipped: list[RunConfig] = field(default_factory=list)   # settings the memory estimate said cannot fit: not run
-    footprint: dict[str, Any] | None = None    # the memory estimate: base and per-worker bytes (advice/memory.py)
-    knobs: str = ""                            # the knobs the model cannot rank that the space varies (_knobs.py)
-    wanted: int = 0                            # candidates the first rung needs (the ranking's picks, or all)
-    full_budget_s: float | None = None         # the budget a full answer takes, estimated (from the predictions)
+    comparison: dict[str, Any] = field(default_factory=dict)  # stats.compare(candidate 0's runs, best's), confirmed
+    baseline: dict[str, Any] = field(default_factory=dict)  # the user's setup as given: candidate 0
+    confirm_rows: list[dict[str, Any]] = field(default_factory=list)  # the interleaved runs of sync and best
+    probe: Probe | None = None  # what the predictions came from (engine/predict/probe.py)
+    probe_note: str = ""  # where it came from, or why there is none
+    probe_s: float = 0.0  # seconds before the first run: the probe, the memory estimate
+    predictions: dict[int, Prediction] = field(default_factory=dict)  # candidate -> its predicted steady epoch
+    max_memory: int | None = None  # --max-memory: no answer's measured peak PSS is above it
+    skipped: list[RunConfig] = field(default_factory=list)  # settings the memory estimate said cannot fit: not run
+    footprint: dict[str, Any] | None = None  # the memory estimate: base and per-worker bytes (advice/memory.py)
+    knobs: str = ""  # the knobs the model cannot rank that the space varies (_knobs.py)
+    wanted: int = 0  # candidates the first rung needs (the ranking's picks, or all)
+    full_budget_s: float | None = None  # the budget a full answer takes, estimated (from the predictions)
 
     @property
     def table(self) -> pd.DataFrame:
@@ -176,49 +201,82 @@ class TuneResult:
     def confirm_sweep_toml(self, repeats: int = CONFIRM_REPEATS) -> str:
         """Candidate 0 (your setup, or sync) and the best, `repeats` runs each in a random order, as a sweep."""
         if self.best is None or self.best_idx == 0:
-            raise ValueError("nothing to confirm: " + ("no run finished" if self.best is None
-                                                       else "candidate 0 was the fastest"))
+            raise ValueError(
+                "nothing to confirm: " + ("no run finished" if self.best is None else "candidate 0 was the fastest")
+            )
         ref, best = self.configs[0].to_dict(), self.best.to_dict()
         keys = (*BASELINE_KEYS, "threads")  # both sides name theirs: the base holds the best's
-        title = (f"{'your setup' if self.baseline else 'sync'} vs the best found by `python -m engine tune` "
-                 f"{self.sweep_id}")
-        return confirm_sweep_toml(best, {k: ref[k] for k in keys}, {k: best[k] for k in keys}, repeats=repeats,
-                                  title=title)
+        title = (
+            f"{'your setup' if self.baseline else 'sync'} vs the best found by `python -m engine tune` {self.sweep_id}"
+        )
+        return confirm_sweep_toml(
+            best, {k: ref[k] for k in keys}, {k: best[k] for k in keys}, repeats=repeats, title=title
+        )
 
     def render(self) -> str:
         confirming = f" + {len(self.confirm_rows)} confirming runs" if self.confirm_rows else ""
-        head = (f"tune {self.sweep_id}: {len(self.rows)} runs{confirming} in {self.spent_s:.0f} s of "
-                f"{self.budget_s:.0f} s ({self.stop_reason})")
+        head = (
+            f"tune {self.sweep_id}: {len(self.rows)} runs{confirming} in {self.spent_s:.0f} s of "
+            f"{self.budget_s:.0f} s ({self.stop_reason})"
+        )
         if self.best is None:
-            return "\n".join([head, self._search_line(), *self._runs_table(),
-                              "no run finished; check the runs with `python -m engine runs`"])
+            return "\n".join(
+                [
+                    head,
+                    self._search_line(),
+                    *self._runs_table(),
+                    "no run finished; check the runs with `python -m engine runs`",
+                ]
+            )
         best_rows = [r for r in self.rows if r["candidate"] == self.best_idx and r["status"] == RunStatus.DONE]
         c = self.comparison
         last = best_rows[-1]
-        lines = [head, self._search_line(), *self._runs_table(),
-                 f"best: {_describe(self.best)}: epoch {last['epoch_s']:.3f} s (rung {last['rung']}, "
-                 f"{last['steady_epochs']} steady epochs)"]
+        lines = [
+            head,
+            self._search_line(),
+            *self._runs_table(),
+            f"best: {_describe(self.best)}: epoch {last['epoch_s']:.3f} s (rung {last['rung']}, "
+            f"{last['steady_epochs']} steady epochs)",
+        ]
         ref = f"your setup ({_describe(self.configs[0])})" if self.baseline else "sync"
         measured = {r["candidate"] for r in self.rows if r["status"] == RunStatus.DONE}
         if len(measured) == 1:  # NOTE: one setting measured is no ranking: never "the fastest" of one
-            lines.append(f"only {_describe(self.best)} was measured: nothing to compare it with"
-                         + ("; it is your setup, so there is nothing to confirm" if self.best_idx == 0 else ""))
+            lines.append(
+                f"only {_describe(self.best)} was measured: nothing to compare it with"
+                + ("; it is your setup, so there is nothing to confirm" if self.best_idx == 0 else "")
+            )
         elif self.best_idx == 0 and (self.baseline or self.best.loader == "sync"):
-            lines.append(f"{ref} was the fastest measured" if self.baseline
-                         else "the sync loader (no background loading) was the fastest measured")
+            lines.append(
+                f"{ref} was the fastest measured"
+                if self.baseline
+                else "the sync loader (no background loading) was the fastest measured"
+            )
         elif c and not math.isnan(c.get("speedup", math.nan)):
             ci = stats.ci_text(c["speedup_lo"], c["speedup_hi"], min(c["n_a"], c["n_b"]), "{:.2f}", "x")
-            said = (f"best is {c['speedup']:.2f}x faster than {ref}" if c["difference"] == "B faster"
-                    else f"best vs {ref}: {c['speedup']:.2f}x by the medians, {c['difference']}")
-            lines.append(f"{said} ({ci}; {c['n_a']} + {c['n_b']} interleaved runs, {c['median_a']:.3f} s per "
-                         f"epoch for {ref.split(' (')[0]})")
+            said = (
+                f"best is {c['speedup']:.2f}x faster than {ref}"
+                if c["difference"] == "B faster"
+                else f"best vs {ref}: {c['speedup']:.2f}x by the medians, {c['difference']}"
+            )
+            lines.append(
+                f"{said} ({ci}; {c['n_a']} + {c['n_b']} interleaved runs, {c['median_a']:.3f} s per "
+                f"epoch for {ref.split(' (')[0]})"
+            )
         elif self.best_idx != 0:
             lines.append(f"vs {ref}: not confirmed (the budget ran out before the interleaved runs)")
         if self.best_idx != 0 and (not c or math.isnan(c.get("speedup_lo", math.nan))):
-            lines.append(f"confirm it ({CONFIRM_REPEATS} runs of each, in a random order): add --write-confirm "
-                         "confirm.toml, then python -m engine sweep confirm.toml")
-        lines += memory.answer_lines(self.rows + self.confirm_rows, self.best_idx, self.max_memory,
-                                     len(self.skipped), self.footprint, "your setup" if self.baseline else "sync")
+            lines.append(
+                f"confirm it ({CONFIRM_REPEATS} runs of each, in a random order): add --write-confirm "
+                "confirm.toml, then python -m engine sweep confirm.toml"
+            )
+        lines += memory.answer_lines(
+            self.rows + self.confirm_rows,
+            self.best_idx,
+            self.max_memory,
+            len(self.skipped),
+            self.footprint,
+            "your setup" if self.baseline else "sync",
+        )
         lines.append(f"use it: python -m engine run {run_flags(self.best)}")
         return "\n".join([*lines[:2], *self._short_lines(), *lines[2:]])
 
@@ -228,20 +286,25 @@ class TuneResult:
         tried = len({r["candidate"] for r in self.rows})
         if not self.wanted or tried >= self.wanted:
             return []
-        need = f"; a full answer takes about --budget {math.ceil(self.full_budget_s)}s" \
-            if self.full_budget_s else ""
+        need = f"; a full answer takes about --budget {math.ceil(self.full_budget_s)}s" if self.full_budget_s else ""
         spent = "the predicted fastest first" if self.predictions else "in a shuffled order"
-        return [f"the budget was short: tried {tried} of the {self.wanted} candidates the first rung needs "
-                f"({spent}){need}"]
+        return [
+            f"the budget was short: tried {tried} of the {self.wanted} candidates the first rung needs ({spent}){need}"
+        ]
 
     def _search_line(self) -> str:
         n = len(self.configs)
         if not self.predictions:
             return f"no prediction ({self.probe_note}): successive halving over all {n} candidates"
-        knobs = (f"; {self.knobs}: not read by the model, so each of those brought its variants and halving decides"
-                 if self.knobs else "")
-        return (f"ranked {len(self.predictions)} of {n} candidates by prediction ({self.probe_note}); the first rung "
-                f"ran the predicted fastest and candidate 0{knobs}")
+        knobs = (
+            f"; {self.knobs}: not read by the model, so each of those brought its variants and halving decides"
+            if self.knobs
+            else ""
+        )
+        return (
+            f"ranked {len(self.predictions)} of {n} candidates by prediction ({self.probe_note}); the first rung "
+            f"ran the predicted fastest and candidate 0{knobs}"
+        )
 
     def _runs_table(self) -> list[str]:
         """The search's runs, each with its predicted steady epoch beside the measured one."""
@@ -252,8 +315,10 @@ class TuneResult:
         for r in self.rows:
             measured = "failed" if math.isnan(r["epoch_s"]) else f"{r['epoch_s']:.3f}"
             predicted = "-" if math.isnan(r["predicted_s"]) else f"{r['predicted_s']:.3f}"
-            out.append(f"  {r['rung']:>4}  {_describe(self.configs[r['candidate']]):<{width}}  {predicted:>9}  "
-                       f"{measured:>8}  {r['limit'] or '-'}")
+            out.append(
+                f"  {r['rung']:>4}  {_describe(self.configs[r['candidate']]):<{width}}  {predicted:>9}  "
+                f"{measured:>8}  {r['limit'] or '-'}"
+            )
         return out
 
 
@@ -285,11 +350,24 @@ def run_flags(cfg: RunConfig) -> str:
     return " ".join(out)
 
 
-def tune(workload: str, model: str, *, budget_s: float, db: Db = None,
-         base: dict[str, Any] | None = None, progress: bool = True, space: list[dict[str, Any]] | None = None,
-         eta: int = ETA, rung0_epochs: int = RUNG0_EPOCHS, confirm_repeats: int = CONFIRM_REPEATS,
-         seed: int = 0, baseline: str | dict[str, Any] | None = None, predicted: bool = True,
-         top_k: int = TOP_K, max_memory: str | int | None = None) -> TuneResult:
+def tune(
+    workload: str,
+    model: str,
+    *,
+    budget_s: float,
+    db: Db = None,
+    base: dict[str, Any] | None = None,
+    progress: bool = True,
+    space: list[dict[str, Any]] | None = None,
+    eta: int = ETA,
+    rung0_epochs: int = RUNG0_EPOCHS,
+    confirm_repeats: int = CONFIRM_REPEATS,
+    seed: int = 0,
+    baseline: str | dict[str, Any] | None = None,
+    predicted: bool = True,
+    top_k: int = TOP_K,
+    max_memory: str | int | None = None,
+) -> TuneResult:
     """Rank by prediction, then successive halving within budget_s seconds of wall time (see the module docstring).
 
     `space` replaces the default candidates: a list of field changes, e.g. [{"loader": "sync"},
@@ -303,14 +381,23 @@ def tune(workload: str, model: str, *, budget_s: float, db: Db = None,
     given = parse_baseline(baseline)
     cap = memory.parse_size(max_memory)
     cfg0, configs = _configs(workload, model, base, space, given)
-    for warning in check_machine_all(configs):  # a base this host cannot fit fails here, before the probe and the first run
+    for warning in check_machine_all(
+        configs
+    ):  # a base this host cannot fit fails here, before the probe and the first run
         log.warning("%s", warning)
     t0 = time.monotonic()
-    bar = tqdm(total=round(budget_s), desc=f"tune {workload}+{model}", unit="s", disable=not progress,
-               file=sys.stderr, dynamic_ncols=True)
+    bar = tqdm(
+        total=round(budget_s),
+        desc=f"tune {workload}+{model}",
+        unit="s",
+        disable=not progress,
+        file=sys.stderr,
+        dynamic_ncols=True,
+    )
     rng = random.Random(seed)
-    result = TuneResult(sweep_id=new_sweep_id("tune"), budget_s=budget_s, configs=configs, baseline=given,
-                        max_memory=cap)
+    result = TuneResult(
+        sweep_id=new_sweep_id("tune"), budget_s=budget_s, configs=configs, baseline=given, max_memory=cap
+    )
     with bar:
         try:
             bar.set_postfix_str("probe", refresh=True)
@@ -318,19 +405,24 @@ def tune(workload: str, model: str, *, budget_s: float, db: Db = None,
             if result.probe is not None:  # torch's default thread count is known now: an explicit twin of it goes
                 # NOTE: the probe's "pools" (hidden_pools() where it loaded), when it records them
                 hidden = any(p.get("threads", 1) > 1 for p in result.probe.get("pools") or [])
-                cfg0, result.configs = _configs(workload, model, base, space, given, result.probe["default_threads"],
-                                                hidden, waits_of(result.probe))
+                cfg0, result.configs = _configs(
+                    workload, model, base, space, given, result.probe["default_threads"], hidden, waits_of(result.probe)
+                )
             if not space:  # jointly with pin_memory, persistent_workers, the start method, where they can matter
                 result.configs, result.knobs = widen(result.configs, cfg0, result.probe)
             if cap is not None:
                 bar.set_postfix_str("memory estimate", refresh=True)
                 result.configs, result.skipped, result.footprint = memory.within_cap(
-                    result.configs, cfg0, cap, max(10.0, budget_s * PROBE_SHARE))
+                    result.configs, cfg0, cap, max(10.0, budget_s * PROBE_SHARE)
+                )
             if result.probe is not None:
                 # earlier runs of the pipeline on this host (another tune's, a sweep's) correct the model: prior+runs
                 found = learned_residuals(cfg0, recent_done_runs(MODES, db), result.probe)[0]
-                result.predictions = {i: adjusted(p, found) for i, c in enumerate(result.configs)
-                                      if (p := predict(c, result.probe)) is not None}
+                result.predictions = {
+                    i: adjusted(p, found)
+                    for i, c in enumerate(result.configs)
+                    if (p := predict(c, result.probe)) is not None
+                }
             result.probe_s = time.monotonic() - t0
             _search(result, cfg0, db, t0, bar, rng, eta, rung0_epochs, confirm_repeats, top_k)
         except KeyboardInterrupt:
@@ -342,20 +434,39 @@ def tune(workload: str, model: str, *, budget_s: float, db: Db = None,
     return result
 
 
-def _search(result: TuneResult, cfg0: RunConfig, db: Db, t0: float, bar: tqdm, rng: random.Random, eta: int,
-            rung0_epochs: int, confirm_repeats: int, top_k: int) -> None:
+def _search(
+    result: TuneResult,
+    cfg0: RunConfig,
+    db: Db,
+    t0: float,
+    bar: tqdm,
+    rng: random.Random,
+    eta: int,
+    rung0_epochs: int,
+    confirm_repeats: int,
+    top_k: int,
+) -> None:
     """The rungs, then the confirmation (engine/advice/_halving.py), all forked from one warm parent (as a sweep
     keeps: each run forks instead of importing torch again)."""
     survivors = _first_rung(result, top_k, rng)
     result.wanted = len(survivors)
-    epochs_of: dict[int, list[float]] = {}   # candidate -> steady epoch walls of its latest run
+    epochs_of: dict[int, list[float]] = {}  # candidate -> steady epoch walls of its latest run
     with WarmParent() as warm:
+
         def measure(idx: int, rung: Any, steady: int) -> dict[str, Any]:
             if rung == "confirm":
                 cfg = result.configs[idx].replace(epochs=cfg0.warmup_epochs + rung0_epochs)
                 return _measure(cfg, db, result, idx, -1, steady, {}, warm)
-            row = _measure(result.configs[idx].replace(epochs=cfg0.warmup_epochs + steady), db, result, idx, rung,
-                           steady, epochs_of, warm)
+            row = _measure(
+                result.configs[idx].replace(epochs=cfg0.warmup_epochs + steady),
+                db,
+                result,
+                idx,
+                rung,
+                steady,
+                epochs_of,
+                warm,
+            )
             bar.n = min(round(time.monotonic() - t0), bar.total)
             bar.set_postfix_str(f"rung {rung}, {len(result.rows) + 1} runs", refresh=True)
             return row
@@ -365,13 +476,25 @@ def _search(result: TuneResult, cfg0: RunConfig, db: Db, t0: float, bar: tqdm, r
                 cfg = result.configs[idxs[0]].replace(epochs=cfg0.warmup_epochs + rung0_epochs)
                 return time.monotonic() - t0 + _estimate(result.rows + result.confirm_rows, None, cfg) <= limit_s
             cfgs = [(i, result.configs[i].replace(epochs=cfg0.warmup_epochs + steady)) for i in idxs]
-            return time.monotonic() - t0 + sum(_estimate(result.rows, epochs_of.get(i), c, _predicted(result, i, c))
-                                               for i, c in cfgs) <= limit_s
+            return (
+                time.monotonic()
+                - t0
+                + sum(_estimate(result.rows, epochs_of.get(i), c, _predicted(result, i, c)) for i, c in cfgs)
+                <= limit_s
+            )
 
         # NOTE: the first rung may spend the whole budget: a candidate left untried is worth more than confirming
         # one against too few (a short budget once confirmed a setting 7 + 7 times after measuring only it)
-        plan = Plan(measure=measure, fits=fits, figure="epoch_s", length=rung0_epochs, rng=rng, rows=result.rows,
-                    limit_s=lambda rung: result.budget_s if rung == 0 else result.budget_s * SEARCH_SHARE, eta=eta)
+        plan = Plan(
+            measure=measure,
+            fits=fits,
+            figure="epoch_s",
+            length=rung0_epochs,
+            rng=rng,
+            rows=result.rows,
+            limit_s=lambda rung: result.budget_s if rung == 0 else result.budget_s * SEARCH_SHARE,
+            eta=eta,
+        )
         result.stop_reason, left_out = halve(survivors, plan)
         if left_out:
             result.full_budget_s = _full_budget(result, survivors, cfg0, rung0_epochs, eta, confirm_repeats)
@@ -380,8 +503,14 @@ def _search(result: TuneResult, cfg0: RunConfig, db: Db, t0: float, bar: tqdm, r
         best = result.best_idx
         if best is None or best == 0 or (result.configs[0].loader != "sync" and not result.baseline):
             return
-        stop = confirm(best, plan, confirm_repeats, result.budget_s, result.confirm_rows,
-                       "your baseline" if result.baseline else "sync")
+        stop = confirm(
+            best,
+            plan,
+            confirm_repeats,
+            result.budget_s,
+            result.confirm_rows,
+            "your baseline" if result.baseline else "sync",
+        )
         result.stop_reason += f"; {stop}" if stop else ""
 
 
@@ -389,13 +518,17 @@ def _predicted(result: TuneResult, idx: int, cfg: RunConfig) -> float | None:
     """Candidate idx's predicted steady epoch, scaled by how the finished runs' measured epochs compared with
     theirs (the median ratio), or None where it has no prediction or no finished run had one."""
     p = result.predictions.get(idx)
-    ratios = [r["epoch_s"] / r["predicted_s"] for r in result.rows
-              if not math.isnan(r["epoch_s"]) and not math.isnan(r["predicted_s"]) and r["predicted_s"] > 0]
+    ratios = [
+        r["epoch_s"] / r["predicted_s"]
+        for r in result.rows
+        if not math.isnan(r["epoch_s"]) and not math.isnan(r["predicted_s"]) and r["predicted_s"] > 0
+    ]
     return p.epoch_s * statistics.median(ratios) if p is not None and ratios else None
 
 
-def _full_budget(result: TuneResult, first: list[int], cfg0: RunConfig, rung0_epochs: int, eta: int,
-                 repeats: int) -> float | None:
+def _full_budget(
+    result: TuneResult, first: list[int], cfg0: RunConfig, rung0_epochs: int, eta: int, repeats: int
+) -> float | None:
     """Seconds a full answer takes, estimated: the first rung's runs, the halving's (the predicted fastest third
     of each rung again, eta times the epochs), and the confirming runs, within the search's share; plus what the
     probe and the start took. None before any run finished."""
@@ -409,7 +542,7 @@ def _full_budget(result: TuneResult, first: list[int], cfg0: RunConfig, rung0_ep
     search, alive, steady = sum(run_s(i, rung0_epochs) for i in first), list(first), rung0_epochs
     epoch = {i: (result.predictions[i].epoch_s if i in result.predictions else 0.0) for i in first}
     while len(alive) > 1:
-        alive = sorted(alive, key=epoch.__getitem__)[:max(1, math.ceil(len(alive) / eta))]
+        alive = sorted(alive, key=epoch.__getitem__)[: max(1, math.ceil(len(alive) / eta))]
         steady *= eta
         search += sum(run_s(i, steady) for i in alive) if len(alive) > 1 else 0.0
     best = alive[0]
@@ -424,8 +557,12 @@ def _first_rung(result: TuneResult, top_k: int, rng: random.Random) -> list[int]
     ranked = sorted(result.predictions, key=lambda i: result.predictions[i].epoch_s)  # stable: ties keep their order
     # told apart by what the model reads (prefetch depth it does not)
     configs = result.configs
-    first = first_rung(ranked, lambda i: (configs[i].loader, configs[i].workers, configs[i].threads), top_k,
-                       lambda i, picks: siblings(configs, [i]))
+    first = first_rung(
+        ranked,
+        lambda i: (configs[i].loader, configs[i].workers, configs[i].threads),
+        top_k,
+        lambda i, picks: siblings(configs, [i]),
+    )
     if result.predictions and 0 not in first:
         first.append(0)
     rest = [i for i in range(len(result.configs)) if i not in result.predictions and i not in first]
@@ -448,12 +585,20 @@ def _probe(cfg0: RunConfig, db: Db, timeout_s: float, wanted: bool) -> tuple[Pro
     # may overrun on a busy machine, so the guard that stops it stands at 1.5 x the share
     target, timeout_s = 0.7 * timeout_s, 1.5 * timeout_s
     try:
-        out = subprocess.run([sys.executable, "-m", "engine.predict._probe_child", str(calibrations), f"{target:.1f}"],
-                             input=json.dumps(cfg0.to_dict()), capture_output=True, text=True, cwd=ROOT,
-                             env=run_env(), timeout=timeout_s, check=False)
+        out = subprocess.run(
+            [sys.executable, "-m", "engine.predict._probe_child", str(calibrations), f"{target:.1f}"],
+            input=json.dumps(cfg0.to_dict()),
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=run_env(),
+            timeout=timeout_s,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
-        log.warning("tune: the probe took over %.0f s (1.5 x its share of the budget); tuning without a prediction",
-                    timeout_s)
+        log.warning(
+            "tune: the probe took over %.0f s (1.5 x its share of the budget); tuning without a prediction", timeout_s
+        )
         return None, f"the probe took over {timeout_s:.0f} s, 1.5 x its share of the budget"
     took = time.monotonic() - started
     try:
@@ -464,20 +609,33 @@ def _probe(cfg0: RunConfig, db: Db, timeout_s: float, wanted: bool) -> tuple[Pro
         return None, f"the probe failed: {last[:120]}"
     where = "cached for this host" if answer["cached"] else "measured now"
     spread = answer["probe"].get("spread") or 0.0
-    kind = (f"a quick probe (its share of the budget did not fit the full one: ranges ±{spread:.0%})"
-            if answer["probe"].get("quick") else "the full probe")
+    kind = (
+        f"a quick probe (its share of the budget did not fit the full one: ranges ±{spread:.0%})"
+        if answer["probe"].get("quick")
+        else "the full probe"
+    )
     return answer["probe"], f"{kind}, {where}, {took:.0f} s"
 
 
-def _configs(workload: str, model: str, base: dict[str, Any] | None, space: list[dict[str, Any]] | None,
-             given: dict[str, Any], default_threads: int | None = None,
-             hidden_pools: bool = False, waits: float = 0.0) -> tuple[RunConfig, list[RunConfig]]:
+def _configs(
+    workload: str,
+    model: str,
+    base: dict[str, Any] | None,
+    space: list[dict[str, Any]] | None,
+    given: dict[str, Any],
+    default_threads: int | None = None,
+    hidden_pools: bool = False,
+    waits: float = 0.0,
+) -> tuple[RunConfig, list[RunConfig]]:
     """The fields every candidate shares (cfg0) and the candidates: the user's setup, if given, first."""
     batch = {"batch_size": given["batch_size"]} if "batch_size" in given else {}
     fields = {"bound": False, "tag": "tune", **batch, **(base or {}), "workload": workload, "model": model}
     cfg0 = RunConfig.from_dict(fields)
-    configs = [cfg0.replace(**changes) for changes in space] if space else candidates(
-        cfg0, default_threads=default_threads, hidden_pools=hidden_pools, waits=waits)
+    configs = (
+        [cfg0.replace(**changes) for changes in space]
+        if space
+        else candidates(cfg0, default_threads=default_threads, hidden_pools=hidden_pools, waits=waits)
+    )
     if given:
         ref = cfg0.replace(**given)
         configs = [ref] + [c for c in configs if c != ref]
@@ -500,8 +658,16 @@ def _compare_confirmed(result: TuneResult) -> None:
         result.comparison = stats.compare(sync, best)
 
 
-def _measure(cfg: RunConfig, db: Db, result: TuneResult, idx: int, rung: int, steady: int,
-             epochs_of: dict[int, list[float]], warm: Any = None) -> dict[str, Any]:
+def _measure(
+    cfg: RunConfig,
+    db: Db,
+    result: TuneResult,
+    idx: int,
+    rung: int,
+    steady: int,
+    epochs_of: dict[int, list[float]],
+    warm: Any = None,
+) -> dict[str, Any]:
     """One real run of candidate idx (forked from `warm`, an engine.run.warm.WarmParent, when it can); its row for the
     result table (epoch_s is nan when it failed; predicted_s nan when the model had no prediction)."""
     started = time.monotonic()
@@ -511,19 +677,43 @@ def _measure(cfg: RunConfig, db: Db, result: TuneResult, idx: int, rung: int, st
     epochs_of[idx] = walls
     epoch_s = statistics.median(walls) if walls else math.nan
     predicted = result.predictions.get(idx)
-    log.info("tune rung %d: %s w=%d depth=%d threads=%d -> %s %.3f s", rung, cfg.loader, cfg.workers,
-             cfg.prefetch_depth, cfg.threads, run.status, epoch_s)
-    return {"candidate": idx, "rung": rung, "steady_epochs": steady, "epochs": cfg.epochs, "loader": cfg.loader,
-            "workers": cfg.workers, "prefetch_depth": cfg.prefetch_depth, "threads": cfg.threads,
-            "batch_size": cfg.batch_size, "status": run.status, "run_id": run.run_id, "epoch_s": epoch_s,
-            "predicted_s": predicted.epoch_s if predicted else math.nan,
-            "limit": predicted.limit if predicted else None, "run_s": time.monotonic() - started, "warm": run.warm,
-            "peak_bytes": _peak(run.run_dir) if run.status == RunStatus.DONE else None}
+    log.info(
+        "tune rung %d: %s w=%d depth=%d threads=%d -> %s %.3f s",
+        rung,
+        cfg.loader,
+        cfg.workers,
+        cfg.prefetch_depth,
+        cfg.threads,
+        run.status,
+        epoch_s,
+    )
+    return {
+        "candidate": idx,
+        "rung": rung,
+        "steady_epochs": steady,
+        "epochs": cfg.epochs,
+        "loader": cfg.loader,
+        "workers": cfg.workers,
+        "prefetch_depth": cfg.prefetch_depth,
+        "threads": cfg.threads,
+        "batch_size": cfg.batch_size,
+        "status": run.status,
+        "run_id": run.run_id,
+        "epoch_s": epoch_s,
+        "predicted_s": predicted.epoch_s if predicted else math.nan,
+        "limit": predicted.limit if predicted else None,
+        "run_s": time.monotonic() - started,
+        "warm": run.warm,
+        "peak_bytes": _peak(run.run_dir) if run.status == RunStatus.DONE else None,
+    }
 
 
 def _steady_walls(run_dir: Any) -> list[float]:
-    return [e["wall_s"] for e in read_events(run_dir)
-            if e["type"] == "epoch" and not e.get("warmup") and e.get("model_idx", 0) == 0]
+    return [
+        e["wall_s"]
+        for e in read_events(run_dir)
+        if e["type"] == "epoch" and not e.get("warmup") and e.get("model_idx", 0) == 0
+    ]
 
 
 def _peak(run_dir: Any) -> int | None:
@@ -531,8 +721,9 @@ def _peak(run_dir: Any) -> int | None:
     return next((e.get("peak_rss_bytes") for e in read_events(run_dir) if e["type"] == "summary"), None)
 
 
-def _estimate(rows: list[dict[str, Any]], walls: list[float] | None, cfg: RunConfig,
-              predicted: float | None = None) -> float:
+def _estimate(
+    rows: list[dict[str, Any]], walls: list[float] | None, cfg: RunConfig, predicted: float | None = None
+) -> float:
     """Seconds the next run will take: start-up overhead + epochs x its last epoch time (else its prediction,
     scaled by the finished runs' residual; else a typical one).
 
@@ -541,6 +732,11 @@ def _estimate(rows: list[dict[str, Any]], walls: list[float] | None, cfg: RunCon
     if not done:
         return statistics.median(r["run_s"] for r in rows)  # only failures so far: they cost about this much
     overhead = statistics.median(max(0.0, r["run_s"] - r["epoch_s"] * r["epochs"]) for r in done)
-    epoch = statistics.median(walls) if walls else predicted if predicted is not None else \
-        statistics.median(r["epoch_s"] for r in done)
+    epoch = (
+        statistics.median(walls)
+        if walls
+        else predicted
+        if predicted is not None
+        else statistics.median(r["epoch_s"] for r in done)
+    )
     return overhead + epoch * cfg.epochs

@@ -25,11 +25,32 @@ __all__ = ["PROBLEM_KEYS", "RANKED_FIRST", "answer_runs", "not_yet_distinguishab
 # code_hash: a changed plugin is another problem (NULL: built-in); host_fingerprint: another machine is another
 # problem (engine/measure/machine.py: the machine's facts, not the run's thread settings); source: the user's own
 # loop, observed, is never ranked against the lab's runs
-PROBLEM_KEYS = ("n_samples", "image_size", "num_classes", "work_us", "latency_ms", "folder", "width", "depth",
-                "optimizer", "device", "code_hash", "host_fingerprint", "source")
+PROBLEM_KEYS = (
+    "n_samples",
+    "image_size",
+    "num_classes",
+    "work_us",
+    "latency_ms",
+    "folder",
+    "width",
+    "depth",
+    "optimizer",
+    "device",
+    "code_hash",
+    "host_fingerprint",
+    "source",
+)
 # The settings every ranking keys on, in the order a config is named; others join when they vary
-RANKED_FIRST = ("loader", "workers", "prefetch_depth", "start_method", "persistent_workers", "pin_memory",
-                "batch_size", "threads")
+RANKED_FIRST = (
+    "loader",
+    "workers",
+    "prefetch_depth",
+    "start_method",
+    "persistent_workers",
+    "pin_memory",
+    "batch_size",
+    "threads",
+)
 # Fields that label a run or tune its measurement: never a setting that is ranked
 _NOT_SETTINGS = {"tag", "seed", "bound", "sample_hz", "worker_timeout_s", "trace", "workload", "model"}
 
@@ -58,9 +79,15 @@ def answer_runs(runs: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, Any], int]:
 def ranked_keys(runs: pd.DataFrame) -> list[str]:
     """RANKED_FIRST, then every other setting that varies among `runs` (e.g. epochs): configs that differ in any
     of them are ranked apart, never pooled."""
-    rest = [f.name for f in config_fields() if f.name not in _NOT_SETTINGS and f.name not in RANKED_FIRST
-            and f.name not in PROBLEM_KEYS and f.name in runs
-            and runs[f.name].astype("string").nunique(dropna=False) > 1]
+    rest = [
+        f.name
+        for f in config_fields()
+        if f.name not in _NOT_SETTINGS
+        and f.name not in RANKED_FIRST
+        and f.name not in PROBLEM_KEYS
+        and f.name in runs
+        and runs[f.name].astype("string").nunique(dropna=False) > 1
+    ]
     return [k for k in RANKED_FIRST if k in runs] + rest
 
 

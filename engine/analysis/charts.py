@@ -17,14 +17,28 @@ import plotly.graph_objects as go
 
 from engine.config import config_fields
 
-__all__ = ["METRIC_LABELS", "auto_chart", "compare_chart", "epoch_breakdown_chart", "epoch_chart",
-           "metric_chart", "prediction_chart", "step_timeline_chart"]
+__all__ = [
+    "METRIC_LABELS",
+    "auto_chart",
+    "compare_chart",
+    "epoch_breakdown_chart",
+    "epoch_chart",
+    "metric_chart",
+    "prediction_chart",
+    "step_timeline_chart",
+]
 
-METRIC_LABELS = {"epoch_s": "epoch time (s)", "samples_per_s": "samples/s", "data_wait_share": "data-wait share",
-                 "gpu_idle_share": "GPU idle share", "gpu_idle_data_share": "GPU idle share: waiting on data",
-                 "gpu_idle_copy_share": "GPU idle share: waiting on copies",
-                 "gpu_idle_other_share": "GPU idle share: other host time",
-                 "mean_gpu_util": "GPU utilisation (NVML, %)", "startup_s": "start-up to first batch (s)"}
+METRIC_LABELS = {
+    "epoch_s": "epoch time (s)",
+    "samples_per_s": "samples/s",
+    "data_wait_share": "data-wait share",
+    "gpu_idle_share": "GPU idle share",
+    "gpu_idle_data_share": "GPU idle share: waiting on data",
+    "gpu_idle_copy_share": "GPU idle share: waiting on copies",
+    "gpu_idle_other_share": "GPU idle share: other host time",
+    "mean_gpu_util": "GPU utilisation (NVML, %)",
+    "startup_s": "start-up to first batch (s)",
+}
 _PHASES = {"data_wait_s": "data wait", "h2d_s": "copy to device", "compute_s": "compute"}
 _NONE = "(none)"
 _VERDICT = ("bound_s", "efficiency", "verdict")  # shown wherever epoch time is
@@ -33,8 +47,12 @@ _HOVER_IDS = 3  # ids written into the hover box; the rest are counted
 
 def _empty(title: str) -> go.Figure:
     fig = go.Figure()
-    fig.update_layout(title=title, xaxis_visible=False, yaxis_visible=False,
-                      annotations=[{"text": "no data", "showarrow": False, "font": {"size": 16}}])
+    fig.update_layout(
+        title=title,
+        xaxis_visible=False,
+        yaxis_visible=False,
+        annotations=[{"text": "no data", "showarrow": False, "font": {"size": 16}}],
+    )
     return fig
 
 
@@ -47,13 +65,16 @@ def _hover_ids(ids: str, n: int) -> str:
 def _interval_text(df: pd.DataFrame) -> list[str]:
     """The hover's interval: "lo – hi", or the store's note ("no interval: 3 runs") where there is none."""
     notes = df["interval_note"] if "interval_note" in df else pd.Series([None] * len(df), index=df.index)
-    return [str(note) if isinstance(note, str) and note else
-            (f"{lo:.4g} – {hi:.4g}" if pd.notna(lo) and pd.notna(hi) else f"no interval: {n} runs")
-            for note, lo, hi, n in zip(notes, df["lo"], df["hi"], df["n"])]
+    return [
+        str(note)
+        if isinstance(note, str) and note
+        else (f"{lo:.4g} – {hi:.4g}" if pd.notna(lo) and pd.notna(hi) else f"no interval: {n} runs")
+        for note, lo, hi, n in zip(notes, df["lo"], df["hi"], df["n"])
+    ]
 
 
 def _configs_text(n_configs: int, differs: str | None) -> str:
-    """"1" for a point of one config; "4, POOLED: differ in mode, n_models" for a point that pools several."""
+    """ "1" for a point of one config; "4, POOLED: differ in mode, n_models" for a point that pools several."""
     if pd.isna(n_configs) or int(n_configs) <= 1:
         return "1"
     return f"{int(n_configs)}, POOLED: differ in {differs or '?'}"
@@ -76,11 +97,19 @@ def _readable_y(fig: go.Figure, values: pd.Series, log_y: bool = False) -> None:
 def _is_count(col: pd.Series) -> bool:
     """Integer settings (workers, depth, threads, batch size): categories on an axis, never 0.5 or 1.5."""
     return pd.api.types.is_integer_dtype(col) or (
-        pd.api.types.is_float_dtype(col) and col.dropna().map(float.is_integer).all())
+        pd.api.types.is_float_dtype(col) and col.dropna().map(float.is_integer).all()
+    )
 
 
-def metric_chart(summary: pd.DataFrame, *, x: str, metric: str = "epoch_s", color: str | None = None,
-                 facet: str | None = None, log_y: bool = False) -> go.Figure:
+def metric_chart(
+    summary: pd.DataFrame,
+    *,
+    x: str,
+    metric: str = "epoch_s",
+    color: str | None = None,
+    facet: str | None = None,
+    log_y: bool = False,
+) -> go.Figure:
     """Median of `metric` per group with error bars (`lo`..`hi`) where a group has repeats.
 
     `summary` columns: x, [color], [facet], median, lo, hi, n, run_ids (comma-separated), and where
@@ -112,11 +141,26 @@ def metric_chart(summary: pd.DataFrame, *, x: str, metric: str = "epoch_s", colo
     if pooled:
         df["configs"] = [_configs_text(k, d) for k, d in zip(df["n_configs"], df.get("differs", [""] * len(df)))]
     title = f"{label} by {x}" + (f", colour {color}" if color else "") + (f", per {facet}" if facet else "")
-    kwargs: dict[str, Any] = dict(x=x, y="median", color=color, facet_col=facet, error_y="err_plus", error_y_minus="err_minus",
-                  custom_data=["run_ids"], labels={"median": f"median {label}", "runs": "run ids"},
-                  hover_data={"n": True, "interval": True, **({"configs": True} if pooled else {}), "runs": True,
-                              "err_plus": False, "err_minus": False,
-                              **{c: ":.3f" if c != "verdict" else True for c in _VERDICT if c in df}}, title=title)
+    kwargs: dict[str, Any] = dict(
+        x=x,
+        y="median",
+        color=color,
+        facet_col=facet,
+        error_y="err_plus",
+        error_y_minus="err_minus",
+        custom_data=["run_ids"],
+        labels={"median": f"median {label}", "runs": "run ids"},
+        hover_data={
+            "n": True,
+            "interval": True,
+            **({"configs": True} if pooled else {}),
+            "runs": True,
+            "err_plus": False,
+            "err_minus": False,
+            **{c: ":.3f" if c != "verdict" else True for c in _VERDICT if c in df},
+        },
+        title=title,
+    )
     if facet:
         kwargs["facet_col_wrap"] = 3
     if "source" in df and (df["source"] == "observed").any():  # the user's own loop, marked apart from the lab's
@@ -145,16 +189,35 @@ def prediction_chart(runs: pd.DataFrame) -> go.Figure:
         return _empty(title)
     df = runs.copy()
     df["predicted_from"] = df["predicted_from"].astype("string").fillna(_NONE)
-    setting = [c for c in ("workload", "model", "loader", "workers", "prefetch_depth", "threads", "batch_size")
-               if c in df]
-    fig = px.scatter(df, x="epoch_s", y="predicted_epoch_s", color="predicted_from", custom_data=["run_id"],
-                     hover_data={"run_id": True, "predicted_limit": True, **{c: True for c in setting}},
-                     labels={"epoch_s": "measured epoch (s, median steady)", "predicted_epoch_s": "predicted epoch (s)",
-                             "predicted_from": "predicted from"},
-                     category_orders={"predicted_from": ["prior", "own"]}, title=title)
+    setting = [
+        c for c in ("workload", "model", "loader", "workers", "prefetch_depth", "threads", "batch_size") if c in df
+    ]
+    fig = px.scatter(
+        df,
+        x="epoch_s",
+        y="predicted_epoch_s",
+        color="predicted_from",
+        custom_data=["run_id"],
+        hover_data={"run_id": True, "predicted_limit": True, **{c: True for c in setting}},
+        labels={
+            "epoch_s": "measured epoch (s, median steady)",
+            "predicted_epoch_s": "predicted epoch (s)",
+            "predicted_from": "predicted from",
+        },
+        category_orders={"predicted_from": ["prior", "own"]},
+        title=title,
+    )
     top = float(max(df["epoch_s"].max(), df["predicted_epoch_s"].max())) * 1.05
-    fig.add_trace(go.Scatter(x=[0, top], y=[0, top], mode="lines", name="predicted = measured",
-                             line={"dash": "dot", "color": "grey"}, hoverinfo="skip"))
+    fig.add_trace(
+        go.Scatter(
+            x=[0, top],
+            y=[0, top],
+            mode="lines",
+            name="predicted = measured",
+            line={"dash": "dot", "color": "grey"},
+            hoverinfo="skip",
+        )
+    )
     fig.update_traces(marker={"size": 9}, selector={"mode": "markers"})
     fig.update_layout(clickmode="event+select")
     return fig
@@ -170,10 +233,18 @@ def epoch_chart(epochs: pd.DataFrame, *, compact: bool = False) -> go.Figure:
     df = epochs.sort_values("epoch").copy()
     df["series"] = "model " + df["model_idx"].astype(str) + " · rank " + df["rank"].astype(str)
     df["phase"] = df["warmup"].map({True: "warm-up", False: "measured"}).fillna("measured")
-    fig = px.line(df, x="epoch", y="wall_s", color="series" if df["series"].nunique() > 1 else None,
-                  markers=True, symbol="phase", symbol_map={"warm-up": "circle-open", "measured": "circle"},
-                  hover_data=["samples_per_s", "ttfb_s"], labels={"wall_s": "epoch time (s)"},
-                  title=None if compact else "epoch time")
+    fig = px.line(
+        df,
+        x="epoch",
+        y="wall_s",
+        color="series" if df["series"].nunique() > 1 else None,
+        markers=True,
+        symbol="phase",
+        symbol_map={"warm-up": "circle-open", "measured": "circle"},
+        hover_data=["samples_per_s", "ttfb_s"],
+        labels={"wall_s": "epoch time (s)"},
+        title=None if compact else "epoch time",
+    )
     fig.update_xaxes(dtick=1)
     _readable_y(fig, df["wall_s"])
     if compact:
@@ -194,8 +265,15 @@ def epoch_breakdown_chart(epochs: pd.DataFrame) -> go.Figure:
     missing = [name for col, name in _PHASES.items() if df[col].isna().all()]
     long = long.dropna(subset=["seconds"])
     title = "where each epoch's time goes" + (f" ({', '.join(missing)}: not measured, in other)" if missing else "")
-    fig = px.bar(long, x="epoch", y="seconds", color="phase", barmode="stack", title=title,
-                 category_orders={"phase": [*_PHASES.values(), "other"]})
+    fig = px.bar(
+        long,
+        x="epoch",
+        y="seconds",
+        color="phase",
+        barmode="stack",
+        title=title,
+        category_orders={"phase": [*_PHASES.values(), "other"]},
+    )
     fig.update_xaxes(dtick=1)
     return fig
 
@@ -214,12 +292,20 @@ def step_timeline_chart(steps: pd.DataFrame, epoch: int | None = None) -> go.Fig
     df["start"] = df["total_s"].cumsum().shift(fill_value=0.0)
     rows = []
     for col, name in _PHASES.items():
-        offset = sum(df[c] for c in list(_PHASES)[:list(_PHASES).index(col)]) if col != "data_wait_s" else 0.0
-        rows.append(pd.DataFrame({"step": df["step"], "phase": name, "seconds": df[col],
-                                  "base": df["start"] + offset}))
+        offset = sum(df[c] for c in list(_PHASES)[: list(_PHASES).index(col)]) if col != "data_wait_s" else 0.0
+        rows.append(pd.DataFrame({"step": df["step"], "phase": name, "seconds": df[col], "base": df["start"] + offset}))
     long = pd.concat(rows, ignore_index=True)
-    fig = px.bar(long, x="seconds", y="phase", base="base", color="phase", orientation="h",
-                 hover_data=["step"], title=title, labels={"seconds": "time into the epoch (s)"})
+    fig = px.bar(
+        long,
+        x="seconds",
+        y="phase",
+        base="base",
+        color="phase",
+        orientation="h",
+        hover_data=["step"],
+        title=title,
+        labels={"seconds": "time into the epoch (s)"},
+    )
     fig.update_layout(barmode="overlay", showlegend=False)
     fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(_PHASES.values())))
     return fig
@@ -230,8 +316,16 @@ def compare_chart(epochs: pd.DataFrame) -> go.Figure:
     if epochs.empty:
         return _empty("epoch time, compared")
     df = epochs[(epochs["model_idx"] == 0) & (epochs["rank"] == 0)].sort_values(["run_id", "epoch"])
-    fig = px.line(df, x="epoch", y="wall_s", color="run_id", markers=True, custom_data=["run_id"],
-                  labels={"wall_s": "epoch time (s)"}, title="epoch time, compared")
+    fig = px.line(
+        df,
+        x="epoch",
+        y="wall_s",
+        color="run_id",
+        markers=True,
+        custom_data=["run_id"],
+        labels={"wall_s": "epoch time (s)"},
+        title="epoch time, compared",
+    )
     fig.update_xaxes(dtick=1)
     return fig
 
@@ -245,8 +339,7 @@ def _settings() -> set[str]:
 
 
 def _is_measure(df: pd.DataFrame, c: str, settings: set[str]) -> bool:
-    return (pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])
-            and c not in settings)
+    return pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c]) and c not in settings
 
 
 def auto_chart(df: pd.DataFrame) -> go.Figure | None:
@@ -257,8 +350,9 @@ def auto_chart(df: pd.DataFrame) -> go.Figure | None:
     if df.empty or len(df.columns) < 2:
         return None
     settings = _settings()
-    measures = sorted((c for c in df.columns if _is_measure(df, c, settings)),
-                      key=lambda c: not pd.api.types.is_float_dtype(df[c]))  # floats (times, shares) first
+    measures = sorted(
+        (c for c in df.columns if _is_measure(df, c, settings)), key=lambda c: not pd.api.types.is_float_dtype(df[c])
+    )  # floats (times, shares) first
     times = [c for c in df.columns if pd.api.types.is_datetime64_any_dtype(df[c])]
     categories = [c for c in df.columns if c not in measures and c not in times]
     if not measures:
@@ -268,8 +362,14 @@ def auto_chart(df: pd.DataFrame) -> go.Figure | None:
     colors = [c for c in categories if small[c].nunique(dropna=False) <= _MAX_COLORS]
     if times:
         color = colors[0] if colors else None
-        return px.line(_as_text(small.sort_values(times[0]), [color]), x=times[0], y=y, color=color, markers=True,
-                       title=f"{y} over {times[0]}")
+        return px.line(
+            _as_text(small.sort_values(times[0]), [color]),
+            x=times[0],
+            y=y,
+            color=color,
+            markers=True,
+            title=f"{y} over {times[0]}",
+        )
     if not categories:
         x = measures[1] if len(measures) > 1 else None
         return px.scatter(small, x=x, y=y, title=f"{y} against {x}") if x else None

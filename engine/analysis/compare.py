@@ -15,9 +15,9 @@ from engine.status import RunStatus
 
 __all__ = ["compare_runs"]
 
-_SEPARATE = ("host_fingerprint", "code_hash", "source")   # never pooled, never compared across (source: the
+_SEPARATE = ("host_fingerprint", "code_hash", "source")  # never pooled, never compared across (source: the
 # user's own loop, observed, is not the lab's)
-_IGNORED = {"tag"}                               # a label, not a setting
+_IGNORED = {"tag"}  # a label, not a setting
 
 
 def compare_runs(df: pd.DataFrame, by: list[str] | None = None) -> pd.DataFrame:
@@ -42,9 +42,15 @@ def compare_runs(df: pd.DataFrame, by: list[str] | None = None) -> pd.DataFrame:
         mine = groups[key]
         comparable = all(_same(a, b) for a, b, k in zip(key, ref_key, keys) if k in _SEPARATE)
         c = stats.compare(groups[ref_key]["epoch_s"], mine["epoch_s"]) if comparable else {}
-        rows.append({"speedup": c.get("speedup"), "speedup_lo": c.get("speedup_lo"), "speedup_hi": c.get("speedup_hi"),
-                     "difference": c.get("difference", "other host or code: not compared"),
-                     "run_ids": sorted(mine["run_id"]) if "run_id" in mine.columns else []})
+        rows.append(
+            {
+                "speedup": c.get("speedup"),
+                "speedup_lo": c.get("speedup_lo"),
+                "speedup_hi": c.get("speedup_hi"),
+                "difference": c.get("difference", "other host or code: not compared"),
+                "run_ids": sorted(mine["run_id"]) if "run_id" in mine.columns else [],
+            }
+        )
     return pd.concat([table, pd.DataFrame(rows)], axis=1)
 
 

@@ -35,6 +35,8 @@ def kept_epochs_limit(run: dict[str, Any]) -> tuple[str | None, str]:
     if wait >= DATA_BOUND_WAIT:
         return "data-bound", f"{VERDICTS['data-bound']} ({said}; from the kept epochs, without a lower bound)"
     if compute is not None and wait < _COMPUTE_BOUND[0] and compute >= _COMPUTE_BOUND[1]:
-        return "compute-bound", (f"{VERDICTS['compute-bound']} ({said}, {compute:.0%} computing; from the kept "
-                                 "epochs, without a lower bound)")
+        return "compute-bound", (
+            f"{VERDICTS['compute-bound']} ({said}, {compute:.0%} computing; from the kept "
+            "epochs, without a lower bound)"
+        )
     return None, f"{said}: between the clear cases, only the lower bound (not measured) could say what limits it"

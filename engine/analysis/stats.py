@@ -26,12 +26,25 @@ from engine.config import config_fields
 from engine.measure import wait_percentiles
 from engine.status import RunStatus
 
-__all__ = ["MIN_FOR_CI", "NOISY_CV", "ci_text", "compare", "cv", "matching", "median_ci", "median_ci_ranks",
-           "mixed_hosts_warning", "ratio_ci", "speedup_vs_sequential", "summarize_configs", "time_breakdown",
-           "difference"]
+__all__ = [
+    "MIN_FOR_CI",
+    "NOISY_CV",
+    "ci_text",
+    "compare",
+    "cv",
+    "matching",
+    "median_ci",
+    "median_ci_ranks",
+    "mixed_hosts_warning",
+    "ratio_ci",
+    "speedup_vs_sequential",
+    "summarize_configs",
+    "time_breakdown",
+    "difference",
+]
 
-NOISY_CV = 0.10   # docs/design.md: a coefficient of variation over 10% flags a config as noisy
-MIN_FOR_CI = 6    # the fewest values whose exact interval of the median reaches 95% (n=5 gives 93.75%)
+NOISY_CV = 0.10  # docs/design.md: a coefficient of variation over 10% flags a config as noisy
+MIN_FOR_CI = 6  # the fewest values whose exact interval of the median reaches 95% (n=5 gives 93.75%)
 
 
 def _clean(values: Iterable[float]) -> np.ndarray:
@@ -44,7 +57,7 @@ def _clean(values: Iterable[float]) -> np.ndarray:
 @functools.lru_cache(maxsize=1024)
 def _binom_half_cdf(n: int) -> tuple[float, ...]:
     """P(Bin(n, 1/2) <= j) for j = 0..n, exactly (integer counts over 2^n)."""
-    total, acc, out = 2 ** n, 0, []
+    total, acc, out = 2**n, 0, []
     for j in range(n + 1):
         acc += math.comb(n, j)
         out.append(acc / total)
@@ -104,8 +117,9 @@ def cv(values: Iterable[float]) -> float:
     return float(np.std(arr, ddof=1) / abs(np.mean(arr)))
 
 
-def summarize_configs(df: pd.DataFrame, group_cols: list[str], value: str = "epoch_s",
-                      confidence: float = 0.95) -> pd.DataFrame:
+def summarize_configs(
+    df: pd.DataFrame, group_cols: list[str], value: str = "epoch_s", confidence: float = 0.95
+) -> pd.DataFrame:
     """One row per config (distinct group_cols): n, median, ci_lo, ci_hi, cv, noisy; fastest first.
 
     `noisy` is True when cv > NOISY_CV. Rows whose value is missing (failed runs) are ignored.
@@ -139,8 +153,9 @@ def _ratio_ranks(na: int, nb: int, confidence: float) -> tuple[int, int] | None:
     return best
 
 
-def ratio_ci(a_values: Iterable[float], b_values: Iterable[float],
-             confidence: float = 0.95) -> tuple[float, float, float]:
+def ratio_ci(
+    a_values: Iterable[float], b_values: Iterable[float], confidence: float = 0.95
+) -> tuple[float, float, float]:
     """(median_a / median_b, lo, hi) for positive values (times or throughputs).
 
     Interval: exact order-statistic intervals [a_lo, a_hi] and [b_lo, b_hi] of each median, at levels
@@ -169,8 +184,9 @@ def difference(lo: float, hi: float) -> str:
     return "B faster" if lo > 1 else "A faster" if hi < 1 else "no clear difference"
 
 
-def compare(a_values: Iterable[float], b_values: Iterable[float], confidence: float = 0.95,
-            margin: float | None = None) -> dict[str, Any]:
+def compare(
+    a_values: Iterable[float], b_values: Iterable[float], confidence: float = 0.95, margin: float | None = None
+) -> dict[str, Any]:
     """A vs B, both times (lower is faster). speedup = median_a / median_b (> 1: B is faster).
 
     The speedup's interval is ratio_ci's (exact, distribution-free); the difference is difference()'s on it.
@@ -185,9 +201,22 @@ def compare(a_values: Iterable[float], b_values: Iterable[float], confidence: fl
     no_ci = math.isnan(s_lo)
     note = f"no interval: {a.size} and {b.size} runs (95% needs 6 on one side, 7 on the other)" if no_ci else None
     not_slower = None if margin is None else (not no_ci and s_lo >= 1 - margin)
-    return {"median_a": ma, "a_lo": a_lo, "a_hi": a_hi, "n_a": int(a.size), "median_b": mb, "b_lo": b_lo,
-            "b_hi": b_hi, "n_b": int(b.size), "speedup": speedup, "speedup_lo": s_lo, "speedup_hi": s_hi,
-            "difference": difference(s_lo, s_hi), "b_not_slower": not_slower, "note": note}
+    return {
+        "median_a": ma,
+        "a_lo": a_lo,
+        "a_hi": a_hi,
+        "n_a": int(a.size),
+        "median_b": mb,
+        "b_lo": b_lo,
+        "b_hi": b_hi,
+        "n_b": int(b.size),
+        "speedup": speedup,
+        "speedup_lo": s_lo,
+        "speedup_hi": s_hi,
+        "difference": difference(s_lo, s_hi),
+        "b_not_slower": not_slower,
+        "note": note,
+    }
 
 
 def mixed_hosts_warning(df: pd.DataFrame) -> str | None:
@@ -195,16 +224,21 @@ def mixed_hosts_warning(df: pd.DataFrame) -> str | None:
     if df is None or df.empty:
         return None
     parts = []
-    for col, what in (("host_fingerprint", "hosts"), ("torch_version", "torch versions"),
-                      ("code_hash", "versions of the plugin code")):
+    for col, what in (
+        ("host_fingerprint", "hosts"),
+        ("torch_version", "torch versions"),
+        ("code_hash", "versions of the plugin code"),
+    ):
         if col in df.columns:
             seen = sorted(str(v) for v in df[col].dropna().unique())
             if len(seen) > 1:
                 parts.append(f"{len(seen)} {what} ({', '.join(seen[:4])}{', ...' if len(seen) > 4 else ''})")
     if not parts:
         return None
-    return (f"these runs mix {' and '.join(parts)}: timings from different machines or versions are not "
-            "comparable; filter by host_fingerprint and torch_version to compare like with like")
+    return (
+        f"these runs mix {' and '.join(parts)}: timings from different machines or versions are not "
+        "comparable; filter by host_fingerprint and torch_version to compare like with like"
+    )
 
 
 # ---------------------------------------------------------------------------- where the time goes
@@ -266,8 +300,20 @@ def _wait_percentiles(steps: pd.DataFrame | None, run_id: Any, steady: pd.DataFr
 # ---------------------------------------------------------------------------- modes vs sequential
 
 # Fields that describe how models share the machine, not the problem: ignored when matching a baseline.
-_MODE_FIELDS = ("mode", "n_models", "lr_spread", "model_b", "width_b", "dual_data", "devices", "n_stages",
-                "micro_batches", "world_size", "tag", "host_fingerprint")
+_MODE_FIELDS = (
+    "mode",
+    "n_models",
+    "lr_spread",
+    "model_b",
+    "width_b",
+    "dual_data",
+    "devices",
+    "n_stages",
+    "micro_batches",
+    "world_size",
+    "tag",
+    "host_fingerprint",
+)
 # Contenders are grouped by these (shared vs separate data are different configs); their dual-sequential baseline
 # is matched on the models only: it trains A then B, loading the epoch for each, whatever dual_data says
 _DUAL_FIELDS = ("model_b", "width_b", "dual_data")
@@ -288,8 +334,19 @@ def speedup_vs_sequential(runs_df: pd.DataFrame, confidence: float = 0.95) -> pd
     Columns: sweep_id, mode, n_models, the matched fields, n, baseline_mode, baseline_n, speedup,
     speedup_lo, speedup_hi, difference ("faster" | "slower" | "no clear difference"), note.
     """
-    cols = ["sweep_id", "mode", "n_models", "n", "baseline_mode", "baseline_n", "speedup", "speedup_lo",
-            "speedup_hi", "difference", "note"]
+    cols = [
+        "sweep_id",
+        "mode",
+        "n_models",
+        "n",
+        "baseline_mode",
+        "baseline_n",
+        "speedup",
+        "speedup_lo",
+        "speedup_hi",
+        "difference",
+        "note",
+    ]
     if runs_df is None or runs_df.empty or "samples_per_s" not in runs_df.columns:
         return pd.DataFrame(columns=cols)
     df = runs_df[runs_df["samples_per_s"].fillna(0) > 0]
@@ -306,18 +363,28 @@ def speedup_vs_sequential(runs_df: pd.DataFrame, confidence: float = 0.95) -> pd
     for key, group in contenders.groupby(group_cols, dropna=False, sort=True):
         fixed = dict(zip(group_cols, key))
         base_mode = "single" if fixed["mode"] == "fused" else "dual-sequential"
-        match = (df["mode"] == base_mode) & matching(df, {c: fixed[c] for c in ("sweep_id", "host_fingerprint",
-                                                                                "code_hash", *keys) if c in fixed})
+        match = (df["mode"] == base_mode) & matching(
+            df, {c: fixed[c] for c in ("sweep_id", "host_fingerprint", "code_hash", *keys) if c in fixed}
+        )
         if base_mode == "dual-sequential":
             match &= matching(df, {c: fixed[c] for c in _DUAL_MODELS if c in fixed})
         base = df[match]
         c = compare(1 / base["samples_per_s"], 1 / group["samples_per_s"], confidence) if len(base) else None
-        row = {**fixed, "n": len(group), "baseline_mode": base_mode, "baseline_n": len(base),
-               "speedup": c["speedup"] if c else math.nan, "speedup_lo": c["speedup_lo"] if c else math.nan,
-               "speedup_hi": c["speedup_hi"] if c else math.nan,
-               "difference": ({"B faster": "faster", "A faster": "slower"}.get(c["difference"], c["difference"]) if c
-                           else "no baseline"),
-               "note": c["note"] if c else f"no {base_mode} run with the same settings in sweep {fixed['sweep_id']}"}
+        row = {
+            **fixed,
+            "n": len(group),
+            "baseline_mode": base_mode,
+            "baseline_n": len(base),
+            "speedup": c["speedup"] if c else math.nan,
+            "speedup_lo": c["speedup_lo"] if c else math.nan,
+            "speedup_hi": c["speedup_hi"] if c else math.nan,
+            "difference": (
+                {"B faster": "faster", "A faster": "slower"}.get(c["difference"], c["difference"])
+                if c
+                else "no baseline"
+            ),
+            "note": c["note"] if c else f"no {base_mode} run with the same settings in sweep {fixed['sweep_id']}",
+        }
         rows.append(row)
     out = pd.DataFrame(rows)
     return out if len(out) else pd.DataFrame(columns=cols)

@@ -7,9 +7,34 @@ It sits above the loaders, workloads and models it drives, and below the modes, 
 passes to take and how they combine.
 """
 
-from engine.calibrate.bound import (COMPUTE_KEYS, EXPLAINED, FAIL_ENV, LOADER_KEYS, STALE, VERDICTS, Calibrator, Pass,
-                                    Phase, calibrate, verdict)
+from engine.calibrate.bound import (
+    COMPUTE_KEYS,
+    EXPLAINED,
+    FAIL_ENV,
+    LOADER_KEYS,
+    STALE,
+    VERDICTS,
+    Calibrator,
+    Pass,
+    Phase,
+    calibrate,
+    verdict,
+)
 from engine.calibrate._passes import compute_pass, loader_pass, time_again
 
-__all__ = ["COMPUTE_KEYS", "EXPLAINED", "FAIL_ENV", "LOADER_KEYS", "STALE", "VERDICTS", "Calibrator", "Pass", "Phase",
-           "calibrate", "compute_pass", "loader_pass", "time_again", "verdict"]
+__all__ = [
+    "COMPUTE_KEYS",
+    "EXPLAINED",
+    "FAIL_ENV",
+    "LOADER_KEYS",
+    "STALE",
+    "VERDICTS",
+    "Calibrator",
+    "Pass",
+    "Phase",
+    "calibrate",
+    "compute_pass",
+    "loader_pass",
+    "time_again",
+    "verdict",
+]

@@ -71,8 +71,13 @@ def _loader_epoch(loader: Any, epoch: int, device: torch.device) -> dict[str, fl
     return {"seconds": end - first, "ttfb_s": first - t0, "samples": samples, "cpu_s": cpu1 - cpu0}
 
 
-def compute_pass(cfg: RunConfig, device: torch.device, build: Callable[[Any], list[Callable]],
-                 fraction: float = 1.0, batches: list | None = None) -> dict[str, Any]:
+def compute_pass(
+    cfg: RunConfig,
+    device: torch.device,
+    build: Callable[[Any], list[Callable]],
+    fraction: float = 1.0,
+    batches: list | None = None,
+) -> dict[str, Any]:
     """The epoch's batches already on `device`, replayed through each step of build(dataset) in turn.
 
     fraction: the share of the epoch's batches the step sees (ddp: one rank's 1/world).
@@ -85,8 +90,11 @@ def compute_pass(cfg: RunConfig, device: torch.device, build: Callable[[Any], li
         n_batches = float(len(batches))
         batches = [(x.to(device), y.to(device)) for x, y in batches]
     else:
-        n_batches = (_stream_batches(dataset, cfg) if is_stream(dataset) else
-                     len(epoch_batches(len(dataset), cfg.batch_size, cfg.seed, 1))) * fraction
+        n_batches = (
+            _stream_batches(dataset, cfg)
+            if is_stream(dataset)
+            else len(epoch_batches(len(dataset), cfg.batch_size, cfg.seed, 1))
+        ) * fraction
         batches = _first_batches(dataset, cfg, device, int(n_batches) or 1)
     per_step, per_step_cpu = [], []
     for step in build(dataset):
@@ -97,8 +105,14 @@ def compute_pass(cfg: RunConfig, device: torch.device, build: Callable[[Any], li
         scale = n_batches / len(batches)
         per_step.append(wall * scale)
         per_step_cpu.append(min(cpu, _single_thread_cpu(step, inputs, device)) * scale)
-    return {"seconds": sum(per_step), "per_step": per_step, "cpu_s": sum(per_step_cpu), "per_step_cpu": per_step_cpu,
-            "ttfb_s": 0.0, "batches": n_batches}
+    return {
+        "seconds": sum(per_step),
+        "per_step": per_step,
+        "cpu_s": sum(per_step_cpu),
+        "per_step_cpu": per_step_cpu,
+        "ttfb_s": 0.0,
+        "batches": n_batches,
+    }
 
 
 def _first_batches(dataset: Any, cfg: RunConfig, device: torch.device, n: int) -> list:
@@ -152,7 +166,7 @@ def _single_thread_cpu(step: Callable, inputs: list, device: torch.device) -> fl
     threads = torch.get_num_threads()
     if device.type != "cpu" or threads == 1:
         return float("inf")
-    part = inputs[:max(1, len(inputs) // 4)]
+    part = inputs[: max(1, len(inputs) // 4)]
     torch.set_num_threads(1)
     try:
         return _replay(step, part, device)[1] * len(inputs) / len(part)

@@ -37,12 +37,25 @@ from typing import Any, Callable, NamedTuple
 import torch
 
 from engine.calibrate._passes import compute_pass, loader_pass
-from engine.measure import (OVERLAP_MIN, VERDICTS, median_epoch_s, pool_fix, serial_kind, usable_cpus,
-                            verdict_help)
+from engine.measure import OVERLAP_MIN, VERDICTS, median_epoch_s, pool_fix, serial_kind, usable_cpus, verdict_help
 from engine.runlog import read_events
 
-__all__ = ["COMPUTE_KEYS", "EXPLAINED", "FAIL_ENV", "GIL_HELD", "LOADER_KEYS", "STALE", "VERDICTS", "Calibrator",
-           "Pass", "Phase", "calibrate", "figures", "steady_cpu_pct", "verdict"]
+__all__ = [
+    "COMPUTE_KEYS",
+    "EXPLAINED",
+    "FAIL_ENV",
+    "GIL_HELD",
+    "LOADER_KEYS",
+    "STALE",
+    "VERDICTS",
+    "Calibrator",
+    "Pass",
+    "Phase",
+    "calibrate",
+    "figures",
+    "steady_cpu_pct",
+    "verdict",
+]
 
 log = logging.getLogger(__name__)
 
@@ -55,13 +68,46 @@ SATURATED = 0.9  # a run whose process tree kept this share of the usable cores 
 SLOWED = 1.25
 GIL_HELD = 0.5  # a load whose probe measured at least this share of its CPU work under the GIL is Python-bound
 _WORKLOAD_KEYS = ("workload", "n_samples", "image_size", "num_classes", "work_us", "latency_ms", "folder", "seed")
-LOADER_KEYS = _WORKLOAD_KEYS + ("loader", "workers", "prefetch_depth", "start_method", "persistent_workers",
-                                "pin_memory", "batch_size", "device", "threads", "collate", "transform_threads")
+LOADER_KEYS = _WORKLOAD_KEYS + (
+    "loader",
+    "workers",
+    "prefetch_depth",
+    "start_method",
+    "persistent_workers",
+    "pin_memory",
+    "batch_size",
+    "device",
+    "threads",
+    "collate",
+    "transform_threads",
+)
 # the environment that sizes the pools a pass runs beside (OpenMP, BLAS): a pass cached under one is not the other's
 _POOL_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-COMPUTE_KEYS = ("model", "width", "depth", "optimizer", "lr", "batch_size", "device", "image_size", "num_classes",
-                "n_samples", "workload", "folder", "mode", "n_models", "lr_spread", "model_b", "width_b",
-                "devices", "n_stages", "micro_batches", "threads", "collate", "loss")
+COMPUTE_KEYS = (
+    "model",
+    "width",
+    "depth",
+    "optimizer",
+    "lr",
+    "batch_size",
+    "device",
+    "image_size",
+    "num_classes",
+    "n_samples",
+    "workload",
+    "folder",
+    "mode",
+    "n_models",
+    "lr_spread",
+    "model_b",
+    "width_b",
+    "devices",
+    "n_stages",
+    "micro_batches",
+    "threads",
+    "collate",
+    "loss",
+)
 
 
 class Pass(NamedTuple):
@@ -93,8 +139,16 @@ class Phase:
         return {serial_kind(self.loader_s, self.compute_s): self.loader_s + self.compute_s, "cpu-bound": cpu}
 
 
-def verdict(kind: str | None, efficiency: float, oversubscribed: bool = False, saturated: bool = False,
-            hidden: bool = False, gil: bool = False, slowed: bool = False, own_times: str | None = None) -> str | None:
+def verdict(
+    kind: str | None,
+    efficiency: float,
+    oversubscribed: bool = False,
+    saturated: bool = False,
+    hidden: bool = False,
+    gil: bool = False,
+    slowed: bool = False,
+    own_times: str | None = None,
+) -> str | None:
     """kind: the bound's largest term. Below EXPLAINED the bound does not explain the run: say why if we can.
     oversubscribed counts only where the cores were busy (saturated) or the step ran slowed beside the other
     threads: workers asleep on I/O take no core and slow no step. own_times: the limit the run's own data wait, copy
@@ -137,21 +191,26 @@ class Calibrator:
         """Whether loading can overlap compute: not with the sync loader on a CPU, except where a feeder thread
         runs it (dual-threads on shared data)."""
         # NOTE: on a GPU the sync loader's next load runs while the kernels queued for the last step still run
-        return (self.cfg.loader != "sync" or self.device.type == "cuda"
-                or (self.cfg.mode == "dual-threads" and self.cfg.dual_data == "shared"))
+        return (
+            self.cfg.loader != "sync"
+            or self.device.type == "cuda"
+            or (self.cfg.mode == "dual-threads" and self.cfg.dual_data == "shared")
+        )
 
     def loader(self, shard: tuple[int, int] | None = None) -> Pass:
         """One epoch of the run's loader; shard (rank, world): that rank's share only (ddp)."""
         result = self._cached("loader", LOADER_KEYS, [shard], lambda: loader_pass(self.cfg, self.device, shard))
         return Pass(result["seconds"], result.get("cpu_s", 0.0))
 
-    def compute(self, name: str, steps: Callable[[Any], list[Callable]], fraction: float = 1.0,
-                device: Any = None) -> list[Pass]:
+    def compute(
+        self, name: str, steps: Callable[[Any], list[Callable]], fraction: float = 1.0, device: Any = None
+    ) -> list[Pass]:
         """Per step callable, its seconds and CPU-seconds over one epoch of cached batches (x fraction of the
         epoch's batches)."""
         dev = device or self.device
-        result = self._cached("compute", COMPUTE_KEYS, [name, fraction, str(dev)],
-                              lambda: compute_pass(self.cfg, dev, steps, fraction))
+        result = self._cached(
+            "compute", COMPUTE_KEYS, [name, fraction, str(dev)], lambda: compute_pass(self.cfg, dev, steps, fraction)
+        )
         cpu = result.get("per_step_cpu") or [0.0] * len(result["per_step"])
         return [Pass(w, c) for w, c in zip(result["per_step"], cpu)]
 
@@ -159,8 +218,14 @@ class Calibrator:
         # NOTE: keyed by the pools' environment and the usable cores too, not only the config fields: a pass taken
         # beside multi-threaded BLAS pools is slower than the same config's under OMP_NUM_THREADS=1, and reusing it
         # across them gives an efficiency above 1
-        key_data = [self.scope, kind, [getattr(self.cfg, k) for k in keys], extra,
-                    [os.environ.get(k) for k in _POOL_ENV], usable_cpus()]
+        key_data = [
+            self.scope,
+            kind,
+            [getattr(self.cfg, k) for k in keys],
+            extra,
+            [os.environ.get(k) for k in _POOL_ENV],
+            usable_cpus(),
+        ]
         path = self.cache / f"{hashlib.sha1(json.dumps(key_data).encode()).hexdigest()[:16]}.json"
         cached = path.exists() and not self.again
         if cached:
@@ -174,8 +239,13 @@ class Calibrator:
             tmp.write_text(json.dumps(result))
             tmp.replace(path)
         self.taken.append(result["taken_at"])
-        self.runlog.write("calibration", kind=kind, cached=cached, **({"again": True} if self.again else {}),
-                          **{k: v for k, v in result.items() if k not in ("kind", "cached")})
+        self.runlog.write(
+            "calibration",
+            kind=kind,
+            cached=cached,
+            **({"again": True} if self.again else {}),
+            **{k: v for k, v in result.items() if k not in ("kind", "cached")},
+        )
         return result
 
 
@@ -205,10 +275,18 @@ def calibrate(ctx: Any, run_dir: Path, bound: Callable[[Calibrator], list[Phase]
     readings = _own_readings(steady_events, measured) if ctx.device.type == "cpu" else None
 
     def figures_of(phases: list[Phase]) -> dict[str, Any]:
-        return _figures(phases, measured, ttfb, time.time() - min(cal.taken), _threads(ctx.cfg, world, ctx.summary),
-                        ctx.summary.get("mean_cpu_pct") if cpu_pct is None else cpu_pct,
-                        ctx.summary.get("probe_gil_share"), _epoch_sum(steady_events, "compute_s"),
-                        _own_times(steady_events), readings)
+        return _figures(
+            phases,
+            measured,
+            ttfb,
+            time.time() - min(cal.taken),
+            _threads(ctx.cfg, world, ctx.summary),
+            ctx.summary.get("mean_cpu_pct") if cpu_pct is None else cpu_pct,
+            ctx.summary.get("probe_gil_share"),
+            _epoch_sum(steady_events, "compute_s"),
+            _own_times(steady_events),
+            readings,
+        )
 
     figures = figures_of(phases)
     if (figures["efficiency"] or 0.0) > 1.0:
@@ -224,8 +302,13 @@ def calibrate(ctx: Any, run_dir: Path, bound: Callable[[Calibrator], list[Phase]
 def steady_cpu_pct(events: list[dict[str, Any]], steady: list[dict[str, Any]]) -> float | None:
     """The process tree's mean CPU % over the steady epochs (the sampler's rows inside their [t_start, t_end])."""
     spans = [(e["t_start"], e["t_end"]) for e in steady if e.get("t_start") is not None and e.get("t_end")]
-    cpu = [row[1] for e in events if e["type"] == "samples" for row in e.get("rows") or []
-           if row[1] is not None and any(a <= row[0] <= b for a, b in spans)]
+    cpu = [
+        row[1]
+        for e in events
+        if e["type"] == "samples"
+        for row in e.get("rows") or []
+        if row[1] is not None and any(a <= row[0] <= b for a, b in spans)
+    ]
     return statistics.fmean(cpu) if cpu else None
 
 
@@ -239,18 +322,31 @@ def _threads(cfg: Any, world: int, summary: dict[str, Any] | None = None) -> dic
     procs = world if cfg.mode == "ddp" else 2 if cfg.mode == "dual-processes" else 1
     loaders = procs if procs > 1 else 2 if cfg.mode == "dual-threads" and cfg.dual_data == "separate" else 1
     per_loader = {"sync": 0, "prefetch": 1}.get(cfg.loader, cfg.workers)
-    out = {"intra_op": max(1, intra // procs) * procs, "loader": per_loader * loaders, "cores": usable_cpus(),
-           "extra": int(summary.get("extra_threads") or 0) * loaders, "kind": cfg.loader,
-           "pools": pool_fix(summary.get("thread_pools"), cfg.loader)}
+    out = {
+        "intra_op": max(1, intra // procs) * procs,
+        "loader": per_loader * loaders,
+        "cores": usable_cpus(),
+        "extra": int(summary.get("extra_threads") or 0) * loaders,
+        "kind": cfg.loader,
+        "pools": pool_fix(summary.get("thread_pools"), cfg.loader),
+    }
     if summary.get("items_serialised") and cfg.loader == "threads" and cfg.workers > 1:
         out["items_note"] = summary.get("items_note")
     return out
 
 
-def _figures(phases: list[Phase], measured: float, ttfb: float, age_s: float, threads: dict[str, Any],
-             mean_cpu_pct: float | None = None, gil_share: float | None = None,
-             step_s: float | None = None, own_times: tuple[float, float] | None = None,
-             readings: tuple[float, float, float, float] | None = None) -> dict[str, Any]:
+def _figures(
+    phases: list[Phase],
+    measured: float,
+    ttfb: float,
+    age_s: float,
+    threads: dict[str, Any],
+    mean_cpu_pct: float | None = None,
+    gil_share: float | None = None,
+    step_s: float | None = None,
+    own_times: tuple[float, float] | None = None,
+    readings: tuple[float, float, float, float] | None = None,
+) -> dict[str, Any]:
     """step_s: the run's own compute seconds per steady epoch (median), against the compute pass's; own_times:
     the run's own (data wait + copy, step) seconds per steady epoch where one model on one rank ran (_own_times);
     readings: the run's own readings of its first batch, its load and its step (_own_readings): the bound takes
@@ -272,42 +368,70 @@ def _figures(phases: list[Phase], measured: float, ttfb: float, age_s: float, th
     alone = sum(p.compute_s for p in phases)  # the compute pass: the step with the machine to itself
     slowed = step_s is not None and alone > 0 and step_s >= SLOWED * alone
     own = _own_times_limit(own_times, measured, all(p.overlaps for p in phases))
-    name = verdict(max(by_kind, key=by_kind.__getitem__), efficiency or 0.0, runnable > cores, saturated,
-                   hidden=extra > 0, gil=_gil_held(threads.get("kind"), phases, gil_share), slowed=slowed,
-                   own_times=own)
+    name = verdict(
+        max(by_kind, key=by_kind.__getitem__),
+        efficiency or 0.0,
+        runnable > cores,
+        saturated,
+        hidden=extra > 0,
+        gil=_gil_held(threads.get("kind"), phases, gil_share),
+        slowed=slowed,
+        own_times=own,
+    )
     out: dict[str, Any] = {
-        "bound_s": bound_s, "efficiency": efficiency, "loader_only_s": sum(p.loader_s for p in phases),
-        "compute_only_s": alone, "loader_cpu_s": sum(p.loader_cpu_s for p in phases),
+        "bound_s": bound_s,
+        "efficiency": efficiency,
+        "loader_only_s": sum(p.loader_s for p in phases),
+        "compute_only_s": alone,
+        "loader_cpu_s": sum(p.loader_cpu_s for p in phases),
         "compute_cpu_s": sum(p.compute_cpu_s for p in phases),
         "cpu_bound_s": sum((p.loader_cpu_s + p.compute_cpu_s) / cores for p in phases),
-        "usable_cores": cores, "runnable_threads": runnable, "bound_ttfb_s": ttfb, "bound_phases": len(phases),
-        "calib_age_s": age_s, "verdict": name, "verdict_help": verdict_help(name, threads)}
+        "usable_cores": cores,
+        "runnable_threads": runnable,
+        "bound_ttfb_s": ttfb,
+        "bound_phases": len(phases),
+        "calib_age_s": age_s,
+        "verdict": name,
+        "verdict_help": verdict_help(name, threads),
+    }
     if own_times is not None and name == own and (efficiency or 0.0) < EXPLAINED:
         wait, step = own_times
         load, step_pass = sum(p.loader_s for p in passes), sum(p.compute_s for p in passes)  # the passes' readings
         # NOTE: a data wait is the load itself only where nothing overlaps it (sync on a CPU)
-        slower = [f"its step took {step / step_pass:.2f}x the compute pass ({step_pass:.3f} s)"] if step_pass > 0 \
-            else []
+        slower = (
+            [f"its step took {step / step_pass:.2f}x the compute pass ({step_pass:.3f} s)"] if step_pass > 0 else []
+        )
         if not all(p.overlaps for p in phases) and load > 0:
             # the wait holds every batch, the first included; the pass starts after its first (the TTFB apart)
             first = load + ttfb * len(phases)
             slower.append(f"its load {wait / first:.2f}x the loader pass and TTFB ({first:.3f} s)")
-        out["bound_note"] = (f"named by the run's own times, not by the bound: its data wait ({wait:.3f} s) and step "
-                             f"({step:.3f} s) make {(wait + step) / measured:.0%} of its epoch, so no per-step "
-                             f"overhead holds it; {' and '.join(slower) or 'its parts ran apart from the passes'}: "
-                             "this machine's drifting speed, or the parts sharing it, explain the gap to the bound")
+        out["bound_note"] = (
+            f"named by the run's own times, not by the bound: its data wait ({wait:.3f} s) and step "
+            f"({step:.3f} s) make {(wait + step) / measured:.0%} of its epoch, so no per-step "
+            f"overhead holds it; {' and '.join(slower) or 'its parts ran apart from the passes'}: "
+            "this machine's drifting speed, or the parts sharing it, explain the gap to the bound"
+        )
     if efficiency is not None and efficiency > 1.0:
-        out["bound_note"] = (f"efficiency {efficiency:.2f} ≥ 1: bound measured under other conditions: the run beat "
-                             f"its lower bound; the calibration, taken {age_s:.0f} s before, ran under other "
-                             "conditions (a busier machine?); no verdict")
+        out["bound_note"] = (
+            f"efficiency {efficiency:.2f} ≥ 1: bound measured under other conditions: the run beat "
+            f"its lower bound; the calibration, taken {age_s:.0f} s before, ran under other "
+            "conditions (a busier machine?); no verdict"
+        )
     if all(p.serial_compute_s is not None for p in phases):
-        serial = sum(max(Phase(p.loader_s, p.serial_compute_s or 0.0, None, p.loader_cpu_s, p.compute_cpu_s,
-                               p.overlaps).terms(cores).values()) for p in phases) + ttfb * len(phases)
+        serial = sum(
+            max(
+                Phase(p.loader_s, p.serial_compute_s or 0.0, None, p.loader_cpu_s, p.compute_cpu_s, p.overlaps)
+                .terms(cores)
+                .values()
+            )
+            for p in phases
+        ) + ttfb * len(phases)
         out["serial_bound_s"] = serial
         # NOTE: only where running the models at once could save a tenth of the epoch: below that the
         # ratio divides noise by next to nothing (a loader-bound dual run reads a wild negative overlap)
-        out["overlap"] = (serial - measured) / (serial - bound_s) if serial - bound_s >= OVERLAP_MIN * measured \
-            else None
+        out["overlap"] = (
+            (serial - measured) / (serial - bound_s) if serial - bound_s >= OVERLAP_MIN * measured else None
+        )
     return out
 
 
@@ -325,12 +449,17 @@ def _own_readings(epochs: list[dict[str, Any]], measured: float) -> tuple[float,
         return None
     e = max(below, key=lambda e: e["wall_s"])
     first = e["ttfb_s"]
-    return (first, max(0.0, e["data_wait_s"] + (e.get("h2d_s") or 0.0) - first), e["compute_s"],
-            max(0.0, e["wall_s"] - first))
+    return (
+        first,
+        max(0.0, e["data_wait_s"] + (e.get("h2d_s") or 0.0) - first),
+        e["compute_s"],
+        max(0.0, e["wall_s"] - first),
+    )
 
 
-def _at_fastest(phases: list[Phase], ttfb: float, readings: tuple[float, float, float, float] | None
-                ) -> tuple[list[Phase], float]:
+def _at_fastest(
+    phases: list[Phase], ttfb: float, readings: tuple[float, float, float, float] | None
+) -> tuple[list[Phase], float]:
     """Each part at its faster reading, the pass's or the run's own: the phases and the TTFB the bound takes.
 
     The run read each part with more beside it than its pass had: where it took a part in less time than the pass
@@ -349,11 +478,19 @@ def _at_fastest(phases: list[Phase], ttfb: float, readings: tuple[float, float, 
     p = phases[0]
     loader_s = min(p.loader_s, wall if p.overlaps else waited)
     compute_s = min(p.compute_s, step)
-    faster = compute_s / p.compute_s if p.compute_s > 0 else 1.0  # the split mode's serial stages read at the same speed
-    return [dataclasses.replace(
-        p, loader_s=loader_s, compute_s=compute_s, compute_cpu_s=p.compute_cpu_s * faster,
-        serial_compute_s=None if p.serial_compute_s is None else p.serial_compute_s * faster,
-        loader_cpu_s=p.loader_cpu_s * (loader_s / p.loader_s if p.loader_s > 0 else 1.0))], min(ttfb, first)
+    faster = (
+        compute_s / p.compute_s if p.compute_s > 0 else 1.0
+    )  # the split mode's serial stages read at the same speed
+    return [
+        dataclasses.replace(
+            p,
+            loader_s=loader_s,
+            compute_s=compute_s,
+            compute_cpu_s=p.compute_cpu_s * faster,
+            serial_compute_s=None if p.serial_compute_s is None else p.serial_compute_s * faster,
+            loader_cpu_s=p.loader_cpu_s * (loader_s / p.loader_s if p.loader_s > 0 else 1.0),
+        )
+    ], min(ttfb, first)
 
 
 def _own_times(epochs: list[dict[str, Any]]) -> tuple[float, float] | None:
@@ -361,14 +498,17 @@ def _own_times(epochs: list[dict[str, Any]]) -> tuple[float, float] | None:
     concurrent mode's models and ranks wait and step beside one another, and their sums do not divide the epoch."""
     if not _one_model(epochs):
         return None
-    return (statistics.median(e["data_wait_s"] + (e.get("h2d_s") or 0.0) for e in epochs),
-            statistics.median(e["compute_s"] for e in epochs))
+    return (
+        statistics.median(e["data_wait_s"] + (e.get("h2d_s") or 0.0) for e in epochs),
+        statistics.median(e["compute_s"] for e in epochs),
+    )
 
 
 def _one_model(epochs: list[dict[str, Any]]) -> bool:
     """Whether the steady epochs are one model's on one rank (one event an epoch), each with its wait and step."""
-    return len({e["epoch"] for e in epochs}) == len(epochs) and \
-        all(e.get("data_wait_s") is not None and e.get("compute_s") is not None for e in epochs)
+    return len({e["epoch"] for e in epochs}) == len(epochs) and all(
+        e.get("data_wait_s") is not None and e.get("compute_s") is not None for e in epochs
+    )
 
 
 def _own_times_limit(own_times: tuple[float, float] | None, measured: float, overlaps: bool) -> str | None:

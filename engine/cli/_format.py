@@ -53,8 +53,10 @@ def summary(run_id: str, run: dict[str, Any]) -> list[str]:
     if run.get("samples_per_s") is not None:
         parts.append(f"{run['samples_per_s']:.0f} samples/s")
     if run.get("efficiency") is not None:  # above 1 no fraction and no verdict (engine/measure/verdicts.py)
-        parts.append(f"bound {run['bound_s']:.3f} s, efficiency {efficiency_text(run['efficiency'])}"
-                     + (f", {run['verdict']}" if run.get("verdict") and run["efficiency"] <= 1 else ""))
+        parts.append(
+            f"bound {run['bound_s']:.3f} s, efficiency {efficiency_text(run['efficiency'])}"
+            + (f", {run['verdict']}" if run.get("verdict") and run["efficiency"] <= 1 else "")
+        )
     if _given(run.get("overlap")):  # concurrent modes: how much of A + B's compute the concurrency hid
         parts.append(f"overlap {run['overlap']:.0%}")
     out = [" · ".join(parts)]
@@ -68,14 +70,19 @@ def _costs(run: dict[str, Any]) -> list[str]:
     """What the GPU waited on (GPU runs only) and how long the start-up took: lines under the summary."""
     out = []
     if _given(run.get("gpu_idle_share")):
-        parts = [(f"gpu_idle_{key}_share", what) for key, what in (("data", "data"), ("copy", "copies"),
-                                                                   ("other", "the host"))]
+        parts = [
+            (f"gpu_idle_{key}_share", what)
+            for key, what in (("data", "data"), ("copy", "copies"), ("other", "the host"))
+        ]
         split = ", ".join(f"{what} {run[k]:.0%}" for k, what in parts if _given(run.get(k)))
-        out.append(f"GPU idle {run['gpu_idle_share']:.0%} of the steady epochs" + (f", waiting on {split}" if split
-                                                                                      else ""))
+        out.append(
+            f"GPU idle {run['gpu_idle_share']:.0%} of the steady epochs" + (f", waiting on {split}" if split else "")
+        )
     if _given(run.get("startup_s")):
-        out.append(f"start-up {run['startup_s']:.1f} s to the first batch (interpreter and imports "
-                   f"{run['startup_imports_s']:.1f} s)")
+        out.append(
+            f"start-up {run['startup_s']:.1f} s to the first batch (interpreter and imports "
+            f"{run['startup_imports_s']:.1f} s)"
+        )
     return out
 
 
@@ -84,8 +91,9 @@ def _costs(run: dict[str, Any]) -> list[str]:
 
 def _write_table(batches: Iterator[pd.DataFrame], out: TextIO) -> None:
     frames = list(batches)
-    out.write(shown(frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)).to_string(index=False)
-              + "\n")
+    out.write(
+        shown(frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)).to_string(index=False) + "\n"
+    )
 
 
 def _write_csv(batches: Iterator[pd.DataFrame], out: TextIO) -> None:
@@ -104,7 +112,10 @@ def _write_json(batches: Iterator[pd.DataFrame], out: TextIO) -> None:
 
 
 WRITERS: dict[str, Callable[[Iterator[pd.DataFrame], TextIO], None]] = {
-    "table": _write_table, "csv": _write_csv, "json": _write_json}
+    "table": _write_table,
+    "csv": _write_csv,
+    "json": _write_json,
+}
 
 
 # ---------------------------------------------------------------------------- settings and predictions
@@ -124,8 +135,13 @@ def setting(row: Any) -> str:
 
 def _differs(first: Any, other: Any) -> str:
     """'depth 8' or 'threads, 1 worker': what `other` sets unlike `first`, in the setting's words."""
-    names = {"loader": "", "workers": "workers ", "prefetch_depth": "depth ", "threads": "threads ",
-             "batch_size": "batch "}
+    names = {
+        "loader": "",
+        "workers": "workers ",
+        "prefetch_depth": "depth ",
+        "threads": "threads ",
+        "batch_size": "batch ",
+    }
     return ", ".join(f"{names[k]}{other[k]}" for k in names if other[k] != first[k]) or setting(other)
 
 
@@ -137,19 +153,25 @@ def predicted_table(table: pd.DataFrame) -> str:
         alike.setdefault(i if pd.isna(same_as) else int(same_as), []).append(i)
     out = table.loc[sorted(alike)].copy()
     out.insert(0, "setting", [setting(r) for _, r in out.iterrows()])
-    out["alike (the model cannot tell apart)"] = ["; ".join(_differs(table.loc[i], table.loc[j])
-                                                           for j in alike[i][1:]) for i in out.index]
-    out["range (s)"] = [f"{'' if a else '~'}{lo:.3f}-{hi:.3f}" for lo, hi, a in
-                        zip(out["predicted_lo_s"], out["predicted_hi_s"], out["apart"])]
-    out = out[["setting", "predicted_epoch_s", "range (s)", "samples_per_s", "limit",
-               "alike (the model cannot tell apart)"]].rename(
-        columns={"predicted_epoch_s": "predicted epoch (s)", "samples_per_s": "samples/s"})
-    text = shown(out).to_string(index=False, formatters={"predicted epoch (s)": "{:.3f}".format,
-                                                          "samples/s": "{:.0f}".format})
+    out["alike (the model cannot tell apart)"] = [
+        "; ".join(_differs(table.loc[i], table.loc[j]) for j in alike[i][1:]) for i in out.index
+    ]
+    out["range (s)"] = [
+        f"{'' if a else '~'}{lo:.3f}-{hi:.3f}"
+        for lo, hi, a in zip(out["predicted_lo_s"], out["predicted_hi_s"], out["apart"])
+    ]
+    out = out[
+        ["setting", "predicted_epoch_s", "range (s)", "samples_per_s", "limit", "alike (the model cannot tell apart)"]
+    ].rename(columns={"predicted_epoch_s": "predicted epoch (s)", "samples_per_s": "samples/s"})
+    text = shown(out).to_string(
+        index=False, formatters={"predicted epoch (s)": "{:.3f}".format, "samples/s": "{:.0f}".format}
+    )
     notes = []
     if len(out) < len(table):
-        notes.append("alike: settings predicted the same as the row's, shown once: the model cannot tell them apart "
-                     "(run them to know)")
+        notes.append(
+            "alike: settings predicted the same as the row's, shown once: the model cannot tell them apart "
+            "(run them to know)"
+        )
     if not out["range (s)"].iloc[1:].str.startswith("~").eq(False).all():
         notes.append("~: the range overlaps the fastest's: this machine's noise cannot rank the two")
     return text + ("\n\n" + "\n".join(notes) if notes else "")  # a blank line: the table ends there

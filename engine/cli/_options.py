@@ -14,8 +14,18 @@ from engine.errors import UsageError, printable
 from engine.run.hostfit import HEAVY, OVERSUBSCRIBE_ENV
 from engine.run.preflight import DEFAULT_TIMEOUT_S, TIMEOUT_ENV, set_time_limit
 
-__all__ = ["Command", "Handler", "Options", "Parser", "add_config_flags", "config_from_args", "count",
-           "launch_options", "launch_settings", "no_options"]
+__all__ = [
+    "Command",
+    "Handler",
+    "Options",
+    "Parser",
+    "add_config_flags",
+    "config_from_args",
+    "count",
+    "launch_options",
+    "launch_settings",
+    "no_options",
+]
 
 Handler = Callable[[argparse.Namespace], int]
 Options = Callable[["Parser"], None]
@@ -70,11 +80,13 @@ def count(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"'{printable(text[:40])}' is not a whole number; give one from 1 up") \
-            from None
+        raise argparse.ArgumentTypeError(
+            f"'{printable(text[:40])}' is not a whole number; give one from 1 up"
+        ) from None
     if not 1 <= value <= MAX_COUNT:
-        raise argparse.ArgumentTypeError(f"{printable(text[:40])} is out of range; give a whole number from 1 to "
-                                         f"{MAX_COUNT}")
+        raise argparse.ArgumentTypeError(
+            f"{printable(text[:40])} is out of range; give a whole number from 1 to {MAX_COUNT}"
+        )
     return value
 
 
@@ -91,11 +103,13 @@ def add_config_flags(p: Parser) -> None:
         help_ = f.metadata["help"] + (f" [{'|'.join(choices)}]" if choices else "") + tail
         help_ = help_.replace("%", "%%")  # argparse formats help with %
         if f.type == "bool":
-            action = group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None,
-                                        help=help_)
+            action = group.add_argument(
+                flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_
+            )
         else:
-            action = group.add_argument(flag, dest=f.name, default=None,
-                                        metavar=str(f.type).upper().replace("[STR]", ""), help=help_)
+            action = group.add_argument(
+                flag, dest=f.name, default=None, metavar=str(f.type).upper().replace("[STR]", ""), help=help_
+            )
         if named:
             p.named_flags.append((action, f, tail))
 
@@ -114,12 +128,19 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 
 def launch_options(p: Parser) -> None:
     """What every launching command (run, sweep, tune) shares: preflight's time limit, insisting on oversubscribing."""
-    p.add_argument("--preflight-timeout", metavar="SECONDS", default=None,
-                   help=f"how long each call into a plugin may take while it is tried on one batch before launch "
-                        f"(default: ${TIMEOUT_ENV} or {DEFAULT_TIMEOUT_S:g})")
-    p.add_argument("--oversubscribe", action="store_true",
-                   help=f"run even when ranks or worker processes exceed {HEAVY}x this host's usable cores (memory "
-                        f"that cannot fit is refused regardless; also ${OVERSUBSCRIBE_ENV}=1)")
+    p.add_argument(
+        "--preflight-timeout",
+        metavar="SECONDS",
+        default=None,
+        help=f"how long each call into a plugin may take while it is tried on one batch before launch "
+        f"(default: ${TIMEOUT_ENV} or {DEFAULT_TIMEOUT_S:g})",
+    )
+    p.add_argument(
+        "--oversubscribe",
+        action="store_true",
+        help=f"run even when ranks or worker processes exceed {HEAVY}x this host's usable cores (memory "
+        f"that cannot fit is refused regardless; also ${OVERSUBSCRIBE_ENV}=1)",
+    )
 
 
 def launch_settings(args: argparse.Namespace) -> None:

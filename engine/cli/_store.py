@@ -50,8 +50,9 @@ def _check_creatable(path: Path) -> None:
             raise NotADirectoryError(f"{folder} is not a folder")
         tempfile.TemporaryFile(dir=folder).close()
     except OSError as e:
-        raise StoreError(f"cannot create the store {path}: {e.strerror or e}; name a file in a folder you can "
-                         "write to") from None
+        raise StoreError(
+            f"cannot create the store {path}: {e.strerror or e}; name a file in a folder you can write to"
+        ) from None
 
 
 def announce_new_stores() -> None:
@@ -70,10 +71,15 @@ def _pending(db: Db) -> tuple[int, str | None]:
 
 def _waiting(count: int, holder: str | None) -> None:
     """The one line saying that finished runs wait to be stored, and what will store them."""
-    when = (f"once the other session ({holder}) closes the store" if holder
-            else "by the next command that writes (run, sweep, tune, import, worker) or by the dashboard")
-    print(f"{count} run(s) waiting to be stored: the results are safe in their RunLogs and will be stored {when}",
-          file=sys.stderr)
+    when = (
+        f"once the other session ({holder}) closes the store"
+        if holder
+        else "by the next command that writes (run, sweep, tune, import, worker) or by the dashboard"
+    )
+    print(
+        f"{count} run(s) waiting to be stored: the results are safe in their RunLogs and will be stored {when}",
+        file=sys.stderr,
+    )
 
 
 def store_pending(db: Db) -> None:
@@ -102,8 +108,10 @@ def read(cmd: Command, args: argparse.Namespace) -> int:
         except StoreError as e:
             if not path.is_file():
                 what = "a folder, not a store file" if path.is_dir() else "not there"
-                raise UsageError(f"{_db_field(args.db)}: the store {path} is {what}; check the path (a command that "
-                                 "reads creates no store; `run`, `sweep` or `import` create one)") from None
+                raise UsageError(
+                    f"{_db_field(args.db)}: the store {path} is {what}; check the path (a command that "
+                    "reads creates no store; `run`, `sweep` or `import` create one)"
+                ) from None
             if isinstance(e, (StoreCorrupt, StoreVersionError)):
                 raise UsageError(f"{_db_field(args.db)}: {e}") from None
             raise

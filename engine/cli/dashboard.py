@@ -23,18 +23,21 @@ def cmd_demo(args: argparse.Namespace) -> int:
     try:
         ran = ensure_demo(db=args.db)
     except StoreBusy as e:  # `make run` goes on to serve the dashboard: a held store is no reason to stop there
-        print(f"demo skipped: {line(e)}; `make run` offers it again next time",
-              file=sys.stderr)
+        print(f"demo skipped: {line(e)}; `make run` offers it again next time", file=sys.stderr)
         return 0
-    print("demo sweep queued: the job worker runs it; watch it on the Launch page" if ran
-          else "store already has runs or jobs; demo skipped")
+    print(
+        "demo sweep queued: the job worker runs it; watch it on the Launch page"
+        if ran
+        else "store already has runs or jobs; demo skipped"
+    )
     return 0
 
 
 def worker_options(p: Parser) -> None:
     p.add_argument("--ensure", action="store_true", help="start a detached worker if none is alive, then return")
-    p.add_argument("--stop", action="store_true", help="stop the running worker (its run is cancelled; queued jobs "
-                   "stay queued)")
+    p.add_argument(
+        "--stop", action="store_true", help="stop the running worker (its run is cancelled; queued jobs stay queued)"
+    )
     p.add_argument("--once", action="store_true", help="run the queued jobs, then exit")
     p.add_argument("--poll-s", type=float, default=1.0, help="seconds between looks at an empty queue")
     p.add_argument("--lock-fd", type=int, default=None, help=argparse.SUPPRESS)  # handed over by ensure_worker

@@ -23,8 +23,7 @@ from engine.store import get_run
 from engine.sweeps.local import run_sweep
 from engine.sweeps.ray import require_ray, run_sweep_ray
 
-__all__ = ["cmd_observe", "cmd_run", "cmd_sweep", "observe_options", "print_summary", "run_options",
-           "sweep_options"]
+__all__ = ["cmd_observe", "cmd_run", "cmd_sweep", "observe_options", "print_summary", "run_options", "sweep_options"]
 
 
 def run_options(p: Parser) -> None:
@@ -52,10 +51,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     def on_event(event: dict[str, Any]) -> None:
         if event["type"] == "epoch" and not args.quiet:
             warm = " (warm-up)" if event["warmup"] else ""
-            print(f"  epoch {event['epoch']} model {event['model_idx']} rank {event['rank']}: "
-                  f"{event['wall_s']:.3f} s  {event['samples_per_s']:.0f} samples/s  "
-                  f"wait {event['data_wait_s']:.3f} s  copy {event['h2d_s']:.3f} s  "
-                  f"compute {event['compute_s']:.3f} s{warm}", flush=True)
+            print(
+                f"  epoch {event['epoch']} model {event['model_idx']} rank {event['rank']}: "
+                f"{event['wall_s']:.3f} s  {event['samples_per_s']:.0f} samples/s  "
+                f"wait {event['data_wait_s']:.3f} s  copy {event['h2d_s']:.3f} s  "
+                f"compute {event['compute_s']:.3f} s{warm}",
+                flush=True,
+            )
 
     result = launch(cfg, db=args.db, on_event=on_event)
     if result.stored:  # else the store is held: main() says so in one line after the command
@@ -79,9 +81,14 @@ def print_summary(run_id: str, db: Db) -> None:
 def sweep_options(p: Parser) -> None:
     p.add_argument("file", help="sweep TOML (name, repeats, seed, [base], [grid])")
     p.add_argument("--repeats", help="override the file's repeats")
-    p.add_argument("--max-runs", type=int, default=None, metavar="N",
-                   help=f"refuse a sweep of more runs (configs × repeats) than this, before building any (default: "
-                        f"the file's max_runs, else {DEFAULT_MAX_RUNS})")
+    p.add_argument(
+        "--max-runs",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"refuse a sweep of more runs (configs × repeats) than this, before building any (default: "
+        f"the file's max_runs, else {DEFAULT_MAX_RUNS})",
+    )
     p.add_argument("--executor", choices=("local", "ray"), default="local")
     p.add_argument("--address", default=None, help="Ray cluster address (auto, ray://host:port)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -104,8 +111,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     distinct = len(sweep.configs())  # every config validated, once: the runs below reuse them
     check_rules(sweep.configs())  # on this machine, as before any run; a Ray node's runs check theirs again
     if distinct < sweep.size():
-        print(f"  {distinct} distinct configs ({distinct * sweep.repeats} runs): the others differ only in fields "
-              "their loader or mode ignores", file=sys.stderr)
+        print(
+            f"  {distinct} distinct configs ({distinct * sweep.repeats} runs): the others differ only in fields "
+            "their loader or mode ignores",
+            file=sys.stderr,
+        )
     if args.executor == "local":  # NOTE: a Ray cluster's runs are checked on the node that runs them (launch)
         warn(check_all(sweep.configs()))
     if args.executor == "ray":
@@ -119,8 +129,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def observe_options(p: Parser) -> None:
     p.add_argument("--name", default=None, help="a tag for the runs (default: none)")
-    p.add_argument("script", nargs=argparse.REMAINDER, metavar="-- python train.py ARGS",
-                   help="your training script's command, unchanged, after --")
+    p.add_argument(
+        "script",
+        nargs=argparse.REMAINDER,
+        metavar="-- python train.py ARGS",
+        help="your training script's command, unchanged, after --",
+    )
 
 
 def cmd_observe(args: argparse.Namespace) -> int:

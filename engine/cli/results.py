@@ -15,9 +15,22 @@ from engine.errors import UsageError
 from engine.status import RunStatus
 from engine.store import export, export_bundle, get_epochs, get_run, import_results, list_runs, stream_query
 
-__all__ = ["cmd_export", "cmd_export_bundle", "cmd_import", "cmd_query", "cmd_runs", "cmd_show", "cmd_speedups",
-           "export_bundle_options", "export_options", "import_options", "query_options", "runs_options",
-           "show_options", "speedups_options"]
+__all__ = [
+    "cmd_export",
+    "cmd_export_bundle",
+    "cmd_import",
+    "cmd_query",
+    "cmd_runs",
+    "cmd_show",
+    "cmd_speedups",
+    "export_bundle_options",
+    "export_options",
+    "import_options",
+    "query_options",
+    "runs_options",
+    "show_options",
+    "speedups_options",
+]
 
 
 def runs_options(p: Parser) -> None:
@@ -27,8 +40,25 @@ def runs_options(p: Parser) -> None:
 def cmd_runs(args: argparse.Namespace) -> int:
     """A table of recent runs."""
     df = list_runs(db=args.db, limit=args.limit)
-    cols = [c for c in ("run_id", "status", "workload", "model", "loader", "workers", "mode", "batch_size",
-                        "epoch_s", "samples_per_s", "efficiency", "verdict", "tag") if c in df.columns]
+    cols = [
+        c
+        for c in (
+            "run_id",
+            "status",
+            "workload",
+            "model",
+            "loader",
+            "workers",
+            "mode",
+            "batch_size",
+            "epoch_s",
+            "samples_per_s",
+            "efficiency",
+            "verdict",
+            "tag",
+        )
+        if c in df.columns
+    ]
     print(shown(df[cols]).to_string(index=False) if len(df) else "no runs yet: try `python -m engine run`")
     return 0
 
@@ -53,16 +83,21 @@ _TABLE_ROWS = 100_000  # a table is read by a person and laid out whole; csv and
 def query_options(p: Parser) -> None:
     p.add_argument("sql")
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
-    p.add_argument("--max-rows", type=count, default=10_000,
-                   help=f"row cap (default: 10000); csv and json stream any number, a table shows at most "
-                        f"{_TABLE_ROWS}")
+    p.add_argument(
+        "--max-rows",
+        type=count,
+        default=10_000,
+        help=f"row cap (default: 10000); csv and json stream any number, a table shows at most {_TABLE_ROWS}",
+    )
 
 
 def cmd_query(args: argparse.Namespace) -> int:
     """Read-only SQL over the store (one SELECT; 10 s limit; row cap)."""
     if args.format == "table" and args.max_rows > _TABLE_ROWS:
-        raise UsageError(f"--max-rows: a table shows at most {_TABLE_ROWS} rows; for {args.max_rows}, write them "
-                         "with --format csv or json (they stream)")
+        raise UsageError(
+            f"--max-rows: a table shows at most {_TABLE_ROWS} rows; for {args.max_rows}, write them "
+            "with --format csv or json (they stream)"
+        )
     with stream_query(args.sql, db=args.db, max_rows=args.max_rows) as stream:
         WRITERS[args.format](stream.batches, sys.stdout)
     if stream.truncated:
@@ -81,11 +116,33 @@ def cmd_speedups(args: argparse.Namespace) -> int:
     filters = {"status": RunStatus.DONE, **({"sweep_id": args.sweep} if args.sweep else {})}
     table = speedup_vs_sequential(list_runs(db=args.db, limit=1_000_000, filters=filters))
     if table.empty:
-        print("no dual-* or fused runs yet" + (f" in sweep {args.sweep}" if args.sweep else "")
-              + ": try `python -m engine sweep examples/dual.toml` (or fused.toml)")
+        print(
+            "no dual-* or fused runs yet"
+            + (f" in sweep {args.sweep}" if args.sweep else "")
+            + ": try `python -m engine sweep examples/dual.toml` (or fused.toml)"
+        )
         return 0
-    cols = [c for c in ("sweep_id", "mode", "n_models", "model", "model_b", "dual_data", "loader", "n", "baseline_mode",
-                        "baseline_n", "speedup", "speedup_lo", "speedup_hi", "difference", "note") if c in table.columns]
+    cols = [
+        c
+        for c in (
+            "sweep_id",
+            "mode",
+            "n_models",
+            "model",
+            "model_b",
+            "dual_data",
+            "loader",
+            "n",
+            "baseline_mode",
+            "baseline_n",
+            "speedup",
+            "speedup_lo",
+            "speedup_hi",
+            "difference",
+            "note",
+        )
+        if c in table.columns
+    ]
     table = table[cols]
     if args.format == "json":
         print(table.to_json(orient="records"))
@@ -110,8 +167,12 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def import_options(p: Parser) -> None:
-    p.add_argument("paths", nargs="+", metavar="PATH",
-                   help="another LoaderLab .duckdb store, a folder from export-bundle, or .parquet exports")
+    p.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="another LoaderLab .duckdb store, a folder from export-bundle, or .parquet exports",
+    )
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -119,8 +180,9 @@ def cmd_import(args: argparse.Namespace) -> int:
     prepare_store(args.db)
     result = import_results(args.paths, db=args.db)
     rows = ", ".join(f"{n} {t}" for t, n in result.rows.items() if t != "runs")
-    print(f"imported {result.runs_added} runs ({result.runs_present} already here)"
-          + (f"; rows: {rows}" if rows else ""))
+    print(
+        f"imported {result.runs_added} runs ({result.runs_present} already here)" + (f"; rows: {rows}" if rows else "")
+    )
     return 0
 
 

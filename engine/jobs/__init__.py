@@ -22,13 +22,40 @@ from __future__ import annotations
 from engine.jobs.estimate import DEFAULT_S_PER_SAMPLE, RUN_OVERHEAD_S, estimate_duration
 from engine.jobs.groups import JobGroup, cancel_jobs, job_groups
 from engine.jobs.progress import job_progress
-from engine.jobs.queue import (RAY_ADDRESS_ENV, RAY_SWEEP, cancel, default_ray_address, list_jobs, submit,
-                               submit_ray_sweep, submit_sweep)
+from engine.jobs.queue import (
+    RAY_ADDRESS_ENV,
+    RAY_SWEEP,
+    cancel,
+    default_ray_address,
+    list_jobs,
+    submit,
+    submit_ray_sweep,
+    submit_sweep,
+)
 from engine.jobs.serve import serve
 from engine.jobs.control import ensure_worker, stop_worker, worker_alive, worker_pid
 from engine.jobs.worker import run_worker
 
-__all__ = ["DEFAULT_S_PER_SAMPLE", "JobGroup", "RAY_ADDRESS_ENV", "RAY_SWEEP", "RUN_OVERHEAD_S", "cancel",
-           "cancel_jobs", "default_ray_address", "ensure_worker", "estimate_duration", "job_groups", "job_progress",
-           "list_jobs", "run_worker", "serve", "stop_worker", "submit", "submit_ray_sweep", "submit_sweep",
-           "worker_alive", "worker_pid"]
+__all__ = [
+    "DEFAULT_S_PER_SAMPLE",
+    "JobGroup",
+    "RAY_ADDRESS_ENV",
+    "RAY_SWEEP",
+    "RUN_OVERHEAD_S",
+    "cancel",
+    "cancel_jobs",
+    "default_ray_address",
+    "ensure_worker",
+    "estimate_duration",
+    "job_groups",
+    "job_progress",
+    "list_jobs",
+    "run_worker",
+    "serve",
+    "stop_worker",
+    "submit",
+    "submit_ray_sweep",
+    "submit_sweep",
+    "worker_alive",
+    "worker_pid",
+]

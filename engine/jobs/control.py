@@ -20,8 +20,7 @@ import psutil
 from engine.paths import ROOT, Db, db_path, jobs_dir
 from engine.run.warm import run_env
 
-__all__ = ["ensure_worker", "lock_path", "stop_worker", "try_lock", "unlock", "worker_alive", "worker_pid",
-           "write_pid"]
+__all__ = ["ensure_worker", "lock_path", "stop_worker", "try_lock", "unlock", "worker_alive", "worker_pid", "write_pid"]
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +81,16 @@ def ensure_worker(db: Db = None) -> int | None:
     try:
         path = db_path(db)
         with open(jobs_dir(db) / "worker.log", "ab") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "engine", "worker", "--db", str(path), "--lock-fd", str(fd)],
-                                    cwd=ROOT, env=run_env(), stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                    pass_fds=(fd,), start_new_session=True)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "engine", "worker", "--db", str(path), "--lock-fd", str(fd)],
+                cwd=ROOT,
+                env=run_env(),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                pass_fds=(fd,),
+                start_new_session=True,
+            )
         write_pid(fd, proc.pid)
     finally:
         os.close(fd)  # the child's copy keeps the lock

@@ -37,8 +37,11 @@ def _from_jobs(cfg: RunConfig, done: list[dict[str, Any]], fixed_s: float) -> di
     """Finished job (its index in `done`) -> its prediction for cfg, for each job of the same pipeline on this host:
     its fixed part, plus its variable part scaled to cfg's sample-epochs."""
     mine = _passes({"n_samples": cfg.n_samples, "epochs": cfg.epochs, "bound": cfg.bound})
-    return {i: fixed_s + max(0.0, j["job_s"] - fixed_s) * mine / _passes(j) for i, j in enumerate(done)
-            if (j["workload"], j["model"]) == (cfg.workload, cfg.model)}
+    return {
+        i: fixed_s + max(0.0, j["job_s"] - fixed_s) * mine / _passes(j)
+        for i, j in enumerate(done)
+        if (j["workload"], j["model"]) == (cfg.workload, cfg.model)
+    }
 
 
 def _guess(cfg: RunConfig, seen: dict[tuple[str, str], float]) -> tuple[float, bool]:
@@ -74,8 +77,15 @@ def estimate_duration(configs: list[RunConfig], db: Db = None, host: str | None 
         known += from_runs
         # NOTE: a guess gets a wide range on purpose: a guess from other workloads can be off several-fold (issue 28)
         total, low, high = total + guess, low + guess / 3, high + guess * 3
-    return {"seconds": total, "low_s": low, "high_s": high, "runs": len(configs), "from_history": known,
-            "similar": len(used), "basis": _basis(len(configs), from_jobs, known, len(used))}
+    return {
+        "seconds": total,
+        "low_s": low,
+        "high_s": high,
+        "runs": len(configs),
+        "from_history": known,
+        "similar": len(used),
+        "basis": _basis(len(configs), from_jobs, known, len(used)),
+    }
 
 
 def _jobs(n: int) -> str:

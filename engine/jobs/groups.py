@@ -65,8 +65,9 @@ class JobGroup:
     @property
     def active_ids(self) -> list[str]:
         """Queued jobs first, then the running one: the order cancel_jobs needs."""
-        return [j["job_id"] for status in (RunStatus.QUEUED, RunStatus.RUNNING) for j in self.jobs
-                if j["status"] == status]
+        return [
+            j["job_id"] for status in (RunStatus.QUEUED, RunStatus.RUNNING) for j in self.jobs if j["status"] == status
+        ]
 
     @property
     def run_ids(self) -> list[str]:
@@ -87,8 +88,10 @@ class JobGroup:
 
 def _plain_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
     """DataFrame rows as dicts with None where pandas put NaN/NaT."""
-    return [{k: (None if not isinstance(v, (list, dict)) and pd.isna(v) else v) for k, v in r.items()}
-            for r in df.to_dict("records")]
+    return [
+        {k: (None if not isinstance(v, (list, dict)) and pd.isna(v) else v) for k, v in r.items()}
+        for r in df.to_dict("records")
+    ]
 
 
 def job_groups(db: Db = None, limit: int = 30) -> list[JobGroup]:
@@ -130,13 +133,18 @@ def _sweep_eta(g: JobGroup, db: Db) -> tuple[float | None, str]:
     active = [j for j in g.jobs if j["status"] in (RunStatus.QUEUED, RunStatus.RUNNING)]
     if not active:
         return 0.0, "ended"
-    took = [(j["ended_at"] - j["started_at"]).total_seconds() for j in g.jobs
-            if j["status"] == RunStatus.DONE and j["started_at"] and j["ended_at"]]
+    took = [
+        (j["ended_at"] - j["started_at"]).total_seconds()
+        for j in g.jobs
+        if j["status"] == RunStatus.DONE and j["started_at"] and j["ended_at"]
+    ]
     if took:
         per_run = statistics.median(took)
         lo, hi = f"{min(took):.0f}", f"{max(took):.0f}"
-        basis = (f"from its {len(took)} finished run{'' if len(took) == 1 else 's'}, "
-                 f"{lo if lo == hi else f'{lo}–{hi}'} s each")
+        basis = (
+            f"from its {len(took)} finished run{'' if len(took) == 1 else 's'}, "
+            f"{lo if lo == hi else f'{lo}–{hi}'} s each"
+        )
         remaining = [per_run] * len(active)
     else:
         est = estimate_duration([RunConfig.from_dict(json.loads(j["config_json"])) for j in active], db)

@@ -21,15 +21,22 @@ from engine.store import jobs as job_table
 
 __all__ = ["job_progress"]
 
+
 def job_progress(job_id: str, db: Db = None, row: dict[str, Any] | None = None) -> dict[str, Any]:
     """Status, ETA and progress. A run: epochs done/total and per-epoch rows from its RunLog (live while it
     runs). A ray-sweep: runs landed in the store with its sweep_id / runs planned, and counts by status.
     row: the job's row as the caller read it (engine.jobs.job_groups), so its status agrees with the caller's."""
     job = row or find_job(job_id, db)
     spec = job_spec(job["config_json"])
-    out = {"job_id": job_id, "kind": spec.get("kind", "run"), "status": job["status"], "run_id": job["run_id"],
-           "sweep_id": job["sweep_id"], "error": job["error"],
-           "cancel_requested": job["status"] == RunStatus.RUNNING and marker(db, job_id).exists()}
+    out = {
+        "job_id": job_id,
+        "kind": spec.get("kind", "run"),
+        "status": job["status"],
+        "run_id": job["run_id"],
+        "sweep_id": job["sweep_id"],
+        "error": job["error"],
+        "cancel_requested": job["status"] == RunStatus.RUNNING and marker(db, job_id).exists(),
+    }
     if out["kind"] == RAY_SWEEP:
         try:
             landed = job_table.landed_runs(job["sweep_id"], db)
@@ -45,8 +52,7 @@ def _sweep_progress(job: dict[str, Any], spec: dict[str, Any], landed: dict[str,
     if job["status"] == RunStatus.RUNNING and done and job["started_at"] is not None:
         # runs land at the cluster's pace, several at a time: the mean time per landed run so far
         eta = max(0, total - done) * (now() - job["started_at"]).total_seconds() / done
-    return {"runs_done": done, "runs_total": total, "run_counts": landed, "eta_s": eta,
-            "address": spec.get("address")}
+    return {"runs_done": done, "runs_total": total, "run_counts": landed, "eta_s": eta, "address": spec.get("address")}
 
 
 def _run_progress(job: dict[str, Any], spec: dict[str, Any], db: Db) -> dict[str, Any]:

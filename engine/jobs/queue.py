@@ -40,8 +40,21 @@ from engine.store import jobs as job_table
 from engine.sweeps.local import new_sweep_id
 from engine.sweeps.ray import INSTALL_HINT, ray_available
 
-__all__ = ["RAY_ADDRESS_ENV", "RAY_SWEEP", "cancel", "default_ray_address", "find_job", "job_spec", "list_jobs",
-           "marker", "now", "submit", "submit_ray_sweep", "submit_sweep", "with_labels"]
+__all__ = [
+    "RAY_ADDRESS_ENV",
+    "RAY_SWEEP",
+    "cancel",
+    "default_ray_address",
+    "find_job",
+    "job_spec",
+    "list_jobs",
+    "marker",
+    "now",
+    "submit",
+    "submit_ray_sweep",
+    "submit_sweep",
+    "with_labels",
+]
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +80,9 @@ def job_spec(config_json: str) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- submit
 
 
-def submit(cfg: RunConfig, *, origin: str, sweep_id: str | None = None, db: Db = None,
-           oversubscribe: bool = False) -> str:
+def submit(
+    cfg: RunConfig, *, origin: str, sweep_id: str | None = None, db: Db = None, oversubscribe: bool = False
+) -> str:
     """Queue one validated run; returns the job id. The run id is fixed now so the page can link to it.
 
     origin: "cli" (the CLI, a notebook, the engine itself) or "browser", which adds the browser's rules
@@ -112,8 +126,7 @@ def default_ray_address() -> str:
     return os.environ.get(RAY_ADDRESS_ENV, "").strip()
 
 
-def submit_ray_sweep(sweep: SweepConfig | RunConfig, *, origin: str, address: str | None = None,
-                     db: Db = None) -> str:
+def submit_ray_sweep(sweep: SweepConfig | RunConfig, *, origin: str, address: str | None = None, db: Db = None) -> str:
     """Queue a whole sweep (or one run) as ONE job the worker runs on a Ray cluster; returns the job id.
 
     address: "auto", "host:port" or "ray://host:port"; None or "" starts a local Ray instance (127.0.0.1).
@@ -127,10 +140,22 @@ def submit_ray_sweep(sweep: SweepConfig | RunConfig, *, origin: str, address: st
     address = (address or "").strip() or None
     if address and any(c.isspace() for c in address):
         raise ConfigError("ray_address", f"{address!r} has spaces; use auto, host:port or ray://host:port")
-    spec = {"kind": RAY_SWEEP, "sweep": dataclasses.asdict(sweep), "address": address, "runs": len(sweep.plan()),
-            "cwd": os.getcwd()}  # the submitter's folder: its runs import a user's module from there
-    row: dict[str, Any] = {"job_id": _job_ids(1)[0], "created_at": now(), "status": RunStatus.QUEUED, "config_json": json.dumps(spec),
-           "sweep_id": new_sweep_id(sweep.name), "run_id": None, "device": f"ray:{address or 'local'}"}
+    spec = {
+        "kind": RAY_SWEEP,
+        "sweep": dataclasses.asdict(sweep),
+        "address": address,
+        "runs": len(sweep.plan()),
+        "cwd": os.getcwd(),
+    }  # the submitter's folder: its runs import a user's module from there
+    row: dict[str, Any] = {
+        "job_id": _job_ids(1)[0],
+        "created_at": now(),
+        "status": RunStatus.QUEUED,
+        "config_json": json.dumps(spec),
+        "sweep_id": new_sweep_id(sweep.name),
+        "run_id": None,
+        "device": f"ray:{address or 'local'}",
+    }
     _write([row], db)
     log.info("queued ray-sweep job %s: %d runs of sweep %s", row["job_id"], spec["runs"], row["sweep_id"])
     return row["job_id"]
@@ -155,8 +180,17 @@ def _insert(items: list[tuple[RunConfig, dict | None]], sweep_id: str | None, db
         run_ids.add(run_id)
         # the submitter's folder too: the run imports a user's module from there, as a CLI run would (meta cwd)
         marker(db, job_id, ".json").write_text(json.dumps({"cwd": os.getcwd(), **(position or {})}))
-        rows.append({"job_id": job_id, "created_at": created, "status": RunStatus.QUEUED, "config_json": cfg.to_json(),
-                     "sweep_id": sweep_id, "run_id": run_id, "device": str(resolve(cfg.device))})
+        rows.append(
+            {
+                "job_id": job_id,
+                "created_at": created,
+                "status": RunStatus.QUEUED,
+                "config_json": cfg.to_json(),
+                "sweep_id": sweep_id,
+                "run_id": run_id,
+                "device": str(resolve(cfg.device)),
+            }
+        )
     _write(rows, db)
     log.info("queued %d job(s)%s", len(rows), f" of sweep {sweep_id}" if sweep_id else "")
     return [r["job_id"] for r in rows]
@@ -170,8 +204,11 @@ def _write(rows: list[dict[str, Any]], db: Db) -> None:
     except StoreHeld as e:
         for row in rows:
             spool.put(db, row)
-        log.info("the store is held (%s): %d job(s) queued beside it; they run now and are stored later",
-                 e.holder or "another program", len(rows))
+        log.info(
+            "the store is held (%s): %d job(s) queued beside it; they run now and are stored later",
+            e.holder or "another program",
+            len(rows),
+        )
 
 
 # ---------------------------------------------------------------------------- list, find, cancel
@@ -235,8 +272,9 @@ def cancel(job_id: str, db: Db = None) -> str:
             if status is None:
                 raise ValueError(f"job '{job_id}' does not exist; list_jobs() shows the queue")
         except StoreHeld:
-            spool.put(db, {**job, "status": RunStatus.CANCELLED, "ended_at": now(),
-                           "error": "cancelled before it started"})
+            spool.put(
+                db, {**job, "status": RunStatus.CANCELLED, "ended_at": now(), "error": "cancelled before it started"}
+            )
             status = RunStatus.CANCELLED
     if status == RunStatus.RUNNING:
         marker(db, job_id).touch()

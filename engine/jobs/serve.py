@@ -34,8 +34,21 @@ STOP_HINT = "python -m engine worker --stop"
 
 def dashboard_command(address: str, port: int) -> list[str]:
     """`streamlit run app.py` as make run has always served it (the rest of its settings: .streamlit/config.toml)."""
-    return [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.address", address,
-            "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"]
+    return [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(ROOT / "app.py"),
+        "--server.address",
+        address,
+        "--server.port",
+        str(port),
+        "--server.headless",
+        "true",
+        "--browser.gatherUsageStats",
+        "false",
+    ]
 
 
 def _start_worker(db: Db, say: Callable[[str], None]) -> int | None:
@@ -43,12 +56,16 @@ def _start_worker(db: Db, say: Callable[[str], None]) -> int | None:
     before = worker_pid(db)
     started = ensure_worker(db)
     if started:
-        say(f"job worker started (pid {started}); Ctrl-C stops it with the dashboard, and queued jobs wait for the "
-            "next start")
+        say(
+            f"job worker started (pid {started}); Ctrl-C stops it with the dashboard, and queued jobs wait for the "
+            "next start"
+        )
         return None
     before = before or worker_pid(db)
-    say(f"job worker already running (pid {before}); it keeps running when the dashboard stops "
-        f"(stop it with `{STOP_HINT}`)")
+    say(
+        f"job worker already running (pid {before}); it keeps running when the dashboard stops "
+        f"(stop it with `{STOP_HINT}`)"
+    )
     return before
 
 
@@ -88,8 +105,7 @@ def _stop_ours(db: Db, before: int | None, say: Callable[[str], None]) -> None:
     stop_worker(db)
 
 
-def serve(db: Db = None, *, address: str = "127.0.0.1", port: int = 8501,
-          say: Callable[[str], None] = log.info) -> int:
+def serve(db: Db = None, *, address: str = "127.0.0.1", port: int = 8501, say: Callable[[str], None] = log.info) -> int:
     """Serve the dashboard on address:port with a job worker for the store; returns the dashboard's exit status
     once it stops (0 after a stop signal), having stopped the worker this session started."""
     path = db_path(db)

@@ -165,8 +165,14 @@ def _take_held(db: Db) -> dict[str, Any] | None:
     return job
 
 
-def _finish(db: Db, job_id: str, status: str, error: str | None, stop: threading.Event | None = None,
-            job: dict[str, Any] | None = None) -> None:
+def _finish(
+    db: Db,
+    job_id: str,
+    status: str,
+    error: str | None,
+    stop: threading.Event | None = None,
+    job: dict[str, Any] | None = None,
+) -> None:
     """Close the job in the store. With `job` (its row) and the store held by another program, close it in the
     spool instead, which the loop stores later; with `stop` and no row, retry while the store is held.
 
@@ -178,14 +184,16 @@ def _finish(db: Db, job_id: str, status: str, error: str | None, stop: threading
         return _closed(db, job_id, status, error)
     for attempt in itertools.count():
         try:
-            job_table.close_job(job_id, status, error, now(), db,
-                                outside_wait_s=None if stop is None else DEFER_AFTER_S)
+            job_table.close_job(
+                job_id, status, error, now(), db, outside_wait_s=None if stop is None else DEFER_AFTER_S
+            )
             break
         except StoreError as e:
             if stop is None:
                 raise
             (log.debug if attempt else log.warning)(
-                "job %s %s, but the store is not writable now; retrying every 5 s: %s", job_id, status, e)
+                "job %s %s, but the store is not writable now; retrying every 5 s: %s", job_id, status, e
+            )
             if stop.wait(5.0):
                 log.warning("job %s left running in the store; the next worker closes it from its RunLog", job_id)
                 return
@@ -230,14 +238,26 @@ def _run_job(job: dict[str, Any], db: Db, stop: threading.Event, poll_s: float, 
     _finish(db, job_id, status, error, stop, job)
 
 
-def _one_run(job: dict[str, Any], spec: dict[str, Any], db: Db, cancel: threading.Event,
-             why: Callable[[], str], warm: WarmParent) -> tuple[str, str | None]:
+def _one_run(
+    job: dict[str, Any], spec: dict[str, Any], db: Db, cancel: threading.Event, why: Callable[[], str], warm: WarmParent
+) -> tuple[str, str | None]:
     position = marker(db, job["job_id"], ".json")  # a sweep job's (config_idx, repeat_idx)
-    meta = {"run_id": job["run_id"], "sweep_id": job["sweep_id"], "job_id": job["job_id"],
-            **(json.loads(position.read_text()) if position.exists() else {})}
+    meta = {
+        "run_id": job["run_id"],
+        "sweep_id": job["sweep_id"],
+        "job_id": job["job_id"],
+        **(json.loads(position.read_text()) if position.exists() else {}),
+    }
     insist = bool(meta.pop("oversubscribe", False))  # the submitter insisted on oversubscribing (engine.run.hostfit)
-    result = launch(RunConfig.from_dict(spec), db=db, meta=meta, cancel=cancel, cancel_reason=why, warm=warm,
-                    oversubscribe=insist or None)
+    result = launch(
+        RunConfig.from_dict(spec),
+        db=db,
+        meta=meta,
+        cancel=cancel,
+        cancel_reason=why,
+        warm=warm,
+        oversubscribe=insist or None,
+    )
     return _job_status(result.status), result.error
 
 
@@ -245,11 +265,22 @@ def _ray_sweep(job: dict[str, Any], spec: dict[str, Any], db: Db, cancel: thread
     """The whole sweep through the Ray executor; the job is done only when every planned run is."""
     sweep = SweepConfig.from_dict(spec["sweep"])
     planned = len(sweep.plan())
-    log.info("job %s: %d runs of sweep %s on %s", job["job_id"], planned, job["sweep_id"],
-             spec.get("address") or "a local Ray instance")
-    result = run_sweep_ray(sweep, db=db, address=spec.get("address") or None, progress=False,
-                           sweep_id=job["sweep_id"], meta={"job_id": job["job_id"], "cwd": spec.get("cwd")},
-                           cancel=cancel)
+    log.info(
+        "job %s: %d runs of sweep %s on %s",
+        job["job_id"],
+        planned,
+        job["sweep_id"],
+        spec.get("address") or "a local Ray instance",
+    )
+    result = run_sweep_ray(
+        sweep,
+        db=db,
+        address=spec.get("address") or None,
+        progress=False,
+        sweep_id=job["sweep_id"],
+        meta={"job_id": job["job_id"], "cwd": spec.get("cwd")},
+        cancel=cancel,
+    )
     done = result.counts.get(RunStatus.DONE, 0)
     if done == planned:
         return RunStatus.DONE, None
@@ -316,7 +347,8 @@ def _kill_orphan(run_dir: Path) -> None:
         pid = int((run_dir / "pid").read_text())
         proc = psutil.Process(pid)  # a cold run names run_dir in its command; a warm-forked one has its stderr.log open
         if str(run_dir) not in " ".join(proc.cmdline()) and not any(
-                f.path.startswith(str(run_dir)) for f in proc.open_files()):
+            f.path.startswith(str(run_dir)) for f in proc.open_files()
+        ):
             return  # the pid was reused by something else
     except (OSError, ValueError, psutil.Error):
         return

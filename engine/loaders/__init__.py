@@ -41,14 +41,34 @@ from engine.names import unique
 if TYPE_CHECKING:  # annotations only: the run side does not import the config (engine/registry.py says why)
     from engine.config import RunConfig
 
-__all__ = ["LOADERS", "Loader", "LoaderTimeout", "PrefetchLoader", "ProcessLoader", "SpdlLoader", "SyncLoader",
-           "ThreadLoader", "check_ranks", "epoch_batches", "loader_args", "open_loader", "seen_pools", "stream_fetch",
-           "to_device"]
+__all__ = [
+    "LOADERS",
+    "Loader",
+    "LoaderTimeout",
+    "PrefetchLoader",
+    "ProcessLoader",
+    "SpdlLoader",
+    "SyncLoader",
+    "ThreadLoader",
+    "check_ranks",
+    "epoch_batches",
+    "loader_args",
+    "open_loader",
+    "seen_pools",
+    "stream_fetch",
+    "to_device",
+]
 
-LOADERS = unique("loader", [
-    ("sync", SyncLoader), ("prefetch", PrefetchLoader), ("threads", ThreadLoader), ("processes", ProcessLoader),
-    ("spdl", SpdlLoader),
-])
+LOADERS = unique(
+    "loader",
+    [
+        ("sync", SyncLoader),
+        ("prefetch", PrefetchLoader),
+        ("threads", ThreadLoader),
+        ("processes", ProcessLoader),
+        ("spdl", SpdlLoader),
+    ],
+)
 
 _FIELDS = {"timeout_s": "worker_timeout_s"}  # a loader's knob -> the RunConfig field it is read from, where they differ
 

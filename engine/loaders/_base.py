@@ -35,8 +35,18 @@ from engine.names import WORKER_LOADERS, check_workers
 from engine.plugins import resolve
 from engine.workloads import is_stream
 
-__all__ = ["BackgroundIterator", "Collate", "Device", "EpochBatchSampler", "Loader", "LoaderTimeout", "PooledLoader",
-           "epoch_batches", "seen_pools", "to_device"]
+__all__ = [
+    "BackgroundIterator",
+    "Collate",
+    "Device",
+    "EpochBatchSampler",
+    "Loader",
+    "LoaderTimeout",
+    "PooledLoader",
+    "epoch_batches",
+    "seen_pools",
+    "to_device",
+]
 
 log = logging.getLogger(__name__)
 Key = tuple[int, int]  # (epoch, index): what a dataset's __getitem__ takes
@@ -62,8 +72,10 @@ class LoaderTimeout(RuntimeError):
 
     @classmethod
     def after(cls, who: str, timeout_s: float) -> "LoaderTimeout":
-        return cls(f"{who} loader: no batch arrived within {timeout_s:g} s (worker_timeout_s); a worker is "
-                   f"stuck or the dataset is too slow: raise worker_timeout_s or check the dataset")
+        return cls(
+            f"{who} loader: no batch arrived within {timeout_s:g} s (worker_timeout_s); a worker is "
+            f"stuck or the dataset is too slow: raise worker_timeout_s or check the dataset"
+        )
 
 
 def epoch_batches(n: int, batch_size: int, seed: int, epoch: int) -> list[list[Key]]:
@@ -73,7 +85,7 @@ def epoch_batches(n: int, batch_size: int, seed: int, epoch: int) -> list[list[K
     mixed = int.from_bytes(hashlib.sha256(f"loaderlab:{seed}:{epoch}".encode()).digest()[:4], "little")
     g = torch.Generator().manual_seed(mixed)
     order = torch.randperm(n, generator=g).tolist()
-    return [[(epoch, i) for i in order[s:s + batch_size]] for s in range(0, n, batch_size)]
+    return [[(epoch, i) for i in order[s : s + batch_size]] for s in range(0, n, batch_size)]
 
 
 def to_device(batch: tuple[Tensor, Tensor], device: torch.device) -> tuple[Tensor, Tensor]:
@@ -200,8 +212,18 @@ class Loader:
         super().__init_subclass__(**kwargs)
         cls.uses_workers = cls.name in WORKER_LOADERS
 
-    def __init__(self, dataset: Any, device: Device = "cpu", *, batch_size: int = 64, seed: int = 0,
-                 timeout_s: float = 120.0, pin_memory: bool = True, collate: Collate = "", transform_threads: int = 0):
+    def __init__(
+        self,
+        dataset: Any,
+        device: Device = "cpu",
+        *,
+        batch_size: int = 64,
+        seed: int = 0,
+        timeout_s: float = 120.0,
+        pin_memory: bool = True,
+        collate: Collate = "",
+        transform_threads: int = 0,
+    ):
         check_workers(self.name, self.workers)  # before anything starts: the same error a config's check gives
         self.dataset, self.device = dataset, torch.device(device)
         self.batch_size, self.seed, self.timeout_s = batch_size, seed, timeout_s
@@ -311,9 +333,28 @@ class PooledLoader(Loader):
     """A loader whose items load on `workers` threads or processes (at least one), with `prefetch_depth` batches
     kept ready: threads and spdl as they are; processes takes its own knobs besides."""
 
-    def __init__(self, dataset: Any, device: Device = "cpu", *, workers: int = 2, prefetch_depth: int = 2,
-                 batch_size: int = 64, seed: int = 0, timeout_s: float = 120.0, pin_memory: bool = True,
-                 collate: Collate = "", transform_threads: int = 0):
+    def __init__(
+        self,
+        dataset: Any,
+        device: Device = "cpu",
+        *,
+        workers: int = 2,
+        prefetch_depth: int = 2,
+        batch_size: int = 64,
+        seed: int = 0,
+        timeout_s: float = 120.0,
+        pin_memory: bool = True,
+        collate: Collate = "",
+        transform_threads: int = 0,
+    ):
         self.workers, self.prefetch_depth = workers, prefetch_depth
-        super().__init__(dataset, device, batch_size=batch_size, seed=seed, timeout_s=timeout_s, pin_memory=pin_memory,
-                         collate=collate, transform_threads=transform_threads)
+        super().__init__(
+            dataset,
+            device,
+            batch_size=batch_size,
+            seed=seed,
+            timeout_s=timeout_s,
+            pin_memory=pin_memory,
+            collate=collate,
+            transform_threads=transform_threads,
+        )

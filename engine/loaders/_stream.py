@@ -70,8 +70,10 @@ def stream_epoch(loader: Any, e: int) -> Iterator[tuple[torch.Tensor, torch.Tens
     delivered = sum(tally.counts.values())
     earlier: int = getattr(loader, "stream_delivered", 0)  # the most an earlier epoch delivered
     if not delivered and earlier:
-        raise StreamMismatch(f"epoch {e} of the stream '{stream.spec}' delivered nothing after earlier epochs did: "
-                             "its iter() does not start over; return an iterable whose __iter__ starts a new pass")
+        raise StreamMismatch(
+            f"epoch {e} of the stream '{stream.spec}' delivered nothing after earlier epochs did: "
+            "its iter() does not start over; return an iterable whose __iter__ starts a new pass"
+        )
     loader.stream_delivered = max(delivered, earlier)
     if stream.world == 1:
         tally.check(stream, e)
@@ -108,8 +110,9 @@ class _Parts(IterableDataset):
 
     def __iter__(self) -> Iterator[Batch]:
         info = get_worker_info()
-        return part_batches(self.stream, int(self.epoch.value), info.id if info else 0, self.workers, self.batch_size,
-                            self.collate)
+        return part_batches(
+            self.stream, int(self.epoch.value), info.id if info else 0, self.workers, self.batch_size, self.collate
+        )
 
 
 def _as_is(batch: Any) -> Any:  # torch types collate_fn for batched loading; batch_size=None passes one Batch
@@ -123,11 +126,17 @@ def _one_thread(worker_id: int) -> None:
 def _process_batches(loader: Any, e: int) -> Iterator[Batch]:
     if getattr(loader, "_stream_dl", None) is None:
         parts = _Parts(loader.dataset, stream_workers(loader), loader.batch_size, loader.collate, loader.start_method)
-        loader._stream_dl = DataLoader(parts, batch_size=None, num_workers=stream_workers(loader),
-                                       prefetch_factor=loader.prefetch_depth,
-                                       persistent_workers=loader.persistent_workers,
-                                       multiprocessing_context=loader.start_method, timeout=loader.timeout_s,
-                                       worker_init_fn=_one_thread, collate_fn=_as_is)
+        loader._stream_dl = DataLoader(
+            parts,
+            batch_size=None,
+            num_workers=stream_workers(loader),
+            prefetch_factor=loader.prefetch_depth,
+            persistent_workers=loader.persistent_workers,
+            multiprocessing_context=loader.start_method,
+            timeout=loader.timeout_s,
+            worker_init_fn=_one_thread,
+            collate_fn=_as_is,
+        )
     loader._stream_dl.dataset.epoch.value = e  # before iter(): (persistent) workers read it when they start the part
     it = iter(loader._stream_dl)
     try:

@@ -34,12 +34,30 @@ Batch = tuple[Tensor, Tensor]
 class PrefetchLoader(Loader):
     name = "prefetch"
 
-    def __init__(self, dataset: Any, device: Device = "cpu", *, prefetch_depth: int = 2, batch_size: int = 64,
-                 seed: int = 0, timeout_s: float = 120.0, pin_memory: bool = True, collate: Collate = "",
-                 transform_threads: int = 0):
+    def __init__(
+        self,
+        dataset: Any,
+        device: Device = "cpu",
+        *,
+        prefetch_depth: int = 2,
+        batch_size: int = 64,
+        seed: int = 0,
+        timeout_s: float = 120.0,
+        pin_memory: bool = True,
+        collate: Collate = "",
+        transform_threads: int = 0,
+    ):
         self.prefetch_depth = prefetch_depth
-        super().__init__(dataset, device, batch_size=batch_size, seed=seed, timeout_s=timeout_s, pin_memory=pin_memory,
-                         collate=collate, transform_threads=transform_threads)
+        super().__init__(
+            dataset,
+            device,
+            batch_size=batch_size,
+            seed=seed,
+            timeout_s=timeout_s,
+            pin_memory=pin_memory,
+            collate=collate,
+            transform_threads=transform_threads,
+        )
         self._copy_stream = torch.cuda.Stream(device=self.device) if self.device.type == "cuda" else None
 
     def _epoch(self, e: int) -> Iterator[Batch]:
@@ -54,8 +72,7 @@ class PrefetchLoader(Loader):
             host.close()
 
     def _graph(self, e: int) -> nodes.BaseNode:
-        keys = nodes.SamplerWrapper(EpochBatchSampler(len(self.dataset), self.batch_size, self.seed),
-                                    initial_epoch=e)
+        keys = nodes.SamplerWrapper(EpochBatchSampler(len(self.dataset), self.batch_size, self.seed), initial_epoch=e)
         return nodes.Mapper(keys, self.fetch)
 
     def _overlap_copy(self, host: Iterable[Batch]) -> Iterator[Batch]:

@@ -46,20 +46,48 @@ class ProcessLoader(PooledLoader):
     name = "processes"
     loads_here = False
 
-    def __init__(self, dataset: Any, device: Device = "cpu", *, workers: int = 2, prefetch_depth: int = 2,
-                 start_method: str = "fork", persistent_workers: bool = True, batch_size: int = 64, seed: int = 0,
-                 timeout_s: float = 120.0, pin_memory: bool = True, collate: Collate = "", transform_threads: int = 0):
+    def __init__(
+        self,
+        dataset: Any,
+        device: Device = "cpu",
+        *,
+        workers: int = 2,
+        prefetch_depth: int = 2,
+        start_method: str = "fork",
+        persistent_workers: bool = True,
+        batch_size: int = 64,
+        seed: int = 0,
+        timeout_s: float = 120.0,
+        pin_memory: bool = True,
+        collate: Collate = "",
+        transform_threads: int = 0,
+    ):
         self.start_method, self.persistent_workers = start_method, persistent_workers
-        super().__init__(dataset, device, workers=workers, prefetch_depth=prefetch_depth, batch_size=batch_size,
-                         seed=seed, timeout_s=timeout_s, pin_memory=pin_memory, collate=collate,
-                         transform_threads=transform_threads)
+        super().__init__(
+            dataset,
+            device,
+            workers=workers,
+            prefetch_depth=prefetch_depth,
+            batch_size=batch_size,
+            seed=seed,
+            timeout_s=timeout_s,
+            pin_memory=pin_memory,
+            collate=collate,
+            transform_threads=transform_threads,
+        )
         # each worker reports the pools it runs the transform with (engine/measure/pools.py)
         self._reports = multiprocessing.get_context(start_method).Queue()
         init = functools.partial(_init_worker, transform_threads, self._reports)
         self._dl = DataLoader(
-            dataset, batch_sampler=self.sampler, num_workers=workers, prefetch_factor=prefetch_depth,
-            persistent_workers=persistent_workers, pin_memory=self.pin,
-            multiprocessing_context=start_method, timeout=timeout_s, worker_init_fn=init,
+            dataset,
+            batch_sampler=self.sampler,
+            num_workers=workers,
+            prefetch_factor=prefetch_depth,
+            persistent_workers=persistent_workers,
+            pin_memory=self.pin,
+            multiprocessing_context=start_method,
+            timeout=timeout_s,
+            worker_init_fn=init,
             collate_fn=self.collate,
         )
         # the DataLoader iterator that owns the worker processes; Any: its fields used here are private, undeclared
@@ -144,9 +172,11 @@ class ProcessLoader(PooledLoader):
         if not dead:
             return None
         i, w = dead[0]
-        return RuntimeError(f"processes loader: worker {i} (pid {w.pid}) {_how(w.exitcode)} while loading "
-                            f"({type(err).__name__}: {err}); check its memory use (the OOM killer sends "
-                            f"SIGKILL), or what killed it")
+        return RuntimeError(
+            f"processes loader: worker {i} (pid {w.pid}) {_how(w.exitcode)} while loading "
+            f"({type(err).__name__}: {err}); check its memory use (the OOM killer sends "
+            f"SIGKILL), or what killed it"
+        )
 
     def _kill_workers(self) -> None:
         it: Any = self._it or getattr(self._dl, "_iterator", None)

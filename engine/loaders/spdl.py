@@ -56,6 +56,7 @@ class _Watch:
 
         NOTE: a value, not a raise: SPDL logs every failed task's traceback (ERROR, to stderr), and a run that
         fails must say so in one line. A batch holding a wrapped error is that error (see _first_error)."""
+
         def run(arg: Any) -> Any:
             call = id(arg)
             with self._lock:
@@ -67,6 +68,7 @@ class _Watch:
             finally:
                 with self._lock:
                     self._busy[stage].pop(call, None)
+
         return run
 
     def started(self) -> None:  # the pool's initializer: runs on each new stage thread
@@ -114,8 +116,7 @@ class SpdlLoader(PooledLoader):
                 except EOFError:
                     break
                 except TimeoutError:
-                    raise LoaderTimeout(f"{LoaderTimeout.after(self.name, self.timeout_s)}; "
-                                        f"{watch.stuck()}") from None
+                    raise LoaderTimeout(f"{LoaderTimeout.after(self.name, self.timeout_s)}; {watch.stuck()}") from None
                 except Exception as err:  # noqa: BLE001 - SPDL's own failure (a stage's errors come as values)
                     raise RuntimeError(f"spdl loader: the pipeline failed ({type(err).__name__}: {err})") from err
                 if isinstance(batch, ExceptionWrapper):
@@ -123,8 +124,10 @@ class SpdlLoader(PooledLoader):
                 delivered += 1
                 yield batch
             if delivered != self.num_batches:
-                raise RuntimeError(f"spdl loader: the pipeline ended after {delivered} of {self.num_batches} "
-                                   f"batches (stopped or cancelled); {watch.stuck()}")
+                raise RuntimeError(
+                    f"spdl loader: the pipeline ended after {delivered} of {self.num_batches} "
+                    f"batches (stopped or cancelled); {watch.stuck()}"
+                )
         finally:
             self.pipeline = None
             _stop(pipeline)
@@ -132,24 +135,32 @@ class SpdlLoader(PooledLoader):
 
     def _build(self, watch: _Watch, pool: ThreadPoolExecutor) -> Pipeline:
         keys = [k for batch in self.sampler for k in batch]  # the plan, flattened; aggregate cuts it again
-        return (PipelineBuilder[tuple[int, int], Any]()  # keys in, batches out
-                .add_source(keys)
-                .pipe(watch.wrap("fetch", self.fetch_one), concurrency=self.workers, executor=pool,
-                      name="fetch", output_order="input")
-                .aggregate(self.batch_size)
-                .pipe(watch.wrap("collate", self.assemble), executor=pool, name="collate")
-                .add_sink(self.prefetch_depth)
-                # NOTE: max_failures=0: SPDL's default (-1) logs a failed sample and drops it, which would
-                # hand the training loop a short batch instead of the dataset's error.
-                .build(num_threads=1, max_failures=0))
+        return (
+            PipelineBuilder[tuple[int, int], Any]()  # keys in, batches out
+            .add_source(keys)
+            .pipe(
+                watch.wrap("fetch", self.fetch_one),
+                concurrency=self.workers,
+                executor=pool,
+                name="fetch",
+                output_order="input",
+            )
+            .aggregate(self.batch_size)
+            .pipe(watch.wrap("collate", self.assemble), executor=pool, name="collate")
+            .add_sink(self.prefetch_depth)
+            # NOTE: max_failures=0: SPDL's default (-1) logs a failed sample and drops it, which would
+            # hand the training loop a short batch instead of the dataset's error.
+            .build(num_threads=1, max_failures=0)
+        )
 
     def _shutdown(self) -> None:
         for watch in self._watches:
             for t in watch.threads:
                 t.join(timeout=STOP_S)
                 if t.is_alive():
-                    log.warning("spdl loader: stage thread %s still busy after %.1f s; leaving it to finish",
-                                t.name, STOP_S)
+                    log.warning(
+                        "spdl loader: stage thread %s still busy after %.1f s; leaving it to finish", t.name, STOP_S
+                    )
         self._watches.clear()
 
 

@@ -36,9 +36,14 @@ class ThreadLoader(PooledLoader):
             batches.close()
 
     def _graph(self, e: int) -> nodes.BaseNode:
-        keys = nodes.SamplerWrapper(EpochBatchSampler(len(self.dataset), self.batch_size, self.seed),
-                                    initial_epoch=e)
+        keys = nodes.SamplerWrapper(EpochBatchSampler(len(self.dataset), self.batch_size, self.seed), initial_epoch=e)
         # max_concurrent=workers: every worker busy, and finished batches wait in our bounded queue
         # (prefetch_depth) instead of piling up inside torchdata.
-        return nodes.ParallelMapper(keys, map_fn=self.fetch, num_workers=self.workers, in_order=True,
-                                    method="thread", max_concurrent=self.workers)
+        return nodes.ParallelMapper(
+            keys,
+            map_fn=self.fetch,
+            num_workers=self.workers,
+            in_order=True,
+            method="thread",
+            max_concurrent=self.workers,
+        )

@@ -27,8 +27,16 @@ from typing import TYPE_CHECKING, Any
 from engine.measure.capacity import available_memory, usable_cores, usable_cpus
 from engine.measure.idle import IdleSplit, clock_offset, split_idle
 from engine.measure.machine import MACHINE_KEYS, THREAD_KEYS, machine_id
-from engine.measure.pools import (cap_pools, extra_threads, hidden_pools, idle_pools_add_none, limit_pools, pool_fix,
-                                  pools_record, pools_text)
+from engine.measure.pools import (
+    cap_pools,
+    extra_threads,
+    hidden_pools,
+    idle_pools_add_none,
+    limit_pools,
+    pool_fix,
+    pools_record,
+    pools_text,
+)
 from engine.measure.startup import PHASES
 from engine.measure.throughput import epoch_walls, median_epoch_s, samples_per_s, span_s
 from engine.measure.verdicts import ABOVE_ONE, OVERLAP_MIN, VERDICTS, efficiency_text, serial_kind, verdict_help
@@ -42,16 +50,67 @@ if TYPE_CHECKING:  # the torch side, for the type checker and go-to-definition; 
     from engine.measure.timers import EpochTimer, arrived
     from engine.measure.trace import TRACE_FILE, TRACED_MODES
 
-_TORCH_SIDE = {"DeviceBatch", "EventPool", "Span", "fingerprint", "thread_settings", "tree_cpu_s", "Gpu", "gpu_facts",
-               "Sampler", "EpochTimer", "arrived", "TRACE_FILE", "TRACED_MODES"}
+_TORCH_SIDE = {
+    "DeviceBatch",
+    "EventPool",
+    "Span",
+    "fingerprint",
+    "thread_settings",
+    "tree_cpu_s",
+    "Gpu",
+    "gpu_facts",
+    "Sampler",
+    "EpochTimer",
+    "arrived",
+    "TRACE_FILE",
+    "TRACED_MODES",
+}
 
-__all__ = ["ABOVE_ONE", "DeviceBatch", "EpochTimer", "EventPool", "Gpu", "IdleSplit", "MACHINE_KEYS", "OVERLAP_MIN",
-           "PHASES", "QUANTILES", "Sampler", "Span", "THREAD_KEYS", "TRACED_MODES", "TRACE_FILE", "VERDICTS",
-           "arrived", "available_memory", "cap_pools", "clock_offset", "efficiency_text", "epoch_walls",
-           "extra_threads", "fingerprint", "gpu_facts", "hidden_pools", "idle_pools_add_none", "limit_pools",
-           "machine_id", "median_epoch_s", "pool_fix", "pools_record", "pools_text", "samples_per_s", "serial_kind",
-           "span_s", "split_idle", "thread_settings", "tree_cpu_s", "usable_cores", "usable_cpus", "verdict_help",
-           "wait_percentiles"]
+__all__ = [
+    "ABOVE_ONE",
+    "DeviceBatch",
+    "EpochTimer",
+    "EventPool",
+    "Gpu",
+    "IdleSplit",
+    "MACHINE_KEYS",
+    "OVERLAP_MIN",
+    "PHASES",
+    "QUANTILES",
+    "Sampler",
+    "Span",
+    "THREAD_KEYS",
+    "TRACED_MODES",
+    "TRACE_FILE",
+    "VERDICTS",
+    "arrived",
+    "available_memory",
+    "cap_pools",
+    "clock_offset",
+    "efficiency_text",
+    "epoch_walls",
+    "extra_threads",
+    "fingerprint",
+    "gpu_facts",
+    "hidden_pools",
+    "idle_pools_add_none",
+    "limit_pools",
+    "machine_id",
+    "median_epoch_s",
+    "pool_fix",
+    "pools_record",
+    "pools_text",
+    "samples_per_s",
+    "serial_kind",
+    "span_s",
+    "split_idle",
+    "thread_settings",
+    "tree_cpu_s",
+    "usable_cores",
+    "usable_cpus",
+    "verdict_help",
+    "wait_percentiles",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -35,8 +35,10 @@ def usable_cores() -> int:
 
 def _cgroup_cpus() -> float | None:
     """cgroup v2 cpu.max ("200000 100000": 2 cores; "max ...": none), else v1's cfs quota and period."""
-    for quota_file, period_file in ((_CGROUP / "cpu.max", None),
-                                    (_CGROUP / "cpu" / "cpu.cfs_quota_us", _CGROUP / "cpu" / "cpu.cfs_period_us")):
+    for quota_file, period_file in (
+        (_CGROUP / "cpu.max", None),
+        (_CGROUP / "cpu" / "cpu.cfs_quota_us", _CGROUP / "cpu" / "cpu.cfs_period_us"),
+    ):
         try:
             parts = quota_file.read_text().split()
             if period_file is not None:
@@ -53,9 +55,10 @@ def _cgroup_cpus() -> float | None:
 def available_memory() -> int:
     """Bytes a new run may still take: the host's available memory, or less where the cgroup's limit is lower."""
     available = psutil.virtual_memory().available
-    for limit_file, usage_file in ((_CGROUP / "memory.max", _CGROUP / "memory.current"),
-                                   (_CGROUP / "memory" / "memory.limit_in_bytes",
-                                    _CGROUP / "memory" / "memory.usage_in_bytes")):
+    for limit_file, usage_file in (
+        (_CGROUP / "memory.max", _CGROUP / "memory.current"),
+        (_CGROUP / "memory" / "memory.limit_in_bytes", _CGROUP / "memory" / "memory.usage_in_bytes"),
+    ):
         try:
             limit, usage = int(limit_file.read_text().strip()), int(usage_file.read_text().strip())
         except (OSError, ValueError):  # "max" (no limit), or no such controller

@@ -39,15 +39,23 @@ def _gpu() -> dict[str, Any]:
     if not torch.cuda.is_available():
         return {"gpu_name": None, "gpu_count": 0, "driver": None, "cuda_version": None}
     # NVML first: torch.cuda.get_device_name would give this process (the dashboard, the job worker) a context
-    facts = gpu_facts() or {"gpu_name": torch.cuda.get_device_name(0), "gpu_count": torch.cuda.device_count(),
-                            "driver": None}
+    facts = gpu_facts() or {
+        "gpu_name": torch.cuda.get_device_name(0),
+        "gpu_count": torch.cuda.device_count(),
+        "driver": None,
+    }
     return {**facts, "cuda_version": torch.version.cuda}
 
 
 def _git_commit() -> str | None:
     try:
-        out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                             text=True, timeout=5, check=False)
+        out = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
         return out.stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         return None
@@ -56,9 +64,14 @@ def _git_commit() -> str | None:
 def thread_settings() -> dict[str, Any]:
     """What sets how many cores a run's compute uses: torch's thread pools, the OpenMP/MKL variables, affinity."""
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    return {"intra_op_threads": torch.get_num_threads(), "inter_op_threads": torch.get_num_interop_threads(),
-            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "mkl_num_threads": os.environ.get("MKL_NUM_THREADS"),
-            "affinity": len(cpus) or None, "affinity_cpus": _ranges(cpus)}
+    return {
+        "intra_op_threads": torch.get_num_threads(),
+        "inter_op_threads": torch.get_num_interop_threads(),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "mkl_num_threads": os.environ.get("MKL_NUM_THREADS"),
+        "affinity": len(cpus) or None,
+        "affinity_cpus": _ranges(cpus),
+    }
 
 
 def tree_cpu_s() -> float:
@@ -95,11 +108,18 @@ def fingerprint() -> dict[str, Any]:
     """Host facts, the thread settings beside them, and `fingerprint` (= `machine`): the short hash of the machine's
     facts that change results (MACHINE_KEYS: not the hostname, the commit or the thread settings)."""
     facts = {
-        "hostname": socket.gethostname(), "cpu_model": _cpu_model(), "cores": psutil.cpu_count(logical=True),
-        "physical_cores": psutil.cpu_count(logical=False), "memory_bytes": psutil.virtual_memory().total,
-        **_gpu(), "torch_version": torch.__version__, "python_version": platform.python_version(),
-        "os": f"{platform.system()} {platform.release()}", "git_commit": _git_commit(),
-        **thread_settings(), "executable": sys.executable,
+        "hostname": socket.gethostname(),
+        "cpu_model": _cpu_model(),
+        "cores": psutil.cpu_count(logical=True),
+        "physical_cores": psutil.cpu_count(logical=False),
+        "memory_bytes": psutil.virtual_memory().total,
+        **_gpu(),
+        "torch_version": torch.__version__,
+        "python_version": platform.python_version(),
+        "os": f"{platform.system()} {platform.release()}",
+        "git_commit": _git_commit(),
+        **thread_settings(),
+        "executable": sys.executable,
     }
     # NOTE: the thread settings are recorded (the runner sets its threads before calling this, cached per process)
     # but never hashed in: one machine is one host, and a run's threads are one of its settings (the `threads`

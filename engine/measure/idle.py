@@ -72,8 +72,9 @@ def _minus(interval: Interval, cover: Sequence[Interval]) -> list[Interval]:
     return out
 
 
-def split_idle(gaps: Iterable[Interval], stalls: Iterable[Interval], waits: Iterable[Interval],
-               offset: float | None) -> IdleSplit:
+def split_idle(
+    gaps: Iterable[Interval], stalls: Iterable[Interval], waits: Iterable[Interval], offset: float | None
+) -> IdleSplit:
     """The gaps' total and its three parts (module doc). gaps, stalls: GPU clock; waits: host clock.
 
     Without an offset (no anchor) the host's waits cannot be placed on the GPU clock: what is not copy

@@ -21,8 +21,16 @@ from typing import Any, Iterator, Mapping
 
 from threadpoolctl import threadpool_info, threadpool_limits
 
-__all__ = ["cap_pools", "extra_threads", "hidden_pools", "idle_pools_add_none", "limit_pools", "pool_fix", "pools_record",
-           "pools_text"]
+__all__ = [
+    "cap_pools",
+    "extra_threads",
+    "hidden_pools",
+    "idle_pools_add_none",
+    "limit_pools",
+    "pool_fix",
+    "pools_record",
+    "pools_text",
+]
 
 
 def _torch_lib_dir() -> str | None:
@@ -43,8 +51,13 @@ def hidden_pools() -> list[dict[str, Any]]:
         path = str(Path(p.get("filepath") or "").resolve())
         if p.get("user_api") == "openmp" and torch_dir and path.startswith(torch_dir):
             continue  # torch's OpenMP: the intra-op threads, which the run sets and records itself
-        out.append({"api": p.get("internal_api") or p.get("user_api"), "lib": p.get("prefix"),
-                    "threads": int(p.get("num_threads") or 1)})
+        out.append(
+            {
+                "api": p.get("internal_api") or p.get("user_api"),
+                "lib": p.get("prefix"),
+                "threads": int(p.get("num_threads") or 1),
+            }
+        )
     return out
 
 
@@ -133,5 +146,7 @@ def pool_fix(seen_text: str | None, loader: str) -> str | None:
 
 def pools_text(pools: list[dict[str, Any]]) -> str:
     """'openblas (libscipy_openblas) 2 threads' per pool, joined: the words the verdict and the run page use."""
-    return ", ".join(f"{p['api']} ({p['lib']}) {p['threads']} thread{'s' if p['threads'] != 1 else ''}"
-                     for p in pools) or "none"
+    return (
+        ", ".join(f"{p['api']} ({p['lib']}) {p['threads']} thread{'s' if p['threads'] != 1 else ''}" for p in pools)
+        or "none"
+    )

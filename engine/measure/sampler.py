@@ -117,8 +117,11 @@ class Sampler:
             self.log.write("samples", rows=rows)
 
     def summary(self) -> dict[str, Any]:
-        return {"peak_rss_bytes": self.peak_rss or None, "mean_cpu_pct": self.cpu_sum / self.n if self.n else None,
-                "peak_memory_kind": ("pss" if self.all_pss else "rss") if self.peak_rss else None}
+        return {
+            "peak_rss_bytes": self.peak_rss or None,
+            "mean_cpu_pct": self.cpu_sum / self.n if self.n else None,
+            "peak_memory_kind": ("pss" if self.all_pss else "rss") if self.peak_rss else None,
+        }
 
 
 def _safe(fn: Any) -> Any:

@@ -22,19 +22,26 @@ from typing import Any
 __all__ = ["PHASES", "phases"]
 
 # the stored column of each phase, in order, with the words the run page and bench/startup.py use for it
-PHASES = {"startup_imports_s": "interpreter and imports", "startup_cuda_s": "CUDA initialisation",
-          "startup_build_s": "dataset, model and loader", "startup_first_batch_s": "first batch"}
+PHASES = {
+    "startup_imports_s": "interpreter and imports",
+    "startup_cuda_s": "CUDA initialisation",
+    "startup_build_s": "dataset, model and loader",
+    "startup_first_batch_s": "first batch",
+}
 
 
-def phases(launched_at: float | None, imported_at: float, cuda_s: float | None, first_epoch: dict[str, Any]
-           ) -> dict[str, float | None]:
+def phases(
+    launched_at: float | None, imported_at: float, cuda_s: float | None, first_epoch: dict[str, Any]
+) -> dict[str, float | None]:
     """The `startup` event's fields from the child's marks and its first recorded epoch (see the module doc).
 
     launched_at None (a child not started by launch(), e.g. a torchrun rank): no imports phase, no total."""
     first_at = float(first_epoch["t_start"])
-    out = {"startup_imports_s": None if launched_at is None else max(0.0, imported_at - launched_at),
-           "startup_cuda_s": cuda_s,
-           "startup_build_s": max(0.0, first_at - imported_at - (cuda_s or 0.0)),
-           "startup_first_batch_s": float(first_epoch.get("ttfb_s") or 0.0)}
+    out = {
+        "startup_imports_s": None if launched_at is None else max(0.0, imported_at - launched_at),
+        "startup_cuda_s": cuda_s,
+        "startup_build_s": max(0.0, first_at - imported_at - (cuda_s or 0.0)),
+        "startup_first_batch_s": float(first_epoch.get("ttfb_s") or 0.0),
+    }
     out["startup_s"] = None if launched_at is None else sum(v or 0.0 for v in out.values())
     return out

@@ -38,8 +38,9 @@ from engine.runlog import GPU_EPOCH_FIELDS
 __all__ = ["EpochTimer", "arrived"]
 
 
-def arrived(t: float, t0: float, ttfb: float | None, waits: list[float], spans: list[tuple[float, float]]
-            ) -> tuple[float, float]:
+def arrived(
+    t: float, t0: float, ttfb: float | None, waits: list[float], spans: list[tuple[float, float]]
+) -> tuple[float, float]:
     """A batch asked for at `t` (perf_counter) has arrived now: its wait and its blocked span noted; returns (now,
     the epoch's time to first batch from `t0`, set on the first batch and kept after). The lab's timer and the
     observer's epoch both count a wait this way."""
@@ -61,7 +62,7 @@ class EpochTimer:
         self.totals: list[float] = []
         self.end_wait_s = 0.0  # blocked in the last next() that ended the epoch: still data wait
         self._waited: list[tuple[float, float]] = []  # host intervals blocked in next(), the last one included
-        self._copy: list[Any] = []     # seconds (CPU) or Spans (CUDA)
+        self._copy: list[Any] = []  # seconds (CPU) or Spans (CUDA)
         self._compute: list[Any] = []
         self._copy_at: list[float] = []  # CUDA: host time just before each span's start was enqueued
         self._compute_at: list[float] = []
@@ -140,8 +141,13 @@ class EpochTimer:
         stalls = [(s, s + w.seconds()) for w, s in ((w, at(w.start)) for w in waits)]
         anchors = zip(enqueued, [0.0] + [b for _, b in gaps])
         parts = split_idle(gaps, stalls, self._waited, clock_offset(anchors))
-        return {"gpu_idle_s": parts.idle_s, "gpu_idle_data_s": parts.data_s, "gpu_idle_copy_s": parts.copy_s,
-                "gpu_idle_other_s": parts.other_s, "copy_wait_s": copy_wait}
+        return {
+            "gpu_idle_s": parts.idle_s,
+            "gpu_idle_data_s": parts.data_s,
+            "gpu_idle_copy_s": parts.copy_s,
+            "gpu_idle_other_s": parts.other_s,
+            "copy_wait_s": copy_wait,
+        }
 
     def finish(self, samples: int, **extra: Any) -> dict[str, Any]:
         """Close the epoch: one synchronize on CUDA, then the epoch record with its steps."""
@@ -152,11 +158,22 @@ class EpochTimer:
         n = len(self.waits)
         copies += [0.0] * (n - len(copies))
         computes += [0.0] * (n - len(computes))
-        steps = [[i, self.waits[i], copies[i], computes[i], self.totals[i] if i < len(self.totals) else 0.0]
-                 for i in range(n)]
+        steps = [
+            [i, self.waits[i], copies[i], computes[i], self.totals[i] if i < len(self.totals) else 0.0]
+            for i in range(n)
+        ]
         return {
-            "wall_s": wall, "samples": samples, "samples_per_s": samples / wall if wall > 0 else 0.0,
-            "ttfb_s": self.ttfb_s or 0.0, "data_wait_s": sum(self.waits) + self.end_wait_s, "h2d_s": sum(copies),
-            "compute_s": sum(computes), "n_steps": n, "t_start": self.t_start, "t_end": time.time(),
-            "steps": steps, **self._gpu_idle(), **extra,
+            "wall_s": wall,
+            "samples": samples,
+            "samples_per_s": samples / wall if wall > 0 else 0.0,
+            "ttfb_s": self.ttfb_s or 0.0,
+            "data_wait_s": sum(self.waits) + self.end_wait_s,
+            "h2d_s": sum(copies),
+            "compute_s": sum(computes),
+            "n_steps": n,
+            "t_start": self.t_start,
+            "t_end": time.time(),
+            "steps": steps,
+            **self._gpu_idle(),
+            **extra,
         }

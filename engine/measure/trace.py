@@ -38,8 +38,11 @@ TRACED_MODES = ("single", "dual-sequential", "fused")
 def check(cfg: Any) -> None:
     """--trace only where one in-process profiler sees the whole epoch."""
     if cfg.trace and cfg.mode not in TRACED_MODES:
-        raise ConfigError("trace", f"mode {cfg.mode} trains in other threads or processes, which one profiler in "
-                                   f"the run would not see; trace a {', '.join(TRACED_MODES)} run instead")
+        raise ConfigError(
+            "trace",
+            f"mode {cfg.mode} trains in other threads or processes, which one profiler in "
+            f"the run would not see; trace a {', '.join(TRACED_MODES)} run instead",
+        )
 
 
 def trace_path(run_dir: str | os.PathLike) -> Path | None:

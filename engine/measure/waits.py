@@ -18,5 +18,6 @@ QUANTILES = (50, 90, 99)
 def wait_percentiles(sorted_waits: Sequence[float]) -> dict[str, float | None]:
     """data_wait_p50_s, _p90_s, _p99_s of already sorted, finite waits (None when there are none)."""
     n = len(sorted_waits)
-    return {f"data_wait_p{q}_s": float(sorted_waits[max(0, math.ceil(q / 100 * n) - 1)]) if n else None
-            for q in QUANTILES}
+    return {
+        f"data_wait_p{q}_s": float(sorted_waits[max(0, math.ceil(q / 100 * n) - 1)]) if n else None for q in QUANTILES
+    }

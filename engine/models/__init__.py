@@ -25,14 +25,30 @@ from engine.models.transformer import Transformer
 from engine.names import unique
 from engine.plugins import call_factory, is_spec, resolve
 
-__all__ = ["CNN", "MLP", "MODELS", "Transformer", "build_model", "check_vmappable", "loss_fn", "make_optimizer",
-           "split_stages"]
+__all__ = [
+    "CNN",
+    "MLP",
+    "MODELS",
+    "Transformer",
+    "build_model",
+    "check_vmappable",
+    "loss_fn",
+    "make_optimizer",
+    "split_stages",
+]
 
 MODELS = unique("model", [("mlp", MLP), ("cnn", CNN), ("transformer", Transformer)])
 
 
-def build_model(cfg: Any, in_shape: tuple[int, ...], num_classes: int, *, arch: str | None = None,
-                width: int | None = None, field: str = "model") -> nn.Module:
+def build_model(
+    cfg: Any,
+    in_shape: tuple[int, ...],
+    num_classes: int,
+    *,
+    arch: str | None = None,
+    width: int | None = None,
+    field: str = "model",
+) -> nn.Module:
     """A built-in model, or the user's factory called with every config field plus in_shape (the dataset's
     item shape), num_classes (the dataset's) and width (this model's), or those its signature names.
 
@@ -48,6 +64,8 @@ def build_model(cfg: Any, in_shape: tuple[int, ...], num_classes: int, *, arch: 
     kwargs = {**cfg.to_dict(), "in_shape": tuple(in_shape), "num_classes": int(num_classes), "width": width}
     model = call_factory(resolve(arch, field), arch, field, kwargs)
     if not isinstance(model, nn.Module):
-        raise ConfigError(field, f"'{arch}' returned type {type(model).__name__}, not a torch.nn.Module; return the "
-                                 "model (batch -> logits)")
+        raise ConfigError(
+            field,
+            f"'{arch}' returned type {type(model).__name__}, not a torch.nn.Module; return the model (batch -> logits)",
+        )
     return model

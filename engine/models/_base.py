@@ -60,13 +60,17 @@ def as_sequential(model: nn.Module) -> nn.Sequential:
     stages = getattr(model, "stages", None)
     name = type(model).__name__
     if not callable(stages):
-        raise ConfigError("model", f"split cuts a model into stages, and {name} is not an nn.Sequential and has no "
-                                   "stages() method; return an nn.Sequential of blocks, give the model a stages() "
-                                   "method that returns its blocks in forward order, or pick another mode")
+        raise ConfigError(
+            "model",
+            f"split cuts a model into stages, and {name} is not an nn.Sequential and has no "
+            "stages() method; return an nn.Sequential of blocks, give the model a stages() "
+            "method that returns its blocks in forward order, or pick another mode",
+        )
     blocks = list(stages())
     if not blocks or not all(isinstance(b, nn.Module) for b in blocks):
-        raise ConfigError("model", f"{name}.stages() must return a non-empty list of nn.Modules (its blocks in "
-                                   "forward order)")
+        raise ConfigError(
+            "model", f"{name}.stages() must return a non-empty list of nn.Modules (its blocks in forward order)"
+        )
     return nn.Sequential(*blocks)
 
 
@@ -77,13 +81,19 @@ def split_stages(model: nn.Module, n_stages: int) -> list[nn.Sequential]:
     """
     blocks = list(as_sequential(model).named_children())
     if not 1 <= n_stages <= len(blocks):
-        raise ConfigError("n_stages", f"must be from 1 to {len(blocks)} for this model ({len(blocks)} blocks: "
-                                      f"stem, body, head); lower n_stages or raise depth")
+        raise ConfigError(
+            "n_stages",
+            f"must be from 1 to {len(blocks)} for this model ({len(blocks)} blocks: "
+            f"stem, body, head); lower n_stages or raise depth",
+        )
     sizes = [sum(p.numel() for p in m.parameters()) for _, m in blocks]
     bounds = _balanced_bounds(sizes, n_stages)
     stages = [nn.Sequential(OrderedDict(blocks[a:b])) for a, b in zip(bounds, bounds[1:])]
-    log.debug("split %d blocks into stages of %s parameters", len(blocks),
-              [sum(sizes[a:b]) for a, b in zip(bounds, bounds[1:])])
+    log.debug(
+        "split %d blocks into stages of %s parameters",
+        len(blocks),
+        [sum(sizes[a:b]) for a, b in zip(bounds, bounds[1:])],
+    )
     return stages
 
 
@@ -132,6 +142,9 @@ def check_vmappable(model: nn.Module) -> None:
     """
     for name, module in model.named_modules():
         if isinstance(module, nn.modules.batchnorm._NormBase) and module.track_running_stats:
-            raise ConfigError("model", f"'{name or type(model).__name__}' ({type(module).__name__}) updates its "
-                                       f"running statistics in forward, which torch.func.vmap cannot do; use a "
-                                       f"model with GroupNorm/LayerNorm or track_running_stats=False, or another mode")
+            raise ConfigError(
+                "model",
+                f"'{name or type(model).__name__}' ({type(module).__name__}) updates its "
+                f"running statistics in forward, which torch.func.vmap cannot do; use a "
+                f"model with GroupNorm/LayerNorm or track_running_stats=False, or another mode",
+            )

@@ -18,13 +18,16 @@ from engine.names import unique
 
 __all__ = ["MODES", "ModeSpec", "RunContext", "step_builder"]
 
-MODES = unique("mode", [
-    ("single", single.SPEC),
-    ("dual-sequential", dual.SEQUENTIAL),
-    ("dual-threads", dual.THREADS),
-    ("dual-processes", dual.PROCESSES),
-    ("dual-streams", dual.STREAMS),
-    ("fused", fused.SPEC),
-    ("split", split.SPEC),
-    ("ddp", ddp.SPEC),
-])
+MODES = unique(
+    "mode",
+    [
+        ("single", single.SPEC),
+        ("dual-sequential", dual.SEQUENTIAL),
+        ("dual-threads", dual.THREADS),
+        ("dual-processes", dual.PROCESSES),
+        ("dual-streams", dual.STREAMS),
+        ("fused", fused.SPEC),
+        ("split", split.SPEC),
+        ("ddp", ddp.SPEC),
+    ],
+)

@@ -31,8 +31,20 @@ from engine.plugins import is_spec
 if TYPE_CHECKING:  # annotations only: the run side does not import the config (engine/registry.py says why)
     from engine.config import RunConfig
 
-__all__ = ["FAIL_AT_ENV", "Recorder", "build_model", "check_devices", "check_model_b", "epoch_payload",
-           "fail_point", "step_builder", "throughput", "timed_epoch", "train_epoch", "train_step"]
+__all__ = [
+    "FAIL_AT_ENV",
+    "Recorder",
+    "build_model",
+    "check_devices",
+    "check_model_b",
+    "epoch_payload",
+    "fail_point",
+    "step_builder",
+    "throughput",
+    "timed_epoch",
+    "train_epoch",
+    "train_step",
+]
 
 FAIL_AT_ENV = "LOADERLAB_FAIL_AT"
 
@@ -46,29 +58,36 @@ def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tens
     return loss.detach()
 
 
-def build_model(cfg: RunConfig, dataset: Any, idx: int, device: torch.device, *, dual: bool = False
-                ) -> torch.nn.Module:
+def build_model(cfg: RunConfig, dataset: Any, idx: int, device: torch.device, *, dual: bool = False) -> torch.nn.Module:
     """Model idx, seeded with seed + idx (distinct, reproducible weights); with dual, idx 1 is model_b/width_b."""
     arch, width, field = cfg.model, cfg.width, "model"
     if dual and idx == 1:
         arch, width, field = cfg.model_b or cfg.model, cfg.width_b or cfg.width, "model_b"
     torch.manual_seed(cfg.seed + idx)
-    return models.build_model(cfg, dataset.sample_shape, dataset.num_classes, arch=arch, width=width,
-                              field=field).to(device)
+    return models.build_model(cfg, dataset.sample_shape, dataset.num_classes, arch=arch, width=width, field=field).to(
+        device
+    )
 
 
-def step_builder(cfg: RunConfig, idx: int, device: torch.device, *, dual: bool = False
-                 ) -> Callable[[Any], list[Callable]]:
+def step_builder(
+    cfg: RunConfig, idx: int, device: torch.device, *, dual: bool = False
+) -> Callable[[Any], list[Callable]]:
     """For a mode's lower bound (engine/calibrate/bound.py): dataset -> [model idx's train_step on device]."""
+
     def build(dataset: Any) -> list[Callable]:
         model = build_model(cfg, dataset, idx, device, dual=dual)
         opt = models.make_optimizer(model.parameters(), cfg.optimizer, cfg.lr)
         return [lambda x, y: train_step(model, opt, x, y)]
+
     return build
 
 
-def timed_epoch(batches: Iterable, device: torch.device, step: Callable[[torch.Tensor, torch.Tensor], Any],
-                settle: Callable[[], None] | None = None) -> tuple[dict[str, Any], torch.Tensor | None]:
+def timed_epoch(
+    batches: Iterable,
+    device: torch.device,
+    step: Callable[[torch.Tensor, torch.Tensor], Any],
+    settle: Callable[[], None] | None = None,
+) -> tuple[dict[str, Any], torch.Tensor | None]:
     """The one timed epoch loop every mode runs: for each batch, the wait for it, its copy to `device` and
     `step(x, y)`, timed by an EpochTimer. `step` returns the batch's mean loss (one per model: a tensor of N), or
     None when it keeps its own; `settle` runs after the last step and before the timer's end (split: the other
@@ -90,8 +109,9 @@ def timed_epoch(batches: Iterable, device: torch.device, step: Callable[[torch.T
     return record, None if loss_sum is None else loss_sum / max(samples, 1)
 
 
-def train_epoch(model: torch.nn.Module, opt: torch.optim.Optimizer, batches: Iterable, device: torch.device
-                ) -> dict[str, Any]:
+def train_epoch(
+    model: torch.nn.Module, opt: torch.optim.Optimizer, batches: Iterable, device: torch.device
+) -> dict[str, Any]:
     """One epoch of one model over `batches` (the timed loop); the record includes the mean loss."""
     record, loss = timed_epoch(batches, device, lambda x, y: train_step(model, opt, x, y))
     record["loss"] = loss.item() if loss is not None else 0.0
@@ -125,9 +145,14 @@ def throughput(events: list[dict[str, Any]], per: str = "model") -> dict[str, An
     for e in steady:
         groups.setdefault(e["model_idx"] if per == "model" else e["rank"], []).append(e)
     per_group = [samples_per_s(groups[key]) or 0.0 for key in sorted(groups)]
-    return {"aggregate_samples_per_s": samples_per_s(steady, wall) or 0.0, "wall_s_total": wall,
-            "aggregate_samples": sum(e["samples"] for e in steady), f"per_{per}_samples_per_s": per_group,
-            f"n_{per}s_run": len(groups), f"mean_{per}_samples_per_s": statistics.fmean(per_group)}
+    return {
+        "aggregate_samples_per_s": samples_per_s(steady, wall) or 0.0,
+        "wall_s_total": wall,
+        "aggregate_samples": sum(e["samples"] for e in steady),
+        f"per_{per}_samples_per_s": per_group,
+        f"n_{per}s_run": len(groups),
+        f"mean_{per}_samples_per_s": statistics.fmean(per_group),
+    }
 
 
 class Recorder:
@@ -148,8 +173,9 @@ class Recorder:
             self.events.append({k: payload[k] for k in self._KEEP})
         if first and self.ctx.startup:
             marks = self.ctx.startup
-            self.ctx.log.write("startup", **startup.phases(marks["launched_at"], marks["imported_at"],
-                                                          marks["cuda_s"], payload))
+            self.ctx.log.write(
+                "startup", **startup.phases(marks["launched_at"], marks["imported_at"], marks["cuda_s"], payload)
+            )
         self.ctx.log.write("epoch", **payload)
 
     def finish(self) -> None:
@@ -173,5 +199,8 @@ def check_devices(cfg: RunConfig, most: int | None, what: str) -> None:
 
 def check_model_b(cfg: RunConfig) -> None:
     if cfg.model_b and cfg.model_b not in models.MODELS and not is_spec(cfg.model_b):
-        raise ConfigError("model_b", f"'{cfg.model_b}' is unknown; choose one of: {', '.join(models.MODELS)}, your own "
-                                     "as 'module.path:callable', or leave it empty for the same model as `model`")
+        raise ConfigError(
+            "model_b",
+            f"'{cfg.model_b}' is unknown; choose one of: {', '.join(models.MODELS)}, your own "
+            "as 'module.path:callable', or leave it empty for the same model as `model`",
+        )

@@ -62,8 +62,12 @@ def torchrun_env() -> tuple[int, int, int, int] | None:
     """
     if all(k in os.environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK")):
         world = int(os.environ["WORLD_SIZE"])
-        return (int(os.environ["RANK"]), world, int(os.environ["LOCAL_RANK"]),
-                int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+        return (
+            int(os.environ["RANK"]),
+            world,
+            int(os.environ["LOCAL_RANK"]),
+            int(os.environ.get("LOCAL_WORLD_SIZE", world)),
+        )
     return None
 
 
@@ -74,9 +78,12 @@ def cuda_ranks(first: int, local_world: int, count: int, field: str = "world_siz
     names the field otherwise (world_size for our own launch, WORLD_SIZE for torchrun's).
     """
     if first + local_world > count:
-        raise ConfigError(field, f"ddp on CUDA puts one rank per GPU (NCCL cannot share one): {local_world} rank(s) "
-                                 f"from cuda:{first} need {first + local_world} GPUs, this machine sees {count}; "
-                                 f"lower it, pick a lower cuda:N or use device cpu")
+        raise ConfigError(
+            field,
+            f"ddp on CUDA puts one rank per GPU (NCCL cannot share one): {local_world} rank(s) "
+            f"from cuda:{first} need {first + local_world} GPUs, this machine sees {count}; "
+            f"lower it, pick a lower cuda:N or use device cpu",
+        )
     return [f"cuda:{first + r}" for r in range(local_world)]
 
 

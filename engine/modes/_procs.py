@@ -63,15 +63,22 @@ def _child_main(i: int, fn: Callable[..., None], args: tuple, q: Any, barrier: A
 
 
 class ChildGroup:
-    def __init__(self, fn: Callable[..., None], n: int, args: tuple, on_record: Callable[[dict[str, Any]], None],
-                 who: str = "process"):
+    def __init__(
+        self,
+        fn: Callable[..., None],
+        n: int,
+        args: tuple,
+        on_record: Callable[[dict[str, Any]], None],
+        who: str = "process",
+    ):
         self.n, self.on_record, self.who = n, on_record, who
         mp = tmp.get_context("spawn")
         self._q, self._barrier = mp.Queue(), mp.Barrier(n)  # kept: the children attach to them as they start
         self._errors: dict[int, str] = {}
         self._done: set[int] = set()
-        self._pc = tmp.start_processes(_child_main, args=(fn, args, self._q, self._barrier), nprocs=n, join=False,
-                                       start_method="spawn")
+        self._pc = tmp.start_processes(
+            _child_main, args=(fn, args, self._q, self._barrier), nprocs=n, join=False, start_method="spawn"
+        )
 
     def wait(self, poll_s: float = 0.1) -> None:
         """Forward records until every child has finished; raise the first child error with its message."""

@@ -50,4 +50,5 @@ def stage_builder(cfg: RunConfig, devices: list[torch.device], s: int) -> Callab
         torch.manual_seed(cfg.seed)  # seeded like the run's model
         model = build_model(cfg, dataset.sample_shape, dataset.num_classes)
         return [StageStep(split_stages(model, cfg.n_stages), devices, s, cfg)]
+
     return build

@@ -19,8 +19,15 @@ from engine.loaders import open_loader
 from engine.measure import cuda_events
 from engine.models import make_optimizer
 from engine.modes._base import RunContext
-from engine.modes._common import (Recorder, build_model, check_model_b, epoch_payload, fail_point, timed_epoch,
-                                  train_step)
+from engine.modes._common import (
+    Recorder,
+    build_model,
+    check_model_b,
+    epoch_payload,
+    fail_point,
+    timed_epoch,
+    train_step,
+)
 from engine.workloads import build_dataset
 
 if TYPE_CHECKING:  # annotations only: the run side does not import the config (engine/registry.py says why)
@@ -34,14 +41,24 @@ log = logging.getLogger(__name__)
 def check_streams(cfg: RunConfig) -> None:
     check_model_b(cfg)
     if not torch.cuda.is_available():
-        raise ConfigError("mode", "dual-streams needs a CUDA GPU (one CUDA stream per model); this machine has "
-                                  "none — use dual-threads or dual-sequential")
+        raise ConfigError(
+            "mode",
+            "dual-streams needs a CUDA GPU (one CUDA stream per model); this machine has "
+            "none — use dual-threads or dual-sequential",
+        )
     if devices.resolve(cfg.device).type != "cuda":
         raise ConfigError("device", f"dual-streams runs on a CUDA device, not '{cfg.device}'; use auto or cuda")
 
 
-def _both(models: list, opts: list, streams: list, pool: cuda_events.EventPool, spans: list[list[cuda_events.Span]],
-          x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def _both(
+    models: list,
+    opts: list,
+    streams: list,
+    pool: cuda_events.EventPool,
+    spans: list[list[cuda_events.Span]],
+    x: torch.Tensor,
+    y: torch.Tensor,
+) -> torch.Tensor:
     """One step of both models, each on its own stream after the batch's copy; the default stream then waits for
     both. Returns their losses, [2], on the default stream."""
     main = torch.cuda.current_stream(x.device)
@@ -79,14 +96,25 @@ def run_streams(ctx: RunContext) -> None:
                 fail_point(i, epoch)
             # --- one epoch: one shared data wait and copy per step, one compute span per model ---
             spans: list[list[cuda_events.Span]] = [[] for _ in models]
-            record, losses = timed_epoch(loader.epoch(epoch), device,
-                                         lambda x, y: _both(models, opts, streams, pool, spans, x, y))
+            record, losses = timed_epoch(
+                loader.epoch(epoch), device, lambda x, y: _both(models, opts, streams, pool, spans, x, y)
+            )
             # --- record: the shared step timings, with each model's own stream compute time ---
             for i in range(len(models)):  # the timer's end synchronized: every event below has completed
                 compute = [span.seconds() for span in spans[i]]
                 steps = [[*row[:3], compute[k], row[4]] for k, row in enumerate(record["steps"])]
-                recorder.write(epoch_payload(cfg, i, 0, epoch, {
-                    **record, "compute_s": sum(compute), "steps": steps,
-                    "loss": losses[i].item() if losses is not None else 0.0,
-                }))
+                recorder.write(
+                    epoch_payload(
+                        cfg,
+                        i,
+                        0,
+                        epoch,
+                        {
+                            **record,
+                            "compute_s": sum(compute),
+                            "steps": steps,
+                            "loss": losses[i].item() if losses is not None else 0.0,
+                        },
+                    )
+                )
     recorder.finish()

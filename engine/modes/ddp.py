@@ -50,8 +50,16 @@ __all__ = ["SPEC", "bound", "run", "torchrun_env"]  # torchrun_env: the runner a
 log = logging.getLogger(__name__)
 
 
-def _rank_main(rank: int, cfg: RunConfig, world: int, device_name: str, threads: int, port: int | None,
-               emit: Callable[[dict[str, Any]], None], ready: Callable[[], None] = lambda: None) -> None:
+def _rank_main(
+    rank: int,
+    cfg: RunConfig,
+    world: int,
+    device_name: str,
+    threads: int,
+    port: int | None,
+    emit: Callable[[dict[str, Any]], None],
+    ready: Callable[[], None] = lambda: None,
+) -> None:
     """One rank: join the group, train its shard, emit one epoch record per epoch, leave the group."""
     device = torch.device(device_name)
     torch.set_num_threads(threads)
@@ -71,15 +79,24 @@ def _rank_main(rank: int, cfg: RunConfig, world: int, device_name: str, threads:
         dist.destroy_process_group()
 
 
-def _train_rank(cfg: RunConfig, device: torch.device, rank: int, world: int, emit: Callable[[dict[str, Any]], None],
-                ready: Callable[[], None]) -> None:
+def _train_rank(
+    cfg: RunConfig,
+    device: torch.device,
+    rank: int,
+    world: int,
+    emit: Callable[[dict[str, Any]], None],
+    ready: Callable[[], None],
+) -> None:
     # --- build: this rank's shard; the same seeded weights on every rank (DDP broadcasts rank 0's anyway) ---
     base = build_dataset(cfg)
     dataset = shard_of(base, rank, world)
     # NOTE: a stream's parts may need different step counts, unknown before they run: {0, 1} stands for that, so
     # a stream always trains under join()
-    steps = {0, 1} if is_stream(base) else {math.ceil(len(range(r, len(base), world)) / cfg.batch_size)
-                                           for r in range(world)}
+    steps = (
+        {0, 1}
+        if is_stream(base)
+        else {math.ceil(len(range(r, len(base), world)) / cfg.batch_size) for r in range(world)}
+    )
     torch.manual_seed(cfg.seed)
     model = build_model(cfg, dataset.sample_shape, dataset.num_classes).to(device)
     ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
@@ -101,8 +118,7 @@ def _train_rank(cfg: RunConfig, device: torch.device, rank: int, world: int, emi
             emit(epoch_payload(cfg, 0, rank, epoch, record))
 
 
-def _spawned_rank(rank: int, cfg: RunConfig, world: int, names: list[str], threads: int, port: int,
-                  link: Link) -> None:
+def _spawned_rank(rank: int, cfg: RunConfig, world: int, names: list[str], threads: int, port: int, link: Link) -> None:
     _rank_main(rank, cfg, world, names[rank], threads, port, link.emit, link.ready)
 
 
@@ -129,8 +145,7 @@ def run(ctx: RunContext) -> None:
         names = _rank_devices(device, world, "world_size") if device.type == "cuda" else ["cpu"] * world
         # NOTE: ranks on one CPU share its cores: each gets its share of intra-op threads (at least 1)
         threads = max(1, torch.get_num_threads() // world)
-        with ChildGroup(_spawned_rank, world, (cfg, world, names, threads, free_port()), write,
-                        who="rank") as group:
+        with ChildGroup(_spawned_rank, world, (cfg, world, names, threads, free_port()), write, who="rank") as group:
             group.wait()
     recorder.finish()
     # steady-state all-reduce seconds summed over ranks and epochs
@@ -165,9 +180,16 @@ def _check(cfg: RunConfig) -> None:
         joined = torchrun_env()
         _rank_devices(device, *((joined[3], "WORLD_SIZE") if joined else (cfg.world_size, "world_size")))
     if cfg.world_size > cfg.n_samples:
-        raise ConfigError("world_size", f"every rank needs at least one sample: world_size {cfg.world_size} > "
-                                        f"n_samples {cfg.n_samples}")
+        raise ConfigError(
+            "world_size",
+            f"every rank needs at least one sample: world_size {cfg.world_size} > n_samples {cfg.n_samples}",
+        )
 
 
-SPEC = ModeSpec(run=run, check=_check, doc="data parallel over world_size processes (torch.distributed DDP)",
-                bound=bound, own_processes=True)
+SPEC = ModeSpec(
+    run=run,
+    check=_check,
+    doc="data parallel over world_size processes (torch.distributed DDP)",
+    bound=bound,
+    own_processes=True,
+)

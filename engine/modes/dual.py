@@ -30,8 +30,16 @@ from engine.measure import trace
 from engine.calibrate import Calibrator, Pass, Phase
 from engine.models import make_optimizer
 from engine.modes._base import ModeSpec, RunContext
-from engine.modes._common import Recorder, build_model, check_devices, check_model_b, epoch_payload, fail_point, \
-    step_builder, train_epoch
+from engine.modes._common import (
+    Recorder,
+    build_model,
+    check_devices,
+    check_model_b,
+    epoch_payload,
+    fail_point,
+    step_builder,
+    train_epoch,
+)
 from engine.modes._fanout import FanOut, Stopped, until_stopped
 from engine.modes._procs import ChildGroup, Link
 from engine.modes._streams import check_streams, run_streams
@@ -75,9 +83,17 @@ def run_sequential(ctx: RunContext) -> None:
 # ---------------------------------------------------------------------------- dual-threads
 
 
-def _thread_loop(recorder: Recorder, cfg: RunConfig, i: int, model: torch.nn.Module, opt: torch.optim.Optimizer,
-                 source: Callable[[int], Iterable], device: torch.device, stop: threading.Event,
-                 stream: torch.cuda.Stream | None = None) -> None:
+def _thread_loop(
+    recorder: Recorder,
+    cfg: RunConfig,
+    i: int,
+    model: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    source: Callable[[int], Iterable],
+    device: torch.device,
+    stop: threading.Event,
+    stream: torch.cuda.Stream | None = None,
+) -> None:
     # NOTE: on CUDA each thread queues on its own stream: on one shared stream each model's timing events
     # would bracket the other's kernels and the two models could never overlap on the GPU.
     with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
@@ -147,8 +163,15 @@ def run_threads(ctx: RunContext) -> None:
             sources = [stack.enter_context(open_loader(dataset, cfg, device)).epoch for _ in range(N_MODELS)]
         # --- train: one thread per model (one CUDA stream each); the first real error wins, the other stops ---
         streams = [_thread_stream(device) for _ in range(N_MODELS)]
-        _run_to_end([functools.partial(_thread_loop, recorder, cfg, i, models[i], opts[i], sources[i], device, stop,
-                                       streams[i]) for i in range(N_MODELS)], stop)
+        _run_to_end(
+            [
+                functools.partial(
+                    _thread_loop, recorder, cfg, i, models[i], opts[i], sources[i], device, stop, streams[i]
+                )
+                for i in range(N_MODELS)
+            ],
+            stop,
+        )
     recorder.finish()
 
 
@@ -214,8 +237,16 @@ def concurrent_bound(cal: Calibrator) -> list[Phase]:
     a, b = _computes(cal)
     loader = cal.loader()
     loaders = 2 if cal.cfg.mode == "dual-processes" or cal.cfg.dual_data == "separate" else 1
-    return [Phase(loader.seconds, max(a.seconds, b.seconds), a.seconds + b.seconds, loader.cpu_s * loaders,
-                  a.cpu_s + b.cpu_s, cal.overlaps)]
+    return [
+        Phase(
+            loader.seconds,
+            max(a.seconds, b.seconds),
+            a.seconds + b.seconds,
+            loader.cpu_s * loaders,
+            a.cpu_s + b.cpu_s,
+            cal.overlaps,
+        )
+    ]
 
 
 def _check(cfg: RunConfig) -> None:
@@ -229,10 +260,17 @@ def _check_processes(cfg: RunConfig) -> None:
         raise ConfigError("devices", "dual-processes takes two devices (one per model) or none (both on `device`)")
 
 
-SEQUENTIAL = ModeSpec(run=run_sequential, check=_check, doc="two models, one after the other: the dual baseline",
-                      bound=sequential_bound)
+SEQUENTIAL = ModeSpec(
+    run=run_sequential, check=_check, doc="two models, one after the other: the dual baseline", bound=sequential_bound
+)
 THREADS = ModeSpec(run=run_threads, check=_check, doc="two models, one Python thread each", bound=concurrent_bound)
-PROCESSES = ModeSpec(run=run_processes, check=_check_processes, doc="two models, one spawned process each",
-                     bound=concurrent_bound, own_processes=True)
-STREAMS = ModeSpec(run=run_streams, check=check_streams, doc="two models on one GPU, one CUDA stream each",
-                   bound=concurrent_bound)
+PROCESSES = ModeSpec(
+    run=run_processes,
+    check=_check_processes,
+    doc="two models, one spawned process each",
+    bound=concurrent_bound,
+    own_processes=True,
+)
+STREAMS = ModeSpec(
+    run=run_streams, check=check_streams, doc="two models on one GPU, one CUDA stream each", bound=concurrent_bound
+)

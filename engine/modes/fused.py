@@ -99,8 +99,7 @@ def run(ctx: RunContext) -> None:
     cfg, device = ctx.cfg, ctx.device
     # --- build: N seeded models stacked into one program ---
     dataset = build_dataset(cfg)
-    step = FusedStep([build_model(cfg, dataset, i, device) for i in range(cfg.n_models)], cfg.optimizer,
-                     model_lrs(cfg))
+    step = FusedStep([build_model(cfg, dataset, i, device) for i in range(cfg.n_models)], cfg.optimizer, model_lrs(cfg))
     recorder = Recorder(ctx)
 
     with open_loader(dataset, cfg, device) as loader:
@@ -110,8 +109,13 @@ def run(ctx: RunContext) -> None:
             # --- record: one event per model; they share the program's timings ---
             for i in range(cfg.n_models):
                 recorder.write(epoch_payload(cfg, i, 0, epoch, {**record, "loss": losses[i]}))
-            log.info("epoch %d: %.3f s for %d models, %.0f samples/s each", epoch, record["wall_s"],
-                     cfg.n_models, record["samples_per_s"])
+            log.info(
+                "epoch %d: %.3f s for %d models, %.0f samples/s each",
+                epoch,
+                record["wall_s"],
+                cfg.n_models,
+                record["samples_per_s"],
+            )
         trace.extra_epoch(ctx, lambda e: _epoch(step, loader.epoch(e), cfg.n_models, device))  # --trace: unstored
     recorder.finish()
 
@@ -124,22 +128,27 @@ def _epoch(step: Any, batches: Any, n_models: int, device: torch.device) -> tupl
 
 def bound(cal: Calibrator) -> list[Phase]:
     """One phase: the loader against the vmapped step of all models."""
+
     def build(dataset: Any) -> list[Callable[..., Any]]:
         models = [build_model(cal.cfg, dataset, i, cal.device) for i in range(cal.cfg.n_models)]
         return [FusedStep(models, cal.cfg.optimizer, model_lrs(cal.cfg))]
+
     compute, loader = cal.compute("fused", build)[0], cal.loader()
     return [Phase(loader.seconds, compute.seconds, None, loader.cpu_s, compute.cpu_s, cal.overlaps)]
 
 
 def _check(cfg: RunConfig) -> None:
     if cfg.n_models < 2:
-        raise ConfigError("n_models", f"fused trains n_models >= 2 models as one program, got {cfg.n_models}; "
-                                      "use mode single for one model")
+        raise ConfigError(
+            "n_models",
+            f"fused trains n_models >= 2 models as one program, got {cfg.n_models}; use mode single for one model",
+        )
     if is_spec(cfg.model):
         return  # a user's model is built for its data: engine.run.preflight trains two copies under vmap
     # the vmap check is structural, so a tiny instance of the architecture is enough
     check_vmappable(MODELS[cfg.model]((3, 8, 8), cfg.num_classes or DEFAULT_CLASSES, 8, cfg.depth))
 
 
-SPEC = ModeSpec(run=run, check=_check, doc="n_models copies of one model trained as one torch.func.vmap program",
-                bound=bound)
+SPEC = ModeSpec(
+    run=run, check=_check, doc="n_models copies of one model trained as one torch.func.vmap program", bound=bound
+)

@@ -34,8 +34,13 @@ def run(ctx: RunContext) -> None:
             record = train_epoch(model, opt, loader.epoch(epoch), device)
             # --- record: flushed before the next epoch starts, so a kill loses at most this one ---
             recorder.write(epoch_payload(cfg, 0, 0, epoch, record))
-            log.info("epoch %d: %.3f s, %.0f samples/s, loss %.4f", epoch, record["wall_s"],
-                     record["samples_per_s"], record["loss"])
+            log.info(
+                "epoch %d: %.3f s, %.0f samples/s, loss %.4f",
+                epoch,
+                record["wall_s"],
+                record["samples_per_s"],
+                record["loss"],
+            )
         trace.extra_epoch(ctx, lambda e: train_epoch(model, opt, loader.epoch(e), device))  # --trace: unstored
     recorder.finish()
 

@@ -78,8 +78,9 @@ class Pipeline:
         total.backward()
         return total.detach()
 
-    def _run_stage(self, s: int, a: torch.Tensor, ready: torch.cuda.Event | None
-                   ) -> tuple[torch.Tensor, torch.cuda.Event | None]:
+    def _run_stage(
+        self, s: int, a: torch.Tensor, ready: torch.cuda.Event | None
+    ) -> tuple[torch.Tensor, torch.cuda.Event | None]:
         stream, device = self.streams[s], self.devices[s]
         if stream is None:
             if ready is not None:
@@ -154,8 +155,12 @@ def run(ctx: RunContext) -> None:
         for epoch in range(cfg.epochs):
             fail_point(0, epoch)
             # --- one epoch: every step is one pipelined forward/backward plus the optimizer step ---
-            record, loss = timed_epoch(loader.epoch(epoch), first, lambda x, y: _step(pipe, opt, x, y),
-                                       settle=lambda: _sync_others(devices, first))
+            record, loss = timed_epoch(
+                loader.epoch(epoch),
+                first,
+                lambda x, y: _step(pipe, opt, x, y),
+                settle=lambda: _sync_others(devices, first),
+            )
             record["loss"] = loss.item() if loss is not None else 0.0
             recorder.write(epoch_payload(cfg, 0, 0, epoch, record))
     recorder.finish()
@@ -172,20 +177,23 @@ def bound(cal: Calibrator) -> list[Phase]:
     per_device: dict[str, float] = {}
     for s, d in enumerate(devs):
         per_device[str(d)] = per_device.get(str(d), 0.0) + stages[s].seconds
-    return [Phase(loader.seconds, max(per_device.values()), sum(p.seconds for p in stages), loader.cpu_s, cpu,
-                  cal.overlaps)]
+    return [
+        Phase(loader.seconds, max(per_device.values()), sum(p.seconds for p in stages), loader.cpu_s, cpu, cal.overlaps)
+    ]
 
 
 def _check(cfg: RunConfig) -> None:
     check_devices(cfg, cfg.n_stages, "stages are placed on devices in contiguous blocks")
     if cfg.micro_batches > cfg.batch_size:
-        raise ConfigError("micro_batches", f"must be at most batch_size ({cfg.batch_size}): each micro-batch needs "
-                                           f"a sample")
+        raise ConfigError(
+            "micro_batches", f"must be at most batch_size ({cfg.batch_size}): each micro-batch needs a sample"
+        )
     if is_spec(cfg.model):
         return  # a user's model is built for its data: engine.run.preflight cuts it on one real batch
     # how many blocks there are to cut depends on the architecture and depth only: a tiny instance says
     split_stages(MODELS[cfg.model]((3, 8, 8), cfg.num_classes or DEFAULT_CLASSES, 8, cfg.depth), cfg.n_stages)
 
 
-SPEC = ModeSpec(run=run, check=_check, doc="one model cut into n_stages stages over devices, GPipe micro-batches",
-                bound=bound)
+SPEC = ModeSpec(
+    run=run, check=_check, doc="one model cut into n_stages stages over devices, GPipe micro-batches", bound=bound
+)

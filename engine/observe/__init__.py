@@ -20,7 +20,21 @@ from engine.observe._hub import ENV_NAME, ENV_PREFIX, ENV_RUNS, ENV_STORE
 from engine.observe._trial import ENV_SECONDS, ENV_SETTING, ENV_SITE, ENV_STEPS, ENV_TRIAL, LOADER_ARGS
 from engine.observe._watch import Watched, watch
 
-__all__ = ["BOOT", "ENV_NAME", "ENV_PREFIX", "ENV_ROOT", "ENV_RUNS", "ENV_SECONDS", "ENV_SETTING", "ENV_SITE",
-           "ENV_STEPS", "ENV_STORE", "ENV_TRIAL", "LOADER_ARGS", "Watched", "watch"]
+__all__ = [
+    "BOOT",
+    "ENV_NAME",
+    "ENV_PREFIX",
+    "ENV_ROOT",
+    "ENV_RUNS",
+    "ENV_SECONDS",
+    "ENV_SETTING",
+    "ENV_SITE",
+    "ENV_STEPS",
+    "ENV_STORE",
+    "ENV_TRIAL",
+    "LOADER_ARGS",
+    "Watched",
+    "watch",
+]
 
 BOOT = Path(__file__).with_name("_boot.py")  # run as a file in the script's interpreter, never imported there

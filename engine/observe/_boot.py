@@ -51,6 +51,7 @@ def _patch(module: Any) -> None:
         site = sites.setdefault(self, _site(skip))  # NOTE: setdefault: a subclass's __init__ calling ours keeps its own
         if trial:
             from engine.observe import _trial as trial_mod  # NOTE: here: no LoaderLab before (module doc)
+
             args, kwargs = trial_mod.override(init, site, args, kwargs)
             init(self, *args, **kwargs)
             trial_mod.mark(self, site)
@@ -64,6 +65,7 @@ def _patch(module: Any) -> None:
         # NOTE: timed from here: starting the workers is the epoch's time to first batch
         it = iter(threads) if threads is not None else orig_iter(self)
         from engine.observe import _hub as hub  # NOTE: here: no LoaderLab before (module doc)
+
         return hub.stream_for(self, sites.get(self, "?")).epoch(it, t0, t_start)
 
     loader_cls.__init__, loader_cls.__iter__ = __init__, __iter__

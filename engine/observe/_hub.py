@@ -27,8 +27,7 @@ from engine.observe import _live
 from engine.observe._live import finish_all, open_streams, streams
 from engine.paths import Db, db_path, runs_dir
 
-__all__ = ["ENV_NAME", "ENV_PREFIX", "ENV_RUNS", "ENV_STORE", "close", "finish_all",
-           "open_streams", "stream_for"]
+__all__ = ["ENV_NAME", "ENV_PREFIX", "ENV_RUNS", "ENV_STORE", "close", "finish_all", "open_streams", "stream_for"]
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +45,9 @@ def _child() -> bool:
 StoreRun = Callable[[Path, Db], Any]  # stores a finished run's folder: engine.store's ingest_run, passed from above
 
 
-def stream_for(obj: Any, site: str, *, name: str | None = None, db: Db = None, store_run: StoreRun | None = None) -> Any:
+def stream_for(
+    obj: Any, site: str, *, name: str | None = None, db: Db = None, store_run: StoreRun | None = None
+) -> Any:
     """The Stream of a loader, made at its first epoch. A loader that cannot be weakly referenced (a plain list)
     gets a new stream each time it is watched. `store_run` stores its run when it ends (watch(); the observe
     command's child stores nothing: its parent does)."""
@@ -59,6 +60,7 @@ def stream_for(obj: Any, site: str, *, name: str | None = None, db: Db = None, s
     # NOTE: loaded here, not at the top: it brings the sampler and the host fingerprint, which import torch, and the
     # observe command's child must not import torch before the user's script does
     from engine.observe._stream import Stream
+
     if _child():
         root, store = Path(os.environ[ENV_RUNS]), Path(os.environ[ENV_STORE])
         run_id, name = f"{os.environ[ENV_PREFIX]}-{len(streams)}", name or os.environ.get(ENV_NAME) or None

@@ -53,5 +53,4 @@ def store(stream: Any) -> None:
     try:
         stream.store_run(stream.dir, stream.db)
     except Exception as e:  # noqa: BLE001 - the user's training must not fail for the store: the RunLog keeps it
-        log.warning("observed run %s not stored yet (%s); the next command that writes stores it",
-                    stream.dir.name, e)
+        log.warning("observed run %s not stored yet (%s); the next command that writes stores it", stream.dir.name, e)

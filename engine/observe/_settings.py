@@ -50,8 +50,12 @@ def read_settings(loader: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     torch = sys.modules.get("torch")
     threads = torch.get_num_threads() if torch is not None else None
     dataset = getattr(loader, "dataset", None)
-    settings: dict[str, Any] = {"loader_class": _name(loader), "intra_op_threads": threads,
-                                "dataset_class": _name(dataset), "dataset_len": _length(dataset)}
+    settings: dict[str, Any] = {
+        "loader_class": _name(loader),
+        "intra_op_threads": threads,
+        "dataset_class": _name(dataset),
+        "dataset_len": _length(dataset),
+    }
     config: dict[str, Any] = {"mode": "single"}
     if threads:
         config["threads"] = threads
@@ -63,21 +67,27 @@ def read_settings(loader: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     workers = int(loader.num_workers)
     batch_sampler = getattr(loader, "batch_sampler", None)
     batch_size = loader.batch_size if loader.batch_size is not None else getattr(batch_sampler, "batch_size", None)
-    settings.update(num_workers=workers, batch_size=batch_size, pin_memory=bool(loader.pin_memory),
-                    prefetch_factor=getattr(loader, "prefetch_factor", None),
-                    persistent_workers=bool(getattr(loader, "persistent_workers", False)),
-                    multiprocessing_context=_start_method(getattr(loader, "multiprocessing_context", None))
-                    if workers else None,
-                    drop_last=getattr(loader, "drop_last", None), timeout=getattr(loader, "timeout", 0),
-                    sampler_class=_name(getattr(loader, "sampler", None)),
-                    batch_sampler_class=_name(batch_sampler), collate_fn=_name(getattr(loader, "collate_fn", None)),
-                    worker_init_fn=_name(getattr(loader, "worker_init_fn", None)))
+    settings.update(
+        num_workers=workers,
+        batch_size=batch_size,
+        pin_memory=bool(loader.pin_memory),
+        prefetch_factor=getattr(loader, "prefetch_factor", None),
+        persistent_workers=bool(getattr(loader, "persistent_workers", False)),
+        multiprocessing_context=_start_method(getattr(loader, "multiprocessing_context", None)) if workers else None,
+        drop_last=getattr(loader, "drop_last", None),
+        timeout=getattr(loader, "timeout", 0),
+        sampler_class=_name(getattr(loader, "sampler", None)),
+        batch_sampler_class=_name(batch_sampler),
+        collate_fn=_name(getattr(loader, "collate_fn", None)),
+        worker_init_fn=_name(getattr(loader, "worker_init_fn", None)),
+    )
     config.update(loader="processes" if workers else "sync", workers=workers, pin_memory=settings["pin_memory"])
     if batch_size is not None:
         config["batch_size"] = int(batch_size)
     if workers:
-        config.update(persistent_workers=settings["persistent_workers"],
-                      start_method=settings["multiprocessing_context"])
+        config.update(
+            persistent_workers=settings["persistent_workers"], start_method=settings["multiprocessing_context"]
+        )
         if settings["prefetch_factor"] is not None:
             config["prefetch_depth"] = int(settings["prefetch_factor"])  # per worker in both: engine/loaders
     settings["unmapped"] = _unmapped(settings)
@@ -98,7 +108,9 @@ def _unmapped(s: dict[str, Any]) -> list[str]:
     default_collate = ("torch.utils.data._utils.collate:default_collate", None)
     if s["collate_fn"] not in default_collate:
         out.append(f"collate_fn: {s['collate_fn']}")
-    if s["sampler_class"] not in ("torch.utils.data.sampler:SequentialSampler",
-                                  "torch.utils.data.sampler:RandomSampler"):
+    if s["sampler_class"] not in (
+        "torch.utils.data.sampler:SequentialSampler",
+        "torch.utils.data.sampler:RandomSampler",
+    ):
         out.append(f"sampler: {s['sampler_class']}")
     return out

@@ -75,8 +75,13 @@ class _Gpu:
         at = [base.elapsed_time(e) / 1000.0 for e in self.events]
         gaps = [(at[i], at[i + 1]) for i in range(1, len(at) - 1, 2)]
         parts = split_idle(gaps, [], waits, clock_offset(zip(self.enqueued, at)))
-        return {"gpu_idle_s": parts.idle_s, "gpu_idle_data_s": parts.data_s, "gpu_idle_copy_s": None,
-                "gpu_idle_other_s": parts.other_s, "copy_wait_s": None}
+        return {
+            "gpu_idle_s": parts.idle_s,
+            "gpu_idle_data_s": parts.data_s,
+            "gpu_idle_copy_s": None,
+            "gpu_idle_other_s": parts.other_s,
+            "copy_wait_s": None,
+        }
 
 
 class Stream:
@@ -96,8 +101,12 @@ class Stream:
         claim(run_dir, store)
         self.log = RunLog(run_dir)
         self.log.write("start", run_id=run_dir.name, config=config, host=fingerprint(), pid=os.getpid())
-        self.log.write("summary", source="observed", observed_stream=site,
-                       observed_settings=json.dumps(settings, sort_keys=True, default=str))
+        self.log.write(
+            "summary",
+            source="observed",
+            observed_stream=site,
+            observed_settings=json.dumps(settings, sort_keys=True, default=str),
+        )
         self.sampler = Sampler(self.log, hz=SAMPLE_HZ)
         self.sampler.__enter__()
         self.ended = False
@@ -204,8 +213,21 @@ class _Epoch:
         wall = t + end_wait - self.t0
         steps = [[i, w, None, c, w + c] for i, (w, c) in enumerate(zip(self.waits, self.steps))]
         gpu = self.gpu.idle(self.spans) if self.gpu is not None else dict.fromkeys(GPU_EPOCH_FIELDS)
-        s.record({"wall_s": wall, "samples": self.samples, "samples_per_s": self.samples / wall if wall > 0 else 0.0,
-                  "ttfb_s": self.ttfb or 0.0, "data_wait_s": sum(self.waits) + end_wait, "h2d_s": None,
-                  "compute_s": sum(self.steps), "n_steps": len(steps), "t_start": self.t_start,
-                  "t_end": time.time(), "loss": None, "allreduce_s": None, "steps": steps, **gpu})
-
+        s.record(
+            {
+                "wall_s": wall,
+                "samples": self.samples,
+                "samples_per_s": self.samples / wall if wall > 0 else 0.0,
+                "ttfb_s": self.ttfb or 0.0,
+                "data_wait_s": sum(self.waits) + end_wait,
+                "h2d_s": None,
+                "compute_s": sum(self.steps),
+                "n_steps": len(steps),
+                "t_start": self.t_start,
+                "t_end": time.time(),
+                "loss": None,
+                "allreduce_s": None,
+                "steps": steps,
+                **gpu,
+            }
+        )

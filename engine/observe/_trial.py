@@ -28,8 +28,20 @@ from typing import Any
 
 from engine.observe import _live
 
-__all__ = ["ACTIVE", "ENV_SECONDS", "ENV_SETTING", "ENV_SITE", "ENV_STEPS", "ENV_TRIAL", "LOADER_ARGS", "arrived",
-           "check", "mark", "override", "relabel"]
+__all__ = [
+    "ACTIVE",
+    "ENV_SECONDS",
+    "ENV_SETTING",
+    "ENV_SITE",
+    "ENV_STEPS",
+    "ENV_TRIAL",
+    "LOADER_ARGS",
+    "arrived",
+    "check",
+    "mark",
+    "override",
+    "relabel",
+]
 
 ENV_TRIAL, ENV_SITE, ENV_SETTING = "LOADERLAB_TRIAL", "LOADERLAB_TUNE_SITE", "LOADERLAB_TUNE_SETTING"
 ENV_STEPS, ENV_SECONDS = "LOADERLAB_TUNE_STEPS", "LOADERLAB_TUNE_SECONDS"
@@ -72,10 +84,15 @@ def mark(loader: Any, site: str) -> None:
         return
     # NOTE: here, not at the top: observe's boot is standard library only, and the threads loader imports torch
     from engine.observe.threads_loader import ThreadsLoader
-    loader._loaderlab_threads = ThreadsLoader(loader.dataset, batch_sampler=loader.batch_sampler,
-                                              collate_fn=loader.collate_fn, pin_memory=bool(setting.get("pin_memory")),
-                                              num_workers=int(setting["num_workers"]),
-                                              prefetch_factor=setting.get("prefetch_factor") or 2)
+
+    loader._loaderlab_threads = ThreadsLoader(
+        loader.dataset,
+        batch_sampler=loader.batch_sampler,
+        collate_fn=loader.collate_fn,
+        pin_memory=bool(setting.get("pin_memory")),
+        num_workers=int(setting["num_workers"]),
+        prefetch_factor=setting.get("prefetch_factor") or 2,
+    )
 
 
 def relabel(loader: Any, config: dict[str, Any]) -> None:

@@ -21,11 +21,34 @@ class ThreadsLoader:
     for items that wait (reads, sleeps, decoders that release the GIL), threads overlap the waits without a process
     per worker. DataLoader's arguments; a map-style dataset only; the order is the sampler's."""
 
-    def __init__(self, dataset, batch_size=1, shuffle=False, sampler=None, batch_sampler=None, num_workers=0,
-                 collate_fn=None, pin_memory=False, drop_last=False, *_, prefetch_factor=2, generator=None, **__):
+    def __init__(
+        self,
+        dataset,
+        batch_size=1,
+        shuffle=False,
+        sampler=None,
+        batch_sampler=None,
+        num_workers=0,
+        collate_fn=None,
+        pin_memory=False,
+        drop_last=False,
+        *_,
+        prefetch_factor=2,
+        generator=None,
+        **__,
+    ):
         # NOTE: a loader without workers, never iterated: its batch sampler and collate_fn are DataLoader's own
-        self.plain = DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, 0, collate_fn,
-                                drop_last=drop_last, generator=generator)
+        self.plain = DataLoader(
+            dataset,
+            batch_size,
+            shuffle,
+            sampler,
+            batch_sampler,
+            0,
+            collate_fn,
+            drop_last=drop_last,
+            generator=generator,
+        )
         self.dataset, self.batch_size = dataset, self.plain.batch_size
         self.num_workers, self.prefetch_factor, self.pin_memory = max(1, num_workers), prefetch_factor or 2, pin_memory
 
@@ -39,8 +62,14 @@ class ThreadsLoader:
             return collate([dataset[i] for i in indices])
 
         node = tn.SamplerWrapper(self.plain.batch_sampler)
-        node = tn.ParallelMapper(node, map_fn=fetch, num_workers=self.num_workers, method="thread", in_order=True,
-                                 max_concurrent=self.num_workers)
+        node = tn.ParallelMapper(
+            node,
+            map_fn=fetch,
+            num_workers=self.num_workers,
+            method="thread",
+            in_order=True,
+            max_concurrent=self.num_workers,
+        )
         if self.pin_memory:
             node = tn.PinMemory(node)
         return iter(tn.Loader(tn.Prefetcher(node, prefetch_factor=self.prefetch_factor)))

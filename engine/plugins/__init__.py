@@ -31,8 +31,20 @@ from engine.plugins.hashing import code_hash
 from engine.plugins.registered import KINDS, plugins_file, registered
 from engine.names import SPEC_RE, is_spec
 
-__all__ = ["KINDS", "SPEC_RE", "call_factory", "code_hash", "current_seed", "is_spec", "item_rng", "plugins_file",
-           "registered", "resolve", "set_item_seed", "specs_of"]
+__all__ = [
+    "KINDS",
+    "SPEC_RE",
+    "call_factory",
+    "code_hash",
+    "current_seed",
+    "is_spec",
+    "item_rng",
+    "plugins_file",
+    "registered",
+    "resolve",
+    "set_item_seed",
+    "specs_of",
+]
 
 _ITEM = threading.local()  # the (seed, epoch, index) seed of the item this thread is loading (0: none)
 
@@ -40,20 +52,27 @@ _ITEM = threading.local()  # the (seed, epoch, index) seed of the item this thre
 def resolve(spec: str, field: str) -> Callable[..., Any]:
     """Import the spec's module and return its callable; any failure is a one-line ConfigError on `field`."""
     if not is_spec(spec):
-        raise ConfigError(field, f"'{printable(spec[:200])}' is not a plugin spec; write it as "
-                                 "'module.path:callable', e.g. 'mypkg.data:build'")
+        raise ConfigError(
+            field,
+            f"'{printable(spec[:200])}' is not a plugin spec; write it as "
+            "'module.path:callable', e.g. 'mypkg.data:build'",
+        )
     module_name, attr = spec.split(":")
     _cwd_on_path()
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as e:
         if e.name and (module_name == e.name or module_name.startswith(e.name + ".")):
-            raise ConfigError(field, f"module '{module_name}' cannot be imported ({e}); run from the folder that "
-                                     "holds it, or add that folder to PYTHONPATH") from None
+            raise ConfigError(
+                field,
+                f"module '{module_name}' cannot be imported ({e}); run from the folder that "
+                "holds it, or add that folder to PYTHONPATH",
+            ) from None
         raise ConfigError(field, f"module '{module_name}' failed to import: {e}; install what it needs") from None
     except Exception as e:  # noqa: BLE001 - the user's module failing at import is bad input, not our crash
-        raise ConfigError(field, f"module '{module_name}' failed to import: "
-                                 f"{type(e).__name__}: {printable(str(e)[:300])}") from None
+        raise ConfigError(
+            field, f"module '{module_name}' failed to import: {type(e).__name__}: {printable(str(e)[:300])}"
+        ) from None
     fn = getattr(module, attr, None)
     if fn is None:
         raise ConfigError(field, f"module '{module_name}' has no '{attr}'; check the name after the colon")
@@ -85,8 +104,11 @@ def call_factory(fn: Callable[..., Any], spec: str, field: str, kwargs: dict[str
         missing = [p.name for p in params if p.default is p.empty and p.kind in named and p.name not in kwargs]
         if missing:
             passed = ", ".join(sorted(kwargs)) if len(kwargs) < 8 else "every config field (seed, n_samples, ...)"
-            raise ConfigError(field, f"'{spec}' needs argument(s) {', '.join(missing)}, which LoaderLab does not pass; "
-                                     f"it passes {passed} as keywords: give the rest defaults")
+            raise ConfigError(
+                field,
+                f"'{spec}' needs argument(s) {', '.join(missing)}, which LoaderLab does not pass; "
+                f"it passes {passed} as keywords: give the rest defaults",
+            )
         names = {p.name for p in params}
         kwargs = {k: v for k, v in kwargs.items() if k in names}
     try:
@@ -95,8 +117,11 @@ def call_factory(fn: Callable[..., Any], spec: str, field: str, kwargs: dict[str
         raise
     except SystemExit as e:  # NOTE: sys.exit in a factory is its failure, not the launcher's or the run's exit
         built = {"workload": "dataset", "model_b": "model"}.get(field, field)
-        raise ConfigError(field, f"plugin '{spec}' called sys.exit({printable(repr(e.code))[:60]}) while building the "
-                                 f"{built}; a factory must return the {built} or raise an exception") from None
+        raise ConfigError(
+            field,
+            f"plugin '{spec}' called sys.exit({printable(repr(e.code))[:60]}) while building the "
+            f"{built}; a factory must return the {built} or raise an exception",
+        ) from None
     except Exception as e:  # noqa: BLE001 - the user's factory failing is bad input to report, not our crash
         raise ConfigError(field, f"'{spec}' raised {type(e).__name__}: {printable(str(e)[:300])}") from None
 

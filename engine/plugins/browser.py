@@ -25,8 +25,17 @@ from engine.errors import ConfigError, printable
 from engine.paths import DATA_DIR
 from engine.plugins.registered import plugins_file, registered
 
-__all__ = ["PLUGIN_FIELDS", "browser_config", "browser_sweep", "browser_sweep_config", "browser_values",
-           "check_browser_config", "check_plugins", "choices", "data_roots"]
+__all__ = [
+    "PLUGIN_FIELDS",
+    "browser_config",
+    "browser_sweep",
+    "browser_sweep_config",
+    "browser_values",
+    "check_browser_config",
+    "check_plugins",
+    "choices",
+    "data_roots",
+]
 
 # Fields that may hold a plugin spec -> the registered kind that may fill them (model_b is a second model).
 PLUGIN_FIELDS = {"workload": "workload", "model": "model", "model_b": "model", "collate": "collate", "loss": "loss"}
@@ -69,9 +78,12 @@ def _map(name: str, value: Any, plugins: dict[str, dict[str, str]]) -> Any:
         entry = plugins.get(value)
         return entry[PLUGIN_FIELDS[name]] if entry and value not in _builtins(name) else value
     shown = ", ".join(repr(a) if a == "" else a for a in allowed)
-    raise ConfigError(name, f"'{printable(value[:80])}' is not offered here; the dashboard runs only built-ins and "
-                            f"plugins its owner registered by name (choose one of: {shown}); a module path "
-                            "works only from the CLI or a notebook")
+    raise ConfigError(
+        name,
+        f"'{printable(value[:80])}' is not offered here; the dashboard runs only built-ins and "
+        f"plugins its owner registered by name (choose one of: {shown}); a module path "
+        "works only from the CLI or a notebook",
+    )
 
 
 def browser_values(values: dict[str, Any]) -> dict[str, Any]:
@@ -84,8 +96,10 @@ def browser_sweep(base: dict[str, Any], grid: dict[str, list[Any]]) -> tuple[dic
     """browser_values over a sweep's base and every value of its grid axes."""
     plugins = _registered()
     base = {k: _map(k, v, plugins) if k in PLUGIN_FIELDS else v for k, v in base.items()}
-    grid = {k: [_map(k, v, plugins) for v in vs] if k in PLUGIN_FIELDS and isinstance(vs, list) else vs
-            for k, vs in grid.items()}
+    grid = {
+        k: [_map(k, v, plugins) for v in vs] if k in PLUGIN_FIELDS and isinstance(vs, list) else vs
+        for k, vs in grid.items()
+    }
     return base, grid
 
 
@@ -98,9 +112,12 @@ def check_plugins(cfg: RunConfig) -> None:
             continue
         plugins = _registered() if plugins is None else plugins
         if not any(entry.get(kind) == value for entry in plugins.values()):
-            raise ConfigError(name, f"'{printable(value[:80])}' is not a plugin registered on this server; the "
-                                    "dashboard runs only plugins its owner registered by name (LOADERLAB_PLUGINS or "
-                                    "plugins.toml beside the store)")
+            raise ConfigError(
+                name,
+                f"'{printable(value[:80])}' is not a plugin registered on this server; the "
+                "dashboard runs only plugins its owner registered by name (LOADERLAB_PLUGINS or "
+                "plugins.toml beside the store)",
+            )
 
 
 def data_roots() -> list[Path]:
@@ -125,9 +142,12 @@ def check_browser_config(cfg: RunConfig) -> None:
         raise ConfigError("folder", f"'{printable(cfg.folder[:200])}' is not a usable path") from None
     roots = data_roots()
     if not any(real == root or root in real.parents for root in roots):
-        raise ConfigError("folder", f"'{cfg.folder}' is outside the folders this dashboard may read "
-                                    f"({', '.join(map(str, roots))}); move the data there or ask whoever runs the "
-                                    "dashboard to add its folder to LOADERLAB_DATA_ROOTS")
+        raise ConfigError(
+            "folder",
+            f"'{cfg.folder}' is outside the folders this dashboard may read "
+            f"({', '.join(map(str, roots))}); move the data there or ask whoever runs the "
+            "dashboard to add its folder to LOADERLAB_DATA_ROOTS",
+        )
 
 
 def browser_config(values: dict[str, Any]) -> RunConfig:
@@ -141,8 +161,9 @@ def browser_config(values: dict[str, Any]) -> RunConfig:
     return cfg
 
 
-def browser_sweep_config(base: dict[str, Any], grid: dict[str, list[Any]], repeats: int
-                         ) -> tuple[SweepConfig, list[RunConfig]]:
+def browser_sweep_config(
+    base: dict[str, Any], grid: dict[str, list[Any]], repeats: int
+) -> tuple[SweepConfig, list[RunConfig]]:
     """The sweep builder's base and axes through the same gate as browser_config, every folder and every config
     of the grid; returns the sweep and its distinct configs (built once)."""
     base, grid = browser_sweep(base, grid)

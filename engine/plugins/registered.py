@@ -51,7 +51,7 @@ def registered(db: Db = None) -> dict[str, dict[str, str]]:
         if not _NAME_RE.match(name):
             raise ConfigError("plugins", f"{where}: a name is letters, digits, '_', '.', '-' (at most 64)")
         if not isinstance(entry, dict) or len(entry) != 1 or next(iter(entry)) not in KINDS:
-            raise ConfigError("plugins", f"{where}: give exactly one of {', '.join(KINDS)} = \"module:callable\"")
+            raise ConfigError("plugins", f'{where}: give exactly one of {", ".join(KINDS)} = "module:callable"')
         kind, spec = next(iter(entry.items()))
         if not isinstance(spec, str) or not SPEC_RE.match(spec):
             raise ConfigError("plugins", f"{where}: {kind} must be a 'module.path:callable' string")

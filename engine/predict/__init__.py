@@ -13,9 +13,40 @@ notebook API and the dashboard read it; the probe and the forecast are imported 
 learned.py is handed the stored runs by its caller (engine.store.recent_done_runs).
 """
 
-from engine.predict.model import (GIL_LIMIT, LOADER_SHAPES, MODES, LoaderShape, Prediction, adjusted, apart, load_probe,
-                                  pool_use, predict, probe_path, rank, residuals, save_probe)
+from engine.predict.model import (
+    GIL_LIMIT,
+    LOADER_SHAPES,
+    MODES,
+    LoaderShape,
+    Prediction,
+    adjusted,
+    apart,
+    load_probe,
+    pool_use,
+    predict,
+    probe_path,
+    rank,
+    residuals,
+    save_probe,
+)
 from engine.predict.records import ComputeAt, PredictionFields, Probe
 
-__all__ = ["GIL_LIMIT", "LOADER_SHAPES", "MODES", "ComputeAt", "LoaderShape", "Prediction", "PredictionFields", "Probe",
-           "adjusted", "apart", "load_probe", "pool_use", "predict", "probe_path", "rank", "residuals", "save_probe"]
+__all__ = [
+    "GIL_LIMIT",
+    "LOADER_SHAPES",
+    "MODES",
+    "ComputeAt",
+    "LoaderShape",
+    "Prediction",
+    "PredictionFields",
+    "Probe",
+    "adjusted",
+    "apart",
+    "load_probe",
+    "pool_use",
+    "predict",
+    "probe_path",
+    "rank",
+    "residuals",
+    "save_probe",
+]

@@ -57,8 +57,14 @@ def _one_thread(_: int) -> None:
 
 def _pass(batches: list[Any], workers: int, n: int, pin: bool) -> tuple[float, float]:
     """(seconds to the first batch, seconds per batch after it) of a DataLoader of `workers` processes."""
-    loader = DataLoader(_Made(batches, n + 1), batch_size=None, num_workers=workers, pin_memory=pin,
-                        worker_init_fn=_one_thread, prefetch_factor=2)
+    loader = DataLoader(
+        _Made(batches, n + 1),
+        batch_size=None,
+        num_workers=workers,
+        pin_memory=pin,
+        worker_init_fn=_one_thread,
+        prefetch_factor=2,
+    )
     t0 = time.perf_counter()
     it = iter(loader)
     next(it)

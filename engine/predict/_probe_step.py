@@ -21,12 +21,13 @@ from engine.workloads import build_dataset
 
 __all__ = ["step_beside_python"]
 
-_BATCHES = 8   # replayed steps per measurement
-_ROUNDS = 2    # measurements of each kind; the fastest is kept
+_BATCHES = 8  # replayed steps per measurement
+_ROUNDS = 2  # measurements of each kind; the fastest is kept
 
 
-def step_beside_python(cfg: Any, device: torch.device, steps: Callable[[Any], list[Callable]],
-                       shared: float, made: list | None = None) -> dict[str, float]:
+def step_beside_python(
+    cfg: Any, device: torch.device, steps: Callable[[Any], list[Callable]], shared: float, made: list | None = None
+) -> dict[str, float]:
     """{"step_gil_share": 0..1, "step_beside_python": wall beside a Python loop / alone (>= 1)} at one intra-op
     thread; `shared`: how much slower two GIL-free threads run now than one (engine/predict/probe.py), so a busy
     machine's wait for a core is not read as the GIL. made: (x, y) batches already made (else the epoch's first)."""

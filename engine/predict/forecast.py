@@ -63,8 +63,7 @@ def prior(cfg: RunConfig, device: torch.device, calibrations: Path) -> Predictio
         return None
 
 
-def _measure(cfg: RunConfig, device: torch.device, default_threads: int, budget_s: float | None = None
-             ) -> Probe:
+def _measure(cfg: RunConfig, device: torch.device, default_threads: int, budget_s: float | None = None) -> Probe:
     if os.environ.get(FAIL_ENV):
         raise RuntimeError(f"injected probe failure ({FAIL_ENV} is set)")
     before = torch.get_num_threads()
@@ -89,13 +88,20 @@ def _fields(cfg: RunConfig, measured: Probe, source: str) -> PredictionFields:
     if p is None:
         return {}
     taken = measured.get("taken_at")
-    return {"predicted_epoch_s": p.epoch_s, "predicted_from": source, "predicted_limit": p.limit,
-            "predicted_lo_s": p.lo, "predicted_hi_s": p.hi, "predicted_terms": p.terms,
-            "probe_age_s": time.time() - taken if taken else None}
+    return {
+        "predicted_epoch_s": p.epoch_s,
+        "predicted_from": source,
+        "predicted_limit": p.limit,
+        "predicted_lo_s": p.lo,
+        "predicted_hi_s": p.hi,
+        "predicted_terms": p.terms,
+        "probe_age_s": time.time() - taken if taken else None,
+    }
 
 
-def cached_or_new(cfg: RunConfig, calibrations: Path, say: Callable[[str], None] | None = None,
-                  budget_s: float | None = None) -> tuple[Probe, bool]:
+def cached_or_new(
+    cfg: RunConfig, calibrations: Path, say: Callable[[str], None] | None = None, budget_s: float | None = None
+) -> tuple[Probe, bool]:
     """The pipeline's probe on this host and whether it was cached; else measured now (`say` is told first, as it
     takes a few seconds) and saved beside the store, where the pipeline's runs find it. Never touches the store.
     A folder that cannot take the file leaves the probe unsaved (a warning), not the prediction undone.
@@ -116,8 +122,9 @@ def cached_or_new(cfg: RunConfig, calibrations: Path, say: Callable[[str], None]
     return measured, False
 
 
-def rows(configs: list[RunConfig], measured: Probe, found: dict[str, list[float]] | None = None
-         ) -> list[dict[str, Any]]:
+def rows(
+    configs: list[RunConfig], measured: Probe, found: dict[str, list[float]] | None = None
+) -> list[dict[str, Any]]:
     """The configs the model covers, fastest predicted first: each one's SETTING_FIELDS, predicted_epoch_s, its
     range (predicted_lo_s, predicted_hi_s), samples_per_s, limit, predicted_from ('prior', or 'prior+runs' with
     `found`, the residuals of earlier runs), `same_as` (the index of an earlier row the model predicts exactly
@@ -127,15 +134,27 @@ def rows(configs: list[RunConfig], measured: Probe, found: dict[str, list[float]
     ranked = predict.rank(configs, measured, usable_cpus(), found)
     for i, (cfg, p) in enumerate(ranked):
         same = next((j for j, (_, q) in enumerate(ranked[:i]) if _alike(p, q)), None)
-        out.append({**{k: getattr(cfg, k) for k in SETTING_FIELDS}, "predicted_epoch_s": p.epoch_s,
-                    "predicted_lo_s": p.lo, "predicted_hi_s": p.hi,
-                    "samples_per_s": measured["n_samples"] / p.epoch_s if p.epoch_s > 0 else None, "limit": p.limit,
-                    "predicted_from": p.source, "same_as": same, "apart": i == 0 or predict.apart(p, ranked[0][1])})
+        out.append(
+            {
+                **{k: getattr(cfg, k) for k in SETTING_FIELDS},
+                "predicted_epoch_s": p.epoch_s,
+                "predicted_lo_s": p.lo,
+                "predicted_hi_s": p.hi,
+                "samples_per_s": measured["n_samples"] / p.epoch_s if p.epoch_s > 0 else None,
+                "limit": p.limit,
+                "predicted_from": p.source,
+                "same_as": same,
+                "apart": i == 0 or predict.apart(p, ranked[0][1]),
+            }
+        )
     return out
 
 
 def _alike(a: predict.Prediction, b: predict.Prediction) -> bool:
     """The same prediction to the last digit it is shown with, from the same terms: the model sees no difference."""
-    return a.limit == b.limit and abs(a.epoch_s - b.epoch_s) <= 1e-9 * max(a.epoch_s, b.epoch_s) and \
-        a.terms.keys() == b.terms.keys() and all(abs(a.terms[k] - b.terms[k]) <= 1e-9 * max(1.0, a.terms[k])
-                                                 for k in a.terms)
+    return (
+        a.limit == b.limit
+        and abs(a.epoch_s - b.epoch_s) <= 1e-9 * max(a.epoch_s, b.epoch_s)
+        and a.terms.keys() == b.terms.keys()
+        and all(abs(a.terms[k] - b.terms[k]) <= 1e-9 * max(1.0, a.terms[k]) for k in a.terms)
+    )

@@ -27,8 +27,23 @@ log = logging.getLogger(__name__)
 
 # what makes two runs the same pipeline (the probe's keys, engine/predict/probe.py, but the batch size: a
 # residual is per sample, and the model scales it)
-PIPELINE_KEYS = ("workload", "n_samples", "image_size", "num_classes", "work_us", "latency_ms", "folder", "seed",
-                 "model", "width", "depth", "optimizer", "lr", "collate", "loss")
+PIPELINE_KEYS = (
+    "workload",
+    "n_samples",
+    "image_size",
+    "num_classes",
+    "work_us",
+    "latency_ms",
+    "folder",
+    "seed",
+    "model",
+    "width",
+    "depth",
+    "optimizer",
+    "lr",
+    "collate",
+    "loss",
+)
 
 
 def same_pipeline(a: RunConfig, b: RunConfig) -> bool:
@@ -37,12 +52,12 @@ def same_pipeline(a: RunConfig, b: RunConfig) -> bool:
 
 
 def _agree(ea: dict[str, Any], eb: dict[str, Any]) -> bool:
-    return all(ea.get(k) == eb.get(k) or (k == "num_classes" and not (ea.get(k) and eb.get(k)))
-               for k in PIPELINE_KEYS)
+    return all(ea.get(k) == eb.get(k) or (k == "num_classes" and not (ea.get(k) and eb.get(k))) for k in PIPELINE_KEYS)
 
 
-def earlier_runs(cfg: RunConfig, runs: pd.DataFrame, machine: str,
-                 device: str = "cpu") -> list[tuple[RunConfig, float]]:
+def earlier_runs(
+    cfg: RunConfig, runs: pd.DataFrame, machine: str, device: str = "cpu"
+) -> list[tuple[RunConfig, float]]:
     """(setting, median steady epoch) of every run in `runs` (stored done runs of the modes the model covers,
     newest first: engine.store.recent_done_runs) of cfg's pipeline on `machine` (the host's `machine`
     fingerprint, engine/measure/host.py) and a device of type `device`, newest first."""
@@ -50,8 +65,12 @@ def earlier_runs(cfg: RunConfig, runs: pd.DataFrame, machine: str,
     mine = cfg.effective()  # once, not once per stored run
     for _, row in runs.iterrows():
         run = _config(row)
-        if run is None or not _agree(run.effective(), mine) or _machine(row) != machine or \
-                str(run.device).split(":")[0] != device:
+        if (
+            run is None
+            or not _agree(run.effective(), mine)
+            or _machine(row) != machine
+            or str(run.device).split(":")[0] != device
+        ):
             continue
         if row.get("epoch_s") is not None and row["epoch_s"] == row["epoch_s"] and row["epoch_s"] > 0:
             out.append((run, float(row["epoch_s"])))

@@ -36,8 +36,22 @@ from engine.predict.records import Probe
 if TYPE_CHECKING:  # annotations only
     from engine.config import RunConfig
 
-__all__ = ["GIL_LIMIT", "LOADER_SHAPES", "MODES", "LoaderShape", "Prediction", "adjusted", "apart", "load_probe",
-           "pool_use", "predict", "probe_path", "rank", "residuals", "save_probe"]
+__all__ = [
+    "GIL_LIMIT",
+    "LOADER_SHAPES",
+    "MODES",
+    "LoaderShape",
+    "Prediction",
+    "adjusted",
+    "apart",
+    "load_probe",
+    "pool_use",
+    "predict",
+    "probe_path",
+    "rank",
+    "residuals",
+    "save_probe",
+]
 
 MODES = ("single",)  # the modes the model covers
 _SLOWER = -4.0  # the least Amdahl share: a step at n threads at most 1 - q (1 - 1/n) = 3x slower at 2 threads
@@ -45,8 +59,13 @@ _SPREAD_MIN = 0.03  # NOTE: the least half-width of a range (relative): two wind
 # NOTE: the verdict that names a producer thread and the step taking turns on the GIL, where the vocabulary has it
 GIL_LIMIT = "gil-contention" if "gil-contention" in VERDICTS else "cpu-bound"
 # the environment that sets the thread pools a probe measures under (its cache key: engine/predict/probe.py)
-_THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
-               "NUMEXPR_NUM_THREADS")
+_THREAD_ENV = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
 
 
 @dataclass(frozen=True)
@@ -158,8 +177,11 @@ def predict(cfg: RunConfig, probe: Probe, cores: float | None = None) -> Predict
         step_wall += min(held / active, step_wall) * min(1.0, beside_python - 1)
     # NOTE: a worker process hands each batch over (shared memory, pickled handles), and the training process takes
     # each one in turn, between its steps: that side is serial however many workers there are (the probe's passes)
-    hand, receive = ((0.0, 0.0) if shape.in_process else
-                     (probe.get("handoff_s", 0.0) * per_sample, probe.get("receive_s", 0.0) * per_sample))
+    hand, receive = (
+        (0.0, 0.0)
+        if shape.in_process
+        else (probe.get("handoff_s", 0.0) * per_sample, probe.get("receive_s", 0.0) * per_sample)
+    )
     g = held / made if shape.in_process and made > 0 else 0.0  # the GIL-held share of what a producer makes
     grain = cfg.batch_size if shape.per_sample else 1  # units a batch is made of
     cpu = batches * (work + busy) / cores
@@ -172,9 +194,11 @@ def predict(cfg: RunConfig, probe: Probe, cores: float | None = None) -> Predict
         # (the last step runs with nothing made beside it)
         made_s = _waves(units, active, latency / grain, (made + hand) / grain, g)
         first = _waves(min(units, grain), active, latency / grain, (made + hand) / grain, g)
-        terms = {"data-bound": max(made_s, batches * receive) + alone,
-                 "compute-bound": first + (batches - 1) * (step_wall + receive) + alone,
-                 "cpu-bound": cpu}
+        terms = {
+            "data-bound": max(made_s, batches * receive) + alone,
+            "compute-bound": first + (batches - 1) * (step_wall + receive) + alone,
+            "cpu-bound": cpu,
+        }
         if in_process:
             # a producer thread in the step's process and the step cannot overlap the parts both hold the GIL for
             shared = batches * (held + (probe.get("step_gil_share") or 0.0) * alone)
@@ -183,12 +207,21 @@ def predict(cfg: RunConfig, probe: Probe, cores: float | None = None) -> Predict
     epoch = terms[limit]
     spread = max(_SPREAD_MIN, probe.get("spread") or 0.0)
     # NOTE: a pool that worked part of the load is a runnable thread part of the time: it counts
-    return Prediction(epoch, limit, terms, math.ceil(runnable - 1e-6), cores, per_sample != 1.0, epoch / (1 + spread),
-                      epoch * (1 + spread))
+    return Prediction(
+        epoch,
+        limit,
+        terms,
+        math.ceil(runnable - 1e-6),
+        cores,
+        per_sample != 1.0,
+        epoch / (1 + spread),
+        epoch * (1 + spread),
+    )
 
 
-def rank(configs: list[RunConfig], probe: Probe, cores: float | None = None,
-         found: dict[str, list[float]] | None = None) -> list[tuple[RunConfig, Prediction]]:
+def rank(
+    configs: list[RunConfig], probe: Probe, cores: float | None = None, found: dict[str, list[float]] | None = None
+) -> list[tuple[RunConfig, Prediction]]:
     """The configs the model covers, fastest predicted first (ties keep their order); `found`: residuals of
     earlier runs (`residuals`) that adjust each prediction."""
     predicted = [(c, predict(c, probe, cores)) for c in configs]
@@ -196,8 +229,9 @@ def rank(configs: list[RunConfig], probe: Probe, cores: float | None = None,
     return sorted(kept, key=lambda cp: cp[1].epoch_s)
 
 
-def residuals(points: list[tuple[RunConfig, float]], probe: Probe, cores: float | None = None
-              ) -> dict[str, list[float]]:
+def residuals(
+    points: list[tuple[RunConfig, float]], probe: Probe, cores: float | None = None
+) -> dict[str, list[float]]:
     """measured / predicted of each (setting, measured steady epoch) point, grouped by the limit the probe
     predicted: what earlier runs say the model gets wrong, per resource."""
     out: dict[str, list[float]] = {}
@@ -316,6 +350,7 @@ def probe_path(calibrations: Path, cfg: RunConfig, machine: str, device: str) ->
     the sweep, so every run of the pipeline on this host and under these settings finds it."""
     # NOTE: here, not at the top: the probe's module imports torch, which the CLI's parent and the pages must not load
     from engine.predict.probe import PROBE_KEYS, PROBE_METHOD
+
     key: list[Any] = [machine, device, [getattr(cfg, k) if k != "device" else device for k in PROBE_KEYS]]
     key.append(PROBE_METHOD)  # NOTE: a probe taken another way is not this model's input: measured again, not reused
     pools = {k: os.environ.get(k) for k in _THREAD_ENV if os.environ.get(k) is not None}

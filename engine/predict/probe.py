@@ -40,13 +40,30 @@ if TYPE_CHECKING:  # annotations only: the run side does not import the config (
 __all__ = ["PROBE_KEYS", "PROBE_METHOD", "probe"]
 
 # what a probe depends on: the dataset, the model and its step, the batch and where it runs (not the loader)
-PROBE_KEYS = ("workload", "n_samples", "image_size", "num_classes", "work_us", "latency_ms", "folder", "seed",
-              "model", "width", "depth", "optimizer", "lr", "batch_size", "device", "collate", "loss")
+PROBE_KEYS = (
+    "workload",
+    "n_samples",
+    "image_size",
+    "num_classes",
+    "work_us",
+    "latency_ms",
+    "folder",
+    "seed",
+    "model",
+    "width",
+    "depth",
+    "optimizer",
+    "lr",
+    "batch_size",
+    "device",
+    "collate",
+    "loss",
+)
 PROBE_METHOD = 3  # how the figures are taken; a change of method keys new probes (engine/predict/model.py: probe_path)
-_LOAD_S = 0.4      # wall seconds of batches each load measurement aims at (at least 2 batches)
-_STEPS = 16        # steps replayed per thread count
-_TOO_BUSY = 1.5   # core sharing (see _core_sharing) above which the GIL share is not told apart from it
-_GIL_PAIRS = 3    # pairs of windows (one thread, then two at once) the GIL share is the median of
+_LOAD_S = 0.4  # wall seconds of batches each load measurement aims at (at least 2 batches)
+_STEPS = 16  # steps replayed per thread count
+_TOO_BUSY = 1.5  # core sharing (see _core_sharing) above which the GIL share is not told apart from it
+_GIL_PAIRS = 3  # pairs of windows (one thread, then two at once) the GIL share is the median of
 _SPIN_WINDOW_S = 0.04  # idle after a parallel op: longer than OpenMP's spin before its threads sleep
 _WARM_BATCHES = 1  # untimed: lazy first use of the dataset (file cache, decoder set-up)
 # NOTE: the load figure is the median of every one-thread window the probe times (_tries back to back, then the GIL
@@ -54,8 +71,8 @@ _WARM_BATCHES = 1  # untimed: lazy first use of the dataset (file cache, decoder
 # seconds at a time (`bench/load_between_steps.py` shows it), and an epoch pays the drift's middle, so the fastest
 # window predicts too fast (bench/RESULTS.md, 'Predict before you run'). A median still stands one hiccup.
 _REPEATS = 3
-_LATENT = 0.25     # a latency share of the load's wall above which its mean latency is measured over more batches
-_TAIL_S = 1.5      # wall seconds the mean latency may take, beyond the windows
+_LATENT = 0.25  # a latency share of the load's wall above which its mean latency is measured over more batches
+_TAIL_S = 1.5  # wall seconds the mean latency may take, beyond the windows
 _POOL_BUSY = 0.05  # CPU of other threads, as a share of the loading thread's, past which a hidden pool is in use
 _QUICK_HANDOFF_S = 0.6  # what a quick probe keeps for its hand-off pass (3 workers' start, 8 hand-offs), and
 # half of which must be left for it
@@ -103,19 +120,23 @@ def _full_load_s(first: float) -> float:
     return _REPEATS * window + _TAIL_S + _GIL_PAIRS * (3 * max(_LOAD_S / 2, 2 * first) + _LOAD_S)
 
 
-def probe(cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[Callable]],
-          budget_s: float | None = None) -> Probe:
+def probe(
+    cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[Callable]], budget_s: float | None = None
+) -> Probe:
     """Measure the probe for cfg's pipeline on `device`; steps(dataset) -> [the mode's train step] (one).
 
     budget_s: seconds the probe may take from here (None: no limit). Where the full probe does not fit, a quick one
     (`_Plan`) is taken instead, its ranges wider (QUICK_SPREAD): a prediction with a wide range beats none."""
     end = time.perf_counter() + budget_s if budget_s else math.inf
     dataset = build_dataset(cfg)
-    kept: list[Any] = []   # batches the load made, replayed by the step: a waiting dataset is not read again
+    kept: list[Any] = []  # batches the load made, replayed by the step: a waiting dataset is not read again
     with open_loader(dataset, cfg, device, loader="sync") as loader:
         # a stream: batches of the probe's own pass over it (a fresh iter(): the run's epochs are not consumed)
-        keys, fetch = stream_fetch(loader) if is_stream(dataset) else \
-            (epoch_batches(len(dataset), cfg.batch_size, cfg.seed, 1), loader.fetch)
+        keys, fetch = (
+            stream_fetch(loader)
+            if is_stream(dataset)
+            else (epoch_batches(len(dataset), cfg.batch_size, cfg.seed, 1), loader.fetch)
+        )
 
         def plan(first: float) -> _Plan:  # NOTE: the load gets at most about half of what is left, the step the rest
             left = end - time.perf_counter()
@@ -143,23 +164,47 @@ def probe(cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[Call
     # the step beside a Python thread replays its batches about 6 times: only where that fits what is left
     fits = not load["quick"] and 6 * batches * step_s * 2 < end - time.perf_counter()
     with _threads(1):
-        beside = step_beside_python(cfg, device, steps, load["core_sharing"], kept[:int(batches)]) \
-            if gil_free and fits else {}
+        beside = (
+            step_beside_python(cfg, device, steps, load["core_sharing"], kept[: int(batches)])
+            if gil_free and fits
+            else {}
+        )
     load["step_gil_share"], load["step_beside_python"] = beside.get("step_gil_share"), beside.get("step_beside_python")
     if load["quick"]:
         load["spread"] = max(load["spread"], QUICK_SPREAD)
     n_samples = (dataset.total or cfg.n_samples) if is_stream(dataset) else len(dataset)
-    out: Probe = {"batch_size": cfg.batch_size, "n_samples": n_samples, "batches": len(keys), "cores": cores,
-                  "default_threads": default, "device": device.type, "load_wall_s": load["load_wall_s"],
-                  "load_cpu_s": load["load_cpu_s"], "compute": compute}
+    out: Probe = {
+        "batch_size": cfg.batch_size,
+        "n_samples": n_samples,
+        "batches": len(keys),
+        "cores": cores,
+        "default_threads": default,
+        "device": device.type,
+        "load_wall_s": load["load_wall_s"],
+        "load_cpu_s": load["load_cpu_s"],
+        "compute": compute,
+    }
     out.update(load)
-    out.update({"spin_after_step_s": spin, "steps_replayed": batches, "machine": fingerprint()["machine"],
-                "taken_at": time.time()})
+    out.update(
+        {
+            "spin_after_step_s": spin,
+            "steps_replayed": batches,
+            "machine": fingerprint()["machine"],
+            "taken_at": time.time(),
+        }
+    )
     return out
 
 
-def _compute(cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[Callable]], kept: list[Any],
-             default: int, end: float, quick: bool) -> tuple[dict[str, ComputeAt], float]:
+def _compute(
+    cfg: RunConfig,
+    device: torch.device,
+    steps: Callable[[Any], list[Callable]],
+    kept: list[Any],
+    default: int,
+    end: float,
+    quick: bool,
+) -> tuple[dict[str, ComputeAt], float]:
     """The step replayed on the load's batches at one intra-op thread and at torch's default: wall and CPU seconds
     per step, and how many batches were replayed: _STEPS where they fit what is left before `end`, fewer for a
     heavy step (a first replay of one batch sizes them), at least one; a quick probe's one step, timed on part of a
@@ -200,8 +245,9 @@ def _spin_after_step() -> float:
     return _spin_after(lambda: torch.mm(a, a))
 
 
-def _one_step_each(cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[Callable]], batch: Any,
-                   default: int, end: float) -> tuple[dict[str, ComputeAt], int]:
+def _one_step_each(
+    cfg: RunConfig, device: torch.device, steps: Callable[[Any], list[Callable]], batch: Any, default: int, end: float
+) -> tuple[dict[str, ComputeAt], int]:
     """A quick probe's step, and the samples it was timed on: an untimed step on two samples, then timed steps at
     torch's default threads (wall, and the process's CPU, no more than one thread's, as a compute pass counts it)
     and at one thread.
@@ -254,11 +300,18 @@ def _one_step_each(cfg: RunConfig, device: torch.device, steps: Callable[[Any], 
     return out, part
 
 
-def _load(fetch: Callable, keys: list, device: torch.device, cores: float,
-          plan_for: Callable[[float], _Plan] = lambda first: _Plan(), kept: list | None = None) -> _Load:
+def _load(
+    fetch: Callable,
+    keys: list,
+    device: torch.device,
+    cores: float,
+    plan_for: Callable[[float], _Plan] = lambda first: _Plan(),
+    kept: list | None = None,
+) -> _Load:
     """Per batch: wall and CPU seconds of fetch + collate (+ copy) on one thread, the GIL share (None on one core:
     two threads would wait for the core, not the GIL), the hidden pools, and the spread of the windows.
     plan_for(one batch's seconds) -> how many windows to take; `kept` gets the first _STEPS batches made."""
+
     def one(batch_keys: list) -> None:
         batch = fetch(batch_keys)
         if kept is not None and len(kept) < _STEPS:
@@ -274,8 +327,11 @@ def _load(fetch: Callable, keys: list, device: torch.device, cores: float,
         first = time.perf_counter() - t0
         # a pool counts where its threads worked beside this one (numpy's OpenBLAS is loaded with torch, and idle
         # unless the transform calls it); then their CPU is the load's too (the process's, this thread the only one)
-        pools = loaded if (time.process_time() - c0) - (time.thread_time() - own0) > \
-            _POOL_BUSY * (time.thread_time() - own0) else []
+        pools = (
+            loaded
+            if (time.process_time() - c0) - (time.thread_time() - own0) > _POOL_BUSY * (time.thread_time() - own0)
+            else []
+        )
         clock = time.process_time if pools else time.thread_time
         plan = plan_for(first)
         n = max(2, min(len(keys), math.ceil(_LOAD_S / max(first, 1e-4))))
@@ -298,15 +354,26 @@ def _load(fetch: Callable, keys: list, device: torch.device, cores: float,
     wall, cpu = (statistics.median(x[i] for x in windows) for i in (0, 1))
     latency = sum(waits) / len(waits) if latent else max(0.0, wall - cpu)
     cpu = min(cpu, wall) if not pools else cpu
-    return {"load_wall_s": cpu + latency, "load_cpu_s": cpu, "load_median_wall_s": wall,
-            "load_fastest_wall_s": fastest, "load_windows": len(windows), "gil_share": gil, "core_sharing": shared,
-            "pools": pools, "pools_loaded": loaded, "pool_spin_s": pool_spin,
-            "spread": _spread([w for w, _ in windows], waits, cpu + latency), "latency_batches": len(waits) * n,
-            "quick": plan.quick}
+    return {
+        "load_wall_s": cpu + latency,
+        "load_cpu_s": cpu,
+        "load_median_wall_s": wall,
+        "load_fastest_wall_s": fastest,
+        "load_windows": len(windows),
+        "gil_share": gil,
+        "core_sharing": shared,
+        "pools": pools,
+        "pools_loaded": loaded,
+        "pool_spin_s": pool_spin,
+        "spread": _spread([w for w, _ in windows], waits, cpu + latency),
+        "latency_batches": len(waits) * n,
+        "quick": plan.quick,
+    }
 
 
-def _gil_share(one: Callable[[Any], None], batch: list, clock: Callable[[], float], n_pairs: int = _GIL_PAIRS
-               ) -> tuple[float | None, float, list[tuple[float, float]]]:
+def _gil_share(
+    one: Callable[[Any], None], batch: list, clock: Callable[[], float], n_pairs: int = _GIL_PAIRS
+) -> tuple[float | None, float, list[tuple[float, float]]]:
     """The load's GIL-held share, the core sharing it was told apart from, and the one-thread windows (wall, CPU)
     it timed: the median of _GIL_PAIRS pairs of windows, each pair two threads at once between two one-thread
     windows, back to back (None where it cannot tell: a machine so busy that two threads get about one core
@@ -330,8 +397,9 @@ def _gil_share(one: Callable[[Any], None], batch: list, clock: Callable[[], floa
     return gil, shared, singles
 
 
-def _more_waits(one: Callable[[Any], None], rest: list, n: int, clock: Callable[[], float],
-                tail_s: float = _TAIL_S) -> list[float]:
+def _more_waits(
+    one: Callable[[Any], None], rest: list, n: int, clock: Callable[[], float], tail_s: float = _TAIL_S
+) -> list[float]:
     """Latency per batch of windows of n batches over the rest of the epoch, while they take under _TAIL_S and
     until _TAIL_ITEMS items (counted as batches x n of the first window's size) are seen."""
     waits: list[float] = []
@@ -339,7 +407,7 @@ def _more_waits(one: Callable[[Any], None], rest: list, n: int, clock: Callable[
     for i in range(0, len(rest) - n + 1, n):
         if time.perf_counter() - t0 > tail_s or (len(waits) + 3) * n * len(rest[0]) >= _TAIL_ITEMS:
             break
-        w, c = _one_thread(one, rest[i:i + n], clock)
+        w, c = _one_thread(one, rest[i : i + n], clock)
         waits.append(max(0.0, w - c) / n)
     return waits
 
@@ -394,8 +462,9 @@ def _tries(measure: Callable[[], tuple[float, ...]], repeats: int = _REPEATS) ->
     return tries
 
 
-def _one_thread(one: Callable[[Any], None], batch: list, clock: Callable[[], float] = time.thread_time
-                ) -> tuple[float, float]:
+def _one_thread(
+    one: Callable[[Any], None], batch: list, clock: Callable[[], float] = time.thread_time
+) -> tuple[float, float]:
     """Wall and CPU seconds (by `clock`) for this thread to run one(k) for each k of `batch`."""
     t0, c0 = time.perf_counter(), clock()
     for k in batch:

@@ -31,9 +31,11 @@ from engine.measure import median_epoch_s, usable_cpus
 
 __all__ = ["UNSEEN", "observed_figures"]
 
-UNSEEN = ("observed from outside the loop: no loader-only or compute-only pass (each would run the script's dataset "
-          "or model again), so the load and the step are the loop's own readings; the thread pools the script's code "
-          "starts (BLAS, OpenMP) and the GIL's share of the load are not counted")
+UNSEEN = (
+    "observed from outside the loop: no loader-only or compute-only pass (each would run the script's dataset "
+    "or model again), so the load and the step are the loop's own readings; the thread pools the script's code "
+    "starts (BLAS, OpenMP) and the GIL's share of the load are not counted"
+)
 _PASS_FIELDS = ("loader_only_s", "compute_only_s", "loader_cpu_s", "compute_cpu_s", "calib_age_s")
 
 
@@ -67,17 +69,29 @@ def observed_figures(events: list[dict[str, Any]]) -> dict[str, Any]:
     cpu_pct = steady_cpu_pct(events, steady)
     cpu_pct = mean_cpu if cpu_pct is None else cpu_pct
     cpu_s = (cpu_pct or 0.0) / 100.0 * e["wall_s"]
-    threads = {"intra_op": int(settings.get("intra_op_threads") or 1), "loader": workers, "cores": cores,
-               "extra": 0, "kind": "processes" if workers else "sync", "pools": None}
+    threads = {
+        "intra_op": int(settings.get("intra_op_threads") or 1),
+        "loader": workers,
+        "cores": cores,
+        "extra": 0,
+        "kind": "processes" if workers else "sync",
+        "pools": None,
+    }
     phase = Phase(loader_s=load, compute_s=step, loader_cpu_s=cpu_s, overlaps=overlaps)
     out = figures([phase], measured, ttfb, 0.0, threads, mean_cpu_pct=cpu_pct, own_times=(e["data_wait_s"], step))
     out.update(dict.fromkeys(_PASS_FIELDS), steady_cpu_pct=cpu_pct)
     if out.get("verdict_help") and stream:
-        out["verdict_help"] += (f" (the DataLoader at {stream}: num_workers={workers} on {cores:g} usable cores; "
-                                "python -m engine tune -- python SCRIPT tries the others)")
-    how = ("the load is the data wait (nothing overlaps it)" if not overlaps else
-           "the load is the epoch after its first batch (the step waited on data)" if waited else
-           "the load is the data wait only (the loader kept up)")
+        out["verdict_help"] += (
+            f" (the DataLoader at {stream}: num_workers={workers} on {cores:g} usable cores; "
+            "python -m engine tune -- python SCRIPT tries the others)"
+        )
+    how = (
+        "the load is the data wait (nothing overlaps it)"
+        if not overlaps
+        else "the load is the epoch after its first batch (the step waited on data)"
+        if waited
+        else "the load is the data wait only (the loader kept up)"
+    )
     out["bound_note"] = "; ".join(x for x in (UNSEEN + f"; {how}", out.get("bound_note")) if x)
     out["epoch_s"] = measured  # the efficiency's denominator, stored as the run's epoch time (as calibrate's)
     return out

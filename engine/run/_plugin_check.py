@@ -43,8 +43,13 @@ log = logging.getLogger(__name__)
 
 _MAX_ITEMS = 8  # a preflight batch: enough to exercise collate and the model, cheap for any dataset
 # What a plugin is, by field, as the messages name it: "plugin 'mypkg:make_ds' (dataset factory)".
-KINDS = {"workload": "dataset factory", "model": "model factory", "model_b": "model factory", "collate": "collate",
-         "loss": "loss"}
+KINDS = {
+    "workload": "dataset factory",
+    "model": "model factory",
+    "model_b": "model factory",
+    "collate": "collate",
+    "loss": "loss",
+}
 _REPORT: list[Callable[..., None]] = [lambda **_: None]  # main() sends each phase to the launcher
 
 
@@ -75,8 +80,11 @@ def _doing(field: str, spec: str, what: str, kind: str | None = None) -> Iterato
         yield
     except SystemExit as e:
         who = f"plugin '{plugin}' ({kind or KINDS[field]})" if plugin else "the user's code"
-        raise ConfigError(field, f"{who} called sys.exit({printable(repr(e.code))[:60]}) while preflight {what}; "
-                                 "a plugin must return or raise an exception, never exit the process") from None
+        raise ConfigError(
+            field,
+            f"{who} called sys.exit({printable(repr(e.code))[:60]}) while preflight {what}; "
+            "a plugin must return or raise an exception, never exit the process",
+        ) from None
 
 
 def _hash(cfg: RunConfig, specs: list[str]) -> str | None:
@@ -106,8 +114,12 @@ def _try_batch(cfg: RunConfig) -> None:
         with _doing("workload", cfg.workload, f"pickled the dataset for {cfg.start_method} workers", "dataset"):
             _check_picklable(cfg, dataset)
     collate = resolve(cfg.collate, "collate") if cfg.collate else torch.utils.data.default_collate
-    with _doing("collate" if cfg.collate else "workload", cfg.collate or cfg.workload, "collated a batch",
-                "collate" if cfg.collate else "dataset"):
+    with _doing(
+        "collate" if cfg.collate else "workload",
+        cfg.collate or cfg.workload,
+        "collated a batch",
+        "collate" if cfg.collate else "dataset",
+    ):
         x, y = _collate(collate, items, "collate" if cfg.collate else "workload")
     models = [("model", cfg.model, cfg.width)]
     if cfg.mode.startswith("dual-"):
@@ -117,8 +129,9 @@ def _try_batch(cfg: RunConfig) -> None:
             model = build_model(cfg, dataset.sample_shape, dataset.num_classes, arch=arch, width=width, field=field)
         with _doing(field, arch, "ran the model on a batch", "model"):
             logits = _forward(model, x, field, arch)
-        _check_labels(cfg, logits, y, dataset.num_classes if getattr(dataset, "classes_known", True) else 0, field,
-                      arch)
+        _check_labels(
+            cfg, logits, y, dataset.num_classes if getattr(dataset, "classes_known", True) else 0, field, arch
+        )
         what = "loss" if cfg.loss else field
         with _doing(what, cfg.loss or arch, "ran the loss and backward", "loss" if cfg.loss else "model"):
             _step(model, x, y, what)
@@ -154,17 +167,23 @@ def _check_picklable(cfg: RunConfig, dataset: Any) -> None:
         try:
             pickle.dumps(obj)
         except Exception as e:  # noqa: BLE001 - pickling raises many kinds (PicklingError, TypeError, AttributeError)
-            raise ConfigError(field, f"the processes loader with start_method {cfg.start_method} pickles it for its "
-                                     f"workers, and that failed ({type(e).__name__}: {printable(str(e)[:200])}); "
-                                     "make it picklable (no lambdas or open files) or use start_method fork") from None
+            raise ConfigError(
+                field,
+                f"the processes loader with start_method {cfg.start_method} pickles it for its "
+                f"workers, and that failed ({type(e).__name__}: {printable(str(e)[:200])}); "
+                "make it picklable (no lambdas or open files) or use start_method fork",
+            ) from None
 
 
 def _collate(collate: Any, items: list, field: str) -> tuple[Any, Any]:
     try:
         batch = collate(items)
     except Exception as e:  # noqa: BLE001
-        raise ConfigError(field, f"collating {len(items)} items failed: {type(e).__name__}: "
-                                 f"{printable(str(e)[:300])}; items must share one shape, or name a collate") from None
+        raise ConfigError(
+            field,
+            f"collating {len(items)} items failed: {type(e).__name__}: "
+            f"{printable(str(e)[:300])}; items must share one shape, or name a collate",
+        ) from None
     if not (isinstance(batch, (tuple, list)) and len(batch) == 2 and all(isinstance(t, torch.Tensor) for t in batch)):
         raise ConfigError(field, f"a batch must be an (x, y) pair of tensors, got {type(batch).__name__}")
     x, y = batch
@@ -177,8 +196,10 @@ def _forward(model: Any, x: Any, field: str, arch: str) -> Any:
     try:
         logits = model(x)
     except Exception as e:  # noqa: BLE001
-        raise ConfigError(field, f"'{arch}' failed on a batch x of shape {tuple(x.shape)}: {type(e).__name__}: "
-                                 f"{printable(str(e)[:300])}") from None
+        raise ConfigError(
+            field,
+            f"'{arch}' failed on a batch x of shape {tuple(x.shape)}: {type(e).__name__}: {printable(str(e)[:300])}",
+        ) from None
     if not isinstance(logits, torch.Tensor) or logits.dim() < 2 or logits.shape[0] != x.shape[0]:
         got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
         raise ConfigError(field, f"'{arch}' must map a batch [B, ...] to logits [B, classes], got {got}")
@@ -194,13 +215,19 @@ def _check_labels(cfg: RunConfig, logits: Any, y: Any, num_classes: int, field: 
         return
     classes = logits.shape[1]
     if classes < num_classes or (cfg.num_classes and classes != cfg.num_classes):
-        raise ConfigError(field, f"'{arch}' returned {classes} logits per sample, but it was built for "
-                                 f"num_classes={num_classes} (labels 0..{num_classes - 1}); return logits of shape "
-                                 "[B, num_classes], sizing the last layer by the num_classes argument it is given")
+        raise ConfigError(
+            field,
+            f"'{arch}' returned {classes} logits per sample, but it was built for "
+            f"num_classes={num_classes} (labels 0..{num_classes - 1}); return logits of shape "
+            "[B, num_classes], sizing the last layer by the num_classes argument it is given",
+        )
     lo, hi = int(y.min()), int(y.max())
     if lo < 0 or hi >= classes:
-        raise ConfigError("workload", f"labels {lo}..{hi} are out of range for the model's {classes} logits; "
-                                      f"labels must be in [0, {classes}): set num_classes or fix the labels")
+        raise ConfigError(
+            "workload",
+            f"labels {lo}..{hi} are out of range for the model's {classes} logits; "
+            f"labels must be in [0, {classes}): set num_classes or fix the labels",
+        )
 
 
 def _check_all_targets(cfg: RunConfig, dataset: Any) -> None:
@@ -220,9 +247,12 @@ def _check_all_targets(cfg: RunConfig, dataset: Any) -> None:
     bad = ((labels < 0) | (labels >= dataset.num_classes)).nonzero()
     if len(bad):
         i = int(bad[0])
-        raise ConfigError("workload", f"label {int(labels[i])} of item {i} (in the dataset's targets) is out of range "
-                                      f"for the model's {dataset.num_classes} logits; labels must be in "
-                                      f"[0, {dataset.num_classes}): set num_classes or fix the labels")
+        raise ConfigError(
+            "workload",
+            f"label {int(labels[i])} of item {i} (in the dataset's targets) is out of range "
+            f"for the model's {dataset.num_classes} logits; labels must be in "
+            f"[0, {dataset.num_classes}): set num_classes or fix the labels",
+        )
 
 
 def _step(model: Any, x: Any, y: Any, what: str) -> None:
@@ -231,8 +261,9 @@ def _step(model: Any, x: Any, y: Any, what: str) -> None:
         loss = loss_fn(model(x), y)
         loss.backward()
     except Exception as e:  # noqa: BLE001
-        raise ConfigError(what, f"the loss and backward on one batch failed: {type(e).__name__}: "
-                                f"{printable(str(e)[:300])}") from None
+        raise ConfigError(
+            what, f"the loss and backward on one batch failed: {type(e).__name__}: {printable(str(e)[:300])}"
+        ) from None
     if loss.dim() != 0:
         raise ConfigError(what, f"the loss must be a scalar tensor, got shape {tuple(loss.shape)}")
 
@@ -244,18 +275,24 @@ def _check_mode(cfg: RunConfig, model: Any, x: Any, y: Any) -> None:
         for stage in split_stages(model, cfg.n_stages):
             out = stage(out)
         if tuple(out.shape) != tuple(model(x).shape):
-            raise ConfigError("model", f"split runs the model's stages() in order, which gives {tuple(out.shape)} "
-                                       f"instead of forward's {tuple(model(x).shape)}; return every block of forward")
+            raise ConfigError(
+                "model",
+                f"split runs the model's stages() in order, which gives {tuple(out.shape)} "
+                f"instead of forward's {tuple(model(x).shape)}; return every block of forward",
+            )
     elif cfg.mode == "fused":
         try:
             FusedStep([model, copy.deepcopy(model)], cfg.optimizer, [cfg.lr, cfg.lr])(x, y)
         except ConfigError:
             raise
         except Exception as e:  # noqa: BLE001
-            raise ConfigError("model", f"fused trains copies of the model as one torch.func.vmap program, and "
-                                       f"'{cfg.model}' cannot be vmapped ({type(e).__name__}: "
-                                       f"{printable(str(e)[:200])}); avoid .item(), in-place buffer updates and "
-                                       "data-dependent Python branches in forward, or pick another mode") from None
+            raise ConfigError(
+                "model",
+                f"fused trains copies of the model as one torch.func.vmap program, and "
+                f"'{cfg.model}' cannot be vmapped ({type(e).__name__}: "
+                f"{printable(str(e)[:200])}); avoid .item(), in-place buffer updates and "
+                "data-dependent Python branches in forward, or pick another mode",
+            ) from None
 
 
 # ---------------------------------------------------------------------------- the child process

@@ -26,9 +26,20 @@ __all__ = ["PRELOAD", "parent_state", "serve"]
 
 # what a run child imports: numpy (its BLAS pool is the baseline of threads allowed), torch, torch._dynamo (torch
 # imports it lazily at a run's first optimizer step: seconds, sympy included), the engine's run-side modules
-PRELOAD = ("numpy", "torch", "torch._dynamo", "torch.profiler", "engine.run.runner", "engine.devices",
-           "engine.calibrate.bound", "engine.measure.host", "engine.measure.sampler", "engine.modes", "engine.registry",
-           "engine.plugins")
+PRELOAD = (
+    "numpy",
+    "torch",
+    "torch._dynamo",
+    "torch.profiler",
+    "engine.run.runner",
+    "engine.devices",
+    "engine.calibrate.bound",
+    "engine.measure.host",
+    "engine.measure.sampler",
+    "engine.modes",
+    "engine.registry",
+    "engine.plugins",
+)
 _BASELINE: dict[str, int] = {}  # native threads once numpy is loaded: its BLAS pool, made at load time
 
 
@@ -38,9 +49,14 @@ def parent_state() -> dict[str, Any]:
     # in between (PRELOAD); by the time this runs torch is loaded and this is a dict lookup
     import torch  # noqa: PLC0415
 
-    return {"pid": os.getpid(), "threads": _threads(), "baseline_threads": _BASELINE.get("threads", 1),
-            "python_threads": threading.active_count(), "cuda_initialized": torch.cuda.is_initialized(),
-            "torch_loaded": "torch" in sys.modules}
+    return {
+        "pid": os.getpid(),
+        "threads": _threads(),
+        "baseline_threads": _BASELINE.get("threads", 1),
+        "python_threads": threading.active_count(),
+        "cuda_initialized": torch.cuda.is_initialized(),
+        "torch_loaded": "torch" in sys.modules,
+    }
 
 
 def _threads() -> int:

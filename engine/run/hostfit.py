@@ -31,9 +31,23 @@ from engine.names import DEFAULT_CLASSES
 from engine.measure import available_memory, usable_cores, usable_cpus
 from engine.plugins import is_spec
 
-__all__ = ["HEAVY", "INSIST_HINT", "OVERSUBSCRIBE_ENV", "PROCESS_BYTES", "Demand", "available_memory", "check_all",
-           "check_host", "check_machine", "check_machine_all", "check_rules", "demand", "oversubscribe_from_env",
-           "usable_cores", "usable_cpus"]
+__all__ = [
+    "HEAVY",
+    "INSIST_HINT",
+    "OVERSUBSCRIBE_ENV",
+    "PROCESS_BYTES",
+    "Demand",
+    "available_memory",
+    "check_all",
+    "check_host",
+    "check_machine",
+    "check_machine_all",
+    "check_rules",
+    "demand",
+    "oversubscribe_from_env",
+    "usable_cores",
+    "usable_cpus",
+]
 
 OVERSUBSCRIBE_ENV = "LOADERLAB_OVERSUBSCRIBE"
 # the refusal's last words; the launch form says its checkbox instead (ui/form.py): no CLI flag in a browser
@@ -76,18 +90,24 @@ def demand(cfg: Any) -> Demand:
     model_bytes = _model_bytes(cfg) if "torch" in sys.modules and _on_cpu(cfg) else 0
     per_process = PROCESS_BYTES + _bank_bytes(cfg)
     parts: dict[str, int] = {}  # memory by the field that makes it (the launching run process itself: "run")
-    for name, size in (("run", per_process), (copy_field, (copies if copies > 1 else 0) * per_process),
-                       ("workers", copies * spawned_workers * per_process),
-                       ("n_models" if cfg.mode == "fused" else copy_field if copies > 1 else "width",
-                        models * model_bytes)):
+    for name, size in (
+        ("run", per_process),
+        (copy_field, (copies if copies > 1 else 0) * per_process),
+        ("workers", copies * spawned_workers * per_process),
+        ("n_models" if cfg.mode == "fused" else copy_field if copies > 1 else "width", models * model_bytes),
+    ):
         parts[name] = parts.get(name, 0) + size
     words = f"{1 + (copies if copies > 1 else 0) + copies * spawned_workers} process(es) of at least {_gb(per_process)}"
     if model_bytes:
         words += f", {models} model(s) of {_gb(model_bytes)} with gradients and optimizer state"
     # NOTE: with workers, the training process mostly waits on them: workers = cores (the usual advice) fits
-    return Demand(processes=copies * max(1, workers), process_field=copy_field if copies >= workers else "workers",
-                  memory_bytes=sum(parts.values()),
-                  memory_field=max((k for k in parts if k != "run"), key=lambda k: parts[k]), memory_parts=words)
+    return Demand(
+        processes=copies * max(1, workers),
+        process_field=copy_field if copies >= workers else "workers",
+        memory_bytes=sum(parts.values()),
+        memory_field=max((k for k in parts if k != "run"), key=lambda k: parts[k]),
+        memory_parts=words,
+    )
 
 
 def check_host(cfg: Any, *, oversubscribe: bool | None = None) -> list[str]:
@@ -96,17 +116,23 @@ def check_host(cfg: Any, *, oversubscribe: bool | None = None) -> list[str]:
     insist = oversubscribe_from_env() if oversubscribe is None else oversubscribe
     need, cores, free = demand(cfg), usable_cores(), available_memory()
     if need.memory_bytes > free:
-        raise ConfigError(need.memory_field, f"this run needs at least {_gb(need.memory_bytes)} of memory "
-                                             f"({need.memory_parts}) and this host has {_gb(free)} available; "
-                                             f"make it smaller ({_smaller(need.memory_field)}) or use a bigger "
-                                             "machine")
+        raise ConfigError(
+            need.memory_field,
+            f"this run needs at least {_gb(need.memory_bytes)} of memory "
+            f"({need.memory_parts}) and this host has {_gb(free)} available; "
+            f"make it smaller ({_smaller(need.memory_field)}) or use a bigger "
+            "machine",
+        )
     if need.processes <= cores:
         return []
     what = f"{need.processes} parallel processes on this host's {cores} usable cores"
     if need.processes > HEAVY * cores and not insist:
-        raise ConfigError(need.process_field, f"{what} is {need.processes / cores:.0f}x oversubscribed: they would "
-                                              "time-share the cores, and the run would measure that, not the "
-                                              f"loader; use at most {cores} (one per core), or {INSIST_HINT}")
+        raise ConfigError(
+            need.process_field,
+            f"{what} is {need.processes / cores:.0f}x oversubscribed: they would "
+            "time-share the cores, and the run would measure that, not the "
+            f"loader; use at most {cores} (one per core), or {INSIST_HINT}",
+        )
     return [f"{need.process_field}: {what}: they time-share the cores, so the run measures oversubscription"]
 
 
@@ -141,8 +167,12 @@ def check_machine_all(configs: list[Any], *, oversubscribe: bool | None = None) 
 
 
 def _smaller(field: str) -> str:
-    return {"world_size": "fewer ranks", "workers": "fewer or forked workers", "n_models": "fewer models",
-            "width": "a smaller model"}.get(field, field)
+    return {
+        "world_size": "fewer ranks",
+        "workers": "fewer or forked workers",
+        "n_models": "fewer models",
+        "width": "a smaller model",
+    }.get(field, field)
 
 
 def _gb(n: float) -> str:

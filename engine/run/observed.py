@@ -42,11 +42,13 @@ def script_command(command: list[str]) -> list[str]:
         raise ConfigError("command", f"nothing to observe; write the script's command after --, e.g. {EXAMPLE}")
     exe = command[0]
     if not Path(exe).name.startswith("python"):
-        raise ConfigError("command", f"'{printable(exe[:80])}' is not a Python interpreter; observe runs a Python "
-                                     f"script: {EXAMPLE}")
+        raise ConfigError(
+            "command", f"'{printable(exe[:80])}' is not a Python interpreter; observe runs a Python script: {EXAMPLE}"
+        )
     if shutil.which(exe) is None:
-        raise ConfigError("command", f"the interpreter '{printable(exe[:80])}' was not found; give its path or "
-                                     "'python'")
+        raise ConfigError(
+            "command", f"the interpreter '{printable(exe[:80])}' was not found; give its path or 'python'"
+        )
     flags: list[str] = []
     rest = command[1:]
     while rest and rest[0].startswith("-") and rest[0] not in ("-m", "-c"):
@@ -59,13 +61,20 @@ def script_command(command: list[str]) -> list[str]:
     return [exe, *flags, str(BOOT), *rest]
 
 
-def observe(command: list[str], *, name: str | None = None, db: Db = None,
-            say: Callable[[str], None] = lambda line: None) -> int:
+def observe(
+    command: list[str], *, name: str | None = None, db: Db = None, say: Callable[[str], None] = lambda line: None
+) -> int:
     """Run the script observed, store its streams' runs; the script's exit status (module doc)."""
     argv = script_command(command)
     root, prefix = runs_dir(db), f"obs-{datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
-    env = {**os.environ, ENV_RUNS: str(root), ENV_STORE: str(db_path(db)), ENV_PREFIX: prefix,
-           ENV_NAME: name or "", ENV_ROOT: str(ROOT)}
+    env = {
+        **os.environ,
+        ENV_RUNS: str(root),
+        ENV_STORE: str(db_path(db)),
+        ENV_PREFIX: prefix,
+        ENV_NAME: name or "",
+        ENV_ROOT: str(ROOT),
+    }
     proc = subprocess.Popen(argv, env=env)
     while True:
         try:
@@ -92,12 +101,16 @@ def _store(run_dir: Path, rc: int, db: Db, say: Callable[[str], None]) -> None:
     epoch = f"epoch {run['epoch_s']:.3f} s" if run.get("epoch_s") is not None else "no steady epoch"
     share = run.get("data_wait_share")
     wait = f" · data wait {share:.0%}" if share is not None else ""
-    say(f"{run_id}: {printable(str(run.get('observed_stream')))} · {run.get('n_epochs') or 0} epoch(s) · "
-        f"{epoch}{wait} · loader={run.get('loader')}, workers={run.get('workers')} ({run.get('status')})")
+    say(
+        f"{run_id}: {printable(str(run.get('observed_stream')))} · {run.get('n_epochs') or 0} epoch(s) · "
+        f"{epoch}{wait} · loader={run.get('loader')}, workers={run.get('workers')} ({run.get('status')})"
+    )
     if run.get("verdict") or run.get("bound_s") is not None:
         bound = f"bound {run['bound_s']:.3f} s" if run.get("bound_s") is not None else "no bound"
-        say(f"  {run.get('verdict') or 'no verdict'} · {bound} · efficiency {efficiency_text(run.get('efficiency'))}"
-            f" · {run.get('verdict_help') or ''}")
+        say(
+            f"  {run.get('verdict') or 'no verdict'} · {bound} · efficiency {efficiency_text(run.get('efficiency'))}"
+            f" · {run.get('verdict_help') or ''}"
+        )
     elif run.get("bound_note"):
         say(f"  {run['bound_note']}")
 
@@ -108,6 +121,7 @@ def _why(run_dir: Path) -> None:
     try:
         # NOTE: here, not at the top: it imports torch (engine.calibrate), which the CLI must not load at start
         from engine.run._observed_why import observed_figures  # noqa: PLC0415
+
         fields = observed_figures(read_events(run_dir))
     except Exception as e:  # noqa: BLE001 - the run's figures are kept whatever the why does
         log.warning("observed run %s: no verdict (%s)", run_dir.name, e)

@@ -48,9 +48,23 @@ DEFAULT_TIMEOUT_S = 60.0
 _MAX_TIMEOUT_S = 86_400.0
 _START_S = 300.0  # the child's own start (the interpreter, torch, the engine): never the plugin's time
 # Fields that change how batches are delivered or measured, not what a batch or the model is.
-_DELIVERY = ("loader", "workers", "prefetch_depth", "start_method", "persistent_workers", "pin_memory",
-             "worker_timeout_s", "epochs", "warmup_epochs", "device", "threads", "tag", "bound", "sample_hz",
-             "trace")
+_DELIVERY = (
+    "loader",
+    "workers",
+    "prefetch_depth",
+    "start_method",
+    "persistent_workers",
+    "pin_memory",
+    "worker_timeout_s",
+    "epochs",
+    "warmup_epochs",
+    "device",
+    "threads",
+    "tag",
+    "bound",
+    "sample_hz",
+    "trace",
+)
 _PASSED: dict[str, tuple[list[str], list[Any], dict[str, Any]]] = {}  # passed here: key -> (roots, stamp, meta)
 
 
@@ -73,8 +87,9 @@ def _seconds(value: str | float, field: str) -> float:
     except (TypeError, ValueError):
         seconds = math.nan
     if not 0 < seconds <= _MAX_TIMEOUT_S:  # NaN fails this too
-        raise ConfigError(field, f"expected seconds above 0 and at most {_MAX_TIMEOUT_S:.0f}, got "
-                                 f"{printable(str(value))[:40]!r}")
+        raise ConfigError(
+            field, f"expected seconds above 0 and at most {_MAX_TIMEOUT_S:.0f}, got {printable(str(value))[:40]!r}"
+        )
     return seconds
 
 
@@ -128,8 +143,15 @@ def _check(configs: list[Any], cwd: str, limit: float) -> list[_Found]:
     raised. roots and stamp: the source files hashed, as the child saw them (engine.plugins.hashing)."""
     request = json.dumps({"configs": [c.to_dict() for c in configs], "cwd": cwd}).encode()
     with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen([sys.executable, "-m", "engine.run._plugin_check"], cwd=ROOT, env=run_env(),
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "engine.run._plugin_check"],
+            cwd=ROOT,
+            env=run_env(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            start_new_session=True,
+        )
         assert proc.stdin is not None  # a pipe, as asked
         try:
             proc.stdin.write(request)
@@ -181,14 +203,23 @@ def _who(phase: dict[str, Any]) -> str:
 
 def _timed_out(phase: dict[str, Any], limit: float, started: bool) -> ConfigError:
     if not started:
-        return ConfigError("preflight_timeout", f"the preflight process did not start within {max(_START_S, limit):g}"
-                                                " s (it imports torch); the machine may be overloaded: try again")
+        return ConfigError(
+            "preflight_timeout",
+            f"the preflight process did not start within {max(_START_S, limit):g}"
+            " s (it imports torch); the machine may be overloaded: try again",
+        )
     if not phase:
-        return ConfigError("preflight_timeout", f"preflight's own checks did not finish within {limit:g} s; the "
-                                                "machine may be overloaded: raise --preflight-timeout or try again")
+        return ConfigError(
+            "preflight_timeout",
+            f"preflight's own checks did not finish within {limit:g} s; the "
+            "machine may be overloaded: raise --preflight-timeout or try again",
+        )
     fix = "the factory" if phase["kind"].endswith("factory") else f"the {phase['kind']}"
-    return ConfigError(phase["field"], f"{_who(phase)} did not return within {limit:g} s while preflight "
-                                       f"{phase['phase']}; raise --preflight-timeout (or {TIMEOUT_ENV}) or fix {fix}")
+    return ConfigError(
+        phase["field"],
+        f"{_who(phase)} did not return within {limit:g} s while preflight "
+        f"{phase['phase']}; raise --preflight-timeout (or {TIMEOUT_ENV}) or fix {fix}",
+    )
 
 
 def _ended(phase: dict[str, Any], proc: subprocess.Popen, err: Any, crash: str | None = None) -> ConfigError:
@@ -198,8 +229,13 @@ def _ended(phase: dict[str, Any], proc: subprocess.Popen, err: Any, crash: str |
             code = proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             code = None
-        how = ("was killed" if code is None else f"ended with signal {-code}" if code < 0
-               else f"ended with exit status {code}")
+        how = (
+            "was killed"
+            if code is None
+            else f"ended with signal {-code}"
+            if code < 0
+            else f"ended with exit status {code}"
+        )
     else:
         how = f"failed ({crash})"
     err.seek(0)
@@ -207,9 +243,12 @@ def _ended(phase: dict[str, Any], proc: subprocess.Popen, err: Any, crash: str |
     said = f"; its last output: {printable(tail[0].strip())[:200]}" if tail and crash is None else ""
     if not phase:
         return ConfigError("preflight", f"the preflight process {how} before it checked a plugin{said}")
-    return ConfigError(phase["field"], f"the preflight process {how} while {_who(phase)} was called (preflight "
-                                       f"{phase['phase']}){said}; a plugin must return or raise, never end the "
-                                       "process")
+    return ConfigError(
+        phase["field"],
+        f"the preflight process {how} while {_who(phase)} was called (preflight "
+        f"{phase['phase']}){said}; a plugin must return or raise, never end the "
+        "process",
+    )
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:

@@ -111,13 +111,27 @@ def _execute(run_dir: Path) -> int:
             # a plugin's factory runs here first
             stored, items = _stored_config(cfg, device, workloads.build_dataset, stream)
         except (Exception, SystemExit) as e:  # noqa: BLE001 - recorded as the run's failure, as below
-            runlog.write("start", run_id=run_dir.name, config=cfg.effective(device=str(device)),
-                         host=host.fingerprint(), pid=os.getpid(), device=str(device), **meta)
+            runlog.write(
+                "start",
+                run_id=run_dir.name,
+                config=cfg.effective(device=str(device)),
+                host=host.fingerprint(),
+                pid=os.getpid(),
+                device=str(device),
+                **meta,
+            )
             return _failed(runlog, e)
         if cfg.mode == "ddp" and (joined := torchrun_env()) is not None:
             stored["world_size"] = joined[1]  # torchrun's WORLD_SIZE is what ran, whatever world_size said
-        runlog.write("start", run_id=run_dir.name, config=stored, host=host.fingerprint(), pid=os.getpid(),
-                     device=str(device), **meta)
+        runlog.write(
+            "start",
+            run_id=run_dir.name,
+            config=stored,
+            host=host.fingerprint(),
+            pid=os.getpid(),
+            device=str(device),
+            **meta,
+        )
         ctx = modes.RunContext(cfg=cfg, log=runlog, device=device)
         ctx.summary.update(stream)
         calibrations = run_dir.parent.parent / "calibrations"  # beside the bound's (engine/calibrate/bound.py)
@@ -138,15 +152,27 @@ def _execute(run_dir: Path) -> int:
             # no probe before the run: its own, after it, and before the verdict, which reads it as a prior run's
             # would (NOTE: the verdict needs the probe's pools: without it, a pool loaded in every worker and never
             # called, such as numpy's OpenBLAS, counts as runnable threads: a false hidden-threads)
-            own = _predict(forecast.own, cfg, device, calibrations, default_threads) \
-                if predicted is None and forecast.covered(cfg) else None
+            own = (
+                _predict(forecast.own, cfg, device, calibrations, default_threads)
+                if predicted is None and forecast.covered(cfg)
+                else None
+            )
             # NOTE: the probe, through forecast's own path: its GIL share of the load, and whether the pools it saw
             # loaded worked (idle ones add no runnable thread)
-            found: Mapping[str, Any] | None = (forecast.predict.load_probe(forecast.predict.probe_path(
-                calibrations, cfg, host.fingerprint()["machine"], device.type)) or {}) if predicted or own else None
+            found: Mapping[str, Any] | None = (
+                (
+                    forecast.predict.load_probe(
+                        forecast.predict.probe_path(calibrations, cfg, host.fingerprint()["machine"], device.type)
+                    )
+                    or {}
+                )
+                if predicted or own
+                else None
+            )
             # the pools the loaders saw where items load (engine/measure/pools.py), and the plugin's lock
-            record = pools.pools_record({"training": pools.hidden_pools(), **loaders.seen_pools()}, cfg.loader,
-                                        cfg.workers)
+            record = pools.pools_record(
+                {"training": pools.hidden_pools(), **loaders.seen_pools()}, cfg.loader, cfg.workers
+            )
             ctx.summary.update(pools.idle_pools_add_none(record, found), **items)
             if found is not None:
                 ctx.summary["probe_gil_share"] = found.get("gil_share")
@@ -170,17 +196,24 @@ def _failed(runlog: RunLog, e: BaseException) -> int:
     silently vanished."""
     log.error("run failed", exc_info=e)
     if isinstance(e, SystemExit):
-        error = (f"the run's code called sys.exit({e.code!r}) (a plugin's dataset, model, collate or loss?); a "
-                 "plugin must return or raise an exception, never exit the process")
+        error = (
+            f"the run's code called sys.exit({e.code!r}) (a plugin's dataset, model, collate or loss?); a "
+            "plugin must return or raise an exception, never exit the process"
+        )
     else:
         error = user_error(e)
-    runlog.write("end", status=RunStatus.FAILED, error=error,
-                 traceback="".join(traceback.format_exception(e))[-_TRACEBACK_CHARS:])
+    runlog.write(
+        "end",
+        status=RunStatus.FAILED,
+        error=error,
+        traceback="".join(traceback.format_exception(e))[-_TRACEBACK_CHARS:],
+    )
     return 1
 
 
-def _stored_config(cfg: RunConfig, device: Any, build_dataset: Callable[[RunConfig], Any],
-                   stream: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _stored_config(
+    cfg: RunConfig, device: Any, build_dataset: Callable[[RunConfig], Any], stream: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """What ran: fields the mode and loader ignore normalised, the device it resolved to; a folder's real image
     and class counts. For a plugin's dataset, whether its items load one at a time (engine/workloads/plugin.py):
     items_serialised, items_note. A stream's split and what it means for the batches go into `stream` (the run's
@@ -191,8 +224,10 @@ def _stored_config(cfg: RunConfig, device: Any, build_dataset: Callable[[RunConf
         # NOTE: classes nobody declared stay auto (0): the model's head decided them, and 0 reruns the same way
         if getattr(dataset, "is_stream", False):
             stream.update(stream_split=dataset.split, stream_note=_stream_note(cfg, dataset))
-        out.update(n_samples=_samples(dataset, cfg), num_classes=dataset.num_classes
-                   if getattr(dataset, "classes_known", True) else 0)
+        out.update(
+            n_samples=_samples(dataset, cfg),
+            num_classes=dataset.num_classes if getattr(dataset, "classes_known", True) else 0,
+        )
         if hasattr(dataset, "items_serialised"):
             items = {"items_serialised": dataset.items_serialised, "items_note": dataset.serial_note}
     return out, items
@@ -265,11 +300,19 @@ def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
         pass
 
 
-def launch(cfg: RunConfig, *, db: Db = None, meta: dict[str, Any] | None = None,
-           on_event: Callable[[dict[str, Any]], None] | None = None, cancel: threading.Event | None = None,
-           cancel_reason: str | Callable[[], str] = "cancelled by the user; finished epochs kept",
-           poll_s: float = 0.25, exit_grace_s: float = 10.0, warm: Any = None,
-           oversubscribe: bool | None = None) -> RunResult:
+def launch(
+    cfg: RunConfig,
+    *,
+    db: Db = None,
+    meta: dict[str, Any] | None = None,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+    cancel: threading.Event | None = None,
+    cancel_reason: str | Callable[[], str] = "cancelled by the user; finished epochs kept",
+    poll_s: float = 0.25,
+    exit_grace_s: float = 10.0,
+    warm: Any = None,
+    oversubscribe: bool | None = None,
+) -> RunResult:
     """Run cfg in a subprocess, stream its events to on_event, ingest it, and return how it ended.
 
     A config the child refuses (the machine's checks, engine.registry.check, made where torch is) raises its ConfigError
@@ -352,8 +395,15 @@ def _start(run_dir: Path, warm: Any) -> Any:
     if child is not None:
         return child
     with open(run_dir / "stderr.log", "wb") as err:
-        return subprocess.Popen([sys.executable, "-m", "engine.run.runner", str(run_dir)], cwd=ROOT, env=env,
-                                stdin=subprocess.DEVNULL, stdout=err, stderr=err, start_new_session=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", "engine.run.runner", str(run_dir)],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=err,
+            stderr=err,
+            start_new_session=True,
+        )
 
 
 def _store(run_dir: Path, db: Db, unlogged: list[dict[str, Any]]) -> tuple[bool, str | None]:
@@ -371,8 +421,9 @@ def _store(run_dir: Path, db: Db, unlogged: list[dict[str, Any]]) -> tuple[bool,
     return True, None
 
 
-def _close_log(run_dir: Path, returncode: int,
-               ending: tuple[str, str | None] | None) -> tuple[tuple[str, str | None], list[dict[str, Any]]]:
+def _close_log(
+    run_dir: Path, returncode: int, ending: tuple[str, str | None] | None
+) -> tuple[tuple[str, str | None], list[dict[str, Any]]]:
     """Make sure the log ends with an `end` event, written by the parent when the child could not.
 
     Returns (status, error) and the events the RunLog could not take (its disk is full): the store gets those

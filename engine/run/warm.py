@@ -103,9 +103,16 @@ class WarmParent:
             log.info("LOADERLAB_WARM=0: runs start cold")
         elif enabled:
             self._env = run_env()
-            self._proc = subprocess.Popen([sys.executable, "-m", "engine.run._warm_server"], cwd=ROOT, env=self._env,
-                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                          start_new_session=True, bufsize=0)
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "engine.run._warm_server"],
+                cwd=ROOT,
+                env=self._env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                bufsize=0,
+            )
             self._ready = None
         else:
             self._dead = "not wanted"

@@ -26,13 +26,32 @@ queue's table, imports from other hosts, and the SQL sandbox. Nothing outside th
 from engine.errors import QueryRejected, StoreBusy, StoreCorrupt, StoreError, StoreHeld, StoreVersionError
 from engine.store.connect import DEFAULT_TIMEOUT_S, connect, prepare, reads_only
 from engine.store.edits import export, purge, restore, set_notes, set_tags, soft_delete
-from engine.store.explore import (EXPLORE_FILTERS, EXPLORE_METRICS, demo_summary, explore_axes,
-                                  explore_filter_options, explore_predictions, explore_ranking, explore_summary)
+from engine.store.explore import (
+    EXPLORE_FILTERS,
+    EXPLORE_METRICS,
+    demo_summary,
+    explore_axes,
+    explore_filter_options,
+    explore_predictions,
+    explore_ranking,
+    explore_summary,
+)
 from engine.store.ingest import ingest_pending, ingest_run
 from engine.store.merge import export_bundle, import_results
 from engine.store.pending import pending_summary
-from engine.store.queries import (RUN_TABLE_COLUMNS, count_runs, done_runs, epoch_time_by, get_epochs, get_run,
-                                  get_steps, list_runs, recent_done_runs, search_runs, table_schema)
+from engine.store.queries import (
+    RUN_TABLE_COLUMNS,
+    count_runs,
+    done_runs,
+    epoch_time_by,
+    get_epochs,
+    get_run,
+    get_steps,
+    list_runs,
+    recent_done_runs,
+    search_runs,
+    table_schema,
+)
 from engine.store.sandbox import QueryResult, QueryStream, check_query, run_query, stream_query
 from engine.store.schema import SCHEMA_VERSION, ensure_schema
 from engine.store.tables import BUILTIN_QUERIES

@@ -17,8 +17,16 @@ from engine.measure import epoch_walls, median_epoch_s, samples_per_s, span_s, w
 from engine.runlog import EPOCH_FIELDS, STEP_FIELDS
 from engine.store.tables import column_types
 
-__all__ = ["calibrations_table", "coerce", "epochs_table", "gpu_idle_summary", "samples_table", "steps_table",
-           "summarize", "unique_epochs"]
+__all__ = [
+    "calibrations_table",
+    "coerce",
+    "epochs_table",
+    "gpu_idle_summary",
+    "samples_table",
+    "steps_table",
+    "summarize",
+    "unique_epochs",
+]
 
 _KEYS = ("model_idx", "rank", "epoch")
 SAMPLE_FIELDS = ("t", "cpu_percent", "rss_bytes", "gpu_util", "gpu_mem_bytes")
@@ -46,8 +54,11 @@ def _str(v: Any) -> str | None:
 
 
 _CONVERT: dict[str, tuple[Callable[[Any], Any], pa.DataType]] = {
-    "DOUBLE": (_float, pa.float64()), "BIGINT": (_int, pa.int64()), "INTEGER": (_int, pa.int32()),
-    "BOOLEAN": (_bool, pa.bool_()), "VARCHAR": (_str, pa.string()),
+    "DOUBLE": (_float, pa.float64()),
+    "BIGINT": (_int, pa.int64()),
+    "INTEGER": (_int, pa.int32()),
+    "BOOLEAN": (_bool, pa.bool_()),
+    "VARCHAR": (_str, pa.string()),
 }
 
 
@@ -98,8 +109,13 @@ def unique_epochs(events: list[dict]) -> list[dict]:
     out: dict[tuple, dict] = {}
     for e in events:
         if e.get("type") == "epoch" and _int(e.get("epoch")) is not None:
-            e = {**e, "model_idx": _int(e.get("model_idx")) or 0, "rank": _int(e.get("rank")) or 0,
-                 "epoch": _int(e.get("epoch")), "warmup": bool(e.get("warmup", False))}
+            e = {
+                **e,
+                "model_idx": _int(e.get("model_idx")) or 0,
+                "rank": _int(e.get("rank")) or 0,
+                "epoch": _int(e.get("epoch")),
+                "warmup": bool(e.get("warmup", False)),
+            }
             out[tuple(e[k] for k in _KEYS)] = e
     return [out[k] for k in sorted(out)]
 
@@ -117,10 +133,10 @@ def steps_table(run_id: str, epochs: list[dict]) -> pa.Table:
         for i, k in enumerate(_KEYS):
             cols[i].extend([e[k]] * len(steps))
         if steps and all(len(s) == len(STEP_FIELDS) for s in steps):
-            for col, values in zip(cols[len(_KEYS):], zip(*steps)):
+            for col, values in zip(cols[len(_KEYS) :], zip(*steps)):
                 col.extend(values)
         else:  # short or long rows: pad or cut to the step fields
-            for j, col in enumerate(cols[len(_KEYS):]):
+            for j, col in enumerate(cols[len(_KEYS) :]):
                 col.extend(s[j] if j < len(s) else None for s in steps)
     return _columns_table(run_id, "steps", names, cols)
 
@@ -184,8 +200,14 @@ def summarize(epochs: list[dict], samples: pa.Table, waits: list[float] | None =
     out["other_share"] = max(0.0, 1.0 - sum(parts.values()) / whole) if whole > 0 else None
     # one definition with engine.analysis.stats (engine/measure/waits.py): each epoch's first step is its TTFB, left out
     if waits is None:
-        waits = _finite_sorted([s[1] for e in steady for s in e.get("steps") or []
-                                if isinstance(s, (list, tuple)) and len(s) > 1 and s[0] != 0])
+        waits = _finite_sorted(
+            [
+                s[1]
+                for e in steady
+                for s in e.get("steps") or []
+                if isinstance(s, (list, tuple)) and len(s) > 1 and s[0] != 0
+            ]
+        )
     out.update(wait_percentiles(waits))
     out.update(gpu_idle_summary(steady))
     rss = samples.column("rss_bytes").drop_null().to_pylist()

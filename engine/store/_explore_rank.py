@@ -70,20 +70,40 @@ def rank_configs(runs: pd.DataFrame, reference: str | None = None, metric: str =
     `runs`: one row per run with `metric` (a time: lower is faster), the pipeline and config columns. Per pipeline
     only engine.analysis.answer's runs are ranked, the advisor's. `reference`: a config label to compare with (else
     sync at the best's batch size, else the slowest)."""
-    out_cols = ["rank", *PIPELINE, "config", "n", "median", "lo", "hi", "interval", "unproven", "speedup",
-                "speedup_lo", "speedup_hi", "distinguishable", "vs", "call", "run_ids", "left_out", "knobs"]
+    out_cols = [
+        "rank",
+        *PIPELINE,
+        "config",
+        "n",
+        "median",
+        "lo",
+        "hi",
+        "interval",
+        "unproven",
+        "speedup",
+        "speedup_lo",
+        "speedup_hi",
+        "distinguishable",
+        "vs",
+        "call",
+        "run_ids",
+        "left_out",
+        "knobs",
+    ]
     runs = runs.dropna(subset=[metric]) if len(runs) else runs
     if runs.empty:
         return pd.DataFrame(columns=out_cols)
     runs = runs.assign(model=runs["model"].fillna(OWN_MODEL)) if "model" in runs else runs
     rows = []
     for key, pipe in runs.groupby(list(PIPELINE), dropna=False, sort=True):
-        pipe, _problem, left_out = answer_runs(pipe.rename(columns={metric: "epoch_s"}) if metric != "epoch_s"
-                                               else pipe)
+        pipe, _problem, left_out = answer_runs(
+            pipe.rename(columns={metric: "epoch_s"}) if metric != "epoch_s" else pipe
+        )
         keys = ranked_keys(pipe)
         fields = [k for k in keys if pipe[k].astype("string").nunique(dropna=False) > 1] or ["loader"]
-        table = stats.summarize_configs(pipe.assign(**{k: pipe[k].astype(object).where(pipe[k].notna(), None)
-                                                         for k in keys}), keys)
+        table = stats.summarize_configs(
+            pipe.assign(**{k: pipe[k].astype(object).where(pipe[k].notna(), None) for k in keys}), keys
+        )
         groups = {}
         for _, row in table.iterrows():
             knobs = {k: row[k] for k in keys}
@@ -96,14 +116,27 @@ def rank_configs(runs: pd.DataFrame, reference: str | None = None, metric: str =
             values = mine["epoch_s"].to_numpy(dtype=float)
             med, lo, hi = stats.median_ci(values)
             c = stats.compare(groups[ref][1]["epoch_s"], values, margin=NOT_SLOWER_MARGIN)
-            rows.append({**dict(zip(PIPELINE, key)), "config": lab, "n": len(values), "median": med, "lo": lo,
-                         "hi": hi, "interval": stats.ci_text(lo, hi, len(values), "{:#.3g}", " s"),
-                         "unproven": len(values) < stats.MIN_FOR_CI, "speedup": c["speedup"],
-                         "speedup_lo": c["speedup_lo"], "speedup_hi": c["speedup_hi"],
-                         "distinguishable": not not_yet_distinguishable(c["speedup_lo"], c["speedup_hi"]),
-                         "vs": ref, "call": _call(c, lab == ref),
-                         "run_ids": ",".join(mine.sort_values("created_at", ascending=False)["run_id"].astype(str)),
-                         "left_out": left_out, "knobs": json.dumps(groups[lab][0], default=_plain)})
+            rows.append(
+                {
+                    **dict(zip(PIPELINE, key)),
+                    "config": lab,
+                    "n": len(values),
+                    "median": med,
+                    "lo": lo,
+                    "hi": hi,
+                    "interval": stats.ci_text(lo, hi, len(values), "{:#.3g}", " s"),
+                    "unproven": len(values) < stats.MIN_FOR_CI,
+                    "speedup": c["speedup"],
+                    "speedup_lo": c["speedup_lo"],
+                    "speedup_hi": c["speedup_hi"],
+                    "distinguishable": not not_yet_distinguishable(c["speedup_lo"], c["speedup_hi"]),
+                    "vs": ref,
+                    "call": _call(c, lab == ref),
+                    "run_ids": ",".join(mine.sort_values("created_at", ascending=False)["run_id"].astype(str)),
+                    "left_out": left_out,
+                    "knobs": json.dumps(groups[lab][0], default=_plain),
+                }
+            )
     out = pd.DataFrame(rows)
     out.insert(0, "rank", out.groupby(list(PIPELINE), dropna=False).cumcount() + 1)
     return out[out_cols]

@@ -61,5 +61,5 @@ def pool_sql(groups: list[str]) -> tuple[str, str]:
     # hash table each, and a store of many runs has dozens of fields
     inner = [f"count(DISTINCT hash({', '.join(f'{chr(34)}{c}{chr(34)}' for c in cols)})) AS n_configs"]
     inner += [f'(min("{c}") <> max("{c}") OR count("{c}") NOT IN (0, count(*))) AS "_d_{c}"' for c in cols]
-    differs = ", ".join(f'CASE WHEN "_d_{c}" THEN \'{c}\' END' for c in cols)
+    differs = ", ".join(f"CASE WHEN \"_d_{c}\" THEN '{c}' END" for c in cols)
     return ",\n                   ".join(inner), f"n_configs, concat_ws(', ', {differs}) AS differs"

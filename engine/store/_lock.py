@@ -95,8 +95,10 @@ class SidecarLock:
             who = "LoaderLab process " + ", ".join(f"pid {p}" for p in holders) + " holds it"
         else:
             who = "another LoaderLab process holds it"
-        return (f"could not {want} the store {self.path.with_suffix('')}: {who} ({self.path}). "
-                "Wait for that operation to finish or stop that process, then retry.")
+        return (
+            f"could not {want} the store {self.path.with_suffix('')}: {who} ({self.path}). "
+            "Wait for that operation to finish or stop that process, then retry."
+        )
 
 
 def _holders(fd: int) -> list[int]:

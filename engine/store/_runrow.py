@@ -38,15 +38,19 @@ def _host_columns(start: dict) -> dict[str, Any]:
     gpus = host.get("gpus")
     gpu = _pick(host, "gpu_name", "gpu") or (", ".join(map(str, gpus)) if isinstance(gpus, list) and gpus else None)
     cols = {
-        "host": _pick(host, "hostname", "host", "node"), "cpu_model": _pick(host, "cpu_model", "cpu"),
+        "host": _pick(host, "hostname", "host", "node"),
+        "cpu_model": _pick(host, "cpu_model", "cpu"),
         "cores": ev.coerce(_pick(host, "cores", "cpu_count", "n_cores", "logical_cores"), "INTEGER"),
-        "gpu_name": gpu, "torch_version": _pick(both, "torch_version", "torch"),
-        "python_version": _pick(both, "python_version", "python"), "git_commit": _pick(both, "git_commit", "git"),
+        "gpu_name": gpu,
+        "torch_version": _pick(both, "torch_version", "torch"),
+        "python_version": _pick(both, "python_version", "python"),
+        "git_commit": _pick(both, "git_commit", "git"),
     }
     cols = {k: (v if k == "cores" or v is None else str(v)) for k, v in cols.items()}
     identity = json.dumps([cols["host"], cols["cpu_model"], cols["cores"], cols["gpu_name"]])
-    cols["host_fingerprint"] = str(_pick(host, "fingerprint", "host_fingerprint")
-                                   or hashlib.sha1(identity.encode()).hexdigest()[:12])
+    cols["host_fingerprint"] = str(
+        _pick(host, "fingerprint", "host_fingerprint") or hashlib.sha1(identity.encode()).hexdigest()[:12]
+    )
     cols["host_json"] = json.dumps(host, sort_keys=True, default=str)
     return cols
 
@@ -62,9 +66,20 @@ def _config_columns(cfg: dict) -> dict[str, Any]:
     return out
 
 
-def run_row(run_id: str, run_dir: Path, events: list[dict], start: dict, epochs: list[dict], samples: pa.Table,
-            *, job_id: str | None, sweep_meta: dict[str, Any] | None, heartbeat_age: float | None,
-            stale_after_s: float | None, waits: list[float] | None = None) -> dict[str, Any]:
+def run_row(
+    run_id: str,
+    run_dir: Path,
+    events: list[dict],
+    start: dict,
+    epochs: list[dict],
+    samples: pa.Table,
+    *,
+    job_id: str | None,
+    sweep_meta: dict[str, Any] | None,
+    heartbeat_age: float | None,
+    stale_after_s: float | None,
+    waits: list[float] | None = None,
+) -> dict[str, Any]:
     end = next((e for e in reversed(events) if e.get("type") == "end"), None)
     if end is not None:
         status = end.get("status") if end.get("status") in _STATUSES else RunStatus.FAILED
@@ -94,14 +109,22 @@ def run_row(run_id: str, run_dir: Path, events: list[dict], start: dict, epochs:
         # says is stored as its verdict, so the store, the CLI and the run page read one answer
         summary["verdict"], summary["verdict_help"] = kept_epochs_limit(summary)
     return {
-        "run_id": run_id, "status": status, "error": None if error is None else str(error),
-        "created_at": utc(start.get("t")), "started_at": utc(start.get("t")), "ended_at": ended_at,
-        "sweep_id": ev.coerce(meta["sweep_id"], "VARCHAR"), "config_idx": ev.coerce(meta["config_idx"], "INTEGER"),
-        "repeat_idx": ev.coerce(meta["repeat_idx"], "INTEGER"), "job_id": ev.coerce(meta["job_id"], "VARCHAR"),
-        **_host_columns(start), "config_json": json.dumps(cfg, sort_keys=True, default=str),
+        "run_id": run_id,
+        "status": status,
+        "error": None if error is None else str(error),
+        "created_at": utc(start.get("t")),
+        "started_at": utc(start.get("t")),
+        "ended_at": ended_at,
+        "sweep_id": ev.coerce(meta["sweep_id"], "VARCHAR"),
+        "config_idx": ev.coerce(meta["config_idx"], "INTEGER"),
+        "repeat_idx": ev.coerce(meta["repeat_idx"], "INTEGER"),
+        "job_id": ev.coerce(meta["job_id"], "VARCHAR"),
+        **_host_columns(start),
+        "config_json": json.dumps(cfg, sort_keys=True, default=str),
         "tags": str(cfg.get("tag")) if cfg.get("tag") else None,
         "summary_json": json.dumps(summary_event, sort_keys=True, default=str) if summary_event else None,
-        "run_dir": str(run_dir.resolve()), "code_hash": ev.coerce(start.get("code_hash"), "VARCHAR"),
+        "run_dir": str(run_dir.resolve()),
+        "code_hash": ev.coerce(start.get("code_hash"), "VARCHAR"),
         **_config_columns(cfg),
         **{k: summary.get(k) for k in SUMMARY_COLUMNS},
     }

@@ -19,8 +19,10 @@ __all__ = ["previous", "prior_events", "stored_epochs", "stored_samples", "store
 
 def previous(conn: duckdb.DuckDBPyConnection, run_dir: str) -> dict[str, Any] | None:
     """The runs row of this RunLog folder as stored: run_id, ingested_bytes, status, error, ended_at, summary_json."""
-    cur = conn.execute("SELECT run_id, ingested_bytes, status, error, ended_at, summary_json FROM runs "
-                       "WHERE run_dir = ? LIMIT 1", [run_dir])
+    cur = conn.execute(
+        "SELECT run_id, ingested_bytes, status, error, ended_at, summary_json FROM runs WHERE run_dir = ? LIMIT 1",
+        [run_dir],
+    )
     row = cur.fetchone()
     return dict(zip([d[0] for d in cur.description], row)) if row else None
 
@@ -38,8 +40,13 @@ def prior_events(prev: dict[str, Any]) -> list[dict[str, Any]]:
 def stored_epochs(conn: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[str, Any]]:
     """Every epoch of the run, shaped as ev.unique_epochs returns them but without their steps: the summary
     needs of the steps only their waits, which stored_waits() reads in SQL."""
-    epochs = conn.sql("SELECT * EXCLUDE (run_id) FROM epochs WHERE run_id = ? ORDER BY model_idx, rank, epoch",
-                      params=[run_id]).to_arrow_table().to_pylist()
+    epochs = (
+        conn.sql(
+            "SELECT * EXCLUDE (run_id) FROM epochs WHERE run_id = ? ORDER BY model_idx, rank, epoch", params=[run_id]
+        )
+        .to_arrow_table()
+        .to_pylist()
+    )
     for e in epochs:
         e["warmup"] = bool(e.get("warmup"))
         e["steps"] = []
@@ -51,13 +58,16 @@ def stored_waits(conn: duckdb.DuckDBPyConnection, run_id: str) -> list[float]:
 
     NOTE: in DuckDB, not Python: a long run's summary needs every step on each ingest, and reading a million
     of them back as Python rows would make each incremental ingest cost nearly a whole one."""
-    rows = conn.sql("SELECT s.data_wait_s FROM steps s JOIN epochs e USING (run_id, model_idx, rank, epoch) "
-                    "WHERE s.run_id = ? AND NOT e.warmup AND s.step <> 0 AND isfinite(s.data_wait_s) "
-                    "ORDER BY 1", params=[run_id]).fetchnumpy()
+    rows = conn.sql(
+        "SELECT s.data_wait_s FROM steps s JOIN epochs e USING (run_id, model_idx, rank, epoch) "
+        "WHERE s.run_id = ? AND NOT e.warmup AND s.step <> 0 AND isfinite(s.data_wait_s) "
+        "ORDER BY 1",
+        params=[run_id],
+    ).fetchnumpy()
     return rows["data_wait_s"].tolist()
 
 
 def stored_samples(conn: duckdb.DuckDBPyConnection, run_id: str) -> pa.Table:
-    return conn.sql(f"SELECT run_id, {', '.join(SAMPLE_FIELDS)} FROM samples WHERE run_id = ? ORDER BY t",
-                    params=[run_id]).to_arrow_table()
-
+    return conn.sql(
+        f"SELECT run_id, {', '.join(SAMPLE_FIELDS)} FROM samples WHERE run_id = ? ORDER BY t", params=[run_id]
+    ).to_arrow_table()

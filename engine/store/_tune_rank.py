@@ -18,8 +18,20 @@ from engine.store.tunes import tune_answers
 
 __all__ = ["setting_text", "tune_ranking", "tune_trials"]
 
-_TRIAL_COLUMNS = ["trial", "run_id", "status", "error", "config_idx", "repeat_idx", "created_at", "s_per_batch",
-                  "peak_bytes", "gpu_idle_share", "trial_rung", "setting"]
+_TRIAL_COLUMNS = [
+    "trial",
+    "run_id",
+    "status",
+    "error",
+    "config_idx",
+    "repeat_idx",
+    "created_at",
+    "s_per_batch",
+    "peak_bytes",
+    "gpu_idle_share",
+    "trial_rung",
+    "setting",
+]
 
 
 def _settings(tune: dict[str, Any] | None) -> list[Any]:
@@ -63,7 +75,9 @@ def tune_trials(tune_id: str, db: Db = None) -> pd.DataFrame:
     with connect(db, read_only=True) as conn:
         runs = conn.execute(
             "SELECT run_id, status, error, config_idx, repeat_idx, created_at, summary_json FROM runs "
-            "WHERE sweep_id = ? AND NOT deleted ORDER BY created_at, config_idx, repeat_idx, run_id", [tune_id]).df()
+            "WHERE sweep_id = ? AND NOT deleted ORDER BY created_at, config_idx, repeat_idx, run_id",
+            [tune_id],
+        ).df()
     if runs.empty:
         return pd.DataFrame(columns=_TRIAL_COLUMNS)
     runs.insert(0, "trial", range(1, len(runs) + 1))
@@ -99,20 +113,49 @@ def tune_ranking(tune_id: str, db: Db = None) -> pd.DataFrame:
         failed = mine[mine["status"] != "done"]
         med, lo, hi = stats.median_ci(done) if len(done) else (math.nan, math.nan, math.nan)
         ok = mine[mine["status"] == "done"]
-        peak, idle = (float(ok[c].median()) if ok[c].notna().any() else math.nan for c in ("peak_bytes",
-                                                                                           "gpu_idle_share"))
+        peak, idle = (
+            float(ok[c].median()) if ok[c].notna().any() else math.nan for c in ("peak_bytes", "gpu_idle_share")
+        )
         errors = [str(e) for e in failed["error"] if isinstance(e, str) and e]
         first_error = errors[0] if errors else ("failed without an error message" if len(failed) else "")
         call = "the answer" if best is not None and idx == best else ("the script's own" if idx == 0 else "")
-        rows.append({"config_idx": idx, "setting": setting_text(settings, idx), "trials": len(mine),
-                     "finished": len(done), "failed": len(failed), "median_s": med, "lo_s": lo, "hi_s": hi,
-                     "peak_bytes": peak, "gpu_idle_share": idle,
-                     "interval": _interval(lo, hi, len(done)) if len(mine) else "not tried",
-                     "first_error": first_error, "call": call,
-                     "group": 0 if len(done) else (1 if len(mine) else 2)})
-    out = pd.DataFrame(rows, columns=["config_idx", "setting", "trials", "finished", "failed", "median_s", "lo_s",
-                                      "hi_s", "peak_bytes", "gpu_idle_share", "interval", "first_error", "call",
-                                      "group"])
+        rows.append(
+            {
+                "config_idx": idx,
+                "setting": setting_text(settings, idx),
+                "trials": len(mine),
+                "finished": len(done),
+                "failed": len(failed),
+                "median_s": med,
+                "lo_s": lo,
+                "hi_s": hi,
+                "peak_bytes": peak,
+                "gpu_idle_share": idle,
+                "interval": _interval(lo, hi, len(done)) if len(mine) else "not tried",
+                "first_error": first_error,
+                "call": call,
+                "group": 0 if len(done) else (1 if len(mine) else 2),
+            }
+        )
+    out = pd.DataFrame(
+        rows,
+        columns=[
+            "config_idx",
+            "setting",
+            "trials",
+            "finished",
+            "failed",
+            "median_s",
+            "lo_s",
+            "hi_s",
+            "peak_bytes",
+            "gpu_idle_share",
+            "interval",
+            "first_error",
+            "call",
+            "group",
+        ],
+    )
     out = out.sort_values(["group", "median_s", "config_idx"], na_position="last", kind="stable")
     out.insert(0, "rank", range(1, len(out) + 1))
     return out.drop(columns="group").reset_index(drop=True)

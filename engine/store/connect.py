@@ -76,15 +76,22 @@ def prepare(db: Db = None) -> bool:
     except StoreBusy as e:
         log.info("store %s held now; going ahead: %s", path, e)
     except OSError as e:
-        raise StoreError(f"cannot {'create' if created else 'open'} the store {path}: {e.strerror or e}; "
-                         "name a file in a folder you can write to") from None
+        raise StoreError(
+            f"cannot {'create' if created else 'open'} the store {path}: {e.strerror or e}; "
+            "name a file in a folder you can write to"
+        ) from None
     return created
 
 
 @contextmanager
-def connect(db: Db = None, *, read_only: bool, timeout_s: float | None = None,
-            config: dict[str, object] | None = None,
-            outside_wait_s: float | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
+def connect(
+    db: Db = None,
+    *,
+    read_only: bool,
+    timeout_s: float | None = None,
+    config: dict[str, object] | None = None,
+    outside_wait_s: float | None = None,
+) -> Iterator[duckdb.DuckDBPyConnection]:
     """Yield a DuckDB connection to the store; it and the lock are released when the block ends.
 
     `config`: DuckDB settings fixed for this connection's database instance (the SQL sandbox locks
@@ -99,8 +106,10 @@ def connect(db: Db = None, *, read_only: bool, timeout_s: float | None = None,
         raise StoreError(f"the store {path} is a folder, not a file; name a file, e.g. {path / 'loaderlab.duckdb'}")
     reading_only = _READS_ONLY.get()
     if reading_only and not read_only:
-        raise StoreError(f"a command that only reads tried to write the store {path}; nothing was written. "
-                         "This is a LoaderLab bug: please report it")
+        raise StoreError(
+            f"a command that only reads tried to write the store {path}; nothing was written. "
+            "This is a LoaderLab bug: please report it"
+        )
     if timeout_s is None:
         timeout_s = float(os.environ.get("LOADERLAB_LOCK_TIMEOUT") or DEFAULT_TIMEOUT_S)
     deadline = (time.monotonic() + timeout_s, outside_wait_s)
@@ -123,8 +132,9 @@ def connect(db: Db = None, *, read_only: bool, timeout_s: float | None = None,
         _close(lock, conn)
 
 
-def _open(path: Path, read_only: bool, deadline: tuple[float, float | None],
-          config: dict[str, object] | None = None) -> tuple[SidecarLock, duckdb.DuckDBPyConnection]:
+def _open(
+    path: Path, read_only: bool, deadline: tuple[float, float | None], config: dict[str, object] | None = None
+) -> tuple[SidecarLock, duckdb.DuckDBPyConnection]:
     """deadline: (the monotonic deadline, the seconds a program outside LoaderLab may keep the file or None)."""
     if not read_only:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -158,8 +168,9 @@ def _close(lock: SidecarLock, conn: duckdb.DuckDBPyConnection) -> None:
         lock.close()
 
 
-def _duckdb_open(path: Path, read_only: bool, deadline: tuple[float, float | None],
-                 config: dict) -> duckdb.DuckDBPyConnection:
+def _duckdb_open(
+    path: Path, read_only: bool, deadline: tuple[float, float | None], config: dict
+) -> duckdb.DuckDBPyConnection:
     last: duckdb.Error | None = None
     # NOTE: timed from here, not from connect(): the sidecar wait was for LoaderLab's own short operations
     outside = deadline[0] if deadline[1] is None else time.monotonic() + deadline[1]
@@ -183,16 +194,20 @@ def _duckdb_open(path: Path, read_only: bool, deadline: tuple[float, float | Non
     else:
         found = _HOLDER.search(str(last))
         who = f"{found.group(1)} (pid {found.group(2)})" if found else "another program"
-    raise StoreBusy(f"the store {path} is open in {who}, which blocks {'reading' if read_only else 'writing'}; "
-                    "close the other DuckDB session or retry")
+    raise StoreBusy(
+        f"the store {path} is open in {who}, which blocks {'reading' if read_only else 'writing'}; "
+        "close the other DuckDB session or retry"
+    )
 
 
 def _held(path: Path, e: duckdb.Error, read_only: bool) -> StoreHeld:
     found = _HOLDER.search(str(e))
     holder = f"pid {found.group(2)} ({Path(found.group(1)).name})" if found else None
-    return StoreHeld(f"the store {path} is open in {holder or 'another program'}, which blocks "
-                     f"{'reading' if read_only else 'writing'}; close the other DuckDB session or retry",
-                     holder=holder)
+    return StoreHeld(
+        f"the store {path} is open in {holder or 'another program'}, which blocks "
+        f"{'reading' if read_only else 'writing'}; close the other DuckDB session or retry",
+        holder=holder,
+    )
 
 
 def _classify(path: Path, e: duckdb.Error) -> StoreError:
@@ -201,10 +216,12 @@ def _classify(path: Path, e: duckdb.Error) -> StoreError:
         return StoreVersionError(
             f"the store {path} was written by a newer DuckDB than this one ({duckdb.__version__}): {first} "
             f"It was left untouched. Install that newer duckdb (or a LoaderLab that pins it), or export the data "
-            f"with it (EXPORT DATABASE) and import it here, or start fresh with --db PATH to a new file")
+            f"with it (EXPORT DATABASE) and import it here, or start fresh with --db PATH to a new file"
+        )
     if _CORRUPT.search(str(e)):
         return StoreCorrupt(
             f"the store {path} cannot be read ({first}); it was left untouched. Move it aside "
             f"(mv {path} {path}.broken) or restore a backup ({path.name}.bak-v*), then retry, "
-            "or start fresh with --db PATH to a new file")
+            "or start fresh with --db PATH to a new file"
+        )
     return StoreError(f"could not open the store {path}: {e}")

@@ -29,8 +29,9 @@ _RUN_TABLES = ("epochs", "steps", "samples", "calibrations")
 
 def _update_one(run_id: str, column: str, value: str | None, db: Db) -> None:
     with connect(db, read_only=False) as conn:
-        hit = conn.execute(f"UPDATE runs SET {column} = ? WHERE run_id = ? RETURNING run_id",
-                           [value, run_id]).fetchall()
+        hit = conn.execute(
+            f"UPDATE runs SET {column} = ? WHERE run_id = ? RETURNING run_id", [value, run_id]
+        ).fetchall()
     if not hit:
         raise ValueError(f"run '{run_id}' is not in the store {db_path(db)}; check the id in the runs list")
     version.bump(db)  # from the CLI or a notebook too: the dashboard's cached tables are keyed on it
@@ -54,8 +55,10 @@ def _set_deleted(run_ids: str | list[str], deleted: bool, db: Db) -> int:
     if not ids:
         return 0
     with connect(db, read_only=False) as conn:
-        hit = conn.execute(f"UPDATE runs SET deleted = ? WHERE run_id IN ({', '.join('?' * len(ids))}) "
-                           "RETURNING run_id", [deleted, *ids]).fetchall()
+        hit = conn.execute(
+            f"UPDATE runs SET deleted = ? WHERE run_id IN ({', '.join('?' * len(ids))}) RETURNING run_id",
+            [deleted, *ids],
+        ).fetchall()
     version.bump(db)
     return len(hit)
 
@@ -117,12 +120,16 @@ def export(path: str | os.PathLike, fmt: str, db: Db = None, table: str = "runs"
     partial = _partial_file(out)
     try:
         with connect(db, read_only=True) as conn:  # COPY TO a file works on a read-only connection
-            conn.execute(f"COPY ({query}) TO '{str(partial).replace(chr(39), chr(39) * 2)}' "
-                         f"({options}, USE_TMP_FILE false)")
+            conn.execute(
+                f"COPY ({query}) TO '{str(partial).replace(chr(39), chr(39) * 2)}' ({options}, USE_TMP_FILE false)"
+            )
         os.replace(partial, out)
     except (duckdb.IOException, OSError) as e:
-        raise ConfigError("out", f"could not write '{out}' ({_first_line(e)}); nothing was written there; "
-                                 "check the free space, or give --out another file") from None
+        raise ConfigError(
+            "out",
+            f"could not write '{out}' ({_first_line(e)}); nothing was written there; "
+            "check the free space, or give --out another file",
+        ) from None
     finally:
         partial.unlink(missing_ok=True)
     return out
@@ -135,8 +142,11 @@ def _partial_file(out: Path) -> Path:
         out.parent.mkdir(parents=True, exist_ok=True)
         os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # the umask's mode, as open() gives
     except OSError as e:
-        raise ConfigError("out", f"cannot write '{out}': no file can be created in '{out.parent}' ({e.strerror}); "
-                                 "give --out a file in a folder you can write") from None
+        raise ConfigError(
+            "out",
+            f"cannot write '{out}': no file can be created in '{out.parent}' ({e.strerror}); "
+            "give --out a file in a folder you can write",
+        ) from None
     return partial
 
 

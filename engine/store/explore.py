@@ -23,12 +23,30 @@ from engine.store._explore_sql import ci_ranks, config_columns, pool_sql
 from engine.store.connect import connect
 from engine.store.queries import LIVE, filter_clauses
 
-__all__ = ["EXPLORE_FILTERS", "EXPLORE_METRICS", "demo_summary", "explore_axes", "explore_filter_options",
-           "explore_predictions", "explore_ranking", "explore_summary", "filter_sql"]
+__all__ = [
+    "EXPLORE_FILTERS",
+    "EXPLORE_METRICS",
+    "demo_summary",
+    "explore_axes",
+    "explore_filter_options",
+    "explore_predictions",
+    "explore_ranking",
+    "explore_summary",
+    "filter_sql",
+]
 
 # run columns a chart can show; the GPU ones are NULL for CPU runs, which then drop out of that chart
-EXPLORE_METRICS = ("epoch_s", "samples_per_s", "data_wait_share", "gpu_idle_share", "gpu_idle_data_share",
-                   "gpu_idle_copy_share", "gpu_idle_other_share", "mean_gpu_util", "startup_s")
+EXPLORE_METRICS = (
+    "epoch_s",
+    "samples_per_s",
+    "data_wait_share",
+    "gpu_idle_share",
+    "gpu_idle_data_share",
+    "gpu_idle_copy_share",
+    "gpu_idle_other_share",
+    "mean_gpu_util",
+    "startup_s",
+)
 EXPLORE_FILTERS = ("workload", "model", "host", "tag")
 # per run beside its predicted and measured epochs: what the prediction's hover names (engine/predict/model.py's knobs)
 _PREDICTED_SETTING = ("workload", "model", "loader", "workers", "prefetch_depth", "threads", "batch_size")
@@ -73,9 +91,17 @@ def filter_sql(filters: dict[str, Any] | None) -> tuple[str, list[Any]]:
     return " AND ".join(where), params
 
 
-def explore_summary(x: str, *, metric: str = "epoch_s", color: str | None = None, facet: str | None = None,
-                    filters: dict[str, Any] | None = None, interval: str = "ci", max_ids: int = 50,
-                    db: Db = None) -> pd.DataFrame:
+def explore_summary(
+    x: str,
+    *,
+    metric: str = "epoch_s",
+    color: str | None = None,
+    facet: str | None = None,
+    filters: dict[str, Any] | None = None,
+    interval: str = "ci",
+    max_ids: int = 50,
+    db: Db = None,
+) -> pd.DataFrame:
     """One row per (x, colour, facet) group: n, median, lo, hi of `metric`, medians of bound_s, efficiency and
     predicted_epoch_s, the commonest verdict and predicted_from, the coefficient of variation and its `noisy` flag
     (CV > 10 %),
@@ -123,8 +149,9 @@ def explore_summary(x: str, *, metric: str = "epoch_s", color: str | None = None
                array_to_string(ids[1:{int(max_ids)}], ',') AS run_ids
         FROM g LEFT JOIN _ci_ranks r ON r.n = g.n ORDER BY {names}"""
     with connect(db, read_only=True) as conn:
-        sizes = conn.execute(f'SELECT DISTINCT count(*) FROM runs WHERE {where} AND "{metric}" IS NOT NULL '
-                             f"GROUP BY {keys}", params).fetchall()
+        sizes = conn.execute(
+            f'SELECT DISTINCT count(*) FROM runs WHERE {where} AND "{metric}" IS NOT NULL GROUP BY {keys}', params
+        ).fetchall()
         ranks = [(n, *r) for (n,) in sizes if (r := ci_ranks(n))]
         conn.register("_ci_ranks", pd.DataFrame(ranks or None, columns=["n", "lo", "hi"]).astype("int64"))
         try:
@@ -140,21 +167,26 @@ def explore_predictions(filters: dict[str, Any] | None = None, limit: int = 5000
     where, params = filter_sql(filters)
     cols = ", ".join(f'"{c}"' for c in _PREDICTED_SETTING)
     with connect(db, read_only=True) as conn:
-        return conn.execute(f"SELECT run_id, epoch_s, predicted_epoch_s, predicted_from, predicted_limit, {cols} "
-                            f"FROM runs WHERE {where} AND predicted_epoch_s IS NOT NULL AND epoch_s IS NOT NULL "
-                            f"ORDER BY created_at DESC LIMIT {int(limit)}", params).fetchdf()
+        return conn.execute(
+            f"SELECT run_id, epoch_s, predicted_epoch_s, predicted_from, predicted_limit, {cols} "
+            f"FROM runs WHERE {where} AND predicted_epoch_s IS NOT NULL AND epoch_s IS NOT NULL "
+            f"ORDER BY created_at DESC LIMIT {int(limit)}",
+            params,
+        ).fetchdf()
 
 
-def explore_ranking(filters: dict[str, Any] | None = None, reference: str | None = None,
-                    db: Db = None) -> pd.DataFrame:
+def explore_ranking(filters: dict[str, Any] | None = None, reference: str | None = None, db: Db = None) -> pd.DataFrame:
     """The configs in view ranked by median epoch time per pipeline, with speedups over sync (or over the
     config labelled `reference`) and their intervals: engine/store/_explore_rank.py's rank_configs."""
     where, params = filter_sql(filters)
-    cols = ", ".join(f'"{c}"' for c in dict.fromkeys(["workload", "model", *config_columns(), "host_fingerprint",
-                                                      "code_hash", "source"]))
+    cols = ", ".join(
+        f'"{c}"'
+        for c in dict.fromkeys(["workload", "model", *config_columns(), "host_fingerprint", "code_hash", "source"])
+    )
     with connect(db, read_only=True) as conn:
-        runs = conn.execute(f"SELECT run_id, created_at, epoch_s, {cols} FROM runs "
-                            f"WHERE {where} AND epoch_s IS NOT NULL", params).fetchdf()
+        runs = conn.execute(
+            f"SELECT run_id, created_at, epoch_s, {cols} FROM runs WHERE {where} AND epoch_s IS NOT NULL", params
+        ).fetchdf()
     return rank_configs(runs, reference)
 
 
@@ -175,11 +207,24 @@ def demo_summary(db: Db = None) -> dict[str, Any] | None:
         waiting, queued = conn.execute(
             "SELECT count(*) FILTER (WHERE json_extract_string(config_json, '$.tag') = 'demo'), count(*) "
             "FROM jobs WHERE status IN ('queued', 'running') AND (run_id IS NULL OR run_id NOT IN "
-            "(SELECT run_id FROM runs WHERE status NOT IN ('queued', 'running')))").fetchall()[0]
+            "(SELECT run_id FROM runs WHERE status NOT IN ('queued', 'running')))"
+        ).fetchall()[0]
     if not row[4] and not waiting:
         return None
-    keys = ("workload", "model", "n_samples", "loaders", "runs", "host", "cpu_model", "cores", "gpu_name", "first",
-            "done", "pipelines")
+    keys = (
+        "workload",
+        "model",
+        "n_samples",
+        "loaders",
+        "runs",
+        "host",
+        "cpu_model",
+        "cores",
+        "gpu_name",
+        "first",
+        "done",
+        "pipelines",
+    )
     return {**dict(zip(keys, row)), "waiting": int(waiting), "queued": int(queued)}
 
 
@@ -188,22 +233,31 @@ def explore_filter_options(db: Db = None) -> dict[str, Any]:
     Explore opens on (`latest_pipeline`: the newest with two settings or more to compare, else the most-measured)
     and how many pipelines there are (`n_pipelines`)."""
     where, _ = filter_sql(None)
-    parts = ", ".join(f'list(DISTINCT "{c}" ORDER BY "{c}") FILTER (WHERE "{c}" IS NOT NULL AND "{c}" <> \'\')'
-                      for c in EXPLORE_FILTERS[:-1])
-    tags = ("list_sort(list_distinct(list_filter(flatten(list(string_split(coalesce(tags, ''), ','))) || list(tag), "
-            "lambda t: t IS NOT NULL AND t <> '')))")
+    parts = ", ".join(
+        f'list(DISTINCT "{c}" ORDER BY "{c}") FILTER (WHERE "{c}" IS NOT NULL AND "{c}" <> \'\')'
+        for c in EXPLORE_FILTERS[:-1]
+    )
+    tags = (
+        "list_sort(list_distinct(list_filter(flatten(list(string_split(coalesce(tags, ''), ','))) || list(tag), "
+        "lambda t: t IS NOT NULL AND t <> '')))"
+    )
     # NOTE: Explore opens on the newest pipeline with settings to compare (two or more), else the most-measured:
     # one run of a new pipeline from the form is not yet an answer, and must not replace the demo's
     setting = ", ".join(f'"{c}"' for c in ("loader", "workers", "prefetch_depth", "threads", "batch_size"))
-    opening = (f"(SELECT [workload, model] FROM runs WHERE {where} AND model IS NOT NULL GROUP BY workload, model "
-               f"ORDER BY count(DISTINCT hash({setting})) >= 2 DESC, "
-               f"CASE WHEN count(DISTINCT hash({setting})) >= 2 THEN max(created_at) END DESC NULLS LAST, "
-               "count(*) DESC, max(created_at) DESC LIMIT 1)")
+    opening = (
+        f"(SELECT [workload, model] FROM runs WHERE {where} AND model IS NOT NULL GROUP BY workload, model "
+        f"ORDER BY count(DISTINCT hash({setting})) >= 2 DESC, "
+        f"CASE WHEN count(DISTINCT hash({setting})) >= 2 THEN max(created_at) END DESC NULLS LAST, "
+        "count(*) DESC, max(created_at) DESC LIMIT 1)"
+    )
     with connect(db, read_only=True) as conn:
-        row = conn.execute(f"SELECT {parts}, {tags}, min(created_at)::DATE, max(created_at)::DATE, count(*), "
-                           f"{opening}, count(DISTINCT [workload, model]) "
-                           f"FROM runs WHERE {where}").fetchall()[0]
+        row = conn.execute(
+            f"SELECT {parts}, {tags}, min(created_at)::DATE, max(created_at)::DATE, count(*), "
+            f"{opening}, count(DISTINCT [workload, model]) "
+            f"FROM runs WHERE {where}"
+        ).fetchall()[0]
     out: dict[str, Any] = {c: list(v or []) for c, v in zip(EXPLORE_FILTERS, row)}
-    out.update(first_date=row[-5], last_date=row[-4], n_runs=row[-3], latest_pipeline=list(row[-2] or []),
-               n_pipelines=row[-1])
+    out.update(
+        first_date=row[-5], last_date=row[-4], n_runs=row[-3], latest_pipeline=list(row[-2] or []), n_pipelines=row[-1]
+    )
     return out

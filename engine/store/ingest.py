@@ -46,9 +46,16 @@ _KEEP_ON_CONFLICT = {"run_id", "tags", "notes", "deleted"}  # the user's edits s
 DEFER_AFTER_S = 2.0  # how long an ingest waits for a program outside LoaderLab before leaving the log for later
 
 
-def ingest_run(run_dir: str | os.PathLike, *, db: Db = None, job_id: str | None = None,
-               sweep_meta: dict[str, Any] | None = None, stale_after_s: float | None = None,
-               outside_wait_s: float | None = DEFER_AFTER_S, extra_events: list[dict[str, Any]] | None = None) -> str:
+def ingest_run(
+    run_dir: str | os.PathLike,
+    *,
+    db: Db = None,
+    job_id: str | None = None,
+    sweep_meta: dict[str, Any] | None = None,
+    stale_after_s: float | None = None,
+    outside_wait_s: float | None = DEFER_AFTER_S,
+    extra_events: list[dict[str, Any]] | None = None,
+) -> str:
     """Write one RunLog into the store (one transaction) and return its run_id.
 
     `extra_events` follow the log's own: those its disk had no room for (the runner's `end` of a run that
@@ -65,8 +72,9 @@ def ingest_run(run_dir: str | os.PathLike, *, db: Db = None, job_id: str | None 
     return run_id
 
 
-def ingest_pending(runs_root: Db = None, *, db: Db = None,
-                   stale_after_s: float = 30.0, outside_wait_s: float | None = DEFER_AFTER_S) -> list[str]:
+def ingest_pending(
+    runs_root: Db = None, *, db: Db = None, stale_after_s: float = 30.0, outside_wait_s: float | None = DEFER_AFTER_S
+) -> list[str]:
     """Ingest every RunLog under runs_root that grew since the store saw it, or whose run went stale.
 
     Only RunLogs that belong to this store (pending.belongs) are looked at. Cheap when nothing changed: one stat
@@ -82,8 +90,12 @@ def ingest_pending(runs_root: Db = None, *, db: Db = None,
     seen: dict[str, tuple[int, str]] = {}
     if db_path(db).exists():
         with connect(db, read_only=True, outside_wait_s=outside_wait_s) as conn:
-            seen = {r[0]: (r[1], r[2]) for r in conn.execute(
-                "SELECT run_dir, ingested_bytes, status FROM runs WHERE run_dir IS NOT NULL").fetchall()}
+            seen = {
+                r[0]: (r[1], r[2])
+                for r in conn.execute(
+                    "SELECT run_dir, ingested_bytes, status FROM runs WHERE run_dir IS NOT NULL"
+                ).fetchall()
+            }
     pending = []
     for d in dirs:
         size, status = seen.get(str(d), (None, None))
@@ -114,9 +126,14 @@ class _NotStarted(ValueError):
     pass
 
 
-def _ingest(conn: duckdb.DuckDBPyConnection, run_dir: Path, job_id: str | None,
-            sweep_meta: dict[str, Any] | None, stale_after_s: float | None,
-            extra: list[dict[str, Any]] | None = None) -> tuple[str, bool]:
+def _ingest(
+    conn: duckdb.DuckDBPyConnection,
+    run_dir: Path,
+    job_id: str | None,
+    sweep_meta: dict[str, Any] | None,
+    stale_after_s: float | None,
+    extra: list[dict[str, Any]] | None = None,
+) -> tuple[str, bool]:
     """Read the RunLog from the byte offset the store holds (or whole), write what is new, update the run row.
 
     Returns the run_id and whether anything was written."""
@@ -154,9 +171,19 @@ def _ingest(conn: duckdb.DuckDBPyConnection, run_dir: Path, job_id: str | None,
             waits = stored_waits(conn, run_id)
         else:
             samples = tables["samples"]
-        row = run_row(run_id, run_dir, [start, *events] if new else events, start, epochs, samples,
-                      job_id=job_id, sweep_meta=sweep_meta, heartbeat_age=heartbeat_age(run_dir),
-                      stale_after_s=stale_after_s, waits=waits)
+        row = run_row(
+            run_id,
+            run_dir,
+            [start, *events] if new else events,
+            start,
+            epochs,
+            samples,
+            job_id=job_id,
+            sweep_meta=sweep_meta,
+            heartbeat_age=heartbeat_age(run_dir),
+            stale_after_s=stale_after_s,
+            waits=waits,
+        )
         _keep_status(conn, run_id, row, events)
         # NOTE: a run that is over never completes a torn last line; the whole size is done with
         row["ingested_bytes"] = consumed if row["status"] == RunStatus.RUNNING else size
@@ -166,8 +193,13 @@ def _ingest(conn: duckdb.DuckDBPyConnection, run_dir: Path, job_id: str | None,
         conn.execute("ROLLBACK")
         raise
     write_marker(run_dir, row["ingested_bytes"])
-    log.info("ingested run %s (%s, %d new epochs%s)", run_id, row["status"], len(ev.unique_epochs(new or events)),
-             f", from byte {offset}" if new else "")
+    log.info(
+        "ingested run %s (%s, %d new epochs%s)",
+        run_id,
+        row["status"],
+        len(ev.unique_epochs(new or events)),
+        f", from byte {offset}" if new else "",
+    )
     return run_id, True
 
 
@@ -185,8 +217,9 @@ def _went_stale(prev: dict[str, Any], run_dir: Path, stale_after_s: float | None
     return prev["status"] == RunStatus.RUNNING and stale_after_s is not None and age is not None and age > stale_after_s
 
 
-def _write_tables(conn: duckdb.DuckDBPyConnection, run_id: str, tables: dict[str, pa.Table], *,
-                  replace_all: bool) -> None:
+def _write_tables(
+    conn: duckdb.DuckDBPyConnection, run_id: str, tables: dict[str, pa.Table], *, replace_all: bool
+) -> None:
     """Insert the tables' rows; replace the run's rows (all, or those of the epochs read again)."""
     for name, table in tables.items():
         if replace_all:
@@ -194,8 +227,11 @@ def _write_tables(conn: duckdb.DuckDBPyConnection, run_id: str, tables: dict[str
         elif name in _TABLES and table.num_rows:  # an epoch written again: last one wins, as in a full read
             conn.register("_ingest_keys", table.select(["model_idx", "rank", "epoch"]))
             try:
-                conn.execute(f"DELETE FROM {name} WHERE run_id = ? AND (model_idx, rank, epoch) IN "
-                             "(SELECT (model_idx, rank, epoch) FROM _ingest_keys)", [run_id])
+                conn.execute(
+                    f"DELETE FROM {name} WHERE run_id = ? AND (model_idx, rank, epoch) IN "
+                    "(SELECT (model_idx, rank, epoch) FROM _ingest_keys)",
+                    [run_id],
+                )
             finally:
                 conn.unregister("_ingest_keys")
         if table.num_rows:
@@ -220,6 +256,8 @@ def _upsert_run(conn: duckdb.DuckDBPyConnection, row: dict[str, Any]) -> None:
     cols = list(row)
     quoted = ", ".join(f'"{c}"' for c in cols)
     updates = ", ".join(f'"{c}" = excluded."{c}"' for c in cols if c not in _KEEP_ON_CONFLICT)
-    conn.execute(f"INSERT INTO runs ({quoted}) VALUES ({', '.join('?' * len(cols))}) "
-                 f"ON CONFLICT (run_id) DO UPDATE SET {updates}", list(row.values()))
-
+    conn.execute(
+        f"INSERT INTO runs ({quoted}) VALUES ({', '.join('?' * len(cols))}) "
+        f"ON CONFLICT (run_id) DO UPDATE SET {updates}",
+        list(row.values()),
+    )

@@ -23,14 +23,38 @@ from engine.paths import Db
 from engine.store.connect import connect
 from engine.store.ingest import DEFER_AFTER_S
 
-__all__ = ["JOB_COLUMNS", "cancel_queued_job", "close_job", "finished_job_times", "get_job", "insert_jobs",
-           "landed_runs", "queued_jobs", "recent_jobs", "running_jobs", "store_held", "sweep_jobs", "take_next_job",
-           "upsert_jobs"]
+__all__ = [
+    "JOB_COLUMNS",
+    "cancel_queued_job",
+    "close_job",
+    "finished_job_times",
+    "get_job",
+    "insert_jobs",
+    "landed_runs",
+    "queued_jobs",
+    "recent_jobs",
+    "running_jobs",
+    "store_held",
+    "sweep_jobs",
+    "take_next_job",
+    "upsert_jobs",
+]
 
-JOB_COLUMNS = pa.schema([("job_id", pa.string()), ("created_at", pa.timestamp("us")), ("status", pa.string()),
-                         ("config_json", pa.string()), ("sweep_id", pa.string()), ("run_id", pa.string()),
-                         ("device", pa.string()), ("pid", pa.int32()), ("error", pa.string()),
-                         ("started_at", pa.timestamp("us")), ("ended_at", pa.timestamp("us"))])
+JOB_COLUMNS = pa.schema(
+    [
+        ("job_id", pa.string()),
+        ("created_at", pa.timestamp("us")),
+        ("status", pa.string()),
+        ("config_json", pa.string()),
+        ("sweep_id", pa.string()),
+        ("run_id", pa.string()),
+        ("device", pa.string()),
+        ("pid", pa.int32()),
+        ("error", pa.string()),
+        ("started_at", pa.timestamp("us")),
+        ("ended_at", pa.timestamp("us")),
+    ]
+)
 
 
 def _row(cur: Any) -> dict[str, Any] | None:
@@ -75,8 +99,10 @@ def sweep_jobs(sweep_ids: list[str], db: Db) -> pd.DataFrame:
     if not sweep_ids:
         return pd.DataFrame(columns=JOB_COLUMNS.names)
     with connect(db, read_only=True, outside_wait_s=DEFER_AFTER_S) as conn:
-        return conn.execute("SELECT * FROM jobs WHERE list_contains(?, sweep_id) ORDER BY created_at DESC, "
-                            "job_id DESC", [list(sweep_ids)]).df()
+        return conn.execute(
+            "SELECT * FROM jobs WHERE list_contains(?, sweep_id) ORDER BY created_at DESC, job_id DESC",
+            [list(sweep_ids)],
+        ).df()
 
 
 def finished_job_times(host: str, db: Db) -> list[dict[str, Any]]:
@@ -87,7 +113,9 @@ def finished_job_times(host: str, db: Db) -> list[dict[str, Any]]:
             "SELECT r.workload, r.model, r.n_samples, r.epochs, r.bound, "
             "epoch(j.ended_at - j.started_at) AS job_s FROM jobs j JOIN runs r USING (run_id) "
             "WHERE j.status = 'done' AND r.host = ? AND j.started_at IS NOT NULL AND j.ended_at > j.started_at "
-            "ORDER BY j.ended_at DESC LIMIT 2000", [host])
+            "ORDER BY j.ended_at DESC LIMIT 2000",
+            [host],
+        )
         names = [d[0] for d in cur.description]
         return [dict(zip(names, t)) for t in cur.fetchall()]
 
@@ -96,16 +124,20 @@ def landed_runs(sweep_id: str, db: Db) -> dict[str, int]:
     """A ray-sweep job's runs in the store so far (they carry its sweep_id), counted by status. StoreHeld as
     get_job."""
     with connect(db, read_only=True, outside_wait_s=DEFER_AFTER_S) as conn:
-        return dict(conn.execute("SELECT status, count(*) FROM runs WHERE sweep_id = ? GROUP BY status",
-                                 [sweep_id]).fetchall())
+        return dict(
+            conn.execute("SELECT status, count(*) FROM runs WHERE sweep_id = ? GROUP BY status", [sweep_id]).fetchall()
+        )
 
 
 def cancel_queued_job(job_id: str, at: datetime, error: str, db: Db) -> str | None:
     """Cancel the job if it is still queued; returns its status now ("cancelled", or what it was: the worker
     may have taken it), None if there is no such job. StoreHeld as insert_jobs."""
     with connect(db, read_only=False, outside_wait_s=DEFER_AFTER_S) as conn:
-        hit = conn.execute("UPDATE jobs SET status = 'cancelled', ended_at = ?, error = ? WHERE job_id = ? "
-                           "AND status = 'queued' RETURNING job_id", [at, error, job_id]).fetchone()
+        hit = conn.execute(
+            "UPDATE jobs SET status = 'cancelled', ended_at = ?, error = ? WHERE job_id = ? "
+            "AND status = 'queued' RETURNING job_id",
+            [at, error, job_id],
+        ).fetchone()
         if hit:
             return "cancelled"
         row = _row(conn.execute("SELECT * FROM jobs WHERE job_id = ?", [job_id]))
@@ -120,10 +152,13 @@ def take_next_job(pid: int, at: datetime, db: Db) -> dict[str, Any] | None:
         if not queued:
             return None
     with connect(db, read_only=False, outside_wait_s=DEFER_AFTER_S) as conn:
-        return _row(conn.execute(
-            "UPDATE jobs SET status = 'running', pid = ?, started_at = ? WHERE job_id = (SELECT job_id FROM jobs "
-            "WHERE status = 'queued' ORDER BY created_at, job_id LIMIT 1) AND status = 'queued' RETURNING *",
-            [pid, at]))
+        return _row(
+            conn.execute(
+                "UPDATE jobs SET status = 'running', pid = ?, started_at = ? WHERE job_id = (SELECT job_id FROM jobs "
+                "WHERE status = 'queued' ORDER BY created_at, job_id LIMIT 1) AND status = 'queued' RETURNING *",
+                [pid, at],
+            )
+        )
 
 
 def queued_jobs(db: Db) -> list[dict[str, Any]]:
@@ -134,12 +169,14 @@ def queued_jobs(db: Db) -> list[dict[str, Any]]:
         return [dict(zip(names, t)) for t in cur.fetchall()]
 
 
-def close_job(job_id: str, status: str, error: str | None, at: datetime, db: Db, *,
-              outside_wait_s: float | None = None) -> None:
+def close_job(
+    job_id: str, status: str, error: str | None, at: datetime, db: Db, *, outside_wait_s: float | None = None
+) -> None:
     """Set the job's final status, error and end time."""
     with connect(db, read_only=False, outside_wait_s=outside_wait_s) as conn:
-        conn.execute("UPDATE jobs SET status = ?, error = ?, ended_at = ? WHERE job_id = ?",
-                     [status, error, at, job_id])
+        conn.execute(
+            "UPDATE jobs SET status = ?, error = ?, ended_at = ? WHERE job_id = ?", [status, error, at, job_id]
+        )
 
 
 def running_jobs(db: Db) -> list[tuple[str, str | None]]:

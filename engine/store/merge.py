@@ -81,8 +81,10 @@ def _kind(path: Path) -> str:
         return "parquet"
     if head[8:12] == b"DUCK":
         return "duckdb"
-    raise ValueError(f"{path} is neither a DuckDB store nor a Parquet file; pass a LoaderLab .duckdb file, "
-                     "a folder written by export-bundle, or .parquet files")
+    raise ValueError(
+        f"{path} is neither a DuckDB store nor a Parquet file; pass a LoaderLab .duckdb file, "
+        "a folder written by export-bundle, or .parquet files"
+    )
 
 
 def _plan(paths: list[Path], store: Path) -> tuple[list[Path], list[dict[str, Path]]]:
@@ -177,11 +179,17 @@ def _attach(conn: duckdb.DuckDBPyConnection, stack: ExitStack, src: Path, alias:
     try:
         conn.execute(f"ATTACH {_lit(src)} AS {alias} (READ_ONLY)")
     except duckdb.Error as e:
-        raise ValueError(f"could not open {src} read-only ({e}); close the program that has it open, or copy the "
-                         "file and import the copy") from None
+        raise ValueError(
+            f"could not open {src} read-only ({e}); close the program that has it open, or copy the "
+            "file and import the copy"
+        ) from None
     stack.callback(conn.execute, f"DETACH {alias}")
-    tables = {r[0] for r in conn.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = ? "
-                                         "AND schema_name = 'main'", [alias]).fetchall()}
+    tables = {
+        r[0]
+        for r in conn.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = ? AND schema_name = 'main'", [alias]
+        ).fetchall()
+    }
     if "runs" not in tables:
         raise ValueError(f"{src} has no runs table; is it a LoaderLab store?")
     return {t: f"{alias}.main.{t}" for t in RUN_TABLES if t in tables}
@@ -193,8 +201,11 @@ def _columns(conn: duckdb.DuckDBPyConnection, relation: str) -> list[str]:
 
 def _or_ignore(conn: duckdb.DuckDBPyConnection, table: str) -> str:
     """OR IGNORE drops rows repeated within the source, but DuckDB allows it only on a keyed table."""
-    keyed = conn.execute("SELECT count(*) FROM duckdb_constraints() WHERE database_name = current_database() "
-                         "AND table_name = ? AND constraint_type = 'PRIMARY KEY'", [table]).fetchall()[0][0]
+    keyed = conn.execute(
+        "SELECT count(*) FROM duckdb_constraints() WHERE database_name = current_database() "
+        "AND table_name = ? AND constraint_type = 'PRIMARY KEY'",
+        [table],
+    ).fetchall()[0][0]
     return "OR IGNORE" if keyed else ""
 
 
@@ -213,9 +224,11 @@ def _merge(conn: duckdb.DuckDBPyConnection, rels: dict[str, str], result: Import
             conn.execute(f"INSERT OR IGNORE INTO runs ({cols}) SELECT {cols} FROM {rels[table]} {live}")
             offered = conn.execute(f"SELECT count(DISTINCT run_id) FROM {rels[table]} {live}").fetchall()[0][0]
         else:  # NOTE: the NOT IN subquery sees the table before this insert, so one run's rows come whole
-            conn.execute(f"INSERT {_or_ignore(conn, table)} INTO {table} ({cols}) SELECT {cols} FROM {rels[table]} s "
-                         "WHERE s.run_id IN (SELECT run_id FROM runs) "
-                         f"AND s.run_id NOT IN (SELECT run_id FROM {table})")
+            conn.execute(
+                f"INSERT {_or_ignore(conn, table)} INTO {table} ({cols}) SELECT {cols} FROM {rels[table]} s "
+                "WHERE s.run_id IN (SELECT run_id FROM runs) "
+                f"AND s.run_id NOT IN (SELECT run_id FROM {table})"
+            )
         added = conn.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0] - before
         result.rows[table] = result.rows.get(table, 0) + added
         if table == "runs":

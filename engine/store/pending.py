@@ -27,8 +27,17 @@ from engine.store._lock import proc_lock_holders
 from engine.store.connect import connect
 from engine.errors import StoreError
 
-__all__ = ["LEGACY_STORE", "MARKER", "belongs", "check_owner", "lock_holders", "pending_runs", "pending_summary",
-           "read_marker", "write_marker"]
+__all__ = [
+    "LEGACY_STORE",
+    "MARKER",
+    "belongs",
+    "check_owner",
+    "lock_holders",
+    "pending_runs",
+    "pending_summary",
+    "read_marker",
+    "write_marker",
+]
 
 log = logging.getLogger(__name__)
 
@@ -78,10 +87,13 @@ def check_owner(run_dir: Path, db: Db = None) -> None:
     if named is None or named == str(db_path(db)):
         return
     if not named:
-        raise ValueError(f"the RunLog {run_dir} names its store in {Path(run_dir) / 'store'}, which cannot be read; "
-                         "make it readable, then retry")
-    raise ValueError(f"the RunLog {run_dir} belongs to the store {named}, not {db_path(db)}; only that store "
-                     f"stores it: --db {named}")
+        raise ValueError(
+            f"the RunLog {run_dir} names its store in {Path(run_dir) / 'store'}, which cannot be read; "
+            "make it readable, then retry"
+        )
+    raise ValueError(
+        f"the RunLog {run_dir} belongs to the store {named}, not {db_path(db)}; only that store stores it: --db {named}"
+    )
 
 
 def holder(db: Db = None) -> str | None:

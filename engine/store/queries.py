@@ -22,14 +22,51 @@ from engine.status import RunStatus
 from engine.store._explore_rank import OWN_MODEL
 from engine.store.connect import connect
 
-__all__ = ["LIVE", "RUN_TABLE_COLUMNS", "count_runs", "done_runs", "epoch_time_by", "filter_clauses", "get_epochs",
-           "get_run", "get_steps", "list_runs", "recent_done_runs", "search_runs", "seconds_per_sample", "table_schema"]
+__all__ = [
+    "LIVE",
+    "RUN_TABLE_COLUMNS",
+    "count_runs",
+    "done_runs",
+    "epoch_time_by",
+    "filter_clauses",
+    "get_epochs",
+    "get_run",
+    "get_steps",
+    "list_runs",
+    "recent_done_runs",
+    "search_runs",
+    "seconds_per_sample",
+    "table_schema",
+]
 
 LIVE = "NOT coalesce(deleted, false)"  # the condition that leaves soft-deleted runs out
 # The Runs page's table: its columns, in order
-RUN_TABLE_COLUMNS = ("run_id", "status", "source", "created_at", "workload", "model", "loader", "workers", "prefetch_depth",
-                     "batch_size", "mode", "n_models", "device", "epoch_s", "samples_per_s", "data_wait_share",
-                     "bound_s", "efficiency", "verdict", "tag", "tags", "notes", "host", "deleted")
+RUN_TABLE_COLUMNS = (
+    "run_id",
+    "status",
+    "source",
+    "created_at",
+    "workload",
+    "model",
+    "loader",
+    "workers",
+    "prefetch_depth",
+    "batch_size",
+    "mode",
+    "n_models",
+    "device",
+    "epoch_s",
+    "samples_per_s",
+    "data_wait_share",
+    "bound_s",
+    "efficiency",
+    "verdict",
+    "tag",
+    "tags",
+    "notes",
+    "host",
+    "deleted",
+)
 
 
 def _columns(conn: duckdb.DuckDBPyConnection, table: str) -> list[str]:
@@ -60,8 +97,9 @@ def filter_clauses(filters: dict[str, Any]) -> tuple[list[str], list[Any]]:
     return clauses, params
 
 
-def _filter_sql(conn: duckdb.DuckDBPyConnection, filters: dict[str, Any] | None,
-                include_deleted: bool = False) -> tuple[list[str], list[Any]]:
+def _filter_sql(
+    conn: duckdb.DuckDBPyConnection, filters: dict[str, Any] | None, include_deleted: bool = False
+) -> tuple[list[str], list[Any]]:
     """filter_clauses with the names checked against the runs table, and LIVE unless include_deleted."""
     filters = filters or {}
     if filters:
@@ -70,8 +108,9 @@ def _filter_sql(conn: duckdb.DuckDBPyConnection, filters: dict[str, Any] | None,
     return clauses + ([] if include_deleted else [LIVE]), params
 
 
-def list_runs(db: Db = None, *, limit: int = 200, include_deleted: bool = False,
-              filters: dict[str, Any] | None = None) -> pd.DataFrame:
+def list_runs(
+    db: Db = None, *, limit: int = 200, include_deleted: bool = False, filters: dict[str, Any] | None = None
+) -> pd.DataFrame:
     """Runs, newest first. `filters`: {column: value, or a list of values, or None for IS NULL}."""
     with connect(db, read_only=True) as conn:
         clauses, params = _filter_sql(conn, filters, include_deleted)
@@ -80,25 +119,37 @@ def list_runs(db: Db = None, *, limit: int = 200, include_deleted: bool = False,
         return conn.execute(sql, [*params, int(limit)]).df()
 
 
-def search_runs(text: str = "", *, statuses: list[str] | tuple[str, ...] = (), include_deleted: bool = False,
-                limit: int = 500, db: Db = None) -> pd.DataFrame:
+def search_runs(
+    text: str = "",
+    *,
+    statuses: list[str] | tuple[str, ...] = (),
+    include_deleted: bool = False,
+    limit: int = 500,
+    db: Db = None,
+) -> pd.DataFrame:
     """The Runs page's table, newest first: `text` matches (case-insensitively) the id, tags, notes,
     workload, model, loader, tag, host or verdict; `statuses` keeps only those statuses."""
     cols = ", ".join(f'"{c}"' for c in RUN_TABLE_COLUMNS)
     with connect(db, read_only=True) as conn:
         where, params = _filter_sql(conn, {"status": list(statuses)} if statuses else None, include_deleted)
         if text.strip():
-            where.append("concat_ws(' ', run_id, tags, notes, workload, model, loader, tag, host, verdict, source) ILIKE ?")
+            where.append(
+                "concat_ws(' ', run_id, tags, notes, workload, model, loader, tag, host, verdict, source) ILIKE ?"
+            )
             params.append(f"%{text.strip()}%")
-        return conn.execute(f"SELECT {cols} FROM runs WHERE {' AND '.join(where or ['true'])} "
-                            "ORDER BY created_at DESC NULLS LAST, run_id DESC LIMIT ?", [*params, int(limit)]).fetchdf()
+        return conn.execute(
+            f"SELECT {cols} FROM runs WHERE {' AND '.join(where or ['true'])} "
+            "ORDER BY created_at DESC NULLS LAST, run_id DESC LIMIT ?",
+            [*params, int(limit)],
+        ).fetchdf()
 
 
 def count_runs(db: Db = None) -> dict[str, int]:
     """{status: number of runs} for runs not deleted (the sidebar's run count)."""
     with connect(db, read_only=True) as conn:
-        rows = conn.execute(f"SELECT coalesce(status, '?'), count(*) FROM runs WHERE {LIVE} "
-                            "GROUP BY ALL ORDER BY ALL").fetchall()
+        rows = conn.execute(
+            f"SELECT coalesce(status, '?'), count(*) FROM runs WHERE {LIVE} GROUP BY ALL ORDER BY ALL"
+        ).fetchall()
     return dict(rows)
 
 
@@ -106,8 +157,9 @@ def done_runs(workload: str, model: str, db: Db = None) -> pd.DataFrame:
     """Every done, not deleted run of a workload and model, all columns: what the advisor ranks. OWN_MODEL, the name
     Explore gives an observed run's model (the user's own, which the lab never built), reads as the stored NULL."""
     with connect(db, read_only=True) as conn:
-        where, params = _filter_sql(conn, {"status": RunStatus.DONE, "workload": workload,
-                                           "model": None if model == OWN_MODEL else model})
+        where, params = _filter_sql(
+            conn, {"status": RunStatus.DONE, "workload": workload, "model": None if model == OWN_MODEL else model}
+        )
         return conn.execute(f"SELECT * FROM runs WHERE {' AND '.join(where)}", params).df()
 
 
@@ -136,15 +188,15 @@ def get_run(run_id: str, db: Db = None) -> dict[str, Any] | None:
 
 def get_epochs(run_id: str, db: Db = None) -> pd.DataFrame:
     with connect(db, read_only=True) as conn:
-        return conn.execute("SELECT * FROM epochs WHERE run_id = ? ORDER BY epoch, model_idx, rank",
-                            [run_id]).df()
+        return conn.execute("SELECT * FROM epochs WHERE run_id = ? ORDER BY epoch, model_idx, rank", [run_id]).df()
 
 
 def get_steps(run_id: str, epoch: int | None = None, db: Db = None) -> pd.DataFrame:
     sql = "SELECT * FROM steps WHERE run_id = ?" + (" AND epoch = ?" if epoch is not None else "")
     with connect(db, read_only=True) as conn:
-        return conn.execute(sql + " ORDER BY epoch, model_idx, rank, step",
-                            [run_id] + ([int(epoch)] if epoch is not None else [])).df()
+        return conn.execute(
+            sql + " ORDER BY epoch, model_idx, rank, step", [run_id] + ([int(epoch)] if epoch is not None else [])
+        ).df()
 
 
 def epoch_time_by(group_cols: list[str], db: Db = None, filters: dict[str, Any] | None = None) -> pd.DataFrame:
@@ -160,13 +212,15 @@ def epoch_time_by(group_cols: list[str], db: Db = None, filters: dict[str, Any] 
         clauses, params = _filter_sql(conn, filters)
         where = " AND ".join(["status = 'done'", "epoch_s IS NOT NULL", *clauses])
         keys = ", ".join(f'"{c}"' for c in group_cols)
-        sql = (f"SELECT {keys + ', ' if keys else ''}count(*) AS n_runs, median(epoch_s) AS epoch_s_median, "
-               "quantile_cont(epoch_s, 0.25) AS epoch_s_q25, quantile_cont(epoch_s, 0.75) AS epoch_s_q75, "
-               "min(epoch_s) AS epoch_s_min, max(epoch_s) AS epoch_s_max, avg(epoch_s) AS epoch_s_mean, "
-               "stddev_samp(epoch_s) AS epoch_s_std, stddev_samp(epoch_s) / nullif(avg(epoch_s), 0) AS epoch_s_cv, "
-               "median(samples_per_s) AS samples_per_s_median, median(efficiency) AS efficiency_median, "
-               "median(data_wait_share) AS data_wait_share_median "
-               f"FROM runs WHERE {where} {'GROUP BY ' + keys if keys else ''} ORDER BY epoch_s_median")
+        sql = (
+            f"SELECT {keys + ', ' if keys else ''}count(*) AS n_runs, median(epoch_s) AS epoch_s_median, "
+            "quantile_cont(epoch_s, 0.25) AS epoch_s_q25, quantile_cont(epoch_s, 0.75) AS epoch_s_q75, "
+            "min(epoch_s) AS epoch_s_min, max(epoch_s) AS epoch_s_max, avg(epoch_s) AS epoch_s_mean, "
+            "stddev_samp(epoch_s) AS epoch_s_std, stddev_samp(epoch_s) / nullif(avg(epoch_s), 0) AS epoch_s_cv, "
+            "median(samples_per_s) AS samples_per_s_median, median(efficiency) AS efficiency_median, "
+            "median(data_wait_share) AS data_wait_share_median "
+            f"FROM runs WHERE {where} {'GROUP BY ' + keys if keys else ''} ORDER BY epoch_s_median"
+        )
         return conn.execute(sql, params).df()
 
 
@@ -175,7 +229,8 @@ def table_schema(db: Db = None) -> dict[str, list[tuple[str, str]]]:
     with connect(db, read_only=True) as conn:
         rows = conn.execute(
             "SELECT table_name, column_name, data_type FROM duckdb_columns() WHERE database_name = current_database() "
-            "AND schema_name = 'main' AND NOT internal ORDER BY table_name, column_index").fetchall()
+            "AND schema_name = 'main' AND NOT internal ORDER BY table_name, column_index"
+        ).fetchall()
     out: dict[str, list[tuple[str, str]]] = {}
     for table, column, typ in rows:
         out.setdefault(table, []).append((column, typ))
@@ -185,6 +240,10 @@ def table_schema(db: Db = None) -> dict[str, list[tuple[str, str]]]:
 def seconds_per_sample(db: Db = None) -> dict[tuple[str, str], float]:
     """(workload, model) -> the median epoch_s / n_samples of its finished runs: what a new run's epochs cost."""
     with connect(db, read_only=True) as conn:
-        return {(w, m): s for w, m, s in conn.execute(
-            f"SELECT workload, model, median(epoch_s / n_samples) FROM runs WHERE status = 'done' AND {LIVE} "
-            "AND epoch_s > 0 AND n_samples > 0 GROUP BY ALL").fetchall()}
+        return {
+            (w, m): s
+            for w, m, s in conn.execute(
+                f"SELECT workload, model, median(epoch_s / n_samples) FROM runs WHERE status = 'done' AND {LIVE} "
+                "AND epoch_s > 0 AND n_samples > 0 GROUP BY ALL"
+            ).fetchall()
+        }

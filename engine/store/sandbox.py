@@ -36,8 +36,16 @@ from engine.measure import usable_cores
 from engine.paths import Db, db_path
 from engine.store.connect import _CORRUPT, _classify, connect
 
-__all__ = ["LOCKDOWN", "QueryRejected", "QueryResult", "QueryStream", "check_query", "run_query", "sandbox_connection",
-           "stream_query"]
+__all__ = [
+    "LOCKDOWN",
+    "QueryRejected",
+    "QueryResult",
+    "QueryStream",
+    "check_query",
+    "run_query",
+    "sandbox_connection",
+    "stream_query",
+]
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +60,12 @@ LOCKDOWN: dict[str, object] = {
     "threads": min(4, usable_cores()),
 }  # then run_query sets lock_configuration, so that the query cannot SET any of them back
 # Table/scalar functions refused by name: they read files or the network, or run SQL given as text.
-_REFUSED = re.compile(r"^(read_\w+|\w+_scan|glob|sniff_csv|parquet_\w+|query|query_table|json_execute_serialized_sql|"
-                      r"checkpoint|force_checkpoint|getenv|duckdb_secrets|which_secret|\w+_attach|iceberg_\w+|"
-                      r"postgres_\w+|mysql_\w+|sqlite_\w+)$", re.I)
+_REFUSED = re.compile(
+    r"^(read_\w+|\w+_scan|glob|sniff_csv|parquet_\w+|query|query_table|json_execute_serialized_sql|"
+    r"checkpoint|force_checkpoint|getenv|duckdb_secrets|which_secret|\w+_attach|iceberg_\w+|"
+    r"postgres_\w+|mysql_\w+|sqlite_\w+)$",
+    re.I,
+)
 _EXPLAIN = re.compile(r"^\s*EXPLAIN(\s+ANALY[SZ]E)?\s+", re.I)
 _NAME = re.compile(rb'"[^"]*"|[^\s/(-]+')  # a function's name at a token's start, in the UTF-8 text
 _MAX_SQL = 100_000
@@ -90,8 +101,9 @@ def _one_statement(sql: str) -> duckdb.Statement:
     if not statements:
         raise QueryRejected("the query has no statement, only comments; write one SELECT")
     if len(statements) != 1:
-        raise QueryRejected(f"write exactly one statement; found {len(statements)} "
-                            "(remove the extra ';' and what follows it)")
+        raise QueryRejected(
+            f"write exactly one statement; found {len(statements)} (remove the extra ';' and what follows it)"
+        )
     return statements[0]
 
 
@@ -104,8 +116,9 @@ def check_query(sql: str) -> duckdb.Statement:
     try:
         sql.encode("utf-8")
     except UnicodeEncodeError as e:  # a lone surrogate: DuckDB's parser takes UTF-8 only, and would raise TypeError
-        raise QueryRejected(f"the query holds a character that is not text (position {e.start}); "
-                            "retype that part of it") from None
+        raise QueryRejected(
+            f"the query holds a character that is not text (position {e.start}); retype that part of it"
+        ) from None
     statement = _one_statement(sql)
     kind = statement.type
     if kind == duckdb.StatementType.EXPLAIN:
@@ -113,8 +126,10 @@ def check_query(sql: str) -> duckdb.Statement:
         if explained == statement.query or _one_statement(explained).type != duckdb.StatementType.SELECT:
             raise QueryRejected("EXPLAIN is allowed only in front of a SELECT query")
     elif kind != duckdb.StatementType.SELECT:
-        raise QueryRejected(f"only read-only queries can run here (SELECT, WITH, VALUES, DESCRIBE, SHOW, "
-                            f"SUMMARIZE, EXPLAIN); this statement is of type {kind.name}")
+        raise QueryRejected(
+            f"only read-only queries can run here (SELECT, WITH, VALUES, DESCRIBE, SHOW, "
+            f"SUMMARIZE, EXPLAIN); this statement is of type {kind.name}"
+        )
     _check_functions(sql)
     return statement
 
@@ -130,9 +145,11 @@ def _check_functions(sql: str) -> None:
             continue
         found = _NAME.match(raw, start)
         name = found.group().strip(b'"').decode("utf-8", "replace") if found else ""
-        if raw[nxt:nxt + 1] == b"(" and _REFUSED.match(name):
-            raise QueryRejected(f"{name}() reads files or runs other SQL, which the SQL page does not allow; "
-                                "query the store's tables (runs, epochs, steps, samples, ...) instead")
+        if raw[nxt : nxt + 1] == b"(" and _REFUSED.match(name):
+            raise QueryRejected(
+                f"{name}() reads files or runs other SQL, which the SQL page does not allow; "
+                "query the store's tables (runs, epochs, steps, samples, ...) instead"
+            )
 
 
 @contextmanager
@@ -180,13 +197,16 @@ class _Budget:
         if _CORRUPT.search(str(e)):
             return _classify(db_path(self.db), e)  # a damaged store: say how to recover, not "bad SQL"
         if isinstance(e, duckdb.PermissionException):
-            return QueryRejected("the query tried to reach files, extensions or the network, which the SQL "
-                                 f"page does not allow ({_first_line(e)})")
+            return QueryRejected(
+                "the query tried to reach files, extensions or the network, which the SQL "
+                f"page does not allow ({_first_line(e)})"
+            )
         return QueryRejected(str(e).strip()[:1000] or type(e).__name__)
 
 
-def _batches(conn: duckdb.DuckDBPyConnection, stream: QueryStream, budget: _Budget,
-             max_rows: int) -> Iterator[pd.DataFrame]:
+def _batches(
+    conn: duckdb.DuckDBPyConnection, stream: QueryStream, budget: _Budget, max_rows: int
+) -> Iterator[pd.DataFrame]:
     """At most max_rows rows, a batch at a time; the first batch even when it is empty (it names the columns)."""
     left, first = max_rows, True
     while True:
@@ -209,8 +229,7 @@ def _batches(conn: duckdb.DuckDBPyConnection, stream: QueryStream, budget: _Budg
 
 
 @contextmanager
-def stream_query(sql: str, db: Db = None, *, timeout_s: float = 10.0,
-                 max_rows: int = 10_000) -> Iterator[QueryStream]:
+def stream_query(sql: str, db: Db = None, *, timeout_s: float = 10.0, max_rows: int = 10_000) -> Iterator[QueryStream]:
     """Run one vetted read-only query on the store and hand its rows over in batches, for results of any size."""
     statement = check_query(sql)
     with sandbox_connection(db) as conn:
@@ -226,8 +245,7 @@ def stream_query(sql: str, db: Db = None, *, timeout_s: float = 10.0,
         yield stream
 
 
-def run_query(sql: str, db: Db = None, *, timeout_s: float = 10.0,
-              max_rows: int = 10_000) -> QueryResult:
+def run_query(sql: str, db: Db = None, *, timeout_s: float = 10.0, max_rows: int = 10_000) -> QueryResult:
     """Run one vetted read-only query on the store; at most max_rows rows come back, in one DataFrame."""
     started = time.perf_counter()
     with stream_query(sql, db, timeout_s=timeout_s, max_rows=max_rows) as stream:

@@ -20,12 +20,30 @@ import pandas as pd
 from engine.config import config_fields
 from engine.errors import StoreVersionError
 from engine.measure import machine_id
-from engine.store.tables import (BUILTIN_QUERIES, EPOCH_COLUMNS_V4, RUN_COLUMNS, STORED_BUILTINS, SUMMARY_COLUMNS,
-                                 SUMMARY_COLUMNS_V2, SUMMARY_COLUMNS_V4, SUMMARY_COLUMNS_V5, SUMMARY_COLUMNS_V6,
-                                 TABLES)
+from engine.store.tables import (
+    BUILTIN_QUERIES,
+    EPOCH_COLUMNS_V4,
+    RUN_COLUMNS,
+    STORED_BUILTINS,
+    SUMMARY_COLUMNS,
+    SUMMARY_COLUMNS_V2,
+    SUMMARY_COLUMNS_V4,
+    SUMMARY_COLUMNS_V5,
+    SUMMARY_COLUMNS_V6,
+    TABLES,
+)
 
-__all__ = ["MIGRATIONS", "RUN_COLUMNS", "SCHEMA_VERSION", "SUMMARY_COLUMNS", "TABLES", "config_columns",
-           "ensure_schema", "needs_upgrade", "schema_version"]
+__all__ = [
+    "MIGRATIONS",
+    "RUN_COLUMNS",
+    "SCHEMA_VERSION",
+    "SUMMARY_COLUMNS",
+    "TABLES",
+    "config_columns",
+    "ensure_schema",
+    "needs_upgrade",
+    "schema_version",
+]
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +57,9 @@ def config_columns() -> dict[str, str]:
     out = {}
     for f in config_fields():
         if f.name in RUN_COLUMNS:
-            raise RuntimeError(f"RunConfig field '{f.name}' collides with the store column of that name; "
-                               "rename the field")
+            raise RuntimeError(
+                f"RunConfig field '{f.name}' collides with the store column of that name; rename the field"
+            )
         out[f.name] = _SQL_TYPES.get(_type_name(f.type), "VARCHAR")
     return out
 
@@ -70,7 +89,7 @@ def _v2(conn: duckdb.DuckDBPyConnection) -> None:
 
 def _v3(conn: duckdb.DuckDBPyConnection) -> None:
     """The fingerprint of a plugin run's code, so results of changed code never pool with the old ones."""
-    conn.execute(f'ALTER TABLE runs ADD COLUMN IF NOT EXISTS code_hash {RUN_COLUMNS["code_hash"]}')
+    conn.execute(f"ALTER TABLE runs ADD COLUMN IF NOT EXISTS code_hash {RUN_COLUMNS['code_hash']}")
 
 
 def _v4(conn: duckdb.DuckDBPyConnection) -> None:
@@ -137,7 +156,15 @@ def _v8(conn: duckdb.DuckDBPyConnection) -> None:
 
 # (version, migration) in order. A migration gets a writer connection inside a transaction.
 MIGRATIONS: list[tuple[int, Callable[[duckdb.DuckDBPyConnection], None]]] = [
-    (1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5), (6, _v6), (7, _v7), (8, _v8)]
+    (1, _v1),
+    (2, _v2),
+    (3, _v3),
+    (4, _v4),
+    (5, _v5),
+    (6, _v6),
+    (7, _v7),
+    (8, _v8),
+]
 
 
 def _now() -> datetime:
@@ -145,8 +172,10 @@ def _now() -> datetime:
 
 
 def _table_names(conn: duckdb.DuckDBPyConnection) -> set[str]:
-    rows = conn.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
-                        "AND schema_name = 'main' AND NOT temporary").fetchall()
+    rows = conn.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
+        "AND schema_name = 'main' AND NOT temporary"
+    ).fetchall()
     return {r[0] for r in rows}
 
 
@@ -167,7 +196,8 @@ def _check_not_newer(version: int, path: Path | None) -> None:
     if version > SCHEMA_VERSION:
         raise StoreVersionError(
             f"the store {path} was written by a newer LoaderLab (schema v{version}; this one knows "
-            f"v{SCHEMA_VERSION}); upgrade LoaderLab or use --db with another file")
+            f"v{SCHEMA_VERSION}); upgrade LoaderLab or use --db with another file"
+        )
 
 
 def needs_upgrade(conn: duckdb.DuckDBPyConnection, path: Path | None = None) -> bool:
@@ -215,4 +245,3 @@ def _backup(conn: duckdb.DuckDBPyConnection, path: Path, version: int) -> Path:
     shutil.copy2(path, target)
     log.warning("store %s is at schema v%d; backed it up to %s before migrating", path, version, target)
     return target
-

@@ -24,8 +24,7 @@ __all__ = ["TUNE_ID", "record_tune", "tune_answers"]
 TUNE_ID = re.compile(r"tune-[0-9a-f]{12}")
 _KINDS = ("script",)
 # Fields that may be None: nothing to change, nothing finished, no interval, a budget the user did not set.
-_NULLABLE = {"budget_s", "spent_s", "stop_reason", "best_config_idx", "speedup", "speedup_lo", "speedup_hi",
-             "verdict"}
+_NULLABLE = {"budget_s", "spent_s", "stop_reason", "best_config_idx", "speedup", "speedup_lo", "speedup_hi", "verdict"}
 
 
 def _now() -> datetime:
@@ -82,8 +81,7 @@ def _checked(row: dict[str, Any]) -> dict[str, Any]:
             value = float(value)
         elif sql_type == "INTEGER":
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"tune field '{name}' must be a config index (an int >= 0) or None, "
-                                 f"not {value!r:.40}")
+                raise ValueError(f"tune field '{name}' must be a config index (an int >= 0) or None, not {value!r:.40}")
         elif not isinstance(value, str):
             raise ValueError(f"tune field '{name}' must be text, not {type(value).__name__}")
         out[name] = value
@@ -99,8 +97,10 @@ def record_tune(db: Db, row: dict[str, Any]) -> None:
     with connect(db, read_only=False) as conn:
         conn.execute("BEGIN TRANSACTION")
         try:
-            conn.execute(f"INSERT OR REPLACE INTO tunes ({cols}) VALUES ({', '.join('?' * len(names))})",
-                         [checked[n] for n in names])
+            conn.execute(
+                f"INSERT OR REPLACE INTO tunes ({cols}) VALUES ({', '.join('?' * len(names))})",
+                [checked[n] for n in names],
+            )
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")

@@ -62,13 +62,16 @@ def save_view(state: dict[str, Any], db: Db = None) -> str:
 def load_view(view_id: str, db: Db = None) -> dict[str, Any]:
     """The state saved under view_id. ValueError for a malformed or unknown id."""
     if not isinstance(view_id, str) or not VIEW_ID.match(view_id):
-        raise ValueError(f"view id {str(view_id)[:40]!r} is malformed: an id is 4-32 letters, digits, '-' or '_'; "
-                         "copy the whole link")
+        raise ValueError(
+            f"view id {str(view_id)[:40]!r} is malformed: an id is 4-32 letters, digits, '-' or '_'; "
+            "copy the whole link"
+        )
     with connect(db, read_only=True) as conn:
         row = _one(conn.execute("SELECT state_json FROM views WHERE view_id = ?", [view_id]).fetchall())
     if row is None:
-        raise ValueError(f"view '{view_id}' is not in the store {db_path(db)}; the link may come from another "
-                         "machine's store")
+        raise ValueError(
+            f"view '{view_id}' is not in the store {db_path(db)}; the link may come from another machine's store"
+        )
     return json.loads(row[0])
 
 

@@ -47,8 +47,14 @@ def new_sweep_id(name: str) -> str:
     return f"{name}-{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
-def run_sweep(sweep: SweepConfig, *, db: Db = None, progress: bool = True,
-              sweep_id: str | None = None, meta: dict[str, Any] | None = None) -> SweepResult:
+def run_sweep(
+    sweep: SweepConfig,
+    *,
+    db: Db = None,
+    progress: bool = True,
+    sweep_id: str | None = None,
+    meta: dict[str, Any] | None = None,
+) -> SweepResult:
     """Run every planned config locally; a failed run is recorded and the sweep goes on."""
     plan = sweep.plan()
     # a config this host cannot fit, or a bad plugin, anywhere in the grid fails before the first run is stored
@@ -56,16 +62,26 @@ def run_sweep(sweep: SweepConfig, *, db: Db = None, progress: bool = True,
     preflight_all(sweep.configs(), cwd=(meta or {}).get("cwd"))  # one preflight child for them all
     result = SweepResult(sweep_id or new_sweep_id(sweep.name))
     repeats_seen: dict[int, int] = {}
-    bar = tqdm(total=len(plan), desc=f"sweep {sweep.name}", unit="run", disable=not progress, file=sys.stderr,
-               dynamic_ncols=True)
+    bar = tqdm(
+        total=len(plan),
+        desc=f"sweep {sweep.name}",
+        unit="run",
+        disable=not progress,
+        file=sys.stderr,
+        dynamic_ncols=True,
+    )
     # one warm parent for the sweep: each run forks from it instead of importing torch again (engine/run/warm.py)
     with bar, WarmParent(enabled=len(plan) > 1) as warm:
         for config_idx, cfg in plan:
             repeat_idx = repeats_seen.get(config_idx, 0)
             repeats_seen[config_idx] = repeat_idx + 1
             bar.set_postfix_str(f"{cfg.loader} w={cfg.workers} {cfg.mode} {cfg.model}", refresh=True)
-            run = launch(cfg, db=db, meta={**(meta or {}), "sweep_id": result.sweep_id, "config_idx": config_idx,
-                                           "repeat_idx": repeat_idx}, warm=warm)
+            run = launch(
+                cfg,
+                db=db,
+                meta={**(meta or {}), "sweep_id": result.sweep_id, "config_idx": config_idx, "repeat_idx": repeat_idx},
+                warm=warm,
+            )
             result.results.append(run)
             if run.status != RunStatus.DONE:
                 log.warning("run %s %s: %s", run.run_id, run.status, run.error)

@@ -32,13 +32,34 @@ from engine.workloads.pyloop import PyloopWorkload
 from engine.workloads.stream import SPLITS, BadStreamItem, StreamDataset, is_stream
 from engine.workloads.tensor import TensorWorkload
 
-__all__ = ["BadStreamItem", "EpochTally", "FolderWorkload", "JpegWorkload", "PluginDataset", "PyloopWorkload", "SPLITS",
-           "SeededDataset", "ShardDataset", "StreamDataset", "StreamMismatch", "TensorWorkload", "WORKLOADS",
-           "build_dataset", "is_stream", "shard_of"]
+__all__ = [
+    "BadStreamItem",
+    "EpochTally",
+    "FolderWorkload",
+    "JpegWorkload",
+    "PluginDataset",
+    "PyloopWorkload",
+    "SPLITS",
+    "SeededDataset",
+    "ShardDataset",
+    "StreamDataset",
+    "StreamMismatch",
+    "TensorWorkload",
+    "WORKLOADS",
+    "build_dataset",
+    "is_stream",
+    "shard_of",
+]
 
-WORKLOADS = unique("workload", [
-    ("tensor", TensorWorkload), ("jpeg", JpegWorkload), ("pyloop", PyloopWorkload), ("folder", FolderWorkload),
-])
+WORKLOADS = unique(
+    "workload",
+    [
+        ("tensor", TensorWorkload),
+        ("jpeg", JpegWorkload),
+        ("pyloop", PyloopWorkload),
+        ("folder", FolderWorkload),
+    ],
+)
 
 
 def build_dataset(cfg: Any) -> Any:
@@ -53,9 +74,12 @@ def build_dataset(cfg: Any) -> Any:
     if isinstance(inner, IterableDataset) or (not hasattr(inner, "__getitem__") and hasattr(inner, "__iter__")):
         return StreamDataset(inner, cfg, cfg.workload)  # a stream: split over workers and ranks, checked per epoch
     if not hasattr(inner, "__getitem__"):
-        raise ConfigError("workload", f"'{cfg.workload}' returned type {type(inner).__name__}, neither a map-style "
-                                      "Dataset nor a stream; return an object with __len__ and __getitem__(index) -> "
-                                      "(x, y), or an iterable of (x, y) (an IterableDataset)")
+        raise ConfigError(
+            "workload",
+            f"'{cfg.workload}' returned type {type(inner).__name__}, neither a map-style "
+            "Dataset nor a stream; return an object with __len__ and __getitem__(index) -> "
+            "(x, y), or an iterable of (x, y) (an IterableDataset)",
+        )
     return PluginDataset(inner, cfg, cfg.workload)
 
 

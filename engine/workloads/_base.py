@@ -131,8 +131,9 @@ class BankWorkload(SeededDataset):
         self.work_units = 0
         if cfg.work_us > 0 and self.work_rate is not None:
             self.work_units = max(1, round(cfg.work_us * 1e-6 * self.work_rate()))
-            log.debug("%s work_us=%s -> %d %s per sample", type(self).__name__, cfg.work_us, self.work_units,
-                      self.WORK_UNIT)
+            log.debug(
+                "%s work_us=%s -> %d %s per sample", type(self).__name__, cfg.work_us, self.work_units, self.WORK_UNIT
+            )
 
     def _ensure_bank(self) -> tuple[np.ndarray, list[int]]:
         if self._bank is None:

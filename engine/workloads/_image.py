@@ -32,9 +32,13 @@ def load_rgb(path: str | Path) -> Image.Image:
         return img.convert("RGB")  # convert() forces the decode, so a damaged file fails here, not later
 
 
-def crop_box(w: int, h: int, rng: np.random.Generator,
-             scale: tuple[float, float] = (0.08, 1.0),
-             ratio: tuple[float, float] = (3 / 4, 4 / 3)) -> tuple[int, int, int, int]:
+def crop_box(
+    w: int,
+    h: int,
+    rng: np.random.Generator,
+    scale: tuple[float, float] = (0.08, 1.0),
+    ratio: tuple[float, float] = (3 / 4, 4 / 3),
+) -> tuple[int, int, int, int]:
     """torchvision's RandomResizedCrop box: 10 tries at a random area and aspect, else a center crop."""
     area = w * h
     log_ratio = (math.log(ratio[0]), math.log(ratio[1]))

@@ -21,6 +21,7 @@ import torch
 
 try:  # NOTE: optional (requirements.txt pins it, FFmpeg's libraries may still be missing): without it, PIL's path
     import spdl.io as _spdl_io
+
     spdl_io: ModuleType | None = _spdl_io
 except ImportError:
     spdl_io = None
@@ -69,8 +70,9 @@ def decode(dataset: Any, key: Any) -> tuple[torch.Tensor, int]:
     x0, y0, x1, y1 = crop_box(packets.width, packets.height, rng)
     size = dataset.image_size
     flip = ",hflip" if rng.random() < 0.5 else ""
-    graph = (f"crop=w={x1 - x0}:h={y1 - y0}:x={x0}:y={y0},scale=w={size}:h={size}:flags=bilinear{flip},"
-             "format=pix_fmts=rgb24")
+    graph = (
+        f"crop=w={x1 - x0}:h={y1 - y0}:x={x0}:y={y0},scale=w={size}:h={size}:flags=bilinear{flip},format=pix_fmts=rgb24"
+    )
     frames = spdl_io.decode_packets(packets, filter_desc=graph)
     hwc = spdl_io.to_numpy(spdl_io.convert_frames(frames)).reshape(size, size, 3)  # (H, W, 3) uint8
     x = hwc.transpose(2, 0, 1).astype(np.float32, order="C")

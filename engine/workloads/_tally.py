@@ -50,21 +50,29 @@ class EpochTally:
     def check(self, stream: Any, epoch: int) -> None:
         """Raise StreamMismatch when this epoch repeated or dropped samples of `stream` (a StreamDataset)."""
         total, n = sum(self.counts.values()), stream.total
-        fix = ("shard with get_worker_info() and the rank, or drop shards_itself" if stream.split == "self" else
-               "make every iter() yield each sample once, or fix __len__")
+        fix = (
+            "shard with get_worker_info() and the rank, or drop shards_itself"
+            if stream.split == "self"
+            else "make every iter() yield each sample once, or fix __len__"
+        )
         parts = self.world * self.workers
         many = "ranks x workers" if self.world > 1 and self.workers > 1 else "ranks" if self.world > 1 else "workers"
         if n is not None and parts > 1 and all(self.counts[p] == n for p in range(parts)):
-            raise StreamMismatch(f"{parts} {many} each yielded all {n} samples of the stream '{stream.spec}' in "
-                                 f"epoch {epoch}: {fix}")
+            raise StreamMismatch(
+                f"{parts} {many} each yielded all {n} samples of the stream '{stream.spec}' in epoch {epoch}: {fix}"
+            )
         seen = Counter(k for keys in self.keys.values() for k in keys)
         repeated = sum(c - 1 for c in seen.values() if c > 1)
         if repeated:
             where = sorted({self.who(p) for p, keys in self.keys.items() if any(seen[k] > 1 for k in keys)})
-            raise StreamMismatch(f"epoch {epoch} of the stream '{stream.spec}' repeated {repeated} of its samples "
-                                 f"(keys seen twice, from {', '.join(where)}): {fix}")
+            raise StreamMismatch(
+                f"epoch {epoch} of the stream '{stream.spec}' repeated {repeated} of its samples "
+                f"(keys seen twice, from {', '.join(where)}): {fix}"
+            )
         if n is not None and total != n:
             counts = ", ".join(f"{self.who(p)}: {self.counts[p]}" for p in range(parts))
             what = "repeated" if total > n else "dropped"
-            raise StreamMismatch(f"epoch {epoch} of the stream '{stream.spec}' delivered {total} samples for its "
-                                 f"{n} ({what} {abs(total - n)}; {counts}): {fix}")
+            raise StreamMismatch(
+                f"epoch {epoch} of the stream '{stream.spec}' delivered {total} samples for its "
+                f"{n} ({what} {abs(total - n)}; {counts}): {fix}"
+            )

@@ -45,6 +45,7 @@ def _class_dirs(root: Path) -> list[Path]:
 
 def _images(class_dir: Path, first_only: bool = False) -> list[str]:
     """Image paths under class_dir, sorted, recursive (symlinks followed). Unreadable subfolders are an error."""
+
     def fail(e: OSError) -> None:
         raise ConfigError("folder", f"'{e.filename}' cannot be read ({e.strerror or e}); check its permissions")
 
@@ -91,8 +92,9 @@ class FolderWorkload(SeededDataset):
         if not root.exists():
             raise ConfigError("folder", f"'{root}' does not exist; pass a directory with one subfolder per class")
         if not root.is_dir():
-            raise ConfigError("folder", f"'{root}' is a file, not a directory; pass the directory that holds "
-                                        "one subfolder per class")
+            raise ConfigError(
+                "folder", f"'{root}' is a file, not a directory; pass the directory that holds one subfolder per class"
+            )
         if not any(_images(d, first_only=True) for d in _class_dirs(root)):
             loose = any(_is_image(p.name) for p in root.iterdir())
             hint = "; the images sit directly in it: move them into one subfolder per class" if loose else ""

@@ -58,8 +58,14 @@ def _relpath(index: int) -> str:
 
 
 def _params(n: int, seed: int) -> dict[str, Any]:
-    return {"version": _PARAMS_VERSION, "n": n, "seed": seed, "side": SIDE, "quality": QUALITY,
-            "visual_classes": VISUAL_CLASSES}
+    return {
+        "version": _PARAMS_VERSION,
+        "n": n,
+        "seed": seed,
+        "side": SIDE,
+        "quality": QUALITY,
+        "visual_classes": VISUAL_CLASSES,
+    }
 
 
 @contextlib.contextmanager
@@ -80,8 +86,12 @@ def _write_atomic(path: Path, data: bytes) -> None:
 def _generate(root: Path, seed: int, index: int) -> dict[str, Any]:
     data = render_jpeg(seed, index, index % VISUAL_CLASSES, SIDE, QUALITY)
     _write_atomic(root / _relpath(index), data)
-    return {"file": _relpath(index), "label": index % VISUAL_CLASSES, "bytes": len(data),
-            "sha256": hashlib.sha256(data).hexdigest()}
+    return {
+        "file": _relpath(index),
+        "label": index % VISUAL_CLASSES,
+        "bytes": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
 
 
 def _read_manifest(root: Path, n: int, seed: int) -> list[dict[str, Any]] | None:
@@ -116,9 +126,12 @@ def ensure_dataset(n: int, seed: int, only: list[int] | None = None) -> Path:
             return root
         log.info("writing %d of %d JPEGs under %s", len(todo), n, root)
         # NOTE: threads help because Pillow releases the GIL while it resizes, draws and encodes.
-        with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool, \
-                tqdm(total=len(todo), desc=f"generating {root.name}", unit="img", file=sys.stderr,
-                     delay=2.0, mininterval=1.0) as bar:
+        with (
+            ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool,
+            tqdm(
+                total=len(todo), desc=f"generating {root.name}", unit="img", file=sys.stderr, delay=2.0, mininterval=1.0
+            ) as bar,
+        ):
             for i, entry in zip(todo, pool.map(lambda i: _generate(root, seed, i), todo)):
                 files[i] = entry
                 bar.update()
@@ -142,13 +155,19 @@ class JpegWorkload(SeededDataset):
             return
         existing = next(p for p in (root, *root.parents) if p.exists())
         if not os.access(existing, os.W_OK):
-            raise ConfigError("workload", f"the jpeg workload must write its images under {root}, but {existing} "
-                                          "is not writable; set LOADERLAB_DATA to a writable directory")
+            raise ConfigError(
+                "workload",
+                f"the jpeg workload must write its images under {root}, but {existing} "
+                "is not writable; set LOADERLAB_DATA to a writable directory",
+            )
         need, free = cfg.n_samples * _EST_BYTES_PER_IMAGE, shutil.disk_usage(existing).free
         if need > free:
-            raise ConfigError("n_samples", f"the jpeg workload would write about {need / 1e9:.1f} GB under {root}, "
-                                           f"but only {free / 1e9:.1f} GB are free; lower n_samples or set "
-                                           "LOADERLAB_DATA to a bigger disk")
+            raise ConfigError(
+                "n_samples",
+                f"the jpeg workload would write about {need / 1e9:.1f} GB under {root}, "
+                f"but only {free / 1e9:.1f} GB are free; lower n_samples or set "
+                "LOADERLAB_DATA to a bigger disk",
+            )
 
     def path_of(self, index: int) -> Path:
         return self.root / _relpath(index)
@@ -171,7 +190,8 @@ class JpegWorkload(SeededDataset):
             try:
                 img = load_rgb(path)
             except OSError as e2:
-                raise RuntimeError(f"{path} cannot be decoded even after regenerating it ({e2}); "
-                                   f"delete {self.root} and run again") from e2
+                raise RuntimeError(
+                    f"{path} cannot be decoded even after regenerating it ({e2}); delete {self.root} and run again"
+                ) from e2
         x = train_transform(img, self.image_size, np.random.default_rng(sample_seed(self.seed, epoch, index)))
         return x, (index % VISUAL_CLASSES) % self.num_classes

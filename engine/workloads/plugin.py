@@ -40,9 +40,11 @@ log = logging.getLogger(__name__)
 
 CHECKED_ITEMS = 3  # items loaded under two global seeds to find out whether the output depends on them
 _OTHER_SEED = 0x9E3779B9  # mixed into the global generators' seed for the second load of a checked item
-SERIAL_NOTE = ("items load one at a time: the dataset's output depends on the global generators (torch, numpy, "
-               "random), which the threads of one process share; declare thread_safe = True if it does not, or draw "
-               "from engine.plugins.item_rng() (a per-item generator)")
+SERIAL_NOTE = (
+    "items load one at a time: the dataset's output depends on the global generators (torch, numpy, "
+    "random), which the threads of one process share; declare thread_safe = True if it does not, or draw "
+    "from engine.plugins.item_rng() (a per-item generator)"
+)
 
 
 class BadItem(TypeError):
@@ -59,8 +61,11 @@ class PluginDataset(SeededDataset):
         try:
             self._len = len(inner)
         except TypeError:
-            raise ConfigError("workload", f"'{spec}' returned a {type(inner).__name__} without len(); return a "
-                                          "map-style torch.utils.data.Dataset (with __len__ and __getitem__)") from None
+            raise ConfigError(
+                "workload",
+                f"'{spec}' returned a {type(inner).__name__} without len(); return a "
+                "map-style torch.utils.data.Dataset (with __len__ and __getitem__)",
+            ) from None
         if self._len < 1:
             raise ConfigError("workload", f"'{spec}' returned an empty dataset; it needs at least one item")
         # NOTE: the user's num_classes, else the dataset's; when neither says, the model's head decides
@@ -108,8 +113,9 @@ class PluginDataset(SeededDataset):
         except BadItem as e:
             raise ConfigError("workload", str(e)) from None
         except Exception as e:  # noqa: BLE001 - the user's item failing is bad input, reported on one line
-            raise ConfigError("workload", f"item 0 of '{self.spec}' failed: {type(e).__name__}: "
-                                          f"{printable(str(e)[:300])}") from None
+            raise ConfigError(
+                "workload", f"item 0 of '{self.spec}' failed: {type(e).__name__}: {printable(str(e)[:300])}"
+            ) from None
         finally:
             torch.random.set_rng_state(states[0])
             np.random.set_state(states[1])
@@ -167,23 +173,31 @@ class PluginDataset(SeededDataset):
     def _check(self, item: Any, index: int) -> tuple[torch.Tensor, Any]:
         """An item is (tensor, int | tensor); anything else fails the item with a message naming the plugin."""
         if not isinstance(item, (tuple, list)) or len(item) != 2:
-            raise BadItem(f"item {index} of '{self.spec}' is of type {type(item).__name__}, not an (x, y) pair; "
-                          "return (tensor, int label) or (tensor, tensor)")
+            raise BadItem(
+                f"item {index} of '{self.spec}' is of type {type(item).__name__}, not an (x, y) pair; "
+                "return (tensor, int label) or (tensor, tensor)"
+            )
         x, y = item
         if not isinstance(x, torch.Tensor):
-            raise BadItem(f"item {index} of '{self.spec}': x is of type {type(x).__name__}, not a tensor; "
-                          "convert it (e.g. torch.from_numpy or torchvision's ToTensor)")
+            raise BadItem(
+                f"item {index} of '{self.spec}': x is of type {type(x).__name__}, not a tensor; "
+                "convert it (e.g. torch.from_numpy or torchvision's ToTensor)"
+            )
         if isinstance(y, torch.Tensor) and not (y.dim() == 0 and not y.is_floating_point()):
             return x, y  # soft or multi-dimensional labels: the loss decides what they mean
         if isinstance(y, (int, np.integer, torch.Tensor)) and not isinstance(y, bool):
             label = int(y)
             if self._class_labels and self.classes_known and not 0 <= label < self.num_classes:
-                raise BadItem(f"item {index} of '{self.spec}': label {label} is out of range for the model's "
-                              f"{self.num_classes} logits; labels must be in [0, {self.num_classes}): set "
-                              "num_classes (or the dataset's num_classes attribute) or fix the labels")
+                raise BadItem(
+                    f"item {index} of '{self.spec}': label {label} is out of range for the model's "
+                    f"{self.num_classes} logits; labels must be in [0, {self.num_classes}): set "
+                    "num_classes (or the dataset's num_classes attribute) or fix the labels"
+                )
             return x, (torch.tensor(label) if isinstance(y, torch.Tensor) else label)
-        raise BadItem(f"item {index} of '{self.spec}': the label is of type {type(y).__name__}; return an int "
-                      "class index or a tensor")
+        raise BadItem(
+            f"item {index} of '{self.spec}': the label is of type {type(y).__name__}; return an int "
+            "class index or a tensor"
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -207,5 +221,9 @@ def _same(a: tuple[torch.Tensor, Any], b: tuple[torch.Tensor, Any]) -> bool:
         same_y = isinstance(ya, torch.Tensor) and isinstance(yb, torch.Tensor) and torch.equal(ya, yb)
     else:
         same_y = ya == yb
-    return bool(same_y) and xa.shape == xb.shape and xa.dtype == xb.dtype and \
-        bool(torch.isclose(xa, xb, rtol=0, atol=0, equal_nan=True).all())
+    return (
+        bool(same_y)
+        and xa.shape == xb.shape
+        and xa.dtype == xb.dtype
+        and bool(torch.isclose(xa, xb, rtol=0, atol=0, equal_nan=True).all())
+    )

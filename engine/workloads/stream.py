@@ -64,11 +64,19 @@ class StreamDataset:
         self.latency_s = float(cfg.latency_ms) / 1000.0
         self.rank, self.world = 0, 1
         if iter(inner) is inner:
-            raise ConfigError("workload", f"'{spec}' returned a {type(inner).__name__}, an iterator that is exhausted "
-                                          "after one epoch; return an iterable that starts over on each iter() (an "
-                                          "IterableDataset, or a class with __iter__), not a generator object")
-        self.split = "self" if getattr(inner, "shards_itself", False) else \
-            "shard" if callable(getattr(inner, "iter_shard", None)) and hasattr(inner, "shards") else "item"
+            raise ConfigError(
+                "workload",
+                f"'{spec}' returned a {type(inner).__name__}, an iterator that is exhausted "
+                "after one epoch; return an iterable that starts over on each iter() (an "
+                "IterableDataset, or a class with __iter__), not a generator object",
+            )
+        self.split = (
+            "self"
+            if getattr(inner, "shards_itself", False)
+            else "shard"
+            if callable(getattr(inner, "iter_shard", None)) and hasattr(inner, "shards")
+            else "item"
+        )
         try:
             self.total: int | None = int(len(inner))
         except (TypeError, NotImplementedError):
@@ -88,12 +96,16 @@ class StreamDataset:
     def order_note(self, workers: int) -> str:
         """What the run's notes say about its batches: where they cannot be the same for every loader."""
         if self.split == "self":
-            return ("the stream splits itself (shards_itself): its items and their random transforms depend on the "
-                    "number of workers and ranks, so loaders with other counts see other batches")
+            return (
+                "the stream splits itself (shards_itself): its items and their random transforms depend on the "
+                "number of workers and ranks, so loaders with other counts see other batches"
+            )
         if self.world * max(1, workers) == 1:
             return ""
-        return (f"the stream is split by {self.split} over {self.world * max(1, workers)} parts: every item and its "
-                "transform are the same for a given seed, but which batch it lands in depends on the worker count")
+        return (
+            f"the stream is split by {self.split} over {self.world * max(1, workers)} parts: every item and its "
+            "transform are the same for a given seed, but which batch it lands in depends on the worker count"
+        )
 
     def part(self, epoch: int, worker: int, workers: int) -> Iterator[tuple[torch.Tensor, Any, Any]]:
         """Part (rank, worker) of epoch `epoch`: (x, y, key) items, each seeded before it is pulled."""
@@ -143,20 +155,28 @@ class StreamDataset:
 
     def _check(self, item: Any, place: int) -> tuple[torch.Tensor, Any, Any]:
         if not isinstance(item, (tuple, list)) or len(item) not in (2, 3):
-            raise BadStreamItem(f"item {place} of the stream '{self.spec}' is of type {type(item).__name__}, not an "
-                                "(x, y) or (x, y, key) tuple; yield (tensor, int label[, key])")
+            raise BadStreamItem(
+                f"item {place} of the stream '{self.spec}' is of type {type(item).__name__}, not an "
+                "(x, y) or (x, y, key) tuple; yield (tensor, int label[, key])"
+            )
         x, y = item[0], item[1]
         if not isinstance(x, torch.Tensor):
-            raise BadStreamItem(f"item {place} of the stream '{self.spec}': x is of type {type(x).__name__}, not a "
-                                "tensor; convert it (e.g. torch.from_numpy or torchvision's ToTensor)")
+            raise BadStreamItem(
+                f"item {place} of the stream '{self.spec}': x is of type {type(x).__name__}, not a "
+                "tensor; convert it (e.g. torch.from_numpy or torchvision's ToTensor)"
+            )
         if isinstance(y, (int, np.integer)) and not isinstance(y, bool):
             y = int(y)
             if self._class_labels and self.classes_known and not 0 <= y < self.num_classes:
-                raise BadStreamItem(f"item {place} of the stream '{self.spec}': label {y} is out of range for "
-                                    f"{self.num_classes} classes; set num_classes or fix the labels")
+                raise BadStreamItem(
+                    f"item {place} of the stream '{self.spec}': label {y} is out of range for "
+                    f"{self.num_classes} classes; set num_classes or fix the labels"
+                )
         elif not isinstance(y, torch.Tensor):
-            raise BadStreamItem(f"item {place} of the stream '{self.spec}': the label is of type "
-                                f"{type(y).__name__}; yield an int class index or a tensor")
+            raise BadStreamItem(
+                f"item {place} of the stream '{self.spec}': the label is of type "
+                f"{type(y).__name__}; yield an int class index or a tensor"
+            )
         key = item[2] if len(item) == 3 else (_item_hash(x, y) if self.check_samples else None)
         return x, y, key
 
@@ -168,8 +188,10 @@ class StreamDataset:
             except BadStreamItem as e:
                 raise ConfigError("workload", str(e)) from None
             except Exception as e:  # noqa: BLE001 - the user's stream failing is bad input, reported on one line
-                raise ConfigError("workload", f"the first item of the stream '{self.spec}' failed: "
-                                              f"{type(e).__name__}: {printable(str(e)[:300])}") from None
+                raise ConfigError(
+                    "workload",
+                    f"the first item of the stream '{self.spec}' failed: {type(e).__name__}: {printable(str(e)[:300])}",
+                ) from None
         if first is None:
             raise ConfigError("workload", f"'{self.spec}' returned an empty stream; it needs at least one item")
         return tuple(first[0].shape)

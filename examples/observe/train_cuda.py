@@ -50,11 +50,17 @@ def main():
     p.add_argument("--n", type=int, default=1536)
     args = p.parse_args()
     dev = "cuda" if torch.cuda.is_available() else "cpu"
-    model = nn.Sequential(nn.Conv2d(3, 32, 3, 2, 1), nn.ReLU(), nn.Conv2d(32, 64, 3, 2, 1), nn.ReLU(),
-                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10)).to(dev)
+    model = nn.Sequential(
+        nn.Conv2d(3, 32, 3, 2, 1),
+        nn.ReLU(),
+        nn.Conv2d(32, 64, 3, 2, 1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(64, 10),
+    ).to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    train = DataLoader(Jpegs(args.n), batch_size=64, shuffle=True, num_workers=args.workers,
-                       pin_memory=dev == "cuda")
+    train = DataLoader(Jpegs(args.n), batch_size=64, shuffle=True, num_workers=args.workers, pin_memory=dev == "cuda")
     val = DataLoader(Jpegs(256, seed=1), batch_size=128)
     for epoch in range(args.epochs):
         t0 = time.perf_counter()

@@ -40,8 +40,12 @@ class FolderImages(Dataset):
     def __init__(self, folder: str | Path, image_size: int):
         root = Path(folder)
         self.classes = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
-        self.items = [(str(p), label) for label, name in enumerate(self.classes)
-                      for p in sorted((root / name).iterdir()) if p.suffix.lower() in _EXTENSIONS]
+        self.items = [
+            (str(p), label)
+            for label, name in enumerate(self.classes)
+            for p in sorted((root / name).iterdir())
+            if p.suffix.lower() in _EXTENSIONS
+        ]
         self.num_classes = len(self.classes)  # LoaderLab builds the model for this many classes
         self.image_size = image_size
 
@@ -86,12 +90,12 @@ def make_folder(root: Path, n_samples: int, num_classes: int, seed: int) -> Path
     return root
 
 
-def build(*, seed: int, image_size: int, num_classes: int, n_samples: int, folder: str = "", **_: object
-          ) -> FolderImages:
+def build(
+    *, seed: int, image_size: int, num_classes: int, n_samples: int, folder: str = "", **_: object
+) -> FolderImages:
     """LoaderLab calls this with every config field as a keyword; this pipeline uses five of them."""
     if not folder:
         base = Path(os.environ.get("LOADERLAB_DATA") or Path(__file__).resolve().parents[2] / "data") / "datasets"
         base.mkdir(parents=True, exist_ok=True)
-        folder = str(make_folder(base / f"own_pipeline-{n_samples}-{num_classes}-{seed}", n_samples, num_classes,
-                                 seed))
+        folder = str(make_folder(base / f"own_pipeline-{n_samples}-{num_classes}-{seed}", n_samples, num_classes, seed))
     return FolderImages(folder, image_size)

@@ -18,19 +18,25 @@ class ResBlock(nn.Module):
     def __init__(self, c_in: int, c_out: int, stride: int):
         super().__init__()
         self.body = nn.Sequential(
-            nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False), nn.GroupNorm(min(8, c_out), c_out), nn.ReLU(),
-            nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False), nn.GroupNorm(min(8, c_out), c_out))
+            nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False),
+            nn.GroupNorm(min(8, c_out), c_out),
+            nn.ReLU(),
+            nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False),
+            nn.GroupNorm(min(8, c_out), c_out),
+        )
         self.skip = nn.Identity() if stride == 1 and c_in == c_out else nn.Conv2d(c_in, c_out, 1, stride, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.relu(self.body(x) + self.skip(x))
 
 
-def resnet(*, in_shape: tuple[int, ...], num_classes: int, width: int = 32, depth: int = 2, **_: object
-           ) -> nn.Sequential:
+def resnet(
+    *, in_shape: tuple[int, ...], num_classes: int, width: int = 32, depth: int = 2, **_: object
+) -> nn.Sequential:
     """in_shape is one item's x shape, (3, S, S); width is the stem's channels; depth the residual blocks."""
-    blocks: list[nn.Module] = [nn.Sequential(nn.Conv2d(in_shape[0], width, 3, 1, 1, bias=False),
-                                             nn.GroupNorm(min(8, width), width), nn.ReLU())]
+    blocks: list[nn.Module] = [
+        nn.Sequential(nn.Conv2d(in_shape[0], width, 3, 1, 1, bias=False), nn.GroupNorm(min(8, width), width), nn.ReLU())
+    ]
     c = width
     for i in range(depth):
         stride = 2 if i > 0 else 1

@@ -49,12 +49,15 @@ class ParquetJpegs(IterableDataset):
         metas = [pq.ParquetFile(f).metadata for f in self.files]
         self.groups = [(f, g) for f, m in zip(self.files, metas) for g in range(m.num_row_groups)]
         # each row group's first row in its file: the rows' keys say where they came from
-        self.first = {(f, g): sum(m.row_group(k).num_rows for k in range(g)) for (f, g), m in
-                      zip(self.groups, (metas[self.files.index(f)] for f, _ in self.groups))}
+        self.first = {
+            (f, g): sum(m.row_group(k).num_rows for k in range(g))
+            for (f, g), m in zip(self.groups, (metas[self.files.index(f)] for f, _ in self.groups))
+        }
         self.rows = sum(m.num_rows for m in metas)
         # the label column alone is cheap to read: the classes are the labels the shards hold
-        self.num_classes = max(2, 1 + max(int(pc.max(pq.read_table(f, columns=["label"])["label"]).as_py() or 0)
-                                          for f in self.files))
+        self.num_classes = max(
+            2, 1 + max(int(pc.max(pq.read_table(f, columns=["label"])["label"]).as_py() or 0) for f in self.files)
+        )
         self.image_size = image_size
 
     def __len__(self) -> int:
@@ -117,13 +120,13 @@ def _write_shards(folder: Path, n_samples: int, num_classes: int, seed: int, n_s
     for s in range(n_shards):
         rows = range(s, n_samples, n_shards)
         labels = [i % num_classes for i in rows]
-        table = pa.table({"jpeg": pa.array([_jpeg(rng, y) for y in labels], pa.binary()),
-                          "label": pa.array(labels, pa.int32())})
+        table = pa.table(
+            {"jpeg": pa.array([_jpeg(rng, y) for y in labels], pa.binary()), "label": pa.array(labels, pa.int32())}
+        )
         pq.write_table(table, folder / f"shard-{s:05d}.parquet", row_group_size=_ROWS_PER_GROUP)
 
 
-def build(*, seed: int, image_size: int, num_classes: int, n_samples: int, folder: str = "", **_: Any
-          ) -> ParquetJpegs:
+def build(*, seed: int, image_size: int, num_classes: int, n_samples: int, folder: str = "", **_: Any) -> ParquetJpegs:
     """LoaderLab calls this with every config field as a keyword. --folder: your own shards; else synthetic ones."""
     if not folder:
         base = Path(os.environ.get("LOADERLAB_DATA") or Path(__file__).resolve().parents[2] / "data") / "datasets"

@@ -23,8 +23,17 @@ APP = ROOT / "app.py"
 def _tiny(**over):
     from engine.config import RunConfig
 
-    base = {"workload": "tensor", "n_samples": 64, "image_size": 8, "width": 8, "epochs": 2, "batch_size": 32,
-            "loader": "sync", "tag": "seed", "device": "cpu"}
+    base = {
+        "workload": "tensor",
+        "n_samples": 64,
+        "image_size": 8,
+        "width": 8,
+        "epochs": 2,
+        "batch_size": 32,
+        "loader": "sync",
+        "tag": "seed",
+        "device": "cpu",
+    }
     return RunConfig.from_dict({**base, **over})
 
 
@@ -43,13 +52,19 @@ def seeded_template(tmp_path_factory) -> tuple[Path, list[str]]:
     with connect(db, read_only=False) as conn:
         # NOTE: a 2-batch epoch of milliseconds has a bound that is noise (efficiency 0.08-1.34 seen on a loaded
         # machine, over 1.1 giving a stale note and no verdict): the pages' tests get a bound that explains the run
-        conn.execute("UPDATE runs SET bound_s = 0.9 * epoch_s, efficiency = 0.9, verdict = 'data-bound', "
-                     "verdict_help = ?, bound_note = NULL WHERE run_id = ?", [VERDICTS["data-bound"], real[0].run_id])
+        conn.execute(
+            "UPDATE runs SET bound_s = 0.9 * epoch_s, efficiency = 0.9, verdict = 'data-bound', "
+            "verdict_help = ?, bound_note = NULL WHERE run_id = ?",
+            [VERDICTS["data-bound"], real[0].run_id],
+        )
         conn.execute("CREATE TEMP TABLE src AS SELECT * FROM runs WHERE run_id = ?", [real[0].run_id])
         conn.execute("UPDATE src SET run_id = 'syn-' || run_id")
         for i in range(6):
-            conn.execute("INSERT INTO runs SELECT * REPLACE (run_id || '-' || ? AS run_id, epoch_s * (1 + ? / 20.0) "
-                         "AS epoch_s, 'other-host' AS host) FROM src", [str(i), i])
+            conn.execute(
+                "INSERT INTO runs SELECT * REPLACE (run_id || '-' || ? AS run_id, epoch_s * (1 + ? / 20.0) "
+                "AS epoch_s, 'other-host' AS host) FROM src",
+                [str(i), i],
+            )
     ids = [r.run_id for r in real] + [f"syn-{real[0].run_id}-{i}" for i in range(6)]
     return db, ids
 

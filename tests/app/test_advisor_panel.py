@@ -37,7 +37,7 @@ def test_your_setup_is_the_baseline_and_its_confirmation_can_be_queued(seeded, o
     before = len(api.list_jobs())
     button.click().run()
     no_problems(at)
-    assert len(api.list_jobs()) - before == 2 * api.CONFIRM_REPEATS   # your setup and the best, 7 runs each
+    assert len(api.list_jobs()) - before == 2 * api.CONFIRM_REPEATS  # your setup and the best, 7 runs each
 
 
 def test_a_bad_setup_is_one_error_naming_the_field_and_no_advice(seeded, open_page):
@@ -45,7 +45,8 @@ def test_a_bad_setup_is_one_error_naming_the_field_and_no_advice(seeded, open_pa
     at.text_input(key="advisor.baseline").input("loader=processes,module=evil.mod:fn").run()
     assert [seen(e.value) for e in at.error] == [
         "Your current setup: baseline: 'module' is not a loader setting; use: "
-        "loader, workers, prefetch_depth, start_method, persistent_workers, pin_memory, batch_size"]
+        "loader, workers, prefetch_depth, start_method, persistent_workers, pin_memory, batch_size"
+    ]
     assert not _advice(at, "done runs")
 
 
@@ -56,8 +57,9 @@ def test_the_advice_ends_with_its_code_and_a_memory_cap_is_read(seeded, open_pag
     [code] = [c for c in at.code if c.language == "python" and "the best measured here" in c.value]  # the Advisor's
     assert "loader = " in code.value
     at.text_input(key="advisor.max_memory").input("lots").run()
-    assert [seen(e.value) for e in at.error] == ["Memory cap: max_memory: 'lots' is not a size; write e.g. 8G, "
-                                                 "512M or 1.5G"]
+    assert [seen(e.value) for e in at.error] == [
+        "Memory cap: max_memory: 'lots' is not a size; write e.g. 8G, 512M or 1.5G"
+    ]
     at.text_input(key="advisor.max_memory").input("2M").run()  # below every run's peak: none can be the answer
     no_problems(at)
     assert _advice(at, "peaked above the 2 MiB memory cap")

@@ -22,10 +22,17 @@ def shared(seeded, monkeypatch):
     return seeded
 
 
-@pytest.mark.parametrize("page, params", [
-    ("explore", {}), ("runs", {}), ("history", {}), ("launch", {}), ("explore", {"view": "abcd1234"}),
-    ("runs", {"run": "x"}),
-])
+@pytest.mark.parametrize(
+    "page, params",
+    [
+        ("explore", {}),
+        ("runs", {}),
+        ("history", {}),
+        ("launch", {}),
+        ("explore", {"view": "abcd1234"}),
+        ("runs", {"run": "x"}),
+    ],
+)
 def test_without_the_token_nothing_is_served(shared, page, params):
     db, ids = shared
     at = AppTest.from_file(str(APP), default_timeout=60)

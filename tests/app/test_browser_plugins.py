@@ -43,8 +43,10 @@ def test_module_paths_and_lookalikes_in_the_url_are_refused_by_field(plugins):
     """Each hostile value on one of the five fields in turn (the engine fuzz in tests/system/test_fuzz.py tries
     every pair); a registered name of the wrong kind too. Each is named inline and the button queues nothing."""
     store, _, tmp = plugins
-    cases = [(FIELDS[i % len(FIELDS)], v) for i, v in enumerate(HOSTILE[::3])] + [("model", "mydata"),
-                                                                                ("collate", "myloss")]
+    cases = [(FIELDS[i % len(FIELDS)], v) for i, v in enumerate(HOSTILE[::3])] + [
+        ("model", "mydata"),
+        ("collate", "myloss"),
+    ]
     for field, value in cases:
         at = _open("launch", {field: value, "epochs": "2"})
         assert not at.exception, [e.value for e in at.exception]

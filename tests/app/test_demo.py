@@ -21,8 +21,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engine", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "engine", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_engine_demo_queues_the_sweep_once_with_seven_repeats_per_config(tmp_path):
@@ -31,13 +32,19 @@ def test_engine_demo_queues_the_sweep_once_with_seven_repeats_per_config(tmp_pat
     assert out.returncode == 0, out.stderr
     assert "demo sweep queued" in out.stdout
     jobs = api.list_jobs(db=db)
-    configs = Counter((c["workload"], c["model"], c["loader"], c["workers"], c["threads"])
-                      for c in map(json.loads, jobs["config_json"]))
+    configs = Counter(
+        (c["workload"], c["model"], c["loader"], c["workers"], c["threads"])
+        for c in map(json.loads, jobs["config_json"])
+    )
     # 6 runs give each median an interval, and 7 on each side the advisor's ratio
     assert DEMO_REPEATS >= MIN_FOR_CI + 1 == 7 and set(configs.values()) == {DEMO_REPEATS}
-    assert set(configs) == {("jpeg", "cnn", "sync", 0, 0), ("jpeg", "cnn", "prefetch", 0, 0),
-                            ("jpeg", "cnn", "threads", 2, 0), ("jpeg", "cnn", "processes", 2, 0),
-                            ("jpeg", "cnn", "processes", 2, 1)}  # the four loaders, and what the lab recommends
+    assert set(configs) == {
+        ("jpeg", "cnn", "sync", 0, 0),
+        ("jpeg", "cnn", "prefetch", 0, 0),
+        ("jpeg", "cnn", "threads", 2, 0),
+        ("jpeg", "cnn", "processes", 2, 0),
+        ("jpeg", "cnn", "processes", 2, 1),
+    }  # the four loaders, and what the lab recommends
     assert (jobs["status"] == "queued").all() and jobs["sweep_id"].nunique() == 1
 
     again = _cli("demo", "--db", db)  # the second `make run`: nothing more queued

@@ -23,12 +23,25 @@ def _widgets(at) -> dict:
 
 def test_query_params_restore_the_widgets(seeded, open_page, no_problems):
     db, ids = seeded
-    at = open_page("explore", metric="samples_per_s", x="workers", color="loader", facet="host",
-                   interval="quantiles", workload="tensor", tag="seed", date_from="2000-01-01")
+    at = open_page(
+        "explore",
+        metric="samples_per_s",
+        x="workers",
+        color="loader",
+        facet="host",
+        interval="quantiles",
+        workload="tensor",
+        tag="seed",
+        date_from="2000-01-01",
+    )
     no_problems(at)
     w = _widgets(at)
-    assert (w["explore.metric"], w["explore.x"], w["explore.color"], w["explore.facet"]) == \
-        ("samples_per_s", "workers", "loader", "host")
+    assert (w["explore.metric"], w["explore.x"], w["explore.color"], w["explore.facet"]) == (
+        "samples_per_s",
+        "workers",
+        "loader",
+        "host",
+    )
     assert w["explore.interval"] == "quantiles" and w["explore.workload"] == ["tensor"]
     assert w["explore.tag"] == ["seed"] and str(w["explore.date_from"]) == "2000-01-01"
     assert at.query_params["x"] == "workers"  # the URL keeps the state
@@ -37,8 +50,15 @@ def test_query_params_restore_the_widgets(seeded, open_page, no_problems):
 
 
 def test_tampered_params_warn_and_fall_back_to_defaults(seeded, open_page):
-    at = open_page("explore", x="no_such_field", metric="'; DROP TABLE runs; --", workload="nope", bogus="1",
-                   date_from="yesterday", sel="../../etc/passwd")
+    at = open_page(
+        "explore",
+        x="no_such_field",
+        metric="'; DROP TABLE runs; --",
+        workload="nope",
+        bogus="1",
+        date_from="yesterday",
+        sel="../../etc/passwd",
+    )
     assert not at.exception and not at.error
     text = " ".join(seen(w.value) for w in at.warning)
     for name in ("x=", "metric=", "workload=", "'bogus'", "date_from=", "sel="):
@@ -214,8 +234,8 @@ def test_an_observed_run_never_breaks_explore_with_every_pipeline_in_view(seeded
     no_problems(at)
     heads = [seen(s.value) for s in at.subheader if s.value.startswith("Fastest for")]
     assert "Fastest for tensor + mlp" in heads
-    assert any(h.endswith("+ your model") for h in heads), heads   # the observed run's pipeline, ranked on its own
-    assert run_id in ",".join(_groups(at)["run_ids"])   # and charted
+    assert any(h.endswith("+ your model") for h in heads), heads  # the observed run's pipeline, ranked on its own
+    assert run_id in ",".join(_groups(at)["run_ids"])  # and charted
 
 
 def test_one_machine_is_one_host_and_no_config_name_shows_a_hash(seeded, open_page, no_problems):
@@ -229,8 +249,12 @@ def test_one_machine_is_one_host_and_no_config_name_shows_a_hash(seeded, open_pa
     assert one.status == "done", one.error
     api.bump_data_version(db=db)
     with connect(db, read_only=True) as conn:
-        fps = {r[0] for r in conn.execute("SELECT host_fingerprint FROM runs WHERE run_id IN (?, ?)",
-                                          [one.run_id, ids[0]]).fetchall()}
+        fps = {
+            r[0]
+            for r in conn.execute(
+                "SELECT host_fingerprint FROM runs WHERE run_id IN (?, ?)", [one.run_id, ids[0]]
+            ).fetchall()
+        }
     assert len(fps) == 1
     at = open_page("explore", workload="tensor")
     no_problems(at)

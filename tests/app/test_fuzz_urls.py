@@ -25,17 +25,53 @@ from tests._markup import seen
 from tests.app.conftest import APP
 from ui.form_labels import label
 
-FUZZ = settings(max_examples=25, deadline=None, database=None, derandomize=True,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-TRICKY = ["", " ", "../../etc/passwd", "/etc/passwd", "<script>alert(1)</script>", "a,b,c,d,e", ",,,", "%00",
-          "\x00", "x" * 3000, "'; DROP TABLE runs; --", "__import__('os').system('id')", "nan", "-1", "1e309",
-          "cuda:999", "[link](http://example.com)", "{{7*7}}", "${jndi:ldap://x}", "🙂" * 50, "\n\n", "true"]
+FUZZ = settings(
+    max_examples=25,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+TRICKY = [
+    "",
+    " ",
+    "../../etc/passwd",
+    "/etc/passwd",
+    "<script>alert(1)</script>",
+    "a,b,c,d,e",
+    ",,,",
+    "%00",
+    "\x00",
+    "x" * 3000,
+    "'; DROP TABLE runs; --",
+    "__import__('os').system('id')",
+    "nan",
+    "-1",
+    "1e309",
+    "cuda:999",
+    "[link](http://example.com)",
+    "{{7*7}}",
+    "${jndi:ldap://x}",
+    "🙂" * 50,
+    "\n\n",
+    "true",
+]
 RESERVED = {"embed", "embed_options", "token"}  # Streamlit's own, and the sharing token (tests/app/test_auth.py)
 texts = st.one_of(st.sampled_from(TRICKY), st.text(st.characters(blacklist_categories=("Cs",)), max_size=40))
 unknown_names = st.text(string.ascii_letters + string.digits + "_-.", min_size=1, max_size=12).map(lambda s: "zz" + s)
 KNOWN = {
-    "explore": ["view", "metric", "x", "color", "facet", "interval", "date_from", "date_to", "sel",
-                *api.EXPLORE_FILTERS],
+    "explore": [
+        "view",
+        "metric",
+        "x",
+        "color",
+        "facet",
+        "interval",
+        "date_from",
+        "date_to",
+        "sel",
+        *api.EXPLORE_FILTERS,
+    ],
     "runs": ["run", "compare", "epoch", "q", "status", "deleted", "view"],
     "history": ["sql", "view"],
     "launch": [f.name for f in config_fields()] + ["preset"],
@@ -115,18 +151,21 @@ def test_tampered_urls_on_the_launch_page_store_nothing(no_worker):
     assert not runs_dir(no_worker).exists()
 
 
-@pytest.mark.parametrize("page, params, expected", [
-    ("explore", {"view": "../../etc/passwd"}, "malformed"),
-    ("explore", {"view": "x" * 5000}, "malformed"),
-    ("explore", {"view": "'; DROP TABLE views; --"}, "malformed"),
-    ("explore", {"view": "abcd1234"}, "not in the store"),
-    ("runs", {"run": "../../etc/passwd"}, "not a run id"),
-    ("runs", {"run": "<script>alert(1)</script>"}, "not a run id"),
-    ("runs", {"run": "20250101-120000-abcdef"}, "20250101-120000-abcdef"),
-    ("runs", {"compare": "only-one"}, "Give 2–4 run ids"),
-    ("runs", {"compare": "a,b,c,d,e"}, "Give 2–4 run ids"),
-    ("runs", {"compare": "../../x,a"}, "not a run id"),
-])
+@pytest.mark.parametrize(
+    "page, params, expected",
+    [
+        ("explore", {"view": "../../etc/passwd"}, "malformed"),
+        ("explore", {"view": "x" * 5000}, "malformed"),
+        ("explore", {"view": "'; DROP TABLE views; --"}, "malformed"),
+        ("explore", {"view": "abcd1234"}, "not in the store"),
+        ("runs", {"run": "../../etc/passwd"}, "not a run id"),
+        ("runs", {"run": "<script>alert(1)</script>"}, "not a run id"),
+        ("runs", {"run": "20250101-120000-abcdef"}, "20250101-120000-abcdef"),
+        ("runs", {"compare": "only-one"}, "Give 2–4 run ids"),
+        ("runs", {"compare": "a,b,c,d,e"}, "Give 2–4 run ids"),
+        ("runs", {"compare": "../../x,a"}, "not a run id"),
+    ],
+)
 def test_tampered_ids_are_a_clear_error(seeded, page, params, expected):
     at = _open(page, params)
     assert not at.exception, [e.value for e in at.exception]
@@ -139,20 +178,30 @@ def test_tampered_ids_are_a_clear_error(seeded, page, params, expected):
 def _errors_name_fields(at: AppTest) -> list[str]:
     """The fields the form's inline errors name ("**Label**: message"), as the schema's names."""
     names = {label(n): n for n in [f.name for f in config_fields()] + ["config", "sweep.repeats"]}
-    return [names.get(seen(e.value.split("**")[1]), seen(e.value.split("**")[1])) for e in at.error
-            if e.value.startswith("**")]
+    return [
+        names.get(seen(e.value.split("**")[1]), seen(e.value.split("**")[1]))
+        for e in at.error
+        if e.value.startswith("**")
+    ]
 
 
 @pytest.mark.slow
 def test_fuzzed_form_values_are_rejected_by_field_and_nothing_is_queued(no_worker):
     fields = [f for f in config_fields() if f.metadata.get("ui") != "hidden"]
     numbers = [f for f in fields if str(f.type) in ("int", "float")]
-    words = [f for f in fields if str(f.type) in ("str", "list[str]") and field_choices(f) is None
-             and f.name not in PLUGIN_FIELDS]  # model_b: a select box of built-ins and registered names
-    edits = st.lists(st.one_of(
-        st.tuples(st.sampled_from(numbers), st.one_of(st.integers(-10**12, 10**12), st.floats(-1e12, 1e12))),
-        st.tuples(st.sampled_from(words), texts),
-    ), min_size=1, max_size=4)
+    words = [
+        f
+        for f in fields
+        if str(f.type) in ("str", "list[str]") and field_choices(f) is None and f.name not in PLUGIN_FIELDS
+    ]  # model_b: a select box of built-ins and registered names
+    edits = st.lists(
+        st.one_of(
+            st.tuples(st.sampled_from(numbers), st.one_of(st.integers(-(10**12), 10**12), st.floats(-1e12, 1e12))),
+            st.tuples(st.sampled_from(words), texts),
+        ),
+        min_size=1,
+        max_size=4,
+    )
     names = {f.name for f in fields} | {"config"}
 
     @FUZZ

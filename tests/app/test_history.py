@@ -58,20 +58,23 @@ def test_save_a_query(seeded, open_page, no_problems):
     assert "built-in" in seen(at.error[0].value)
 
 
-@pytest.mark.parametrize("sql", [
-    "SELEC nonsense FROM",
-    "SELECT * FROM no_such_table",
-    "DROP TABLE runs",
-    "DELETE FROM runs",
-    "COPY runs TO '/tmp/loaderlab-leak.csv'",
-    "SELECT 1; SELECT 2",
-    "SELECT 1; DROP TABLE runs",
-    "ATTACH '/tmp/other.duckdb' AS o",
-    "SELECT * FROM read_csv('/etc/passwd')",
-    "INSTALL httpfs",
-    "SET enable_external_access = true",
-    "CREATE TABLE x AS SELECT 1",
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELEC nonsense FROM",
+        "SELECT * FROM no_such_table",
+        "DROP TABLE runs",
+        "DELETE FROM runs",
+        "COPY runs TO '/tmp/loaderlab-leak.csv'",
+        "SELECT 1; SELECT 2",
+        "SELECT 1; DROP TABLE runs",
+        "ATTACH '/tmp/other.duckdb' AS o",
+        "SELECT * FROM read_csv('/etc/passwd')",
+        "INSTALL httpfs",
+        "SET enable_external_access = true",
+        "CREATE TABLE x AS SELECT 1",
+    ],
+)
 def test_bad_and_hostile_sql_is_an_error_and_changes_nothing(seeded, open_page, file_hash, sql):
     db, ids = seeded
     at = open_page("history")
@@ -124,8 +127,10 @@ def _values(v) -> list:
 def test_the_automatic_chart_puts_the_measure_on_y_and_never_sums_a_setting(seeded, open_page, no_problems):
     """Issue 39: "median epoch by loader and workers" drew workers summed by loader, one bar for 8 runs. The measure
     is y, the first category x, the setting (workers) the colour: one bar per row of the result."""
-    at = _run_sql(open_page("history"), "SELECT loader, workers, median(epoch_s) AS median_epoch_s FROM runs "
-                                        "GROUP BY ALL ORDER BY ALL")
+    at = _run_sql(
+        open_page("history"),
+        "SELECT loader, workers, median(epoch_s) AS median_epoch_s FROM runs GROUP BY ALL ORDER BY ALL",
+    )
     no_problems(at)
     result, fig = at.dataframe[-1].value, _figure(at)
     assert (fig.layout.xaxis.title.text, fig.layout.yaxis.title.text) == ("loader", "median_epoch_s")
@@ -133,13 +138,23 @@ def test_the_automatic_chart_puts_the_measure_on_y_and_never_sums_a_setting(seed
     assert sorted(bars) == sorted(zip(result["loader"], result["median_epoch_s"], result["workers"].astype(str)))
 
 
-@pytest.mark.parametrize("rows, kind", [
-    # the issue's query on a 4 x 2 sweep: 8 rows, 8 bars, workers as the colour
-    ([(lo, w, 0.1 * i + 0.2) for i, (lo, w) in enumerate((lo, w) for lo in ("sync", "prefetch", "threads",
-                                                                              "processes") for w in (2, 4))], "bar"),
-    # one row per run, several per (loader, workers): each a point, never stacked into a sum
-    ([("sync", 0, 1.0), ("sync", 0, 1.2), ("threads", 2, 0.5), ("threads", 2, 0.6)], "box"),
-])
+@pytest.mark.parametrize(
+    "rows, kind",
+    [
+        # the issue's query on a 4 x 2 sweep: 8 rows, 8 bars, workers as the colour
+        (
+            [
+                (lo, w, 0.1 * i + 0.2)
+                for i, (lo, w) in enumerate(
+                    (lo, w) for lo in ("sync", "prefetch", "threads", "processes") for w in (2, 4)
+                )
+            ],
+            "bar",
+        ),
+        # one row per run, several per (loader, workers): each a point, never stacked into a sum
+        ([("sync", 0, 1.0), ("sync", 0, 1.2), ("threads", 2, 0.5), ("threads", 2, 0.6)], "box"),
+    ],
+)
 def test_auto_chart_draws_each_row_of_a_measure_by_its_settings(rows, kind):
     import pandas as pd
 
@@ -147,6 +162,6 @@ def test_auto_chart_draws_each_row_of_a_measure_by_its_settings(rows, kind):
     fig = api.auto_chart(df)
     assert {t.type for t in fig.data} == {kind}
     drawn = sorted((x, float(y)) for t in fig.data for x, y in zip(t.x, t.y))
-    assert drawn == sorted(zip(df["loader"], df["epoch_s"]))   # every row once, at its own value: no sum
+    assert drawn == sorted(zip(df["loader"], df["epoch_s"]))  # every row once, at its own value: no sum
     assert sorted({t.name for t in fig.data}) == sorted(set(df["workers"].astype(str)))
     assert fig.layout.yaxis.title.text == "epoch_s"

@@ -67,12 +67,12 @@ def test_every_config_field_has_a_widget_and_the_form_queues_a_job(launch, store
     assert cfg == PRESETS["tiny_cpu"]().replace(n_samples=128)
     assert any(queued.loc[0, "job_id"] in seen(s.value) for s in at.success)
     assert f"run={queued.loc[0, 'run_id']}" in run_links(at)  # in this tab, not a new one
-    shown = [e for e in at.main if e.type in ("button", "success")]   # in page order
-    said = next(i for i, e in enumerate(shown) if e.type == "success")   # under the button, not off in Jobs
+    shown = [e for e in at.main if e.type in ("button", "success")]  # in page order
+    said = next(i for i, e in enumerate(shown) if e.type == "success")  # under the button, not off in Jobs
     assert shown[said - 1].key == "launch.queue_run"
-    assert [t.value for t in at.toast] == ["Run queued: it shows under Jobs"]   # in view wherever the button is
+    assert [t.value for t in at.toast] == ["Run queued: it shows under Jobs"]  # in view wherever the button is
     at.text_input(key="run.n_samples").set_value("256").run()
-    assert not at.success and not at.toast   # issue 39: the old "Queued 1 job" stayed beside a moved-on queue
+    assert not at.success and not at.toast  # issue 39: the old "Queued 1 job" stayed beside a moved-on queue
 
 
 def test_the_form_opens_on_the_demos_pipeline_with_word_labels_and_the_schema_name_in_the_help(launch):
@@ -135,8 +135,9 @@ def test_the_form_refuses_ranks_this_host_cannot_run_and_the_checkbox_insists(la
     jobs.cancel(queued.loc[0, "job_id"], store)
 
 
-@pytest.mark.parametrize("over", [dict(loader="processes", workers="USABLE+1"),
-                                  dict(mode="ddp", world_size="USABLE+1")])
+@pytest.mark.parametrize(
+    "over", [dict(loader="processes", workers="USABLE+1"), dict(mode="ddp", world_size="USABLE+1")]
+)
 def test_light_oversubscription_is_refused_by_name_unless_ticked_then_warned_once(launch, store, over):
     """Issue 39: workers=8 on 2 cores queued with Oversubscribe unticked, and its warning showed twice (the form's,
     then the sweep's). Unticked: one line under the field naming it and the checkbox, and nothing queues; ticked:
@@ -146,13 +147,14 @@ def test_light_oversubscription_is_refused_by_name_unless_ticked_then_warned_onc
     at = launch(device="cpu", workload="tensor", model="mlp", **params)
     under = [seen(e.value) for x in at.expander for e in x.error]
     assert len(under) == 1 and under[0].startswith(f"**{label(field)}**: ") and "Oversubscribe" in under[0], under
-    assert not any("time-share" in seen(w.value) for w in at.warning)   # said once, as the refusal
+    assert not any("time-share" in seen(w.value) for w in at.warning)  # said once, as the refusal
     at = queue_run(at)
     assert jobs.list_jobs(store).empty
     at.checkbox(key="run.oversubscribe").check().run()
     assert not at.error
-    assert [seen(w.value) for w in at.warning if "time-share" in seen(w.value)] == \
-        [next(seen(w.value) for w in at.warning if "time-share" in seen(w.value))]   # exactly one
+    assert [seen(w.value) for w in at.warning if "time-share" in seen(w.value)] == [
+        next(seen(w.value) for w in at.warning if "time-share" in seen(w.value))
+    ]  # exactly one
     at = queue_run(at)
     assert len(jobs.list_jobs(store)) == 1
 
@@ -173,18 +175,25 @@ def test_preset_and_url_fill_the_form_and_the_form_writes_the_url(launch):
     assert at.text_input(key="run.workers").value == "16" and at.selectbox(key="run.loader").value == "threads"
 
 
-@pytest.mark.parametrize("field, value, why", [
-    ("batch_size", "-1", "must be >= 1"), ("n_samples", "1e99", "must be <= 10000000"),
-    ("workers", "2.5", "not a whole number"), ("latency_ms", "-3", "must be >= 0.0"),
-    ("epochs", "abc", "expected int"), ("lr", "nan", "not a finite number"), ("workers", "abc", "expected int"),
-])
+@pytest.mark.parametrize(
+    "field, value, why",
+    [
+        ("batch_size", "-1", "must be >= 1"),
+        ("n_samples", "1e99", "must be <= 10000000"),
+        ("workers", "2.5", "not a whole number"),
+        ("latency_ms", "-3", "must be >= 0.0"),
+        ("epochs", "abc", "expected int"),
+        ("lr", "nan", "not a finite number"),
+        ("workers", "abc", "expected int"),
+    ],
+)
 def test_a_bad_url_value_stays_in_its_field_and_is_refused_by_name_like_a_typed_one(launch, store, field, value, why):
     """Issue 19: /launch?batch_size=-1 was clamped silently. Issue 39: workers=abc was swapped for the default (with a
     warning at the top of the page) while loader=bogus stayed in its box, refused by name. Now every field that can
     hold what the URL said holds it, and the form refuses it under the field, naming it; nothing queues."""
     at = launch(**{field: value})
     assert not at.exception
-    assert at.session_state[f"run.{field}"] == value   # what the link said, not the default
+    assert at.session_state[f"run.{field}"] == value  # what the link said, not the default
     under = [seen(e.value) for x in at.expander for e in x.error]
     assert len(under) == 1 and under[0].startswith(f"**{label(field)}**: ") and why in under[0], under
     assert not any("Ignored URL parameter" in seen(w.value) for w in at.warning)
@@ -210,8 +219,12 @@ def test_every_label_fits_its_column(launch):
     from ui.form_labels import LABEL_MAX
 
     at = launch()
-    widgets = [w for kind in ("selectbox", "checkbox", "text_input") for w in getattr(at, kind)
-               if w.key and w.key.startswith("run.") and w.key != "run.oversubscribe"]
+    widgets = [
+        w
+        for kind in ("selectbox", "checkbox", "text_input")
+        for w in getattr(at, kind)
+        if w.key and w.key.startswith("run.") and w.key != "run.oversubscribe"
+    ]
     assert len(widgets) > 20
     assert [w.label for w in widgets if len(w.label) > LABEL_MAX] == []
 
@@ -219,8 +232,12 @@ def test_every_label_fits_its_column(launch):
 def test_a_url_value_within_bounds_is_taken_without_a_warning(launch):
     at = launch(batch_size="1", n_samples="10000000", workers="2.0", latency_ms="0")
     assert not at.exception and not at.warning, [seen(w.value) for w in at.warning]
-    assert [at.text_input(key=f"run.{k}").value for k in ("batch_size", "n_samples", "workers", "latency_ms")] == \
-        ["1", "10000000", "2", "0.0"]
+    assert [at.text_input(key=f"run.{k}").value for k in ("batch_size", "n_samples", "workers", "latency_ms")] == [
+        "1",
+        "10000000",
+        "2",
+        "0.0",
+    ]
 
 
 def test_every_preset_is_valid_here():
@@ -249,8 +266,17 @@ def test_sweep_builder_counts_distinct_configs_times_repeats_and_queues_them(lau
 
 
 def test_jobs_panel_shows_live_progress_and_cancels(launch, store):
-    long = dict(workload="tensor", n_samples=32, image_size=8, width=8, batch_size=8, epochs=1000, latency_ms=10.0,
-                bound=False, sample_hz=0.0)
+    long = dict(
+        workload="tensor",
+        n_samples=32,
+        image_size=8,
+        width=8,
+        batch_size=8,
+        epochs=1000,
+        latency_ms=10.0,
+        bound=False,
+        sample_hz=0.0,
+    )
     job_id = jobs.submit(RunConfig.from_dict(long), db=store, origin="cli")
     at = launch()  # starts the worker
     deadline = time.monotonic() + 90
@@ -273,7 +299,7 @@ def test_jobs_panel_shows_live_progress_and_cancels(launch, store):
     while jobs.job_progress(job_id, store)["status"] != "cancelled":
         assert time.monotonic() < deadline, "the job was never cancelled"
         time.sleep(0.2)
-    at.run()   # issue 39: the card vanished, with no way to the kept epochs
+    at.run()  # issue 39: the card vanished, with no way to the kept epochs
     cards = [m.value for m in at.markdown if m.value.endswith(plain(label_))]
     assert cards and cards[0].startswith("**cancelled**")
     assert f"run={jobs.job_progress(job_id, store)['run_id']}" in run_links(at)
@@ -331,8 +357,9 @@ def test_without_ray_the_cluster_target_is_disabled_with_the_install_hint(launch
 
 
 def test_a_running_ray_job_shows_its_runs_landed_and_cancels(launch, store):
-    sweep = SweepConfig.from_dict({"name": "rs", "base": {"workload": "tensor"}, "grid": {"batch_size": [8, 16]},
-                                   "repeats": 2})
+    sweep = SweepConfig.from_dict(
+        {"name": "rs", "base": {"workload": "tensor"}, "grid": {"batch_size": [8, 16]}, "repeats": 2}
+    )
     job_id = jobs.submit_ray_sweep(sweep, address="auto", db=store, origin="cli")
     jobs_dir(store).mkdir(parents=True, exist_ok=True)
     lock = os.open(jobs_dir(store) / "worker.lock", os.O_RDWR | os.O_CREAT, 0o666)

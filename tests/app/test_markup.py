@@ -35,8 +35,11 @@ def test_plain_text_reads_as_typed_and_holds_no_markup(text):
 
 
 def _messages(at) -> list[str]:
-    return [str(m.value) for kind in ("error", "warning", "info", "success", "caption", "markdown")
-            for m in getattr(at, kind)]
+    return [
+        str(m.value)
+        for kind in ("error", "warning", "info", "success", "caption", "markdown")
+        for m in getattr(at, kind)
+    ]
 
 
 def _quoting(at, text: str) -> list[str]:
@@ -62,8 +65,16 @@ def test_a_url_parameter_name_is_shown_as_text(seeded, open_page, payload):
         assert not live_markup(warning), (page, warning)
 
 
-@pytest.mark.parametrize("param, value", [("run", LINK), ("run", IMAGE), ("run", "__import__"),
-                                          ("compare", f"{IMAGE},{LINK}"), ("compare", f"__import__,{IMAGE}")])
+@pytest.mark.parametrize(
+    "param, value",
+    [
+        ("run", LINK),
+        ("run", IMAGE),
+        ("run", "__import__"),
+        ("compare", f"{IMAGE},{LINK}"),
+        ("compare", f"__import__,{IMAGE}"),
+    ],
+)
 def test_run_ids_from_the_url_are_shown_as_text(seeded, open_page, param, value):
     at = open_page("runs", **{param: value})
     assert not at.exception
@@ -76,8 +87,10 @@ def test_stored_text_on_the_run_page_is_shown_as_text(seeded, open_page):
     """A run's error, host and lower-bound note come from the store, where any user may have put them."""
     db, ids = seeded
     with connect(db, read_only=False) as conn:
-        conn.execute("UPDATE runs SET status = 'failed', error = ?, host = ?, bound_note = ? WHERE run_id = ?",
-                     [LINK, IMAGE, "__import__ :red[x]", ids[0]])
+        conn.execute(
+            "UPDATE runs SET status = 'failed', error = ?, host = ?, bound_note = ? WHERE run_id = ?",
+            [LINK, IMAGE, "__import__ :red[x]", ids[0]],
+        )
     at = open_page("runs", run=ids[0])
     assert not at.exception
     for text in (LINK, IMAGE, "__import__ :red[x]"):

@@ -16,8 +16,10 @@ from ui import pending
 from ui.pending import message
 
 # A program outside LoaderLab holding the store read-only, as a notebook's duckdb.connect(..., read_only=True) does
-HOLD = ("import sys, time, duckdb; c = duckdb.connect(sys.argv[1], read_only=True); print('holding', flush=True); "
-        "time.sleep(120)")
+HOLD = (
+    "import sys, time, duckdb; c = duckdb.connect(sys.argv[1], read_only=True); print('holding', flush=True); "
+    "time.sleep(120)"
+)
 
 
 def test_message_names_the_count_and_the_holder():
@@ -38,8 +40,9 @@ def _waiting_run(seeded, seeded_template) -> Path:
 
 
 @pytest.mark.parametrize("page", ["explore", "runs", "launch"])
-def test_while_a_program_holds_the_store_every_page_says_runs_wait_and_by_whom(seeded, seeded_template, open_page,
-                                                                                page):
+def test_while_a_program_holds_the_store_every_page_says_runs_wait_and_by_whom(
+    seeded, seeded_template, open_page, page
+):
     db, _ = seeded
     _waiting_run(seeded, seeded_template)
     holder = subprocess.Popen([sys.executable, "-c", HOLD, str(db)], stdout=subprocess.PIPE, text=True)

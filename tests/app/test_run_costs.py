@@ -19,8 +19,12 @@ def test_the_run_page_shows_gpu_idle_by_cause_beside_nvml_and_the_start_up(store
     at = open_page("runs", run=run_id)
     no_problems(at)
     figures = {m.label: m.value for m in at.metric}
-    assert {k: figures[k] for k in ("GPU idle", "waiting on data", "waiting on copies", "other host time")} == \
-        {"GPU idle": "42%", "waiting on data": "38%", "waiting on copies": "2%", "other host time": "2%"}
+    assert {k: figures[k] for k in ("GPU idle", "waiting on data", "waiting on copies", "other host time")} == {
+        "GPU idle": "42%",
+        "waiting on data": "38%",
+        "waiting on copies": "2%",
+        "other host time": "2%",
+    }
     assert figures["GPU utilisation (NVML)"] == "52 %" and figures["peak GPU memory"] == "3,242 MiB"
     text = " ".join(m.value for m in [*at.markdown, *at.caption])
     assert "GPU idle 0.210 s" in text and "waited 0.015 s for side-stream copies" in text
@@ -29,8 +33,21 @@ def test_the_run_page_shows_gpu_idle_by_cause_beside_nvml_and_the_start_up(store
 
 
 def test_a_cpu_runs_page_has_no_gpu_block_and_its_cuda_phase_is_a_dash(store, open_page, no_problems):
-    result = launch(RunConfig.from_dict({"workload": "tensor", "n_samples": 64, "image_size": 8, "width": 8,
-                                         "epochs": 2, "batch_size": 16, "device": "cpu", "bound": False}), db=store)
+    result = launch(
+        RunConfig.from_dict(
+            {
+                "workload": "tensor",
+                "n_samples": 64,
+                "image_size": 8,
+                "width": 8,
+                "epochs": 2,
+                "batch_size": 16,
+                "device": "cpu",
+                "bound": False,
+            }
+        ),
+        db=store,
+    )
     at = open_page("runs", run=result.run_id)
     no_problems(at)
     assert "GPU idle" not in {m.label for m in at.metric}  # not measured: no block, rather than zeros

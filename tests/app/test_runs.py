@@ -52,8 +52,11 @@ def test_the_run_page_ends_with_the_code_to_paste(seeded, open_page, no_problems
 
 
 def test_unknown_or_malformed_run_id_is_an_error(seeded, open_page):
-    for bad, words in (("20990101-000000-ffffff", "no run"), ("<script>alert(1)</script>", "not a run id"),
-                       ("../../etc/passwd", "not a run id")):
+    for bad, words in (
+        ("20990101-000000-ffffff", "no run"),
+        ("<script>alert(1)</script>", "not a run id"),
+        ("../../etc/passwd", "not a run id"),
+    ):
         at = open_page("runs", run=bad)
         assert not at.exception
         assert len(at.error) == 1 and words in at.error[0].value, at.error
@@ -90,7 +93,7 @@ def test_delete_restore_and_purge(seeded, open_page, no_problems):
     at.checkbox(key="runs.purge_sure").check().run()
     at.button(key="runs.purge").click().run()
     no_problems(at)
-    assert "Purged 1 run." in at.success[0].value   # one run, not "1 runs"
+    assert "Purged 1 run." in at.success[0].value  # one run, not "1 runs"
     assert api.get_run(victim) is None and api.get_run(ids[0]) is not None
 
 
@@ -116,8 +119,11 @@ def test_detail_shows_overlap_and_an_efficiency_above_one_as_no_fraction_and_no_
     other conditions", with no verdict (even one an older run stored) and the note that says why."""
     db, ids = seeded
     with connect(db, read_only=False) as conn:
-        conn.execute("UPDATE runs SET overlap = 0.4, efficiency = 1.05, verdict = 'data-bound', "
-                     "bound_note = 'efficiency 1.05: stale' WHERE run_id = ?", [ids[2]])
+        conn.execute(
+            "UPDATE runs SET overlap = 0.4, efficiency = 1.05, verdict = 'data-bound', "
+            "bound_note = 'efficiency 1.05: stale' WHERE run_id = ?",
+            [ids[2]],
+        )
     at = open_page("runs", run=ids[2])
     assert not at.exception and not at.error
     assert any(m.value.startswith("Overlap: **40%**") for m in at.markdown)
@@ -135,8 +141,10 @@ def test_failed_run_shows_its_error_line_and_its_traceback_from_the_runlog(store
     from engine.store import ingest_run  # noqa: PLC0415
 
     run_id = "20250101-120000-fa11ed"
-    traceback = ('Traceback (most recent call last):\n  File "/home/me/data.py", line 9, in __getitem__\n'
-                 '    raise ValueError("sample is corrupt")\nValueError: sample is corrupt\n')
+    traceback = (
+        'Traceback (most recent call last):\n  File "/home/me/data.py", line 9, in __getitem__\n'
+        '    raise ValueError("sample is corrupt")\nValueError: sample is corrupt\n'
+    )
     with RunLog(store.parent / "runs" / run_id) as rl:
         rl.write("start", run_id=run_id, config=RunConfig().to_dict(), host={})
         rl.write("end", status="failed", error="ValueError: sample is corrupt", traceback=traceback)
@@ -160,9 +168,21 @@ def _cancelled_run(db, run_id: str, wait_s: float) -> None:
     with RunLog(folder) as rl:
         rl.write("start", run_id=run_id, config=RunConfig(bound=False).to_dict(), host={"hostname": "h"})
         for ep in range(3):
-            rl.write("epoch", model_idx=0, rank=0, epoch=ep, warmup=ep == 0, wall_s=1.0, samples=64, ttfb_s=0.05,
-                     data_wait_s=wait_s, h2d_s=0.0, compute_s=1.0 - wait_s, n_steps=1,
-                     steps=[[0, wait_s, 0.0, 1.0 - wait_s, 1.0]])
+            rl.write(
+                "epoch",
+                model_idx=0,
+                rank=0,
+                epoch=ep,
+                warmup=ep == 0,
+                wall_s=1.0,
+                samples=64,
+                ttfb_s=0.05,
+                data_wait_s=wait_s,
+                h2d_s=0.0,
+                compute_s=1.0 - wait_s,
+                n_steps=1,
+                steps=[[0, wait_s, 0.0, 1.0 - wait_s, 1.0]],
+            )
         rl.write("end", status="cancelled", error="cancelled by the user")
     ingest_run(folder, db=db)
 
@@ -172,8 +192,9 @@ def test_a_cancelled_run_is_said_as_cancelled_with_the_verdict_its_kept_epochs_s
     _cancelled_run(store, "cancelled-waiting", 0.94)
     at = open_page("runs", run="cancelled-waiting")
     no_problems(at)  # no st.error: a user's cancel is no failure
-    assert [seen(i.value) for i in at.info] == ["Cancelled after 3 finished epochs: they are kept, and the figures "
-                                                "below come from them."]
+    assert [seen(i.value) for i in at.info] == [
+        "Cancelled after 3 finished epochs: they are kept, and the figures below come from them."
+    ]
     said = " ".join(seen(m.value) for m in at.markdown)
     assert "Verdict: **data-bound**" in said and "94% of the kept steady-state time waiting for data" in said
     _cancelled_run(store, "cancelled-between", 0.3)
@@ -188,7 +209,7 @@ def test_a_cancelled_runs_page_says_the_verdict_the_store_holds(store, open_page
     say one verdict."""
     _cancelled_run(store, "cancelled", wait_s)
     stored = api.get_run("cancelled")
-    assert stored["verdict"] == verdict and stored["verdict_help"]   # judged at ingest, with what it rests on
+    assert stored["verdict"] == verdict and stored["verdict_help"]  # judged at ingest, with what it rests on
     said = next(seen(m.value) for m in open_page("runs", run="cancelled").markdown if "Verdict:" in seen(m.value))
     assert said.startswith(f"Verdict: **{verdict or 'none'}**: {seen(stored['verdict_help'])}")
 

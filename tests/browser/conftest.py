@@ -22,8 +22,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def _missing() -> str | None:
@@ -61,8 +68,9 @@ def _free_port() -> int:
 
 def _start(cmd: list[str], env: dict, log: Path) -> subprocess.Popen:
     with open(log, "ab") as out:  # the child keeps its own copy of the file descriptor
-        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                start_new_session=True)  # its own process group: teardown kills it whole
+        return subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True
+        )  # its own process group: teardown kills it whole
 
 
 def _kill_group(proc: subprocess.Popen, timeout_s: float = 20.0) -> None:
@@ -84,14 +92,37 @@ def dashboard(tmp_path_factory, chromium):
     tmp = tmp_path_factory.mktemp("dashboard")
     db = tmp / "store" / "loaderlab.duckdb"
     db.parent.mkdir()
-    env = {**os.environ, "LOADERLAB_DB": str(db), "LOADERLAB_DATA": str(tmp / "data"),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "LOADERLAB_DB": str(db),
+        "LOADERLAB_DATA": str(tmp / "data"),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
     port = _free_port()
-    procs = [_start([sys.executable, "-m", "engine", "worker", "--db", str(db)], env, tmp / "worker.log"),
-             _start([sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-                     "--server.port", str(port), "--server.address", "127.0.0.1",
-                     "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
-                    env, tmp / "streamlit.log")]
+    procs = [
+        _start([sys.executable, "-m", "engine", "worker", "--db", str(db)], env, tmp / "worker.log"),
+        _start(
+            [
+                sys.executable,
+                "-m",
+                "streamlit",
+                "run",
+                "app.py",
+                "--server.headless",
+                "true",
+                "--server.port",
+                str(port),
+                "--server.address",
+                "127.0.0.1",
+                "--browser.gatherUsageStats",
+                "false",
+                "--server.fileWatcherType",
+                "none",
+            ],
+            env,
+            tmp / "streamlit.log",
+        ),
+    ]
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60

@@ -23,10 +23,18 @@ pytestmark = pytest.mark.slow
 SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 # config -> (loader, workers, median epoch s, runs): threads with 2 workers is the proven best of the sweep;
 # processes was measured once and is faster still: "fastest so far, unproven", never "best"
-SWEEP = {"sync": ("sync", 0, 1.0, 7), "threads2": ("threads", 2, 0.55, 7), "threads4": ("threads", 4, 0.7, 7),
-         "processes2": ("processes", 2, 0.4, 1)}
-DEMO = {"sync": ("sync", 0, 0.9, 7), "prefetch": ("prefetch", 0, 0.85, 7), "threads": ("threads", 2, 0.62, 7),
-        "processes": ("processes", 2, 0.66, 7)}
+SWEEP = {
+    "sync": ("sync", 0, 1.0, 7),
+    "threads2": ("threads", 2, 0.55, 7),
+    "threads4": ("threads", 4, 0.7, 7),
+    "processes2": ("processes", 2, 0.4, 1),
+}
+DEMO = {
+    "sync": ("sync", 0, 0.9, 7),
+    "prefetch": ("prefetch", 0, 0.85, 7),
+    "threads": ("threads", 2, 0.62, 7),
+    "processes": ("processes", 2, 0.66, 7),
+}
 
 
 def _seed(db) -> str:
@@ -35,23 +43,48 @@ def _seed(db) -> str:
     from engine.run.runner import launch
     from engine.store import connect
 
-    real = launch(RunConfig.from_dict({"workload": "tensor", "n_samples": 64, "image_size": 8, "width": 8,
-                                       "epochs": 2, "batch_size": 32, "loader": "sync", "device": "cpu",
-                                       "tag": "seed"}), db=db)
+    real = launch(
+        RunConfig.from_dict(
+            {
+                "workload": "tensor",
+                "n_samples": 64,
+                "image_size": 8,
+                "width": 8,
+                "epochs": 2,
+                "batch_size": 32,
+                "loader": "sync",
+                "device": "cpu",
+                "tag": "seed",
+            }
+        ),
+        db=db,
+    )
     assert real.status == "done", real.error
     now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
     with connect(db, read_only=False) as conn:
         conn.execute("CREATE TEMP TABLE src AS SELECT * FROM runs WHERE run_id = ?", [real.run_id])
         for (name, (loader, workers, median, n)), (workload, model, tag, age) in [
-                *((c, ("jpeg", "cnn", "demo", 3600)) for c in DEMO.items()),
-                *((c, ("tensor", "mlp", "sweep", 60)) for c in SWEEP.items())]:
+            *((c, ("jpeg", "cnn", "demo", 3600)) for c in DEMO.items()),
+            *((c, ("tensor", "mlp", "sweep", 60)) for c in SWEEP.items()),
+        ]:
             for i in range(n):
                 epoch = median * (1 + 0.01 * (i - n // 2))  # spread around the median, the median itself in the middle
-                conn.execute("""INSERT INTO runs SELECT * REPLACE (? AS run_id, ? AS workload, ? AS model,
+                conn.execute(
+                    """INSERT INTO runs SELECT * REPLACE (? AS run_id, ? AS workload, ? AS model,
                                 ? AS tag, ? AS loader, ? AS workers, ? AS epoch_s, ? AS created_at, ? AS n_samples,
                                 false AS deleted) FROM src""",
-                             [f"{workload}-{name}-{i}", workload, model, tag, loader, workers, epoch,
-                              now - dt.timedelta(seconds=age - i), 512 if workload == "jpeg" else 64])
+                    [
+                        f"{workload}-{name}-{i}",
+                        workload,
+                        model,
+                        tag,
+                        loader,
+                        workers,
+                        epoch,
+                        now - dt.timedelta(seconds=age - i),
+                        512 if workload == "jpeg" else 64,
+                    ],
+                )
         conn.execute("UPDATE runs SET deleted = true WHERE run_id = ?", [real.run_id])
     from engine import api
 
@@ -75,8 +108,11 @@ def test_first_visit_says_what_the_demo_ran_where_and_three_steps_without_a_cli_
         start.locator("summary").dispatch_event("click")
         start.get_by_text("The demo ran").wait_for(timeout=30_000)
     text = start.inner_text().replace("\u2060", "")  # plain()'s invisible word joiners
-    assert re.search(r"The demo ran 28 runs of jpeg \+ cnn \(512 samples an epoch; loaders prefetch, processes, "
-                     r"sync, threads\) on \S+ \(.*\d+ cores.*\), from \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", text), text
+    assert re.search(
+        r"The demo ran 28 runs of jpeg \+ cnn \(512 samples an epoch; loaders prefetch, processes, "
+        r"sync, threads\) on \S+ \(.*\d+ cores.*\), from \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC",
+        text,
+    ), text
     for step in ("1. Your pipeline", "2. Tune", "3. Paste the answer"):
         assert step in text
     body = page.locator("body").inner_text()
@@ -95,13 +131,18 @@ def test_explore_opens_on_one_pipeline_names_the_fastest_and_the_advisor_agrees(
     answer = page.locator(".st-key-explore_fastest_0").inner_text()
     assert "processes, workers=2 is the fastest so far, unproven: 1 run" in answer, answer
     table = page.locator('[data-testid="stTable"]').first.inner_text()
-    assert re.search(r"threads, workers=2\s+7\s+0\.550 s\s+95% CI [\d.]+-[\d.]+ s\s+1\.82× \(95% CI [\d.]+-[\d.]+×\)"
-                     r"\s+faster", table), table
+    assert re.search(
+        r"threads, workers=2\s+7\s+0\.550 s\s+95% CI [\d.]+-[\d.]+ s\s+1\.82× \(95% CI [\d.]+-[\d.]+×\)"
+        r"\s+faster",
+        table,
+    ), table
     assert "no interval: 1 run" in table and "too few runs to tell" in table
-    body = table[table.index("\ncall"):]   # after the header, which names the reference too
-    order = [body.index(c + "\n") for c in ("processes, workers=2", "threads, workers=2", "threads, workers=4",
-                                            "sync, workers=0")]
-    assert order == sorted(order) and "1× (reference)" in body   # fastest first, the slowest is the reference
+    body = table[table.index("\ncall") :]  # after the header, which names the reference too
+    order = [
+        body.index(c + "\n")
+        for c in ("processes, workers=2", "threads, workers=2", "threads, workers=4", "sync, workers=0")
+    ]
+    assert order == sorted(order) and "1× (reference)" in body  # fastest first, the slowest is the reference
     # the Advisor follows the filter (tensor + mlp) and agrees: the same config first, said as unproven
     advisor = page.locator('[data-testid="stExpander"]').filter(has_text="Advisor: what is fastest here").first
     advisor.get_by_text(re.compile("fastest so far")).first.wait_for(timeout=90_000)

@@ -61,7 +61,8 @@ def test_launch_a_run_then_share_the_explore_view(dashboard, new_page):
     page.get_by_role("button", name="Queue run").click()
     # NOTE: the success box, not any text: a job card or the queue's table could repeat the words
     page.get_by_test_id("stAlertContentSuccess").filter(has_text=re.compile(r"Queued 1 job")).first.wait_for(
-        timeout=30_000)
+        timeout=30_000
+    )
     job = _wait_for_job(db)
     assert job["status"] == "done", job
     run_id = job["run_id"]

@@ -24,8 +24,19 @@ SHOTS = __import__("pathlib").Path(__file__).resolve().parents[2] / "docs" / "sc
 # tiny runs on the CPU: seconds each on a loaded machine
 TINY = "workload=tensor&model=mlp&n_samples=64&image_size=8&width=8&batch_size=8&bound=false&sample_hz=0&device=cpu"
 # ~0.3 s an epoch of waiting for data: a sync loader that is data-bound, for as long as a test needs it
-SLOW = dict(workload="tensor", model="mlp", n_samples=32, image_size=8, width=8, batch_size=8, epochs=1000,
-            latency_ms=10.0, bound=False, sample_hz=0.0, device="cpu")
+SLOW = dict(
+    workload="tensor",
+    model="mlp",
+    n_samples=32,
+    image_size=8,
+    width=8,
+    batch_size=8,
+    epochs=1000,
+    latency_ms=10.0,
+    bound=False,
+    sample_hz=0.0,
+    device="cpu",
+)
 
 
 def _type(page, label: str, text: str) -> None:
@@ -44,15 +55,19 @@ def _jobs(db):
 
 def _fits(locator) -> bool:
     """The element shows all of its text: nothing cut to an ellipsis or clipped."""
-    return locator.evaluate("el => { const t = el.querySelector('p') || el; "
-                            "return t.scrollWidth <= t.clientWidth + 1 && !t.innerText.includes('…'); }")
+    return locator.evaluate(
+        "el => { const t = el.querySelector('p') || el; "
+        "return t.scrollWidth <= t.clientWidth + 1 && !t.innerText.includes('…'); }"
+    )
 
 
 def _in_view(locator) -> bool:
     """The element lies within the window's width. NOTE: read in the page, not with bounding_box(), which waits for
     the element to hold still while the jobs panel redraws every 2 s."""
-    return locator.evaluate("el => { const r = el.getBoundingClientRect(); "
-                            "return r.width > 0 && r.left >= 0 && r.right <= window.innerWidth; }")
+    return locator.evaluate(
+        "el => { const r = el.getBoundingClientRect(); "
+        "return r.width > 0 && r.left >= 0 && r.right <= window.innerWidth; }"
+    )
 
 
 def test_a_refused_workers_value_queues_nothing_and_is_said_under_the_field(dashboard, new_page):
@@ -62,7 +77,8 @@ def test_a_refused_workers_value_queues_nothing_and_is_said_under_the_field(dash
     _type(page, "Workers", "-1")
     page.get_by_role("button", name="Queue run").click()
     page.get_by_test_id("stAlertContentError").filter(has_text=re.compile(r"Nothing queued: fix Workers")).wait_for(
-        timeout=120_000)
+        timeout=120_000
+    )
     field = page.get_by_label("Workers", exact=True)
     assert field.input_value() == "-1"  # the form shows what the user typed, never an older valid value
     assert page.get_by_text(re.compile("^Workers: must be >\u2060?= 0, got -1$")).is_visible()

@@ -77,8 +77,11 @@ def _alert_text(page, text: str) -> str:
 
 def _payloads(base: str) -> dict[str, str]:
     # URL warnings quote the first 60 characters: each payload fits whole
-    return {"link": f"[Session expired - log in]({base}/login)", "image": f"![p]({base}/p.png)",
-            "markup": "__import__ :red[red] $x^2$ <b>b</b> :smile:"}
+    return {
+        "link": f"[Session expired - log in]({base}/login)",
+        "image": f"![p]({base}/p.png)",
+        "markup": "__import__ :red[red] $x^2$ <b>b</b> :smile:",
+    }
 
 
 @pytest.mark.parametrize("kind", ["link", "image", "markup"])
@@ -125,8 +128,21 @@ def test_a_tag_on_the_explore_chart_is_text(dashboard, new_page, trap):
     with RunLog(folder) as rl:
         rl.write("start", run_id="tagged", config=RunConfig(tag=anchor).to_dict(), host={})
         for ep in range(2):
-            rl.write("epoch", model_idx=0, rank=0, epoch=ep, warmup=ep == 0, wall_s=1.5, samples=10, ttfb_s=0.1,
-                     data_wait_s=0.1, h2d_s=0.0, compute_s=1.0, n_steps=1, steps=[[0, 0.1, 0.0, 1.0, 1.1]])
+            rl.write(
+                "epoch",
+                model_idx=0,
+                rank=0,
+                epoch=ep,
+                warmup=ep == 0,
+                wall_s=1.5,
+                samples=10,
+                ttfb_s=0.1,
+                data_wait_s=0.1,
+                h2d_s=0.0,
+                compute_s=1.0,
+                n_steps=1,
+                steps=[[0, 0.1, 0.0, 1.0, 1.1]],
+            )
         rl.write("end", status="done", error=None)
     ingest_run(folder, db=db)
     page, requests = _open(new_page, f"{base}/explore?x=tag", "Explore")

@@ -19,8 +19,12 @@ from tests.browser._pages import open_page
 pytestmark = pytest.mark.slow
 
 # name -> (loader, workers, threads, median epoch s); 7 runs each: every speedup has its 95 % interval
-SWEEP = {"sync": ("sync", 0, 0, 2.0), "threads": ("threads", 2, 0, 1.6), "processes": ("processes", 2, 0, 3.85),
-         "processes1": ("processes", 2, 1, 0.9)}
+SWEEP = {
+    "sync": ("sync", 0, 0, 2.0),
+    "threads": ("threads", 2, 0, 1.6),
+    "processes": ("processes", 2, 0, 3.85),
+    "processes1": ("processes", 2, 1, 0.9),
+}
 RUNS = 7
 HASH = re.compile(r"\b[0-9a-f]{12}\b")
 
@@ -31,20 +35,45 @@ def _seed(db) -> None:
     from engine.run.runner import launch
     from engine.store import connect
 
-    real = {threads: launch(RunConfig.from_dict({"workload": "tensor", "n_samples": 64, "image_size": 8, "width": 8,
-                                                 "epochs": 2, "batch_size": 32, "loader": "sync", "device": "cpu",
-                                                 "threads": threads, "bound": False, "tag": "one-story"}), db=db)
-            for threads in (0, 1)}
+    real = {
+        threads: launch(
+            RunConfig.from_dict(
+                {
+                    "workload": "tensor",
+                    "n_samples": 64,
+                    "image_size": 8,
+                    "width": 8,
+                    "epochs": 2,
+                    "batch_size": 32,
+                    "loader": "sync",
+                    "device": "cpu",
+                    "threads": threads,
+                    "bound": False,
+                    "tag": "one-story",
+                }
+            ),
+            db=db,
+        )
+        for threads in (0, 1)
+    }
     assert all(r.status == "done" for r in real.values()), [r.error for r in real.values()]
     then = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None) - dt.timedelta(days=2)
     with connect(db, read_only=False) as conn:
         for name, (loader, workers, threads, median) in SWEEP.items():
             for i in range(RUNS):
-                conn.execute("""INSERT INTO runs SELECT * REPLACE (? AS run_id, 'pyloop' AS workload, ? AS loader,
+                conn.execute(
+                    """INSERT INTO runs SELECT * REPLACE (? AS run_id, 'pyloop' AS workload, ? AS loader,
                                 ? AS workers, ? AS epoch_s, ? AS created_at, false AS deleted) FROM runs
                                 WHERE run_id = ?""",
-                             [f"story-{name}-{i}", loader, workers, median * (1 + 0.01 * (i - RUNS // 2)),
-                              then + dt.timedelta(seconds=i), real[threads].run_id])
+                    [
+                        f"story-{name}-{i}",
+                        loader,
+                        workers,
+                        median * (1 + 0.01 * (i - RUNS // 2)),
+                        then + dt.timedelta(seconds=i),
+                        real[threads].run_id,
+                    ],
+                )
         conn.execute("UPDATE runs SET deleted = true WHERE run_id IN (?, ?)", [r.run_id for r in real.values()])
     api.bump_data_version(db=db)
 
@@ -73,10 +102,17 @@ def test_the_headline_and_the_advisor_name_the_same_setting_from_the_same_runs(s
     assert re.search(r"best: processes, 2 workers, depth \d+, batch 32, 1 intra-op thread: epoch 0\.9", said), said
     # processes at torch's default threads is the slowest here: neither page calls processes as such the answer
     table = page.locator('[data-testid="stTable"]').first.inner_text()
-    assert "speedup over sync, workers=0, threads=auto" in table   # sync, not the slowest outlier, is the reference
-    body = table[table.index("\ncall"):]   # after the header, which names the reference too
-    order = [body.index(c) for c in ("processes, workers=2, threads=1", "threads, workers=2, threads=auto",
-                                     "sync, workers=0, threads=auto", "processes, workers=2, threads=auto")]
+    assert "speedup over sync, workers=0, threads=auto" in table  # sync, not the slowest outlier, is the reference
+    body = table[table.index("\ncall") :]  # after the header, which names the reference too
+    order = [
+        body.index(c)
+        for c in (
+            "processes, workers=2, threads=1",
+            "threads, workers=2, threads=auto",
+            "sync, workers=0, threads=auto",
+            "processes, workers=2, threads=auto",
+        )
+    ]
     assert order == sorted(order), body
 
 
@@ -84,9 +120,13 @@ def test_one_machine_is_one_host_and_no_config_name_shows_a_hash(story, new_page
     base, _ = story
     page = new_page()
     open_page(page, base + "/explore?workload=pyloop&model=mlp", "Explore", re.compile(r"Fastest for pyloop \+ mlp"))
-    words = " ".join([page.locator(".st-key-explore_fastest_0").inner_text(),
-                      page.locator('[data-testid="stTable"]').first.inner_text(),
-                      *_advisor(page).locator('[data-testid="stMarkdown"]').all_inner_texts()])
+    words = " ".join(
+        [
+            page.locator(".st-key-explore_fastest_0").inner_text(),
+            page.locator('[data-testid="stTable"]').first.inner_text(),
+            *_advisor(page).locator('[data-testid="stMarkdown"]').all_inner_texts(),
+        ]
+    )
     assert not HASH.search(words), HASH.search(words)
     assert "host_fingerprint" not in words and "threads=1" in words
     body = page.locator("body").inner_text()

@@ -18,13 +18,27 @@ from tests.browser._pages import open_page, slow_page
 
 pytestmark = pytest.mark.slow
 
-TINY = dict(workload="tensor", model="mlp", n_samples=64, image_size=8, width=8, batch_size=8, epochs=2, bound=False,
-            sample_hz=0.0, device="cpu")
+TINY = dict(
+    workload="tensor",
+    model="mlp",
+    n_samples=64,
+    image_size=8,
+    width=8,
+    batch_size=8,
+    epochs=2,
+    bound=False,
+    sample_hz=0.0,
+    device="cpu",
+)
 # ~0.3 s an epoch waiting for data: a run that lasts as long as the test needs it
-SLOW_URL = ("workload=tensor&model=mlp&n_samples=32&image_size=8&width=8&batch_size=8&epochs=1000&latency_ms=10.0"
-            "&bound=false&sample_hz=0.0&device=cpu")
-SQL = ("SELECT loader, workers, median(epoch_s) AS median_epoch_s FROM runs WHERE epoch_s IS NOT NULL "
-       "GROUP BY ALL ORDER BY ALL")
+SLOW_URL = (
+    "workload=tensor&model=mlp&n_samples=32&image_size=8&width=8&batch_size=8&epochs=1000&latency_ms=10.0"
+    "&bound=false&sample_hz=0.0&device=cpu"
+)
+SQL = (
+    "SELECT loader, workers, median(epoch_s) AS median_epoch_s FROM runs WHERE epoch_s IS NOT NULL "
+    "GROUP BY ALL ORDER BY ALL"
+)
 
 
 def _done_runs(db, *overrides: dict) -> list[str]:
@@ -42,8 +56,10 @@ def _done_runs(db, *overrides: dict) -> list[str]:
 
 def _in_viewport(locator) -> bool:
     """Wholly inside the window, read in the page (the jobs panel redraws every 2 s: no waiting for stillness)."""
-    return locator.evaluate("el => { const r = el.getBoundingClientRect(); return r.height > 0 && r.top >= 0 "
-                            "&& r.bottom <= window.innerHeight && r.left >= 0 && r.right <= window.innerWidth; }")
+    return locator.evaluate(
+        "el => { const r = el.getBoundingClientRect(); return r.height > 0 && r.top >= 0 "
+        "&& r.bottom <= window.innerHeight && r.left >= 0 && r.right <= window.innerWidth; }"
+    )
 
 
 def test_the_runs_table_and_a_run_page_read_no_none(dashboard, new_page):
@@ -65,13 +81,13 @@ def test_the_runs_table_and_a_run_page_read_no_none(dashboard, new_page):
     # what a user reads: the page less its code blocks (Python's own None may appear in code to paste)
     text = page.locator('[data-testid="stMain"]').evaluate(
         "el => { const c = el.cloneNode(true); c.querySelectorAll('[data-testid=\"stCode\"]').forEach(n => n.remove());"
-        " document.body.appendChild(c); const t = c.innerText; c.remove(); return t; }")
+        " document.body.appendChild(c); const t = c.innerText; c.remove(); return t; }"
+    )
     assert not re.search(r"\bNone\b|\bnan\b|\bNaN\b", text), re.findall(r".{40}\b(?:None|nan|NaN)\b.{40}", text)
     assert re.search(r"Verdict: none: the lower bound was off for this run", text)  # why, not a bare dash
 
 
-def test_a_cancelled_run_keeps_its_card_with_its_link_and_the_queued_note_shows_under_its_button(dashboard,
-                                                                                                 new_page):
+def test_a_cancelled_run_keeps_its_card_with_its_link_and_the_queued_note_shows_under_its_button(dashboard, new_page):
     """Issue 39: the queued confirmation appeared off-screen (at the top of the jobs column), stayed there as an old
     "Queued 1 job" banner, and a cancelled run's card vanished with no link to its kept epochs."""
     from engine import api
@@ -116,13 +132,15 @@ def test_the_sql_chart_puts_the_measure_on_y_by_loader_coloured_by_workers(dashb
     open_page(page, f"{base}/history?sql={quote(SQL)}", "History")
     plot = page.locator(".js-plotly-plot").first
     plot.wait_for()
-    fig = plot.evaluate("el => ({x: el._fullLayout.xaxis.title.text, y: el._fullLayout.yaxis.title.text, "
-                        "legend: el._fullLayout.legend.title.text, types: el._fullData.map(t => t.type), "
-                        "bars: el._fullData.flatMap(t => Array.from(t.x).map((x, i) => [x, t.name, Number(t.y[i])]))})")
+    fig = plot.evaluate(
+        "el => ({x: el._fullLayout.xaxis.title.text, y: el._fullLayout.yaxis.title.text, "
+        "legend: el._fullLayout.legend.title.text, types: el._fullData.map(t => t.type), "
+        "bars: el._fullData.flatMap(t => Array.from(t.x).map((x, i) => [x, t.name, Number(t.y[i])]))})"
+    )
     assert (fig["x"], fig["y"], fig["legend"]) == ("loader", "median_epoch_s", "workers")
     assert set(fig["types"]) == {"bar"}
     got, want = sorted(fig["bars"]), sorted([lo, str(w), y] for lo, w, y in rows)
-    assert [g[:2] for g in got] == [w[:2] for w in want]   # one bar per row of the result: nothing summed
+    assert [g[:2] for g in got] == [w[:2] for w in want]  # one bar per row of the result: nothing summed
     assert all(abs(g[2] - w[2]) <= 1e-9 * max(1.0, w[2]) for g, w in zip(got, want)), (got, want)
 
 
@@ -131,7 +149,7 @@ def test_the_sidebars_run_count_keeps_up_without_a_click(dashboard, new_page):
     its own now: a run stored while the page sits untouched shows in the count within seconds."""
     base, db = dashboard
     page = slow_page(new_page)
-    open_page(page, f"{base}/history", "History")   # a page with no refreshing panel of its own
+    open_page(page, f"{base}/history", "History")  # a page with no refreshing panel of its own
     sidebar = page.locator('[data-testid="stSidebar"]')
 
     def count() -> int | None:

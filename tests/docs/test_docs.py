@@ -29,9 +29,14 @@ BLOCK = re.compile(r"^" + re.escape(RUNS) + r"\n```(bash|python)\n(.*?)^```", re
 def test_the_docs_build_strictly(tmp_path):
     """A broken link, a missing page or an anchor that is not there fails the build (mkdocs.yml: strict, and every
     validation at warn)."""
-    out = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    out = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     cli = (tmp_path / "site" / "cli" / "index.html").read_text()
     assert "--prefetch-depth" in cli and "export-bundle" in cli  # the generated reference is in the built page
@@ -46,8 +51,15 @@ def test_the_cli_reference_names_every_command_and_flag():
     text = cli_reference.reference_markdown()
     commands = _commands()
     assert {"run", "sweep", "tune", "predict", "query"} <= set(commands)  # the parsers were read
-    flags = {name: [o for a in parser._actions if not isinstance(a, argparse._HelpAction)  # noqa: SLF001
-                    for o in a.option_strings] for name, parser in commands.items()}
+    flags = {
+        name: [
+            o
+            for a in parser._actions
+            if not isinstance(a, argparse._HelpAction)  # noqa: SLF001
+            for o in a.option_strings
+        ]
+        for name, parser in commands.items()
+    }
     missing = [f"{name} {flag}" for name in commands for flag in [f"### `{name}`", *flags[name]] if flag not in text]
     assert missing == []
 
@@ -67,8 +79,12 @@ def test_the_architecture_page_lists_every_engine_package_with_its_docstring():
 
 
 def _blocks() -> list[tuple[str, str, str]]:
-    return [(f"{page.name}:{text[:m.start()].count(chr(10)) + 2}", m.group(1), m.group(2))
-            for page in sorted(DOCS.glob("*.md")) for text in [page.read_text()] for m in BLOCK.finditer(text)]
+    return [
+        (f"{page.name}:{text[: m.start()].count(chr(10)) + 2}", m.group(1), m.group(2))
+        for page in sorted(DOCS.glob("*.md"))
+        for text in [page.read_text()]
+        for m in BLOCK.finditer(text)
+    ]
 
 
 def test_the_docs_mark_blocks_that_run():

@@ -15,12 +15,40 @@ __all__ = ["HOSTILE", "MODULE", "NAMES", "imported", "register"]
 
 MODULE = "ll_sentinel_plugin"
 # registered name -> (the RunConfig fields it may fill, its spec)
-NAMES = {"mydata": ("workload", f"{MODULE}:build"), "mynet": ("model", f"{MODULE}:net"),
-         "mycollate": ("collate", f"{MODULE}:collate"), "myloss": ("loss", f"{MODULE}:loss")}
-HOSTILE = [f"{MODULE}:build", f"{MODULE}:net", "os:system", "subprocess:run", "builtins:eval", "__import__",
-           "__import__('os').system('id')", "os.path:join", "mydata ", " mydata", "MyData", "MYNET", "mydata\t",
-           "mydata\x00", "ｍydata", "mydata:build", f"{MODULE}.build", "../mydata", "/etc/passwd", "mydata,mynet",
-           "mynet:x", "engine.models.mlp:MLP", "torch.nn:CrossEntropyLoss", "🙂:x", "a" * 300 + ":b", "mydata;"]
+NAMES = {
+    "mydata": ("workload", f"{MODULE}:build"),
+    "mynet": ("model", f"{MODULE}:net"),
+    "mycollate": ("collate", f"{MODULE}:collate"),
+    "myloss": ("loss", f"{MODULE}:loss"),
+}
+HOSTILE = [
+    f"{MODULE}:build",
+    f"{MODULE}:net",
+    "os:system",
+    "subprocess:run",
+    "builtins:eval",
+    "__import__",
+    "__import__('os').system('id')",
+    "os.path:join",
+    "mydata ",
+    " mydata",
+    "MyData",
+    "MYNET",
+    "mydata\t",
+    "mydata\x00",
+    "ｍydata",
+    "mydata:build",
+    f"{MODULE}.build",
+    "../mydata",
+    "/etc/passwd",
+    "mydata,mynet",
+    "mynet:x",
+    "engine.models.mlp:MLP",
+    "torch.nn:CrossEntropyLoss",
+    "🙂:x",
+    "a" * 300 + ":b",
+    "mydata;",
+]
 
 
 def register(tmp_path: Path, monkeypatch) -> dict[str, str]:
@@ -29,7 +57,8 @@ def register(tmp_path: Path, monkeypatch) -> dict[str, str]:
     (tmp_path / f"{MODULE}.py").write_text(
         f"from pathlib import Path\nPath({str(marker)!r}).write_text('imported')\n"
         "def build(**cfg): raise RuntimeError('never called in these tests')\n"
-        "net = collate = loss = build\n")
+        "net = collate = loss = build\n"
+    )
     toml = "".join(f'[{name}]\n{field} = "{spec}"\n' for name, (field, spec) in NAMES.items())
     (tmp_path / "plugins.toml").write_text(toml)
     monkeypatch.setenv("LOADERLAB_PLUGINS", str(tmp_path / "plugins.toml"))

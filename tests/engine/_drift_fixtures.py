@@ -16,8 +16,17 @@ import time
 
 import torch
 
-__all__ = ["FAST_RUN_STEPS", "SLOW_RUN_ITEMS", "DriftingDataset", "FastModel", "SlowRun", "build", "fast_model",
-           "fast_run", "slow_run"]
+__all__ = [
+    "FAST_RUN_STEPS",
+    "SLOW_RUN_ITEMS",
+    "DriftingDataset",
+    "FastModel",
+    "SlowRun",
+    "build",
+    "fast_model",
+    "fast_run",
+    "slow_run",
+]
 
 
 class DriftingDataset:

@@ -23,8 +23,15 @@ class TinyDataset:
     record: when True, x[1] holds the producing pid and x[2] its thread id modulo 2**20.
     """
 
-    def __init__(self, n: int, fail_at: int | None = None, sleep_at: int | None = None, sleep_s: float = 5.0,
-                 jitter_s: float = 0.0, record: bool = False):
+    def __init__(
+        self,
+        n: int,
+        fail_at: int | None = None,
+        sleep_at: int | None = None,
+        sleep_s: float = 5.0,
+        jitter_s: float = 0.0,
+        record: bool = False,
+    ):
         self.n, self.fail_at, self.sleep_at, self.sleep_s, self.record = n, fail_at, sleep_at, sleep_s, record
         self.jitter_s = jitter_s
 

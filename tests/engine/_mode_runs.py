@@ -20,8 +20,17 @@ __all__ = ["TINY", "assert_no_orphans", "epochs_of", "launch_mode", "our_childre
 
 # tensor workload, 128 samples of 3x8x8, width 8, two epochs (one warm-up), four steps per epoch; on the CPU,
 # as the tests that use it check CPU runs (device auto would be cuda:0 on a GPU box): CUDA tests say device="cuda"
-TINY: dict[str, Any] = dict(workload="tensor", n_samples=128, image_size=8, width=8, epochs=2, batch_size=32,
-                            bound=False, sample_hz=2.0, device="cpu")
+TINY: dict[str, Any] = dict(
+    workload="tensor",
+    n_samples=128,
+    image_size=8,
+    width=8,
+    epochs=2,
+    batch_size=32,
+    bound=False,
+    sample_hz=2.0,
+    device="cpu",
+)
 
 
 def launch_mode(store: Path, **fields: Any) -> tuple[Any, list[dict[str, Any]]]:

@@ -13,8 +13,16 @@ __all__ = ["make_loader", "make_plain_loader", "not_a_loader"]
 
 def make_loader() -> DataLoader:
     data = TensorDataset(torch.zeros(96, 3, 8, 8), torch.zeros(96, dtype=torch.long))
-    return DataLoader(data, batch_size=48, shuffle=True, num_workers=2, prefetch_factor=4, persistent_workers=False,
-                      pin_memory=False, multiprocessing_context="spawn")
+    return DataLoader(
+        data,
+        batch_size=48,
+        shuffle=True,
+        num_workers=2,
+        prefetch_factor=4,
+        persistent_workers=False,
+        pin_memory=False,
+        multiprocessing_context="spawn",
+    )
 
 
 def make_plain_loader() -> DataLoader:

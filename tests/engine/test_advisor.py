@@ -22,15 +22,36 @@ def _seven(median: float) -> list[float]:
     return [median * (1 + d) for d in (0.0, 0.01, -0.01, 0.02, -0.02, 0.005, -0.005)]
 
 
-def _rows(epoch_s: list[float], *, host: str = HOST, verdict: str = "data-bound", mode: str = "single",
-          cores: int = 8, **fields) -> list[dict]:
-    cfg = RunConfig(**{"workload": "tensor", "model": "mlp", "n_samples": 256, "width": 8, "mode": mode,
-                       **fields}).to_dict()
+def _rows(
+    epoch_s: list[float],
+    *,
+    host: str = HOST,
+    verdict: str = "data-bound",
+    mode: str = "single",
+    cores: int = 8,
+    **fields,
+) -> list[dict]:
+    cfg = RunConfig(
+        **{"workload": "tensor", "model": "mlp", "n_samples": 256, "width": 8, "mode": mode, **fields}
+    ).to_dict()
     cols = {k: (json.dumps(v) if isinstance(v, list) else v) for k, v in cfg.items()}
-    return [{**cols, "run_id": f"{host}-{mode}-{fields}-{i}", "status": "done", "deleted": False,
-             "created_at": datetime(2025, 1, 1, 0, i), "host_fingerprint": host, "torch_version": "2.13",
-             "cores": cores, "config_json": json.dumps(cfg), "epoch_s": t, "verdict": verdict, "efficiency": 0.9}
-            for i, t in enumerate(epoch_s)]
+    return [
+        {
+            **cols,
+            "run_id": f"{host}-{mode}-{fields}-{i}",
+            "status": "done",
+            "deleted": False,
+            "created_at": datetime(2025, 1, 1, 0, i),
+            "host_fingerprint": host,
+            "torch_version": "2.13",
+            "cores": cores,
+            "config_json": json.dumps(cfg),
+            "epoch_s": t,
+            "verdict": verdict,
+            "efficiency": 0.9,
+        }
+        for i, t in enumerate(epoch_s)
+    ]
 
 
 def _seed(db, rows: list[dict]) -> None:
@@ -42,12 +63,15 @@ def _seed(db, rows: list[dict]) -> None:
 
 @pytest.fixture
 def seeded(store):
-    _seed(store, _rows(_seven(2.0))                                           # sync: the default
-          + _rows(_seven(1.2), loader="threads", workers=2)
-          + _rows(_seven(0.8), loader="threads", workers=4)                   # the best
-          + _rows(_seven(1.0), loader="processes", workers=2)
-          + _rows([0.10, 0.10, 0.10], loader="threads", workers=4, batch_size=512, host="h2")  # other host
-          + _rows([0.30, 0.30, 0.30], loader="threads", workers=4, n_samples=64))  # another problem, fewer runs
+    _seed(
+        store,
+        _rows(_seven(2.0))  # sync: the default
+        + _rows(_seven(1.2), loader="threads", workers=2)
+        + _rows(_seven(0.8), loader="threads", workers=4)  # the best
+        + _rows(_seven(1.0), loader="processes", workers=2)
+        + _rows([0.10, 0.10, 0.10], loader="threads", workers=4, batch_size=512, host="h2")  # other host
+        + _rows([0.30, 0.30, 0.30], loader="threads", workers=4, n_samples=64),
+    )  # another problem, fewer runs
     return store
 
 
@@ -70,8 +94,11 @@ def test_best_config_speedup_and_neighbours(seeded):
 
 
 def test_configs_tied_with_the_best_are_listed(seeded):
-    _seed(seeded, _rows([0.81, 0.79, 0.80, 0.82, 0.78, 0.80, 0.81], loader="processes", workers=4)
-          + _rows([0.85, 0.95], loader="prefetch"))   # 2 runs: too few to tell apart from the best
+    _seed(
+        seeded,
+        _rows([0.81, 0.79, 0.80, 0.82, 0.78, 0.80, 0.81], loader="processes", workers=4)
+        + _rows([0.85, 0.95], loader="prefetch"),
+    )  # 2 runs: too few to tell apart from the best
     advice = advise("tensor", "mlp", host=HOST, db=seeded)
     tied = {(t["loader"], t["workers"]) for t in advice.tied}
     assert ("processes", 4) in tied and ("prefetch", 0) in tied
@@ -80,8 +107,7 @@ def test_configs_tied_with_the_best_are_listed(seeded):
 
 
 def test_two_core_host_already_data_bound_with_two_processes_gets_no_more_workers(store):
-    _seed(store, _rows(_seven(2.0), cores=2)
-          + _rows(_seven(1.0), loader="processes", workers=2, cores=2))
+    _seed(store, _rows(_seven(2.0), cores=2) + _rows(_seven(1.0), loader="processes", workers=2, cores=2))
     advice = advise("tensor", "mlp", host=HOST, db=store)
     assert advice.best["loader"] == "processes" and advice.verdict == "data-bound" and advice.cores == 2
     changes = [s.changes for s in advice.suggestions]
@@ -101,8 +127,11 @@ def test_measured_neighbours_are_not_proposed(seeded):
 
 
 def test_verdict_sets_priorities(store):
-    _seed(store, _rows([2.0, 2.0, 2.0], verdict="compute-bound")
-          + _rows([1.0, 1.0, 1.0], loader="processes", workers=4, verdict="compute-bound"))
+    _seed(
+        store,
+        _rows([2.0, 2.0, 2.0], verdict="compute-bound")
+        + _rows([1.0, 1.0, 1.0], loader="processes", workers=4, verdict="compute-bound"),
+    )
     advice = advise("tensor", "mlp", host=HOST, db=store)
     changes = [s.changes for s in advice.suggestions]
     assert changes[0] == {"batch_size": 128}
@@ -115,12 +144,15 @@ def test_next_sweep_toml_is_a_valid_sweep(seeded):
     advice = advise("tensor", "mlp", host=HOST, db=seeded)
     data = tomllib.loads(advice.next_sweep_toml())
     sweep = SweepConfig.from_dict(data)
-    assert data["repeats"] == 7   # a confirmation: every config gets enough runs for a 95% interval
+    assert data["repeats"] == 7  # a confirmation: every config gets enough runs for a 95% interval
     assert data["base"]["n_samples"] == 256 and data["base"]["width"] == 8
     assert data["grid"]["workers"] == [4, 8] and data["grid"]["loader"] == ["threads", "processes"]
     cfgs = sweep.configs()
-    assert {(c.loader, c.workers, c.prefetch_depth) for c in cfgs} >= {("threads", 8, 2), ("threads", 4, 4),
-                                                                        ("processes", 4, 2)}
+    assert {(c.loader, c.workers, c.prefetch_depth) for c in cfgs} >= {
+        ("threads", 8, 2),
+        ("threads", 4, 4),
+        ("processes", 4, 2),
+    }
 
 
 def test_any_host_never_compares_across_fingerprints(seeded):
@@ -137,10 +169,17 @@ def test_this_host_is_this_machine_whatever_threads_its_runs_had(store):
     me = fingerprint()
     facts = {**me, "intra_op_threads": me["intra_op_threads"] + 7, "fingerprint": "one-thread"}
     other_machine = {**me, "cpu_model": "another CPU", "fingerprint": "elsewhere"}
-    _seed(store, [dict(r, host_json=json.dumps(facts), host_fingerprint="one-thread")
-                  for r in _rows(_seven(2.0), host="t") + _rows(_seven(1.0), host="t", loader="threads", workers=2)]
-          + [dict(r, host_json=json.dumps(other_machine), host_fingerprint="elsewhere")
-             for r in _rows(_seven(0.1), host="e", loader="processes", workers=2)])
+    _seed(
+        store,
+        [
+            dict(r, host_json=json.dumps(facts), host_fingerprint="one-thread")
+            for r in _rows(_seven(2.0), host="t") + _rows(_seven(1.0), host="t", loader="threads", workers=2)
+        ]
+        + [
+            dict(r, host_json=json.dumps(other_machine), host_fingerprint="elsewhere")
+            for r in _rows(_seven(0.1), host="e", loader="processes", workers=2)
+        ],
+    )
     advice = advise("tensor", "mlp", db=store)
     assert advice.message is None and advice.host_label == f"this host ({me['machine']})"
     assert advice.problem["host_fingerprint"] == "one-thread" and advice.best["loader"] == "threads"
@@ -194,14 +233,17 @@ def test_baseline_that_is_the_best_says_so(seeded):
     assert "your setup (threads, 4 workers, depth 2, batch 64) is the fastest measured config" in render_advice(advice)
 
 
-@pytest.mark.parametrize(("text", "says"), [
-    ("loader=processes,workers", "is not FIELD=VALUE"),
-    ("workers=4", "name your loader"),
-    ("loader=processes,model=mypkg.nets:net", "'model' is not a loader setting"),
-    ("loader=procs", "loader: 'procs' is unknown"),
-    ("loader=threads,workers=0", "workers: loader 'threads' needs workers >= 1"),
-    ("loader=sync,batch_size=lots", "batch_size: expected int"),
-])
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("loader=processes,workers", "is not FIELD=VALUE"),
+        ("workers=4", "name your loader"),
+        ("loader=processes,model=mypkg.nets:net", "'model' is not a loader setting"),
+        ("loader=procs", "loader: 'procs' is unknown"),
+        ("loader=threads,workers=0", "workers: loader 'threads' needs workers >= 1"),
+        ("loader=sync,batch_size=lots", "batch_size: expected int"),
+    ],
+)
 def test_bad_baseline_is_one_error_naming_baseline(store, text, says):
     from engine.config import ConfigError
 
@@ -215,12 +257,23 @@ def test_the_users_setup_matches_its_real_runs_as_stored(store):
     typed with the defaults (pin_memory on) must still find them."""
     from engine.run.runner import launch  # noqa: PLC0415
 
-    tiny = {"workload": "tensor", "model": "mlp", "n_samples": 64, "image_size": 8, "width": 8, "epochs": 2,
-            "batch_size": 32, "bound": False, "sample_hz": 0.0, "device": "cpu"}
+    tiny = {
+        "workload": "tensor",
+        "model": "mlp",
+        "n_samples": 64,
+        "image_size": 8,
+        "width": 8,
+        "epochs": 2,
+        "batch_size": 32,
+        "bound": False,
+        "sample_hz": 0.0,
+        "device": "cpu",
+    }
     for loader in ("sync", "threads"):
         cfg = RunConfig.from_dict({**tiny, "loader": loader, "workers": 1 if loader == "threads" else 0})
         assert launch(cfg, db=store).status == "done"
     advice = advise("tensor", "mlp", db=store, baseline="loader=sync,prefetch_depth=8,batch_size=32")
     assert advice.problem["device"] == "cpu" and advice.default["pin_memory"] is False
-    assert {advice.comparison["n_a"], advice.comparison["n_b"]} == {1} or advice.default == advice.best, \
-        render_advice(advice)
+    assert {advice.comparison["n_a"], advice.comparison["n_b"]} == {1} or advice.default == advice.best, render_advice(
+        advice
+    )

@@ -28,16 +28,23 @@ def test_engine_never_imports_streamlit():
 
 def _loads(code: str, module: str) -> bool:
     """Whether running `code` in a fresh interpreter leaves `module` imported."""
-    out = subprocess.run([sys.executable, "-c", f"import sys\n{code}\nprint({module!r} in sys.modules)"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", f"import sys\n{code}\nprint({module!r} in sys.modules)"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout.strip() == "True"
 
 
 def test_importing_the_whole_engine_loads_no_streamlit():
-    code = ("import pkgutil, importlib, engine\n"
-            "for m in pkgutil.walk_packages(engine.__path__, 'engine.'):\n"
-            "    if m.name != 'engine.__main__': importlib.import_module(m.name)")
+    code = (
+        "import pkgutil, importlib, engine\n"
+        "for m in pkgutil.walk_packages(engine.__path__, 'engine.'):\n"
+        "    if m.name != 'engine.__main__': importlib.import_module(m.name)"
+    )
     assert not _loads(code, "streamlit")
 
 
@@ -83,7 +90,9 @@ def test_the_engine_api_is_explicit_and_sorted():
 # ---------------------------------------------------------------------------- the import graph
 
 ENGINE = ROOT / "engine"
-MAX_FUNCTION_IMPORTS = 27  # torch, Ray and the store kept out of processes that must not load them (string imports count too)
+MAX_FUNCTION_IMPORTS = (
+    27  # torch, Ray and the store kept out of processes that must not load them (string imports count too)
+)
 # (18: the run child imports the bound and the prediction from their own packages since measure/ became a leaf;
 # 21: a script tune's threads loader, which imports torch, is loaded only by the trial and the answer that use it)
 MAX_TOP_LEVEL_FILES = 15
@@ -122,7 +131,7 @@ def _targets(module: str, node: ast.stmt, modules: dict[str, Path]) -> set[str]:
         base = node.module or ""
         if node.level:
             package = module.split(".") if modules[module].name == "__init__.py" else module.split(".")[:-1]
-            package = package[:len(package) - node.level + 1]
+            package = package[: len(package) - node.level + 1]
             base = ".".join(package + ([node.module] if node.module else []))
         names = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
     out = set()
@@ -180,11 +189,22 @@ def _string_imports(tree: ast.AST) -> list[tuple[int, str | None]]:
 
 
 def _every_import(body: list[ast.stmt], checking: bool = False) -> list[ast.stmt]:
-    hidden = set() if checking else {id(n) for node in body if isinstance(node, ast.If)
-                                     and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
-                                     for n in ast.walk(node)}
-    return [n for node in body for n in ast.walk(node)
-            if isinstance(n, (ast.Import, ast.ImportFrom)) and id(n) not in hidden]
+    hidden = (
+        set()
+        if checking
+        else {
+            id(n)
+            for node in body
+            if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+            for n in ast.walk(node)
+        }
+    )
+    return [
+        n
+        for node in body
+        for n in ast.walk(node)
+        if isinstance(n, (ast.Import, ast.ImportFrom)) and id(n) not in hidden
+    ]
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -196,7 +216,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
         path.append(m)
         for t in sorted(graph[m]):
             if state.get(t) == 1:
-                return path[path.index(t):] + [t]
+                return path[path.index(t) :] + [t]
             if t not in state and (found := visit(t)):
                 return found
         path.pop()
@@ -251,8 +271,12 @@ def test_private_modules_live_inside_the_package_that_uses_them():
     graph = _graph(hidden=True, checking=True)
     private = [m for m in graph if m.split(".")[-1].startswith("_")]
     assert "engine.run._warm_server" in private  # the check sees what it should
-    outside = [f"{m} -> {t}" for m, targets in graph.items() for t in targets if t in private
-               and not m.startswith(t.rsplit(".", 1)[0] + ".") and m != t.rsplit(".", 1)[0]]
+    outside = [
+        f"{m} -> {t}"
+        for m, targets in graph.items()
+        for t in targets
+        if t in private and not m.startswith(t.rsplit(".", 1)[0] + ".") and m != t.rsplit(".", 1)[0]
+    ]
     assert outside == []
 
 
@@ -293,8 +317,10 @@ def test_imports_inside_functions_are_few_and_each_says_why():
 
 def test_the_dashboard_and_notebook_facades_import_no_torch():
     """Nor does the CLI until a command needs it: `worker` (what make run and the dashboard start) parses without."""
-    assert not _loads("import engine.api, engine.lab, engine.cli\n"
-                      "engine.cli.build_parser('worker').parse_args(['worker', '--once'])", "torch")
+    assert not _loads(
+        "import engine.api, engine.lab, engine.cli\nengine.cli.build_parser('worker').parse_args(['worker', '--once'])",
+        "torch",
+    )
     assert _loads("import engine.registry", "torch")  # the check sees what it should
 
 
@@ -310,11 +336,17 @@ def test_only_the_store_runs_sql():
         if "duckdb" in _imports(path):
             offenders.append(f"{rel}: imports duckdb")
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("engine.store") \
-                    and any(a.name == "connect" for a in node.names):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and (node.module or "").startswith("engine.store")
+                and any(a.name == "connect" for a in node.names)
+            ):
                 offenders.append(f"{rel}:{node.lineno}: imports connect")
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                    and node.func.attr in ("execute", "executemany", "sql"):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("execute", "executemany", "sql")
+            ):
                 offenders.append(f"{rel}:{node.lineno}: .{node.func.attr}()")
     assert offenders == []
 
@@ -379,8 +411,13 @@ def test_measure_is_a_leaf_of_instruments():
     """engine/measure/ imports no loader, mode, workload, bound, prediction, run or advice: instruments only."""
     graph = _graph(hidden=True, checking=True)
     above = {"loaders", "modes", "workloads", "models", "calibrate", "predict", "run", "advice", "registry"}
-    reached = sorted(f"{m} -> {t}" for m, targets in graph.items() if m.startswith("engine.measure")
-                     for t in targets if len(t.split(".")) > 1 and t.split(".")[1] in above)
+    reached = sorted(
+        f"{m} -> {t}"
+        for m, targets in graph.items()
+        if m.startswith("engine.measure")
+        for t in targets
+        if len(t.split(".")) > 1 and t.split(".")[1] in above
+    )
     assert "engine.measure.timers" in graph  # the check sees the package
     assert reached == []
 
@@ -392,8 +429,13 @@ def test_outside_measure_the_instruments_come_from_its_face():
     import engine.measure as face
 
     reached, missing = [], []
-    for path in [*(ROOT / "engine").rglob("*.py"), *(ROOT / "ui").rglob("*.py"), *(ROOT / "pages").rglob("*.py"),
-                 *(ROOT / "bench").rglob("*.py"), ROOT / "app.py"]:
+    for path in [
+        *(ROOT / "engine").rglob("*.py"),
+        *(ROOT / "ui").rglob("*.py"),
+        *(ROOT / "pages").rglob("*.py"),
+        *(ROOT / "bench").rglob("*.py"),
+        ROOT / "app.py",
+    ]:
         if "measure" in path.relative_to(ROOT).parts[:2]:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
@@ -401,8 +443,11 @@ def test_outside_measure_the_instruments_come_from_its_face():
                 reached.append(f"{path.relative_to(ROOT)}:{node.lineno}")
             elif isinstance(node, ast.ImportFrom) and node.module == "engine.measure":
                 # a name the face exports, or one of its modules used as a namespace (trace.extra_epoch)
-                missing += [a.name for a in node.names if a.name not in face.__all__
-                            and not (ROOT / "engine" / "measure" / f"{a.name}.py").exists()]
+                missing += [
+                    a.name
+                    for a in node.names
+                    if a.name not in face.__all__ and not (ROOT / "engine" / "measure" / f"{a.name}.py").exists()
+                ]
     assert reached == [] and missing == []
     assert face.__all__ == sorted(face.__all__) and all(hasattr(face, name) for name in face.__all__)
 
@@ -418,13 +463,17 @@ STRING_IMPORTS_ALLOWED = {
     "engine/plugins/__init__.py": "user plugins are named in the config: their modules are only known at run time",
     "engine/plugins/hashing.py": "a plugin's source is hashed by its module's name, from the config",
     "engine/run/_warm_server.py": "the warm parent pre-imports PRELOAD, timed, one by one, before it forks runs: "
-                                  "a list of what a run child needs (data), not an arrow of the code",
+    "a list of what a run child needs (data), not an arrow of the code",
 }
 
 
 def _python_files() -> list[Path]:
-    return [*sorted((ROOT / "engine").rglob("*.py")), *sorted((ROOT / "ui").rglob("*.py")),
-            *sorted((ROOT / "pages").rglob("*.py")), ROOT / "app.py"]
+    return [
+        *sorted((ROOT / "engine").rglob("*.py")),
+        *sorted((ROOT / "ui").rglob("*.py")),
+        *sorted((ROOT / "pages").rglob("*.py")),
+        ROOT / "app.py",
+    ]
 
 
 def test_the_string_import_finder_sees_import_module_dunder_import_and_f_strings():
@@ -433,15 +482,21 @@ def test_the_string_import_finder_sees_import_module_dunder_import_and_f_strings
 
 
 def test_no_module_is_imported_by_a_string_outside_the_named_exemptions():
-    found = [f"{p.relative_to(ROOT)}:{line} {name}" for p in _python_files()
-             for line, name in _string_imports(ast.parse(p.read_text()))
-             if str(p.relative_to(ROOT)) not in STRING_IMPORTS_ALLOWED and (name is None or name.startswith("engine"))]
+    found = [
+        f"{p.relative_to(ROOT)}:{line} {name}"
+        for p in _python_files()
+        for line, name in _string_imports(ast.parse(p.read_text()))
+        if str(p.relative_to(ROOT)) not in STRING_IMPORTS_ALLOWED and (name is None or name.startswith("engine"))
+    ]
     assert found == []
     assert all((ROOT / f).exists() for f in STRING_IMPORTS_ALLOWED)  # no exemption outlives its file
 
 
 # 40b's files, cut by its branch (engine/advice/, engine/predict/): empty this once merged
 def test_module_docstrings_fit_a_screen_of_25_lines():
-    long = {str(p.relative_to(ROOT)) for p in _python_files()
-            if len((ast.get_docstring(ast.parse(p.read_text()), clean=False) or "").splitlines()) > 25}
+    long = {
+        str(p.relative_to(ROOT))
+        for p in _python_files()
+        if len((ast.get_docstring(ast.parse(p.read_text()), clean=False) or "").splitlines()) > 25
+    }
     assert not long, sorted(long)

@@ -21,8 +21,17 @@ from hypothesis import strategies as st
 from engine.config import RunConfig
 from engine.calibrate import _passes
 from engine.calibrate._passes import loader_pass
-from engine.calibrate.bound import (EXPLAINED, FAIL_ENV, STALE, VERDICTS, Phase, _figures, _own_readings, _own_times,
-                                   steady_cpu_pct)
+from engine.calibrate.bound import (
+    EXPLAINED,
+    FAIL_ENV,
+    STALE,
+    VERDICTS,
+    Phase,
+    _figures,
+    _own_readings,
+    _own_times,
+    steady_cpu_pct,
+)
 from engine.measure.verdicts import ABOVE_ONE, efficiency_text
 from engine.workloads.plugin import SERIAL_NOTE
 from engine.run.runner import launch
@@ -37,12 +46,35 @@ pytestmark = pytest.mark.usefixtures("warm_runs")  # runs forked warm: these che
 
 # 20 ms per sample through the prefetch loader's single producer: ~0.64 s of waiting per epoch, while
 # an 8-wide MLP on 8x8 images computes in microseconds. The loader-only pass alone explains the epoch.
-SLOW_DATA = {"workload": "tensor", "n_samples": 32, "image_size": 8, "width": 8, "batch_size": 8, "epochs": 2,
-             "warmup_epochs": 1, "latency_ms": 20.0, "loader": "prefetch", "device": "cpu", "sample_hz": 0.0,
-             "threads": 1}
+SLOW_DATA = {
+    "workload": "tensor",
+    "n_samples": 32,
+    "image_size": 8,
+    "width": 8,
+    "batch_size": 8,
+    "epochs": 2,
+    "warmup_epochs": 1,
+    "latency_ms": 20.0,
+    "loader": "prefetch",
+    "device": "cpu",
+    "sample_hz": 0.0,
+    "threads": 1,
+}
 # a 1024-wide, 4-deep MLP on in-memory samples, one thread (steadier on a shared machine): the step costs far more than handing out a batch
-BIG_MODEL = {"workload": "tensor", "n_samples": 256, "image_size": 16, "width": 1024, "depth": 4, "batch_size": 32,
-             "epochs": 5, "warmup_epochs": 1, "loader": "prefetch", "device": "cpu", "sample_hz": 0.0, "threads": 1}
+BIG_MODEL = {
+    "workload": "tensor",
+    "n_samples": 256,
+    "image_size": 16,
+    "width": 1024,
+    "depth": 4,
+    "batch_size": 32,
+    "epochs": 5,
+    "warmup_epochs": 1,
+    "loader": "prefetch",
+    "device": "cpu",
+    "sample_hz": 0.0,
+    "threads": 1,
+}
 
 
 def _calibrations(run_dir) -> dict[str, bool]:
@@ -59,9 +91,11 @@ def sweep_runs(tmp_path_factory):
     cfg = RunConfig.from_dict(SLOW_DATA)
     threads = cfg.replace(loader="threads", workers=2)
     meta = {"sweep_id": "bound-test"}
-    runs = [launch(cfg, db=db, meta={**meta, "repeat_idx": 0}),
-            launch(cfg, db=db, meta={**meta, "repeat_idx": 1}),
-            launch(threads, db=db, meta={**meta, "config_idx": 1, "repeat_idx": 0})]
+    runs = [
+        launch(cfg, db=db, meta={**meta, "repeat_idx": 0}),
+        launch(cfg, db=db, meta={**meta, "repeat_idx": 1}),
+        launch(threads, db=db, meta={**meta, "config_idx": 1, "repeat_idx": 0}),
+    ]
     return db, runs
 
 
@@ -143,20 +177,23 @@ def test_big_model_on_in_memory_data_is_bound_by_compute(tmp_path):
 
 _SECONDS = st.floats(0.001, 10.0)
 _PHASE = st.builds(Phase, _SECONDS, _SECONDS, st.none(), _SECONDS, _SECONDS, st.booleans())
-_THREADS = st.fixed_dictionaries({"intra_op": st.integers(1, 32), "loader": st.integers(0, 32),
-                                  "cores": st.floats(0.5, 64.0)})
+_THREADS = st.fixed_dictionaries(
+    {"intra_op": st.integers(1, 32), "loader": st.integers(0, 32), "cores": st.floats(0.5, 64.0)}
+)
 
 
 @settings(max_examples=300, deadline=None)
-@given(phases=st.lists(_PHASE, min_size=1, max_size=3), ttfb=st.floats(0.0, 1.0), threads=_THREADS,
-       measured=_SECONDS)
+@given(phases=st.lists(_PHASE, min_size=1, max_size=3), ttfb=st.floats(0.0, 1.0), threads=_THREADS, measured=_SECONDS)
 def test_the_bound_is_no_less_than_any_of_its_limits(phases, ttfb, threads, measured):
     """A run cannot beat its loader, its model, nor the CPU both need of the usable cores; a sync loader cannot
     beat load + compute."""
     out = _figures(phases, measured, ttfb, 0.0, threads)
-    for limit in (lambda p: p.loader_s, lambda p: p.compute_s,
-                  lambda p: (p.loader_cpu_s + p.compute_cpu_s) / threads["cores"],
-                  lambda p: p.loader_s + p.compute_s if not p.overlaps else 0.0):
+    for limit in (
+        lambda p: p.loader_s,
+        lambda p: p.compute_s,
+        lambda p: (p.loader_cpu_s + p.compute_cpu_s) / threads["cores"],
+        lambda p: p.loader_s + p.compute_s if not p.overlaps else 0.0,
+    ):
         assert out["bound_s"] >= sum(limit(p) for p in phases) + ttfb * len(phases) - 1e-9
     assert out["efficiency"] == pytest.approx(out["bound_s"] / measured)
     assert out["verdict"] in VERDICTS or out["verdict"] is None
@@ -164,8 +201,7 @@ def test_the_bound_is_no_less_than_any_of_its_limits(phases, ttfb, threads, meas
 
 
 @settings(max_examples=200, deadline=None)
-@given(phases=st.lists(_PHASE, min_size=1, max_size=3), threads=_THREADS, more=st.floats(1.0, 8.0),
-       measured=_SECONDS)
+@given(phases=st.lists(_PHASE, min_size=1, max_size=3), threads=_THREADS, more=st.floats(1.0, 8.0), measured=_SECONDS)
 def test_more_cores_never_raise_the_bound_and_no_overlap_never_lowers_it(phases, threads, more, measured):
     out = _figures(phases, measured, 0.0, 0.0, threads)
     wider = _figures(phases, measured, 0.0, 0.0, {**threads, "cores": threads["cores"] * more})
@@ -177,13 +213,16 @@ def test_more_cores_never_raise_the_bound_and_no_overlap_never_lowers_it(phases,
 _ONE_CORE_FREE = {"intra_op": 1, "loader": 0, "cores": 2.0}
 
 
-@pytest.mark.parametrize("phase, verdict", [
-    (Phase(1.0, 0.1, None, 0.2, 0.1), "data-bound"),       # the loader's wall time is the largest term
-    (Phase(0.1, 1.0, None, 0.1, 0.9), "compute-bound"),
-    (Phase(0.6, 0.6, None, 1.2, 1.2), "cpu-bound"),        # 2.4 CPU-seconds on 2 cores: 1.2 s, above either
-    (Phase(0.5, 0.5, None, 0.5, 0.5, False), "no-overlap"),
-    (Phase(0.01, 1.0, None, 0.01, 1.0, False), "compute-bound"),  # sync, but next to nothing to load
-])
+@pytest.mark.parametrize(
+    "phase, verdict",
+    [
+        (Phase(1.0, 0.1, None, 0.2, 0.1), "data-bound"),  # the loader's wall time is the largest term
+        (Phase(0.1, 1.0, None, 0.1, 0.9), "compute-bound"),
+        (Phase(0.6, 0.6, None, 1.2, 1.2), "cpu-bound"),  # 2.4 CPU-seconds on 2 cores: 1.2 s, above either
+        (Phase(0.5, 0.5, None, 0.5, 0.5, False), "no-overlap"),
+        (Phase(0.01, 1.0, None, 0.01, 1.0, False), "compute-bound"),  # sync, but next to nothing to load
+    ],
+)
 def test_an_explained_run_is_named_after_the_largest_term_of_its_bound(phase, verdict):
     out = _figures([phase], 0.95 * max(phase.terms(2.0).values()) / 0.9, 0.0, 0.0, _ONE_CORE_FREE)
     assert out["efficiency"] >= EXPLAINED and out["verdict"] == verdict
@@ -193,7 +232,7 @@ def test_an_explained_run_is_named_after_the_largest_term_of_its_bound(phase, ve
 def test_an_unexplained_run_is_oversubscribed_cpu_bound_or_overhead_bound():
     """Below EXPLAINED: more runnable threads than cores first (with the counts and the setting that fits),
     then a run that kept the cores busy, and only then overhead."""
-    phase, slow = Phase(0.3, 0.4, None, 0.3, 0.4), 1.0   # bound 0.4 s, efficiency 0.4
+    phase, slow = Phase(0.3, 0.4, None, 0.3, 0.4), 1.0  # bound 0.4 s, efficiency 0.4
     over = _figures([phase], slow, 0.0, 0.0, {"intra_op": 2, "loader": 2, "cores": 2.0}, mean_cpu_pct=190.0)
     assert over["verdict"] == "oversubscribed" and over["runnable_threads"] == 4
     assert "2 intra-op + 2 loader thread(s) = 4 runnable on 2 usable cores" in over["verdict_help"]
@@ -246,11 +285,28 @@ def test_a_failing_calibration_keeps_the_run_done_with_bound_error(tmp_path, mon
 # ---------------------------------------------------------------------------- steady state, every start method
 
 # Every loader, and the processes loader under each start method (the others ignore it).
-LOADER_STARTS = [("sync", "fork"), ("prefetch", "fork"), ("threads", "fork"), ("processes", "fork"),
-                 ("processes", "spawn"), ("processes", "forkserver"), ("spdl", "fork")]
+LOADER_STARTS = [
+    ("sync", "fork"),
+    ("prefetch", "fork"),
+    ("threads", "fork"),
+    ("processes", "fork"),
+    ("processes", "spawn"),
+    ("processes", "forkserver"),
+    ("spdl", "fork"),
+]
 # 64 samples, 8 per batch, 2 workers: a short epoch, so whatever a loader pays once would dominate the pass
-SMALL = {"n_samples": 64, "image_size": 8, "width": 8, "batch_size": 8, "epochs": 4, "warmup_epochs": 1,
-         "workers": 2, "device": "cpu", "sample_hz": 0.0, "threads": 1}
+SMALL = {
+    "n_samples": 64,
+    "image_size": 8,
+    "width": 8,
+    "batch_size": 8,
+    "epochs": 4,
+    "warmup_epochs": 1,
+    "workers": 2,
+    "device": "cpu",
+    "sample_hz": 0.0,
+    "threads": 1,
+}
 
 
 @pytest.fixture
@@ -283,7 +339,8 @@ def test_the_loader_pass_times_a_steady_epoch_not_the_first(slow_start, loader, 
 @pytest.mark.parametrize("workload", ["slow first epoch", "tensor"])
 @pytest.mark.parametrize("loader, start_method", LOADER_STARTS)
 def test_efficiency_stays_within_1_25_for_sync_and_1_1_for_other_loaders_and_start_methods(
-        tmp_path, request, shared_calibrations, loader, start_method, workload):
+    tmp_path, request, shared_calibrations, loader, start_method, workload
+):
     """The bound is close to a bound: a quiet machine's run beats it by no more than the allowance (1.25 for sync,
     whose bound is exact; STALE, 1.1, for the others). Above 1 the engine shows no fraction and no verdict. With the
     tensor workload, a short epoch is all start-up a fresh loader could add (a GPU box's spawned workers import a CUDA torch); with a dataset whose first
@@ -296,9 +353,13 @@ def test_efficiency_stays_within_1_25_for_sync_and_1_1_for_other_loaders_and_sta
     # NOTE: the session's calibrations: the tensor runs' probe (keyed by pipeline, not loader) is taken once, not
     # once a loader; and the user's module only where it is run (its PYTHONPATH makes a run start cold)
     (tmp_path / "calibrations").symlink_to(shared_calibrations, True)
-    fields = {**SMALL, "n_samples": 256,
-              "workload": "tensor" if workload == "tensor" else request.getfixturevalue("slow_start"),
-              "loader": loader, "start_method": start_method}
+    fields = {
+        **SMALL,
+        "n_samples": 256,
+        "workload": "tensor" if workload == "tensor" else request.getfixturevalue("slow_start"),
+        "loader": loader,
+        "start_method": start_method,
+    }
     limit = 1.25 if loader == "sync" else STALE
     for attempt in range(3):  # NOTE: measured again when above the limit, as the probe's quiet tests are: a run of
         # 50 ms epochs on this VM reads steady epochs 0.047 and 0.063 s apart within one run (its core runs 1.5-2x
@@ -356,20 +417,23 @@ def test_a_step_slowed_beside_hidden_pool_threads_reads_hidden_threads_though_th
     assert slowed["verdict"] == "hidden-threads" and fix in slowed["verdict_help"]
     as_alone = _figures([_UNEXPLAINED], 1.0, 0.0, 0.0, threads, mean_cpu_pct=136.0, step_s=1.05 * step)
     assert as_alone["verdict"] == "overhead-bound"
-    fits = _figures([_UNEXPLAINED], 1.0, 0.0, 0.0, {**threads, "extra": 0, "pools": None}, mean_cpu_pct=136.0,
-                    step_s=1.45 * step)  # 2 runnable on 2 cores: the slow step is not the threads' doing
+    fits = _figures(
+        [_UNEXPLAINED], 1.0, 0.0, 0.0, {**threads, "extra": 0, "pools": None}, mean_cpu_pct=136.0, step_s=1.45 * step
+    )  # 2 runnable on 2 cores: the slow step is not the threads' doing
     assert fits["verdict"] == "overhead-bound"
 
 
-@pytest.mark.parametrize("kind, loader_cpu_s, gil_share, verdict", [
-    ("prefetch", 0.3, None, "gil-contention"),    # a producer busy on one core, cores left idle: the GIL
-    ("threads", 0.3, 0.9, "gil-contention"),      # the probe measured a Python-bound load
-    ("prefetch", 0.3, 0.1, "overhead-bound"),     # the probe says the load releases the GIL
-    ("prefetch", 0.03, None, "overhead-bound"),   # a producer asleep on I/O holds no GIL
-    ("processes", 0.3, 0.9, "overhead-bound"),    # workers in their own processes have their own GIL
-])
-def test_gil_contention_needs_a_python_bound_producer_thread_beside_idle_cores(kind, loader_cpu_s, gil_share,
-                                                                                verdict):
+@pytest.mark.parametrize(
+    "kind, loader_cpu_s, gil_share, verdict",
+    [
+        ("prefetch", 0.3, None, "gil-contention"),  # a producer busy on one core, cores left idle: the GIL
+        ("threads", 0.3, 0.9, "gil-contention"),  # the probe measured a Python-bound load
+        ("prefetch", 0.3, 0.1, "overhead-bound"),  # the probe says the load releases the GIL
+        ("prefetch", 0.03, None, "overhead-bound"),  # a producer asleep on I/O holds no GIL
+        ("processes", 0.3, 0.9, "overhead-bound"),  # workers in their own processes have their own GIL
+    ],
+)
+def test_gil_contention_needs_a_python_bound_producer_thread_beside_idle_cores(kind, loader_cpu_s, gil_share, verdict):
     phase = Phase(0.3, 0.4, None, loader_cpu_s, 0.4)
     threads = {"intra_op": 1, "loader": 1, "cores": 2.0, "kind": kind}
     out = _figures([phase], 1.0, 0.0, 0.0, threads, mean_cpu_pct=120.0, gil_share=gil_share)
@@ -411,8 +475,9 @@ def test_the_compute_pass_reads_the_cpu_before_the_final_synchronize(monkeypatch
 
 @settings(max_examples=200, deadline=None)
 @given(wait=st.floats(0.0, 1.0), step=st.floats(0.0, 1.0), overlaps=st.booleans())
-def test_a_run_whose_own_wait_and_step_make_its_epoch_is_never_overhead_bound(wait: float, step: float,
-                                                                             overlaps: bool) -> None:
+def test_a_run_whose_own_wait_and_step_make_its_epoch_is_never_overhead_bound(
+    wait: float, step: float, overlaps: bool
+) -> None:
     """A bound well under the run (0.4 s, or 0.7 s serial, of a 1.0 s epoch), the cores idle, threads that fit, no
     GIL: only the run's own times can say more. Where its data wait and step make EXPLAINED of the epoch or more,
     nothing outside them holds it; overhead-bound is left for time outside them."""
@@ -432,9 +497,21 @@ def test_a_run_slower_than_its_passes_is_named_by_its_own_data_wait_not_overhead
     """tests/engine/_drift_fixtures.py's slow_run: the run's items wait 2 ms, the passes' after it 0.25 ms, as when this
     VM slows during a run and not during its calibration. The bound (the passes) explains under EXPLAINED of the run,
     yet the run's own data wait is its epoch: the sync loop is data-bound, not held by per-step overhead."""
-    cfg = RunConfig.from_dict({"workload": "tests.engine._drift_fixtures:slow_run", "model": "mlp", "image_size": 8,
-                               "width": 8, "n_samples": 128, "batch_size": 16, "loader": "sync", "epochs": 3,
-                               "warmup_epochs": 1, "threads": 1, "device": "cpu"})
+    cfg = RunConfig.from_dict(
+        {
+            "workload": "tests.engine._drift_fixtures:slow_run",
+            "model": "mlp",
+            "image_size": 8,
+            "width": 8,
+            "n_samples": 128,
+            "batch_size": 16,
+            "loader": "sync",
+            "epochs": 3,
+            "warmup_epochs": 1,
+            "threads": 1,
+            "device": "cpu",
+        }
+    )
     assert 3 * cfg.n_samples == _drift_fixtures.SLOW_RUN_ITEMS  # the run's items slow, every later one fast
     result = launch(cfg, db=tmp_path / "s.duckdb")
     assert result.status == "done", result.error
@@ -449,15 +526,30 @@ _EPOCH = st.tuples(st.floats(0.0, 1.0), st.floats(0.0, 2.0), st.floats(0.0, 2.0)
 
 
 def _epochs(parts: list[tuple[float, float, float, float]]) -> list[dict]:
-    return [{"epoch": i, "ttfb_s": first, "data_wait_s": first + rest, "h2d_s": 0.0, "compute_s": step,
-             "wall_s": first + rest + step + other} for i, (first, rest, step, other) in enumerate(parts)]
+    return [
+        {
+            "epoch": i,
+            "ttfb_s": first,
+            "data_wait_s": first + rest,
+            "h2d_s": 0.0,
+            "compute_s": step,
+            "wall_s": first + rest + step + other,
+        }
+        for i, (first, rest, step, other) in enumerate(parts)
+    ]
 
 
 @settings(max_examples=400, deadline=None)
-@given(parts=st.lists(_EPOCH, min_size=1, max_size=5), load=st.floats(0.0, 3.0), compute=st.floats(0.0, 3.0),
-       busy=st.floats(0.0, 1.0), overlaps=st.booleans())
-def test_a_cpu_run_of_one_model_never_reads_above_its_own_epoch_whatever_its_passes_read(parts, load, compute, busy,
-                                                                                          overlaps):
+@given(
+    parts=st.lists(_EPOCH, min_size=1, max_size=5),
+    load=st.floats(0.0, 3.0),
+    compute=st.floats(0.0, 3.0),
+    busy=st.floats(0.0, 1.0),
+    overlaps=st.booleans(),
+)
+def test_a_cpu_run_of_one_model_never_reads_above_its_own_epoch_whatever_its_passes_read(
+    parts, load, compute, busy, overlaps
+):
     """One model on a CPU: however slow its passes read (they come a minute later, on a VM whose speed drifts), the
     bound takes no part slower than the run itself took it, so it never exceeds the run's median epoch. Where the
     loader overlaps the step, the passes keep to one core each (2 cores, so that the cores term cannot outgrow the
@@ -467,15 +559,27 @@ def test_a_cpu_run_of_one_model_never_reads_above_its_own_epoch_whatever_its_pas
     ttfb = statistics.median(e["ttfb_s"] for e in events)
     share = busy if overlaps else 2 * busy
     phase = Phase(load, compute, None, share * load, share * compute, overlaps=overlaps)
-    out = _figures([phase], measured, ttfb, 0.0, _ONE_CORE_FREE, own_times=_own_times(events),
-                   readings=_own_readings(events, measured))
+    out = _figures(
+        [phase],
+        measured,
+        ttfb,
+        0.0,
+        _ONE_CORE_FREE,
+        own_times=_own_times(events),
+        readings=_own_readings(events, measured),
+    )
     assert out["bound_s"] <= measured + 1e-9, out
     assert out["efficiency"] is None or out["efficiency"] <= 1.0 + 1e-9
 
 
 @settings(max_examples=300, deadline=None)
-@given(parts=st.lists(_EPOCH, min_size=1, max_size=5), load=st.floats(0.0, 3.0), compute=st.floats(0.0, 3.0),
-       busy=st.floats(0.0, 1.0), overlaps=st.booleans())
+@given(
+    parts=st.lists(_EPOCH, min_size=1, max_size=5),
+    load=st.floats(0.0, 3.0),
+    compute=st.floats(0.0, 3.0),
+    busy=st.floats(0.0, 1.0),
+    overlaps=st.booleans(),
+)
 def test_the_runs_own_readings_never_raise_a_bound_only_lower_it(parts, load, compute, busy, overlaps):
     """A run's own reading of a part is a second reading of it beside the pass's: the bound keeps the faster, so it is
     never above the bound from the passes alone, whatever the loader."""
@@ -494,10 +598,20 @@ def test_a_run_faster_than_its_passes_keeps_its_own_readings_and_a_verdict(tmp_p
     the run at several times its epoch; with the run's own readings of its load and step beside them, the sync run
     reads at most 1 and gets a verdict."""
     db = tmp_path / "f.duckdb"
-    cfg = RunConfig.from_dict({"workload": "tests.engine._drift_fixtures:fast_run",
-                               "model": "tests.engine._drift_fixtures:fast_model", "image_size": 8,
-                               "n_samples": 128, "batch_size": 16, "loader": "sync", "epochs": 3,
-                               "warmup_epochs": 1, "threads": 1, "device": "cpu"})
+    cfg = RunConfig.from_dict(
+        {
+            "workload": "tests.engine._drift_fixtures:fast_run",
+            "model": "tests.engine._drift_fixtures:fast_model",
+            "image_size": 8,
+            "n_samples": 128,
+            "batch_size": 16,
+            "loader": "sync",
+            "epochs": 3,
+            "warmup_epochs": 1,
+            "threads": 1,
+            "device": "cpu",
+        }
+    )
     assert 3 * cfg.n_samples == _drift_fixtures.SLOW_RUN_ITEMS  # the run's items fast, every later one slow
     assert 3 * cfg.n_samples // cfg.batch_size == _drift_fixtures.FAST_RUN_STEPS  # and its steps
     result = launch(cfg, db=db)

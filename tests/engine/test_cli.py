@@ -18,8 +18,22 @@ from tests._cli import cli_in_process as cli
 
 ROOT = Path(__file__).resolve().parents[2]
 # on the CPU: device auto is cuda:0 on a GPU box, and these tests check the CLI, not the device
-TINY = ["--workload", "tensor", "--n-samples", "128", "--image-size", "8", "--width", "8", "--batch-size", "32",
-        "--epochs", "2", "--device", "cpu"]
+TINY = [
+    "--workload",
+    "tensor",
+    "--n-samples",
+    "128",
+    "--image-size",
+    "8",
+    "--width",
+    "8",
+    "--batch-size",
+    "32",
+    "--epochs",
+    "2",
+    "--device",
+    "cpu",
+]
 
 
 pytestmark = pytest.mark.usefixtures("warm_runs")
@@ -27,8 +41,14 @@ pytestmark = pytest.mark.usefixtures("warm_runs")
 
 def real_cli(*args: str, db: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "engine", *args, "--db", str(db)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "engine", *args, "--db", str(db)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_run_runs_query_export(store, tmp_path):
@@ -53,14 +73,17 @@ def test_run_runs_query_export(store, tmp_path):
     assert pd.read_parquet(tmp_path / "runs.parquet")["run_id"].tolist() == [run_id]
 
 
-@pytest.mark.parametrize("args, field", [
-    (["--loader", "thread"], "loader"),
-    (["--workers", "-1"], "workers"),
-    (["--batch-size", "0"], "batch_size"),
-    (["--device", "cuda:99"], "device"),
-    (["--workload", "folder", "--folder", "/no/such/dir"], "folder"),
-    (["--epochs", "many"], "epochs"),
-])
+@pytest.mark.parametrize(
+    "args, field",
+    [
+        (["--loader", "thread"], "loader"),
+        (["--workers", "-1"], "workers"),
+        (["--batch-size", "0"], "batch_size"),
+        (["--device", "cuda:99"], "device"),
+        (["--workload", "folder", "--folder", "/no/such/dir"], "folder"),
+        (["--epochs", "many"], "epochs"),
+    ],
+)
 def test_bad_flags_exit_2_with_one_line_naming_the_field(store, args, field):
     out = cli("run", *args, db=store)
     assert out.returncode == 2
@@ -88,11 +111,19 @@ def test_help_on_every_command(store):
 def test_a_cli_run_imports_torch_in_its_run_child_only(store):
     """torch was imported twice per `run`: by the CLI to check the config, then by the run child (seconds each,
     more with CUDA). The child checks what needs torch; the CLI launches and reports."""
-    code = ("import sys, engine.cli\n"
-            f"rc = engine.cli.main(['run', *{TINY!r}, '--device', 'cpu', '--no-bound', '--quiet', '--db', {str(store)!r}])\n"
-            "print('exit', rc, 'torch' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                         capture_output=True, text=True, timeout=300)
+    code = (
+        "import sys, engine.cli\n"
+        f"rc = engine.cli.main(['run', *{TINY!r}, '--device', 'cpu', '--no-bound', '--quiet', '--db', {str(store)!r}])\n"
+        "print('exit', rc, 'torch' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.stdout.splitlines()[-1] == "exit 0 False", out.stdout + out.stderr
     q = cli("query", "SELECT status, n_epochs FROM runs", "--format", "json", db=store)
     assert json.loads(q.stdout) == [{"status": "done", "n_epochs": 2}]
@@ -100,9 +131,11 @@ def test_a_cli_run_imports_torch_in_its_run_child_only(store):
 
 def test_sweep_fills_the_store(store, tmp_path):
     toml = tmp_path / "s.toml"
-    toml.write_text('name = "t"\nrepeats = 1\n[base]\nworkload = "tensor"\nn_samples = 64\nimage_size = 8\n'
-                    'width = 8\nepochs = 2\nbatch_size = 32\ndevice = "cpu"\nbound = false\n'
-                    '[grid]\nloader = ["sync", "prefetch"]\n')
+    toml.write_text(
+        'name = "t"\nrepeats = 1\n[base]\nworkload = "tensor"\nn_samples = 64\nimage_size = 8\n'
+        'width = 8\nepochs = 2\nbatch_size = 32\ndevice = "cpu"\nbound = false\n'
+        '[grid]\nloader = ["sync", "prefetch"]\n'
+    )
     out = cli("sweep", str(toml), "--quiet", db=store)
     assert out.returncode == 0, out.stderr
     q = cli("query", "SELECT loader, sweep_id FROM runs ORDER BY loader", "--format", "json", db=store)
@@ -128,7 +161,8 @@ def test_a_sweep_says_its_size_before_building_its_configs_and_max_runs_raises_t
     out = cli("sweep", str(toml), "--quiet", "--max-runs", "1002", db=store)
     assert out.returncode == 2 and out.stderr.strip().splitlines() == [
         "sweep sweep: 1001 grid points + 1 point = 1002 configs × 1 repeat = 1002 runs",
-        "error: batch_size: must be >= 1, got 0 (in grid point batch_size=0)"], out.stderr
+        "error: batch_size: must be >= 1, got 0 (in grid point batch_size=0)",
+    ], out.stderr
     assert nothing_ran(store)
 
 
@@ -139,8 +173,20 @@ def nothing_ran(store: Path) -> bool:
 
 def test_failed_run_exits_1_with_the_error_and_is_stored(store):
     # every sample takes 3 s but the loader may wait only 1 s: the run must fail with the timeout's message
-    out = real_cli("run", *TINY, "--loader", "processes", "--workers", "1", "--latency-ms", "3000",
-              "--worker-timeout-s", "1", "--no-bound", db=store)
+    out = real_cli(
+        "run",
+        *TINY,
+        "--loader",
+        "processes",
+        "--workers",
+        "1",
+        "--latency-ms",
+        "3000",
+        "--worker-timeout-s",
+        "1",
+        "--no-bound",
+        db=store,
+    )
     assert out.returncode == 1, out.stderr
     assert "failed" in out.stderr and "worker_timeout_s" in out.stderr
     q = cli("query", "SELECT status, error FROM runs", "--format", "json", db=store)
@@ -165,10 +211,23 @@ def test_speedups_pair_dual_modes_with_their_sequential_baseline(store):
     sweep; shared and separate data are two contenders with that one baseline."""
     from engine import lab  # noqa: PLC0415
 
-    base = {"workload": "tensor", "n_samples": 64, "image_size": 8, "width": 8, "batch_size": 32, "epochs": 2,
-            "bound": False, "sample_hz": 0.0, "device": "cpu"}
-    runs = lab.sweep({"mode": ["dual-sequential", "dual-threads"], "dual_data": ["shared", "separate"]}, base=base,
-                     progress=False, db=store)
+    base = {
+        "workload": "tensor",
+        "n_samples": 64,
+        "image_size": 8,
+        "width": 8,
+        "batch_size": 32,
+        "epochs": 2,
+        "bound": False,
+        "sample_hz": 0.0,
+        "device": "cpu",
+    }
+    runs = lab.sweep(
+        {"mode": ["dual-sequential", "dual-threads"], "dual_data": ["shared", "separate"]},
+        base=base,
+        progress=False,
+        db=store,
+    )
     assert len(runs) == 3 and set(runs["status"]) == {"done"}  # dual-sequential once: dual_data is not its field
     table = lab.speedups(runs, db=store)
     assert sorted(table["dual_data"]) == ["separate", "shared"] and set(table["baseline_n"]) == {1}
@@ -181,8 +240,22 @@ def test_speedups_pair_dual_modes_with_their_sequential_baseline(store):
 
 
 # a 2 ms sleep per sample: settings differ in what they predict (workers overlap the sleep)
-PREDICT = ["--workload", "tensor", "--n-samples", "64", "--image-size", "8", "--width", "8", "--batch-size", "16",
-           "--latency-ms", "2", "--device", "cpu"]
+PREDICT = [
+    "--workload",
+    "tensor",
+    "--n-samples",
+    "64",
+    "--image-size",
+    "8",
+    "--width",
+    "8",
+    "--batch-size",
+    "16",
+    "--latency-ms",
+    "2",
+    "--device",
+    "cpu",
+]
 
 
 def test_predict_ranks_the_tune_space_then_answers_one_setting_from_the_cached_probe(tmp_path):
@@ -197,8 +270,12 @@ def test_predict_ranks_the_tune_space_then_answers_one_setting_from_the_cached_p
     header, *rows = table.splitlines()
     assert header.split()[0] == "setting" and "limit" in header and "range (s)" in header and len(rows) >= 4
     # setting ... | epoch | range | samples/s | limit | alike: the epoch is the figure before its range
-    epochs = [float(t[i - 1]) for t in (r.split() for r in rows)
-              for i, tok in enumerate(t) if re.fullmatch(r"~?[\d.]+-[\d.]+", tok)]
+    epochs = [
+        float(t[i - 1])
+        for t in (r.split() for r in rows)
+        for i, tok in enumerate(t)
+        if re.fullmatch(r"~?[\d.]+-[\d.]+", tok)
+    ]
     assert len(epochs) == len(rows)
     assert all(e > 0 for e in epochs) and epochs == sorted(epochs)
     assert {r.split(",")[0].strip() for r in rows} >= {"sync", "prefetch", "threads", "processes"}

@@ -40,8 +40,21 @@ def stored_run(root: Path, run_id: str = "r1", **config: object) -> Path:
     """A real store holding one done run, written as a RunLog and ingested (no torch run needed)."""
     with RunLog(root / "runs" / run_id) as rl:
         rl.write("start", run_id=run_id, config=RunConfig(**config).to_dict(), host={})
-        rl.write("epoch", model_idx=0, rank=0, epoch=0, warmup=False, wall_s=1.5, samples=10, ttfb_s=0.1,
-                 data_wait_s=0.1, h2d_s=0.0, compute_s=1.0, n_steps=1, steps=[[0, 0.1, 0.0, 1.0, 1.1]])
+        rl.write(
+            "epoch",
+            model_idx=0,
+            rank=0,
+            epoch=0,
+            warmup=False,
+            wall_s=1.5,
+            samples=10,
+            ttfb_s=0.1,
+            data_wait_s=0.1,
+            h2d_s=0.0,
+            compute_s=1.0,
+            n_steps=1,
+            steps=[[0, 0.1, 0.0, 1.0, 1.1]],
+        )
         rl.write("end", status="done", error=None)
     db = root / "loaderlab.duckdb"
     ingest_run(root / "runs" / run_id, db=db)
@@ -76,17 +89,26 @@ def test_query_streams_a_large_csv_in_bounded_memory_and_says_where_it_stopped(t
     CLI's peak memory stays far below what holding them would take."""
     db = stored_run(tmp_path)
     sql = "SELECT range AS i, repeat('x', 200) AS s FROM range(1000001)"
-    probe = ("import resource, subprocess, sys; "
-             "out = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.PIPE); "
-             "lines = out.stdout.count(b'\\n'); "
-             "print(out.returncode, lines, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, "
-             "out.stderr.decode().strip().replace(' ', '_'))")
+    probe = (
+        "import resource, subprocess, sys; "
+        "out = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.PIPE); "
+        "lines = out.stdout.count(b'\\n'); "
+        "print(out.returncode, lines, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, "
+        "out.stderr.decode().strip().replace(' ', '_'))"
+    )
     peaks = {}
-    for name, args in (("small", ["SELECT 1 AS i", "--format", "csv"]),
-                       ("large", [sql, "--format", "csv", "--max-rows", "1000000"])):
-        run = subprocess.run([sys.executable, "-c", probe, sys.executable, "-m", "engine", "query", *args,
-                              "--db", str(db)], cwd=ROOT, capture_output=True, text=True, timeout=600,
-                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    for name, args in (
+        ("small", ["SELECT 1 AS i", "--format", "csv"]),
+        ("large", [sql, "--format", "csv", "--max-rows", "1000000"]),
+    ):
+        run = subprocess.run(
+            [sys.executable, "-c", probe, sys.executable, "-m", "engine", "query", *args, "--db", str(db)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
         code, lines, peak_kb, err = run.stdout.split(maxsplit=3) + [""] * (4 - len(run.stdout.split(maxsplit=3)))
         assert code == "0", run.stdout + run.stderr
         peaks[name] = int(peak_kb) * 1024
@@ -109,9 +131,25 @@ def test_query_json_streams_one_array(tmp_path):
 def test_query_stopped_by_a_closed_pipe_ends_quietly(tmp_path):
     """`query ... | head -1`: the reader goes away mid-stream; the CLI stops without a BrokenPipeError traceback."""
     db = stored_run(tmp_path)
-    proc = subprocess.Popen([sys.executable, "-m", "engine", "query", "SELECT range FROM range(1000000)", "--format",
-                             "csv", "--max-rows", "1000000", "--db", str(db)], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "engine",
+            "query",
+            "SELECT range FROM range(1000000)",
+            "--format",
+            "csv",
+            "--max-rows",
+            "1000000",
+            "--db",
+            str(db),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert proc.stdout.readline() == b"range\n"
     proc.stdout.close()
     err = proc.stderr.read().decode()
@@ -181,8 +219,10 @@ def test_export_to_a_path_it_cannot_write_is_one_line_and_writes_nothing(tmp_pat
     assert (folder / "keep.txt").read_text() == "keep"
     good = cli("export", "--format", "csv", "--out", str(folder / "runs.csv"), db=db)
     assert good.returncode == 0, good.stderr
-    assert (folder / "runs.csv").read_text().startswith("run_id,") and sorted(os.listdir(folder)) == ["keep.txt",
-                                                                                                      "runs.csv"]
+    assert (folder / "runs.csv").read_text().startswith("run_id,") and sorted(os.listdir(folder)) == [
+        "keep.txt",
+        "runs.csv",
+    ]
 
 
 # ---------------------------------------------------------------------------- a run that fails
@@ -216,9 +256,27 @@ def build(**cfg):
 @pytest.mark.parametrize("loader", ["sync", "prefetch", "threads", "processes", "spdl"])
 def test_a_failed_run_is_one_line_for_every_loader_with_the_traceback_in_its_runlog(tmp_path, store, loader):
     (tmp_path / "failing_data.py").write_text(FAILING_DATA)
-    out = cli("run", "--workload", "failing_data:build", "--num-classes", "2", "--image-size", "8", "--batch-size",
-              "16", "--epochs", "2", "--no-bound", "--quiet", "--loader", loader, "--workers", "2", db=store,
-              cwd=tmp_path)
+    out = cli(
+        "run",
+        "--workload",
+        "failing_data:build",
+        "--num-classes",
+        "2",
+        "--image-size",
+        "8",
+        "--batch-size",
+        "16",
+        "--epochs",
+        "2",
+        "--no-bound",
+        "--quiet",
+        "--loader",
+        loader,
+        "--workers",
+        "2",
+        db=store,
+        cwd=tmp_path,
+    )
     assert out.returncode == 1, out.stdout + out.stderr
     assert "Traceback" not in out.stdout + out.stderr
     [line] = [x for x in out.stderr.strip().splitlines() if not x.startswith("created a new store at ")]
@@ -268,8 +326,25 @@ def build(**cfg):
 
 def test_a_disk_full_mid_run_is_one_line_and_stored_as_failed_with_where(tmp_path, store):
     (tmp_path / "fills_disk.py").write_text(FILLS_THE_DISK)
-    out = cli("run", "--workload", "fills_disk:build", "--num-classes", "2", "--image-size", "8", "--batch-size", "16",
-              "--epochs", "3", "--no-bound", "--quiet", "--loader", "sync", db=store, cwd=tmp_path)
+    out = cli(
+        "run",
+        "--workload",
+        "fills_disk:build",
+        "--num-classes",
+        "2",
+        "--image-size",
+        "8",
+        "--batch-size",
+        "16",
+        "--epochs",
+        "3",
+        "--no-bound",
+        "--quiet",
+        "--loader",
+        "sync",
+        db=store,
+        cwd=tmp_path,
+    )
     assert out.returncode == 1, out.stdout + out.stderr
     assert "Traceback" not in out.stdout + out.stderr
     [line] = [x for x in out.stderr.strip().splitlines() if not x.startswith("created a new store at ")]

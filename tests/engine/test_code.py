@@ -34,8 +34,9 @@ class IndexDataset:
 
 def _setting(loader: str, **more) -> RunConfig:
     workers = 2 if LOADERS[loader].uses_workers else 0
-    return RunConfig.from_dict({"loader": loader, "workers": workers, "batch_size": BATCH, "device": "cpu",
-                                "threads": 1, **more})
+    return RunConfig.from_dict(
+        {"loader": loader, "workers": workers, "batch_size": BATCH, "device": "cpu", "threads": 1, **more}
+    )
 
 
 def _run_snippet(setting, epochs: int = 2) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
@@ -94,8 +95,16 @@ def test_process_workers_run_one_intra_op_thread_and_the_capped_blas_pool():
 
 def test_the_dataloader_call_carries_every_knob_the_run_set():
     text = snippet(_setting("processes", prefetch_depth=8, persistent_workers=False, start_method="spawn"))
-    for part in ("num_workers=2", "prefetch_factor=8", "persistent_workers=False", 'multiprocessing_context="spawn"',
-                 "pin_memory=False", "batch_size=8", "shuffle=True", "worker_init_fn=worker_init_fn"):
+    for part in (
+        "num_workers=2",
+        "prefetch_factor=8",
+        "persistent_workers=False",
+        'multiprocessing_context="spawn"',
+        "pin_memory=False",
+        "batch_size=8",
+        "shuffle=True",
+        "worker_init_fn=worker_init_fn",
+    ):
         assert part in text
     assert "torch.cuda.is_available()" in snippet(_setting("processes", device="auto"))
     assert "pin_memory=True" in snippet({**_setting("processes").to_dict(), "device": "cuda"})
@@ -113,9 +122,34 @@ def _cli(*args: str, db: Path) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_code_of_a_stored_run_builds_its_loader_and_runs(store):
-    ran = _cli("run", "--workload", "tensor", "--n-samples", "64", "--image-size", "8", "--width", "8", "--batch-size",
-               "8", "--epochs", "2", "--device", "cpu", "--loader", "processes", "--workers", "2", "--threads", "1",
-               "--prefetch-depth", "3", "--no-bound", "--quiet", db=store)
+    ran = _cli(
+        "run",
+        "--workload",
+        "tensor",
+        "--n-samples",
+        "64",
+        "--image-size",
+        "8",
+        "--width",
+        "8",
+        "--batch-size",
+        "8",
+        "--epochs",
+        "2",
+        "--device",
+        "cpu",
+        "--loader",
+        "processes",
+        "--workers",
+        "2",
+        "--threads",
+        "1",
+        "--prefetch-depth",
+        "3",
+        "--no-bound",
+        "--quiet",
+        db=store,
+    )
     assert ran.returncode == 0, ran.stderr
     run_id = json.loads(_cli("query", "SELECT run_id FROM runs", "--format", "json", db=store).stdout)[0]["run_id"]
     out = _cli("code", run_id, db=store)
@@ -129,8 +163,7 @@ def test_code_of_a_stored_run_builds_its_loader_and_runs(store):
     finally:
         torch.set_num_threads(before)
         del scope
-    advice = _cli("advise", "--workload", "tensor", "--model", "mlp", "--host", "any", "--max-memory", "64G",
-                  db=store)
+    advice = _cli("advise", "--workload", "tensor", "--model", "mlp", "--host", "any", "--max-memory", "64G", db=store)
     assert advice.returncode == 0, advice.stderr
     answer, code = advice.stdout.split("# --- the code", 1)  # the advice, then its code, last
     assert "under the 64.00 GiB cap" in answer and "num_workers=2" in code and "prefetch_factor=3" in code

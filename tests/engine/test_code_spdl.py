@@ -34,8 +34,9 @@ class IndexDataset:
 
 
 def _setting(**more) -> dict:
-    return RunConfig.from_dict({"loader": "spdl", "workers": 2, "batch_size": BATCH, "device": "cpu",
-                                "prefetch_depth": 3, **more}).to_dict()
+    return RunConfig.from_dict(
+        {"loader": "spdl", "workers": 2, "batch_size": BATCH, "device": "cpu", "prefetch_depth": 3, **more}
+    ).to_dict()
 
 
 def _run_snippet(setting: dict, dataset: IndexDataset, epochs: int = 2) -> list[list]:
@@ -78,8 +79,14 @@ def test_a_failing_sample_raises_its_error_instead_of_shrinking_the_epoch():
 
 def test_the_snippet_carries_the_settings_knobs():
     text = "\n".join(spdl_lines(_setting(workers=4, batch_size=16, prefetch_depth=8)))
-    for part in ("ThreadPoolExecutor(4,", "concurrency=4", ".aggregate(16)", ".add_sink(8)", "max_failures=0",
-                 'output_order="input"'):
+    for part in (
+        "ThreadPoolExecutor(4,",
+        "concurrency=4",
+        ".aggregate(16)",
+        ".add_sink(8)",
+        "max_failures=0",
+        'output_order="input"',
+    ):
         assert part in text
     assert "pin_memory" not in text  # a CPU run pins nothing
     assert "x.pin_memory(), y.pin_memory()" in "\n".join(spdl_lines(_setting(device="cuda", pin_memory=True)))

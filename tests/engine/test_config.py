@@ -20,22 +20,25 @@ def test_defaults_validate():
     assert cfg.loader == "sync" and cfg.mode == "single"
 
 
-@pytest.mark.parametrize("data, field", [
-    ({"loader": "thread"}, "loader"),
-    ({"workers": -1}, "workers"),
-    ({"batch_size": 0}, "batch_size"),
-    ({"device": "cuda:99"}, "device"),
-    ({"device": "tpu"}, "device"),
-    ({"workload": "folder", "folder": "/no/such/folder"}, "folder"),
-    ({"workload": "folder"}, "folder"),
-    ({"epochs": 2, "warmup_epochs": 2}, "warmup_epochs"),
-    ({"loader": "threads", "workers": 0}, "workers"),
-    ({"lr": "fast"}, "lr"),
-    ({"bogus": 1}, "bogus"),
-    ({"epochs": 1.5}, "epochs"),
-    ({"lr": float("nan")}, "lr"),
-    ({"mode": "quantum"}, "mode"),
-])
+@pytest.mark.parametrize(
+    "data, field",
+    [
+        ({"loader": "thread"}, "loader"),
+        ({"workers": -1}, "workers"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"device": "cuda:99"}, "device"),
+        ({"device": "tpu"}, "device"),
+        ({"workload": "folder", "folder": "/no/such/folder"}, "folder"),
+        ({"workload": "folder"}, "folder"),
+        ({"epochs": 2, "warmup_epochs": 2}, "warmup_epochs"),
+        ({"loader": "threads", "workers": 0}, "workers"),
+        ({"lr": "fast"}, "lr"),
+        ({"bogus": 1}, "bogus"),
+        ({"epochs": 1.5}, "epochs"),
+        ({"lr": float("nan")}, "lr"),
+        ({"mode": "quantum"}, "mode"),
+    ],
+)
 def test_bad_input_names_the_field(data, field):
     with pytest.raises(ConfigError) as err:
         check(RunConfig.from_dict(data))  # the schema, then the machine's rules: what every launcher checks
@@ -75,12 +78,14 @@ def test_the_static_names_are_the_registries_keys_in_order():
 
 def test_the_schema_imports_no_torch():
     """A fresh interpreter validates a config, a sweep and every field's choices without loading torch."""
-    code = ("import sys\n"
-            "from engine.config import RunConfig, SweepConfig, config_fields, field_choices\n"
-            "RunConfig.from_dict({'loader': 'threads', 'workers': 2, 'mode': 'ddp', 'device': 'cuda:99'})\n"
-            "SweepConfig.from_dict({'grid': {'loader': ['sync', 'threads'], 'workers': [1, 2]}})\n"
-            "[field_choices(f) for f in config_fields()]\n"
-            "print('torch' in sys.modules, 'engine.registry' in sys.modules)")
+    code = (
+        "import sys\n"
+        "from engine.config import RunConfig, SweepConfig, config_fields, field_choices\n"
+        "RunConfig.from_dict({'loader': 'threads', 'workers': 2, 'mode': 'ddp', 'device': 'cuda:99'})\n"
+        "SweepConfig.from_dict({'grid': {'loader': ['sync', 'threads'], 'workers': [1, 2]}})\n"
+        "[field_choices(f) for f in config_fields()]\n"
+        "print('torch' in sys.modules, 'engine.registry' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "False"]
@@ -93,5 +98,3 @@ def test_strings_are_coerced_like_cli_and_url_values():
 
 def test_workerless_loaders_normalise_workers():
     assert RunConfig.from_dict({"loader": "sync", "workers": 4}).workers == 0
-
-

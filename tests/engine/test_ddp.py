@@ -1,6 +1,6 @@
 """ddp mode: disjoint shards that cover each epoch once, real runs over gloo, failures, torchrun's env.
 
-    .venv/bin/python -m pytest tests/engine/test_ddp.py -q
+.venv/bin/python -m pytest tests/engine/test_ddp.py -q
 """
 
 from __future__ import annotations
@@ -32,14 +32,18 @@ class _Indices:
 @pytest.mark.parametrize(("n", "world"), [(n, w) for n in (1, 7, 128, 129) for w in (1, 2, 3) if w <= n])
 def test_shards_are_disjoint_and_cover_every_sample_once(n, world):
     base = _Indices(n)
-    seen = [ShardDataset(base, r, world)[(5, i)] for r in range(world) for i in range(len(ShardDataset(base, r, world)))]
+    seen = [
+        ShardDataset(base, r, world)[(5, i)] for r in range(world) for i in range(len(ShardDataset(base, r, world)))
+    ]
     assert sorted(index for _, index in seen) == list(range(n))
     assert {epoch for epoch, _ in seen} == {5}
 
 
 def test_ddp_trains_every_sample_once_per_epoch_over_gloo(store):
     # 65 samples in batches of 32: rank 0 gets 33 (two steps), rank 1 gets 32 (one step), so join() is needed
-    result, events = launch_mode(store, mode="ddp", device="cpu", world_size=2, n_samples=65, loader="threads", workers=1)
+    result, events = launch_mode(
+        store, mode="ddp", device="cpu", world_size=2, n_samples=65, loader="threads", workers=1
+    )
     assert result.status == "done", result.error
     by_rank = epochs_of(events)
     assert sorted(by_rank) == [(0, 0), (0, 1)]
@@ -65,8 +69,9 @@ def test_an_error_in_one_rank_fails_the_run_with_its_message(store, monkeypatch)
 def test_under_torchrun_the_run_joins_the_group_instead_of_spawning(store, monkeypatch):
     # what torchrun sets for a one-process group; the run must use it, not world_size = 2
     port = free_port()
-    for key, value in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                           MASTER_PORT=str(port)).items():
+    for key, value in dict(
+        RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    ).items():
         monkeypatch.setenv(key, value)
     result, events = launch_mode(store, mode="ddp", device="cpu", world_size=2)
     assert result.status == "done", result.error
@@ -130,8 +135,9 @@ def test_ddp_one_rank_over_nccl(store):
 @pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs (one NCCL rank each)")
 def test_ddp_trains_every_sample_once_per_epoch_over_nccl(store):
-    result, events = launch_mode(store, mode="ddp", device="cuda", world_size=2, n_samples=65, loader="threads",
-                                 workers=1)
+    result, events = launch_mode(
+        store, mode="ddp", device="cuda", world_size=2, n_samples=65, loader="threads", workers=1
+    )
     assert result.status == "done", result.error
     by_rank = epochs_of(events)
     for epoch in range(TINY["epochs"]):

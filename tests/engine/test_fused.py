@@ -1,6 +1,6 @@
 """fused mode: one vmapped step equals N separate steps; config checks; a real run through the runner.
 
-    .venv/bin/python -m pytest tests/engine/test_fused.py -q
+.venv/bin/python -m pytest tests/engine/test_fused.py -q
 """
 
 from __future__ import annotations
@@ -107,8 +107,11 @@ def test_fused_run_through_the_runner(store):
     assert len(summary["per_model_samples_per_s"]) == 3
 
 
-@pytest.mark.parametrize("loader", [dict(loader="prefetch"), dict(loader="threads", workers=2),
-                                    dict(loader="processes", workers=1)], ids=lambda f: f["loader"])
+@pytest.mark.parametrize(
+    "loader",
+    [dict(loader="prefetch"), dict(loader="threads", workers=2), dict(loader="processes", workers=1)],
+    ids=lambda f: f["loader"],
+)
 def test_fused_runs_with_every_loader(loader):
     events, summary = run_in_process("fused", n_models=2, **loader)
     assert sorted(epochs_of(events)) == [(0, 0), (1, 0)] and summary["n_models_run"] == 2

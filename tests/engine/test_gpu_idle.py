@@ -43,8 +43,17 @@ _PART = st.floats(0.0, 0.3, allow_nan=False)
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(parts=st.lists(st.tuples(_PART, _PART, _PART, st.floats(0.0, 0.5, allow_nan=False)), min_size=2, max_size=4))
 def test_the_stored_parts_add_up_to_the_idle_per_epoch_and_per_run(parts):
-    epochs = [{"gpu_idle_s": d + c + o, "gpu_idle_data_s": d, "gpu_idle_copy_s": c, "gpu_idle_other_s": o,
-               "copy_wait_s": c, "wall_s": d + c + o + busy + 0.01} for d, c, o, busy in parts]
+    epochs = [
+        {
+            "gpu_idle_s": d + c + o,
+            "gpu_idle_data_s": d,
+            "gpu_idle_copy_s": c,
+            "gpu_idle_other_s": o,
+            "copy_wait_s": c,
+            "wall_s": d + c + o + busy + 0.01,
+        }
+        for d, c, o, busy in parts
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "loaderlab.duckdb"
         ingest_run(write_gpu_run(Path(tmp) / "runs", "p", epochs=epochs), db=db)
@@ -56,21 +65,36 @@ def test_the_stored_parts_add_up_to_the_idle_per_epoch_and_per_run(parts):
 
 
 def test_a_cpu_run_stores_null_gpu_columns_not_zero(store):
-    result = launch(RunConfig.from_dict({"workload": "tensor", "n_samples": 64, "image_size": 8, "width": 8,
-                                         "epochs": 2, "batch_size": 16, "device": "cpu", "bound": False}), db=store)
+    result = launch(
+        RunConfig.from_dict(
+            {
+                "workload": "tensor",
+                "n_samples": 64,
+                "image_size": 8,
+                "width": 8,
+                "epochs": 2,
+                "batch_size": 16,
+                "device": "cpu",
+                "bound": False,
+            }
+        ),
+        db=store,
+    )
     assert result.status == "done", result.error
     epochs, run = get_epochs(result.run_id, db=store), get_run(result.run_id, db=store)
     assert len(epochs) == 2 and epochs[list(GPU_EPOCH_FIELDS)].isna().all().all()
-    assert [run[k] for k in (*_SHARES, "gpu_idle_s", "copy_wait_s", "mean_gpu_util", "peak_gpu_mem_bytes")] \
-        == [None] * 8
+    assert [run[k] for k in (*_SHARES, "gpu_idle_s", "copy_wait_s", "mean_gpu_util", "peak_gpu_mem_bytes")] == [
+        None
+    ] * 8
 
 
 def test_explore_charts_the_gpu_idle_share_of_the_runs_that_measured_it(store):
     runs = store.parent / "runs"
     ingest_run(write_gpu_run(runs, "gpu1"), db=store)
     ingest_run(write_gpu_run(runs, "gpu2", loader="processes"), db=store)
-    cpu = write_gpu_run(runs, "cpu1", loader="sync", device="cpu",
-                        epochs=[{"wall_s": 0.4, **{k: None for k in GPU_EPOCH_FIELDS}}] * 2)
+    cpu = write_gpu_run(
+        runs, "cpu1", loader="sync", device="cpu", epochs=[{"wall_s": 0.4, **{k: None for k in GPU_EPOCH_FIELDS}}] * 2
+    )
     ingest_run(cpu, db=store)
     out = explore_summary("loader", metric="gpu_idle_data_share", db=store)
     assert dict(zip(out["loader"], out["median"])) == pytest.approx({"processes": 0.38, "threads": 0.38})
@@ -93,8 +117,9 @@ def test_the_advisor_names_the_host_when_launches_keep_the_gpu_waiting(store):
 
 
 def test_the_advisor_says_nothing_of_a_gpu_for_cpu_runs(store):
-    cpu = write_gpu_run(store.parent / "runs", "c", device="cpu",
-                        epochs=[{"wall_s": 0.4, **{k: None for k in GPU_EPOCH_FIELDS}}] * 2)
+    cpu = write_gpu_run(
+        store.parent / "runs", "c", device="cpu", epochs=[{"wall_s": 0.4, **{k: None for k in GPU_EPOCH_FIELDS}}] * 2
+    )
     ingest_run(cpu, db=store)
     assert "GPU" not in render_advice(advise("jpeg", "cnn", host="any", db=store))
 

@@ -51,8 +51,20 @@ def too_big_for_memory() -> list[str]:
         params = sum(p.numel() for p in MODELS["mlp"]((3, 256, 256), 10, 4096, 1).parameters())
     n_models = math.ceil(2 * psutil.virtual_memory().available / (4 * params))
     assert n_models <= 4096, "a host with this much memory needs a bigger model here"
-    return ["--mode", "fused", "--device", "cpu", "--n-models", str(n_models), "--image-size", "256", "--width",
-            "4096", "--depth", "1"]
+    return [
+        "--mode",
+        "fused",
+        "--device",
+        "cpu",
+        "--n-models",
+        str(n_models),
+        "--image-size",
+        "256",
+        "--width",
+        "4096",
+        "--depth",
+        "1",
+    ]
 
 
 def test_the_limits_are_this_hosts():
@@ -77,12 +89,12 @@ def test_ranks_far_past_the_cores_are_refused_in_one_line_unless_insisted_on(sto
 
 
 def test_oversubscription_within_reason_is_a_warning_and_runs(store):
-    out = cli("run", "--mode", "ddp", "--world-size", str(usable_cores() + 1), "--device", "cpu", "--dry-run",
-              db=store)
+    out = cli("run", "--mode", "ddp", "--world-size", str(usable_cores() + 1), "--device", "cpu", "--dry-run", db=store)
     assert out.returncode == 0, out.stderr
     assert [line for line in lines(out.stderr) if line.startswith("warning: ")] == [
         f"warning: world_size: {usable_cores() + 1} parallel processes on this host's {usable_cores()} usable "
-        "cores: they time-share the cores, so the run measures oversubscription"]
+        "cores: they time-share the cores, so the run measures oversubscription"
+    ]
 
 
 @needs_room
@@ -101,8 +113,10 @@ def test_models_that_cannot_fit_in_memory_are_refused_even_when_insisting(store)
 
 def test_a_sweep_with_one_config_the_host_cannot_run_is_refused_before_any_run(store, tmp_path):
     toml = tmp_path / "s.toml"
-    toml.write_text(f'name = "ranks"\n[base]\nmode = "ddp"\ndevice = "cpu"\nn_samples = {4 * MANY}\n'
-                    f'image_size = 8\nepochs = 2\n[grid]\nworld_size = [1, {MANY}]\n')
+    toml.write_text(
+        f'name = "ranks"\n[base]\nmode = "ddp"\ndevice = "cpu"\nn_samples = {4 * MANY}\n'
+        f"image_size = 8\nepochs = 2\n[grid]\nworld_size = [1, {MANY}]\n"
+    )
     out = cli("sweep", str(toml), "--quiet", db=store)
     assert out.returncode == 2 and lines(out.stderr)[-1].startswith("error: world_size: "), out.stderr
     assert nothing_stored(store)
@@ -127,8 +141,9 @@ def test_job_submit_refuses_and_keeps_the_insistence_for_the_worker(store):
     from engine.config import SweepConfig  # noqa: PLC0415
 
     with pytest.raises(ConfigError, match="^world_size: "):
-        submit_sweep(SweepConfig.from_dict({"base": cfg.to_dict(), "grid": {"world_size": [1, MANY]}}), origin="cli",
-                     db=store)
+        submit_sweep(
+            SweepConfig.from_dict({"base": cfg.to_dict(), "grid": {"world_size": [1, MANY]}}), origin="cli", db=store
+        )
     assert list_jobs(store).empty
     job_id = submit(cfg, origin="cli", db=store, oversubscribe=True)
     assert json.loads((jobs_dir(store) / f"{job_id}.json").read_text())["oversubscribe"] is True
@@ -138,8 +153,14 @@ def test_tune_refuses_a_base_the_host_cannot_run(store):
     from engine.advice.tune import tune  # noqa: PLC0415
 
     with pytest.raises(ConfigError, match="^world_size: "):
-        tune("tensor", "mlp", budget_s=5, db=store, base={"mode": "ddp", "world_size": MANY, "device": "cpu"},
-             progress=False)
+        tune(
+            "tensor",
+            "mlp",
+            budget_s=5,
+            db=store,
+            base={"mode": "ddp", "world_size": MANY, "device": "cpu"},
+            progress=False,
+        )
     assert nothing_stored(store)
 
 

@@ -28,8 +28,12 @@ _SECONDS = st.floats(0.0, 0.05, allow_nan=False)
 
 
 @settings(max_examples=300, deadline=None)
-@given(gaps=_intervals(_SECONDS), stalls=_intervals(_SECONDS), waits=_intervals(_SECONDS),
-       offset=st.one_of(st.none(), st.floats(-0.2, 0.2, allow_nan=False)))
+@given(
+    gaps=_intervals(_SECONDS),
+    stalls=_intervals(_SECONDS),
+    waits=_intervals(_SECONDS),
+    offset=st.one_of(st.none(), st.floats(-0.2, 0.2, allow_nan=False)),
+)
 def test_the_parts_add_up_to_the_idle_and_none_is_negative(gaps, stalls, waits, offset):
     parts = split_idle(gaps, stalls, waits, offset)
     assert parts.idle_s == pytest.approx(sum(b - a for a, b in gaps), abs=1e-9)
@@ -68,9 +72,12 @@ def test_gpu_and_host_clocks_are_matched_by_the_offset():
 
 
 @settings(max_examples=200, deadline=None)
-@given(true=st.floats(-1e3, 1e3, allow_nan=False),
-       events=st.lists(st.tuples(st.floats(0.0, 10.0, allow_nan=False), st.floats(0.0, 0.5, allow_nan=False)),
-                       min_size=1, max_size=20))
+@given(
+    true=st.floats(-1e3, 1e3, allow_nan=False),
+    events=st.lists(
+        st.tuples(st.floats(0.0, 10.0, allow_nan=False), st.floats(0.0, 0.5, allow_nan=False)), min_size=1, max_size=20
+    ),
+)
 def test_the_offset_is_exact_when_one_event_found_its_stream_idle_and_never_too_late(true, events):
     # each event: its GPU time, and how long it waited in the queue behind earlier work (0: the stream was idle)
     anchors = [(g + true - queued, g) for g, queued in events]

@@ -19,10 +19,24 @@ SKIP = {"run_id", "created_at", "started_at", "ended_at"}
 
 
 def _epoch(rl: RunLog, ep: int, wall: float, *, model_idx: int = 0, steps: int = 3) -> None:
-    rl.write("epoch", model_idx=model_idx, rank=0, epoch=ep, warmup=ep == 0, wall_s=wall, samples=30,
-             samples_per_s=30 / wall, ttfb_s=0.01 * (ep + 1), data_wait_s=0.2 * wall, h2d_s=0.1 * wall,
-             compute_s=0.6 * wall, n_steps=steps, t_start=10.0 * ep, t_end=10.0 * ep + wall,
-             steps=[[s, 0.01 * (s + ep + model_idx), 0.002, 0.03, 0.05] for s in range(steps)])
+    rl.write(
+        "epoch",
+        model_idx=model_idx,
+        rank=0,
+        epoch=ep,
+        warmup=ep == 0,
+        wall_s=wall,
+        samples=30,
+        samples_per_s=30 / wall,
+        ttfb_s=0.01 * (ep + 1),
+        data_wait_s=0.2 * wall,
+        h2d_s=0.1 * wall,
+        compute_s=0.6 * wall,
+        n_steps=steps,
+        t_start=10.0 * ep,
+        t_end=10.0 * ep + wall,
+        steps=[[s, 0.01 * (s + ep + model_idx), 0.002, 0.03, 0.05] for s in range(steps)],
+    )
 
 
 def _pieces(run_dir: Path):
@@ -70,7 +84,9 @@ def test_growing_log_ends_as_one_whole_ingest(tmp_path):
     assert len(whole["epochs"]) == 6 and len(whole["steps"]) == 3 + 3 + 5 + 3 + 5 + 2
     assert [e[4] for e in whole["epochs"] if e[0] == 0 and e[2] == 2] == [9.0]  # (model 0, epoch 2) last one
     assert json.loads(whole["runs"]["summary_json"])["verdict"] == "data-bound"
-    assert whole["runs"]["bound_s"] == 2.5 and whole["runs"]["ingested_bytes"] == (run_dir / "events.jsonl").stat().st_size
+    assert (
+        whole["runs"]["bound_s"] == 2.5 and whole["runs"]["ingested_bytes"] == (run_dir / "events.jsonl").stat().st_size
+    )
 
 
 def test_ingest_resumes_from_the_stored_offset(tmp_path):
@@ -96,8 +112,22 @@ def test_a_line_being_written_waits_for_the_next_ingest(tmp_path):
     next(pieces)
     ingest_run(run_dir, db=db)
     log_file = run_dir / "events.jsonl"
-    whole = json.dumps({"type": "epoch", "t": 1.0, "model_idx": 0, "rank": 0, "epoch": 7, "warmup": False,
-                        "wall_s": 2.0, "samples": 3, "steps": [[0, 0.1, 0.0, 0.2, 0.3]]}) + "\n"
+    whole = (
+        json.dumps(
+            {
+                "type": "epoch",
+                "t": 1.0,
+                "model_idx": 0,
+                "rank": 0,
+                "epoch": 7,
+                "warmup": False,
+                "wall_s": 2.0,
+                "samples": 3,
+                "steps": [[0, 0.1, 0.0, 0.2, 0.3]],
+            }
+        )
+        + "\n"
+    )
     with open(log_file, "a") as fh:
         fh.write(whole[:40])  # the run is mid-write: no newline yet
     before = log_file.stat().st_size - 40
@@ -148,8 +178,9 @@ def test_pending_summary_names_an_outside_writer_without_waiting_for_it(tmp_path
     ingest_run(root / "grow", db=db)
     for _ in _pieces(root / "waits"):
         pass
-    proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout.readline().strip() == "holding"
         summary = pending_summary(db)
@@ -221,8 +252,10 @@ def test_a_runlog_naming_no_store_goes_to_the_default_store_beside_it_only(tmp_p
     assert owner(old) is None  # pending ingest does not rename it: nothing but its own store looks at it
 
 
-_LAUNCHER = ("import sys; from engine.runlog import launching\n"
-             "with launching(sys.argv[1]):\n    print('holding', flush=True); sys.stdin.read()")
+_LAUNCHER = (
+    "import sys; from engine.runlog import launching\n"
+    "with launching(sys.argv[1]):\n    print('holding', flush=True); sys.stdin.read()"
+)
 
 
 def test_a_run_its_launcher_is_still_storing_is_not_waiting(tmp_path):
@@ -230,8 +263,9 @@ def test_a_run_its_launcher_is_still_storing_is_not_waiting(tmp_path):
     waiting; once that process is gone, killed or not, it is."""
     db = tmp_path / "loaderlab.duckdb"
     run_dir = _finished(tmp_path / "runs" / "r", "r", db)
-    proc = subprocess.Popen([sys.executable, "-c", _LAUNCHER, str(run_dir)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _LAUNCHER, str(run_dir)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout.readline().strip() == "holding"
         assert pending_summary(db)["count"] == 0

@@ -13,13 +13,24 @@ from engine.config import RunConfig, SweepConfig
 from engine.jobs.queue import now
 from engine.store import connect
 
-TINY = dict(workload="tensor", n_samples=64, image_size=8, width=8, epochs=2, batch_size=32, loader="sync",
-            bound=False, sample_hz=0.0, device="cpu")
+TINY = dict(
+    workload="tensor",
+    n_samples=64,
+    image_size=8,
+    width=8,
+    epochs=2,
+    batch_size=32,
+    loader="sync",
+    bound=False,
+    sample_hz=0.0,
+    device="cpu",
+)
 
 
 def _sweep(store) -> list[str]:
-    sweep = SweepConfig.from_dict({"name": "s", "base": TINY, "grid": {"loader": ["threads", "processes"],
-                                                                      "workers": [1, 2]}})
+    sweep = SweepConfig.from_dict(
+        {"name": "s", "base": TINY, "grid": {"loader": ["threads", "processes"], "workers": [1, 2]}}
+    )
     return jobs.submit_sweep(sweep, origin="cli", db=store)
 
 
@@ -27,11 +38,15 @@ def _finish(store, job_id: str, seconds: float, status: str = "done") -> None:
     """Mark a job ended after `seconds`, its run stored on this host, as the worker and ingest leave them."""
     end = now()
     with connect(store, read_only=False) as conn:
-        conn.execute("UPDATE jobs SET status = ?, started_at = ?, ended_at = ? WHERE job_id = ?",
-                     [status, end - timedelta(seconds=seconds), end, job_id])
-        conn.execute("INSERT INTO runs (run_id, status, host, workload, model, n_samples, epochs, bound, deleted) "
-                     "SELECT run_id, ?, ?, 'tensor', 'mlp', 64, 2, false, false FROM jobs WHERE job_id = ?",
-                     [status, socket.gethostname(), job_id])
+        conn.execute(
+            "UPDATE jobs SET status = ?, started_at = ?, ended_at = ? WHERE job_id = ?",
+            [status, end - timedelta(seconds=seconds), end, job_id],
+        )
+        conn.execute(
+            "INSERT INTO runs (run_id, status, host, workload, model, n_samples, epochs, bound, deleted) "
+            "SELECT run_id, ?, ?, 'tensor', 'mlp', 64, 2, false, false FROM jobs WHERE job_id = ?",
+            [status, socket.gethostname(), job_id],
+        )
 
 
 def test_a_sweeps_jobs_are_one_group_with_n_of_n_and_a_lone_job_is_its_own(store):
@@ -47,7 +62,7 @@ def test_a_sweeps_jobs_are_one_group_with_n_of_n_and_a_lone_job_is_its_own(store
     sweep = next(g for g in jobs.job_groups(store) if g.kind == "sweep")
     assert (sweep.ended, sweep.status, sweep.counts) == (1, "queued", {"done": 1, "queued": 3})
     assert sweep.eta_s == pytest.approx(3 * 6.0, rel=0.05) and "its 1 finished run, 6 s each" in sweep.eta_basis
-    assert "run(s)" not in sweep.eta_basis and "6–6" not in sweep.eta_basis   # issue 39: "20–20 s each"
+    assert "run(s)" not in sweep.eta_basis and "6–6" not in sweep.eta_basis  # issue 39: "20–20 s each"
 
 
 def test_cancel_all_cancels_every_queued_job_and_the_group_says_cancelled(store):

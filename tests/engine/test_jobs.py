@@ -23,8 +23,18 @@ from tests._wait import wait_for as _wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORKER = ["-m", "engine", "worker"]
-TINY = dict(workload="tensor", n_samples=64, image_size=8, width=8, epochs=2, batch_size=32, loader="sync",
-            bound=False, sample_hz=0.0, device="cpu")  # the CPU on every machine: jobs queue per device
+TINY = dict(
+    workload="tensor",
+    n_samples=64,
+    image_size=8,
+    width=8,
+    epochs=2,
+    batch_size=32,
+    loader="sync",
+    bound=False,
+    sample_hz=0.0,
+    device="cpu",
+)  # the CPU on every machine: jobs queue per device
 # ~0.3 s per epoch for 1000 epochs; a process loader so the run's group has more than one process
 LONG = dict(TINY, latency_ms=10.0, n_samples=32, batch_size=8, epochs=1000, loader="processes", workers=1)
 
@@ -55,8 +65,9 @@ def workers(store):
     started = []
 
     def start(*args):
-        proc = subprocess.Popen([sys.executable, *WORKER, "--db", str(store), "--poll-s", "0.2", *args],
-                                cwd=ROOT, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, *WORKER, "--db", str(store), "--poll-s", "0.2", *args], cwd=ROOT, start_new_session=True
+        )
         started.append(proc)
         return proc
 
@@ -142,8 +153,11 @@ def test_ensure_worker_starts_exactly_one(store):
         assert jobs.ensure_worker(store) is None
         assert jobs.worker_alive(store) and jobs.worker_pid(store) == first
         wait_for(lambda: "engine worker" in " ".join(psutil.Process(first).cmdline()), what="worker started")
-        alive = [p for p in psutil.process_iter(["cmdline"])
-                 if "worker" in (p.info["cmdline"] or []) and str(store) in (p.info["cmdline"] or [])]
+        alive = [
+            p
+            for p in psutil.process_iter(["cmdline"])
+            if "worker" in (p.info["cmdline"] or []) and str(store) in (p.info["cmdline"] or [])
+        ]
         assert [p.pid for p in alive] == [first]
     finally:
         jobs.stop_worker(store, timeout_s=30)
@@ -157,9 +171,11 @@ def test_estimate_uses_history_of_the_same_workload_and_model(store):
     assert before["runs"] == 2 and before["from_history"] == 0
     assert before["seconds"] == pytest.approx(2 * (jobs.RUN_OVERHEAD_S + jobs.DEFAULT_S_PER_SAMPLE * 64 * 2))
     with connect(store, read_only=False) as conn:  # two finished mlp runs: 1 ms and 3 ms per sample
-        conn.execute("INSERT INTO runs (run_id, status, workload, model, n_samples, epoch_s, deleted) VALUES "
-                     "('a', 'done', 'tensor', 'mlp', 1000, 1.0, false), "
-                     "('b', 'done', 'tensor', 'mlp', 100, 0.3, false), ('c', 'failed', 'tensor', 'mlp', 100, 99.0, false)")
+        conn.execute(
+            "INSERT INTO runs (run_id, status, workload, model, n_samples, epoch_s, deleted) VALUES "
+            "('a', 'done', 'tensor', 'mlp', 1000, 1.0, false), "
+            "('b', 'done', 'tensor', 'mlp', 100, 0.3, false), ('c', 'failed', 'tensor', 'mlp', 100, 99.0, false)"
+        )
     after = jobs.estimate_duration(both, db=store)
     assert after["from_history"] == 1
     mlp = jobs.RUN_OVERHEAD_S + 0.002 * 64 * 2  # the median of the done runs; the failed one is ignored

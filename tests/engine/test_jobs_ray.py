@@ -27,8 +27,18 @@ from engine.sweeps.ray._session import sessions_dir
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = {"workload": "tensor", "n_samples": 32, "image_size": 8, "width": 8, "batch_size": 16, "epochs": 2,
-        "loader": "sync", "device": "cpu", "bound": False, "sample_hz": 0.0}
+TINY = {
+    "workload": "tensor",
+    "n_samples": 32,
+    "image_size": 8,
+    "width": 8,
+    "batch_size": 16,
+    "epochs": 2,
+    "loader": "sync",
+    "device": "cpu",
+    "bound": False,
+    "sample_hz": 0.0,
+}
 # NOTE: 32 samples x 40 ms: about 1.3 s an epoch for 30 epochs; it gets cancelled after its first
 SLOW = {**TINY, "latency_ms": 40.0, "epochs": 30}
 
@@ -76,18 +86,27 @@ def _needs_ray():
 
 
 def test_ray_sweep_jobs_run_through_the_worker_and_cancel(store):
-    two = jobs.submit_ray_sweep(SweepConfig.from_dict({"name": "two", "base": TINY, "grid": {"batch_size": [8, 16]}}),
-                                address=None, db=store, origin="cli")
-    slow = jobs.submit_ray_sweep(SweepConfig.from_dict({"name": "slow", "base": SLOW, "repeats": 2}), db=store,
-                                 origin="cli")
+    two = jobs.submit_ray_sweep(
+        SweepConfig.from_dict({"name": "two", "base": TINY, "grid": {"batch_size": [8, 16]}}),
+        address=None,
+        db=store,
+        origin="cli",
+    )
+    slow = jobs.submit_ray_sweep(
+        SweepConfig.from_dict({"name": "slow", "base": SLOW, "repeats": 2}), db=store, origin="cli"
+    )
     queued = jobs.list_jobs(store).set_index("job_id")
     assert list(queued["kind"]) == ["ray-sweep", "ray-sweep"] and queued["run_id"].isna().all()
     assert jobs.job_progress(two, store)["runs_total"] == 2
     # NOTE: a token in the environment keeps Ray's token auth on without writing ~/.ray/auth_token, and marks
     # every process of this worker's Ray instance, so that the leftover check ignores other tests' Ray
     token = "loaderlab-test-" + os.urandom(16).hex()
-    worker = subprocess.Popen([sys.executable, "-m", "engine", "worker", "--db", str(store), "--once", "--poll-s",
-                               "0.2"], cwd=ROOT, env={**os.environ, "RAY_AUTH_TOKEN": token}, start_new_session=True)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "engine", "worker", "--db", str(store), "--once", "--poll-s", "0.2"],
+        cwd=ROOT,
+        env={**os.environ, "RAY_AUTH_TOKEN": token},
+        start_new_session=True,
+    )
     seen: set[int] = set()
     try:
         deadline = time.monotonic() + 300
@@ -158,8 +177,10 @@ def test_kill_9_of_the_worker_mid_sweep_leaves_no_ray_process_after_the_next_sta
     finally:
         kill_group(first.pid, signal.SIGKILL)
     assert second.returncode == 0, said
-    assert f"Ray session {Path(session['session_dir']).name} of dead pid {first.pid}: cleaned up, not reattached" \
-        in said and "still alive" not in said, said
+    assert (
+        f"Ray session {Path(session['session_dir']).name} of dead pid {first.pid}: cleaned up, not reattached" in said
+        and "still alive" not in said
+    ), said
     assert not left, f"processes of the killed worker's Ray session still alive: {left}\n{said}"
     assert not tagged
     assert not list(sessions_dir(store).glob("*.json"))  # the record went with its leftovers

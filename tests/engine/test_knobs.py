@@ -23,7 +23,7 @@ def test_on_cpu_only_processes_gain_the_persistent_workers_variant():
     base = RunConfig.from_dict({**TINY, "device": "cpu"})
     space = candidates(base, cores=2)
     wide, note = widen(space, base, None)
-    assert wide[: 1] == space[: 1] and len({c.to_json() for c in wide}) == len(wide)  # candidate 0 first, no twins
+    assert wide[:1] == space[:1] and len({c.to_json() for c in wide}) == len(wide)  # candidate 0 first, no twins
     added = [c for c in wide if c not in space]
     assert added and {c.loader for c in added} == {"processes"} and _varied(added, "persistent_workers") == {False}
     assert _varied(wide, "pin_memory") == {True}  # pinning does nothing on a CPU run: not searched
@@ -40,9 +40,17 @@ def test_on_cuda_pin_memory_is_searched_jointly():
 
 def test_long_epochs_keep_workers_persistent():
     base = RunConfig.from_dict({**TINY, "device": "cpu"})
-    probe_says_long = {"device": "cpu", "cores": 2, "batch_size": 32, "n_samples": 128, "default_threads": 2,
-                       "load_cpu_s": 10.0, "load_wall_s": 10.0, "gil_share": 0.0,
-                       "compute": {"1": {"wall_s": 1.0, "cpu_s": 1.0}, "2": {"wall_s": 0.6, "cpu_s": 1.2}}}
+    probe_says_long = {
+        "device": "cpu",
+        "cores": 2,
+        "batch_size": 32,
+        "n_samples": 128,
+        "default_threads": 2,
+        "load_cpu_s": 10.0,
+        "load_wall_s": 10.0,
+        "gil_share": 0.0,
+        "compute": {"1": {"wall_s": 1.0, "cpu_s": 1.0}, "2": {"wall_s": 0.6, "cpu_s": 1.2}},
+    }
     wide, note = widen(candidates(base, cores=2), base, probe_says_long)
     assert _varied(wide, "persistent_workers") == {True} and note == ""
 

@@ -15,16 +15,30 @@ from engine import lab
 from engine.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = {"workload": "tensor", "model": "mlp", "n_samples": 64, "image_size": 8, "width": 8, "batch_size": 32,
-        "device": "cpu", "sample_hz": 0.0, "epochs": 2}
+TINY = {
+    "workload": "tensor",
+    "model": "mlp",
+    "n_samples": 64,
+    "image_size": 8,
+    "width": 8,
+    "batch_size": 32,
+    "device": "cpu",
+    "sample_hz": 0.0,
+    "epochs": 2,
+}
 
 
 def test_run_sweep_runs_compare_advise(store):
     s = lab.run(**TINY, loader="prefetch")
     assert s["status"] == "done" and s["stored"] and s["epoch_s"] > 0 and s["samples_per_s"] > 0
     assert {"efficiency", "verdict", "bound_s", "run_id"} <= set(s) and s["loader"] == "prefetch"
-    df = lab.sweep({"loader": ["sync", "threads"], "workers": [2]}, repeats=1, progress=False,
-                   base={**TINY, "bound": False}, db=store)
+    df = lab.sweep(
+        {"loader": ["sync", "threads"], "workers": [2]},
+        repeats=1,
+        progress=False,
+        base={**TINY, "bound": False},
+        db=store,
+    )
     assert sorted(df["loader"]) == ["sync", "threads"] and set(df["status"]) == {"done"}
     assert df["sweep_id"].nunique() == 1
     everything = lab.runs()
@@ -34,7 +48,7 @@ def test_run_sweep_runs_compare_advise(store):
     fastest_first = sorted(df["loader"], key=lambda name: float(df[df.loader == name].epoch_s.iloc[0]))
     assert list(table["loader"]) == fastest_first
     assert table["n"].tolist() == [1, 1] and table["speedup"].iloc[-1] == pytest.approx(1.0)  # the slowest: 1x
-    assert table["difference"].tolist() == ["no clear difference"] * 2   # one run each: no interval, and no claim
+    assert table["difference"].tolist() == ["no clear difference"] * 2  # one run each: no interval, and no claim
     by_query = lab.compare(f"SELECT run_id FROM runs WHERE sweep_id = '{df['sweep_id'].iloc[0]}'")
     assert by_query[["loader", "n"]].equals(table[["loader", "n"]])
     a = lab.advise(workload="tensor", model="mlp", baseline="loader=sync", host="any")
@@ -73,23 +87,49 @@ def test_pip_install_e_gives_the_loaderlab_command_and_the_import(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     py = venv / "bin" / "python"
-    site = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], check=True,
-                          capture_output=True, text=True).stdout.strip()
+    site = subprocess.run(
+        [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     # the dependencies (and pip, setuptools) are this environment's: a .pth makes them visible there
     Path(site, "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    subprocess.run([py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
-                    "--no-build-isolation", "--no-index", "-e", str(ROOT)], check=True, cwd=tmp_path)
+    subprocess.run(
+        [
+            py,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-e",
+            str(ROOT),
+        ],
+        check=True,
+        cwd=tmp_path,
+    )
     elsewhere = tmp_path / "notebooks"
     elsewhere.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LOADERLAB_DB")}
-    help_ = subprocess.run([venv / "bin" / "loaderlab", "--help"], cwd=elsewhere, env=env, capture_output=True,
-                           text=True, check=True).stdout
+    help_ = subprocess.run(
+        [venv / "bin" / "loaderlab", "--help"], cwd=elsewhere, env=env, capture_output=True, text=True, check=True
+    ).stdout
     assert "advise" in help_ and "sweep" in help_
     code = "from engine import lab; print(lab.db_path())"
     out = subprocess.run([py, "-c", code], cwd=elsewhere, env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == str(ROOT / "data" / "loaderlab.duckdb")
-    mine = subprocess.run([py, "-c", code], cwd=elsewhere, env={**env, "LOADERLAB_DB": str(tmp_path / "my.duckdb")},
-                          capture_output=True, text=True, check=True)
+    mine = subprocess.run(
+        [py, "-c", code],
+        cwd=elsewhere,
+        env={**env, "LOADERLAB_DB": str(tmp_path / "my.duckdb")},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert mine.stdout.strip() == str(tmp_path / "my.duckdb")
 
 

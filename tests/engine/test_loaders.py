@@ -23,8 +23,16 @@ from engine.loaders import LOADERS, LoaderTimeout, epoch_batches, loader_args, o
 from engine.loaders._base import PooledLoader
 from engine.names import WORKER_LOADERS
 
-CASES = [("sync", 0), ("prefetch", 0), ("threads", 1), ("threads", 2), ("processes", 1), ("processes", 2),
-         ("spdl", 1), ("spdl", 2)]
+CASES = [
+    ("sync", 0),
+    ("prefetch", 0),
+    ("threads", 1),
+    ("threads", 2),
+    ("processes", 1),
+    ("processes", 2),
+    ("spdl", 1),
+    ("spdl", 2),
+]
 IDS = [f"{k}-{w}" for k, w in CASES]
 BACKGROUND = [c for c in CASES if c[0] != "sync"]  # loaders with a producer that can time out
 N, BS, SEED = 37, 4, 7  # 37 is not a multiple of 4: the last batch is smaller
@@ -78,9 +86,11 @@ def test_epoch_batches_is_a_seeded_partition():
     assert b0 != epoch_batches(N, BS, SEED + 1, 0)
 
 
-@pytest.mark.parametrize("kind,workers,extra", [(k, w, {}) for k, w in CASES]
-                         + [("processes", 2, {"persistent_workers": False})],
-                         ids=IDS + ["processes-2-nonpersistent"])
+@pytest.mark.parametrize(
+    "kind,workers,extra",
+    [(k, w, {}) for k, w in CASES] + [("processes", 2, {"persistent_workers": False})],
+    ids=IDS + ["processes-2-nonpersistent"],
+)
 def test_every_sample_once_per_epoch_in_the_sync_batches(kind, workers, extra):
     ds = TinyDataset(N, jitter_s=0.002)  # uneven batch costs: parallel loaders must still deliver in order
     with make("sync", ds) as sync:
@@ -197,8 +207,9 @@ def test_open_loader_passes_each_loader_the_knobs_it_takes_defaulting_as_the_con
         args = loader_args(cls, cfg)
         assert set(args) == set(params), kind
         assert ("workers" in args) == cls.uses_workers, kind
-        assert {n: v for n, v in args.items() if n != "workers"} == {n: v for n, v in params.items()
-                                                                    if n != "workers"}, kind
+        assert {n: v for n, v in args.items() if n != "workers"} == {
+            n: v for n, v in params.items() if n != "workers"
+        }, kind
     assert loader_args(LOADERS["processes"], cfg.replace(worker_timeout_s=7.5))["timeout_s"] == 7.5
 
 
@@ -236,8 +247,10 @@ def test_killed_worker_fails_the_epoch_within_seconds_naming_it(in_thread, persi
     In another thread DataLoader's SIGCHLD handler cannot help: only the loader's own polling finds it."""
     before = set(threading.enumerate())
     outcome: dict = {}
-    with make("processes", TinyDataset(N, jitter_s=0.05), 2, worker_timeout_s=120.0,
-              persistent_workers=persistent) as loader:
+    with make(
+        "processes", TinyDataset(N, jitter_s=0.05), 2, worker_timeout_s=120.0, persistent_workers=persistent
+    ) as loader:
+
         def consume() -> None:
             it = loader.epoch(0)
             next(it)

@@ -22,9 +22,14 @@ def _dump(db, exclude=HOST_ONLY) -> dict[str, list]:
     with connect(db, read_only=True) as conn:
         out = {}
         for t in RUN_TABLES:
-            cols = [r[0] for r in conn.execute(f"SELECT name FROM pragma_table_info('{t}')").fetchall()
-                    if r[0] not in exclude]
-            where = "WHERE NOT deleted" if t == "runs" else "WHERE run_id IN (SELECT run_id FROM runs WHERE NOT deleted)"
+            cols = [
+                r[0]
+                for r in conn.execute(f"SELECT name FROM pragma_table_info('{t}')").fetchall()
+                if r[0] not in exclude
+            ]
+            where = (
+                "WHERE NOT deleted" if t == "runs" else "WHERE run_id IN (SELECT run_id FROM runs WHERE NOT deleted)"
+            )
             quoted = ", ".join(f'"{c}"' for c in cols)  # quoted: a config field may be an SQL keyword (collate)
             out[t] = conn.execute(f"SELECT {quoted} FROM {t} {where} ORDER BY ALL").fetchall()
     return out
@@ -38,12 +43,32 @@ def _count(db) -> dict[str, int]:
 def _other_host_run(root, run_id: str) -> None:
     """A run logged on another machine (its own host facts and fingerprint)."""
     with RunLog(root / run_id) as rl:
-        rl.write("start", run_id=run_id, config=RunConfig(loader="threads", workers=4).to_dict(), pid=1,
-                 host={"hostname": "gpu-box", "cpu_model": "Other CPU", "cores": 64, "fingerprint": "feedfacecafe"})
+        rl.write(
+            "start",
+            run_id=run_id,
+            config=RunConfig(loader="threads", workers=4).to_dict(),
+            pid=1,
+            host={"hostname": "gpu-box", "cpu_model": "Other CPU", "cores": 64, "fingerprint": "feedfacecafe"},
+        )
         for ep in range(3):
-            rl.write("epoch", model_idx=0, rank=0, epoch=ep, warmup=ep == 0, wall_s=1.0, samples=100,
-                     samples_per_s=100.0, ttfb_s=0.1, data_wait_s=0.2, h2d_s=0.1, compute_s=0.7, n_steps=1,
-                     t_start=float(ep), t_end=ep + 1.0, steps=[[0, 0.2, 0.1, 0.7, 1.0]])
+            rl.write(
+                "epoch",
+                model_idx=0,
+                rank=0,
+                epoch=ep,
+                warmup=ep == 0,
+                wall_s=1.0,
+                samples=100,
+                samples_per_s=100.0,
+                ttfb_s=0.1,
+                data_wait_s=0.2,
+                h2d_s=0.1,
+                compute_s=0.7,
+                n_steps=1,
+                t_start=float(ep),
+                t_end=ep + 1.0,
+                steps=[[0, 0.2, 0.1, 0.7, 1.0]],
+            )
         rl.write("end", status="done", error=None)
 
 
@@ -53,8 +78,21 @@ def source(tmp_path_factory):
     db = tmp_path_factory.mktemp("hostA") / "loaderlab.duckdb"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LOADERLAB_DATA", str(tmp_path_factory.getbasetemp() / "data"))
-        real = launch(RunConfig.from_dict({"workload": "tensor", "n_samples": 64, "image_size": 8, "width": 8,
-                                           "epochs": 2, "batch_size": 32, "loader": "sync", "device": "cpu"}), db=db)
+        real = launch(
+            RunConfig.from_dict(
+                {
+                    "workload": "tensor",
+                    "n_samples": 64,
+                    "image_size": 8,
+                    "width": 8,
+                    "epochs": 2,
+                    "batch_size": 32,
+                    "loader": "sync",
+                    "device": "cpu",
+                }
+            ),
+            db=db,
+        )
     assert real.status == "done"
     _other_host_run(db.parent / "runs", "gpu-run")
     ingest_run(db.parent / "runs" / "gpu-run", db=db)
@@ -113,9 +151,13 @@ def test_older_schema_is_null_and_extra_columns_ignored(source, tmp_path):
     bundle = export_bundle(tmp_path / "bundle", db=source)
     old = tmp_path / "old.duckdb"
     with duckdb.connect(str(old)) as conn:  # an older LoaderLab: fewer columns, one the store lacks, no steps
-        conn.execute(f"CREATE TABLE runs AS SELECT * EXCLUDE (verdict, efficiency, tag), 42 AS future_col "
-                     f"FROM read_parquet('{bundle / 'runs.parquet'}')")
-        conn.execute(f"CREATE TABLE epochs AS SELECT * EXCLUDE (ttfb_s) FROM read_parquet('{bundle / 'epochs.parquet'}')")
+        conn.execute(
+            f"CREATE TABLE runs AS SELECT * EXCLUDE (verdict, efficiency, tag), 42 AS future_col "
+            f"FROM read_parquet('{bundle / 'runs.parquet'}')"
+        )
+        conn.execute(
+            f"CREATE TABLE epochs AS SELECT * EXCLUDE (ttfb_s) FROM read_parquet('{bundle / 'epochs.parquet'}')"
+        )
     db = tmp_path / "mine.duckdb"
     result = import_results(old, db=db)
     assert result.runs_added == 2 and "steps" not in result.rows
@@ -123,23 +165,31 @@ def test_older_schema_is_null_and_extra_columns_ignored(source, tmp_path):
     assert runs["verdict"].isna().all() and runs["efficiency"].isna().all() and "future_col" not in runs
     assert runs["epoch_s"].notna().all()
     with connect(db, read_only=True) as conn:
-        assert conn.execute("SELECT count(*), count(ttfb_s) FROM epochs").fetchall()[0] == (_count(source)["epochs"] - 3, 0)
+        assert conn.execute("SELECT count(*), count(ttfb_s) FROM epochs").fetchall()[0] == (
+            _count(source)["epochs"] - 3,
+            0,
+        )
 
 
 def test_a_bad_source_imports_nothing(source, tmp_path):
     bundle = export_bundle(tmp_path / "bundle", db=source)
     with duckdb.connect() as conn:  # epochs whose epoch numbers are not numbers
-        conn.execute(f"COPY (SELECT * REPLACE ('x' || epoch AS epoch) FROM read_parquet('{bundle / 'epochs.parquet'}')) "
-                     f"TO '{bundle / 'epochs.parquet'}' (FORMAT parquet)")
+        conn.execute(
+            f"COPY (SELECT * REPLACE ('x' || epoch AS epoch) FROM read_parquet('{bundle / 'epochs.parquet'}')) "
+            f"TO '{bundle / 'epochs.parquet'}' (FORMAT parquet)"
+        )
     db = tmp_path / "mine.duckdb"
     with pytest.raises(ValueError, match="nothing was imported"):
         import_results(bundle, db=db)
     assert _count(db)["runs"] == 0  # the runs went in first, and were rolled back with the rest
     (tmp_path / "notes.txt").write_text("hello")
     (tmp_path / "empty").mkdir()
-    for bad, message in [(tmp_path / "notes.txt", "neither a DuckDB store nor a Parquet"),
-                         (tmp_path / "missing.duckdb", "does not exist"), (db, "this store itself"),
-                         (tmp_path / "empty", "no runs.parquet")]:
+    for bad, message in [
+        (tmp_path / "notes.txt", "neither a DuckDB store nor a Parquet"),
+        (tmp_path / "missing.duckdb", "does not exist"),
+        (db, "this store itself"),
+        (tmp_path / "empty", "no runs.parquet"),
+    ]:
         with pytest.raises(ValueError, match=message):
             import_results(bad, db=db)
 
@@ -153,8 +203,9 @@ def test_cli_entry_point(source, tmp_path, capsys):
 def _runlog(run_dir, run_id: str):
     with RunLog(run_dir) as rl:
         rl.write("start", run_id=run_id, config=RunConfig(loader="threads", workers=2).to_dict(), host={})
-        rl.write("epoch", model_idx=0, rank=0, epoch=0, warmup=False, wall_s=1.0, samples=10,
-                 steps=[[0, 0.1, 0.0, 0.2, 0.3]])
+        rl.write(
+            "epoch", model_idx=0, rank=0, epoch=0, warmup=False, wall_s=1.0, samples=10, steps=[[0, 0.1, 0.0, 0.2, 0.3]]
+        )
         rl.write("end", status="done", error=None)
     return run_dir
 

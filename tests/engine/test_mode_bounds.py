@@ -107,9 +107,16 @@ def test_the_run_row_keeps_the_bound_figures(tmp_path):
 
 
 # every mode this CPU runs, each with what it needs
-_CPU_MODES = [dict(mode="single"), dict(mode="dual-sequential"), dict(mode="dual-threads"),
-              dict(mode="dual-processes"), dict(mode="fused", n_models=2), dict(mode="split", n_stages=2, depth=2),
-              dict(mode="split", n_stages=2, depth=2, micro_batches=2), dict(mode="ddp", world_size=2)]
+_CPU_MODES = [
+    dict(mode="single"),
+    dict(mode="dual-sequential"),
+    dict(mode="dual-threads"),
+    dict(mode="dual-processes"),
+    dict(mode="fused", n_models=2),
+    dict(mode="split", n_stages=2, depth=2),
+    dict(mode="split", n_stages=2, depth=2, micro_batches=2),
+    dict(mode="ddp", world_size=2),
+]
 
 
 @pytest.mark.slow

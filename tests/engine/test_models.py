@@ -1,6 +1,6 @@
 """Tests for engine/models: shapes, learning, split_stages, torch.func (fused mode) and the vmap check.
 
-    .venv/bin/python -m pytest tests/engine/test_models.py -q
+.venv/bin/python -m pytest tests/engine/test_models.py -q
 """
 
 from __future__ import annotations

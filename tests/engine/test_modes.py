@@ -20,13 +20,26 @@ from engine.modes._common import FAIL_AT_ENV, build_model
 from engine.modes._fanout import FanOut, Stopped
 from engine.registry import check
 
-LOADERS = [dict(loader="sync"), dict(loader="prefetch"), dict(loader="threads", workers=2),
-           dict(loader="processes", workers=1), dict(loader="spdl", workers=2)]
+LOADERS = [
+    dict(loader="sync"),
+    dict(loader="prefetch"),
+    dict(loader="threads", workers=2),
+    dict(loader="processes", workers=1),
+    dict(loader="spdl", workers=2),
+]
 
 
 def test_registry_order():
-    assert list(MODES) == ["single", "dual-sequential", "dual-threads", "dual-processes", "dual-streams", "fused",
-                           "split", "ddp"]
+    assert list(MODES) == [
+        "single",
+        "dual-sequential",
+        "dual-threads",
+        "dual-processes",
+        "dual-streams",
+        "fused",
+        "split",
+        "ddp",
+    ]
 
 
 def _assert_two_models_trained(events, n_samples=TINY["n_samples"], epochs=TINY["epochs"]):
@@ -38,11 +51,15 @@ def _assert_two_models_trained(events, n_samples=TINY["n_samples"], epochs=TINY[
         assert [e["warmup"] for e in rows] == [True] + [False] * (epochs - 1)
 
 
-@pytest.mark.parametrize("fields", [
-    dict(mode="dual-sequential", model_b="cnn", width_b=4),
-    dict(mode="dual-threads", dual_data="shared", loader="threads", workers=2),
-    dict(mode="dual-processes", loader="processes", workers=1, devices=["cpu", "cpu"]),
-], ids=lambda f: f"{f['mode']}-{f.get('dual_data', '')}")
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(mode="dual-sequential", model_b="cnn", width_b=4),
+        dict(mode="dual-threads", dual_data="shared", loader="threads", workers=2),
+        dict(mode="dual-processes", loader="processes", workers=1, devices=["cpu", "cpu"]),
+    ],
+    ids=lambda f: f"{f['mode']}-{f.get('dual_data', '')}",
+)
 def test_dual_modes_train_both_models_through_the_runner(store, fields):
     result, events = launch_mode(store, **fields)
     assert result.status == "done", result.error
@@ -55,9 +72,11 @@ def test_dual_modes_train_both_models_through_the_runner(store, fields):
 
 
 @pytest.mark.parametrize("loader", LOADERS, ids=lambda f: f["loader"])
-@pytest.mark.parametrize("fields", [dict(mode="dual-sequential"), dict(mode="dual-threads"),
-                                    dict(mode="dual-threads", dual_data="separate")],
-                         ids=["sequential", "threads-shared", "threads-separate"])
+@pytest.mark.parametrize(
+    "fields",
+    [dict(mode="dual-sequential"), dict(mode="dual-threads"), dict(mode="dual-threads", dual_data="separate")],
+    ids=["sequential", "threads-shared", "threads-separate"],
+)
 def test_every_loader_feeds_the_in_process_dual_modes(fields, loader):
     events, summary = run_in_process(**fields, **loader)
     _assert_two_models_trained(events)
@@ -134,12 +153,15 @@ def test_model_b_and_width_b_build_the_second_model():
     assert b.stem[0].out_channels == 4
 
 
-@pytest.mark.parametrize(("fields", "field"), [
-    (dict(mode="dual-threads", model_b="resnet"), "model_b"),
-    (dict(mode="dual-processes", devices=["cpu"]), "devices"),
-    (dict(mode="dual-processes", devices=["cpu", "tpu"]), "devices"),
-    (dict(mode="dual-processes", devices=["cpu", "cpu", "cpu"]), "devices"),
-])
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        (dict(mode="dual-threads", model_b="resnet"), "model_b"),
+        (dict(mode="dual-processes", devices=["cpu"]), "devices"),
+        (dict(mode="dual-processes", devices=["cpu", "tpu"]), "devices"),
+        (dict(mode="dual-processes", devices=["cpu", "cpu", "cpu"]), "devices"),
+    ],
+)
 def test_bad_dual_configs_name_the_field(fields, field):
     with pytest.raises(ConfigError) as err:
         check(RunConfig.from_dict({**TINY, **fields}))  # schema, then machine

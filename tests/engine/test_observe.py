@@ -39,8 +39,14 @@ def _env(store: Path) -> dict[str, str]:
 
 def observe(store: Path, *args: str, name: str | None = None) -> subprocess.CompletedProcess:
     named = ["--name", name] if name else []
-    return subprocess.run([sys.executable, "-m", "engine", "observe", *named, "--", sys.executable, *args],
-                          cwd=ROOT, env=_env(store), capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "engine", "observe", *named, "--", sys.executable, *args],
+        cwd=ROOT,
+        env=_env(store),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def _line_of(script: Path, text: str) -> int:
@@ -59,8 +65,9 @@ def _runs(store: Path, names: dict[int, str]) -> dict[str, dict]:
 
 
 def _by_loader_line(store: Path) -> dict[str, dict]:
-    return _runs(store, {_line_of(SCRIPT, "train = DataLoader("): "train",
-                         _line_of(SCRIPT, "val = DataLoader("): "val"})
+    return _runs(
+        store, {_line_of(SCRIPT, "train = DataLoader("): "train", _line_of(SCRIPT, "val = DataLoader("): "val"}
+    )
 
 
 def _check_two_streams(runs: dict[str, dict], epochs: int) -> None:
@@ -76,15 +83,15 @@ def _check_two_streams(runs: dict[str, dict], epochs: int) -> None:
     assert settings["num_workers"] == 2 and settings["dataset_class"].endswith(":Squares")
     assert settings["unmapped"] == []
     # one epoch per pass; fetches are batches, the StopIteration ending a pass is none of them
-    assert [e["n_steps"] for e in train["epochs"]] == [8] * epochs   # 256 / 32
-    assert [e["n_steps"] for e in val["epochs"]] == [4] * epochs     # 64 / 16, one pass per training epoch
+    assert [e["n_steps"] for e in train["epochs"]] == [8] * epochs  # 256 / 32
+    assert [e["n_steps"] for e in val["epochs"]] == [4] * epochs  # 64 / 16, one pass per training epoch
     assert [e["samples"] for e in train["epochs"]] == [256] * epochs
     # the validation pass ran inside a training step, and is left out of it: the training epoch's wall time holds
     # its waits, its steps and the validation pass, once
     for t, v in zip(train["epochs"], val["epochs"]):
         assert t["wall_s"] - t["data_wait_s"] - t["compute_s"] >= 0.9 * v["wall_s"] > 0
     assert train["epoch_s"] is not None and train["peak_rss_bytes"] > 0
-    assert {e["gpu_idle_s"] for e in train["epochs"]} == {None}   # on the CPU: not measured, never 0
+    assert {e["gpu_idle_s"] for e in train["epochs"]} == {None}  # on the CPU: not measured, never 0
 
 
 @pytest.fixture(scope="module")
@@ -109,12 +116,23 @@ def test_watch_with_one_line_changed_stores_the_same_runs(tmp_path):
     script = tmp_path / "watched.py"
     script.write_text(text)
     store = tmp_path / "s.duckdb"
-    out = subprocess.run([sys.executable, str(script), "--epochs", "2"], cwd=tmp_path, env=_env(store),
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, str(script), "--epochs", "2"],
+        cwd=tmp_path,
+        env=_env(store),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr
     # watch() names a run by where it was called
-    runs = _runs(store, {_line_of(script, "for step, (x, y) in enumerate(watch(train))"): "train",
-                         _line_of(script, "correct = sum("): "val"})
+    runs = _runs(
+        store,
+        {
+            _line_of(script, "for step, (x, y) in enumerate(watch(train))"): "train",
+            _line_of(script, "correct = sum("): "val",
+        },
+    )
     _check_two_streams(runs, epochs=2)
     assert {r["status"] for r in runs.values()} == {"done"}
 
@@ -134,34 +152,49 @@ def test_a_script_that_raises_keeps_the_epochs_it_finished(tmp_path):
     assert out.returncode == 1 and "RuntimeError: diverged at epoch 1" in out.stderr
     train = _by_loader_line(store)["train"]
     assert train["status"] == "failed" and train["error"].startswith("RuntimeError: diverged at epoch 1")
-    assert [e["epoch"] for e in train["epochs"]] == [0]   # epoch 1, in flight, is lost as a kill would lose it
+    assert [e["epoch"] for e in train["epochs"]] == [0]  # epoch 1, in flight, is lost as a kill would lose it
     assert train["epoch_s"] is not None  # a run of one finished epoch has no warm-up to leave out
 
 
 def test_the_script_process_imports_only_the_observer_and_torch_only_when_the_script_does(tmp_path):
-    code = ("import sys\n"
-            "early = sorted(m for m in sys.modules if m == 'torch' or m.startswith('engine'))\n"
-            "import torch\n"
-            "from torch.utils.data import DataLoader\n"
-            "n = sum(len(b) for b in DataLoader(list(range(10)), batch_size=4))\n"
-            "print(early, n, sorted(m for m in sys.modules if m.startswith('engine')))\n")
+    code = (
+        "import sys\n"
+        "early = sorted(m for m in sys.modules if m == 'torch' or m.startswith('engine'))\n"
+        "import torch\n"
+        "from torch.utils.data import DataLoader\n"
+        "n = sum(len(b) for b in DataLoader(list(range(10)), batch_size=4))\n"
+        "print(early, n, sorted(m for m in sys.modules if m.startswith('engine')))\n"
+    )
     out = observe(tmp_path / "s.duckdb", "-c", code)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("[] 10 "), out.stdout   # no torch, no LoaderLab before the script's own imports
+    assert out.stdout.startswith("[] 10 "), out.stdout  # no torch, no LoaderLab before the script's own imports
     loaded = eval(out.stdout.strip().removeprefix("[] 10 "))  # noqa: S307 - our own child's print of a list
-    allowed = ("engine", "engine.observe", "engine.runlog", "engine.errors", "engine.status", "engine.paths",
-               "engine.measure", "engine.measure.host", "engine.measure.idle", "engine.measure.sampler",
-               "engine.measure.nvml")
-    assert "engine.observe._stream" in loaded   # the check sees the observer
+    allowed = (
+        "engine",
+        "engine.observe",
+        "engine.runlog",
+        "engine.errors",
+        "engine.status",
+        "engine.paths",
+        "engine.measure",
+        "engine.measure.host",
+        "engine.measure.idle",
+        "engine.measure.sampler",
+        "engine.measure.nvml",
+    )
+    assert "engine.observe._stream" in loaded  # the check sees the observer
     assert [m for m in loaded if not m.startswith(allowed)] == []
     assert not [m for m in loaded if m.startswith(("engine.store", "engine.config", "engine.registry"))]
 
 
-@pytest.mark.parametrize(("command", "says"), [
-    ([], "command: nothing to observe"),
-    (["python", "no_such_train.py"], "no_such_train.py' was not found"),
-    (["bash", "train.sh"], "is not a Python interpreter"),
-])
+@pytest.mark.parametrize(
+    ("command", "says"),
+    [
+        ([], "command: nothing to observe"),
+        (["python", "no_such_train.py"], "no_such_train.py' was not found"),
+        (["bash", "train.sh"], "is not a Python interpreter"),
+    ],
+)
 def test_bad_commands_get_one_line_and_exit_2(tmp_path, monkeypatch, command, says):
     store = tmp_path / "s.duckdb"
     monkeypatch.setenv("LOADERLAB_DB", str(store))
@@ -174,16 +207,28 @@ def test_bad_commands_get_one_line_and_exit_2(tmp_path, monkeypatch, command, sa
 
 def test_settings_that_map_go_to_the_labs_fields_and_the_others_are_named():
     ds = list(range(100))
-    config, settings = read_settings(DataLoader(ds, batch_size=10, num_workers=3, multiprocessing_context="spawn",
-                                                worker_init_fn=print, pin_memory=True))
-    assert config == {"mode": "single", "threads": torch.get_num_threads(), "n_samples": 100, "loader": "processes",
-                      "workers": 3, "pin_memory": True, "batch_size": 10, "persistent_workers": False,
-                      "start_method": "spawn", "prefetch_depth": 2}
+    config, settings = read_settings(
+        DataLoader(
+            ds, batch_size=10, num_workers=3, multiprocessing_context="spawn", worker_init_fn=print, pin_memory=True
+        )
+    )
+    assert config == {
+        "mode": "single",
+        "threads": torch.get_num_threads(),
+        "n_samples": 100,
+        "loader": "processes",
+        "workers": 3,
+        "pin_memory": True,
+        "batch_size": 10,
+        "persistent_workers": False,
+        "start_method": "spawn",
+        "prefetch_depth": 2,
+    }
     assert settings["unmapped"] == ["worker_init_fn: builtins:print"]
     config, settings = read_settings(DataLoader(ds, batch_size=None))
     assert config["loader"] == "sync" and "batch_size" not in config
     assert "batch_size: set by a batch sampler without a batch_size" in settings["unmapped"]
-    config, settings = read_settings(iter(ds))   # not a DataLoader: nothing maps, and the run says so
+    config, settings = read_settings(iter(ds))  # not a DataLoader: nothing maps, and the run says so
     assert "loader" not in config and settings["unmapped"][0].startswith("loader: not a torch.utils.data.DataLoader")
 
 
@@ -219,9 +264,9 @@ def test_on_cuda_gpu_idle_and_its_data_wait_part_are_measured(store):
     run_id = _runs_raw(store)[0]["run_id"]
     for e in get_epochs(run_id, db=store).to_dict("records"):
         assert e["gpu_idle_s"] > 0
-        assert e["gpu_idle_copy_s"] is None or math.isnan(e["gpu_idle_copy_s"])   # the loop's copies are not seen
+        assert e["gpu_idle_copy_s"] is None or math.isnan(e["gpu_idle_copy_s"])  # the loop's copies are not seen
         assert e["gpu_idle_data_s"] + e["gpu_idle_other_s"] == pytest.approx(e["gpu_idle_s"], rel=1e-6)
-        assert e["gpu_idle_data_s"] > 0.5 * e["gpu_idle_s"]   # 32 ms of reads per step, well under 1 ms of compute
+        assert e["gpu_idle_data_s"] > 0.5 * e["gpu_idle_s"]  # 32 ms of reads per step, well under 1 ms of compute
 
 
 def _runs_raw(store: Path) -> list[dict]:
@@ -238,14 +283,18 @@ def test_an_observed_run_is_the_baseline_its_loader_settings_say(observed):
     train = _by_loader_line(store)["train"]
     assert baseline_of_run(train["run_id"], db=store) == parse_baseline(
         "loader=processes,workers=2,prefetch_depth=3,start_method=fork,persistent_workers=true,pin_memory=false,"
-        "batch_size=32")
+        "batch_size=32"
+    )
     assert resolve_baseline(None, train["run_id"], db=store) == baseline_of_run(train["run_id"], db=store)
 
 
-@pytest.mark.parametrize(("argv", "says"), [
-    (["advise", "--baseline-run", "no-such-run"], "baseline_run: no run 'no-such-run' in the store"),
-    (["tune", "--budget", "1s", "--baseline-run", "x", "--baseline", "loader=sync"], "not both"),
-])
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["advise", "--baseline-run", "no-such-run"], "baseline_run: no run 'no-such-run' in the store"),
+        (["tune", "--budget", "1s", "--baseline-run", "x", "--baseline", "loader=sync"], "not both"),
+    ],
+)
 def test_a_bad_baseline_run_gets_one_line_and_exit_2(observed, argv, says):
     store, _ = observed
     out = cli_in_process(*argv, db=store)
@@ -257,10 +306,24 @@ def test_a_bad_baseline_run_gets_one_line_and_exit_2(observed, argv, says):
 def test_predict_shows_the_observed_setting_beside_what_was_observed(observed):
     store, _ = observed
     train = _by_loader_line(store)["train"]
-    out = cli_in_process("predict", "--workload", "tensor", "--model", "mlp", "--image-size", "8", "--width", "8",
-                         "--device", "cpu", "--baseline-run", train["run_id"], db=store)
+    out = cli_in_process(
+        "predict",
+        "--workload",
+        "tensor",
+        "--model",
+        "mlp",
+        "--image-size",
+        "8",
+        "--width",
+        "8",
+        "--device",
+        "cpu",
+        "--baseline-run",
+        train["run_id"],
+        db=store,
+    )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("processes, 2 workers, depth 3, batch 32"), out.stdout   # the observed setting
+    assert out.stdout.startswith("processes, 2 workers, depth 3, batch 32"), out.stdout  # the observed setting
     assert f"observed ({train['run_id']}" in out.stdout and "predicted / observed" in out.stdout
 
 
@@ -271,13 +334,21 @@ def test_tune_from_an_observed_run_answers_with_a_95_interval(observed):
     store, _ = observed
     train = _by_loader_line(store)["train"]
     tiny = {"n_samples": 256, "image_size": 8, "width": 8, "device": "cpu", "sample_hz": 0.0}
-    result = tune("tensor", "mlp", budget_s=1800, db=store, base=tiny, progress=False, space=[{"loader": "sync"}],
-                  baseline=resolve_baseline(None, train["run_id"], db=store))
+    result = tune(
+        "tensor",
+        "mlp",
+        budget_s=1800,
+        db=store,
+        base=tiny,
+        progress=False,
+        space=[{"loader": "sync"}],
+        baseline=resolve_baseline(None, train["run_id"], db=store),
+    )
     yours = result.configs[0]
     assert (yours.loader, yours.workers, yours.prefetch_depth, yours.batch_size) == ("processes", 2, 3, 32)
     text = result.render()
     assert "your setup (processes, 2 workers, depth 3, batch 32" in text
-    if result.best_idx != 0:   # the best is another setting: confirmed against yours, with its interval
+    if result.best_idx != 0:  # the best is another setting: confirmed against yours, with its interval
         assert "95% CI" in text and not math.isnan(result.comparison["speedup_lo"]), text
     else:
         assert "your setup (processes, 2 workers, depth 3, batch 32) was the fastest measured" in text
@@ -286,13 +357,13 @@ def test_tune_from_an_observed_run_answers_with_a_95_interval(observed):
 SLOW = ROOT / "tests" / "engine" / "observed" / "slow_items.py"
 
 
-def test_observe_returns_with_its_runs_and_those_that_waited_stored_each_with_a_verdict_and_a_bound(observed,
-                                                                                                     tmp_path):
+def test_observe_returns_with_its_runs_and_those_that_waited_stored_each_with_a_verdict_and_a_bound(observed, tmp_path):
     """Items that wait ~3 ms each, num_workers=0: the run is stored when observe returns, with the lab's verdict
     (the data wait dominates the loop), a bound no larger than its epoch and what to change; a RunLog that
     waited for this store (another run's, not yet stored) is stored by the same command."""
     from engine.runlog import claim
     from engine.store import pending_summary
+
     store = tmp_path / "s.duckdb"
     waited = next((observed[0].parent / "runs").glob("obs-*"))
     copy = tmp_path / "runs" / waited.name
@@ -319,8 +390,9 @@ def test_observe_returns_with_its_runs_and_those_that_waited_stored_each_with_a_
     assert f"{run['verdict']} · bound {run['bound_s']:.3f} s" in out.stderr  # the CLI says it when observe returns
     # the lab's verdict on the training loader of the two-loader fixture too, not only on a sync loop
     with duckdb.connect(str(observed[0]), read_only=True) as conn:
-        fixture = conn.execute("SELECT verdict, bound_s, verdict_help, bound_note FROM runs "
-                               "WHERE source = 'observed'").fetchall()
+        fixture = conn.execute(
+            "SELECT verdict, bound_s, verdict_help, bound_note FROM runs WHERE source = 'observed'"
+        ).fetchall()
     assert len(fixture) == 2
     for verdict, bound_s, help_, note in fixture:
         assert verdict in VERDICTS and bound_s > 0 and help_, note

@@ -1,6 +1,6 @@
 """Every workload with every kind of model: the lab's data with the user's model, the user's data with the lab's.
 
-    .venv/bin/python -m pytest tests/engine/test_plugin_pairings.py -q
+.venv/bin/python -m pytest tests/engine/test_plugin_pairings.py -q
 """
 
 from __future__ import annotations
@@ -19,8 +19,16 @@ from examples.own_pipeline.data import make_folder
 USER_DATA = "examples.own_pipeline.data:build"
 USER_MODEL = "examples.own_pipeline.nets:resnet"
 BUILT_IN_WORKLOADS = ["tensor", "jpeg", "pyloop", "folder"]
-TINY = {"n_samples": 16, "num_classes": 4, "image_size": 16, "width": 8, "depth": 1, "batch_size": 8, "epochs": 2,
-        "bound": False}
+TINY = {
+    "n_samples": 16,
+    "num_classes": 4,
+    "image_size": 16,
+    "width": 8,
+    "depth": 1,
+    "batch_size": 8,
+    "epochs": 2,
+    "bound": False,
+}
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +41,9 @@ def folder(tmp_path_factory) -> str:
 def test_preflight_passes_every_workload_with_every_kind_of_model(workload, model, folder):
     """The check of every label read `dataset.inner`, which only a plugin's dataset has: any plugin model on a
     built-in workload failed before it ran."""
-    cfg = RunConfig.from_dict({**TINY, "workload": workload, "model": model,
-                               **({"folder": folder} if workload == "folder" else {})})
+    cfg = RunConfig.from_dict(
+        {**TINY, "workload": workload, "model": model, **({"folder": folder} if workload == "folder" else {})}
+    )
     meta = preflight(cfg)
     assert ("code_hash" in meta) == (USER_MODEL == model or USER_DATA == workload)
 
@@ -42,9 +51,31 @@ def test_preflight_passes_every_workload_with_every_kind_of_model(workload, mode
 @pytest.mark.parametrize("workload, model", [("jpeg", USER_MODEL), (USER_DATA, "cnn")])
 def test_the_users_model_runs_on_the_labs_data_and_back_from_the_cli(store, workload, model):
     """`python -m engine run --workload jpeg --model examples.own_pipeline.nets:resnet`, the project's own example."""
-    args = ["run", "--workload", workload, "--model", model, "--n-samples", "16", "--num-classes", "4",
-            "--image-size", "16", "--width", "8", "--depth", "1", "--batch-size", "8", "--epochs", "2", "--no-bound",
-            "--quiet", "--db", str(store)]
+    args = [
+        "run",
+        "--workload",
+        workload,
+        "--model",
+        model,
+        "--n-samples",
+        "16",
+        "--num-classes",
+        "4",
+        "--image-size",
+        "16",
+        "--width",
+        "8",
+        "--depth",
+        "1",
+        "--batch-size",
+        "8",
+        "--epochs",
+        "2",
+        "--no-bound",
+        "--quiet",
+        "--db",
+        str(store),
+    ]
     assert main(args) == 0
     with duckdb.connect(str(store), read_only=True) as conn:
         rows = conn.execute("SELECT status, workload, model FROM runs").fetchall()

@@ -1,6 +1,6 @@
 """The user's own dataset and model ('module.path:callable' specs): the contract, every guarantee, bad plugins.
 
-    .venv/bin/python -m pytest tests/engine/test_plugins.py -q
+.venv/bin/python -m pytest tests/engine/test_plugins.py -q
 """
 
 from __future__ import annotations
@@ -23,8 +23,16 @@ from engine.workloads import build_dataset
 from tests.engine._mode_runs import launch_mode, run_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = {"workload": "examples.own_pipeline.data:build", "model": "examples.own_pipeline.nets:resnet",
-           "n_samples": 32, "num_classes": 4, "image_size": 16, "width": 8, "depth": 1, "batch_size": 16}
+EXAMPLE = {
+    "workload": "examples.own_pipeline.data:build",
+    "model": "examples.own_pipeline.nets:resnet",
+    "n_samples": 32,
+    "num_classes": 4,
+    "image_size": 16,
+    "width": 8,
+    "depth": 1,
+    "batch_size": 16,
+}
 
 PLUGIN = '''
 import random
@@ -211,8 +219,17 @@ def plug(tmp_path, monkeypatch) -> str:
 
 
 def fields_of(plug: str, **fields) -> dict:
-    return {"workload": f"{plug}:data", "model": f"{plug}:net", "n_samples": 24, "image_size": 8, "batch_size": 8,
-            "epochs": 2, "bound": False, "sample_hz": 2.0, **fields}
+    return {
+        "workload": f"{plug}:data",
+        "model": f"{plug}:net",
+        "n_samples": 24,
+        "image_size": 8,
+        "batch_size": 8,
+        "epochs": 2,
+        "bound": False,
+        "sample_hz": 2.0,
+        **fields,
+    }
 
 
 def tiny(plug: str, **fields) -> RunConfig:
@@ -225,8 +242,12 @@ def tiny(plug: str, **fields) -> RunConfig:
 def test_config_takes_specs_and_names_the_field_for_garbage():
     cfg = RunConfig.from_dict({"workload": "mypkg.data:build", "model": "mypkg.nets:Net", "loss": "m:f"})
     assert (cfg.workload, cfg.model, cfg.collate, cfg.loss) == ("mypkg.data:build", "mypkg.nets:Net", "", "m:f")
-    for field, value in (("workload", "mypkg.data"), ("model", "a:b:c"), ("collate", "no spaces: x"),
-                         ("loss", "1pkg:f")):
+    for field, value in (
+        ("workload", "mypkg.data"),
+        ("model", "a:b:c"),
+        ("collate", "no spaces: x"),
+        ("loss", "1pkg:f"),
+    ):
         with pytest.raises(ConfigError) as err:
             RunConfig.from_dict({field: value})
         assert err.value.field == field and "module.path:callable" in err.value.message
@@ -244,8 +265,14 @@ def test_the_factory_gets_the_config_fields_it_asks_for(plug):
 
     seen = build_model(tiny(plug, model=f"{plug}:kw_net", lr=0.125, width=16), (3, 8, 8), 5).seen
     assert seen["lr"] == 0.125 and seen["in_shape"] == (3, 8, 8) and seen["num_classes"] == 5 and seen["width"] == 16
-    b = build_model(tiny(plug, model=f"{plug}:kw_net", width_b=4, mode="dual-threads"), (3, 8, 8), 5,
-                    arch=f"{plug}:kw_net", width=4, field="model_b")
+    b = build_model(
+        tiny(plug, model=f"{plug}:kw_net", width_b=4, mode="dual-threads"),
+        (3, 8, 8),
+        5,
+        arch=f"{plug}:kw_net",
+        width=4,
+        field="model_b",
+    )
     assert b.seen["width"] == 4  # model_b's own width
 
 
@@ -295,8 +322,7 @@ def test_a_dataset_that_draws_global_generators_keeps_the_lock_says_so_and_stays
     assert ds.items_serialised and "one at a time" in ds.serial_note and "thread_safe = True" in ds.serial_note
     assert most == 1
     ref = _batches(tiny(plug, workload=f"{plug}:waits_global", n_samples=32), "sync", 1)
-    assert len(got) == len(ref) and all(torch.equal(x, rx) and torch.equal(y, ry)
-                                        for (x, y), (rx, ry) in zip(got, ref))
+    assert len(got) == len(ref) and all(torch.equal(x, rx) and torch.equal(y, ry) for (x, y), (rx, ry) in zip(got, ref))
     # the draws do shape the items: another epoch's items differ, so the equality above is not vacuous
     other = _batches(tiny(plug, workload=f"{plug}:waits_global", n_samples=32), "sync", 2)
     sums = [sorted(torch.cat([x for x, _ in batches]).sum(1).tolist()) for batches in (ref, other)]
@@ -306,31 +332,59 @@ def test_a_dataset_that_draws_global_generators_keeps_the_lock_says_so_and_stays
 # ---------------------------------------------------------------------------- bad plugins
 
 
-@pytest.mark.parametrize("fields, field, words", [
-    ({"workload": "no_such_module_xyz:build"}, "workload", "cannot be imported"),
-    ({"workload": "{p}:nope"}, "workload", "has no 'nope'"),
-    ({"workload": "{p}:BROKEN"}, "workload", "not callable"),
-    ({"workload": "{p}:raises"}, "workload", "disk on fire"),
-    ({"workload": "{p}:needs_more"}, "workload", "colour"),
-    ({"workload": "{p}:not_a_dataset"}, "workload", "map-style"),
-    ({"workload": "{p}:numpy_items"}, "workload", "not a tensor"),
-    ({"workload": "{p}:big_labels", "num_classes": 2}, "workload", "out of range"),
-    ({"workload": "{p}:listed_late_label"}, "workload", "label 9 of item 7 (in the dataset's targets) is out of range"),
-    ({"workload": "{p}:big_labels", "loader": "processes", "workers": 1, "start_method": "spawn"}, "workload",
-     "pickle"),
-    ({"model": "{p}:not_a_module"}, "model", "nn.Module"),
-    # --num-classes given and the labels within it: the model is at fault, named with what it returned
-    ({"workload": "{p}:big_labels", "model": "{p}:two_logits", "num_classes": 10}, "model",
-     "'{p}:two_logits' returned 2 logits per sample, but it was built for num_classes=10"),
-    ({"collate": "{p}:bad_collate"}, "collate", "cannot stack"),
-    ({"loss": "{p}:per_sample_loss"}, "loss", "scalar"),
-    ({"model": "{p}:tree", "mode": "split"}, "model", "stages()"),
-    ({"model": "{p}:batchnorm", "mode": "fused"}, "model", "running statistics"),
-    ({"model": "{p}:item_net", "mode": "fused"}, "model", "vmap"),
-])
+@pytest.mark.parametrize(
+    "fields, field, words",
+    [
+        ({"workload": "no_such_module_xyz:build"}, "workload", "cannot be imported"),
+        ({"workload": "{p}:nope"}, "workload", "has no 'nope'"),
+        ({"workload": "{p}:BROKEN"}, "workload", "not callable"),
+        ({"workload": "{p}:raises"}, "workload", "disk on fire"),
+        ({"workload": "{p}:needs_more"}, "workload", "colour"),
+        ({"workload": "{p}:not_a_dataset"}, "workload", "map-style"),
+        ({"workload": "{p}:numpy_items"}, "workload", "not a tensor"),
+        ({"workload": "{p}:big_labels", "num_classes": 2}, "workload", "out of range"),
+        (
+            {"workload": "{p}:listed_late_label"},
+            "workload",
+            "label 9 of item 7 (in the dataset's targets) is out of range",
+        ),
+        (
+            {"workload": "{p}:big_labels", "loader": "processes", "workers": 1, "start_method": "spawn"},
+            "workload",
+            "pickle",
+        ),
+        ({"model": "{p}:not_a_module"}, "model", "nn.Module"),
+        # --num-classes given and the labels within it: the model is at fault, named with what it returned
+        (
+            {"workload": "{p}:big_labels", "model": "{p}:two_logits", "num_classes": 10},
+            "model",
+            "'{p}:two_logits' returned 2 logits per sample, but it was built for num_classes=10",
+        ),
+        ({"collate": "{p}:bad_collate"}, "collate", "cannot stack"),
+        ({"loss": "{p}:per_sample_loss"}, "loss", "scalar"),
+        ({"model": "{p}:tree", "mode": "split"}, "model", "stages()"),
+        ({"model": "{p}:batchnorm", "mode": "fused"}, "model", "running statistics"),
+        ({"model": "{p}:item_net", "mode": "fused"}, "model", "vmap"),
+    ],
+)
 def test_a_bad_plugin_exits_2_naming_the_field_and_stores_nothing(plug, store, capsys, fields, field, words):
-    args = ["run", "--workload", f"{plug}:data", "--model", f"{plug}:net", "--n-samples", "8", "--image-size", "8",
-            "--batch-size", "4", "--epochs", "2", "--db", str(store)]
+    args = [
+        "run",
+        "--workload",
+        f"{plug}:data",
+        "--model",
+        f"{plug}:net",
+        "--n-samples",
+        "8",
+        "--image-size",
+        "8",
+        "--batch-size",
+        "4",
+        "--epochs",
+        "2",
+        "--db",
+        str(store),
+    ]
     for k, v in fields.items():
         args += ["--" + k.replace("_", "-"), str(v).format(p=plug)]
     assert main(args) == 2
@@ -344,16 +398,50 @@ def test_a_bad_plugin_exits_2_naming_the_field_and_stores_nothing(plug, store, c
 
 def test_a_fixed_two_logit_head_over_an_undeclared_two_class_dataset_runs(plug, store):
     """num_classes left auto: LoaderLab's default of 10 is not the user's, so a plugin that ran before still runs."""
-    args = ["run", "--workload", f"{plug}:two_classes", "--model", f"{plug}:two_logits", "--n-samples", "8",
-            "--image-size", "8", "--batch-size", "4", "--epochs", "2", "--no-bound", "--quiet", "--db", str(store)]
+    args = [
+        "run",
+        "--workload",
+        f"{plug}:two_classes",
+        "--model",
+        f"{plug}:two_logits",
+        "--n-samples",
+        "8",
+        "--image-size",
+        "8",
+        "--batch-size",
+        "4",
+        "--epochs",
+        "2",
+        "--no-bound",
+        "--quiet",
+        "--db",
+        str(store),
+    ]
     assert main(args) == 0
     with duckdb.connect(str(store), read_only=True) as conn:
         assert conn.execute("SELECT status, num_classes FROM runs").fetchall() == [("done", 0)]  # auto, as it ran
 
 
 def test_a_num_classes_the_user_set_and_the_model_ignores_is_refused(plug, store, capsys):
-    args = ["run", "--workload", f"{plug}:two_classes", "--model", f"{plug}:two_logits", "--num-classes", "3",
-            "--n-samples", "8", "--image-size", "8", "--batch-size", "4", "--epochs", "2", "--db", str(store)]
+    args = [
+        "run",
+        "--workload",
+        f"{plug}:two_classes",
+        "--model",
+        f"{plug}:two_logits",
+        "--num-classes",
+        "3",
+        "--n-samples",
+        "8",
+        "--image-size",
+        "8",
+        "--batch-size",
+        "4",
+        "--epochs",
+        "2",
+        "--db",
+        str(store),
+    ]
     assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "returned 2 logits per sample, but it was built for num_classes=3" in err[0], err
@@ -361,8 +449,25 @@ def test_a_num_classes_the_user_set_and_the_model_ignores_is_refused(plug, store
 
 def test_a_bad_label_past_the_preflight_batch_fails_the_run_naming_the_item(plug, store, capsys):
     """Without a list of targets only the run meets it: the failure says which item and what to do."""
-    args = ["run", "--workload", f"{plug}:unlisted_late_label", "--model", f"{plug}:net", "--n-samples", "32",
-            "--image-size", "8", "--batch-size", "8", "--epochs", "2", "--no-bound", "--quiet", "--db", str(store)]
+    args = [
+        "run",
+        "--workload",
+        f"{plug}:unlisted_late_label",
+        "--model",
+        f"{plug}:net",
+        "--n-samples",
+        "32",
+        "--image-size",
+        "8",
+        "--batch-size",
+        "8",
+        "--epochs",
+        "2",
+        "--no-bound",
+        "--quiet",
+        "--db",
+        str(store),
+    ]
     assert main(args) == 1
     err = capsys.readouterr().err
     assert f"of '{plug}:unlisted_late_label': label 9 is out of range for the model's 3 logits" in err, err
@@ -376,8 +481,9 @@ def test_preflight_sees_the_code_as_it_is_now_from_the_folder_it_is_given(tmp_pa
     for folder, body in ((a, PLUGIN + "\ndef data(**_):\n    raise RuntimeError('bug v1')\n"), (b, PLUGIN)):
         folder.mkdir()
         (folder / f"{name}.py").write_text(body)
-    cfg = RunConfig.from_dict({"workload": f"{name}:data", "model": f"{name}:net", "n_samples": 8, "image_size": 8,
-                               "batch_size": 4})
+    cfg = RunConfig.from_dict(
+        {"workload": f"{name}:data", "model": f"{name}:net", "n_samples": 8, "image_size": 8, "batch_size": 4}
+    )
     with pytest.raises(ConfigError, match="bug v1"):
         preflight(cfg, cwd=str(a))
     in_b = preflight(cfg, cwd=str(b))["code_hash"]  # another folder's module of the same name: its own code
@@ -394,18 +500,53 @@ def test_a_users_module_named_like_a_checkout_module_is_theirs(store, tmp_path):
     import sys  # noqa: PLC0415
 
     (tmp_path / "app.py").write_text(PLUGIN)
-    out = subprocess.run([sys.executable, "-m", "engine", "run", "--workload", "app:data", "--model", "app:net",
-                          "--n-samples", "16", "--image-size", "8", "--batch-size", "8", "--epochs", "2", "--no-bound",
-                          "--quiet", "--db", str(store)], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "engine",
+            "run",
+            "--workload",
+            "app:data",
+            "--model",
+            "app:net",
+            "--n-samples",
+            "16",
+            "--image-size",
+            "8",
+            "--batch-size",
+            "8",
+            "--epochs",
+            "2",
+            "--no-bound",
+            "--quiet",
+            "--db",
+            str(store),
+        ],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     with duckdb.connect(str(store), read_only=True) as conn:
         assert conn.execute("SELECT status, workload FROM runs").fetchall() == [("done", "app:data")]
 
 
 def test_dry_run_tries_the_plugin_without_running(plug, store, capsys):
-    args = ["run", "--dry-run", "--workload", f"{plug}:data", "--n-samples", "8", "--image-size", "8",
-            "--db", str(store)]
+    args = [
+        "run",
+        "--dry-run",
+        "--workload",
+        f"{plug}:data",
+        "--n-samples",
+        "8",
+        "--image-size",
+        "8",
+        "--db",
+        str(store),
+    ]
     assert main([*args, "--model", f"{plug}:net"]) == 0 and f"{plug}:net" in capsys.readouterr().out
     assert main([*args, "--model", f"{plug}:not_a_module"]) == 2 and "model: " in capsys.readouterr().err
     assert not (store.parent / "runs").exists()
@@ -413,8 +554,10 @@ def test_dry_run_tries_the_plugin_without_running(plug, store, capsys):
 
 def test_a_bad_grid_point_fails_the_sweep_before_any_run(plug, store, tmp_path, capsys):
     toml = tmp_path / "s.toml"
-    toml.write_text(f'name = "bad"\n[base]\nn_samples = 8\nimage_size = 8\nbatch_size = 4\nepochs = 2\n'
-                    f'workload = "{plug}:data"\n[grid]\nmodel = ["{plug}:net", "{plug}:not_a_module"]\n')
+    toml.write_text(
+        f'name = "bad"\n[base]\nn_samples = 8\nimage_size = 8\nbatch_size = 4\nepochs = 2\n'
+        f'workload = "{plug}:data"\n[grid]\nmodel = ["{plug}:net", "{plug}:not_a_module"]\n'
+    )
     assert main(["sweep", str(toml), "--quiet", "--db", str(store)]) == 2
     assert "model: " in capsys.readouterr().err
     assert not (store.parent / "runs").exists() or not any((store.parent / "runs").iterdir())
@@ -433,10 +576,17 @@ def test_custom_collate_and_loss_and_stages_run(plug):
     assert _LOSS[0] is torch.nn.functional.cross_entropy  # a run without `loss` is back to cross-entropy
 
 
-@pytest.mark.parametrize("mode, extra", [
-    ("single", {}), ("fused", {"n_models": 2}), ("dual-sequential", {}), ("dual-threads", {}), ("dual-processes", {}),
-    ("split", {"n_stages": 2}),
-])
+@pytest.mark.parametrize(
+    "mode, extra",
+    [
+        ("single", {}),
+        ("fused", {"n_models": 2}),
+        ("dual-sequential", {}),
+        ("dual-threads", {}),
+        ("dual-processes", {}),
+        ("split", {"n_stages": 2}),
+    ],
+)
 def test_the_example_runs_in_every_mode_that_applies(mode, extra):
     events, summary = run_in_process(mode, **{**EXAMPLE, "epochs": 2, **extra})
     models = {e["model_idx"] for e in events}
@@ -458,8 +608,9 @@ def test_a_plugin_run_is_stored_with_its_bound_and_code_hash(store):
     result, _ = launch_mode(store, **EXAMPLE, bound=True, loader="threads", workers=2)
     assert result.status == "done", result.error
     with duckdb.connect(str(store), read_only=True) as conn:
-        row = conn.execute("SELECT workload, n_samples, num_classes, bound_s, efficiency, bound_error, code_hash "
-                           "FROM runs").fetchone()
+        row = conn.execute(
+            "SELECT workload, n_samples, num_classes, bound_s, efficiency, bound_error, code_hash FROM runs"
+        ).fetchone()
     assert row[:3] == (EXAMPLE["workload"], 32, 4)
     assert row[3] > 0 and row[4] > 0 and row[5] is None  # (no verdict assertion: a busy machine may flag it stale)
     assert row[6] == code_hash([EXAMPLE["workload"], EXAMPLE["model"]]) and len(row[6]) == 64
@@ -494,8 +645,21 @@ def _stored_run(runs: Path, run_id: str, digest: str | None, db: Path) -> None:
     with RunLog(runs / run_id) as rl:
         rl.write("start", run_id=run_id, config=cfg, host={"hostname": "h"}, code_hash=digest)
         for ep in range(2):
-            rl.write("epoch", model_idx=0, rank=0, epoch=ep, warmup=ep == 0, wall_s=1.0, samples=10, ttfb_s=0.1,
-                     data_wait_s=0.1, h2d_s=0.0, compute_s=0.8, n_steps=1, steps=[[0, 0.1, 0.0, 0.8, 0.9]])
+            rl.write(
+                "epoch",
+                model_idx=0,
+                rank=0,
+                epoch=ep,
+                warmup=ep == 0,
+                wall_s=1.0,
+                samples=10,
+                ttfb_s=0.1,
+                data_wait_s=0.1,
+                h2d_s=0.0,
+                compute_s=0.8,
+                n_steps=1,
+                steps=[[0, 0.1, 0.0, 0.8, 0.9]],
+            )
         rl.write("end", status="done", error=None)
     ingest_run(runs / run_id, db=db)
 
@@ -515,10 +679,23 @@ def test_speedups_never_pair_runs_of_different_code():
     from engine.analysis.stats import speedup_vs_sequential  # noqa: PLC0415
 
     base = RunConfig(workload="m:d", model="m:n").to_dict()
-    rows = [{**base, "run_id": f"{mode}{h}{i}", "sweep_id": "s", "host_fingerprint": "h", "status": "done",
-             "mode": mode, "n_models": 2 if mode == "fused" else 1, "code_hash": h, "devices": "[]",
-             "samples_per_s": 100.0 * (2 if mode == "fused" else 1)}
-            for mode in ("single", "fused") for h in ("x", "y") for i in range(2)]
+    rows = [
+        {
+            **base,
+            "run_id": f"{mode}{h}{i}",
+            "sweep_id": "s",
+            "host_fingerprint": "h",
+            "status": "done",
+            "mode": mode,
+            "n_models": 2 if mode == "fused" else 1,
+            "code_hash": h,
+            "devices": "[]",
+            "samples_per_s": 100.0 * (2 if mode == "fused" else 1),
+        }
+        for mode in ("single", "fused")
+        for h in ("x", "y")
+        for i in range(2)
+    ]
     rows = [r for r in rows if not (r["mode"] == "single" and r["code_hash"] == "y")]  # code y has no baseline
     out = speedup_vs_sequential(pd.DataFrame(rows)).set_index("code_hash")
     assert out.loc["x", "baseline_n"] == 2 and out.loc["y", "baseline_n"] == 0
@@ -549,8 +726,10 @@ def test_registered_plugins_come_from_the_servers_file_only(tmp_path, monkeypatc
     monkeypatch.setenv("LOADERLAB_PLUGINS", str(path))
     assert registered() == {}
     path.write_text('[my_images]\nworkload = "mypkg.data:build"\n[small-resnet]\nmodel = "mypkg.nets:resnet"\n')
-    assert registered() == {"my_images": {"workload": "mypkg.data:build"},
-                            "small-resnet": {"model": "mypkg.nets:resnet"}}
+    assert registered() == {
+        "my_images": {"workload": "mypkg.data:build"},
+        "small-resnet": {"model": "mypkg.nets:resnet"},
+    }
     monkeypatch.setenv("LOADERLAB_PLUGINS", str(ROOT / "examples" / "own_pipeline" / "plugins.toml"))
     assert registered() == {"own_images": {"workload": EXAMPLE["workload"]}, "own_resnet": {"model": EXAMPLE["model"]}}
     monkeypatch.setenv("LOADERLAB_PLUGINS", str(path))
@@ -579,10 +758,34 @@ def test_the_users_module_is_found_from_pythonpath_or_the_current_directory(stor
     name = f"mine_{secrets.token_hex(4)}"
     (tmp_path / f"{name}.py").write_text(PLUGIN)
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}" if where == "PYTHONPATH" else str(ROOT)}
-    out = subprocess.run([sys.executable, "-m", "engine", "run", "--workload", f"{name}:data", "--model", f"{name}:net",
-                          "--n-samples", "16", "--image-size", "8", "--batch-size", "8", "--epochs", "2", "--no-bound",
-                          "--db", str(store)], cwd=tmp_path if where == "current directory" else ROOT, env=env,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "engine",
+            "run",
+            "--workload",
+            f"{name}:data",
+            "--model",
+            f"{name}:net",
+            "--n-samples",
+            "16",
+            "--image-size",
+            "8",
+            "--batch-size",
+            "8",
+            "--epochs",
+            "2",
+            "--no-bound",
+            "--db",
+            str(store),
+        ],
+        cwd=tmp_path if where == "current directory" else ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     with duckdb.connect(str(store), read_only=True) as conn:
         assert conn.execute("SELECT status, workload FROM runs").fetchall() == [("done", f"{name}:data")]

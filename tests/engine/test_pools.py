@@ -21,23 +21,45 @@ from engine.run.runner import launch
 from engine.store import get_run
 from engine.workloads import build_dataset
 
-SPECTRO = {"workload": "bench.pipelines.spectrogram:build", "model": "bench.pipelines.spectrogram:model",
-           "n_samples": 16, "batch_size": 8, "device": "cpu", "threads": 1}
+SPECTRO = {
+    "workload": "bench.pipelines.spectrogram:build",
+    "model": "bench.pipelines.spectrogram:model",
+    "n_samples": 16,
+    "batch_size": 8,
+    "device": "cpu",
+    "threads": 1,
+}
 PLACE = {"sync": "training", "prefetch": "producer", "threads": "producer", "processes": "worker"}
 
 np.ones(1)  # numpy's BLAS is loaded: the pools below are seen
 # NOTE: serial: run one at a time before the parallel part, as pytest-xdist's workers cap OpenBLAS at 1 thread
 # (tests/conftest.py), where every test here would skip
-pytestmark = [pytest.mark.serial,
-              pytest.mark.skipif(not any(p["threads"] > 1 for p in hidden_pools()),
-                                 reason="numpy's BLAS runs one thread here (one core?): nothing to cap")]
-TOKENS = {"workload": "bench.pipelines.tokenizer:build", "model": "bench.pipelines.tokenizer:model",
-          "n_samples": 64, "batch_size": 16, "device": "cpu", "threads": 1}
+pytestmark = [
+    pytest.mark.serial,
+    pytest.mark.skipif(
+        not any(p["threads"] > 1 for p in hidden_pools()),
+        reason="numpy's BLAS runs one thread here (one core?): nothing to cap",
+    ),
+]
+TOKENS = {
+    "workload": "bench.pipelines.tokenizer:build",
+    "model": "bench.pipelines.tokenizer:model",
+    "n_samples": 64,
+    "batch_size": 16,
+    "device": "cpu",
+    "threads": 1,
+}
 
 
 def _load(loader: str, transform_threads: int) -> list[dict]:
-    cfg = RunConfig.from_dict({**SPECTRO, "loader": loader, "workers": 2 if loader in ("threads", "processes") else 0,
-                               "transform_threads": transform_threads})
+    cfg = RunConfig.from_dict(
+        {
+            **SPECTRO,
+            "loader": loader,
+            "workers": 2 if loader in ("threads", "processes") else 0,
+            "transform_threads": transform_threads,
+        }
+    )
     with open_loader(build_dataset(cfg), cfg, torch.device("cpu")) as it:
         assert len(list(it.epoch(1))) == 2
     return seen_pools()[PLACE[loader]]
@@ -52,14 +74,18 @@ def test_transform_threads_caps_the_pools_where_items_load_and_close_gives_them_
 
 
 def test_the_record_counts_a_pool_per_worker_process_and_once_per_process_of_threads():
-    seen = {"worker": [{"api": "openblas", "lib": "libopenblas", "threads": 4}],
-            "producer": [{"api": "openblas", "lib": "libopenblas", "threads": 4}]}
+    seen = {
+        "worker": [{"api": "openblas", "lib": "libopenblas", "threads": 4}],
+        "producer": [{"api": "openblas", "lib": "libopenblas", "threads": 4}],
+    }
     assert pools_record(seen, "processes", 3)["extra_threads"] == 9  # three processes, three pools
     assert pools_record(seen, "threads", 3)["extra_threads"] == 3  # one process: one pool, whatever calls it
     assert pools_record(seen, "sync", 0)["extra_threads"] == 0  # sync loads in the training thread: none seen there
     assert json.loads(pools_record(seen, "sync", 0)["thread_pools"]) == seen
-    assert pool_fix(pools_record(seen, "processes", 3)["thread_pools"], "processes") == \
-        "openblas (libopenblas) 4 threads in each loader worker: set transform_threads=1"
+    assert (
+        pool_fix(pools_record(seen, "processes", 3)["thread_pools"], "processes")
+        == "openblas (libopenblas) 4 threads in each loader worker: set transform_threads=1"
+    )
     with threadpool_limits(limits=1):
         assert pool_fix(json.dumps({"worker": hidden_pools()}), "processes") is None  # one thread: nothing hidden
 

@@ -43,19 +43,32 @@ def probes(draw: st.DrawFn) -> dict:
     pool = draw(st.integers(1, 8))
     # NOTE: the multi-thread step runs 0.2-3x the one-thread step: threads may slow a small model's step (0.60 s on
     # 2 threads against 0.44 s on 1, measured), and the model must hold its properties there too
-    return {"batch_size": 64, "n_samples": draw(st.integers(64, 8192)), "cores": float(draw(st.integers(1, 16))),
-            "default_threads": threads, "device": "cpu", "load_cpu_s": cpu, "load_wall_s": cpu + draw(seconds),
-            "gil_share": draw(st.none() | st.floats(0.0, 1.0)), "step_gil_share": draw(st.none() | st.floats(0, 1)),
-            "step_beside_python": draw(st.floats(1.0, 4.0)), "spread": draw(st.floats(0.0, 0.5)),
-            "pools": [{"api": "openblas", "lib": "libopenblas", "threads": pool}] if pool > 1 else [],
-            "pool_spin_s": draw(seconds) if pool > 1 else 0.0,
-            # the load's median wall: its CPU spread over the pool's threads by the share of them that worked
-            "load_median_wall_s": cpu / (1 + draw(st.floats(0.0, 1.0)) * (pool - 1)),
-            # a worker process's hand-off of a batch, and the training process's serial side of it (at most that)
-            **(lambda hand: {"handoff_s": hand, "receive_s": hand * draw(st.floats(0.0, 1.0))})(draw(seconds)),
-            "compute": {"1": {"wall_s": one, "cpu_s": one * draw(st.floats(0.5, 1.0))},
-                        str(threads): {"wall_s": one * draw(st.floats(0.2, 3.0)),
-                                       "cpu_s": one * draw(st.floats(0.5, float(threads)))}}}
+    return {
+        "batch_size": 64,
+        "n_samples": draw(st.integers(64, 8192)),
+        "cores": float(draw(st.integers(1, 16))),
+        "default_threads": threads,
+        "device": "cpu",
+        "load_cpu_s": cpu,
+        "load_wall_s": cpu + draw(seconds),
+        "gil_share": draw(st.none() | st.floats(0.0, 1.0)),
+        "step_gil_share": draw(st.none() | st.floats(0, 1)),
+        "step_beside_python": draw(st.floats(1.0, 4.0)),
+        "spread": draw(st.floats(0.0, 0.5)),
+        "pools": [{"api": "openblas", "lib": "libopenblas", "threads": pool}] if pool > 1 else [],
+        "pool_spin_s": draw(seconds) if pool > 1 else 0.0,
+        # the load's median wall: its CPU spread over the pool's threads by the share of them that worked
+        "load_median_wall_s": cpu / (1 + draw(st.floats(0.0, 1.0)) * (pool - 1)),
+        # a worker process's hand-off of a batch, and the training process's serial side of it (at most that)
+        **(lambda hand: {"handoff_s": hand, "receive_s": hand * draw(st.floats(0.0, 1.0))})(draw(seconds)),
+        "compute": {
+            "1": {"wall_s": one, "cpu_s": one * draw(st.floats(0.5, 1.0))},
+            str(threads): {
+                "wall_s": one * draw(st.floats(0.2, 3.0)),
+                "cpu_s": one * draw(st.floats(0.5, float(threads))),
+            },
+        },
+    }
 
 
 loaders = st.sampled_from(["sync", "prefetch", "threads", "processes"])
@@ -63,7 +76,8 @@ loaders = st.sampled_from(["sync", "prefetch", "threads", "processes"])
 
 def _cfg(loader: str, workers: int, threads: int, base: RunConfig | None = None) -> RunConfig:
     return (base or RunConfig(device="cpu")).replace(
-        loader=loader, workers=workers if loader in ("threads", "processes", "spdl") else 0, threads=threads)
+        loader=loader, workers=workers if loader in ("threads", "processes", "spdl") else 0, threads=threads
+    )
 
 
 @settings(max_examples=300, deadline=None)
@@ -95,7 +109,8 @@ def test_more_process_workers_never_slow_a_setting_that_fits_the_cores(p: dict, 
 @settings(max_examples=300, deadline=None)
 @given(probes(), st.integers(1, 64), st.integers(1, 16), st.integers(1, 64))
 def test_a_workers_batch_is_never_predicted_faster_than_the_one_thread_load_plus_its_hand_off(
-        p: dict, workers: int, threads: int, cores: int) -> None:
+    p: dict, workers: int, threads: int, cores: int
+) -> None:
     p = {**p, "pools": []}
     batches = math.ceil(p["n_samples"] / p["batch_size"])
     epoch = predict(_cfg("processes", workers, threads), p, cores).epoch_s
@@ -104,8 +119,9 @@ def test_a_workers_batch_is_never_predicted_faster_than_the_one_thread_load_plus
 
 @settings(max_examples=300, deadline=None)
 @given(probes(), st.integers(1, 64), st.integers(1, 16), st.integers(1, 64))
-def test_more_workers_never_predict_faster_than_the_receiving_side_allows(p: dict, workers: int, threads: int,
-                                                                        cores: int) -> None:
+def test_more_workers_never_predict_faster_than_the_receiving_side_allows(
+    p: dict, workers: int, threads: int, cores: int
+) -> None:
     batches = math.ceil(p["n_samples"] / p["batch_size"])
     epoch = predict(_cfg("processes", workers, threads), p, cores).epoch_s
     assert epoch >= batches * p["receive_s"] * (1 - 1e-9)
@@ -122,10 +138,16 @@ def test_more_process_workers_on_enough_cores_never_predict_slower(p: dict, work
 
 
 @settings(max_examples=300, deadline=None)
-@given(probes(), st.sampled_from(["threads", "spdl"]), st.sampled_from([1, 2, 4, 8, 16, 32]), st.integers(1, 16),
-       st.floats(16.0, 200.0))
+@given(
+    probes(),
+    st.sampled_from(["threads", "spdl"]),
+    st.sampled_from([1, 2, 4, 8, 16, 32]),
+    st.integers(1, 16),
+    st.floats(16.0, 200.0),
+)
 def test_where_items_wait_far_longer_than_they_work_twice_the_threads_are_never_predicted_slower(
-        p: dict, loader: str, workers: int, threads: int, waits: float) -> None:
+    p: dict, loader: str, workers: int, threads: int, waits: float
+) -> None:
     """Threads that wait hold no core and no GIL: where loading is the limit at both counts, twice the threads (up
     to what the latency/work ratio keeps busy) never predict slower, whatever share of the work holds the GIL.
     (Where the step is the limit, more threads beside it may slow it a little: the time-sliced step.)"""
@@ -141,7 +163,8 @@ def test_where_items_wait_far_longer_than_they_work_twice_the_threads_are_never_
 @settings(max_examples=300, deadline=None)
 @given(probes(), st.integers(1, 64), st.integers(1, 16), st.integers(1, 64))
 def test_where_the_load_holds_no_gil_threads_are_never_predicted_slower_than_as_many_processes(
-        p: dict, workers: int, threads: int, cores: int) -> None:
+    p: dict, workers: int, threads: int, cores: int
+) -> None:
     """Both overlap the waits and the work; processes pay the hand-off (and the serial receiving side) besides."""
     p = {**p, "gil_share": 0.0}
     in_threads = predict(_cfg("threads", workers, threads), p, cores)
@@ -151,7 +174,8 @@ def test_where_the_load_holds_no_gil_threads_are_never_predicted_slower_than_as_
 @settings(max_examples=100, deadline=None)
 @given(probes(), st.integers(1, 8), st.integers(1, 8), st.floats(0.0, 1.0))
 def test_a_hidden_pool_counts_by_the_share_the_probe_saw_it_work_and_transform_threads_caps_it(
-        p: dict, workers: int, cap: int, use: float) -> None:
+    p: dict, workers: int, cap: int, use: float
+) -> None:
     pool = max([1] + [q["threads"] for q in p["pools"]])
     cfg = _cfg("processes", workers, 1)
     # NOTE: the model reads transform_threads with getattr (the field arrives with the run's thread-pool records)
@@ -177,8 +201,9 @@ def test_sync_on_a_cpu_is_never_faster_than_prefetch(p: dict, threads: int) -> N
 
 @settings(max_examples=300, deadline=None)
 @given(probes(), loaders, st.integers(1, 16), st.integers(1, 16))
-def test_no_prediction_beats_the_cores_or_names_a_limit_smaller_than_another(p: dict, loader: str, workers: int,
-                                                                              threads: int) -> None:
+def test_no_prediction_beats_the_cores_or_names_a_limit_smaller_than_another(
+    p: dict, loader: str, workers: int, threads: int
+) -> None:
     got = predict(_cfg(loader, workers, threads), p)
     batches = -(-p["n_samples"] // p["batch_size"])
     assert got.epoch_s >= batches * p["load_cpu_s"] / p["cores"] * (1 - 1e-9)
@@ -186,9 +211,17 @@ def test_no_prediction_beats_the_cores_or_names_a_limit_smaller_than_another(p: 
 
 
 def test_rank_puts_the_fastest_first_and_skips_modes_it_does_not_model() -> None:
-    p = {"batch_size": 64, "n_samples": 1024, "cores": 4.0, "default_threads": 4, "device": "cpu",
-         "load_cpu_s": 0.001, "load_wall_s": 0.02, "gil_share": 0.0,
-         "compute": {"1": {"wall_s": 0.002, "cpu_s": 0.002}, "4": {"wall_s": 0.001, "cpu_s": 0.004}}}
+    p = {
+        "batch_size": 64,
+        "n_samples": 1024,
+        "cores": 4.0,
+        "default_threads": 4,
+        "device": "cpu",
+        "load_cpu_s": 0.001,
+        "load_wall_s": 0.02,
+        "gil_share": 0.0,
+        "compute": {"1": {"wall_s": 0.002, "cpu_s": 0.002}, "4": {"wall_s": 0.001, "cpu_s": 0.004}},
+    }
     configs = [_cfg("sync", 0, 1), _cfg("threads", 8, 1), RunConfig(mode="fused", device="cpu")]
     ranked = rank(configs, p)
     assert [c.loader for c, _ in ranked] == ["threads", "sync"]  # 20 ms of latency: 8 threads overlap it
@@ -196,8 +229,9 @@ def test_rank_puts_the_fastest_first_and_skips_modes_it_does_not_model() -> None
 
 
 def _probe(**fields) -> tuple[RunConfig, dict]:
-    cfg = RunConfig.from_dict({"workload": "tensor", "n_samples": 64, "image_size": 8, "width": 8, "batch_size": 8,
-                               "device": "cpu", **fields})
+    cfg = RunConfig.from_dict(
+        {"workload": "tensor", "n_samples": 64, "image_size": 8, "width": 8, "batch_size": 8, "device": "cpu", **fields}
+    )
     return cfg, probe(cfg, CPU, step_builder(cfg, 0, CPU))
 
 
@@ -232,8 +266,10 @@ def test_probe_finds_latency_and_work_that_release_the_gil(fields: dict) -> None
         # pass every assertion below that depends on it
         if p["gil_share"] is None and not quiet:
             no_quiet_second("other processes left no quiet second in 3 waits of 20 s: no GIL share can be measured")
-        assert p["gil_share"] is not None, f"GIL share unmeasured on {p['cores']:g} cores (core sharing " \
+        assert p["gil_share"] is not None, (
+            f"GIL share unmeasured on {p['cores']:g} cores (core sharing "
             f"{p['core_sharing']:.2f}) with the other processes quiet"
+        )
         assert p["step_gil_share"] is not None and 0.0 <= p["step_gil_share"] <= 1.0
         if p["load_cpu_s"] > 0.5 * p["load_wall_s"]:
             assert p["gil_share"] < 0.5
@@ -277,8 +313,10 @@ def test_probe_finds_python_work_holds_the_gil_and_predicts_processes_beat_threa
         no_quiet_second("other processes left no quiet second in 3 waits of 20 s: no GIL share can be measured")
     assert p["load_cpu_s"] >= 0.5 * p["load_wall_s"]  # CPU work (a sleep is < 0.5: above); a busy machine waits
     if p["cores"] >= 2:  # NOTE: measured, as above: unmeasured would pass the prediction below by the worst case
-        assert p["gil_share"] is not None, f"GIL share unmeasured on {p['cores']:g} cores (core sharing " \
+        assert p["gil_share"] is not None, (
+            f"GIL share unmeasured on {p['cores']:g} cores (core sharing "
             f"{p['core_sharing']:.2f}) with the other processes quiet"
+        )
         assert p["gil_share"] > 0.5
     # measured or not (unmeasured counts as GIL-bound, the worst case), processes are predicted faster
     threads = predict(_cfg("threads", 2, 1, base), p).epoch_s
@@ -288,8 +326,17 @@ def test_probe_finds_python_work_holds_the_gil_and_predicts_processes_beat_threa
 
 # ---------------------------------------------------------------------------- runs store their prediction
 
-TINY = {"workload": "tensor", "n_samples": 64, "image_size": 8, "width": 8, "batch_size": 16, "epochs": 2,
-        "device": "cpu", "sample_hz": 0.0, "latency_ms": 1.0}
+TINY = {
+    "workload": "tensor",
+    "n_samples": 64,
+    "image_size": 8,
+    "width": 8,
+    "batch_size": 16,
+    "epochs": 2,
+    "device": "cpu",
+    "sample_hz": 0.0,
+    "latency_ms": 1.0,
+}
 
 
 def _stored(db, **fields) -> tuple[dict, list[dict]]:
@@ -342,8 +389,15 @@ def test_a_failing_probe_keeps_the_run_done_with_no_prediction(tmp_path, monkeyp
 @pytest.mark.quiet
 def test_probe_reads_a_heavy_tailed_latency_at_its_mean_not_its_fastest_window() -> None:
     # bench/pipelines/storage.py: lognormal waits, median 3 ms, sigma 1: a mean of 3 e^0.5 = 4.95 ms an item
-    cfg = RunConfig.from_dict({"workload": "bench.pipelines.storage:build", "model": "bench.pipelines.storage:model",
-                               "n_samples": 1024, "batch_size": 32, "device": "cpu"})
+    cfg = RunConfig.from_dict(
+        {
+            "workload": "bench.pipelines.storage:build",
+            "model": "bench.pipelines.storage:model",
+            "n_samples": 1024,
+            "batch_size": 32,
+            "device": "cpu",
+        }
+    )
     mean = 32 * 3e-3 * math.exp(0.5)
     p = probe(cfg, CPU, step_builder(cfg, 0, CPU))
     assert p["latency_batches"] * 32 >= 256  # enough items to see the tail, not a few windows' worth
@@ -360,8 +414,16 @@ def test_probe_reads_a_heavy_tailed_latency_at_its_mean_not_its_fastest_window()
 def test_a_load_whose_machine_slows_after_the_first_windows_is_read_at_most_windows_speed_not_the_fastest() -> None:
     # tests/engine/_drift_fixtures.py: 0.5 ms of CPU an item for the first 1.3 s, then 1 ms (as this VM's speed drifts
     # for seconds): the back-to-back windows see it fast, the six one-thread windows of the GIL pairs after see it slow
-    cfg = RunConfig.from_dict({"workload": "tests.engine._drift_fixtures:build", "model": "mlp", "n_samples": 2048,
-                               "image_size": 8, "batch_size": 32, "device": "cpu"})
+    cfg = RunConfig.from_dict(
+        {
+            "workload": "tests.engine._drift_fixtures:build",
+            "model": "mlp",
+            "n_samples": 2048,
+            "image_size": 8,
+            "batch_size": 32,
+            "device": "cpu",
+        }
+    )
     assert usable_cpus() >= 2, "the GIL pairs (the later windows) need two cores"
     p = probe(cfg, CPU, step_builder(cfg, 0, CPU))
     fast, slow = 32 * 0.5e-3, 32 * 1e-3
@@ -379,8 +441,15 @@ def test_a_probe_that_cannot_fit_its_budget_is_a_quick_one_with_a_wider_range_no
     too (processes and threads tie without it); without a budget, the full probe (with its hand-off passes)."""
     from engine.predict.probe import QUICK_SPREAD
 
-    cfg = RunConfig.from_dict({"workload": "bench.pipelines.storage:build", "model": "bench.pipelines.storage:model",
-                               "n_samples": 256, "batch_size": 32, "device": "cpu"})
+    cfg = RunConfig.from_dict(
+        {
+            "workload": "bench.pipelines.storage:build",
+            "model": "bench.pipelines.storage:model",
+            "n_samples": 256,
+            "batch_size": 32,
+            "device": "cpu",
+        }
+    )
     quick = probe(cfg, CPU, step_builder(cfg, 0, CPU), budget_s=0.5)
     assert quick["quick"] and quick["spread"] >= QUICK_SPREAD and quick["load_windows"] >= 1
     assert set(quick["compute"]) == {"1", str(quick["default_threads"])}
@@ -390,7 +459,7 @@ def test_a_probe_that_cannot_fit_its_budget_is_a_quick_one_with_a_wider_range_no
     assert predict(_cfg("processes", 8, 1), roomier).epoch_s > predict(_cfg("threads", 8, 1), roomier).epoch_s
     full = probe(cfg, CPU, step_builder(cfg, 0, CPU))
     assert not full["quick"] and full["load_windows"] > quick["load_windows"]
-    assert full["handoff_s"] >= full["receive_s"] > 0   # a worker's batch pays at least the receiving side's share
+    assert full["handoff_s"] >= full["receive_s"] > 0  # a worker's batch pays at least the receiving side's share
 
 
 @pytest.mark.gpu
@@ -400,7 +469,16 @@ def test_a_cuda_probe_of_pinned_batches_measures_the_hand_off_through_forked_wor
     started: a worker given a pinned batch died there ("CUDA error: initialization error") and took the probe,
     and so every prediction on a GPU box, with it."""
     cuda = torch.device("cuda")
-    cfg = RunConfig.from_dict({"workload": "tensor", "n_samples": 64, "image_size": 8, "width": 8, "batch_size": 8,
-                               "device": "cuda", "pin_memory": True})
+    cfg = RunConfig.from_dict(
+        {
+            "workload": "tensor",
+            "n_samples": 64,
+            "image_size": 8,
+            "width": 8,
+            "batch_size": 8,
+            "device": "cuda",
+            "pin_memory": True,
+        }
+    )
     p = probe(cfg, cuda, step_builder(cfg, 0, cuda))
     assert p["handoff_s"] > 0 and p["receive_s"] > 0

@@ -24,14 +24,31 @@ from engine.run.runner import launch
 from engine.store import recent_done_runs
 
 
-def _probe(load_wall: float, load_cpu: float, one: tuple[float, float], many: tuple[float, float] | None = None,
-           threads: int = 1, cores: float = 16.0, **extra) -> dict:
+def _probe(
+    load_wall: float,
+    load_cpu: float,
+    one: tuple[float, float],
+    many: tuple[float, float] | None = None,
+    threads: int = 1,
+    cores: float = 16.0,
+    **extra,
+) -> dict:
     """8 batches of 64; compute '1' (wall, cpu) and, with threads > 1, the default threads' (wall, cpu)."""
     compute = {"1": {"wall_s": one[0], "cpu_s": one[1]}}
     if many:
         compute[str(threads)] = {"wall_s": many[0], "cpu_s": many[1]}
-    return {"batch_size": 64, "n_samples": 512, "cores": cores, "default_threads": threads, "device": "cpu",
-            "load_wall_s": load_wall, "load_cpu_s": load_cpu, "gil_share": 0.0, "compute": compute, **extra}
+    return {
+        "batch_size": 64,
+        "n_samples": 512,
+        "cores": cores,
+        "default_threads": threads,
+        "device": "cpu",
+        "load_wall_s": load_wall,
+        "load_cpu_s": load_cpu,
+        "gil_share": 0.0,
+        "compute": compute,
+        **extra,
+    }
 
 
 def _cfg(loader: str, workers: int = 0, threads: int = 1, **fields) -> RunConfig:
@@ -121,6 +138,7 @@ def test_a_step_that_threads_slow_is_never_predicted_slower_on_more_cores() -> N
 
 def test_every_loader_the_lab_has_is_modelled_or_says_it_is_not() -> None:
     from engine.loaders import LOADERS  # noqa: PLC0415 - the registry, to hold the model's table against it
+
     probe = _probe(0.01, 0.01, (0.01, 0.01))
     for name in LOADERS:
         got = predict(_cfg(name, 0 if name in ("sync", "prefetch") else 2), probe)
@@ -149,8 +167,9 @@ def test_residuals_of_other_settings_scale_a_prediction_under_the_same_limit() -
 
 def test_predict_shows_settings_the_model_cannot_tell_apart_once() -> None:
     probe = _probe(0.05, 0.02, (0.01, 0.01), cores=2.0)
-    table = pd.DataFrame(rows([_cfg("prefetch", prefetch_depth=2), _cfg("prefetch", prefetch_depth=8),
-                               _cfg("processes", 2)], probe))
+    table = pd.DataFrame(
+        rows([_cfg("prefetch", prefetch_depth=2), _cfg("prefetch", prefetch_depth=8), _cfg("processes", 2)], probe)
+    )
     assert table["same_as"].notna().sum() == 1  # depth 8 is depth 2's twin
     text = predicted_table(table)
     lines = [line for line in text.splitlines() if "prefetch" in line]
@@ -159,16 +178,19 @@ def test_predict_shows_settings_the_model_cannot_tell_apart_once() -> None:
 
 
 def _key_in_child(env: dict[str, str], cpus: str) -> str:
-    code = ("import os, sys; from pathlib import Path\n"
-            f"{'os.sched_setaffinity(0, {0})' if cpus == 'one' else ''}\n"
-            "from engine.predict import probe_path; from engine.config import RunConfig\n"
-            "print(probe_path(Path('c'), RunConfig(device='cpu'), 'm', 'cpu').name)")
+    code = (
+        "import os, sys; from pathlib import Path\n"
+        f"{'os.sched_setaffinity(0, {0})' if cpus == 'one' else ''}\n"
+        "from engine.predict import probe_path; from engine.config import RunConfig\n"
+        "print(probe_path(Path('c'), RunConfig(device='cpu'), 'm', 'cpu').name)"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
     return out.stdout.strip()
 
 
 def test_the_probe_cache_is_keyed_on_thread_settings_and_affinity() -> None:
     import os  # noqa: PLC0415
+
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     plain = _key_in_child(env, "all")
     assert _key_in_child(env, "all") == plain  # the same settings find the same probe
@@ -177,8 +199,17 @@ def test_the_probe_cache_is_keyed_on_thread_settings_and_affinity() -> None:
         assert _key_in_child(env, "one") != plain
 
 
-TINY = {"workload": "tensor", "n_samples": 64, "image_size": 8, "width": 8, "batch_size": 16, "epochs": 2,
-        "device": "cpu", "sample_hz": 0.0, "latency_ms": 1.0}
+TINY = {
+    "workload": "tensor",
+    "n_samples": 64,
+    "image_size": 8,
+    "width": 8,
+    "batch_size": 16,
+    "epochs": 2,
+    "device": "cpu",
+    "sample_hz": 0.0,
+    "latency_ms": 1.0,
+}
 
 
 def test_earlier_done_runs_of_the_pipeline_are_its_points_and_no_other_pipelines(tmp_path) -> None:

@@ -1,6 +1,6 @@
 """Preflight under a time limit: plugins that exit, hang or crash are named on one line, and nothing is left behind.
 
-    .venv/bin/python -m pytest tests/engine/test_preflight.py -q
+.venv/bin/python -m pytest tests/engine/test_preflight.py -q
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from engine.run.preflight import TIMEOUT_ENV, preflight, time_limit
 
 ROOT = Path(__file__).resolve().parents[2]
 
-PLUGIN = '''
+PLUGIN = """
 import os
 import sys
 import time
@@ -109,7 +109,7 @@ class Stuck(nn.Module):
 
 def stuck_net(**_):
     return Stuck()
-'''
+"""
 
 
 @pytest.fixture
@@ -123,13 +123,34 @@ def plug(tmp_path, monkeypatch) -> str:
 
 
 def cli(*args: str, db: Path, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engine", *args, "--db", str(db)], cwd=ROOT,
-                          env={**os.environ, **env}, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "engine", *args, "--db", str(db)],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def run_args(plug: str, workload: str, model: str = "net") -> list[str]:
-    return ["run", "--workload", f"{plug}:{workload}", "--model", f"{plug}:{model}", "--n-samples", "16",
-            "--image-size", "8", "--batch-size", "8", "--epochs", "2", "--no-bound", "--quiet"]
+    return [
+        "run",
+        "--workload",
+        f"{plug}:{workload}",
+        "--model",
+        f"{plug}:{model}",
+        "--n-samples",
+        "16",
+        "--image-size",
+        "8",
+        "--batch-size",
+        "8",
+        "--epochs",
+        "2",
+        "--no-bound",
+        "--quiet",
+    ]
 
 
 def one_line(out: subprocess.CompletedProcess) -> str:
@@ -171,18 +192,22 @@ def test_a_plugin_that_ends_the_process_is_named_with_what_it_was_doing(plug, st
 
 
 def test_an_item_that_calls_sys_exit_names_the_dataset_and_the_item(plug):
-    cfg = RunConfig.from_dict({"workload": f"{plug}:exiting_items", "model": f"{plug}:net", "n_samples": 16,
-                               "image_size": 8, "batch_size": 8})
+    cfg = RunConfig.from_dict(
+        {"workload": f"{plug}:exiting_items", "model": f"{plug}:net", "n_samples": 16, "image_size": 8, "batch_size": 8}
+    )
     with pytest.raises(ConfigError) as err:
         preflight(cfg)
     assert err.value.field == "workload" and f"'{plug}:exiting_items' (dataset)" in err.value.message
     assert "sys.exit(5)" in err.value.message and "read item" in err.value.message
 
 
-@pytest.mark.parametrize("workload, words", [
-    ("exits_in_the_run", "called sys.exit(3) while building the dataset"),
-    ("item_exits_in_the_run", "sys.exit(4)"),
-])
+@pytest.mark.parametrize(
+    "workload, words",
+    [
+        ("exits_in_the_run", "called sys.exit(3) while building the dataset"),
+        ("item_exits_in_the_run", "sys.exit(4)"),
+    ],
+)
 def test_a_plugin_that_exits_only_in_the_run_fails_the_run_with_that_message(plug, store, tmp_path, workload, words):
     """Preflight passed; the run child meets the exit: a failed run saying so, not a process that vanished."""
     out = cli(*run_args(plug, workload), db=store)
@@ -209,8 +234,10 @@ def test_a_factory_that_sleeps_forever_is_stopped_and_named(plug, store, tmp_pat
 def test_the_time_limit_comes_from_the_environment_for_every_launcher(plug, store, tmp_path):
     """A sweep (and the job worker, which has no flags) reads LOADERLAB_PREFLIGHT_TIMEOUT_S."""
     toml = tmp_path / "s.toml"
-    toml.write_text(f'name = "hang"\n[base]\nn_samples = 16\nimage_size = 8\nbatch_size = 8\nepochs = 2\n'
-                    f'model = "{plug}:net"\n[grid]\nworkload = ["{plug}:data", "{plug}:slow_items"]\n')
+    toml.write_text(
+        f'name = "hang"\n[base]\nn_samples = 16\nimage_size = 8\nbatch_size = 8\nepochs = 2\n'
+        f'model = "{plug}:net"\n[grid]\nworkload = ["{plug}:data", "{plug}:slow_items"]\n'
+    )
     out = cli("sweep", str(toml), "--quiet", db=store, **{TIMEOUT_ENV: "2"})
     line = out.stderr.strip().splitlines()[-1]  # (after the line that says the sweep's size)
     assert out.returncode == 2 and f"plugin '{plug}:slow_items' (dataset) did not return within 2 s" in line, line
@@ -220,8 +247,9 @@ def test_the_time_limit_comes_from_the_environment_for_every_launcher(plug, stor
 def test_a_long_lived_launcher_keeps_no_stuck_thread_or_process(plug, tmp_path):
     """The job worker and the dashboard live on after a hung plugin: the check ran elsewhere and was killed, and a
     factory that spins holding the GIL costs this process nothing."""
-    cfg = RunConfig.from_dict({"workload": f"{plug}:spins", "model": f"{plug}:net", "n_samples": 16, "image_size": 8,
-                               "batch_size": 8})
+    cfg = RunConfig.from_dict(
+        {"workload": f"{plug}:spins", "model": f"{plug}:net", "n_samples": 16, "image_size": 8, "batch_size": 8}
+    )
     threads = threading.active_count()
     with pytest.raises(ConfigError, match=f"plugin '{plug}:spins' .* did not return within 1.5 s"):
         preflight(cfg, timeout_s=1.5)
@@ -231,8 +259,9 @@ def test_a_long_lived_launcher_keeps_no_stuck_thread_or_process(plug, tmp_path):
 
 
 def test_a_model_whose_forward_hangs_is_named(plug):
-    cfg = RunConfig.from_dict({"workload": f"{plug}:data", "model": f"{plug}:stuck_net", "n_samples": 16,
-                               "image_size": 8, "batch_size": 8})
+    cfg = RunConfig.from_dict(
+        {"workload": f"{plug}:data", "model": f"{plug}:stuck_net", "n_samples": 16, "image_size": 8, "batch_size": 8}
+    )
     with pytest.raises(ConfigError) as err:
         preflight(cfg, timeout_s=2)
     assert err.value.field == "model" and f"plugin '{plug}:stuck_net' (model)" in err.value.message
@@ -255,8 +284,9 @@ def test_a_bad_time_limit_is_one_line_naming_it(store, monkeypatch, value):
 def test_a_check_that_passed_is_kept_until_the_code_changes(plug, tmp_path):
     """A sweep checks each config once, and the job worker once per code change: the factory runs again only when
     its file changed."""
-    cfg = RunConfig.from_dict({"workload": f"{plug}:data", "model": f"{plug}:net", "n_samples": 16, "image_size": 8,
-                               "batch_size": 8})
+    cfg = RunConfig.from_dict(
+        {"workload": f"{plug}:data", "model": f"{plug}:net", "n_samples": 16, "image_size": 8, "batch_size": 8}
+    )
     calls = tmp_path / f"{plug}.calls"
     first = preflight(cfg)
     assert preflight(cfg.replace(loader="threads", workers=2, epochs=5)) == first  # delivery fields: the same check

@@ -22,8 +22,18 @@ from engine.sweeps.ray._node import scratch_dir
 
 pytestmark = pytest.mark.slow
 
-TINY = {"workload": "tensor", "n_samples": 32, "image_size": 8, "width": 8, "batch_size": 16, "epochs": 30,
-        "loader": "threads", "workers": 1, "device": "cpu", "bound": False}
+TINY = {
+    "workload": "tensor",
+    "n_samples": 32,
+    "image_size": 8,
+    "width": 8,
+    "batch_size": 16,
+    "epochs": 30,
+    "loader": "threads",
+    "workers": 1,
+    "device": "cpu",
+    "bound": False,
+}
 # NOTE: 32 samples x 40 ms: about 1.3 s an epoch, 30 epochs; long enough to be killed after its second
 SLOW = {**TINY, "latency_ms": 40.0}
 
@@ -78,8 +88,12 @@ class _Killer(threading.Thread):
                 except (OSError, ValueError, psutil.Error):
                     continue
                 if slow and epochs >= 2:
-                    self.killed = {"run_id": run_dir.name, "runner": p.pid, "worker": " ".join(worker.cmdline()),
-                                   "run_dir": run_dir}
+                    self.killed = {
+                        "run_id": run_dir.name,
+                        "runner": p.pid,
+                        "worker": " ".join(worker.cmdline()),
+                        "run_dir": run_dir,
+                    }
                     worker.kill()
                     return
 
@@ -177,11 +191,17 @@ def test_without_ray_the_error_says_how_to_install(monkeypatch, tmp_path, capsys
     assert len(err) == 1 and "executor" in err[0] and "pip install -r requirements-cluster.txt" in err[0]
 
 
-@pytest.mark.parametrize("fields, gpu_cluster, want", [
-    ({"device": "cpu"}, True, 0), ({"device": "auto"}, False, 0), ({"device": "auto"}, True, 1),
-    ({"device": "cuda"}, True, 1), ({"device": "cuda:1"}, True, 2),
-    ({"device": "cuda", "mode": "ddp", "world_size": 3}, True, 3),
-    ({"device": "cuda", "mode": "split", "devices": ["cuda:0", "cuda:1", "cuda:1"]}, True, 2),
-])
+@pytest.mark.parametrize(
+    "fields, gpu_cluster, want",
+    [
+        ({"device": "cpu"}, True, 0),
+        ({"device": "auto"}, False, 0),
+        ({"device": "auto"}, True, 1),
+        ({"device": "cuda"}, True, 1),
+        ({"device": "cuda:1"}, True, 2),
+        ({"device": "cuda", "mode": "ddp", "world_size": 3}, True, 3),
+        ({"device": "cuda", "mode": "split", "devices": ["cuda:0", "cuda:1", "cuda:1"]}, True, 2),
+    ],
+)
 def test_gpus_needed_is_whole_gpus(fields, gpu_cluster, want):
     assert gpus_needed(RunConfig(**fields), gpu_cluster) == want

@@ -17,8 +17,10 @@ import psutil
 
 from engine.sweeps.ray._session import reap_leftovers, sessions_dir
 
-SLEEPER = "import sys, time; f = open(sys.argv[1], 'a') if sys.argv[1:] and sys.argv[2:] == ['open'] else None; " \
-          "time.sleep(120)"
+SLEEPER = (
+    "import sys, time; f = open(sys.argv[1], 'a') if sys.argv[1:] and sys.argv[2:] == ['open'] else None; "
+    "time.sleep(120)"
+)
 
 
 def _sleeper(*args: str) -> subprocess.Popen:
@@ -28,8 +30,16 @@ def _sleeper(*args: str) -> subprocess.Popen:
 def _record(db: Path, name: str, owner: psutil.Process, session_dir: Path) -> Path:
     path = sessions_dir(db) / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"owner_pid": owner.pid, "owner_started": owner.create_time(),
-                                "session_dir": str(session_dir), "gcs_address": "127.0.0.1:1"}))
+    path.write_text(
+        json.dumps(
+            {
+                "owner_pid": owner.pid,
+                "owner_started": owner.create_time(),
+                "session_dir": str(session_dir),
+                "gcs_address": "127.0.0.1:1",
+            }
+        )
+    )
     return path
 
 
@@ -57,8 +67,9 @@ def test_only_a_dead_owners_session_is_stopped(tmp_path):
         dead_record = _record(db, "dead", gone_proc, dead_dir)
         live_record = _record(db, "live", psutil.Process(), alive_dir)  # this test process owns it: alive
         said = reap_leftovers(db)
-        assert len(said) == 1 and said[0].startswith(f"Ray session {dead_dir.name} of dead pid {gone.pid}: "
-                                                     "cleaned up, not reattached"), said
+        assert len(said) == 1 and said[0].startswith(
+            f"Ray session {dead_dir.name} of dead pid {gone.pid}: cleaned up, not reattached"
+        ), said
         for name in ("named", "holds a log"):
             assert procs[name].wait(10) is not None, f"{name} process of the dead session still runs"
             assert str(procs[name].pid) in said[0]

@@ -1,6 +1,6 @@
 """One run's advice names a setting from what was measured, and flags steady epochs that spread widely.
 
-    .venv/bin/python -m pytest tests/engine/test_run_advice.py -q
+.venv/bin/python -m pytest tests/engine/test_run_advice.py -q
 """
 
 from __future__ import annotations
@@ -16,8 +16,16 @@ from tests.engine.test_advisor import _rows, _seed, _seven
 
 
 def _epochs(db, run_id: str, walls: list[float]) -> None:
-    rows = pd.DataFrame({"run_id": run_id, "model_idx": 0, "rank": 0, "epoch": range(len(walls) + 1),
-                         "warmup": [True] + [False] * len(walls), "wall_s": [5.0, *walls]})
+    rows = pd.DataFrame(
+        {
+            "run_id": run_id,
+            "model_idx": 0,
+            "rank": 0,
+            "epoch": range(len(walls) + 1),
+            "warmup": [True] + [False] * len(walls),
+            "wall_s": [5.0, *walls],
+        }
+    )
     with connect(db, read_only=False) as conn:
         conn.register("e", rows)
         conn.execute("INSERT INTO epochs BY NAME SELECT * FROM e")
@@ -27,9 +35,11 @@ def _epochs(db, run_id: str, walls: list[float]) -> None:
 def _gil_store(store) -> str:
     """The issue's gil-contention runs: threads 1.4-1.9 s, processes at torch's default threads 3.85 s, processes at
     1 intra-op thread the fastest. Returns a threads run's id."""
-    rows = (_rows(_seven(1.6), loader="threads", workers=2, verdict="gil-contention")
-            + _rows(_seven(3.85), loader="processes", workers=2, verdict="cpu-bound")
-            + _rows(_seven(0.9), loader="processes", workers=2, threads=1, verdict="compute-bound"))
+    rows = (
+        _rows(_seven(1.6), loader="threads", workers=2, verdict="gil-contention")
+        + _rows(_seven(3.85), loader="processes", workers=2, verdict="cpu-bound")
+        + _rows(_seven(0.9), loader="processes", workers=2, threads=1, verdict="compute-bound")
+    )
     for r in rows:
         r["host_json"] = json.dumps({"machine": "m1"})
     _seed(store, rows)
@@ -50,7 +60,7 @@ def test_the_fastest_setting_is_told_so_and_a_lone_run_without_a_probe_gets_no_m
     assert run_advice(fastest, db=store).suggestion.startswith("This setting is the fastest of the 3 measured")
     lone = _rows([1.0], loader="sync", n_samples=999)
     _seed(store, lone)
-    assert run_advice(lone[0]["run_id"], db=store).suggestion is None   # nothing measured beside it, no probe
+    assert run_advice(lone[0]["run_id"], db=store).suggestion is None  # nothing measured beside it, no probe
 
 
 def test_steady_epochs_that_spread_widely_are_flagged_and_steady_ones_are_not(store):
@@ -76,7 +86,9 @@ def test_a_run_with_nothing_measured_beside_it_is_told_the_predicted_best_with_i
     _seed(store, [row])
     cfg = RunConfig.from_dict(json.loads(row["config_json"]))
     # a GIL-held transform (threads take turns) and a step that slows beside other threads: processes win
-    save_probe(probe_path(calibrations_dir(store), cfg, "m1", "cpu"),
-               _probe(0.1, 0.1, (0.01, 0.01), many=(0.02, 0.04), threads=4, cores=4.0, gil_share=0.9))
+    save_probe(
+        probe_path(calibrations_dir(store), cfg, "m1", "cpu"),
+        _probe(0.1, 0.1, (0.01, 0.01), many=(0.02, 0.04), threads=4, cores=4.0, gil_share=0.9),
+    )
     said = run_advice(row["run_id"], db=store).suggestion
     assert said.startswith("Not measured yet; predicted best: processes") and "intra-op thread" in said, said

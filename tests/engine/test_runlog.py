@@ -9,8 +9,19 @@ import subprocess
 import sys
 
 from engine.config import RunConfig
-from engine.runlog import (RunLog, claim, dead_end, end_dead_run, end_traceback, first_event, held_by_launcher,
-                           launching, owner, read_events, read_span)
+from engine.runlog import (
+    RunLog,
+    claim,
+    dead_end,
+    end_dead_run,
+    end_traceback,
+    first_event,
+    held_by_launcher,
+    launching,
+    owner,
+    read_events,
+    read_span,
+)
 from engine.status import RunStatus
 
 
@@ -31,7 +42,7 @@ def test_read_span_leaves_a_line_being_written_for_the_next_read(tmp_path):
     events, offset = read_span(path, 0, path.stat().st_size)
     assert [e["type"] for e in events] == ["a"] and offset == len(b'{"type": "a"}\n')
     with open(path, "ab") as fh:
-        fh.write(b'}\n')
+        fh.write(b"}\n")
     events, _ = read_span(path, offset, path.stat().st_size)
     assert [e["type"] for e in events] == ["b"]
 
@@ -46,8 +57,12 @@ def test_a_run_that_died_before_its_start_gets_a_start_and_an_end_from_its_launc
     assert dead_end("exited with code 1", killed=False)[0] == RunStatus.FAILED
     assert end_dead_run(run_dir, status, error) == []
     start, end = read_events(run_dir)
-    assert (start["type"], start["run_id"], start["config"]["loader"], start["sweep_id"]) == ("start", "r1",
-                                                                                                "threads", "s")
+    assert (start["type"], start["run_id"], start["config"]["loader"], start["sweep_id"]) == (
+        "start",
+        "r1",
+        "threads",
+        "s",
+    )
     assert (end["type"], end["status"], end["error"]) == ("end", status, error)
     assert first_event(run_dir / "events.jsonl")["type"] == "start"
 
@@ -65,7 +80,11 @@ def test_the_end_keeps_the_traceback_and_the_log_names_its_store(tmp_path):
 def test_the_launcher_lock_is_held_only_while_its_process_lives(tmp_path):
     assert not held_by_launcher(tmp_path)
     with launching(tmp_path):
-        probe = [sys.executable, "-c", "import sys; from engine.runlog import held_by_launcher; "
-                 "print(held_by_launcher(sys.argv[1]))", str(tmp_path)]
+        probe = [
+            sys.executable,
+            "-c",
+            "import sys; from engine.runlog import held_by_launcher; print(held_by_launcher(sys.argv[1]))",
+            str(tmp_path),
+        ]
         assert subprocess.run(probe, capture_output=True, text=True, check=True).stdout.strip() == "True"
     assert not held_by_launcher(tmp_path)

@@ -15,8 +15,17 @@ from engine.store import get_run
 
 pytestmark = pytest.mark.usefixtures("warm_runs")  # runs forked warm: these check what a run measures
 
-TINY = {"workload": "tensor", "n_samples": 64, "image_size": 8, "width": 8, "batch_size": 32, "epochs": 2,
-        "device": "cpu", "sample_hz": 0.0, "bound": False}
+TINY = {
+    "workload": "tensor",
+    "n_samples": 64,
+    "image_size": 8,
+    "width": 8,
+    "batch_size": 32,
+    "epochs": 2,
+    "device": "cpu",
+    "sample_hz": 0.0,
+    "bound": False,
+}
 
 
 def test_threads_is_a_checked_field_with_auto_as_default():
@@ -28,18 +37,32 @@ def test_threads_is_a_checked_field_with_auto_as_default():
         RunConfig.from_dict({"threads": -1})
 
 
-@pytest.mark.parametrize("mode, kept", [
-    ("single", {"n_models": 1, "world_size": 1, "n_stages": 1, "model_b": "", "lr_spread": 0.0}),
-    ("fused", {"n_models": 5, "lr_spread": 0.5, "world_size": 1}),
-    ("dual-threads", {"n_models": 2, "model_b": "cnn", "dual_data": "separate", "world_size": 1}),
-    ("dual-sequential", {"n_models": 2, "dual_data": "shared"}),
-    ("ddp", {"n_models": 1, "world_size": 3, "n_stages": 1}),
-    ("split", {"n_stages": 2, "micro_batches": 2, "world_size": 1})])
+@pytest.mark.parametrize(
+    "mode, kept",
+    [
+        ("single", {"n_models": 1, "world_size": 1, "n_stages": 1, "model_b": "", "lr_spread": 0.0}),
+        ("fused", {"n_models": 5, "lr_spread": 0.5, "world_size": 1}),
+        ("dual-threads", {"n_models": 2, "model_b": "cnn", "dual_data": "separate", "world_size": 1}),
+        ("dual-sequential", {"n_models": 2, "dual_data": "shared"}),
+        ("ddp", {"n_models": 1, "world_size": 3, "n_stages": 1}),
+        ("split", {"n_stages": 2, "micro_batches": 2, "world_size": 1}),
+    ],
+)
 def test_effective_config_normalises_what_the_mode_ignores(mode, kept):
     # on the CPU: ddp's 3 ranks on CUDA would need 3 GPUs, and this is about the stored copy, not the machine
-    cfg = RunConfig.from_dict({"mode": mode, "n_models": 5, "lr_spread": 0.5, "model_b": "cnn",
-                               "dual_data": "separate", "world_size": 3, "n_stages": 2, "micro_batches": 2,
-                               "device": "cpu"})
+    cfg = RunConfig.from_dict(
+        {
+            "mode": mode,
+            "n_models": 5,
+            "lr_spread": 0.5,
+            "model_b": "cnn",
+            "dual_data": "separate",
+            "world_size": 3,
+            "n_stages": 2,
+            "micro_batches": 2,
+            "device": "cpu",
+        }
+    )
     out = cfg.effective()
     assert {k: out[k] for k in kept} == kept
     assert cfg.n_models == 5  # the config itself keeps what was asked: replace(mode="fused") still finds it
@@ -47,9 +70,20 @@ def test_effective_config_normalises_what_the_mode_ignores(mode, kept):
 
 def test_a_single_run_is_stored_with_what_ran(tmp_path):
     db = tmp_path / "s.duckdb"
-    result = launch(RunConfig.from_dict({**TINY, "n_models": 4, "world_size": 3, "device": "auto",
-                                         "prefetch_depth": 8, "start_method": "spawn", "persistent_workers": False}),
-                    db=db)
+    result = launch(
+        RunConfig.from_dict(
+            {
+                **TINY,
+                "n_models": 4,
+                "world_size": 3,
+                "device": "auto",
+                "prefetch_depth": 8,
+                "start_method": "spawn",
+                "persistent_workers": False,
+            }
+        ),
+        db=db,
+    )
     row = get_run(result.run_id, db=db)
     assert (row["n_models"], row["world_size"]) == (1, 1)
     assert json.loads(row["config_json"])["n_models"] == 1
@@ -67,21 +101,30 @@ def test_a_cpu_run_is_stored_unpinned_on_every_machine(tmp_path):
     assert (row["device"], row["pin_memory"]) == ("cpu", False)  # pinning only helps a copy to a GPU
 
 
-@pytest.mark.parametrize("loader, kept", [
-    ("sync", {"prefetch_depth": 2, "start_method": "fork", "persistent_workers": True}),
-    ("threads", {"prefetch_depth": 8, "start_method": "fork", "persistent_workers": True}),
-    ("processes", {"prefetch_depth": 8, "start_method": "spawn", "persistent_workers": False})])
+@pytest.mark.parametrize(
+    "loader, kept",
+    [
+        ("sync", {"prefetch_depth": 2, "start_method": "fork", "persistent_workers": True}),
+        ("threads", {"prefetch_depth": 8, "start_method": "fork", "persistent_workers": True}),
+        ("processes", {"prefetch_depth": 8, "start_method": "spawn", "persistent_workers": False}),
+    ],
+)
 def test_effective_config_normalises_what_the_loader_ignores(loader, kept):
-    cfg = RunConfig.from_dict({"loader": loader, "workers": 2, "prefetch_depth": 8, "start_method": "spawn",
-                               "persistent_workers": False})
+    cfg = RunConfig.from_dict(
+        {"loader": loader, "workers": 2, "prefetch_depth": 8, "start_method": "spawn", "persistent_workers": False}
+    )
     assert {k: cfg.effective()[k] for k in kept} == kept
 
 
 def test_a_sweep_runs_what_ignored_fields_make_equal_once():
-    sweep = SweepConfig.from_dict({"name": "s", "base": {"workers": 2},
-                                   "grid": {"loader": ["sync", "threads"], "prefetch_depth": [2, 8]}})
+    sweep = SweepConfig.from_dict(
+        {"name": "s", "base": {"workers": 2}, "grid": {"loader": ["sync", "threads"], "prefetch_depth": [2, 8]}}
+    )
     assert sorted((c.loader, c.prefetch_depth) for c in sweep.configs()) == [
-        ("sync", 2), ("threads", 2), ("threads", 8)]
+        ("sync", 2),
+        ("threads", 2),
+        ("threads", 8),
+    ]
 
 
 def test_a_folder_run_is_stored_with_the_images_it_found(tmp_path):
@@ -119,8 +162,12 @@ def test_auto_threads_records_what_torch_chose(tmp_path):
     row = get_run(launch(RunConfig.from_dict(TINY), db=db).run_id, db=db)
     assert row["threads"] == 0
     # torch's default in a fresh interpreter under the same environment, as the run's process was
-    default = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    default = subprocess.run(
+        [sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert json.loads(row["host_json"])["intra_op_threads"] == int(default)
 
 
@@ -131,8 +178,20 @@ def test_wait_percentiles_have_one_definition_in_the_store_and_in_stats(tmp_path
     from engine.store import get_epochs, get_steps  # noqa: PLC0415
 
     db = tmp_path / "s.duckdb"
-    result = launch(RunConfig.from_dict({**TINY, "n_samples": 256, "batch_size": 8, "epochs": 3,
-                                         "loader": "threads", "workers": 1, "latency_ms": 0.5}), db=db)
+    result = launch(
+        RunConfig.from_dict(
+            {
+                **TINY,
+                "n_samples": 256,
+                "batch_size": 8,
+                "epochs": 3,
+                "loader": "threads",
+                "workers": 1,
+                "latency_ms": 0.5,
+            }
+        ),
+        db=db,
+    )
     row = get_run(result.run_id, db=db)
     steps = get_steps(result.run_id, db=db).assign(run_id=result.run_id)
     figures = time_breakdown(get_epochs(result.run_id, db=db).assign(run_id=result.run_id), steps)[result.run_id]

@@ -24,14 +24,18 @@ from engine.runlog import RunLog, read_events
 
 MB = 2**20
 # A child that makes 200 MiB resident (bytes repetition writes every page), says so, and waits for stdin to close.
-_CHILD = ("import sys; block = b'\\x01' * (200 * 2**20); print('ready', flush=True); sys.stdin.read()")
+_CHILD = "import sys; block = b'\\x01' * (200 * 2**20); print('ready', flush=True); sys.stdin.read()"
 # Maps a file shared, reads every page, says so, and waits to be killed (10 min at most).
-_SHARER = ("import mmap, sys, time; f = open(sys.argv[1], 'rb'); m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ); "
-           "sum(m[i] for i in range(0, len(m), 4096)); print('ready', flush=True); time.sleep(600)")
+_SHARER = (
+    "import mmap, sys, time; f = open(sys.argv[1], 'rb'); m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ); "
+    "sum(m[i] for i in range(0, len(m), 4096)); print('ready', flush=True); time.sleep(600)"
+)
 # Starts three sharers in their own sessions and exits: orphaned, they belong to no tree of ours.
-_ORPHANS = ("import subprocess, sys; ps = [subprocess.Popen([sys.executable, '-c', sys.argv[1], sys.argv[2]], "
-            "stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True, text=True) for _ in range(3)]; "
-            "[p.stdout.readline() for p in ps]; print(' '.join(str(p.pid) for p in ps))")
+_ORPHANS = (
+    "import subprocess, sys; ps = [subprocess.Popen([sys.executable, '-c', sys.argv[1], sys.argv[2]], "
+    "stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True, text=True) for _ in range(3)]; "
+    "[p.stdout.readline() for p in ps]; print(' '.join(str(p.pid) for p in ps))"
+)
 
 
 @pytest.fixture
@@ -40,8 +44,9 @@ def pages_shared_outside_the_tree(tmp_path):
     map the same CUDA torch libraries on a GPU box: its RSS counts them whole, its PSS a quarter of them."""
     path = tmp_path / "shared.bin"
     path.write_bytes(b"\x02" * (256 * MB))
-    out = subprocess.run([sys.executable, "-c", _ORPHANS, _SHARER, str(path)], capture_output=True, text=True,
-                         check=True, timeout=60).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", _ORPHANS, _SHARER, str(path)], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
     pids = [int(p) for p in out.split()]
     with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, prot=mmap.PROT_READ) as mapped:
         sum(mapped[i] for i in range(0, len(mapped), 4096))  # resident in this process too
@@ -58,8 +63,10 @@ def test_sampler_sees_child_process_memory(tmp_path, pages_shared_outside_the_tr
     # processes outside the run (libraries, here a shared file) are a share in PSS and whole in RSS, so an
     # RSS baseline sat above the tree's PSS on a GPU box (868 MiB RSS) and hid the children's 400 MiB
     parent_pss = psutil.Process().memory_full_info().pss
-    children = [subprocess.Popen([sys.executable, "-c", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 text=True) for _ in range(2)]
+    children = [
+        subprocess.Popen([sys.executable, "-c", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
     try:
         with RunLog(tmp_path / "run") as log, Sampler(log, hz=20.0, flush_every_s=0.2) as sampler:
             for child in children:
@@ -132,14 +139,23 @@ def _fake_nvml(monkeypatch, **overrides):
         calls["util"] += 1
         raise _NVMLError("Not Supported")  # what a MIG slice answers
 
-    fake = types.SimpleNamespace(**{**dict(
-        NVMLError=_NVMLError, nvmlInit=lambda: None, nvmlShutdown=lambda: None,
-        nvmlDeviceGetHandleByIndex=by_index,
-        nvmlDeviceGetHandleByUUID=lambda u: "h" if u == "GPU-1234" else (_ for _ in ()).throw(_NVMLError(u)),
-        nvmlDeviceGetUtilizationRates=util,
-        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used=123 * MB),
-        nvmlDeviceGetCount=lambda: 2, nvmlDeviceGetName=lambda h: b"Fake H100",
-        nvmlSystemGetDriverVersion=lambda: "550.1"), **overrides})
+    fake = types.SimpleNamespace(
+        **{
+            **dict(
+                NVMLError=_NVMLError,
+                nvmlInit=lambda: None,
+                nvmlShutdown=lambda: None,
+                nvmlDeviceGetHandleByIndex=by_index,
+                nvmlDeviceGetHandleByUUID=lambda u: "h" if u == "GPU-1234" else (_ for _ in ()).throw(_NVMLError(u)),
+                nvmlDeviceGetUtilizationRates=util,
+                nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used=123 * MB),
+                nvmlDeviceGetCount=lambda: 2,
+                nvmlDeviceGetName=lambda h: b"Fake H100",
+                nvmlSystemGetDriverVersion=lambda: "550.1",
+            ),
+            **overrides,
+        }
+    )
     monkeypatch.setattr(nvml, "pynvml", fake)
     monkeypatch.setattr(nvml, "_cuda_uuid", lambda index: "1234")
     return calls
@@ -169,8 +185,11 @@ def test_unknown_uuid_under_cuda_visible_devices_turns_gpu_fields_off(monkeypatc
 
 
 def test_gpu_facts_name_the_first_visible_gpu_without_cuda(monkeypatch):
-    _fake_nvml(monkeypatch, nvmlDeviceGetHandleByIndex=lambda i: f"h{i}",
-               nvmlDeviceGetName=lambda h: {"h0": b"A", "h1": b"B"}[h])
+    _fake_nvml(
+        monkeypatch,
+        nvmlDeviceGetHandleByIndex=lambda i: f"h{i}",
+        nvmlDeviceGetName=lambda h: {"h0": b"A", "h1": b"B"}[h],
+    )
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert nvml.gpu_facts() == {"gpu_name": "A", "gpu_count": 2, "driver": "550.1"}
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")

@@ -59,7 +59,7 @@ HOSTILE = [
     "EXPORT DATABASE '{tmp}/dump'",
     "SELECT * FROM read_csv('/etc/passwd')",
     "SELECT * FROM READ_CSV_AUTO('/etc/passwd')",
-    'SELECT * FROM "read_csv"(\'/etc/passwd\')',
+    "SELECT * FROM \"read_csv\"('/etc/passwd')",
     "SELECT * FROM read_text('/etc/passwd')",
     "SELECT * FROM read_blob('/etc/passwd')",
     "SELECT * FROM read_json_auto('/etc/passwd')",
@@ -109,8 +109,9 @@ def test_python_variables_are_not_tables(db, unchanged):
 
 def test_slow_query_is_stopped(db, unchanged):
     with pytest.raises(QueryRejected, match="took longer than 1 s and was stopped; add a LIMIT or a WHERE"):
-        run_query("SELECT count(*) FROM range(1000000) a, range(1000000) b WHERE a.range + b.range = -1",
-                  db=db, timeout_s=1)
+        run_query(
+            "SELECT count(*) FROM range(1000000) a, range(1000000) b WHERE a.range + b.range = -1", db=db, timeout_s=1
+        )
 
 
 def test_rows_are_capped(db, unchanged):
@@ -120,7 +121,8 @@ def test_rows_are_capped(db, unchanged):
 
 
 def test_a_query_runs_on_at_most_four_duckdb_threads_so_a_streamed_results_memory_does_not_grow_with_the_cores(
-        db, unchanged):
+    db, unchanged
+):
     # each DuckDB thread scans ahead: on a 16-core box the CLI's 1M-row CSV peaked 195 MB above `SELECT 1` on DuckDB's
     # default 16 threads (test_cli_errors's bound is 150 MB), 123 MB on 4; the 2-core CI cannot see it by memory
     threads = run_query("SELECT current_setting('threads') AS t", db=db).df["t"][0]
@@ -131,11 +133,18 @@ def test_a_query_runs_on_at_most_four_duckdb_threads_so_a_streamed_results_memor
 def test_a_query_runs_on_no_more_duckdb_threads_than_the_cores_the_process_may_use(db):
     """A process pinned to one core (taskset, a container's cpuset) gets one DuckDB thread, whatever the machine has:
     os.cpu_count() counts the machine's cores, not the process's."""
-    code = ("import os, sys; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
-            "from engine.store import run_query; "
-            "print(run_query(\"SELECT current_setting('threads') AS t\", db=sys.argv[1]).df['t'][0])")
-    out = subprocess.run([sys.executable, "-c", code, str(db)], capture_output=True, text=True, timeout=120,
-                         cwd=Path(__file__).resolve().parents[2])
+    code = (
+        "import os, sys; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+        "from engine.store import run_query; "
+        "print(run_query(\"SELECT current_setting('threads') AS t\", db=sys.argv[1]).df['t'][0])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(db)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "1"
 
@@ -144,8 +153,15 @@ def test_good_queries_return_dataframes(db, unchanged):
     result = run_query("SELECT run_id, loader, workers, epoch_s FROM runs", db=db)
     assert isinstance(result.df, pd.DataFrame) and not result.truncated and result.elapsed_s >= 0
     assert result.df.to_dict("records") == [{"run_id": "r1", "loader": "threads", "workers": 2, "epoch_s": 1.5}]
-    for sql in ("WITH e AS (SELECT * FROM epochs) SELECT count(*) AS n FROM e", "DESCRIBE runs", "SHOW TABLES",
-                "VALUES (1), (2)", "FROM steps", "SUMMARIZE epochs", "EXPLAIN SELECT * FROM runs;"):
+    for sql in (
+        "WITH e AS (SELECT * FROM epochs) SELECT count(*) AS n FROM e",
+        "DESCRIBE runs",
+        "SHOW TABLES",
+        "VALUES (1), (2)",
+        "FROM steps",
+        "SUMMARIZE epochs",
+        "EXPLAIN SELECT * FROM runs;",
+    ):
         assert len(run_query(sql, db=db).df) >= 1, sql
 
 
@@ -154,8 +170,11 @@ def test_reader_in_another_thread_waits_for_the_sandbox_instead_of_failing(db, u
 
     def slow() -> None:
         try:
-            run_query("SELECT count(*) FROM range(1000000) a, range(1000000) b WHERE a.range + b.range = -1",
-                      db=db, timeout_s=1)
+            run_query(
+                "SELECT count(*) FROM range(1000000) a, range(1000000) b WHERE a.range + b.range = -1",
+                db=db,
+                timeout_s=1,
+            )
         except QueryRejected:
             pass  # stopped by its timeout, as expected
         except Exception as e:  # noqa: BLE001
@@ -208,16 +227,47 @@ def test_read_only_and_lockdown_hold_without_the_parser_check(db, unchanged, sql
 # DuckDB's token offsets count UTF-8 bytes. Characters of every width (1 to 4 bytes) before a refused name must
 # not hide it, and a query holding them must run.
 
-FUZZ = settings(max_examples=60, deadline=None, database=None, derandomize=True,
-                suppress_health_check=[HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=60,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 WIDE = "aZ 09_é߀Ω中文字€🚀😀𝔘"  # 1-byte ASCII, 2-byte (é ß Ω), 3-byte (中 文 字 €), 4-byte (🚀 😀 𝔘)
 texts = st.text(alphabet=st.sampled_from(WIDE), max_size=24)
 # every family the filter refuses by name, as DuckDB spells those functions
-REFUSED = ["read_csv", "read_csv_auto", "read_text", "read_blob", "read_json", "read_json_auto", "read_parquet",
-           "parquet_scan", "parquet_metadata", "parquet_schema", "seq_scan", "delta_scan", "glob", "sniff_csv",
-           "query", "query_table", "json_execute_serialized_sql", "checkpoint", "force_checkpoint", "getenv",
-           "duckdb_secrets", "which_secret", "sqlite_attach", "iceberg_scan", "iceberg_metadata", "postgres_query",
-           "postgres_scan", "mysql_query", "sqlite_scan"]
+REFUSED = [
+    "read_csv",
+    "read_csv_auto",
+    "read_text",
+    "read_blob",
+    "read_json",
+    "read_json_auto",
+    "read_parquet",
+    "parquet_scan",
+    "parquet_metadata",
+    "parquet_schema",
+    "seq_scan",
+    "delta_scan",
+    "glob",
+    "sniff_csv",
+    "query",
+    "query_table",
+    "json_execute_serialized_sql",
+    "checkpoint",
+    "force_checkpoint",
+    "getenv",
+    "duckdb_secrets",
+    "which_secret",
+    "sqlite_attach",
+    "iceberg_scan",
+    "iceberg_metadata",
+    "postgres_query",
+    "postgres_scan",
+    "mysql_query",
+    "sqlite_scan",
+]
 SHAPES = [  # where the wide text sits: before the name (the bypass), around it, in comments, in quoted names
     "SELECT '{a}' AS x, * FROM {f}('{b}')",
     "SELECT '{a}', '{b}' FROM {f}('/etc/passwd') WHERE '{b}' <> ''",
@@ -255,8 +305,14 @@ def test_the_cli_query_returns_wide_characters_and_refuses_a_hidden_name(db, unc
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
 
     def cli(sql: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "engine", "query", sql, "--format", "json", "--db", str(db)],
-                              env=env, capture_output=True, text=True, encoding="utf-8", timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "engine", "query", sql, "--format", "json", "--db", str(db)],
+            env=env,
+            capture_output=True,
+            text=True,
+            encoding="utf-8",
+            timeout=120,
+        )
 
     out = cli("SELECT 'é 中文 🚀' AS u")
     assert out.returncode == 0 and json.loads(out.stdout) == [{"u": "é 中文 🚀"}], out.stderr

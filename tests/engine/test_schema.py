@@ -8,8 +8,13 @@ import duckdb
 import pytest
 
 from engine.store import schema
-from engine.store.tables import (EPOCH_COLUMNS_V4, SUMMARY_COLUMNS_V2, SUMMARY_COLUMNS_V4, SUMMARY_COLUMNS_V5,
-                                 SUMMARY_COLUMNS_V6)
+from engine.store.tables import (
+    EPOCH_COLUMNS_V4,
+    SUMMARY_COLUMNS_V2,
+    SUMMARY_COLUMNS_V4,
+    SUMMARY_COLUMNS_V5,
+    SUMMARY_COLUMNS_V6,
+)
 
 
 def _v1_file(path) -> None:
@@ -101,12 +106,14 @@ def test_a_v6_store_gets_one_host_per_machine_whatever_threads_its_runs_had(tmp_
         conn.execute("CREATE TABLE schema_version (version INTEGER, applied_at TIMESTAMP)")
         schema._v1(conn)
         conn.execute("INSERT INTO schema_version VALUES " + ", ".join(f"({v}, now())" for v in range(1, 7)))
-        conn.execute("INSERT INTO runs (run_id, status, host_fingerprint, host_json) VALUES "
-                     "('one', 'done', 'fp-one', ?), ('auto', 'done', 'fp-auto', ?), ('merged', 'done', 'theirs', ?)",
-                     [json.dumps(one), json.dumps(auto), json.dumps({"hostname": "elsewhere"})])
+        conn.execute(
+            "INSERT INTO runs (run_id, status, host_fingerprint, host_json) VALUES "
+            "('one', 'done', 'fp-one', ?), ('auto', 'done', 'fp-auto', ?), ('merged', 'done', 'theirs', ?)",
+            [json.dumps(one), json.dumps(auto), json.dumps({"hostname": "elsewhere"})],
+        )
         schema.ensure_schema(conn, path)
         fps = dict(conn.execute("SELECT run_id, host_fingerprint FROM runs").fetchall())
         kept = json.loads(conn.execute("SELECT host_json FROM runs WHERE run_id = 'one'").fetchone()[0])
     assert fps == {"one": machine_id(machine), "auto": machine_id(machine), "merged": "theirs"}
-    assert kept["intra_op_threads"] == 1   # the setting stays recorded with the run
+    assert kept["intra_op_threads"] == 1  # the setting stays recorded with the run
     assert (tmp_path / "loaderlab.duckdb.bak-v6").exists()

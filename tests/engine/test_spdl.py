@@ -84,7 +84,7 @@ def test_a_pipeline_stopped_under_the_loader_fails_the_epoch():
         with pytest.raises(RuntimeError, match=r"spdl loader: the pipeline ended after \d+ of 10 batches"):
             for batch in it:
                 got.append(batch)
-        assert ids_of(got) == planned(0)[:len(got)] and len(got) < 10
+        assert ids_of(got) == planned(0)[: len(got)] and len(got) < 10
         assert ids_of(loader.epoch(1)) == planned(1)  # the loader still works: each epoch has its own pipeline
     assert leftovers(before) == ([], [])
 
@@ -97,13 +97,24 @@ def _jpeg(tmp_path, monkeypatch, **fields):
     from engine.workloads import build_dataset
 
     monkeypatch.setenv("LOADERLAB_DATA", str(tmp_path))
-    cfg = RunConfig.from_dict({"workload": "jpeg", "n_samples": 16, "image_size": 32, "device": "cpu",
-                               "loader": "spdl", "workers": 2, "batch_size": 8, **fields})
+    cfg = RunConfig.from_dict(
+        {
+            "workload": "jpeg",
+            "n_samples": 16,
+            "image_size": 32,
+            "device": "cpu",
+            "loader": "spdl",
+            "workers": 2,
+            "batch_size": 8,
+            **fields,
+        }
+    )
     return cfg, build_dataset(cfg)
 
 
 def test_where_spdl_io_loads_the_jpeg_workload_under_spdl_decodes_with_spdls_decoders_the_same_sample(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     """The same crop and flip from the same per-sample seed, decoded and resized by FFmpeg: close to PIL's, the
     same label; and the spdl loader fetches through it (GIL-free), every batch whole."""
     from engine.workloads import _spdl_decode

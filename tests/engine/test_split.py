@@ -1,6 +1,6 @@
 """split mode: the pipelined model computes the unsplit model's loss and gradients; placement; real runs.
 
-    .venv/bin/python -m pytest tests/engine/test_split.py -q
+.venv/bin/python -m pytest tests/engine/test_split.py -q
 """
 
 from __future__ import annotations
@@ -60,12 +60,15 @@ def test_stage_devices_place_contiguous_blocks():
     assert stage_devices(RunConfig(n_stages=3), torch.device("cpu")) == [torch.device("cpu")] * 3
 
 
-@pytest.mark.parametrize(("fields", "field"), [
-    (dict(n_stages=9, depth=2), "n_stages"),          # an mlp of depth 2 has 3 blocks to cut
-    (dict(micro_batches=64, batch_size=32), "micro_batches"),
-    (dict(devices=["gpu0"]), "devices"),
-    (dict(n_stages=2, devices=["cpu", "cpu", "cpu"]), "devices"),
-])
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        (dict(n_stages=9, depth=2), "n_stages"),  # an mlp of depth 2 has 3 blocks to cut
+        (dict(micro_batches=64, batch_size=32), "micro_batches"),
+        (dict(devices=["gpu0"]), "devices"),
+        (dict(n_stages=2, devices=["cpu", "cpu", "cpu"]), "devices"),
+    ],
+)
 def test_bad_split_configs_name_the_field(fields, field):
     with pytest.raises(ConfigError) as err:
         check(RunConfig.from_dict({**TINY, "mode": "split", **fields}))  # schema, then machine
@@ -73,16 +76,23 @@ def test_bad_split_configs_name_the_field(fields, field):
 
 
 def test_split_run_through_the_runner(store):
-    result, events = launch_mode(store, mode="split", model="cnn", n_stages=3, micro_batches=4,
-                                 devices=["cpu", "cpu"])
+    result, events = launch_mode(store, mode="split", model="cnn", n_stages=3, micro_batches=4, devices=["cpu", "cpu"])
     assert result.status == "done", result.error
     rows = epochs_of(events)[(0, 0)]
     assert [e["epoch"] for e in rows] == [0, 1] and all(e["samples"] == TINY["n_samples"] for e in rows)
     assert summary_of(events)["aggregate_samples"] == TINY["n_samples"]
 
 
-@pytest.mark.parametrize("loader", [dict(loader="sync"), dict(loader="prefetch"), dict(loader="threads", workers=2),
-                                    dict(loader="processes", workers=1)], ids=lambda f: f["loader"])
+@pytest.mark.parametrize(
+    "loader",
+    [
+        dict(loader="sync"),
+        dict(loader="prefetch"),
+        dict(loader="threads", workers=2),
+        dict(loader="processes", workers=1),
+    ],
+    ids=lambda f: f["loader"],
+)
 def test_split_runs_with_every_loader(loader):
     events, _ = run_in_process("split", micro_batches=2, **loader)
     assert [e["epoch"] for e in epochs_of(events)[(0, 0)]] == [0, 1]

@@ -13,8 +13,9 @@ from engine.run.runner import launch
 from engine.runlog import read_events
 from engine.store import get_run
 
-TINY = dict(workload="tensor", n_samples=64, image_size=8, width=8, epochs=2, batch_size=16, device="cpu",
-            sample_hz=2.0)
+TINY = dict(
+    workload="tensor", n_samples=64, image_size=8, width=8, epochs=2, batch_size=16, device="cpu", sample_hz=2.0
+)
 
 
 def _first_batch_at(events: list[dict]) -> float:
@@ -46,8 +47,9 @@ def test_the_start_up_phases_add_up_to_launch_to_first_batch_as_the_parent_saw_i
 
 def test_a_slow_first_batch_is_the_first_batch_phase_not_the_build(store):
     # 8 samples at 60 ms each before the first batch can be handed over
-    result = launch(RunConfig.from_dict({**TINY, "latency_ms": 60.0, "batch_size": 8, "n_samples": 16,
-                                         "bound": False}), db=store)
+    result = launch(
+        RunConfig.from_dict({**TINY, "latency_ms": 60.0, "batch_size": 8, "n_samples": 16, "bound": False}), db=store
+    )
     assert result.status == "done", result.error
     run = get_run(result.run_id, db=store)
     assert run["startup_first_batch_s"] >= 8 * 0.060

@@ -13,10 +13,10 @@ from engine.analysis import stats
 
 
 def test_median_ci_ranks_are_the_exact_binomial_order_statistics():
-    assert [stats.median_ci_ranks(n) for n in range(1, 6)] == [None] * 5   # 5 runs reach only 93.75%
-    assert stats.median_ci_ranks(6) == (1, 6)      # coverage 1 - 2/64 = 96.9%
-    assert stats.median_ci_ranks(9) == (2, 8)      # 1 - 2*10/512 = 96.1%; (3, 7) would be 82%
-    assert stats.median_ci_ranks(20) == (6, 15)    # the textbook value for n = 20 at 95%
+    assert [stats.median_ci_ranks(n) for n in range(1, 6)] == [None] * 5  # 5 runs reach only 93.75%
+    assert stats.median_ci_ranks(6) == (1, 6)  # coverage 1 - 2/64 = 96.9%
+    assert stats.median_ci_ranks(9) == (2, 8)  # 1 - 2*10/512 = 96.1%; (3, 7) would be 82%
+    assert stats.median_ci_ranks(20) == (6, 15)  # the textbook value for n = 20 at 95%
     assert stats.median_ci_ranks(7, 0.99) is None and stats.median_ci_ranks(8, 0.99) == (1, 8)
     with pytest.raises(ValueError, match="confidence"):
         stats.median_ci_ranks(10, confidence=95)
@@ -45,9 +45,11 @@ def test_median_ci_too_few_values_gives_no_interval_not_min_max():
 def test_median_ci_coverage_on_known_distributions(n):
     rng = np.random.default_rng(n)
     trials = 4000
-    for draw, true_median in ((lambda size: rng.lognormal(0.0, 0.5, size), 1.0),          # skewed, like times
-                              (lambda size: 1.0 + rng.exponential(1.0, size), 1.0 + math.log(2)),
-                              (lambda size: rng.standard_t(2, size), 0.0)):               # heavy tails
+    for draw, true_median in (
+        (lambda size: rng.lognormal(0.0, 0.5, size), 1.0),  # skewed, like times
+        (lambda size: 1.0 + rng.exponential(1.0, size), 1.0 + math.log(2)),
+        (lambda size: rng.standard_t(2, size), 0.0),
+    ):  # heavy tails
         hits = sum(lo <= true_median <= hi for _, lo, hi in (stats.median_ci(draw(n)) for _ in range(trials)))
         assert hits / trials >= 0.93
 
@@ -56,7 +58,7 @@ def test_median_ci_coverage_on_known_distributions(n):
 def test_ratio_ci_coverage_on_known_distributions(na, nb):
     rng = np.random.default_rng(na * 100 + nb)
     trials, hits = 3000, 0
-    true_ratio = 2.0 / 1.5   # medians of 2 * lognormal(0, .3) and 1.5 * (1 + exp) / (1 + ln 2)
+    true_ratio = 2.0 / 1.5  # medians of 2 * lognormal(0, .3) and 1.5 * (1 + exp) / (1 + ln 2)
     for _ in range(trials):
         a = 2.0 * rng.lognormal(0.0, 0.3, na)
         b = 1.5 * (1.0 + rng.exponential(1.0, nb)) / (1.0 + math.log(2))
@@ -66,11 +68,21 @@ def test_ratio_ci_coverage_on_known_distributions(na, nb):
 
 
 def test_cv_and_noisy_flag_at_ten_percent():
-    df = pd.DataFrame({
-        "loader": ["sync"] * 4 + ["threads"] * 4,
-        "epoch_s": [1.00, 1.01, 0.99, 1.00,  # cv ~ 0.8%
-                    0.50, 0.80, 0.40, 0.65],  # cv ~ 30%
-    })
+    df = pd.DataFrame(
+        {
+            "loader": ["sync"] * 4 + ["threads"] * 4,
+            "epoch_s": [
+                1.00,
+                1.01,
+                0.99,
+                1.00,  # cv ~ 0.8%
+                0.50,
+                0.80,
+                0.40,
+                0.65,
+            ],  # cv ~ 30%
+        }
+    )
     assert stats.cv([1.0, 1.0]) == 0.0
     assert math.isnan(stats.cv([1.0]))
     table = stats.summarize_configs(df, ["loader"])
@@ -81,7 +93,7 @@ def test_cv_and_noisy_flag_at_ten_percent():
     assert by.loc["sync", "n"] == 4 and by.loc["sync", "median"] == pytest.approx(1.0)
     assert by.loc["threads", "cv"] > stats.NOISY_CV > by.loc["sync", "cv"]
     # a group just over the threshold is flagged, one just under is not
-    over = [1.0 - 0.11, 1.0, 1.0 + 0.11]   # sd 0.11 / mean 1.0
+    over = [1.0 - 0.11, 1.0, 1.0 + 0.11]  # sd 0.11 / mean 1.0
     under = [1.0 - 0.09, 1.0, 1.0 + 0.09]
     assert stats.cv(over) > 0.10 > stats.cv(under)
 
@@ -103,7 +115,7 @@ def test_compare_clear_difference_gives_speedup_with_interval():
     assert 1.0 < c["speedup_lo"] <= c["speedup"] <= c["speedup_hi"]
     assert c["speedup_lo"] == pytest.approx(1.97 / 1.03) and c["speedup_hi"] == pytest.approx(2.05 / 0.97)
     assert stats.compare(fast, slow)["difference"] == "A faster"
-    few = stats.compare(slow[:6], fast[:6])   # 6 + 6 runs: each median has an interval, the ratio not
+    few = stats.compare(slow[:6], fast[:6])  # 6 + 6 runs: each median has an interval, the ratio not
     assert few["difference"] == "no clear difference" and few["note"].startswith("no interval: 6 and 6 runs")
     assert not math.isnan(few["a_lo"]) and math.isnan(few["speedup_lo"]) and few["speedup"] > 1.9
 
@@ -116,7 +128,7 @@ def test_not_slower_needs_the_low_end_above_one_minus_margin():
     assert c["speedup_lo"] < 0.95 < c["speedup_hi"] and c["b_not_slower"] is False
     close = [1.01, 1.02, 1.00, 1.02, 1.01, 1.00, 1.03]
     assert stats.compare(base, close, margin=0.05)["b_not_slower"] is True
-    assert stats.compare(base[:3], close[:3], margin=0.05)["b_not_slower"] is False   # no interval, no claim
+    assert stats.compare(base[:3], close[:3], margin=0.05)["b_not_slower"] is False  # no interval, no claim
     assert stats.difference(math.nan, math.nan) == "no clear difference"
     assert stats.difference(1.01, 1.2) == "B faster" and stats.difference(0.8, 0.99) == "A faster"
 
@@ -130,14 +142,31 @@ def test_mixed_hosts_warning():
 
 
 def test_time_breakdown_shares_percentiles_and_startup():
-    epochs = pd.DataFrame({
-        "run_id": ["r"] * 3, "model_idx": 0, "rank": 0, "epoch": [0, 1, 2], "warmup": [True, False, False],
-        "wall_s": [5.0, 2.0, 2.0], "ttfb_s": [1.5, 0.1, 0.1],
-        "data_wait_s": [3.0, 1.0, 1.0], "h2d_s": [0.0, 0.2, 0.2], "compute_s": [1.0, 0.6, 0.6],
-    })
+    epochs = pd.DataFrame(
+        {
+            "run_id": ["r"] * 3,
+            "model_idx": 0,
+            "rank": 0,
+            "epoch": [0, 1, 2],
+            "warmup": [True, False, False],
+            "wall_s": [5.0, 2.0, 2.0],
+            "ttfb_s": [1.5, 0.1, 0.1],
+            "data_wait_s": [3.0, 1.0, 1.0],
+            "h2d_s": [0.0, 0.2, 0.2],
+            "compute_s": [1.0, 0.6, 0.6],
+        }
+    )
     waits = np.r_[[0.1], np.linspace(0.001, 0.1, 100)]  # step 0 (the TTFB) then 100 steady steps
-    steps = pd.DataFrame({"run_id": "r", "model_idx": 0, "rank": 0, "epoch": np.repeat([1, 2], 101),
-                          "step": np.tile(np.arange(101), 2), "data_wait_s": np.tile(waits, 2)})
+    steps = pd.DataFrame(
+        {
+            "run_id": "r",
+            "model_idx": 0,
+            "rank": 0,
+            "epoch": np.repeat([1, 2], 101),
+            "step": np.tile(np.arange(101), 2),
+            "data_wait_s": np.tile(waits, 2),
+        }
+    )
     warm_steps = steps.assign(epoch=0, data_wait_s=9.0)  # warm-up steps must not count
     out = stats.time_breakdown(epochs, pd.concat([steps, warm_steps]))["r"]
     assert out["data_wait_share"] == pytest.approx(0.5)
@@ -153,24 +182,41 @@ def test_time_breakdown_shares_percentiles_and_startup():
 
 def test_speedup_vs_sequential_matches_baselines_in_the_same_sweep_host_and_models():
     def runs(mode, sps, sweep="s1", n_models=2, host="h1", dual_data="shared"):
-        return [{"sweep_id": sweep, "host_fingerprint": host, "status": "done", "mode": mode, "n_models": n_models,
-                 "loader": "sync", "workload": "tensor", "model": "mlp", "width": 8, "model_b": "", "width_b": 0,
-                 "dual_data": dual_data, "samples_per_s": v * (1 + 0.002 * i)} for i, v in enumerate(sps)]
+        return [
+            {
+                "sweep_id": sweep,
+                "host_fingerprint": host,
+                "status": "done",
+                "mode": mode,
+                "n_models": n_models,
+                "loader": "sync",
+                "workload": "tensor",
+                "model": "mlp",
+                "width": 8,
+                "model_b": "",
+                "width_b": 0,
+                "dual_data": dual_data,
+                "samples_per_s": v * (1 + 0.002 * i),
+            }
+            for i, v in enumerate(sps)
+        ]
 
     seven = [1.0, 1.01, 0.99, 1.0, 1.02, 0.98, 1.0]
     df = pd.DataFrame(
-        runs("single", [100 * x for x in seven]) + runs("fused", [300 * x for x in seven], n_models=4)
-        + runs("dual-sequential", [100 * x for x in seven]) + runs("dual-processes", [150 * x for x in seven])
+        runs("single", [100 * x for x in seven])
+        + runs("fused", [300 * x for x in seven], n_models=4)
+        + runs("dual-sequential", [100 * x for x in seven])
+        + runs("dual-processes", [150 * x for x in seven])
         + runs("dual-threads", [100 * x for x in seven])
-        + runs("dual-threads", [120 * x for x in seven], dual_data="separate")   # its own contender, same baseline
-        + runs("single", [1000 * x for x in seven], sweep="other")   # another sweep: never a baseline
-        + runs("fused", [300 * x for x in seven], n_models=4, host="h2")   # a Ray node without its own single
+        + runs("dual-threads", [120 * x for x in seven], dual_data="separate")  # its own contender, same baseline
+        + runs("single", [1000 * x for x in seven], sweep="other")  # another sweep: never a baseline
+        + runs("fused", [300 * x for x in seven], n_models=4, host="h2")  # a Ray node without its own single
     )
     out = stats.speedup_vs_sequential(df)
     by = out[out["host_fingerprint"] == "h1"].set_index(["mode", "dual_data"])
     fused = by.loc[("fused", "shared")]
     assert fused["baseline_mode"] == "single" and fused["baseline_n"] == 7
-    assert fused["speedup"] == pytest.approx(3.0, rel=0.02)   # 4 models in 4/3 of one model's time
+    assert fused["speedup"] == pytest.approx(3.0, rel=0.02)  # 4 models in 4/3 of one model's time
     assert fused["difference"] == "faster"
     assert by.loc[("dual-processes", "shared"), "speedup"] == pytest.approx(1.5, rel=0.02)
     assert by.loc[("dual-processes", "shared"), "baseline_mode"] == "dual-sequential"

@@ -30,9 +30,21 @@ from tests._wait import quiet_cores
 
 # About half a second per epoch on one idle core, so scheduler noise is a small part; a third of it is data
 # work (work_us), so a stopwatch that missed the data wait would be off by far more than 5%.
-CFG = {"workload": "tensor", "n_samples": 1024, "work_us": 300, "image_size": 32, "model": "mlp", "width": 512,
-       "depth": 3, "batch_size": 64, "epochs": 4, "warmup_epochs": 1, "loader": "sync", "device": "cpu",
-       "sample_hz": 0.0}
+CFG = {
+    "workload": "tensor",
+    "n_samples": 1024,
+    "work_us": 300,
+    "image_size": 32,
+    "model": "mlp",
+    "width": 512,
+    "depth": 3,
+    "batch_size": 64,
+    "epochs": 4,
+    "warmup_epochs": 1,
+    "loader": "sync",
+    "device": "cpu",
+    "sample_hz": 0.0,
+}
 
 
 def engine_epochs(cfg: RunConfig, run_dir) -> list[float]:
@@ -70,7 +82,7 @@ def plain_epochs(cfg: RunConfig) -> list[float]:
             F.cross_entropy(model(x), y).backward()
             opt.step()
         times.append(time.perf_counter() - t0)
-    return times[cfg.warmup_epochs:]
+    return times[cfg.warmup_epochs :]
 
 
 @pytest.mark.quiet  # NOTE: each loop's minimum is its least disturbed epoch only if both see the quiet moments:
@@ -113,8 +125,7 @@ def test_stored_epoch_times_fit_inside_a_clock_around_the_runner(tmp_path):
     from engine.run.runner import launch  # noqa: PLC0415
     from engine.store import get_epochs, get_run  # noqa: PLC0415
 
-    cfg = RunConfig.from_dict({**CFG, "n_samples": 256, "epochs": 3, "sample_hz": 20.0, "bound": False,
-                               "threads": 1})
+    cfg = RunConfig.from_dict({**CFG, "n_samples": 256, "epochs": 3, "sample_hz": 20.0, "bound": False, "threads": 1})
     db = tmp_path / "s.duckdb"
     wall_t0, perf_t0 = time.time(), time.perf_counter()
     result = launch(cfg, db=db)
@@ -129,4 +140,5 @@ def test_stored_epoch_times_fit_inside_a_clock_around_the_runner(tmp_path):
     row = get_run(result.run_id, db=db)
     assert row["mean_cpu_pct"] is not None  # the sampler was on
     assert row["samples_per_s"] * (epochs["t_end"].iloc[-1] - epochs["t_start"].iloc[1]) == pytest.approx(
-        cfg.n_samples * (cfg.epochs - cfg.warmup_epochs))
+        cfg.n_samples * (cfg.epochs - cfg.warmup_epochs)
+    )

@@ -19,30 +19,82 @@ import pytest
 
 from engine.config import RunConfig, config_fields
 from engine.runlog import RunLog
-from engine.store import (BUILTIN_QUERIES, StoreBusy, StoreCorrupt, StoreHeld, StoreVersionError, connect,
-                          delete_saved_query, epoch_time_by, export, get_epochs, get_run, get_steps, ingest_pending,
-                          ingest_run, list_runs, list_saved_queries, load_view, purge, restore, save_query, save_view,
-                          set_notes, set_tags, soft_delete, table_schema)
+from engine.store import (
+    BUILTIN_QUERIES,
+    StoreBusy,
+    StoreCorrupt,
+    StoreHeld,
+    StoreVersionError,
+    connect,
+    delete_saved_query,
+    epoch_time_by,
+    export,
+    get_epochs,
+    get_run,
+    get_steps,
+    ingest_pending,
+    ingest_run,
+    list_runs,
+    list_saved_queries,
+    load_view,
+    purge,
+    restore,
+    save_query,
+    save_view,
+    set_notes,
+    set_tags,
+    soft_delete,
+    table_schema,
+)
 from engine.store import schema
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = ("runs", "epochs", "steps", "samples", "calibrations")
 
 
-def write_run(root: Path, run_id: str, *, epochs: int = 3, end: str | None = "done", warmup: int = 1,
-              wall: float = 1.0, loader: str = "sync", **start_extra) -> Path:
+def write_run(
+    root: Path,
+    run_id: str,
+    *,
+    epochs: int = 3,
+    end: str | None = "done",
+    warmup: int = 1,
+    wall: float = 1.0,
+    loader: str = "sync",
+    **start_extra,
+) -> Path:
     """A RunLog as the runner writes it: start, epochs with steps, samples, a calibration, summary, end."""
     cfg = RunConfig(loader=loader, workers=2 if loader != "sync" else 0, devices=["cpu", "cpu"]).to_dict()
     with RunLog(root / run_id) as rl:
-        rl.write("start", run_id=run_id, config=cfg, pid=os.getpid(), **start_extra,
-                 host={"hostname": "box", "cpu_model": "Test CPU", "cores": 8, "torch_version": "2.11"})
+        rl.write(
+            "start",
+            run_id=run_id,
+            config=cfg,
+            pid=os.getpid(),
+            **start_extra,
+            host={"hostname": "box", "cpu_model": "Test CPU", "cores": 8, "torch_version": "2.11"},
+        )
         rl.write("calibration", kind="loader", seconds=0.5, ttfb_s=0.05, cached=False)
         for ep in range(epochs):
             w = wall * (1 + ep)  # epochs 1.0, 2.0, 3.0 s: steady-state median 2.5 with one warm-up
-            rl.write("epoch", model_idx=0, rank=0, epoch=ep, warmup=ep < warmup, wall_s=w, samples=100,
-                     samples_per_s=100 / w, ttfb_s=0.1, data_wait_s=0.2 * w, h2d_s=0.1 * w, compute_s=0.7 * w,
-                     n_steps=2, t_start=10.0 * ep, t_end=10.0 * ep + w,
-                     steps=[[0, 0.1, 0.05, 0.3, 0.45], [1, 0.1, 0.05, 0.4, 0.55]])
+            rl.write(
+                "epoch",
+                model_idx=0,
+                rank=0,
+                epoch=ep,
+                warmup=ep < warmup,
+                wall_s=w,
+                samples=100,
+                samples_per_s=100 / w,
+                ttfb_s=0.1,
+                data_wait_s=0.2 * w,
+                h2d_s=0.1 * w,
+                compute_s=0.7 * w,
+                n_steps=2,
+                t_start=10.0 * ep,
+                t_end=10.0 * ep + w,
+                steps=[[0, 0.1, 0.05, 0.3, 0.45], [1, 0.1, 0.05, 0.4, 0.55]],
+            )
             rl.write("samples", rows=[[float(ep), 50.0 + ep, 1000 * (ep + 1), None, None]])
         if end:
             rl.write("summary", efficiency=0.8, verdict="data-bound", bound_s=2.0, peak_rss=123)
@@ -191,8 +243,9 @@ conn.close()
 def test_external_duckdb_session_makes_writer_wait_then_succeed(store):
     run_dir = write_run(store.parent / "runs", "r1")
     list_runs(db=store)
-    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(store)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD, str(store)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout.readline().strip() == "holding"
         with pytest.raises(StoreBusy, match=rf"pid {holder.pid}.*close the other DuckDB session or retry"):
@@ -233,8 +286,13 @@ with connect(sys.argv[1], read_only=True):
 
 def test_project_reader_blocks_writer_with_a_helpful_error(store):
     list_runs(db=store)
-    holder = subprocess.Popen([sys.executable, "-c", _PROJECT_READER, str(store)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _PROJECT_READER, str(store)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     try:
         assert holder.stdout.readline().strip() == "holding"
         with pytest.raises(StoreBusy, match=rf"pid {holder.pid}.*retry"):
@@ -259,16 +317,26 @@ def test_connection_is_closed_after_each_operation(store):
 def test_reader_of_missing_file_creates_schema(store):
     assert not store.exists()
     assert list_runs(db=store).empty
-    assert {"runs", "epochs", "steps", "samples", "calibrations", "jobs", "views", "saved_queries",
-            "schema_version"} <= set(table_schema(db=store))
+    assert {
+        "runs",
+        "epochs",
+        "steps",
+        "samples",
+        "calibrations",
+        "jobs",
+        "views",
+        "saved_queries",
+        "schema_version",
+    } <= set(table_schema(db=store))
 
 
 def test_migration_backs_up_the_file_first(store, monkeypatch):
     ingest_run(write_run(store.parent / "runs", "r1"), db=store)
     now = schema.SCHEMA_VERSION
     monkeypatch.setattr(schema, "SCHEMA_VERSION", now + 1)
-    monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS,
-                                               (now + 1, lambda c: c.execute("CREATE TABLE extra (a INTEGER)"))])
+    monkeypatch.setattr(
+        schema, "MIGRATIONS", [*schema.MIGRATIONS, (now + 1, lambda c: c.execute("CREATE TABLE extra (a INTEGER)"))]
+    )
     assert "extra" in table_schema(db=store)  # a reader triggers the upgrade too
     backup = store.with_name(store.name + f".bak-v{now}")
     with duckdb.connect(str(backup), read_only=True) as old:

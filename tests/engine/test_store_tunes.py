@@ -16,20 +16,40 @@ from engine.store import schema
 
 
 def tune_row(tune_id: str = "tune-0123456789ab", **over) -> dict:
-    row = {"tune_id": tune_id, "created_at": datetime(2026, 11, 28, 2, 0), "kind": "script",
-           "command": json.dumps(["python", "train.py", "--epochs", "1"]), "site": "train.py:42",
-           "budget_s": 90.0, "spent_s": 71.5, "stop_reason": "confirmed", "best_config_idx": 2, "speedup": 1.8,
-           "speedup_lo": 1.6, "speedup_hi": 2.0, "verdict": "faster",
-           "diff": "--- train.py\n+++ train.py\n@@ -42 +42 @@\n-DataLoader(ds, num_workers=0)\n"
-                   "+DataLoader(ds, num_workers=2)\n",
-           "answer": "num_workers=2: 1.8x", "settings_json": json.dumps([{"workers": 0}, {"workers": 1},
-                                                                          {"workers": 2}])}
+    row = {
+        "tune_id": tune_id,
+        "created_at": datetime(2026, 11, 28, 2, 0),
+        "kind": "script",
+        "command": json.dumps(["python", "train.py", "--epochs", "1"]),
+        "site": "train.py:42",
+        "budget_s": 90.0,
+        "spent_s": 71.5,
+        "stop_reason": "confirmed",
+        "best_config_idx": 2,
+        "speedup": 1.8,
+        "speedup_lo": 1.6,
+        "speedup_hi": 2.0,
+        "verdict": "faster",
+        "diff": "--- train.py\n+++ train.py\n@@ -42 +42 @@\n-DataLoader(ds, num_workers=0)\n"
+        "+DataLoader(ds, num_workers=2)\n",
+        "answer": "num_workers=2: 1.8x",
+        "settings_json": json.dumps([{"workers": 0}, {"workers": 1}, {"workers": 2}]),
+    }
     return {**row, **over}
 
 
 def test_a_tune_row_round_trips_and_answers_come_newest_first(store):
-    old, new = tune_row(), tune_row("tune-ffffffffffff", created_at=datetime(2026, 11, 28, 3, 0),
-                                    best_config_idx=None, speedup_lo=None, speedup_hi=None, diff="")
+    old, new = (
+        tune_row(),
+        tune_row(
+            "tune-ffffffffffff",
+            created_at=datetime(2026, 11, 28, 3, 0),
+            best_config_idx=None,
+            speedup_lo=None,
+            speedup_hi=None,
+            diff="",
+        ),
+    )
     record_tune(store, old)
     record_tune(store, new)
     answers = tune_answers(store)
@@ -50,14 +70,18 @@ def test_lists_for_command_and_settings_are_stored_as_json_and_a_missing_created
     assert got["created_at"] >= before
 
 
-@pytest.mark.parametrize("bad, field", [
-    ({"site": None}, "site"),
-    ({"speedup": "fast"}, "speedup"),
-    ({"tune_id": "sweep-1"}, "tune_id"),
-    ({"command": "python train.py"}, "command"),
-    ({"best_config_idx": -1}, "best_config_idx"),
-    ({"colour": "red"}, "colour"),
-], ids=["none-where-required", "text-for-a-number", "bad-id", "command-not-json", "negative-index", "unknown"])
+@pytest.mark.parametrize(
+    "bad, field",
+    [
+        ({"site": None}, "site"),
+        ({"speedup": "fast"}, "speedup"),
+        ({"tune_id": "sweep-1"}, "tune_id"),
+        ({"command": "python train.py"}, "command"),
+        ({"best_config_idx": -1}, "best_config_idx"),
+        ({"colour": "red"}, "colour"),
+    ],
+    ids=["none-where-required", "text-for-a-number", "bad-id", "command-not-json", "negative-index", "unknown"],
+)
 def test_a_bad_row_is_refused_naming_its_field_and_nothing_is_stored(store, bad, field):
     record_tune(store, tune_row("tune-aaaaaaaaaaaa"))
     with pytest.raises(ValueError, match=f"'{field}'"):
@@ -97,8 +121,11 @@ def _trial(db, run_id: str, idx: int, repeat: int, s_per_batch: float | None, er
         rl.write("start", run_id=run_id, config={"tag": "tune"}, host={"hostname": "box"})
         rl.write("summary", source="observed", s_per_batch=s_per_batch, trial_rung=0, tune_site="train.py:42")
         rl.write("end", status="failed" if error else "done", error=error)
-    ingest_run(db.parent / "runs" / run_id, db=db,
-               sweep_meta={"sweep_id": "tune-0123456789ab", "config_idx": idx, "repeat_idx": repeat})
+    ingest_run(
+        db.parent / "runs" / run_id,
+        db=db,
+        sweep_meta={"sweep_id": "tune-0123456789ab", "config_idx": idx, "repeat_idx": repeat},
+    )
 
 
 def test_a_tunes_candidates_rank_by_median_seconds_per_batch_then_failed_then_untried(store):

@@ -146,8 +146,14 @@ def plug(tmp_path, monkeypatch) -> str:
 
 
 def run_stream(store: Path, plug: str, workload: str, **fields):
-    fields = {"workload": f"{plug}:{workload}", "model": f"{plug}:net", "n_samples": 20, "batch_size": 4,
-              "check_samples": True, **fields}
+    fields = {
+        "workload": f"{plug}:{workload}",
+        "model": f"{plug}:net",
+        "n_samples": 20,
+        "batch_size": 4,
+        "check_samples": True,
+        **fields,
+    }
     result, events = launch_mode(store, **fields)
     return result, samples_per_epoch(events)
 
@@ -194,12 +200,16 @@ def test_a_stream_that_shards_itself_right_is_left_alone(store, plug):
     assert per_epoch == {0: 20, 1: 20} and stored(store, "stream_split") == ("self",)
 
 
-@pytest.mark.parametrize("fields, words", [
-    ({"loader": "processes", "workers": 2}, "2 workers each yielded all 20 samples"),
-    ({"mode": "ddp", "world_size": 2}, "2 ranks each yielded all 20 samples"),
-])
+@pytest.mark.parametrize(
+    "fields, words",
+    [
+        ({"loader": "processes", "workers": 2}, "2 workers each yielded all 20 samples"),
+        ({"mode": "ddp", "world_size": 2}, "2 ranks each yielded all 20 samples"),
+    ],
+)
 def test_the_duplicate_bug_of_a_stream_that_ignores_get_worker_info_fails_the_run_in_one_line(
-        store, plug, fields, words):
+    store, plug, fields, words
+):
     result, _ = run_stream(store, plug, "naive", **fields)
     assert result.status == "failed"
     assert words in result.error and "get_worker_info()" in result.error and "\n" not in result.error, result.error
@@ -241,36 +251,72 @@ def test_an_iterable_that_does_not_start_over_fails_in_one_line(store, plug):
     assert result.status == "failed" and "does not start over" in result.error and "\n" not in result.error
 
 
-@pytest.mark.parametrize("workload, words", [
-    ("one_shot", "exhausted after one epoch"),
-    ("words", "not an (x, y) or (x, y, key) tuple"),
-])
+@pytest.mark.parametrize(
+    "workload, words",
+    [
+        ("one_shot", "exhausted after one epoch"),
+        ("words", "not an (x, y) or (x, y, key) tuple"),
+    ],
+)
 def test_bad_streams_exit_2_in_one_line(store, plug, capsys, workload, words):
-    args = ["run", "--workload", f"{plug}:{workload}", "--model", f"{plug}:net", "--n-samples", "8",
-            "--image-size", "8", "--batch-size", "4", "--epochs", "2", "--db", str(store)]
+    args = [
+        "run",
+        "--workload",
+        f"{plug}:{workload}",
+        "--model",
+        f"{plug}:net",
+        "--n-samples",
+        "8",
+        "--image-size",
+        "8",
+        "--batch-size",
+        "4",
+        "--epochs",
+        "2",
+        "--db",
+        str(store),
+    ]
     assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: workload: ") and words in err[0], err
 
 
-@pytest.mark.parametrize("fields", [
-    {"loader": "sync"}, {"loader": "prefetch"}, {"loader": "threads", "workers": 2},
-    {"loader": "processes", "workers": 2}, {"mode": "ddp", "world_size": 2},
-])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"loader": "sync"},
+        {"loader": "prefetch"},
+        {"loader": "threads", "workers": 2},
+        {"loader": "processes", "workers": 2},
+        {"mode": "ddp", "world_size": 2},
+    ],
+)
 def test_the_streaming_example_reads_each_parquet_row_once_an_epoch(store, fields):
     example = {"workload": "examples.streaming.data:build", "model": "examples.own_pipeline.nets:resnet"}
-    result, events = launch_mode(store, **example, n_samples=96, image_size=16, width=8, depth=1, batch_size=16,
-                                 check_samples=True, **fields)
+    result, events = launch_mode(
+        store, **example, n_samples=96, image_size=16, width=8, depth=1, batch_size=16, check_samples=True, **fields
+    )
     assert result.status == "done", result.error
-    assert samples_per_epoch(events) == {0: 96, 1: 96} and stored(store, "stream_split", "num_classes") == ("shard", DEFAULT_CLASSES)
+    assert samples_per_epoch(events) == {0: 96, 1: 96} and stored(store, "stream_split", "num_classes") == (
+        "shard",
+        DEFAULT_CLASSES,
+    )
 
 
 def test_the_probe_measures_a_streams_batches_from_its_own_pass(plug):
     from engine.predict.probe import probe
     from engine.modes._common import step_builder
 
-    cfg = RunConfig.from_dict({"workload": f"{plug}:counted", "model": f"{plug}:net", "n_samples": 20,
-                               "batch_size": 4, "image_size": 8, "device": "cpu"})
+    cfg = RunConfig.from_dict(
+        {
+            "workload": f"{plug}:counted",
+            "model": f"{plug}:net",
+            "n_samples": 20,
+            "batch_size": 4,
+            "image_size": 8,
+            "device": "cpu",
+        }
+    )
     out = probe(cfg, torch.device("cpu"), step_builder(cfg, 0, torch.device("cpu")))
     assert (out["batches"], out["n_samples"]) == (5, 20) and out["load_wall_s"] > 0
     assert out["compute"]["1"]["wall_s"] > 0

@@ -48,11 +48,21 @@ def _naive_configs(base: dict, grid: dict) -> list[RunConfig]:
 
 
 # the fields whose values the loader or the mode may ignore, so that distinct grid points run the same
-_AXES = {"loader": ["sync", "prefetch", "threads", "processes"], "workers": [1, 2, 3], "prefetch_depth": [1, 2, 4],
-         "start_method": ["fork", "spawn"], "persistent_workers": [True, False], "mode": ["single", "fused", "ddp",
-         "dual-sequential", "dual-threads"], "n_models": [2, 3, 4], "world_size": [1, 2], "dual_data":
-         ["shared", "separate"], "lr_spread": [0.0, 0.5], "model_b": ["", "cnn"], "width_b": [0, 16],
-         "batch_size": [16, 32]}
+_AXES = {
+    "loader": ["sync", "prefetch", "threads", "processes"],
+    "workers": [1, 2, 3],
+    "prefetch_depth": [1, 2, 4],
+    "start_method": ["fork", "spawn"],
+    "persistent_workers": [True, False],
+    "mode": ["single", "fused", "ddp", "dual-sequential", "dual-threads"],
+    "n_models": [2, 3, 4],
+    "world_size": [1, 2],
+    "dual_data": ["shared", "separate"],
+    "lr_spread": [0.0, 0.5],
+    "model_b": ["", "cnn"],
+    "width_b": [0, 16],
+    "batch_size": [16, 32],
+}
 
 
 @given(st.dictionaries(st.sampled_from(sorted(_AXES)), st.integers(1, 4), min_size=1, max_size=5), st.randoms())

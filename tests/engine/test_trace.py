@@ -29,16 +29,17 @@ def test_a_traced_run_stores_the_same_epochs_as_an_untraced_one_and_a_chrome_tra
     plain, plain_events = launch_mode(store, epochs=2)
     traced, traced_events = launch_mode(store, epochs=2, trace=True)
     assert plain.status == traced.status == "done", (plain.error, traced.error)
-    epochs = [[(e["epoch"], e["warmup"], e["samples"]) for e in ev if e["type"] == "epoch"]
-              for ev in (plain_events, traced_events)]
+    epochs = [
+        [(e["epoch"], e["warmup"], e["samples"]) for e in ev if e["type"] == "epoch"]
+        for ev in (plain_events, traced_events)
+    ]
     assert epochs[0] == epochs[1] == [(0, True, 128), (1, False, 128)]  # the traced epoch is extra and unstored
     assert trace_path(plain.run_dir) is None
     names = {e.get("name", "") for e in _trace_events(traced.run_dir)}
     assert any("aten::" in n for n in names), sorted(names)[:20]  # the training step's ops are in it
     with connect(store, read_only=True) as conn:
         rows = dict(conn.execute("SELECT run_id, n_epochs FROM runs").fetchall())
-        traced_row = conn.execute("SELECT trace, summary_json FROM runs WHERE run_id = ?",
-                                  [traced.run_id]).fetchone()
+        traced_row = conn.execute("SELECT trace, summary_json FROM runs WHERE run_id = ?", [traced.run_id]).fetchone()
     assert rows[plain.run_id] == rows[traced.run_id] == 2
     assert traced_row[0] is True and json.loads(traced_row[1])["trace_file"] == TRACE_FILE
 
@@ -50,7 +51,7 @@ def test_the_sampler_stops_before_the_traced_epoch(store):
     assert traced.status == "done", traced.error
     last_epoch = max(e["t"] for e in events if e["type"] == "epoch")
     sampled = [row[0] for e in events if e["type"] == "samples" for row in e["rows"]]
-    assert len(sampled) > 20 and max(sampled) < last_epoch + 0.3, (max(sampled) - last_epoch)
+    assert len(sampled) > 20 and max(sampled) < last_epoch + 0.3, max(sampled) - last_epoch
 
 
 @pytest.mark.parametrize("mode, extra", [("dual-sequential", {}), ("fused", {"n_models": 2})])

@@ -19,8 +19,9 @@ from engine.store import list_runs
 TINY = {"n_samples": 128, "image_size": 8, "width": 8, "batch_size": 32, "device": "cpu", "sample_hz": 0.0}
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("10m", 600), ("1h", 3600), ("1h30m", 5400),
-                                               ("45", 45), ("1.5m", 90)])
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("90s", 90), ("10m", 600), ("1h", 3600), ("1h30m", 5400), ("45", 45), ("1.5m", 90)]
+)
 def test_parse_budget(text, seconds):
     assert parse_budget(text) == seconds
 
@@ -58,13 +59,13 @@ def test_the_space_varies_intra_op_threads_jointly_with_workers():
         # 1, what fits beside the loader's threads, and torch's default (0, auto)
         assert {0, 1, max(1, 4 - beside)} == set(threads), (loader, workers)
     assert _threads_of(cands)[("processes", 1, 2)] == [0, 1, 3]
-    assert cands[0].loader == "sync" and cands[0].threads == 0   # the reference is sync as the user gets it
+    assert cands[0].loader == "sync" and cands[0].threads == 0  # the reference is sync as the user gets it
 
 
 def test_an_explicit_thread_count_equal_to_torchs_default_is_not_run_twice():
     cands = candidates(RunConfig.from_dict(TINY), cores=4, default_threads=4)
     assert len({c.to_json() for c in cands}) == len(cands)
-    assert _threads_of(cands)[("sync", 0, 2)] == [0, 1]   # 4 fits beside sync, and 4 is what auto gives
+    assert _threads_of(cands)[("sync", 0, 2)] == [0, 1]  # 4 fits beside sync, and 4 is what auto gives
     assert _threads_of(cands)[("processes", 1, 2)] == [0, 1, 3]
 
 
@@ -79,8 +80,9 @@ def test_hidden_pools_add_a_transform_threads_1_twin_of_each_candidate_unless_th
     assert {c.transform_threads for c in plain} == {0}
     both = candidates(RunConfig.from_dict(TINY), cores=4, hidden_pools=True)
     assert len(both) == 2 * len(plain) and len({c.to_json() for c in both}) == len(both)
-    assert {c.to_json() for c in both if c.transform_threads == 1} == \
-        {c.replace(transform_threads=1).to_json() for c in plain}
+    assert {c.to_json() for c in both if c.transform_threads == 1} == {
+        c.replace(transform_threads=1).to_json() for c in plain
+    }
     kept = candidates(RunConfig.from_dict({**TINY, "transform_threads": 2}), cores=4, hidden_pools=True)
     assert {c.transform_threads for c in kept} == {2} and len(kept) == len(plain)
 
@@ -110,8 +112,18 @@ def test_confirmation_has_enough_runs_for_an_interval():
 def test_tiny_tune_halves_and_reports_a_config(store):
     space = [{"loader": "sync"}, {"loader": "prefetch"}, {"loader": "threads", "workers": 2}]
     # NOTE: a per-sample sleep so that loading in the background pays and the confirmation path runs
-    result = tune("tensor", "mlp", budget_s=600, db=store, base={**TINY, "latency_ms": 1.0}, progress=False,
-                  space=space, eta=2, confirm_repeats=3, predicted=False)
+    result = tune(
+        "tensor",
+        "mlp",
+        budget_s=600,
+        db=store,
+        base={**TINY, "latency_ms": 1.0},
+        progress=False,
+        space=space,
+        eta=2,
+        confirm_repeats=3,
+        predicted=False,
+    )
     assert result.stop_reason == "one candidate left"
     assert all(r["warm"] for r in result.rows + result.confirm_rows)  # forked from tune's one warm parent
     assert [r["rung"] for r in result.rows] == [0, 0, 0, 1, 1]  # the faster half (2 of 3) runs again
@@ -126,11 +138,13 @@ def test_tiny_tune_halves_and_reports_a_config(store):
     assert "best:" in result.render() and "no prediction (--no-predict)" in result.render()
     if result.best_idx == 0:
         assert "sync loader (no background loading) was the fastest" in result.render() and not result.confirm_rows
-    else:   # the final comparison: interleaved runs of sync and the best, not epochs
+    else:  # the final comparison: interleaved runs of sync and the best, not epochs
         confirm = result.confirm_rows
-        assert [sorted(r["candidate"] for r in confirm[i:i + 2]) for i in range(0, 6, 2)] == [[0, result.best_idx]] * 3
+        assert [sorted(r["candidate"] for r in confirm[i : i + 2]) for i in range(0, 6, 2)] == [
+            [0, result.best_idx]
+        ] * 3
         c = result.comparison
-        assert c["n_a"] == c["n_b"] == 3 and math.isnan(c["speedup_lo"])   # 3 + 3 runs: no interval, and it says so
+        assert c["n_a"] == c["n_b"] == 3 and math.isnan(c["speedup_lo"])  # 3 + 3 runs: no interval, and it says so
         assert "no interval: 3 runs" in result.render()
     stored = list_runs(db=store)
     assert set(stored["run_id"]) == {r["run_id"] for r in result.rows + result.confirm_rows}
@@ -139,14 +153,19 @@ def test_tiny_tune_halves_and_reports_a_config(store):
 
 @pytest.mark.slow
 def test_budget_stops_the_tune_after_the_first_run(store, capsys):
-    assert cli.main(["tune", "--workload", "tensor", "--budget", "1s", "--db", str(store), "--quiet"]
-                    + [f"--set={k}={v}" for k, v in TINY.items()]) == 0
+    assert (
+        cli.main(
+            ["tune", "--workload", "tensor", "--budget", "1s", "--db", str(store), "--quiet"]
+            + [f"--set={k}={v}" for k, v in TINY.items()]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
-    assert "1 runs" in out and "budget spent" in out and "best: " in out   # the first of a shuffled rung
+    assert "1 runs" in out and "budget spent" in out and "best: " in out  # the first of a shuffled rung
     # no interleaved runs, so no speedup claimed
     assert "faster than" not in out and "best vs" not in out and "95% CI" not in out
-    assert "peak memory (PSS, whole process tree): " in out   # the best's, against nothing: no interleaved runs
-    answer, code = out.split("# --- the code", 1)   # the answer, then the code that builds its loader, last
+    assert "peak memory (PSS, whole process tree): " in out  # the best's, against nothing: no interleaved runs
+    answer, code = out.split("# --- the code", 1)  # the answer, then the code that builds its loader, last
     assert "loader = " in code and "best: " in answer
     assert cli.build_parser().parse_args(["advise", "--host", "any"]).host == "any"
 
@@ -155,12 +174,24 @@ def test_budget_stops_the_tune_after_the_first_run(store, capsys):
 
 
 def test_use_it_is_the_run_command_of_the_best_with_the_shared_fields():
-    cfg = RunConfig.from_dict({"workload": "mypkg.data:build", "model": "mypkg.nets:net", "loader": "processes",
-                               "workers": 2, "n_samples": 512, "pin_memory": False, "epochs": 10, "tag": "tune",
-                               "bound": False})
+    cfg = RunConfig.from_dict(
+        {
+            "workload": "mypkg.data:build",
+            "model": "mypkg.nets:net",
+            "loader": "processes",
+            "workers": 2,
+            "n_samples": 512,
+            "pin_memory": False,
+            "epochs": 10,
+            "tag": "tune",
+            "bound": False,
+        }
+    )
     flags = run_flags(cfg)
-    assert flags == ("--workload mypkg.data:build --model mypkg.nets:net --loader processes --workers 2 "
-                     "--n-samples 512 --no-pin-memory")
+    assert flags == (
+        "--workload mypkg.data:build --model mypkg.nets:net --loader processes --workers 2 "
+        "--n-samples 512 --no-pin-memory"
+    )
     again = config_from_args(cli.build_parser().parse_args(["run", *flags.split()]))  # the CLI reads it back
     assert again.replace(epochs=10, tag="tune", bound=False) == cfg
 
@@ -190,18 +221,26 @@ def test_tune_with_a_baseline_confirms_the_best_against_it(store):
     from engine import lab
     from engine.config import SweepConfig
 
-    t = lab.tune(workload="tensor", model="mlp", budget="10m", db=store, base={**TINY, "latency_ms": 1.0},
-                 progress=False, space=[{"loader": "sync"}, {"loader": "prefetch"}], confirm_repeats=1,
-                 baseline="loader=threads,workers=1,batch_size=16")
+    t = lab.tune(
+        workload="tensor",
+        model="mlp",
+        budget="10m",
+        db=store,
+        base={**TINY, "latency_ms": 1.0},
+        progress=False,
+        space=[{"loader": "sync"}, {"loader": "prefetch"}],
+        confirm_repeats=1,
+        baseline="loader=threads,workers=1,batch_size=16",
+    )
     yours = t["reference"]
     assert (yours["loader"], yours["workers"], yours["batch_size"]) == ("threads", 1, 16) and t["baseline"]
     runs = t["runs"]
-    assert set(runs["loader"]) == {"threads", "sync", "prefetch"}   # your setup is measured in the search too
-    assert set(runs[runs.loader != "threads"]["batch_size"]) == {32}   # the base's batch_size wins over yours
+    assert set(runs["loader"]) == {"threads", "sync", "prefetch"}  # your setup is measured in the search too
+    assert set(runs[runs.loader != "threads"]["batch_size"]) == {32}  # the base's batch_size wins over yours
     best = t["best"]
     if best == {**yours, "epochs": best["epochs"]}:
         assert "your setup (threads, 1 worker, depth 2, batch 16) was the fastest measured" in t["text"]
-    else:   # the confirmation runs are your setup's and the best's, and the answer names your setup
+    else:  # the confirmation runs are your setup's and the best's, and the answer names your setup
         assert sorted(r["loader"] for r in t["confirm_runs"]) == sorted(["threads", best["loader"]])
         assert "vs your setup (threads, 1 worker, depth 2, batch 16): " in t["text"]
         assert "no interval: 1 run" in t["text"] and "--write-confirm" in t["text"] and t["speedup_lo"] is None
@@ -219,8 +258,18 @@ def test_the_first_rung_runs_the_predicted_fastest_in_predicted_order_then_candi
     from engine.predict.model import rank
 
     base = {**TINY, "latency_ms": 1.0}
-    result = tune("tensor", "mlp", budget_s=600, db=store, base=base, progress=False, top_k=3, eta=10,
-                  rung0_epochs=1, confirm_repeats=1)
+    result = tune(
+        "tensor",
+        "mlp",
+        budget_s=600,
+        db=store,
+        base=base,
+        progress=False,
+        top_k=3,
+        eta=10,
+        rung0_epochs=1,
+        confirm_repeats=1,
+    )
     assert result.probe is not None and "measured now" in result.probe_note, result.probe_note
     assert "ranked" in result.render() and "by prediction" in result.render()
     # the default space, threads jointly with workers: torch's default (0) and explicit counts beside it (which ones
@@ -229,8 +278,8 @@ def test_the_first_rung_runs_the_predicted_fastest_in_predicted_order_then_candi
     first = [r for r in result.rows if r["rung"] == 0]
     ran = [r["candidate"] for r in first]
     order = [result.configs.index(c) for c, _ in rank(result.configs, result.probe)]
-    ranked = ran[:-1] if len(ran) > 1 and ran[-1] == 0 else ran   # candidate 0 last, unless predicted among them
-    assert ranked == sorted(ranked, key=order.index)       # fastest predicted first
+    ranked = ran[:-1] if len(ran) > 1 and ran[-1] == 0 else ran  # candidate 0 last, unless predicted among them
+    assert ranked == sorted(ranked, key=order.index)  # fastest predicted first
     told_apart = {(result.configs[i].loader, result.configs[i].workers, result.configs[i].threads) for i in ranked}
     assert 0 in ran and len(told_apart) <= 3  # top_k settings the model tells apart, each with its knob variants
     # none left out is predicted faster than the last that ran, but for a twin the model cannot tell apart (depth)
@@ -238,8 +287,11 @@ def test_the_first_rung_runs_the_predicted_fastest_in_predicted_order_then_candi
     for i in order[:slowest]:
         if i not in ran:
             c = result.configs[i]
-            assert any((c.loader, c.workers, c.threads) == (result.configs[j].loader, result.configs[j].workers,
-                                                           result.configs[j].threads) for j in ran), c
+            assert any(
+                (c.loader, c.workers, c.threads)
+                == (result.configs[j].loader, result.configs[j].workers, result.configs[j].threads)
+                for j in ran
+            ), c
     # every run carries its predicted epoch beside the measured one, and the printed table shows both
     for r in result.rows + result.confirm_rows:
         assert r["predicted_s"] > 0 and r["limit"] and r["threads"] == result.configs[r["candidate"]].threads
@@ -255,14 +307,23 @@ def test_the_first_rung_runs_the_predicted_fastest_in_predicted_order_then_candi
 @pytest.mark.own_calibrations
 def test_a_mode_the_model_does_not_cover_is_tuned_by_plain_halving(store):
     space = [{"loader": "sync"}, {"loader": "prefetch"}, {"loader": "threads", "workers": 2}]
-    result = tune("tensor", "mlp", budget_s=600, db=store, base={**TINY, "mode": "fused", "latency_ms": 1.0},
-                  progress=False, space=space, eta=2, confirm_repeats=1)
+    result = tune(
+        "tensor",
+        "mlp",
+        budget_s=600,
+        db=store,
+        base={**TINY, "mode": "fused", "latency_ms": 1.0},
+        progress=False,
+        space=space,
+        eta=2,
+        confirm_repeats=1,
+    )
     assert result.predictions == {} and result.probe is None
     assert "no prediction (the model does not cover mode fused)" in result.render()
-    assert not (store.parent / "calibrations").exists()   # no probe was measured for it
+    assert not (store.parent / "calibrations").exists()  # no probe was measured for it
     order = [0, 1, 2]
     random.Random(0).shuffle(order)
-    assert [r["candidate"] for r in result.rows[:3]] == order   # the whole space, shuffled, as before
+    assert [r["candidate"] for r in result.rows[:3]] == order  # the whole space, shuffled, as before
     assert [r["rung"] for r in result.rows] == [0, 0, 0, 1, 1] and result.best is not None
     assert all(math.isnan(r["predicted_s"]) and r["limit"] is None for r in result.rows)
 
@@ -274,8 +335,17 @@ def test_a_mode_the_model_does_not_cover_is_tuned_by_plain_halving(store):
 def test_one_setting_measured_is_never_called_the_fastest_nor_confirmed_against_itself(store):
     """The user's setup is the only candidate: it is measured once, never compared with itself, and the answer
     does not call it the fastest of one."""
-    result = tune("tensor", "mlp", budget_s=600, db=store, base=TINY, progress=False,
-                  space=[{"loader": "threads", "workers": 1}], baseline="loader=threads,workers=1", predicted=False)
+    result = tune(
+        "tensor",
+        "mlp",
+        budget_s=600,
+        db=store,
+        base=TINY,
+        progress=False,
+        space=[{"loader": "threads", "workers": 1}],
+        baseline="loader=threads,workers=1",
+        predicted=False,
+    )
     assert len(result.configs) == 1 and result.best_idx == 0
     assert len(result.rows) == 1 and result.confirm_rows == [] and result.comparison == {}
     text = result.render()
@@ -287,13 +357,24 @@ def test_a_short_budget_tries_candidates_until_it_is_spent_and_says_what_a_full_
     """Six candidates and a budget for a few runs: tune keeps trying candidates while a run fits in what is left
     (it does not stop at the search's share to confirm), and says how many it tried of how many, and the budget a
     full answer takes."""
-    space = [{"loader": "sync"}, {"loader": "prefetch"}] + [{"loader": "threads", "workers": w} for w in (1, 2)] + \
-        [{"loader": "processes", "workers": w} for w in (1, 2)]
-    budget = 12.0   # a run of 4 epochs of 4 batches of 4 ms samples takes a few seconds: a few runs fit, not six
-    result = tune("tensor", "mlp", budget_s=budget, db=store, base={**TINY, "latency_ms": 4.0}, progress=False,
-                  space=space, predicted=False)
+    space = (
+        [{"loader": "sync"}, {"loader": "prefetch"}]
+        + [{"loader": "threads", "workers": w} for w in (1, 2)]
+        + [{"loader": "processes", "workers": w} for w in (1, 2)]
+    )
+    budget = 12.0  # a run of 4 epochs of 4 batches of 4 ms samples takes a few seconds: a few runs fit, not six
+    result = tune(
+        "tensor",
+        "mlp",
+        budget_s=budget,
+        db=store,
+        base={**TINY, "latency_ms": 4.0},
+        progress=False,
+        space=space,
+        predicted=False,
+    )
     tried = {r["candidate"] for r in result.rows}
-    assert result.confirm_rows == []   # the budget went to candidates, not to confirming one against too few
+    assert result.confirm_rows == []  # the budget went to candidates, not to confirming one against too few
     if len(tried) < len(space):
         # what was left would not buy another run
         assert budget - result.spent_s < max(r["run_s"] for r in result.rows), (result.spent_s, result.rows)
@@ -310,18 +391,45 @@ def test_a_short_budget_with_predictions_says_it_ran_the_predicted_fastest_first
     and the budget a full answer takes; a tune that tried them all says none of it."""
     sync = RunConfig.from_dict({**TINY, "tag": "tune", "bound": False})
     configs = [sync, sync.replace(loader="threads", workers=2), sync.replace(loader="processes", workers=2)]
-    row = {"candidate": 1, "rung": 0, "steady_epochs": 3, "epochs": 4, "status": "done", "epoch_s": 0.5,
-           "predicted_s": 0.4, "limit": "data-bound", "run_s": 3.0, "peak_bytes": None, "run_id": "r1"}
+    row = {
+        "candidate": 1,
+        "rung": 0,
+        "steady_epochs": 3,
+        "epochs": 4,
+        "status": "done",
+        "epoch_s": 0.5,
+        "predicted_s": 0.4,
+        "limit": "data-bound",
+        "run_s": 3.0,
+        "peak_bytes": None,
+        "run_id": "r1",
+    }
     from engine.predict import Prediction
 
     predictions = {i: Prediction(e, "data-bound", {}, 1, 2.0) for i, e in enumerate((2.0, 0.4, 0.6))}
-    short = TuneResult(sweep_id="tune-x", budget_s=5, configs=configs, rows=[row], best_idx=1, wanted=3,
-                       full_budget_s=61.2, predictions=predictions, stop_reason="budget spent")
+    short = TuneResult(
+        sweep_id="tune-x",
+        budget_s=5,
+        configs=configs,
+        rows=[row],
+        best_idx=1,
+        wanted=3,
+        full_budget_s=61.2,
+        predictions=predictions,
+        stop_reason="budget spent",
+    )
     text = short.render()
     assert "tried 1 of the 3 candidates the first rung needs (the predicted fastest first)" in text
     assert "--budget 62s" in text and "fastest measured" not in text and "only threads, 2 workers" in text
-    full = TuneResult(sweep_id="tune-x", budget_s=5, configs=configs, best_idx=1, wanted=2, predictions=predictions,
-                      rows=[row, {**row, "candidate": 0, "epoch_s": 2.1, "run_id": "r0"}])
+    full = TuneResult(
+        sweep_id="tune-x",
+        budget_s=5,
+        configs=configs,
+        best_idx=1,
+        wanted=2,
+        predictions=predictions,
+        rows=[row, {**row, "candidate": 0, "epoch_s": 2.1, "run_id": "r0"}],
+    )
     assert "tried" not in full.render() and "only " not in full.render()
 
 
@@ -332,9 +440,12 @@ def test_where_items_wait_threads_and_spdl_reach_past_the_cores_and_processes_st
     from engine.advice.tune import MAX_PROCESSES_PER_CORE, MAX_WORKERS, waits_of
 
     base = RunConfig.from_dict(TINY)
-    most = {lo: max((c.workers for c in cands if c.loader == lo), default=0)
-            for cands in [candidates(base, cores=2)] for lo in ("threads", "spdl", "processes")}
-    assert most == {"threads": 2, "spdl": 2, "processes": 2}   # work only: the cores set the speed
+    most = {
+        lo: max((c.workers for c in cands if c.loader == lo), default=0)
+        for cands in [candidates(base, cores=2)]
+        for lo in ("threads", "spdl", "processes")
+    }
+    assert most == {"threads": 2, "spdl": 2, "processes": 2}  # work only: the cores set the speed
     # a load that waits 30 times what it works (object storage): a core keeps ~31 workers busy
     storage = {"load_wall_s": 0.31, "load_cpu_s": 0.01}
     assert waits_of(storage) == pytest.approx(30) and waits_of(None) == 0.0
@@ -342,7 +453,7 @@ def test_where_items_wait_threads_and_spdl_reach_past_the_cores_and_processes_st
     reach = {lo: max(c.workers for c in wide if c.loader == lo) for lo in ("threads", "spdl", "processes")}
     assert reach["threads"] == reach["spdl"] == 32 <= MAX_WORKERS
     assert 2 < reach["processes"] <= MAX_PROCESSES_PER_CORE * 2
-    assert max(c.workers for c in candidates(base, cores=2, waits=1e6)) == MAX_WORKERS   # a sane limit
+    assert max(c.workers for c in candidates(base, cores=2, waits=1e6)) == MAX_WORKERS  # a sane limit
     assert len({c.to_json() for c in wide}) == len(wide)
 
 
@@ -358,11 +469,19 @@ def test_a_heavy_cpu_models_tune_predicts_within_a_90s_budget(store):
     fields = {"n_samples": 256, "image_size": 32, "num_classes": 8, "device": "cpu", "sample_hz": 0.0}
     # the user's data exists already: its folder is made here, not in the probe
     build(seed=RunConfig().seed, **{k: fields[k] for k in ("image_size", "num_classes", "n_samples")})
-    result = tune("examples.own_pipeline.data:build", "examples.own_pipeline.nets:resnet", budget_s=90, db=store,
-                  base=fields, progress=False, space=[{"loader": "processes", "workers": 2}], rung0_epochs=1)
+    result = tune(
+        "examples.own_pipeline.data:build",
+        "examples.own_pipeline.nets:resnet",
+        budget_s=90,
+        db=store,
+        base=fields,
+        progress=False,
+        space=[{"loader": "processes", "workers": 2}],
+        rung0_epochs=1,
+    )
     share = max(PROBE_MIN_S, 90 * PROBE_SHARE)
     assert result.probe is not None and "measured now" in result.probe_note, result.probe_note
-    assert result.probe_s <= 1.5 * share   # its share, and what a busy machine overruns it by
+    assert result.probe_s <= 1.5 * share  # its share, and what a busy machine overruns it by
     quick = bool(result.probe.get("quick"))
     assert ("a quick probe" in result.probe_note) == quick and ("the full probe" in result.probe_note) != quick
     assert set(result.predictions) == {0} and result.rows and result.rows[0]["predicted_s"] > 0
@@ -388,8 +507,17 @@ def test_over_storage_like_reads_tune_answers_threads_or_spdl_past_the_cores_wit
     answer = [r["epoch_s"] for r in result.rows + result.confirm_rows if r["candidate"] == result.best_idx]
     grid = []
     for workers in (4, 8, 16, 32):
-        cfg = RunConfig.from_dict({**fields, "workload": f"{plugin}:build", "model": f"{plugin}:model",
-                                   "loader": "threads", "workers": workers, "epochs": 4, "bound": False})
+        cfg = RunConfig.from_dict(
+            {
+                **fields,
+                "workload": f"{plugin}:build",
+                "model": f"{plugin}:model",
+                "loader": "threads",
+                "workers": workers,
+                "epochs": 4,
+                "bound": False,
+            }
+        )
         run = launch(cfg, db=store)
         grid.append(statistics.median(_steady_walls(run.run_dir)))
     assert statistics.median(answer) <= 1.3 * min(grid), (best, answer, grid)
@@ -400,8 +528,9 @@ def test_a_settings_label_names_its_intra_op_threads_once() -> None:
 
     for device in ("cpu", "cuda"):
         try:
-            cfg = RunConfig.from_dict({"loader": "processes", "workers": 1, "threads": 1, "device": device,
-                                       "pin_memory": False})
+            cfg = RunConfig.from_dict(
+                {"loader": "processes", "workers": 1, "threads": 1, "device": device, "pin_memory": False}
+            )
         except ConfigError:  # a machine without CUDA may refuse the device: the CPU label still counts
             continue
         label = _describe(cfg)

@@ -58,17 +58,24 @@ def _trial_count(result) -> int:
 
 def test_tune_answers_more_workers_as_a_diff_of_the_scripts_call_and_each_trial_is_one_run_of_it(marked, tmp_path):
     store = tmp_path / "s.duckdb"
-    out = subprocess.run([sys.executable, "-m", "engine", "tune", "--budget", "45s", "--", sys.executable, str(SLOW)],
-                         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "LOADERLAB_DB": str(store)},
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "engine", "tune", "--budget", "45s", "--", sys.executable, str(SLOW)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "LOADERLAB_DB": str(store)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     assert "runs once per trial" in out.stderr
-    assert f"the DataLoader at {SLOW.relative_to(ROOT)}:{TRAIN_LINE}" in out.stdout or \
-        f"the DataLoader at {SLOW}:{TRAIN_LINE}" in out.stdout, out.stdout
+    assert (
+        f"the DataLoader at {SLOW.relative_to(ROOT)}:{TRAIN_LINE}" in out.stdout
+        or f"the DataLoader at {SLOW}:{TRAIN_LINE}" in out.stdout
+    ), out.stdout
     best = re.search(r"^best: (.*)$", out.stdout, re.M)
     assert best and int(re.search(r"num_workers=(\d+)", best.group(1)).group(1)) >= 2, out.stdout
     speedup = float(re.search(r"^([\d.]+)x ", out.stdout, re.M).group(1))
-    assert speedup >= 1.3, out.stdout   # the loop waits ~3 ms an item on its own; two workers halve that at least
+    assert speedup >= 1.3, out.stdout  # the loop waits ~3 ms an item on its own; two workers halve that at least
     # the diff: the script's own call, removed, and the call as it should read, which parses and sets num_workers
     removed = [line[1:] for line in out.stdout.splitlines() if line.startswith("-") and "DataLoader(" in line]
     # (a DataLoader, or the lab's ThreadsLoader, whose class the diff pastes above)
@@ -109,12 +116,14 @@ def test_a_loader_made_anew_each_epoch_is_one_loader_whose_trials_stop_at_their_
 
 
 def test_a_breaking_candidate_is_one_failed_row_and_run_with_its_first_error_and_each_trial_and_the_answer_are_stored(
-        marked, store):
+    marked, store
+):
     """A lambda collate_fn cannot reach a spawned worker: that candidate fails, the tune goes on to the next. Every
     trial is a run of the tune in the store (/work/brief/contract-38.md), and the answer is the tune's row."""
     space = [{**WORKERS_2, "multiprocessing_context": "spawn"}, WORKERS_2]
-    result = tune_script([sys.executable, str(SLOW), "--lambda-collate", "--val", "--epochs", "20"], budget_s=22,
-                         space=space, db=store)
+    result = tune_script(
+        [sys.executable, str(SLOW), "--lambda-collate", "--val", "--epochs", "20"], budget_s=22, space=space, db=store
+    )
     by = {r["candidate"]: r for r in result.rows if r["rung"] == 0}
     assert by[1]["status"] == "failed" and "pickle" in by[1]["error"].lower(), result.render()
     assert by[2]["status"] == "done" and result.best_idx == 2, result.render()
@@ -126,11 +135,13 @@ def test_a_breaking_candidate_is_one_failed_row_and_run_with_its_first_error_and
         runs = [dict(zip([d[0] for d in cur.description], row)) for row in cur.fetchall()]
     assert re.fullmatch(r"tune-[0-9a-f]{12}", result.tune_id) and len(runs) == len(result.rows) == result.stored
     assert {r["sweep_id"] for r in runs} == {result.tune_id} and {r["tags"] for r in runs} == {"tune"}
-    assert [(r["config_idx"], r["status"]) for r in runs] == [(row["candidate"], "done" if row["status"] == "done"
-                                                              else "failed") for row in result.rows]
+    assert [(r["config_idx"], r["status"]) for r in runs] == [
+        (row["candidate"], "done" if row["status"] == "done" else "failed") for row in result.rows
+    ]
     for idx in {r["config_idx"] for r in runs}:
-        assert sorted(r["repeat_idx"] for r in runs if r["config_idx"] == idx) == \
-            list(range(sum(1 for r in runs if r["config_idx"] == idx)))
+        assert sorted(r["repeat_idx"] for r in runs if r["config_idx"] == idx) == list(
+            range(sum(1 for r in runs if r["config_idx"] == idx))
+        )
     failed = next(r for r in runs if r["config_idx"] == 1)
     assert failed["error"] == by[1]["error"] and failed["workers"] == 2 and failed["start_method"] == "spawn"
     for run, row in zip(runs, result.rows):
@@ -152,27 +163,42 @@ def test_a_breaking_candidate_is_one_failed_row_and_run_with_its_first_error_and
 
 def _finished_epochs(store: Path, run_id: str, cut: int | None) -> list[float]:
     with duckdb.connect(str(store), read_only=True) as conn:
-        return [w for (w,) in conn.execute("SELECT wall_s FROM epochs WHERE run_id = ? AND NOT warmup AND epoch != ?",
-                                           [run_id, -1 if cut is None else cut]).fetchall()]
+        return [
+            w
+            for (w,) in conn.execute(
+                "SELECT wall_s FROM epochs WHERE run_id = ? AND NOT warmup AND epoch != ?",
+                [run_id, -1 if cut is None else cut],
+            ).fetchall()
+        ]
 
 
 def test_the_change_sets_each_argument_where_the_call_has_it_and_adds_the_rest(tmp_path):
     script = tmp_path / "train.py"
-    script.write_text("import torch\n"
-                      "from torch.utils.data import DataLoader\n"
-                      "def make(ds, w):\n"
-                      "    loader = DataLoader(ds, 32, True, None, None, w,\n"
-                      "                        pin_memory=False)  # the user's own\n"
-                      "    return loader\n")
+    script.write_text(
+        "import torch\n"
+        "from torch.utils.data import DataLoader\n"
+        "def make(ds, w):\n"
+        "    loader = DataLoader(ds, 32, True, None, None, w,\n"
+        "                        pin_memory=False)  # the user's own\n"
+        "    return loader\n"
+    )
     base = {"num_workers": 0, "pin_memory": False, "threads": 2}
-    best = {"num_workers": 4, "pin_memory": True, "persistent_workers": True, "prefetch_factor": 2,
-            "multiprocessing_context": "spawn", "threads": 1}
+    best = {
+        "num_workers": 4,
+        "pin_memory": True,
+        "persistent_workers": True,
+        "prefetch_factor": 2,
+        "multiprocessing_context": "spawn",
+        "threads": 1,
+    }
     diff = change(f"{script}:4", base, best)
     new = [line[1:] for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
     assert new[0] == "    torch.set_num_threads(1)"
-    assert new[1] == "    loader = DataLoader(ds, 32, True, None, None, 4,"   # positional: in place
-    assert new[2].startswith("                        pin_memory=True, persistent_workers=True, prefetch_factor=2, "
-                             "multiprocessing_context='spawn')")
+    assert new[1] == "    loader = DataLoader(ds, 32, True, None, None, 4,"  # positional: in place
+    assert new[2].startswith(
+        "                        pin_memory=True, persistent_workers=True, prefetch_factor=2, "
+        "multiprocessing_context='spawn')"
+    )
     assert "# the user's own" in new[2]
     # back to no workers: the settings only workers take go with them
     again = change(f"{script}:4", {**best, "num_workers": 4}, {"num_workers": 0, "pin_memory": False})
@@ -185,8 +211,13 @@ def test_where_items_wait_the_model_never_ranks_more_workers_slower_up_to_the_co
     workers) fed to the lab's model: up to the cores, more workers are never predicted slower, and the predicted
     fastest, the first rung's first, is the most workers within the cores."""
     cores = 8.0
-    first = {"settings": {"num_workers": 0, "batch_size": 8, "intra_op_threads": 1}, "wait": 0.024, "step": 0.002,
-             "steps": 12, "cpu_pct": cpu_pct}
+    first = {
+        "settings": {"num_workers": 0, "batch_size": 8, "intra_op_threads": 1},
+        "wait": 0.024,
+        "step": 0.002,
+        "steps": 12,
+        "cpu_pct": cpu_pct,
+    }
     settings = candidates({"num_workers": 0, "pin_memory": False, "threads": 1}, cores, cuda=False, map_style=True)
     probe = probe_of(first, cores, cuda=False)
     fastest: dict[tuple[str, int], float] = {}
@@ -195,7 +226,7 @@ def test_where_items_wait_the_model_never_ranks_more_workers_slower_up_to_the_co
         fastest[key] = min(fastest.get(key, float("inf")), seconds_per_batch(s, probe))
     within = sorted(k for k in fastest if k[0] == "processes" and k[1] <= cores)
     assert len(within) >= 4 and all(fastest[a] >= fastest[b] for a, b in zip(within, within[1:])), fastest
-    assert fastest[("processes", 0)] == pytest.approx(0.026)   # the script's own setting: the trial's own split
+    assert fastest[("processes", 0)] == pytest.approx(0.026)  # the script's own setting: the trial's own split
     if cpu_pct == 5.0:  # threads: where the items barely compute (the model takes their CPU work to hold the GIL)
         threads = sorted(k for k in fastest if k[0] == "threads" and k[1] < cores)  # beside the training thread
         assert len(threads) >= 2 and all(fastest[a] >= fastest[b] for a, b in zip(threads, threads[1:])), fastest
@@ -220,8 +251,16 @@ def test_the_one_search_keeps_the_fastest_third_each_rung_and_a_rung_the_budget_
             figure = 1.0 / (1 + idx) if rung == slow_rung else 1.0 + idx
             return {"candidate": idx, "rung": rung, "figure": figure}
 
-        return Plan(measure=measure, fits=lambda idxs, rung, length, lim: spent[0] + len(idxs) * length <= lim,
-                    limit_s=lambda rung: limit, figure="figure", length=1, rng=random.Random(0), rows=[], eta=3)
+        return Plan(
+            measure=measure,
+            fits=lambda idxs, rung, length, lim: spent[0] + len(idxs) * length <= lim,
+            limit_s=lambda rung: limit,
+            figure="figure",
+            length=1,
+            rng=random.Random(0),
+            rows=[],
+            eta=3,
+        )
 
     whole = plan(10_000)
     assert halve(list(range(9)), whole) == ("one candidate left", 0)
@@ -235,7 +274,8 @@ def test_the_one_search_keeps_the_fastest_third_each_rung_and_a_rung_the_budget_
 
 
 def test_a_map_style_dataset_is_tried_under_the_labs_threads_loader_and_its_answer_pastes_the_code_that_ran(
-        marked, store, tmp_path):
+    marked, store, tmp_path
+):
     """The threads loader built over the script's own dataset, batch sampler and collate_fn: the trial is stored as a
     threads run, and the answer's diff, applied to a copy of the script, gives a script that runs as it is."""
     space = [{"loader": "threads", "num_workers": 4, "prefetch_factor": 2}]
@@ -244,7 +284,7 @@ def test_a_map_style_dataset_is_tried_under_the_labs_threads_loader_and_its_answ
     with duckdb.connect(str(store), read_only=True) as conn:
         loaders = conn.execute("SELECT DISTINCT loader, workers FROM runs WHERE config_idx = 1").fetchall()
     assert loaders == [("threads", 4)]
-    assert result.best_idx == 1, result.render()   # items that wait: four threads overlap them
+    assert result.best_idx == 1, result.render()  # items that wait: four threads overlap them
     assert "+class ThreadsLoader:" in result.diff and "+        return ThreadsLoader(" in result.diff
     copy = tmp_path / "train.py"
     copy.write_text(SLOW.read_text())

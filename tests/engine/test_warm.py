@@ -27,8 +27,17 @@ from engine.run.warm import WarmParent
 from engine.store import get_run
 from engine.sweeps.local import run_sweep
 
-TINY = dict(workload="tensor", n_samples=32, image_size=8, width=8, epochs=2, batch_size=8, bound=False,
-            sample_hz=2.0, device="cpu")  # a CPU run on every machine (the warm parent never touches CUDA)
+TINY = dict(
+    workload="tensor",
+    n_samples=32,
+    image_size=8,
+    width=8,
+    epochs=2,
+    batch_size=8,
+    bound=False,
+    sample_hz=2.0,
+    device="cpu",
+)  # a CPU run on every machine (the warm parent never touches CUDA)
 SLOW = dict(TINY, loader="processes", workers=2, epochs=12, latency_ms=8.0)  # long enough to be killed mid-run
 PLUGIN = """
 import torch
@@ -76,7 +85,8 @@ def _rows(db: Path, sweep_id: str) -> list[tuple]:
         return conn.execute(
             "SELECT r.loader, r.config_idx, r.status, r.config_json, count(e.epoch), sum(e.samples) FROM runs r "
             "JOIN epochs e USING (run_id) WHERE r.sweep_id = ? GROUP BY ALL ORDER BY r.config_idx",
-            [sweep_id]).fetchall()
+            [sweep_id],
+        ).fetchall()
 
 
 def test_a_warm_sweep_stores_the_rows_a_cold_one_does(store, monkeypatch, caplog):
@@ -99,8 +109,12 @@ def test_the_warm_parent_forks_single_threaded_without_cuda(warm, store):
     before = warm.status()
     assert before["torch_loaded"] and before["cuda_initialized"] is False and before["python_threads"] == 1
     # its only threads are those numpy's BLAS makes on load: importing torch and the engine started no pool
-    plain = subprocess.run([sys.executable, "-c", "import numpy, os; print(len(os.listdir('/proc/self/task')))"],
-                           capture_output=True, text=True, check=True)
+    plain = subprocess.run(
+        [sys.executable, "-c", "import numpy, os; print(len(os.listdir('/proc/self/task')))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert before["baseline_threads"] == int(plain.stdout)
     # device auto: on a GPU box the forked child initialises CUDA, which must stay out of the parent
     result = launch(RunConfig.from_dict(dict(TINY, threads=1, device="auto")), db=store, warm=warm)
@@ -162,8 +176,7 @@ def test_a_users_module_in_the_launch_folder_imports_in_a_warm_run(warm, store, 
     (tmp_path / f"{name}.py").write_text(PLUGIN)
     monkeypatch.chdir(tmp_path)  # importable only from here: not on the parent's sys.path nor on PYTHONPATH
     assert str(tmp_path) not in os.environ.get("PYTHONPATH", "")
-    result = launch(RunConfig.from_dict(dict(TINY, workload=f"{name}:data", model=f"{name}:net")), db=store,
-                    warm=warm)
+    result = launch(RunConfig.from_dict(dict(TINY, workload=f"{name}:data", model=f"{name}:net")), db=store, warm=warm)
     assert result.warm and result.status == "done", (result.error, (result.run_dir / "stderr.log").read_text())
 
 

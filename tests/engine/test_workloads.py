@@ -213,10 +213,15 @@ def _folder_case(root: Path, case: str) -> str:
     return {"unset": "", "missing": str(root / "nope")}[case]
 
 
-@pytest.mark.parametrize("case, words", [
-    ("unset", "needs --folder"), ("missing", "does not exist"), ("file", "is a file"),
-    ("no images", "no class subfolders"),
-])
+@pytest.mark.parametrize(
+    "case, words",
+    [
+        ("unset", "needs --folder"),
+        ("missing", "does not exist"),
+        ("file", "is a file"),
+        ("no images", "no class subfolders"),
+    ],
+)
 def test_folder_errors_name_the_field(tmp_path, case, words):
     cfg = RunConfig(workload="folder", folder=_folder_case(tmp_path, case))
     for call in (FolderWorkload.check, FolderWorkload):

@@ -16,8 +16,14 @@ pytestmark = pytest.mark.slow
 
 
 def _bench(script: str, *args: str) -> subprocess.CompletedProcess:
-    run = subprocess.run([sys.executable, str(ROOT / "bench" / script), "--quick", *args], capture_output=True,
-                         text=True, timeout=600, cwd=ROOT, check=False)
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / script), "--quick", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        check=False,
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     return run
 
@@ -27,7 +33,7 @@ def _table(text: str, header: str) -> list[list[str]]:
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(header))
     rows = []
-    for line in lines[start + 2:]:
+    for line in lines[start + 2 :]:
         if not line.startswith("|"):
             break
         rows.append([c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]])
@@ -39,17 +45,17 @@ def test_predict_bench_prints_a_predicted_against_measured_table_per_pipeline(tm
     run = _bench("predict.py", "--n-samples", "64", "--db", str(tmp_path / "p.duckdb"), "--out", str(out))
     text = out.read_text()
     assert text.strip() in run.stdout
-    for name, kind in (("tensor", "builtin"), ("storage", "unseen")):   # --quick: one built-in, one unseen
-        section = text[text.index(f"### {name} ({kind}):"):]
+    for name, kind in (("tensor", "builtin"), ("storage", "unseen")):  # --quick: one built-in, one unseen
+        section = text[text.index(f"### {name} ({kind}):") :]
         assert section.splitlines()[2].startswith("probe: load ")
         rows = _table(section, "| setting |")
-        assert len(rows) == 3 and all(len(r) == 5 for r in rows), rows   # --quick: 3 settings
+        assert len(rows) == 3 and all(len(r) == 5 for r in rows), rows  # --quick: 3 settings
         for setting, predicted, measured, error, limit in rows:
             epoch, lo, hi = map(float, re.fullmatch(r"([\d.]+) \(([\d.]+)-([\d.]+)\)", predicted).groups())
-            assert 0 < lo <= epoch <= hi, setting   # the range holds the prediction
+            assert 0 < lo <= epoch <= hi, setting  # the range holds the prediction
             assert float(measured.split(" ")[0]) > 0 and re.fullmatch(r"[+-]\d+\.\d", error), setting
             assert limit in ("data-bound", "compute-bound", "cpu-bound", "no-overlap"), limit
-    summary = _table(text[text.index("### accuracy"):], "| pipeline |")
+    summary = _table(text[text.index("### accuracy") :], "| pipeline |")
     assert {r[0] for r in summary} == {"tensor", "storage"}
     assert {r[1] for r in summary} >= {"prior (probe alone)", "prior+runs, k=1", "prior+runs, k=2"}
     assert all(r[2] == "3" for r in summary if r[1] == "prior (probe alone)")

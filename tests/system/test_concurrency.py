@@ -28,8 +28,18 @@ from engine.runlog import read_events
 from engine.store import connect, epoch_time_by, get_epochs, list_runs, run_query
 
 ROOT = Path(__file__).resolve().parents[2]
-BASE = dict(workload="tensor", n_samples=64, image_size=8, width=8, epochs=3, batch_size=16, latency_ms=2.0,
-            bound=False, sample_hz=5.0, device="cpu")
+BASE = dict(
+    workload="tensor",
+    n_samples=64,
+    image_size=8,
+    width=8,
+    epochs=3,
+    batch_size=16,
+    latency_ms=2.0,
+    bound=False,
+    sample_hz=5.0,
+    device="cpu",
+)
 SWEEP = """name = "c{i}"
 seed = {i}
 [base]
@@ -65,8 +75,9 @@ def _env() -> dict[str, str]:
 
 def _popen(args: list[str], log: Path) -> subprocess.Popen:
     with open(log, "wb") as out:
-        return subprocess.Popen([sys.executable, *args], cwd=ROOT, env=_env(), stdout=out, stderr=out,
-                                start_new_session=True)
+        return subprocess.Popen(
+            [sys.executable, *args], cwd=ROOT, env=_env(), stdout=out, stderr=out, start_new_session=True
+        )
 
 
 class _Readers(threading.Thread):
@@ -102,30 +113,50 @@ def everything(store, tmp_path):
     procs: list[subprocess.Popen] = []
     stop_file = tmp_path / "stop-external"
     try:
-        external = subprocess.Popen([sys.executable, "-c", EXTERNAL, str(store), str(stop_file)], cwd=ROOT,
-                                    env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        external = subprocess.Popen(
+            [sys.executable, "-c", EXTERNAL, str(store), str(stop_file)],
+            cwd=ROOT,
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         procs.append(external)
         worker = _popen(["-m", "engine", "worker", "--db", str(store), "--poll-s", "0.2"], tmp_path / "worker.log")
         procs.append(worker)
-        job_ids = [jobs.submit(RunConfig.from_dict({**BASE, "loader": "threads", "workers": 1, "seed": i}), db=store,
-                               origin="cli")
-                   for i in range(N_JOBS)]
+        job_ids = [
+            jobs.submit(
+                RunConfig.from_dict({**BASE, "loader": "threads", "workers": 1, "seed": i}), db=store, origin="cli"
+            )
+            for i in range(N_JOBS)
+        ]
         readers = _Readers(store)
         readers.start()
         sweeps = []
         for i in range(N_SWEEPS):
             toml = tmp_path / f"sweep{i}.toml"
             toml.write_text(SWEEP.format(i=i, base="\n".join(f"{k} = {json.dumps(v)}" for k, v in BASE.items())))
-            sweeps.append(_popen(["-m", "engine", "sweep", str(toml), "--db", str(store), "--quiet"],
-                                 tmp_path / f"sweep{i}.log"))
+            sweeps.append(
+                _popen(["-m", "engine", "sweep", str(toml), "--db", str(store), "--quiet"], tmp_path / f"sweep{i}.log")
+            )
         procs.extend(sweeps)
         exports, page_problems = [], []
         deadline = time.monotonic() + 400
         while any(p.poll() is None for p in sweeps) and time.monotonic() < deadline:
             target = tmp_path / f"export{len(exports)}.parquet"
-            exports.append((subprocess.run([sys.executable, "-m", "engine", "export", "--db", str(store), "--out",
-                                            str(target)], cwd=ROOT, env=_env(), capture_output=True, text=True,
-                                           timeout=120), target))
+            exports.append(
+                (
+                    subprocess.run(
+                        [sys.executable, "-m", "engine", "export", "--db", str(store), "--out", str(target)],
+                        cwd=ROOT,
+                        env=_env(),
+                        capture_output=True,
+                        text=True,
+                        timeout=120,
+                    ),
+                    target,
+                )
+            )
             page_problems += _explore_page(store)
         while time.monotonic() < deadline:
             if all(s in ("done", "failed", "cancelled") for s in jobs.list_jobs(store)["status"]):
@@ -136,10 +167,15 @@ def everything(store, tmp_path):
         readers.join(60)
         worker.send_signal(signal.SIGTERM)
         stop_file.touch()
-        yield {"sweeps": [(p.wait(60), (tmp_path / f"sweep{i}.log").read_text()) for i, p in enumerate(sweeps)],
-               "worker": (worker.wait(60), (tmp_path / "worker.log").read_text()),
-               "external": external.communicate(timeout=60), "exports": exports, "readers": readers,
-               "pages": page_problems, "job_ids": job_ids}
+        yield {
+            "sweeps": [(p.wait(60), (tmp_path / f"sweep{i}.log").read_text()) for i, p in enumerate(sweeps)],
+            "worker": (worker.wait(60), (tmp_path / "worker.log").read_text()),
+            "external": external.communicate(timeout=60),
+            "exports": exports,
+            "readers": readers,
+            "pages": page_problems,
+            "job_ids": job_ids,
+        }
     finally:
         stop_file.touch()
         for p in procs:

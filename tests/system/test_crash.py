@@ -38,8 +38,18 @@ from tests._wait import wait_for
 ROOT = Path(__file__).resolve().parents[2]
 SEED = 20_261_121
 # on the CPU on every machine: CPU loaders are what these kill (the OOM test asks for cuda itself)
-TINY = dict(workload="tensor", n_samples=32, image_size=8, width=8, epochs=12, batch_size=8, latency_ms=8.0,
-            bound=False, sample_hz=2.0, device="cpu")
+TINY = dict(
+    workload="tensor",
+    n_samples=32,
+    image_size=8,
+    width=8,
+    epochs=12,
+    batch_size=8,
+    latency_ms=8.0,
+    bound=False,
+    sample_hz=2.0,
+    device="cpu",
+)
 LOADER = dict(TINY, loader="processes", workers=2, worker_timeout_s=4.0)
 KILLED_WORKER = dict(LOADER, worker_timeout_s=120.0)  # a death must be found by polling, not by the timeout
 POOL = 4  # runs at once: a run is mostly its start-up (torch import), so 2 cores take 4 without starving
@@ -54,8 +64,12 @@ def _wait(predicate, what: str = "condition"):
 
 
 def _pid(run_dir: Path) -> int:
-    return _wait(lambda: (run_dir / "pid").exists() and (run_dir / "pid").read_text().strip().isdigit()
-                 and int((run_dir / "pid").read_text()), what=f"{run_dir.name}/pid")
+    return _wait(
+        lambda: (run_dir / "pid").exists()
+        and (run_dir / "pid").read_text().strip().isdigit()
+        and int((run_dir / "pid").read_text()),
+        what=f"{run_dir.name}/pid",
+    )
 
 
 class _Epochs:
@@ -91,8 +105,10 @@ def _kept(db: Path, run_dir: Path, statuses: tuple[str, ...], reasons: tuple[str
         return [f"{run_id}: not in the store ({len(logged)} finished epochs in its RunLog)"]
     error = (run["error"] or "").lower()
     if run["status"] not in statuses or not any(r in error for r in reasons):
-        problems.append(f"{run_id}: status {run['status']!r}, error {run['error']!r}; expected one of {statuses} "
-                        f"with a reason mentioning one of {reasons}")
+        problems.append(
+            f"{run_id}: status {run['status']!r}, error {run['error']!r}; expected one of {statuses} "
+            f"with a reason mentioning one of {reasons}"
+        )
     stored = get_epochs(run_id, db=db)
     keys = sorted((e["model_idx"], e["rank"], e["epoch"]) for e in logged)
     if sorted(zip(stored["model_idx"], stored["rank"], stored["epoch"])) != keys:
@@ -162,8 +178,14 @@ def test_sigkill_of_an_orphaned_run_process_is_found_stale(store):
         (run_dir / "config.json").write_text(RunConfig.from_dict(TINY).to_json())
         (run_dir / "meta.json").write_text("{}")
         with open(run_dir / "stderr.log", "wb") as err:  # what launch() starts: the documented child command
-            proc = subprocess.Popen([sys.executable, "-m", "engine.run.runner", str(run_dir)], cwd=ROOT, env=_env(),
-                                    stdout=err, stderr=err, start_new_session=True)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "engine.run.runner", str(run_dir)],
+                cwd=ROOT,
+                env=_env(),
+                stdout=err,
+                stderr=err,
+                start_new_session=True,
+            )
         (run_dir / "pid").write_text(str(proc.pid))
         where = _kill_point(rng, run_dir, startup_share=0.0)  # before its start event there is no run to keep
         proc.kill()
@@ -184,6 +206,7 @@ def test_sigkill_of_a_loader_worker_fails_the_run_with_the_reason(store):
     """worker_timeout_s=120, so only the loader's liveness polling (POLL_S = 0.5 s, bound POLL_S + 1 s in the
     code) can fail the run in time: its end event must name the killed worker's pid and the signal, under 15 s
     after the kill (room for 4 runs on a loaded 2-core box, far under the 120 s a timeout would take)."""
+
     def one(i: int) -> list[str]:
         rng, run_dir = random.Random(SEED + 200 + i), runs_dir(store) / f"kill-worker-{i:02d}"
         where, killed = [], []
@@ -209,8 +232,9 @@ def test_sigkill_of_a_loader_worker_fails_the_run_with_the_reason(store):
             # NOTE: ours says "worker 1 (pid N) was killed by signal 9 (SIGKILL)"; DataLoader's SIGCHLD handler,
             # when it fires in the run's main thread outside the loader, says "(pid(s) N) is killed by signal"
             if not re.search(rf"\b{victim}\b.*killed by signal", end[0]["error"] or ""):
-                problems.append(f"{run_dir.name}: error does not name worker pid {victim} and its signal: "
-                                f"{end[0]['error']!r}")
+                problems.append(
+                    f"{run_dir.name}: error does not name worker pid {victim} and its signal: {end[0]['error']!r}"
+                )
             if end[0]["t"] - at > 15:
                 problems.append(f"{run_dir.name}: failed {end[0]['t'] - at:.1f} s after its worker was killed")
         return [f"{p} (killed {where})" for p in problems + _kept(store, run_dir, ("failed",), ("worker",))]
@@ -235,9 +259,14 @@ def test_sigterm_of_the_job_worker_keeps_finished_epochs(tmp_path):
             for round_ in range(2):
                 job_id = jobs.submit(RunConfig.from_dict(TINY), db=db, origin="cli")
                 with open(db.parent / "worker.log", "ab") as log:
-                    worker = subprocess.Popen([sys.executable, "-m", "engine", "worker", "--db", str(db),
-                                               "--poll-s", "0.2"], cwd=ROOT, env=_env(), stdout=log, stderr=log,
-                                              start_new_session=True)
+                    worker = subprocess.Popen(
+                        [sys.executable, "-m", "engine", "worker", "--db", str(db), "--poll-s", "0.2"],
+                        cwd=ROOT,
+                        env=_env(),
+                        stdout=log,
+                        stderr=log,
+                        start_new_session=True,
+                    )
                 run_dir = runs_dir(db) / jobs.job_progress(job_id, db)["run_id"]
                 _pid(run_dir)
                 where = _kill_point(rng, run_dir)
@@ -249,8 +278,9 @@ def test_sigterm_of_the_job_worker_keeps_finished_epochs(tmp_path):
                     problems.append(f"{tag}: worker exited {code}")
                 if job["status"] not in ("cancelled", "failed") or "sigterm" not in (job["error"] or "").lower():
                     problems.append(f"{tag}: job {job['status']!r} with error {job['error']!r}")
-                problems += [f"{p} ({tag})" for p in
-                             _kept(db, run_dir, ("cancelled", "killed", "failed"), ("worker", "sigterm"))]
+                problems += [
+                    f"{p} ({tag})" for p in _kept(db, run_dir, ("cancelled", "killed", "failed"), ("worker", "sigterm"))
+                ]
             log_text = (db.parent / "worker.log").read_text()
             if "Traceback" in log_text:
                 problems.append(f"store {i}: the worker logged a traceback:\n{log_text[-2000:]}")
@@ -300,6 +330,7 @@ def test_stuck_or_frozen_loader_workers_fail_the_run_within_the_timeout(store):
     def one(name: str) -> None:
         run_dir = runs_dir(store) / f"stuck-{name}"
         if name == "frozen":
+
             def freeze() -> None:
                 pid = _pid(run_dir)
                 _wait(lambda: _Epochs(run_dir)() >= 1, what="first epoch")
@@ -325,8 +356,11 @@ def test_stuck_or_frozen_loader_workers_fail_the_run_within_the_timeout(store):
     startup_s = _startup_s(runs_dir(store) / "stuck-frozen")
     for name in cases:
         error, seconds, from_start = _ending(runs_dir(store) / f"stuck-{name}")
-        assert results[name] == "failed" and "worker_timeout_s" in error and f"within {timeout_s:g} s" in error, \
-            (name, results[name], error)
+        assert results[name] == "failed" and "worker_timeout_s" in error and f"within {timeout_s:g} s" in error, (
+            name,
+            results[name],
+            error,
+        )
         # NOTE: a bound, not a speed test: the run must fail soon after the timeout, not once stuck workers wake
         # up (10 s per sample, 8 per batch) or after a polite 5 s join of each of its 2 stuck workers (10 s).
         # A run stuck from its first batch also spends its start-up after the start event, which a GPU box
@@ -341,8 +375,20 @@ def test_stuck_or_frozen_loader_workers_fail_the_run_within_the_timeout(store):
 def test_cuda_out_of_memory_fails_the_run_with_the_oom_message(store):
     # the stem's output alone is 16384 × 4096 × 32 × 32 floats = 256 GiB, more than any GPU has; the
     # model (~300 M parameters) and a batch (0.8 GB) fit in host memory easily
-    cfg = RunConfig.from_dict(dict(workload="tensor", n_samples=16384, image_size=64, model="cnn", width=4096,
-                                   depth=1, batch_size=16384, epochs=2, device="cuda", bound=False))
+    cfg = RunConfig.from_dict(
+        dict(
+            workload="tensor",
+            n_samples=16384,
+            image_size=64,
+            model="cnn",
+            width=4096,
+            depth=1,
+            batch_size=16384,
+            epochs=2,
+            device="cuda",
+            bound=False,
+        )
+    )
     result = launch(cfg, db=store)
     assert result.status == "failed"
     assert "out of memory" in result.error.lower(), result.error

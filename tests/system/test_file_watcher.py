@@ -39,8 +39,9 @@ print(json.dumps({"watcher": config.get_option("server.fileWatcherType"), "inode
 
 def _watched(cwd: Path, home: Path) -> dict:
     env = {**os.environ, "HOME": str(home), "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-c", _WATCHES], cwd=cwd, env=env, capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", _WATCHES], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
 

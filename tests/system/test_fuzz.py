@@ -29,21 +29,58 @@ from tests.engine._browser_plugins import HOSTILE, imported, register
 ROOT = Path(__file__).resolve().parents[2]
 FIELDS = {f.name: f for f in config_fields()}
 PSEUDO_FIELDS = {"config"}  # documented: the input as a whole (not a table, not a file, not TOML)
-FUZZ = settings(max_examples=150, deadline=None, database=None, derandomize=True,
-                suppress_health_check=[HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=150,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 
 # ---------------------------------------------------------------------------- strategies
 
 _scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.integers(-3, 300), st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=30), st.sampled_from(["", " ", "0", "1", "-1", "1e309", "nan", "inf", "true", "off", "3.5",
-                                           "cpu", "cuda", "cuda:9", "auto", "sync", "threads", "processes",
-                                           "mlp", "cnn", "fused", "x" * 5000, "a\x00b", "../../etc/passwd"]),
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(-3, 300),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=30),
+    st.sampled_from(
+        [
+            "",
+            " ",
+            "0",
+            "1",
+            "-1",
+            "1e309",
+            "nan",
+            "inf",
+            "true",
+            "off",
+            "3.5",
+            "cpu",
+            "cuda",
+            "cuda:9",
+            "auto",
+            "sync",
+            "threads",
+            "processes",
+            "mlp",
+            "cnn",
+            "fused",
+            "x" * 5000,
+            "a\x00b",
+            "../../etc/passwd",
+        ]
+    ),
 )
-_values = st.one_of(_scalars, st.lists(_scalars, max_size=3), st.dictionaries(st.text(max_size=5), _scalars,
-                                                                              max_size=2))
-_keys = st.one_of(st.sampled_from(sorted(FIELDS)), st.sampled_from([k.replace("_", "-") for k in FIELDS]),
-                  st.text(max_size=12))
+_values = st.one_of(
+    _scalars, st.lists(_scalars, max_size=3), st.dictionaries(st.text(max_size=5), _scalars, max_size=2)
+)
+_keys = st.one_of(
+    st.sampled_from(sorted(FIELDS)), st.sampled_from([k.replace("_", "-") for k in FIELDS]), st.text(max_size=12)
+)
 configs = st.dictionaries(_keys, _values, max_size=6)
 
 
@@ -74,9 +111,22 @@ def test_from_dict_returns_a_valid_config_or_names_the_field(data):
     assert RunConfig.from_dict(json.loads(cfg.to_json())) == cfg
 
 
-@pytest.mark.parametrize("data", [None, [], "loader=threads", 3, {"loader": {"nested": 1}}, {"seed": 2**70},
-                                  {"workers": True}, {"lr": float("nan")}, {"devices": [None]},
-                                  {"tag": "a\x00b"}, {"folder": "x" * 5000}])
+@pytest.mark.parametrize(
+    "data",
+    [
+        None,
+        [],
+        "loader=threads",
+        3,
+        {"loader": {"nested": 1}},
+        {"seed": 2**70},
+        {"workers": True},
+        {"lr": float("nan")},
+        {"devices": [None]},
+        {"tag": "a\x00b"},
+        {"folder": "x" * 5000},
+    ],
+)
 def test_from_dict_edge_cases(data):
     with pytest.raises(ConfigError) as err:
         RunConfig.from_dict(data)
@@ -85,12 +135,16 @@ def test_from_dict_edge_cases(data):
 
 # ---------------------------------------------------------------------------- the CLI, in this process
 
-_flag_names = st.sampled_from(["--" + n.replace("_", "-") for n in FIELDS] + ["--no-bound", "--no-pin-memory",
-                                                                             "--bogus", "--work", "-x", "--"])
-_flag_values = st.one_of(st.text(max_size=20).filter(lambda s: not s.startswith("-h")),
-                         st.sampled_from(["-1", "0", "1e9", "nan", "cuda:7", "threads", "../x", "", "--quiet"]))
+_flag_names = st.sampled_from(
+    ["--" + n.replace("_", "-") for n in FIELDS] + ["--no-bound", "--no-pin-memory", "--bogus", "--work", "-x", "--"]
+)
+_flag_values = st.one_of(
+    st.text(max_size=20).filter(lambda s: not s.startswith("-h")),
+    st.sampled_from(["-1", "0", "1e9", "nan", "cuda:7", "threads", "../x", "", "--quiet"]),
+)
 argvs = st.lists(st.tuples(_flag_names, st.one_of(st.none(), _flag_values)), max_size=6).map(
-    lambda pairs: [t for flag, value in pairs for t in ((flag,) if value is None else (flag, value))])
+    lambda pairs: [t for flag, value in pairs for t in ((flag,) if value is None else (flag, value))]
+)
 
 
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # ESC and friends: user text must be echoed escaped
@@ -158,8 +212,14 @@ def test_cli_processes_with_bad_flags(tmp_path):
     db = tmp_path / "loaderlab.duckdb"
 
     def call(argv: list[str]) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "engine", "run", "--dry-run", "--db", str(db), *argv], cwd=ROOT,
-                              env=env, capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "engine", "run", "--dry-run", "--db", str(db), *argv],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     with ThreadPoolExecutor(3) as pool:
         results = list(pool.map(call, [argv for argv, _, _ in PROCESS_CASES]))
@@ -211,11 +271,18 @@ def test_browser_jobs_may_read_only_folders_under_the_data_roots(store, roots):
 
 # ---------------------------------------------------------------------------- nothing is imported or evaluated
 
-BROWSER_FACING = [*sorted((ROOT / "pages").glob("*.py")), *sorted((ROOT / "ui").glob("*.py")),
-                  *sorted((ROOT / "engine" / "jobs").glob("*.py")), ROOT / "engine" / "store" / "views.py",
-                  ROOT / "engine" / "plugins" / "browser.py", ROOT / "app.py"]
-FORBIDDEN = re.compile(r"(?<![.\w])(eval|exec|compile|__import__)\s*\(|\bimportlib\b|\bpickle\b|\bmarshal\b|\bdill\b|"
-                       r"\bshelve\b|yaml\.(unsafe_)?load\b|shell\s*=\s*True|\bos\.system\b")
+BROWSER_FACING = [
+    *sorted((ROOT / "pages").glob("*.py")),
+    *sorted((ROOT / "ui").glob("*.py")),
+    *sorted((ROOT / "engine" / "jobs").glob("*.py")),
+    ROOT / "engine" / "store" / "views.py",
+    ROOT / "engine" / "plugins" / "browser.py",
+    ROOT / "app.py",
+]
+FORBIDDEN = re.compile(
+    r"(?<![.\w])(eval|exec|compile|__import__)\s*\(|\bimportlib\b|\bpickle\b|\bmarshal\b|\bdill\b|"
+    r"\bshelve\b|yaml\.(unsafe_)?load\b|shell\s*=\s*True|\bos\.system\b"
+)
 
 
 @pytest.mark.parametrize("path", BROWSER_FACING, ids=lambda p: str(p.relative_to(ROOT)))
@@ -237,8 +304,11 @@ def test_config_fields_are_plain_data():
 # ---------------------------------------------------------------------------- plugins from the browser
 
 PLUGIN_FIELDS = ("workload", "model", "model_b", "collate", "loss")
-hostile = st.one_of(st.sampled_from(HOSTILE), st.text(max_size=40),
-                    st.from_regex(r"[A-Za-z_][A-Za-z0-9_.]{0,20}:[A-Za-z_][A-Za-z0-9_]{0,10}", fullmatch=True))
+hostile = st.one_of(
+    st.sampled_from(HOSTILE),
+    st.text(max_size=40),
+    st.from_regex(r"[A-Za-z_][A-Za-z0-9_.]{0,20}:[A-Za-z_][A-Za-z0-9_]{0,10}", fullmatch=True),
+)
 
 
 def test_browser_input_names_registered_plugins_only_and_never_imports_them(store, tmp_path, monkeypatch):
@@ -252,12 +322,17 @@ def test_browser_input_names_registered_plugins_only_and_never_imports_them(stor
     @given(field=st.sampled_from(PLUGIN_FIELDS), value=hostile)
     def fuzz(field, value):
         assume(value not in browser.choices(field))
-        attempts = [lambda: browser.browser_values({**tiny, field: value}),
-                    lambda: browser.browser_sweep(tiny, {field: ["", value]})]
+        attempts = [
+            lambda: browser.browser_values({**tiny, field: value}),
+            lambda: browser.browser_sweep(tiny, {field: ["", value]}),
+        ]
         if value != specs.get(browser.PLUGIN_FIELDS[field]):  # the owner's own spec may reach submit (by name)
-            attempts += [lambda: jobs.submit(RunConfig.from_dict({**tiny, field: value}), db=store, origin="browser"),
-                         lambda: jobs.submit_sweep(SweepConfig.from_dict({"base": tiny, "grid": {field: [value]}}),
-                                                   db=store, origin="browser")]
+            attempts += [
+                lambda: jobs.submit(RunConfig.from_dict({**tiny, field: value}), db=store, origin="browser"),
+                lambda: jobs.submit_sweep(
+                    SweepConfig.from_dict({"base": tiny, "grid": {field: [value]}}), db=store, origin="browser"
+                ),
+            ]
         for attempt in attempts:
             with pytest.raises(ConfigError) as err:
                 attempt()
@@ -266,8 +341,11 @@ def test_browser_input_names_registered_plugins_only_and_never_imports_them(stor
 
     fuzz()
     mapped = browser.browser_values({**tiny, "workload": "mydata", "model": "mynet", "collate": "mycollate"})
-    assert (mapped["workload"], mapped["model"], mapped["collate"]) == (specs["workload"], specs["model"],
-                                                                        specs["collate"])
+    assert (mapped["workload"], mapped["model"], mapped["collate"]) == (
+        specs["workload"],
+        specs["model"],
+        specs["collate"],
+    )
     with pytest.raises(ConfigError, match="^model: "):  # a registered name of another kind is no model
         browser.browser_values({"model": "mydata"})
     assert jobs.submit(RunConfig.from_dict(mapped), db=store, origin="browser")  # queued, still not imported

@@ -14,8 +14,17 @@ from engine.run.runner import launch
 from engine.store import get_epochs, get_run
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-TINY = dict(workload="tensor", n_samples=256, image_size=8, width=8, batch_size=32, epochs=3, device="cuda",
-            bound=False, sample_hz=20.0)
+TINY = dict(
+    workload="tensor",
+    n_samples=256,
+    image_size=8,
+    width=8,
+    batch_size=32,
+    epochs=3,
+    device="cuda",
+    bound=False,
+    sample_hz=20.0,
+)
 
 
 def _run(store, **fields):

@@ -124,8 +124,14 @@ def out_dir(tmp_path_factory) -> Path:
 
 def _cli(db: Path, sql: str, *extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "engine", "query", sql, "--db", str(db), *extra], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "engine", "query", sql, "--db", str(db), *extra],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _main(db: Path, sql: str) -> tuple[int, str, str]:
@@ -161,11 +167,18 @@ def test_cli_main_refuses_with_exit_2_and_one_line(db, out_dir, sql):
 
 
 # One of each kind, plus the runaway join and the huge result, as real `python -m engine query` processes.
-SUBPROCESS = ["INSERT INTO runs (run_id) VALUES ('evil')", "DROP TABLE IF EXISTS runs CASCADE",
-              "ATTACH '{out}/other.duckdb' AS other", "COPY runs TO '{out}/runs.csv'",
-              "EXPORT DATABASE '{out}/dump' (FORMAT parquet)", "SELECT * FROM read_csv('/etc/passwd')",
-              "SELECT * FROM '/etc/passwd'", "INSTALL httpfs", "SET enable_external_access = true",
-              "SELECT 1; DROP TABLE runs"]
+SUBPROCESS = [
+    "INSERT INTO runs (run_id) VALUES ('evil')",
+    "DROP TABLE IF EXISTS runs CASCADE",
+    "ATTACH '{out}/other.duckdb' AS other",
+    "COPY runs TO '{out}/runs.csv'",
+    "EXPORT DATABASE '{out}/dump' (FORMAT parquet)",
+    "SELECT * FROM read_csv('/etc/passwd')",
+    "SELECT * FROM '/etc/passwd'",
+    "INSTALL httpfs",
+    "SET enable_external_access = true",
+    "SELECT 1; DROP TABLE runs",
+]
 assert set(SUBPROCESS) <= set(HOSTILE)
 
 
@@ -219,12 +232,20 @@ def page_results(db, out_dir) -> dict[str, tuple[list[str], list[str], bool]]:
             before = _sha(db)
             at.text_area(key="history.editor").set_value(sql.format(out=out_dir))
             at.button(key="history.run").click().run()
-            results[sql] = ([seen(e.value) for e in at.error], [str(e.value) for e in at.exception], _sha(db) == before,
-                            [c.value for c in at.caption])
+            results[sql] = (
+                [seen(e.value) for e in at.error],
+                [str(e.value) for e in at.exception],
+                _sha(db) == before,
+                [c.value for c in at.caption],
+            )
         at.text_area(key="history.editor").set_value("SELECT run_id FROM runs")
         at.button(key="history.run").click().run()
-        results["after"] = ([seen(e.value) for e in at.error], [str(e.value) for e in at.exception], True,
-                            at.dataframe[-1].value["run_id"].tolist())
+        results["after"] = (
+            [seen(e.value) for e in at.error],
+            [str(e.value) for e in at.exception],
+            True,
+            at.dataframe[-1].value["run_id"].tolist(),
+        )
     return results
 
 

@@ -43,8 +43,16 @@ def _store(path: Path, n_steps: int = 2) -> Path:
     with RunLog(path.parent / "runs" / "r1") as rl:
         rl.write("start", run_id="r1", config=RunConfig().to_dict(), host={})
         for ep in range(3):
-            rl.write("epoch", model_idx=0, rank=0, epoch=ep, warmup=ep == 0, wall_s=1.0, samples=10,
-                     steps=[[i, 0.1, 0.0, 0.2, 0.3] for i in range(n_steps)])
+            rl.write(
+                "epoch",
+                model_idx=0,
+                rank=0,
+                epoch=ep,
+                warmup=ep == 0,
+                wall_s=1.0,
+                samples=10,
+                steps=[[i, 0.1, 0.0, 0.2, 0.3] for i in range(n_steps)],
+            )
         rl.write("end", status="done", error=None)
     ingest_run(path.parent / "runs" / "r1", db=path)
     assert not path.with_name(path.name + ".wal").exists()
@@ -72,7 +80,7 @@ def _corrupt_a_data_block(path: Path) -> None:
     """Damage the block holding the runs rows: DuckDB reads it only when a query needs it, so the file opens."""
     good = path.read_bytes()
     for start in range(HEADERS, len(good), BLOCK):
-        path.write_bytes(good[:start + 8] + bytes(b ^ 0xFF for b in good[start + 8:start + 72]) + good[start + 72:])
+        path.write_bytes(good[: start + 8] + bytes(b ^ 0xFF for b in good[start + 8 : start + 72]) + good[start + 72 :])
         try:
             with duckdb.connect(str(path), read_only=True) as conn:
                 conn.execute("SELECT count(*) FROM schema_version").fetchall()
@@ -96,8 +104,14 @@ def _cli(args: list[str], db: Path) -> tuple[int, str, str]:
 
 def _process(args: list[str], db: Path) -> tuple[int, str, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    p = subprocess.run([sys.executable, "-m", "engine", *args, "--db", str(db)], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "engine", *args, "--db", str(db)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return p.returncode, p.stdout, p.stderr
 
 
@@ -116,8 +130,9 @@ def _one_line(code: int, stdout: str, stderr: str) -> str:
 BROKEN = {
     "garbage": lambda p: p.write_bytes(os.urandom(4096) * 8),
     "newer_duckdb": _from_newer_duckdb,
-    "newer_loaderlab": lambda p: duckdb.connect(str(p)).execute("INSERT INTO schema_version VALUES (99, now())")
-                                                      .close(),
+    "newer_loaderlab": lambda p: duckdb.connect(str(p))
+    .execute("INSERT INTO schema_version VALUES (99, now())")
+    .close(),
     "damaged_block": _corrupt_a_data_block,
 }
 ADVICE = {  # what the one line must say: what is wrong, and a way out that keeps the file
@@ -172,8 +187,9 @@ def test_pages_on_a_broken_store_show_an_error_not_a_traceback(tmp_path, monkeyp
     if page != "explore":
         at.switch_page(f"pages/{page}.py").run()
     assert not at.exception, [e.value for e in at.exception]
-    assert at.error and any("left untouched" in seen(e.value) and "--db" in seen(e.value) for e in at.error), \
-        [e.value for e in at.error]
+    assert at.error and any("left untouched" in seen(e.value) and "--db" in seen(e.value) for e in at.error), [
+        e.value for e in at.error
+    ]
     assert _sha(db) == before
 
 
@@ -214,8 +230,26 @@ def test_run_against_a_corrupt_store_keeps_the_file_and_the_runlog(tmp_path):
     db.parent.mkdir()
     BROKEN["garbage"](db)
     before = _sha(db)
-    line = _one_line(*_process(["run", "--n-samples", "32", "--image-size", "8", "--width", "8", "--epochs", "2",
-                                "--batch-size", "16", "--no-bound", "--quiet"], db))
+    line = _one_line(
+        *_process(
+            [
+                "run",
+                "--n-samples",
+                "32",
+                "--image-size",
+                "8",
+                "--width",
+                "8",
+                "--epochs",
+                "2",
+                "--batch-size",
+                "16",
+                "--no-bound",
+                "--quiet",
+            ],
+            db,
+        )
+    )
     assert "left untouched" in line and "--db" in line, line
     assert _sha(db) == before
     logs = list((db.parent / "runs").glob("*/events.jsonl"))

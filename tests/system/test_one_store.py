@@ -34,8 +34,9 @@ def cli(*args: str, db: Path | str | None, env: dict[str, str] | None = None) ->
     the point; reads and refusals go through in_process."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     flags = ["--db", str(db)] if db is not None else []
-    return subprocess.run([sys.executable, "-m", "engine", *args, *flags], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "engine", *args, *flags], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def in_process(*args: str, db: Path | str | None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -65,8 +66,9 @@ def _runlog(run_dir: Path, run_id: str, store: Path | None) -> Path:
         claim(run_dir, store)
     with RunLog(run_dir) as rl:
         rl.write("start", run_id=run_id, config=RunConfig().to_dict(), host={})
-        rl.write("epoch", model_idx=0, rank=0, epoch=0, warmup=False, wall_s=1.0, samples=10,
-                 steps=[[0, 0.1, 0.0, 0.2, 0.3]])
+        rl.write(
+            "epoch", model_idx=0, rank=0, epoch=0, warmup=False, wall_s=1.0, samples=10, steps=[[0, 0.1, 0.0, 0.2, 0.3]]
+        )
         rl.write("end", status="done", error=None)
     return run_dir
 
@@ -155,8 +157,9 @@ UNUSABLE = {"random bytes": _random_bytes, "a folder": _folder, "under /proc": l
 def test_an_unusable_store_is_refused_before_anything_runs(tmp_path, kind, command):
     db = UNUSABLE[kind](tmp_path / "bad.duckdb")
     sweep = tmp_path / "s.toml"
-    sweep.write_text('name = "t"\nrepeats = 1\n[base]\nn_samples = 64\nepochs = 2\nbound = false\n'
-                     '[grid]\nloader = ["sync"]\n')
+    sweep.write_text(
+        'name = "t"\nrepeats = 1\n[base]\nn_samples = 64\nepochs = 2\nbound = false\n[grid]\nloader = ["sync"]\n'
+    )
     before = _sha(db) if db.is_file() else None
     out = in_process(*[a.format(sweep=sweep) for a in command], db=db)
     assert not (tmp_path / "runs").exists(), out.stderr  # no RunLog: nothing ran

@@ -21,8 +21,23 @@ from engine.store import connect, get_run, list_runs, pending_summary
 from tests._wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = ["--workload", "tensor", "--n-samples", "64", "--image-size", "8", "--width", "8", "--batch-size", "32",
-        "--epochs", "2", "--no-bound", "--device", "cpu"]  # the CPU on every machine: these test the store
+TINY = [
+    "--workload",
+    "tensor",
+    "--n-samples",
+    "64",
+    "--image-size",
+    "8",
+    "--width",
+    "8",
+    "--batch-size",
+    "32",
+    "--epochs",
+    "2",
+    "--no-bound",
+    "--device",
+    "cpu",
+]  # the CPU on every machine: these test the store
 HOLD = "import duckdb, sys, time; c = duckdb.connect(sys.argv[1], read_only=True); print('holding', flush=True); time.sleep(600)"
 WAITING = "waiting to be stored: the results are safe in their RunLogs"
 
@@ -32,8 +47,14 @@ def _env() -> dict[str, str]:
 
 
 def cli(*args: str, db: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engine", *args, "--db", str(db)], cwd=ROOT, env=_env(),
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "engine", *args, "--db", str(db)],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.fixture
@@ -92,9 +113,11 @@ def test_run_goes_ahead_while_a_session_holds_the_store(store, holder):
 
 def test_every_sweep_run_lands_after_the_session_closes(store, holder, tmp_path):
     toml = tmp_path / "sweep.toml"
-    toml.write_text('name = "held"\nrepeats = 1\n[base]\nworkload = "tensor"\nn_samples = 64\nimage_size = 8\n'
-                    'width = 8\nbatch_size = 32\nepochs = 2\nbound = false\ndevice = "cpu"\n'
-                    '[grid]\nloader = ["sync", "threads"]\nworkers = [1]\n')
+    toml.write_text(
+        'name = "held"\nrepeats = 1\n[base]\nworkload = "tensor"\nn_samples = 64\nimage_size = 8\n'
+        'width = 8\nbatch_size = 32\nepochs = 2\nbound = false\ndevice = "cpu"\n'
+        '[grid]\nloader = ["sync", "threads"]\nworkers = [1]\n'
+    )
     out = cli("sweep", str(toml), "--quiet", db=store)
     assert out.returncode == 0, out.stderr
     assert "2 done" in out.stdout
@@ -112,16 +135,34 @@ def test_every_sweep_run_lands_after_the_session_closes(store, holder, tmp_path)
 
 
 def test_a_job_running_when_a_session_opens_lands_when_it_closes(store, tmp_path):
-    cfg = RunConfig.from_dict({"workload": "tensor", "n_samples": 32, "image_size": 8, "width": 8,
-                               "batch_size": 16, "epochs": 2, "latency_ms": 100.0, "bound": False, "device": "cpu"})
+    cfg = RunConfig.from_dict(
+        {
+            "workload": "tensor",
+            "n_samples": 32,
+            "image_size": 8,
+            "width": 8,
+            "batch_size": 16,
+            "epochs": 2,
+            "latency_ms": 100.0,
+            "bound": False,
+            "device": "cpu",
+        }
+    )
     job_id = jobs.submit(cfg, db=store, origin="cli")
     log = open(tmp_path / "worker.log", "wb")
-    worker = subprocess.Popen([sys.executable, "-m", "engine", "worker", "--db", str(store), "--poll-s", "0.2"],
-                              cwd=ROOT, env=_env(), stdout=log, stderr=log, start_new_session=True)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "engine", "worker", "--db", str(store), "--poll-s", "0.2"],
+        cwd=ROOT,
+        env=_env(),
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )
     hold = None
     try:
-        wait_for(lambda: jobs.list_jobs(store).set_index("job_id").loc[job_id, "status"] == "running",
-                 "the job to start")
+        wait_for(
+            lambda: jobs.list_jobs(store).set_index("job_id").loc[job_id, "status"] == "running", "the job to start"
+        )
         run_dir = store.parent / "runs" / jobs.list_jobs(store).set_index("job_id").loc[job_id, "run_id"]
         wait_for(lambda: (run_dir / "events.jsonl").exists(), "the run to start")
         hold = subprocess.Popen([sys.executable, "-c", HOLD, str(store)], stdout=subprocess.PIPE, text=True)
@@ -134,8 +175,7 @@ def test_a_job_running_when_a_session_opens_lands_when_it_closes(store, tmp_path
         assert worker.poll() is None  # the worker waits it out, it does not crash
         hold.terminate()
         hold.wait(30)
-        wait_for(lambda: jobs.list_jobs(store).set_index("job_id").loc[job_id, "status"] == "done",
-                 "the job to close")
+        wait_for(lambda: jobs.list_jobs(store).set_index("job_id").loc[job_id, "status"] == "done", "the job to close")
         wait_for(lambda: get_run(run_dir.name, db=store) is not None, "the run to be stored", timeout_s=60)
         assert get_run(run_dir.name, db=store)["status"] == "done"
     finally:
@@ -152,8 +192,14 @@ def test_a_job_running_when_a_session_opens_lands_when_it_closes(store, tmp_path
 
 def _worker(store: Path, log_path: Path) -> tuple[subprocess.Popen, object]:
     log = open(log_path, "wb")
-    return subprocess.Popen([sys.executable, "-m", "engine", "worker", "--db", str(store), "--poll-s", "0.2"],
-                            cwd=ROOT, env=_env(), stdout=log, stderr=log, start_new_session=True), log
+    return subprocess.Popen(
+        [sys.executable, "-m", "engine", "worker", "--db", str(store), "--poll-s", "0.2"],
+        cwd=ROOT,
+        env=_env(),
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    ), log
 
 
 def _job(store: Path, job_id: str) -> dict:
@@ -170,24 +216,34 @@ def _stop(worker: subprocess.Popen, log) -> None:
 def test_a_job_queued_before_a_session_opened_runs_while_it_holds_the_store(store, holder, tmp_path):
     """The queue lives in the store, which the worker can still read: it takes the job at once, runs it, and
     keeps the job's status beside the store (the spool) and its results in the RunLog until the session closes."""
-    cfg = RunConfig.from_dict({"workload": "tensor", "n_samples": 64, "image_size": 8, "width": 8,
-                               "batch_size": 32, "epochs": 2, "bound": False, "device": "cpu"})
+    cfg = RunConfig.from_dict(
+        {
+            "workload": "tensor",
+            "n_samples": 64,
+            "image_size": 8,
+            "width": 8,
+            "batch_size": 32,
+            "epochs": 2,
+            "bound": False,
+            "device": "cpu",
+        }
+    )
     holder()  # queue first, as a browser did before the notebook opened ...
     job_id = jobs.submit(cfg, db=store, origin="cli")
     hold = subprocess.Popen([sys.executable, "-c", HOLD, str(store)], stdout=subprocess.PIPE, text=True)
     assert hold.stdout.readline().strip() == "holding"  # ... then the notebook holds the store
     worker, log = _worker(store, tmp_path / "worker.log")
     try:
-        wait_for(lambda: _job(store, job_id)["status"] == "done", "the job to run while the store is held",
-                 timeout_s=120)
+        wait_for(
+            lambda: _job(store, job_id)["status"] == "done", "the job to run while the store is held", timeout_s=120
+        )
         assert _stored_ids(store) == set()  # nothing written while held: its run waits in the RunLog
         assert pending_summary(store)["count"] == 1
         hold.terminate()
         hold.wait(30)
         run_id = _job(store, job_id)["run_id"]
         wait_for(lambda: get_run(run_id, db=store) is not None, "the run to be stored", timeout_s=60)
-        wait_for(lambda: not list((store.parent / "jobs" / "spool").glob("job-*")), "the spool to empty",
-                 timeout_s=30)
+        wait_for(lambda: not list((store.parent / "jobs" / "spool").glob("job-*")), "the spool to empty", timeout_s=30)
         with connect(store, read_only=True) as conn:  # LoaderLab's own lock: the worker may be writing
             assert conn.execute("SELECT status FROM jobs WHERE job_id = ?", [job_id]).fetchall() == [("done",)]
     finally:
@@ -202,23 +258,33 @@ def test_a_job_queued_before_a_session_opened_runs_while_it_holds_the_store(stor
 def test_a_job_launched_while_a_session_holds_the_store_runs_and_lands_when_it_closes(store, holder, tmp_path):
     """Launch from the browser while a notebook holds the store: the job is queued beside it, runs at once, and
     the job row and the run land in the store when the session closes. A second one, cancelled while held, never runs."""
-    cfg = RunConfig.from_dict({"workload": "tensor", "n_samples": 64, "image_size": 8, "width": 8,
-                               "batch_size": 32, "epochs": 2, "bound": False, "device": "cpu"})
+    cfg = RunConfig.from_dict(
+        {
+            "workload": "tensor",
+            "n_samples": 64,
+            "image_size": 8,
+            "width": 8,
+            "batch_size": 32,
+            "epochs": 2,
+            "bound": False,
+            "device": "cpu",
+        }
+    )
     job_id = jobs.submit(cfg, db=store, origin="browser")
     dropped = jobs.submit(cfg, db=store, origin="browser")
     assert set(jobs.list_jobs(store).set_index("job_id").loc[[job_id, dropped], "status"]) == {"queued"}
     assert jobs.cancel(dropped, db=store) == "cancelled"
     worker, log = _worker(store, tmp_path / "worker.log")
     try:
-        wait_for(lambda: _job(store, job_id)["status"] == "done", "the job to run while the store is held",
-                 timeout_s=120)
+        wait_for(
+            lambda: _job(store, job_id)["status"] == "done", "the job to run while the store is held", timeout_s=120
+        )
         run_id = _job(store, job_id)["run_id"]
         assert jobs.job_progress(job_id, db=store)["epochs_done"] == 2  # live progress reads the RunLog
         assert _stored_ids(store) == set()
         holder()
         wait_for(lambda: get_run(run_id, db=store) is not None, "the run to be stored", timeout_s=60)
-        wait_for(lambda: not list((store.parent / "jobs" / "spool").glob("job-*")), "the spool to empty",
-                 timeout_s=30)
+        wait_for(lambda: not list((store.parent / "jobs" / "spool").glob("job-*")), "the spool to empty", timeout_s=30)
         with connect(store, read_only=True) as conn:
             stored = dict(conn.execute("SELECT job_id, status FROM jobs").fetchall())
         assert stored == {job_id: "done", dropped: "cancelled"}
@@ -237,12 +303,24 @@ def test_a_read_write_session_does_not_stop_a_run_or_make_run(store):
     try:
         assert proc.stdout.readline().strip() == "holding"
         env = {**_env(), "LOADERLAB_LOCK_TIMEOUT": "3"}
-        run = subprocess.run([sys.executable, "-m", "engine", "run", *TINY, "--db", str(store)], cwd=ROOT, env=env,
-                             capture_output=True, text=True, timeout=300)
+        run = subprocess.run(
+            [sys.executable, "-m", "engine", "run", *TINY, "--db", str(store)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert run.returncode == 0 and "epoch 1" in run.stdout, run.stderr
         assert [line for line in run.stderr.splitlines() if WAITING in line], run.stderr
-        demo = subprocess.run([sys.executable, "-m", "engine", "demo", "--db", str(store)], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=300)
+        demo = subprocess.run(
+            [sys.executable, "-m", "engine", "demo", "--db", str(store)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert demo.returncode == 0 and demo.stderr.startswith("demo skipped: "), demo.stderr
     finally:
         proc.terminate()

@@ -32,14 +32,24 @@ def _free_port() -> int:
 
 
 def _env(store: Path) -> dict[str, str]:
-    return {**os.environ, "LOADERLAB_DB": str(store),
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return {
+        **os.environ,
+        "LOADERLAB_DB": str(store),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
 
 
 def _start(cmd: list[str], store: Path, log: Path) -> subprocess.Popen:
     with open(log, "ab") as out:
-        return subprocess.Popen(cmd, cwd=ROOT, env=_env(store), stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=_env(store),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def _serving(port: int) -> bool:
@@ -114,8 +124,14 @@ def test_a_worker_running_before_keeps_running_and_worker_stop_stops_it(store, t
     out = log.read_text()
     assert "keeps running" in out and "python -m engine worker --stop" in out, out  # and says how to stop it
 
-    stop = subprocess.run([sys.executable, "-m", "engine", "worker", "--stop"], cwd=ROOT, env=_env(store),
-                          capture_output=True, text=True, timeout=90)
+    stop = subprocess.run(
+        [sys.executable, "-m", "engine", "worker", "--stop"],
+        cwd=ROOT,
+        env=_env(store),
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     assert stop.returncode == 0 and f"worker stopped (pid {own.pid})" in stop.stdout, stop
     assert own.wait(30) is not None and worker_pid(store) is None
 

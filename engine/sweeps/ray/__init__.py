@@ -39,13 +39,28 @@ from engine.sweeps.ray._cluster import INSTALL_HINT, connect_ray, ray_available,
 from engine.sweeps.ray._driver import Driver, Trial, gpus_needed
 from engine.sweeps.ray._session import reap_leftovers, sessions_dir
 
-__all__ = ["INSTALL_HINT", "connect_ray", "gpus_needed", "ray_available", "reap_leftovers", "require_ray",
-           "run_sweep_ray"]
+__all__ = [
+    "INSTALL_HINT",
+    "connect_ray",
+    "gpus_needed",
+    "ray_available",
+    "reap_leftovers",
+    "require_ray",
+    "run_sweep_ray",
+]
 
 
-def run_sweep_ray(sweep: SweepConfig, *, db: Db = None, address: str | None = None,
-                  progress: bool = True, sweep_id: str | None = None, meta: dict[str, Any] | None = None,
-                  cancel: threading.Event | None = None, num_cpus: int | None = None) -> SweepResult:
+def run_sweep_ray(
+    sweep: SweepConfig,
+    *,
+    db: Db = None,
+    address: str | None = None,
+    progress: bool = True,
+    sweep_id: str | None = None,
+    meta: dict[str, Any] | None = None,
+    cancel: threading.Event | None = None,
+    num_cpus: int | None = None,
+) -> SweepResult:
     """Run every planned config on a Ray cluster; a failed or lost run is recorded and the sweep goes on.
 
     address: None (a local instance; num_cpus caps it), "auto", "host:port" or "ray://host:port"; a
@@ -62,11 +77,29 @@ def run_sweep_ray(sweep: SweepConfig, *, db: Db = None, address: str | None = No
     repeats: dict[int, int] = {}
     for config_idx, cfg in sweep.plan():
         repeats[config_idx] = repeats.get(config_idx, -1) + 1
-        trials.append(Trial(cfg, {**(meta or {}), "sweep_id": result.sweep_id, "config_idx": config_idx,
-                                  "repeat_idx": repeats[config_idx], "executor": "ray"}))
+        trials.append(
+            Trial(
+                cfg,
+                {
+                    **(meta or {}),
+                    "sweep_id": result.sweep_id,
+                    "config_idx": config_idx,
+                    "repeat_idx": repeats[config_idx],
+                    "executor": "ray",
+                },
+            )
+        )
     # a local instance is recorded next to the store: the next job worker stops it if this process is killed
-    with connect_ray(address, num_cpus=num_cpus, record_in=sessions_dir(db)) as ray, tqdm(
-            total=len(trials), desc=f"sweep {sweep.name} (ray)", unit="run", disable=not progress, file=sys.stderr,
-            dynamic_ncols=True) as bar:
+    with (
+        connect_ray(address, num_cpus=num_cpus, record_in=sessions_dir(db)) as ray,
+        tqdm(
+            total=len(trials),
+            desc=f"sweep {sweep.name} (ray)",
+            unit="run",
+            disable=not progress,
+            file=sys.stderr,
+            dynamic_ncols=True,
+        ) as bar,
+    ):
         Driver(ray, db, result, bar, cancel).run(trials)
     return result

@@ -31,14 +31,18 @@ def require_ray() -> Any:
         # job worker import this package to offer or refuse a cluster target
         import ray  # noqa: PLC0415
     except ImportError as e:
-        raise ConfigError("executor", f"the Ray executor needs Ray, which is not installed ({e}); "
-                                      f"install it with `{INSTALL_HINT}` or use --executor local") from None
+        raise ConfigError(
+            "executor",
+            f"the Ray executor needs Ray, which is not installed ({e}); "
+            f"install it with `{INSTALL_HINT}` or use --executor local",
+        ) from None
     return ray
 
 
 @contextmanager
-def connect_ray(address: str | None = None, *, num_cpus: int | None = None,
-                record_in: Path | None = None) -> Iterator[Any]:
+def connect_ray(
+    address: str | None = None, *, num_cpus: int | None = None, record_in: Path | None = None
+) -> Iterator[Any]:
     """Yield `ray`, connected: this process's connection if it has one (left open), else a new one that is
     closed on exit. address None starts a local instance listening on 127.0.0.1 only, with num_cpus
     (default: all); "auto" joins the cluster `ray start` runs on this machine; "host:port" a cluster's
@@ -61,10 +65,18 @@ def connect_ray(address: str | None = None, *, num_cpus: int | None = None,
         forget_session(record)
         where = "start a local Ray instance" if address is None else f"connect to the Ray cluster at {address!r}"
         first = (str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__).rstrip(".")
-        hint = "" if address is None else (" (a cluster with token auth also needs RAY_AUTH_MODE=token and its "
-                                           "token in RAY_AUTH_TOKEN or ~/.ray/auth_token)")
-        raise ValueError(f"could not {where}: {first}; check --address (auto, host:port or ray://host:port) "
-                         f"and that `ray status` works on that machine{hint}") from None
+        hint = (
+            ""
+            if address is None
+            else (
+                " (a cluster with token auth also needs RAY_AUTH_MODE=token and its "
+                "token in RAY_AUTH_TOKEN or ~/.ray/auth_token)"
+            )
+        )
+        raise ValueError(
+            f"could not {where}: {first}; check --address (auto, host:port or ray://host:port) "
+            f"and that `ray status` works on that machine{hint}"
+        ) from None
     try:
         yield ray
     finally:
@@ -102,8 +114,14 @@ def _init_local(ray: Any, num_cpus: int | None) -> None:
     ray_constants.ENABLE_RAY_CLUSTER = False
     try:
         # address "local": always a new instance, even where RAY_ADDRESS or an earlier `ray start` points elsewhere
-        ray.init(address="local", num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
-                 _node_ip_address="127.0.0.1", logging_level=logging.WARNING, log_to_driver=False)
+        ray.init(
+            address="local",
+            num_cpus=num_cpus or os.cpu_count(),
+            include_dashboard=False,
+            _node_ip_address="127.0.0.1",
+            logging_level=logging.WARNING,
+            log_to_driver=False,
+        )
     finally:
         ray_constants.ENABLE_RAY_CLUSTER = saved
 
@@ -133,6 +151,13 @@ class Node:
 
 
 def alive_nodes(ray: Any) -> dict[str, Node]:
-    return {n["NodeID"]: Node(n["NodeID"], n.get("NodeManagerHostname") or n.get("NodeManagerAddress") or "?",
-                              int(n["Resources"].get("CPU", 0)), int(n["Resources"].get("GPU", 0)))
-            for n in ray.nodes() if n.get("Alive")}
+    return {
+        n["NodeID"]: Node(
+            n["NodeID"],
+            n.get("NodeManagerHostname") or n.get("NodeManagerAddress") or "?",
+            int(n["Resources"].get("CPU", 0)),
+            int(n["Resources"].get("GPU", 0)),
+        )
+        for n in ray.nodes()
+        if n.get("Alive")
+    }

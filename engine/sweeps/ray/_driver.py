@@ -69,8 +69,9 @@ class Driver:
             while pending or self.inflight:
                 if self.cancel.is_set() and self.cancelled_at is None:
                     self._cancel_all(pending)
-                elif (self.cancelled_at and time.monotonic() - self.cancelled_at > _SALVAGE_TIMEOUT_S
-                      and not self.forced):
+                elif (
+                    self.cancelled_at and time.monotonic() - self.cancelled_at > _SALVAGE_TIMEOUT_S and not self.forced
+                ):
                     self._cancel_all(pending, force=True)  # a trial deaf to the interrupt: kill its worker
                 if time.monotonic() - refreshed > _REFRESH_S:  # nodes that joined become usable; dead ones drop
                     alive = alive_nodes(self.ray)
@@ -100,18 +101,26 @@ class Driver:
                 if not any(n.could_ever_fit(trial.gpus) for n in self.nodes.values()):
                     pending.remove(trial)  # no node could ever take it: record why and go on
                     nodes = ", ".join(map(str, self.nodes.values())) or "none"
-                    self._land(trial, None, RunStatus.FAILED, f"no live node in the Ray cluster has {trial.gpus} "
-                               f"GPU(s) and a CPU for this run; nodes: {nodes}")
+                    self._land(
+                        trial,
+                        None,
+                        RunStatus.FAILED,
+                        f"no live node in the Ray cluster has {trial.gpus} "
+                        f"GPU(s) and a CPU for this run; nodes: {nodes}",
+                    )
                 continue
             pending.remove(trial)
             trial.node = node
             node.gpus_used += trial.gpus
             node.cpu_trial = trial.gpus == 0
             # NOTE: a CPU trial asks for all of its node's CPUs, so Ray's own accounting keeps it alone there
-            ref = self.trial_fn.options(num_cpus=node.cpus if trial.gpus == 0 else 1, num_gpus=trial.gpus,
-                                        max_retries=0, name=f"loaderlab-trial-{trial.run_id}",
-                                        scheduling_strategy=self.pin(node),
-                                        ).remote(trial.cfg.to_dict(), trial.meta, trial.run_id)
+            ref = self.trial_fn.options(
+                num_cpus=node.cpus if trial.gpus == 0 else 1,
+                num_gpus=trial.gpus,
+                max_retries=0,
+                name=f"loaderlab-trial-{trial.run_id}",
+                scheduling_strategy=self.pin(node),
+            ).remote(trial.cfg.to_dict(), trial.meta, trial.run_id)
             self.inflight[ref] = trial
             self._show()
 
@@ -135,8 +144,12 @@ class Driver:
         if trial.node is None or trial.node.node_id not in alive_nodes(self.ray):
             return None  # a lost node: only what the driver knows is recorded
         try:
-            ref = self.salvage_fn.options(num_cpus=0, max_retries=0, scheduling_strategy=self.pin(trial.node),
-                                          name=f"loaderlab-salvage-{trial.run_id}").remote(trial.run_id)
+            ref = self.salvage_fn.options(
+                num_cpus=0,
+                max_retries=0,
+                scheduling_strategy=self.pin(trial.node),
+                name=f"loaderlab-salvage-{trial.run_id}",
+            ).remote(trial.run_id)
             return self.ray.get(ref, timeout=_SALVAGE_TIMEOUT_S)
         except Exception as e:  # noqa: BLE001 - best effort: the run is recorded as failed either way
             log.warning("could not salvage run %s from %s: %s", trial.run_id, trial.node.host, e)
@@ -161,8 +174,9 @@ class Driver:
             with RunLog(run_dir) as runlog:
                 if not events:
                     host = (payload or {}).get("host") or (trial.node.host if trial.node else None)
-                    runlog.write("start", run_id=trial.run_id, config=trial.cfg.to_dict(), host={"hostname": host},
-                                 **trial.meta)
+                    runlog.write(
+                        "start", run_id=trial.run_id, config=trial.cfg.to_dict(), host={"hostname": host}, **trial.meta
+                    )
                 if end is None:
                     end = {"status": status, "error": reason}
                     runlog.write("end", **end)
@@ -179,8 +193,9 @@ class Driver:
 
     def _show(self) -> None:
         done = self.result.counts.get(RunStatus.DONE, 0)
-        self.bar.set_postfix_str(f"done {done} · failed {len(self.result.results) - done} · "
-                                 f"running {len(self.inflight)}", refresh=True)
+        self.bar.set_postfix_str(
+            f"done {done} · failed {len(self.result.results) - done} · running {len(self.inflight)}", refresh=True
+        )
 
 
 def _reason(exc: Any, e: Exception, node: Node | None) -> str:

@@ -44,8 +44,11 @@ def _collect(run_id: str, kill: bool) -> dict[str, Any] | None:
     if kill and pid.is_file():
         kill_group(int(pid.read_text()))
     events = _read(run_dir / "events.jsonl")
-    return {"events": events[:events.rfind("\n") + 1],  # a torn last line (killed mid-write) is dropped
-            "stderr": _read(run_dir / "stderr.log", _STDERR_TAIL_BYTES), "host": socket.gethostname()}
+    return {
+        "events": events[: events.rfind("\n") + 1],  # a torn last line (killed mid-write) is dropped
+        "stderr": _read(run_dir / "stderr.log", _STDERR_TAIL_BYTES),
+        "host": socket.gethostname(),
+    }
 
 
 @contextmanager

@@ -38,8 +38,12 @@ def record_session(folder: Path, ray: Any) -> Path | None:
     """Write this process's local Ray instance into `folder`; returns the record's path (None if it could not)."""
     node = ray._private.worker._global_node  # NOTE: private but stable in the pinned Ray; where its files live
     me = psutil.Process()
-    record = {"owner_pid": me.pid, "owner_started": me.create_time(), "session_dir": node.get_session_dir_path(),
-              "gcs_address": node.gcs_address}
+    record = {
+        "owner_pid": me.pid,
+        "owner_started": me.create_time(),
+        "session_dir": node.get_session_dir_path(),
+        "gcs_address": node.gcs_address,
+    }
     path = folder / f"{me.pid}.json"
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -119,10 +123,13 @@ def reap_leftovers(db: Db = None) -> list[str]:
         _stop(procs)
         left = [p.pid for p in procs if _live(p)]
         name = Path(session_dir).name
-        msg = (f"Ray session {name} of dead pid {record.get('owner_pid')}: cleaned up, not reattached (its driver "
-               f"died with it); stopped {len(procs) - len(left)} leftover process(es) "
-               f"{sorted(p.pid for p in procs)}" if procs else
-               f"Ray session {name} of dead pid {record.get('owner_pid')}: cleaned up, no process of it was left")
+        msg = (
+            f"Ray session {name} of dead pid {record.get('owner_pid')}: cleaned up, not reattached (its driver "
+            f"died with it); stopped {len(procs) - len(left)} leftover process(es) "
+            f"{sorted(p.pid for p in procs)}"
+            if procs
+            else f"Ray session {name} of dead pid {record.get('owner_pid')}: cleaned up, no process of it was left"
+        )
         if left:
             msg += f"; still alive, stop them by hand: {left}"
         (log.warning if left else log.info)("%s", msg)

@@ -37,8 +37,14 @@ def main():
     p.add_argument("--exit-code", type=int, default=0)
     args = p.parse_args()
     torch.manual_seed(0)
-    train = DataLoader(Squares(256, 0), batch_size=32, shuffle=True, num_workers=args.workers,
-                       persistent_workers=args.workers > 0, prefetch_factor=3 if args.workers else None)
+    train = DataLoader(
+        Squares(256, 0),
+        batch_size=32,
+        shuffle=True,
+        num_workers=args.workers,
+        persistent_workers=args.workers > 0,
+        prefetch_factor=3 if args.workers else None,
+    )
     val = DataLoader(Squares(64, 1), batch_size=16)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
