@@ -103,7 +103,7 @@ def _view(tune: dict[str, Any]) -> None:
         else:
             row = ranking[ranking["config_idx"] == best]
             setting = row["setting"].iloc[0] if len(row) else f"candidate {best}"
-            verdict = f": {_VERDICT.get(tune['verdict'], tune['verdict'])}" if tune.get("verdict") else ""
+            verdict = f": {_VERDICT.get(tune['difference'], tune['difference'])}" if tune.get("difference") else ""
             st.markdown(
                 plain(
                     f"The answer: {setting} at {tune.get('site')}, {_speedup(tune)} against the script's "

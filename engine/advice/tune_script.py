@@ -278,7 +278,7 @@ def _record(result: ScriptTuneResult, db: Db) -> None:
         "stop_reason": result.stop_reason or "done",
         "best_config_idx": best,
         **{k: _finite(c.get(k)) if best else None for k in ("speedup", "speedup_lo", "speedup_hi")},
-        "verdict": c.get("difference") if best else None,
+        "difference": c.get("difference") if best else None,
         "diff": result.diff,
         "answer": result.render(),
         "settings_json": json.dumps(result.settings, default=str),

@@ -47,7 +47,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 _SQL_TYPES = {"int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "str": "VARCHAR", "list[str]": "VARCHAR"}
 
@@ -154,6 +154,16 @@ def _v8(conn: duckdb.DuckDBPyConnection) -> None:
     conn.execute(f"CREATE TABLE IF NOT EXISTS tunes ({TABLES['tunes']})")
 
 
+def _v9(conn: duckdb.DuckDBPyConnection) -> None:
+    """A tune's comparison of its answer with the script's own setting is its `difference`, as in engine.analysis.stats:
+    'verdict' names only what limits a run. A file made at v8 had the column as `verdict`."""
+    columns = {
+        r[0] for r in conn.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = 'tunes'").fetchall()
+    }
+    if "verdict" in columns:
+        conn.execute("ALTER TABLE tunes RENAME COLUMN verdict TO difference")
+
+
 # (version, migration) in order. A migration gets a writer connection inside a transaction.
 MIGRATIONS: list[tuple[int, Callable[[duckdb.DuckDBPyConnection], None]]] = [
     (1, _v1),
@@ -164,6 +174,7 @@ MIGRATIONS: list[tuple[int, Callable[[duckdb.DuckDBPyConnection], None]]] = [
     (6, _v6),
     (7, _v7),
     (8, _v8),
+    (9, _v9),
 ]
 
 

@@ -162,7 +162,7 @@ TUNE_COLUMNS = {
     "speedup": "DOUBLE",
     "speedup_lo": "DOUBLE",
     "speedup_hi": "DOUBLE",
-    "verdict": "VARCHAR",
+    "difference": "VARCHAR",
     "diff": "VARCHAR",
     "answer": "VARCHAR",
     "settings_json": "VARCHAR",

@@ -24,7 +24,16 @@ __all__ = ["TUNE_ID", "record_tune", "tune_answers"]
 TUNE_ID = re.compile(r"tune-[0-9a-f]{12}")
 _KINDS = ("script",)
 # Fields that may be None: nothing to change, nothing finished, no interval, a budget the user did not set.
-_NULLABLE = {"budget_s", "spent_s", "stop_reason", "best_config_idx", "speedup", "speedup_lo", "speedup_hi", "verdict"}
+_NULLABLE = {
+    "budget_s",
+    "spent_s",
+    "stop_reason",
+    "best_config_idx",
+    "speedup",
+    "speedup_lo",
+    "speedup_hi",
+    "difference",
+}
 
 
 def _now() -> datetime:

@@ -29,7 +29,7 @@ def tune_row(tune_id: str = "tune-0123456789ab", **over) -> dict:
         "speedup": 1.8,
         "speedup_lo": 1.6,
         "speedup_hi": 2.0,
-        "verdict": "faster",
+        "difference": "faster",
         "diff": "--- train.py\n+++ train.py\n@@ -42 +42 @@\n-DataLoader(ds, num_workers=0)\n"
         "+DataLoader(ds, num_workers=2)\n",
         "answer": "num_workers=2: 1.8x",
@@ -111,9 +111,27 @@ def test_a_v7_store_gains_the_tunes_table_and_keeps_its_runs(tmp_path):
     run = get_run("old", db=path)
     assert (run["status"], run["epoch_s"], run["sweep_id"]) == ("done", 1.5, "s1")
     with connect(path, read_only=True) as conn:
-        assert conn.execute("SELECT max(version) FROM schema_version").fetchall() == [(8,)]
+        assert conn.execute("SELECT max(version) FROM schema_version").fetchall() == [(schema.SCHEMA_VERSION,)]
     with duckdb.connect(str(tmp_path / "loaderlab.duckdb.bak-v7"), read_only=True) as old:
         assert "tunes" not in {r[0] for r in old.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+
+
+def test_a_v8_store_keeps_its_tunes_comparison_under_the_name_difference(tmp_path):
+    """'verdict' names only what limits a run: a v8 file's tunes.verdict (the answer against the script's own
+    setting) becomes tunes.difference, its value kept, and the v8 file is backed up as it was."""
+    path = tmp_path / "loaderlab.duckdb"
+    with duckdb.connect(str(path)) as conn:  # as LoaderLab v8 wrote it: the comparison in a column named verdict
+        conn.execute("CREATE TABLE schema_version (version INTEGER, applied_at TIMESTAMP)")
+        schema._v1(conn)
+        conn.execute("ALTER TABLE tunes RENAME COLUMN difference TO verdict")
+        conn.execute("INSERT INTO schema_version VALUES " + ", ".join(f"({v}, now())" for v in range(1, 9)))
+    with duckdb.connect(str(path)) as conn:
+        conn.execute("INSERT INTO tunes (tune_id, verdict) VALUES ('tune-old', 'B faster')")
+    answers = tune_answers(path)  # a reader opens it: upgraded as writer, then read
+    assert [(a["tune_id"], a["difference"]) for a in answers] == [("tune-old", "B faster")]
+    assert "verdict" not in answers[0]
+    with duckdb.connect(str(tmp_path / "loaderlab.duckdb.bak-v8"), read_only=True) as old:
+        assert old.execute("SELECT verdict FROM tunes").fetchall() == [("B faster",)]
 
 
 def _trial(db, run_id: str, idx: int, repeat: int, s_per_batch: float | None, error: str | None = None) -> None:
