@@ -218,7 +218,7 @@ def tune_script(
 ) -> ScriptTuneResult:
     """Search the training DataLoader's setting of the script, trial by trial (module doc). space: overrides of
     the script's own setting to try instead of `candidates`' (each a dict of DataLoader arguments and threads)."""
-    argv = script_command(command)
+    argv = script_command(command, verb="tune", field="script")
     command = command[1:] if command[:1] == ["--"] else list(command)
     result = ScriptTuneResult(command=command, budget_s=budget_s, max_memory=max_memory)
     rng, t0 = random.Random(seed), time.monotonic()

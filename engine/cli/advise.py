@@ -225,7 +225,7 @@ def _tune_script(args: argparse.Namespace, budget: float) -> int:
         )
     max_memory = parse_size(args.max_memory)
     # NOTE: a command that cannot run is refused here, alone, before the line below promises trials of it
-    script_command(args.script)
+    script_command(args.script, verb="tune", field="script")
     print(
         "the script runs once per trial, each stopped after a bounded number of batches (LOADERLAB_TRIAL=1 is set)",
         file=sys.stderr,

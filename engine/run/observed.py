@@ -35,29 +35,29 @@ EXAMPLE = "python -m engine observe -- python train.py ARGS"
 _FLAGS_WITH_VALUE = ("-W", "-X")  # the interpreter's options before the script that take a value
 
 
-def script_command(command: list[str]) -> list[str]:
-    """The interpreter command that runs `command`'s script under the observer; bad input is one line."""
+def script_command(command: list[str], verb: str = "observe", field: str = "command") -> list[str]:
+    """The interpreter command that runs `command`'s script under the observer; bad input is one line naming `field`,
+    with an example of `verb` (observe, or tune, which runs the script the same way)."""
+    example = EXAMPLE.replace(" observe ", f" {verb} ")
     command = command[1:] if command[:1] == ["--"] else list(command)
     if not command:
-        raise ConfigError("command", f"nothing to observe; write the script's command after --, e.g. {EXAMPLE}")
+        raise ConfigError(field, f"nothing to {verb}; write the script's command after --, e.g. {example}")
     exe = command[0]
     if not Path(exe).name.startswith("python"):
         raise ConfigError(
-            "command", f"'{printable(exe[:80])}' is not a Python interpreter; observe runs a Python script: {EXAMPLE}"
+            field, f"'{printable(exe[:80])}' is not a Python interpreter; {verb} runs a Python script: {example}"
         )
     if shutil.which(exe) is None:
-        raise ConfigError(
-            "command", f"the interpreter '{printable(exe[:80])}' was not found; give its path or 'python'"
-        )
+        raise ConfigError(field, f"the interpreter '{printable(exe[:80])}' was not found; give its path or 'python'")
     flags: list[str] = []
     rest = command[1:]
     while rest and rest[0].startswith("-") and rest[0] not in ("-m", "-c"):
         take = 2 if rest[0] in _FLAGS_WITH_VALUE else 1
         flags, rest = flags + rest[:take], rest[take:]
     if not rest or (rest[0] in ("-m", "-c") and len(rest) < 2):
-        raise ConfigError("command", f"no script to run after the interpreter; {EXAMPLE}")
+        raise ConfigError(field, f"no script to run after the interpreter; {example}")
     if rest[0] not in ("-m", "-c") and not Path(rest[0]).is_file():
-        raise ConfigError("command", f"the script '{printable(rest[0][:120])}' was not found; check the path")
+        raise ConfigError(field, f"the script '{printable(rest[0][:120])}' was not found; check the path")
     return [exe, *flags, str(BOOT), *rest]
 
 

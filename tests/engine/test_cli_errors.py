@@ -207,6 +207,18 @@ def test_tune_with_nothing_after_the_dashes_is_one_line_saying_how_to_name_the_s
     assert out.stdout == "" and not store.exists()  # refused before a trial was promised or the store made
 
 
+@pytest.mark.parametrize(
+    ("script", "says"),
+    [(["bash", "train.sh"], "is not a Python interpreter"), (["python"], "no script to run after the interpreter")],
+)
+def test_tune_of_a_command_it_cannot_run_is_one_line_about_tune_not_observe(tmp_path, script, says):
+    store = tmp_path / "s.duckdb"
+    out = cli("tune", "--db", str(store), "--", *script)
+    line = one_line(out, "script", says, "python -m engine tune -- python train.py")
+    assert "observe" not in line
+    assert out.stdout == "" and not store.exists()
+
+
 @pytest.mark.parametrize("target", ["/proc/version", "a folder"])
 def test_export_to_a_path_it_cannot_write_is_one_line_and_writes_nothing(tmp_path, target):
     db = stored_run(tmp_path / "store")
