@@ -290,9 +290,10 @@ def test_browser_facing_code_never_imports_or_evaluates_input(path):
     code = re.sub(r'"""[\s\S]*?"""', "", path.read_text())  # docstrings may mention the words
     code = "\n".join(line.split("#")[0] for line in code.splitlines())
     assert not FORBIDDEN.findall(code), f"{path.name}: {FORBIDDEN.findall(code)}"
-    # ui.cache.cached(name, ...) calls engine.api.<name>: the name must be written in the code, never data
+    # ui.cache.cached(fn, ...) calls the engine.api function it is given: written in the code as api.<name>, never
+    # a name or a function that came from data
     for call in re.finditer(r"(?<!def )\bcached\(\s*([^,)]*)", code):
-        assert re.fullmatch(r"\"[a-z_]+\"", call.group(1).strip()), f"{path.name}: cached({call.group(1)}"
+        assert re.fullmatch(r"api\.[a-z_]+", call.group(1).strip()), f"{path.name}: cached({call.group(1)}"
 
 
 def test_config_fields_are_plain_data():
