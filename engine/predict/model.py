@@ -154,6 +154,8 @@ def predict(cfg: RunConfig, probe: Probe, cores: float | None = None) -> Predict
     # after it while the loop waits for the next batch (the probe measures how long OpenMP spins then)
     after = probe.get("spin_after_step_s", 0.0) * (threads - 1) / max(1, probe["default_threads"] - 1)
     busy = (spin_cpu + after if on_cpu and beside_step > cores else step_cpu) + pool_spin
+    # NOTE: the epoch's last step runs with nothing left to make beside it, so it is never time-sliced with producers
+    alone = step_wall
     if on_cpu and beside_step > cores and (shape.overlaps or pool_spin > 0):
         # NOTE: an OpenMP team time-sliced with the loader's producers loses its parallel speed-up (each barrier waits
         # for the thread that is off its core), and can run slower than on one thread. So while they run it runs at
@@ -169,7 +171,6 @@ def predict(cfg: RunConfig, probe: Probe, cores: float | None = None) -> Predict
     # threads run BLAS, which holds no GIL)
     held = min(gil * work, made)
     in_process = shape.in_process and shape.overlaps
-    alone = step_wall
     beside_python = probe.get("step_beside_python")
     if in_process and beside_python:
         # a Python-bound producer thread slows the step while it holds the GIL (the step waits for its turn);

@@ -88,21 +88,22 @@ def test_gil_split_two_threads_share_only_the_work_that_releases_the_gil() -> No
 
 def test_time_sliced_step_beside_two_workers_on_two_cores() -> None:
     # 1 intra-op thread + 2 workers = 3 runnable on 2 cores (share 1.5); a 40 ms step beside 40 ms of decoding a
-    # batch split over 2 workers (20 ms each): 40 + 20 x (1.5 - 1) = 50 ms; compute: first batch 40 ms + 8 x 50 ms
+    # batch split over 2 workers (20 ms each): 40 + 20 x (1.5 - 1) = 50 ms; compute: first batch 40 ms + 7 x 50 ms,
+    # and the last step's 40 ms alone (nothing is left to make beside it)
     got = predict(_cfg("processes", 2), _probe(0.04, 0.04, (0.04, 0.04), cores=2.0))
     assert got.oversubscribed and got.limit == "compute-bound"
-    assert got.epoch_s == pytest.approx(0.04 + 8 * 0.05)
+    assert got.epoch_s == pytest.approx(0.04 + 7 * 0.05 + 0.04)
 
 
 def test_time_sliced_team_loses_its_speed_up_only_while_the_producer_works_beside_it() -> None:
     # 2 intra-op threads: 40 ms a step on 1, 20 ms on 2; prefetch's producer works 10 ms a batch beside it on 2 cores
     # (3 runnable, share 1.5): for 10 x 1.5 = 15 ms the team runs time-sliced at one thread's speed (a quarter of its
     # work), the other three quarters at its own: 15 + 0.75 x 20 = 30 ms a step (not 40 + 10 x 0.5 = 45 ms);
-    # compute: the first batch's 10 ms + 7 x 30 + the last step's 30 ms
+    # compute: the first batch's 10 ms + 7 x 30 + the last step's 20 ms, alone (nothing is left to make beside it)
     probe = _probe(0.01, 0.01, (0.04, 0.04), (0.02, 0.04), threads=2, cores=2.0)
     got = predict(_cfg("prefetch", threads=2), probe)
     assert got.limit == "compute-bound"
-    assert got.epoch_s == pytest.approx(0.01 + 7 * 0.03 + 0.03)
+    assert got.epoch_s == pytest.approx(0.01 + 7 * 0.03 + 0.02)
 
 
 def test_a_pool_the_probe_saw_idle_adds_no_thread_and_sync_runs_its_pool_between_steps() -> None:
