@@ -458,6 +458,7 @@ def test_where_items_wait_threads_and_spdl_reach_past_the_cores_and_processes_st
 
 
 @pytest.mark.slow
+@pytest.mark.quiet  # the probe's seconds against its share of the budget: a timing property, with the cores to itself
 @pytest.mark.own_calibrations  # measured now: a probe another test cached would fit any budget
 def test_a_heavy_cpu_models_tune_predicts_within_a_90s_budget(store):
     """The ResNet of examples/own_pipeline on the CPU, `tune --budget 90s`: the probe comes back within its share
