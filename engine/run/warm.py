@@ -198,7 +198,12 @@ class WarmParent:
         """Stop the parent (it exits when its stdin closes) and reap it: nothing is left behind."""
         if self._proc is None:
             return
+        # NOTE: a parent that has not said it is ready is still importing torch and its compiler (seconds of CPU)
+        # and has forked nothing: it is killed, not waited for, so a worker that ran no job stops at once
+        importing = self._ready is None and not self._dead and not select.select([self._proc.stdout], [], [], 0)[0]
         self._pipe(self._proc.stdin).close()
+        if importing:
+            self._proc.kill()
         try:
             self._proc.wait(timeout=10.0)
         except subprocess.TimeoutExpired:
