@@ -226,7 +226,7 @@ def _stop(worker: subprocess.Popen, log) -> None:
     log.close()
 
 
-def test_a_job_queued_before_a_session_opened_runs_while_it_holds_the_store(store, holder, tmp_path):
+def test_a_job_queued_before_a_session_opened_runs_while_it_holds_the_store(store, tmp_path):
     """The queue lives in the store, which the worker can still read: it takes the job at once, runs it, and
     keeps the job's status beside the store (the spool) and its results in the RunLog until the session closes."""
     cfg = RunConfig.from_dict(
@@ -241,7 +241,7 @@ def test_a_job_queued_before_a_session_opened_runs_while_it_holds_the_store(stor
             "device": "cpu",
         }
     )
-    holder()  # queue first, as a browser did before the notebook opened ...
+    list_runs(db=store)  # the store exists; queue first, as a browser did before the notebook opened ...
     job_id = jobs.submit(cfg, db=store, origin="cli")
     hold = subprocess.Popen([sys.executable, "-c", HOLD, str(store)], stdout=subprocess.PIPE, text=True)
     assert hold.stdout.readline().strip() == "holding"  # ... then the notebook holds the store
