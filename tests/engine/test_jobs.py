@@ -40,7 +40,7 @@ LONG = dict(TINY, latency_ms=10.0, n_samples=32, batch_size=8, epochs=1000, load
 
 
 def wait_for(predicate, what="condition"):
-    return _wait_for(predicate, what, timeout_s=90.0, poll_s=0.5)
+    return _wait_for(predicate, what, timeout_s=90.0, poll_s=0.1)
 
 
 def status(job_id, db):
@@ -60,13 +60,19 @@ def group_members(pgid):
 
 @pytest.fixture
 def workers(store):
-    """start(*args) runs `python -m engine worker` in its own process group; teardown kills every worker and run
-    left."""
+    """start(*args) runs `python -m engine worker` in its own process group (warm=False: with no warm parent, for
+    a worker that runs no job); teardown kills every worker and run left."""
     started = []
 
-    def start(*args):
+    def start(*args, warm=True):
+        # NOTE: a worker's warm parent imports torch as it starts, and closing it waits for that import to end:
+        # seconds spent for nothing by a worker that only recovers what a dead one left
+        env = None if warm else {**os.environ, "LOADERLAB_WARM": "0"}
         proc = subprocess.Popen(
-            [sys.executable, *WORKER, "--db", str(store), "--poll-s", "0.2", *args], cwd=ROOT, start_new_session=True
+            [sys.executable, *WORKER, "--db", str(store), "--poll-s", "0.2", *args],
+            cwd=ROOT,
+            env=env,
+            start_new_session=True,
         )
         started.append(proc)
         return proc
@@ -138,7 +144,7 @@ def test_job_left_running_by_a_dead_worker_is_failed_and_its_run_kept(store, wor
     os.kill(worker.pid, signal.SIGKILL)  # the worker dies; its run goes on as an orphan
     worker.wait()
     assert group_members(pgid)
-    assert workers("--once").wait(120) == 0
+    assert workers("--once", warm=False).wait(120) == 0
     progress = jobs.job_progress(job_id, store)
     assert progress["status"] == "failed" and "worker died" in progress["error"]
     assert group_members(pgid) == []
@@ -199,7 +205,7 @@ def test_ray_sweep_job_refused_without_ray_and_failed_when_its_worker_died(store
     assert (job["kind"], job["device"], json.loads(job["config_json"])["address"]) == ("ray-sweep", "ray:auto", "auto")
     with connect(store, read_only=False) as conn:  # as a worker killed mid-sweep leaves it
         conn.execute("UPDATE jobs SET status = 'running', pid = 1 WHERE job_id = ?", [job_id])
-    assert workers("--once").wait(120) == 0
+    assert workers("--once", warm=False).wait(120) == 0
     progress = jobs.job_progress(job_id, store)
     assert progress["status"] == "failed" and "worker died during the Ray sweep" in progress["error"]
     assert (progress["runs_done"], progress["runs_total"], progress["eta_s"]) == (0, 2, 0.0)

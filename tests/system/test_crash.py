@@ -2,17 +2,21 @@
 marked killed, failed or cancelled with the reason. Plus: a stuck or silently dead loader worker fails the
 run within worker_timeout_s (never a hang), and a CUDA OOM fails the run with the OOM message.
 
-Kills, run a few at a time in threads (each is one real run subprocess):
-  28 × SIGKILL of the run process (`python -m engine.run.runner`): 20 under launch(), whose parent side notices,
-       8 with no parent left (as when the CLI died too), found stale by ingest_pending;
+Kills, run a few at a time in threads (each is one real run process):
+  28 × SIGKILL of the run process: 20 under launch(), whose parent side notices (5 cold `python -m
+       engine.run.runner`, 15 forked from a warm parent, as the job worker and sweeps start theirs), 8 cold ones
+       with no parent left (as when the CLI died too), found stale by ingest_pending;
   12 × SIGKILL of one loader worker process (processes loader, worker_timeout_s=120: found in < 15 s);
   10 × SIGTERM of the job worker (`python -m engine worker`), restarted on the same store after each.
 Epochs take ~0.2-0.4 s (latency_ms), so a kill lands at startup, mid-epoch or between epochs.
+The loader-worker and stuck-worker runs fork from warm parents (one per run at once): what they test is the run's
+loader, not how its process starts, and a cold run's torch import is most of its cost.
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import random
 import re
 import signal
@@ -30,7 +34,8 @@ import torch
 from engine import jobs
 from engine.config import RunConfig
 from engine.paths import runs_dir
-from engine.run.runner import kill_group, launch
+from engine.run.runner import RunResult, kill_group, launch
+from engine.run.warm import WarmParent
 from engine.runlog import read_events, tail_events
 from engine.store import get_epochs, get_run, get_steps, ingest_pending
 from tests._wait import wait_for
@@ -53,6 +58,32 @@ TINY = dict(
 LOADER = dict(TINY, loader="processes", workers=2, worker_timeout_s=4.0)
 KILLED_WORKER = dict(LOADER, worker_timeout_s=120.0)  # a death must be found by polling, not by the timeout
 POOL = 4  # runs at once: a run is mostly its start-up (torch import), so 2 cores take 4 without starving
+
+
+@pytest.fixture(scope="module")
+def warm() -> queue.Queue:
+    """POOL warm parents, one per run in flight (a parent forks one run at a time): a thread takes one for its
+    run and puts it back. Module-scoped: each imported torch once for every run of this module."""
+    parents: queue.Queue = queue.Queue()
+    started = [WarmParent() for _ in range(POOL)]
+    try:
+        for parent in started:
+            parents.put(parent)
+        yield parents
+    finally:
+        with ThreadPoolExecutor(POOL) as pool:  # each close waits for its parent to exit: all at once
+            list(pool.map(WarmParent.close, started))
+
+
+def _launch_warm(parents: queue.Queue, cfg: dict, db: Path, run_id: str) -> RunResult:
+    """launch() forked from a free warm parent; fails if the run started cold (then this test ran no warm run)."""
+    parent = parents.get()
+    try:
+        result = launch(RunConfig.from_dict(cfg), db=db, meta={"run_id": run_id}, warm=parent)
+    finally:
+        parents.put(parent)
+    assert result.warm, f"{run_id} started cold: see {runs_dir(db) / run_id / 'stderr.log'}"
+    return result
 
 
 def _env() -> dict[str, str]:
@@ -135,7 +166,7 @@ def _run_parallel(fn, n: int, pool_size: int = POOL) -> None:
 
 
 @pytest.mark.slow
-def test_sigkill_of_the_run_process_under_launch(store):
+def test_sigkill_of_the_run_process_under_launch(store, warm):
     def one(i: int) -> list[str]:
         rng, run_dir = random.Random(SEED + i), runs_dir(store) / f"kill-run-{i:02d}"
         where = []
@@ -148,7 +179,10 @@ def test_sigkill_of_the_run_process_under_launch(store):
         t = threading.Thread(target=killer)
         t.start()
         try:
-            result = launch(RunConfig.from_dict(TINY), db=store, meta={"run_id": run_dir.name})
+            if i % 4 == 0:  # cold, as `python -m engine run` starts it
+                result = launch(RunConfig.from_dict(TINY), db=store, meta={"run_id": run_dir.name})
+            else:
+                result = _launch_warm(warm, TINY, store, run_dir.name)
         except Exception as e:  # noqa: BLE001 - a kill must never make launch() itself fail
             t.join()
             return [f"{run_dir.name} (killed at {where}): launch raised {type(e).__name__}: {e}"]
@@ -202,7 +236,7 @@ def test_sigkill_of_an_orphaned_run_process_is_found_stale(store):
 
 
 @pytest.mark.slow
-def test_sigkill_of_a_loader_worker_fails_the_run_with_the_reason(store):
+def test_sigkill_of_a_loader_worker_fails_the_run_with_the_reason(store, warm):
     """worker_timeout_s=120, so only the loader's liveness polling (POLL_S = 0.5 s, bound POLL_S + 1 s in the
     code) can fail the run in time: its end event must name the killed worker's pid and the signal, under 15 s
     after the kill (room for 4 runs on a loaded 2-core box, far under the 120 s a timeout would take)."""
@@ -222,7 +256,7 @@ def test_sigkill_of_a_loader_worker_fails_the_run_with_the_reason(store):
         t = threading.Thread(target=killer)
         t.start()
         try:
-            result = launch(RunConfig.from_dict(KILLED_WORKER), db=store, meta={"run_id": run_dir.name})
+            result = _launch_warm(warm, KILLED_WORKER, store, run_dir.name)
         finally:
             t.join()
         problems = [] if result.status == "failed" else [f"{run_dir.name}: launch returned {result.status}"]
@@ -314,7 +348,7 @@ def _startup_s(run_dir: Path) -> float:
 
 
 @pytest.mark.slow
-def test_stuck_or_frozen_loader_workers_fail_the_run_within_the_timeout(store):
+def test_stuck_or_frozen_loader_workers_fail_the_run_within_the_timeout(store, warm):
     """A dataset that sleeps for 10 s per sample, and a worker frozen with SIGSTOP (alive, so DataLoader
     never reports it): each run must fail with the worker_timeout_s message soon after the timeout."""
     timeout_s = 2.0
@@ -337,7 +371,7 @@ def test_stuck_or_frozen_loader_workers_fail_the_run_within_the_timeout(store):
                 os.kill(_wait(lambda: psutil.Process(pid).children(), what="loader workers")[0].pid, signal.SIGSTOP)
 
             threading.Thread(target=freeze, daemon=True).start()
-        results[name] = launch(RunConfig.from_dict(cases[name]), db=store, meta={"run_id": run_dir.name}).status
+        results[name] = _launch_warm(warm, cases[name], store, run_dir.name).status
 
     threads = {name: threading.Thread(target=one, args=(name,), daemon=True) for name in cases}
     for t in threads.values():

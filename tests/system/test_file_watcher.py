@@ -37,13 +37,18 @@ print(json.dumps({"watcher": config.get_option("server.fileWatcherType"), "inode
 """
 
 
-def _watched(cwd: Path, home: Path) -> dict:
+def _watching(cwd: Path, home: Path) -> subprocess.Popen:
+    """The probe started in `cwd`; _watched(probe) waits for what it saw."""
     env = {**os.environ, "HOME": str(home), "PYTHONPATH": str(ROOT)}
-    out = subprocess.run(
-        [sys.executable, "-c", _WATCHES], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    return subprocess.Popen(
+        [sys.executable, "-c", _WATCHES], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _watched(probe: subprocess.Popen) -> dict:
+    stdout, stderr = probe.communicate(timeout=120)
+    assert probe.returncode == 0, stderr
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.skipif(not Path("/proc/self/fdinfo").is_dir(), reason="inotify watches are read from Linux's /proc")
@@ -56,9 +61,16 @@ def test_the_served_dashboard_watches_nothing_in_the_checkout(tmp_path):
     bare = tmp_path / "bare"
     (bare / "data").mkdir(parents=True)
     (bare / "app.py").write_text("")
-    control = _watched(bare, home)
+    # NOTE: both probes at once: each looks for 3 s, and reads only its own process's watches
+    probes = _watching(bare, home), _watching(ROOT, home)
+    try:
+        control, result = map(_watched, probes)
+    finally:
+        for probe in probes:
+            if probe.poll() is None:
+                probe.kill()
+                probe.wait()
     assert control["watcher"] == "auto" and (bare / "data").stat().st_ino in control["inodes"], control
 
-    result = _watched(ROOT, home)
     folders = [ROOT, *(ROOT / name for name in (".venv", "data", ".git") if (ROOT / name).is_dir())]
     assert not {p.stat().st_ino for p in folders} & set(result["inodes"]), result

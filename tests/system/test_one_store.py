@@ -1,5 +1,6 @@
 """Every store keeps to itself (issue 19, section 1), through the real CLI and real DuckDB files (a run and the
-worker in real subprocesses; the reads and refusals through the CLI's main() in this process, tests/_cli.py):
+worker in real subprocesses; the reads, refusals and the stores' later writes, a `worker --once` with nothing to
+run, through the CLI's main() in this process, tests/_cli.py):
 - a RunLog names its store, and only that store ingests it, even with two stores in one folder;
 - query, runs, show and export never write: the file's bytes stay the same, what waits is only reported;
 - a store path that does not exist is created only by a command that writes, which says so;
@@ -41,6 +42,12 @@ def cli(*args: str, db: Path | str | None, env: dict[str, str] | None = None) ->
 
 def in_process(*args: str, db: Path | str | None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return cli_in_process(*args, db=db, env=env)
+
+
+def store_waiting(db: Path) -> subprocess.CompletedProcess:
+    """`worker --once` on an empty queue, in this process: a command that writes, which stores what waits for `db`.
+    NOTE: LOADERLAB_WARM=0: it has no job to fork, and its warm parent would import torch only to be closed."""
+    return in_process("worker", "--once", db=db, env={"LOADERLAB_WARM": "0"})
 
 
 def _sha(path: Path) -> str:
@@ -88,7 +95,8 @@ def test_a_run_lands_only_in_the_store_it_names(tmp_path):
     assert line.startswith("error: --db: ") and str(b) in line
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # no b.duckdb, no lock or version beside it
 
-    worker = cli("worker", "--once", db=b)  # a command that writes: creates b, and stores what waits for b only
+    # a command that writes: creates b, and stores what waits for b only (no job to fork: no warm parent)
+    worker = cli("worker", "--once", db=b, env={"LOADERLAB_WARM": "0"})
     assert worker.returncode == 0, worker.stderr
     assert f"creating a new store at {b}" in worker.stderr
     kept = _sha(b)
@@ -100,12 +108,12 @@ def test_two_stores_in_one_folder_each_ingest_only_their_own(tmp_path):
     """RunLogs of both stores wait side by side (as when each store was held): each writer takes its own."""
     a, b = tmp_path / "a.duckdb", tmp_path / "b.duckdb"
     for db in (a, b):
-        assert cli("worker", "--once", db=db).returncode == 0
+        assert store_waiting(db).returncode == 0
     _runlog(tmp_path / "runs" / "ra", "ra", a)
     _runlog(tmp_path / "runs" / "rb", "rb", b)
     _runlog(tmp_path / "runs" / "old", "old", None)  # from before RunLogs named their store: neither a nor b's
     for db, mine in ((a, "ra"), (b, "rb")):
-        assert cli("worker", "--once", db=db).returncode == 0
+        assert store_waiting(db).returncode == 0
         out = in_process("query", "SELECT run_id FROM runs", "--format", "json", db=db)
         assert [r["run_id"] for r in json.loads(out.stdout)] == [mine], out.stderr
         assert WAITING not in out.stderr  # the other store's RunLog is not this store's to wait for
@@ -124,7 +132,7 @@ def test_reads_never_write_and_say_what_waits(store, tmp_path, command):
     assert line.startswith(f"1 run(s) {WAITING} and will be stored by the next command that writes"), line
     assert _sha(store) == before
     assert not store.with_name(store.name + ".wal").exists()
-    assert cli("worker", "--once", db=store).returncode == 0  # a writer stores it
+    assert store_waiting(store).returncode == 0  # a writer stores it
     assert _count(store) == 2 and (waiting / "ingested").exists()
 
 

@@ -18,6 +18,7 @@ from engine.config import RunConfig
 from engine.run.runner import kill_group
 from engine.runlog import read_events
 from engine.store import connect, get_run, list_runs, pending_summary
+from tests._cli import cli_in_process
 from tests._wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,6 +48,7 @@ def _env() -> dict[str, str]:
 
 
 def cli(*args: str, db: Path) -> subprocess.CompletedProcess:
+    """A real `python -m engine` process: for the commands whose runs and exits are the point (run, sweep, demo)."""
     return subprocess.run(
         [sys.executable, "-m", "engine", *args, "--db", str(db)],
         cwd=ROOT,
@@ -55,6 +57,17 @@ def cli(*args: str, db: Path) -> subprocess.CompletedProcess:
         text=True,
         timeout=300,
     )
+
+
+def reads(*args: str, db: Path) -> subprocess.CompletedProcess:
+    """A reading command through the CLI's main() in this process (tests/_cli.py): what it prints and stores."""
+    return cli_in_process(*args, db=db)
+
+
+def store_waiting(db: Path) -> subprocess.CompletedProcess:
+    """`worker --once` on an empty queue, in this process: the next command that writes, which stores what waits.
+    NOTE: LOADERLAB_WARM=0: it has no job to fork, and its warm parent would import torch only to be closed."""
+    return cli_in_process("worker", "--once", db=db, env={"LOADERLAB_WARM": "0"})
 
 
 @pytest.fixture
@@ -96,15 +109,15 @@ def test_run_goes_ahead_while_a_session_holds_the_store(store, holder):
     assert _stored_ids(store) == set()
     pending = pending_summary(store)
     assert pending["count"] == 1 and pending["holder"].startswith(f"pid {holder.pid} (python")
-    listing = cli("runs", db=store)  # while held, `runs` still reads, and says what waits
+    listing = reads("runs", db=store)  # while held, `runs` still reads, and says what waits
     assert listing.returncode == 0 and WAITING in listing.stderr and "no runs yet" in listing.stdout
     holder()
     before = _sha(store)
-    listing = cli("runs", db=store)  # a command that reads never stores: it says what waits, and writes nothing
+    listing = reads("runs", db=store)  # a command that reads never stores: it says what waits, and writes nothing
     assert listing.returncode == 0 and WAITING in listing.stderr and "no runs yet" in listing.stdout
     assert _sha(store) == before
-    assert cli("worker", "--once", db=store).returncode == 0  # the next command that writes stores it
-    listing = cli("runs", db=store)
+    assert store_waiting(store).returncode == 0  # the next command that writes stores it
+    listing = reads("runs", db=store)
     assert listing.returncode == 0 and "done" in listing.stdout and WAITING not in listing.stderr
     (run_id,) = _stored_ids(store)
     assert get_run(run_id, db=store)["n_epochs"] == 2
@@ -125,7 +138,7 @@ def test_every_sweep_run_lands_after_the_session_closes(store, holder, tmp_path)
     assert line.startswith(f"2 run(s) {WAITING} and will be stored once the other session (pid {holder.pid} (")
     assert _stored_ids(store) == set()
     holder()
-    assert cli("worker", "--once", db=store).returncode == 0  # a command that writes stores what waited
+    assert store_waiting(store).returncode == 0  # a command that writes stores what waited
     run_dirs = sorted(d for d in (store.parent / "runs").iterdir() if (d / "events.jsonl").exists())
     assert len(run_dirs) == 2 and _stored_ids(store) == {d.name for d in run_dirs}
     for d in run_dirs:
@@ -213,7 +226,7 @@ def _stop(worker: subprocess.Popen, log) -> None:
     log.close()
 
 
-def test_a_job_queued_before_a_session_opened_runs_while_it_holds_the_store(store, holder, tmp_path):
+def test_a_job_queued_before_a_session_opened_runs_while_it_holds_the_store(store, tmp_path):
     """The queue lives in the store, which the worker can still read: it takes the job at once, runs it, and
     keeps the job's status beside the store (the spool) and its results in the RunLog until the session closes."""
     cfg = RunConfig.from_dict(
@@ -228,7 +241,7 @@ def test_a_job_queued_before_a_session_opened_runs_while_it_holds_the_store(stor
             "device": "cpu",
         }
     )
-    holder()  # queue first, as a browser did before the notebook opened ...
+    list_runs(db=store)  # the store exists; queue first, as a browser did before the notebook opened ...
     job_id = jobs.submit(cfg, db=store, origin="cli")
     hold = subprocess.Popen([sys.executable, "-c", HOLD, str(store)], stdout=subprocess.PIPE, text=True)
     assert hold.stdout.readline().strip() == "holding"  # ... then the notebook holds the store
@@ -302,7 +315,8 @@ def test_a_read_write_session_does_not_stop_a_run_or_make_run(store):
     proc = subprocess.Popen([sys.executable, "-c", hold_rw, str(store)], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "holding"
-        env = {**_env(), "LOADERLAB_LOCK_TIMEOUT": "3"}
+        # NOTE: the file stays held until the end: each wait for it runs to this timeout, so a short one
+        env = {**_env(), "LOADERLAB_LOCK_TIMEOUT": "1"}
         run = subprocess.run(
             [sys.executable, "-m", "engine", "run", *TINY, "--db", str(store)],
             cwd=ROOT,
@@ -325,5 +339,5 @@ def test_a_read_write_session_does_not_stop_a_run_or_make_run(store):
     finally:
         proc.terminate()
         proc.wait(30)
-    assert cli("worker", "--once", db=store).returncode == 0  # stored once it closed, by a command that writes
+    assert store_waiting(store).returncode == 0  # stored once it closed, by a command that writes
     assert pending_summary(store)["count"] == 0

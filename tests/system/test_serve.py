@@ -32,8 +32,11 @@ def _free_port() -> int:
 
 
 def _env(store: Path) -> dict[str, str]:
+    # NOTE: LOADERLAB_WARM=0: these workers run no job, and a worker's warm parent imports torch as it starts, which
+    # its stop then waits for (tests/engine/test_jobs.py and test_crash.py stop workers that hold one)
     return {
         **os.environ,
+        "LOADERLAB_WARM": "0",
         "LOADERLAB_DB": str(store),
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     }
@@ -137,9 +140,10 @@ def test_a_worker_running_before_keeps_running_and_worker_stop_stops_it(store, t
 
 
 @pytest.mark.slow
-def test_sigterm_stops_the_dashboard_and_a_worker_started_while_it_served(store, tmp_path, cleanup):
+def test_sigterm_stops_the_dashboard_and_a_worker_started_while_it_served(store, tmp_path, cleanup, monkeypatch):
     """A worker the dashboard started while serving (after the first one died) is this session's too; SIGTERM to
     serve alone (a process manager, a closed terminal's SIGHUP is handled alike) reaches the dashboard."""
+    monkeypatch.setenv("LOADERLAB_WARM", "0")  # for the worker ensure_worker starts from here, as _env's
     port = _free_port()
     serve = _start([sys.executable, "-m", "engine", "serve", "--port", str(port)], store, tmp_path / "serve.log")
     cleanup.append(serve)
