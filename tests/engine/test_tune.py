@@ -433,6 +433,43 @@ def test_a_short_budget_with_predictions_says_it_ran_the_predicted_fastest_first
     assert "tried" not in full.render() and "only " not in full.render()
 
 
+def test_of_settings_within_noise_of_the_fastest_the_one_using_least_memory_is_the_answer_and_it_says_so():
+    """The first rung of a storage-like tune that once answered 8 processes: threads 8/16/32 and processes 8 measured
+    within 6 % of each other. 16 threads (one process) is within noise of the fastest, 8 processes (eight copies of
+    the dataset), and holds less memory, so it is the answer and the answer says why; a setting past the margin is
+    never the answer for its memory, and without a memory figure the fastest stays the answer."""
+    from engine.advice._halving import TIE_MARGIN, pick
+    from engine.advice.tune import _pick_best
+
+    base = RunConfig.from_dict({**TINY, "tag": "tune", "bound": False})
+    settings = [("sync", 0), ("threads", 8), ("threads", 16), ("threads", 32), ("processes", 8)]
+    configs = [base.replace(loader=loader, workers=w) for loader, w in settings]
+    measured = [(1.90, 300), (0.490, 310), (0.476, 305), (0.481, 320), (0.463, 1900)]  # epoch s, peak MiB
+    rows = [
+        {"candidate": i, "rung": 0, "status": "done", "epoch_s": e, "predicted_s": 0.453, "limit": "compute-bound"}
+        | {"steady_epochs": 3, "epochs": 4, "run_s": 3.0, "peak_bytes": mib * 2**20, "run_id": f"r{i}"}
+        for i, (e, mib) in enumerate(measured)
+    ]
+    result = TuneResult(sweep_id="tune-x", budget_s=90, configs=configs, rows=rows, wanted=5)
+    _pick_best(result)
+    assert result.fastest_idx == 4 and result.best_idx == 2, (result.fastest_idx, result.best_idx)
+    text = result.render()
+    assert "best: threads, 16 workers" in text, text
+    assert (
+        "within noise of processes, 8 workers" in text
+        and "(0.463 s;" in text
+        and "uses less memory (305 MiB vs 1.86 GiB)" in text
+    ), text
+    # past the margin the fastest wins whatever it holds; with no memory figure it wins too
+    slow = [{**r, "epoch_s": r["epoch_s"] * (1 + 2 * TIE_MARGIN)} if r["candidate"] != 4 else r for r in rows]
+    assert pick(slow, "epoch_s", None, lambda r: r["peak_bytes"]) == 4
+    assert pick(rows, "epoch_s", None, lambda r: None) == 4 and pick(rows, "epoch_s", None) == 4
+    # no setting in noise of it: the answer says nothing of noise
+    alone = TuneResult(sweep_id="tune-x", budget_s=90, configs=configs, rows=slow, wanted=5)
+    _pick_best(alone)
+    assert alone.best_idx == alone.fastest_idx == 4 and "within noise" not in alone.render()
+
+
 # ---------------------------------------------------------------------------- the search follows the resource
 
 
