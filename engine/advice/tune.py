@@ -258,12 +258,9 @@ class TuneResult:
                 f"only {_describe(self.best)} was measured: nothing to compare it with"
                 + ("; it is your setup, so there is nothing to confirm" if self.best_idx == 0 else "")
             )
-        elif self.best_idx == 0 and self.fastest_idx in (None, 0) and (self.baseline or self.best.loader == "sync"):
-            lines.append(
-                f"{ref} was the fastest measured"
-                if self.baseline
-                else "the sync loader (no background loading) was the fastest measured"
-            )
+        elif self.best_idx == 0 and (self.baseline or self.best.loader == "sync"):
+            was = "was the fastest measured" if self.fastest_idx in (None, 0) else "was within noise of the fastest"
+            lines.append(f"{ref} {was}" if self.baseline else f"the sync loader (no background loading) {was}")
         elif c and not math.isnan(c.get("speedup", math.nan)):
             ci = stats.ci_text(c["speedup_lo"], c["speedup_hi"], min(c["n_a"], c["n_b"]), "{:.2f}", "x")
             said = (

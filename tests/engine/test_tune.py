@@ -137,7 +137,10 @@ def test_tiny_tune_halves_and_reports_a_config(store):
     assert result.rows[-1]["steady_epochs"] == 2 * result.rows[0]["steady_epochs"]
     assert "best:" in result.render() and "no prediction (--no-predict)" in result.render()
     if result.best_idx == 0:
-        assert "sync loader (no background loading) was the fastest" in result.render() and not result.confirm_rows
+        was = (
+            "was the fastest" if result.fastest_idx == 0 else "was within noise of the fastest"
+        )  # and uses less memory
+        assert f"sync loader (no background loading) {was}" in result.render() and not result.confirm_rows
     else:  # the final comparison: interleaved runs of sync and the best, not epochs
         confirm = result.confirm_rows
         assert [sorted(r["candidate"] for r in confirm[i : i + 2]) for i in range(0, 6, 2)] == [
@@ -239,7 +242,11 @@ def test_tune_with_a_baseline_confirms_the_best_against_it(store):
     assert set(runs[runs.loader != "threads"]["batch_size"]) == {32}  # the base's batch_size wins over yours
     best = t["best"]
     if best == {**yours, "epochs": best["epochs"]}:
-        assert "your setup (threads, 1 worker, depth 2, batch 16) was the fastest measured" in t["text"]
+        # NOTE: or within noise of the fastest, and using less memory (engine/advice/_halving.py TIE_MARGIN)
+        assert any(
+            f"your setup (threads, 1 worker, depth 2, batch 16) {was}" in t["text"]
+            for was in ("was the fastest measured", "was within noise of the fastest")
+        ), t["text"]
     else:  # the confirmation runs are your setup's and the best's, and the answer names your setup
         assert sorted(r["loader"] for r in t["confirm_runs"]) == sorted(["threads", best["loader"]])
         assert "vs your setup (threads, 1 worker, depth 2, batch 16): " in t["text"]
@@ -316,7 +323,7 @@ def test_a_mode_the_model_does_not_cover_is_tuned_by_plain_halving(store):
         progress=False,
         space=space,
         eta=2,
-        confirm_repeats=1,
+        confirm_repeats=0,  # what is asserted is the search's order and rungs
     )
     assert result.predictions == {} and result.probe is None
     assert "no prediction (the model does not cover mode fused)" in result.render()
