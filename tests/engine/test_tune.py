@@ -475,6 +475,11 @@ def test_of_settings_within_noise_of_the_fastest_the_one_using_least_memory_is_t
     alone = TuneResult(sweep_id="tune-x", budget_s=90, configs=configs, rows=slow, wanted=5)
     _pick_best(alone)
     assert alone.best_idx == alone.fastest_idx == 4 and "within noise" not in alone.render()
+    # sync itself within noise, in one process: it is the answer, and never called the fastest
+    tied = TuneResult(sweep_id="tune-x", budget_s=90, configs=configs, rows=[{**rows[0], "epoch_s": 0.47}, *rows[1:]])
+    _pick_best(tied)
+    assert (tied.best_idx, tied.fastest_idx) == (0, 4)
+    assert "the sync loader (no background loading) was within noise of the fastest" in tied.render(), tied.render()
 
 
 # ---------------------------------------------------------------------------- the search follows the resource
