@@ -29,12 +29,28 @@ from typing import Any, Callable, Hashable
 
 from engine.advice import memory
 
-__all__ = ["CONFIRM_REPEATS", "ETA", "SEARCH_SHARE", "TOP_K", "Plan", "confirm", "first_rung", "halve", "pick"]
+__all__ = [
+    "CONFIRM_REPEATS",
+    "ETA",
+    "SEARCH_SHARE",
+    "TIE_MARGIN",
+    "TOP_K",
+    "Plan",
+    "confirm",
+    "first_rung",
+    "halve",
+    "pick",
+]
 
 ETA = 3  # keep the best 1/ETA of each rung; survivors run ETA x more epochs
 SEARCH_SHARE = 0.6  # of the budget for the halving; the rest confirms the best against candidate 0
 CONFIRM_REPEATS = 7  # interleaved runs each of the best and candidate 0: 6 + 7 is the least for a 95% ratio interval
 TOP_K = 4  # predicted-fastest settings in the first rung, beside candidate 0
+# NOTE: one run of each of two settings does not tell apart epochs this close: a rung's median steady epoch of the
+# same setting moves by a few percent between runs on a shared machine (settings the model predicts alike measured up
+# to 6 % apart in one rung). Within it the setting that holds less memory is the answer, not the one that won the
+# noise: 8 processes (8 copies of the dataset) over one process of 16 threads buys nothing.
+TIE_MARGIN = 0.05
 
 
 @dataclass
@@ -102,9 +118,16 @@ def halve(first: list[int], plan: Plan) -> tuple[str, int | None]:
     return "nothing to run", 0
 
 
-def pick(rows: list[dict[str, Any]], figure: str, max_memory: int | None) -> int | None:
+def pick(
+    rows: list[dict[str, Any]],
+    figure: str,
+    max_memory: int | None,
+    memory_of: Callable[[dict[str, Any]], float | None] | None = None,
+) -> int | None:
     """The fastest candidate of the highest whole rung among the finished runs within the memory cap (over it: never
-    the answer), or None."""
+    the answer), or None. With `memory_of` (a row -> its bytes, None when unknown): of the candidates within
+    TIE_MARGIN of the fastest's figure, the one that uses the least memory (the faster where they use the same); the
+    fastest when its own memory is unknown."""
     done = [
         r
         for r in rows
@@ -114,7 +137,15 @@ def pick(rows: list[dict[str, Any]], figure: str, max_memory: int | None) -> int
     if not whole:
         return None
     top = max(r["rung"] for r in whole)
-    return min((r for r in whole if r["rung"] == top), key=lambda r: r[figure])["candidate"]
+    fastest = min((r for r in whole if r["rung"] == top), key=lambda r: r[figure])
+    if memory_of is None or memory_of(fastest) is None:
+        return int(fastest["candidate"])
+    tied = [
+        (m, r[figure], r["candidate"])
+        for r in whole
+        if r["rung"] == top and r[figure] <= fastest[figure] * (1 + TIE_MARGIN) and (m := memory_of(r)) is not None
+    ]
+    return int(min(tied)[2])
 
 
 def confirm(best: int, plan: Plan, repeats: int, budget_s: float, into: list[dict[str, Any]], against: str) -> str:

@@ -44,7 +44,18 @@ from tqdm import tqdm
 from engine.advice.baseline import BASELINE_KEYS, confirm_sweep_toml
 from engine.advice.baseline import parse as parse_baseline
 from engine.advice import memory
-from engine.advice._halving import CONFIRM_REPEATS, ETA, SEARCH_SHARE, TOP_K, Plan, confirm, first_rung, halve, pick
+from engine.advice._halving import (
+    CONFIRM_REPEATS,
+    ETA,
+    SEARCH_SHARE,
+    TIE_MARGIN,
+    TOP_K,
+    Plan,
+    confirm,
+    first_rung,
+    halve,
+    pick,
+)
 from engine.advice._knobs import siblings, widen
 from engine.advice.advisor import describe
 from engine.predict import MODES, Prediction, Probe, adjusted, predict
@@ -172,6 +183,7 @@ class TuneResult:
     rows: list[dict[str, Any]] = field(default_factory=list)  # one per run: candidate, rung, epoch_s, ...
     configs: list[RunConfig] = field(default_factory=list)
     best_idx: int | None = None
+    fastest_idx: int | None = None  # the fastest measured; the best where none within noise of it uses less memory
     comparison: dict[str, Any] = field(default_factory=dict)  # stats.compare(candidate 0's runs, best's), confirmed
     baseline: dict[str, Any] = field(default_factory=dict)  # the user's setup as given: candidate 0
     confirm_rows: list[dict[str, Any]] = field(default_factory=list)  # the interleaved runs of sync and best
@@ -237,6 +249,7 @@ class TuneResult:
             *self._runs_table(),
             f"best: {_describe(self.best)}: epoch {last['epoch_s']:.3f} s (rung {last['rung']}, "
             f"{last['steady_epochs']} steady epochs)",
+            *self._tie_lines(),
         ]
         ref = f"your setup ({_describe(self.configs[0])})" if self.baseline else "sync"
         measured = {r["candidate"] for r in self.rows if r["status"] == RunStatus.DONE}
@@ -246,11 +259,8 @@ class TuneResult:
                 + ("; it is your setup, so there is nothing to confirm" if self.best_idx == 0 else "")
             )
         elif self.best_idx == 0 and (self.baseline or self.best.loader == "sync"):
-            lines.append(
-                f"{ref} was the fastest measured"
-                if self.baseline
-                else "the sync loader (no background loading) was the fastest measured"
-            )
+            was = "was the fastest measured" if self.fastest_idx in (None, 0) else "was within noise of the fastest"
+            lines.append(f"{ref} {was}" if self.baseline else f"the sync loader (no background loading) {was}")
         elif c and not math.isnan(c.get("speedup", math.nan)):
             ci = stats.ci_text(c["speedup_lo"], c["speedup_hi"], min(c["n_a"], c["n_b"]), "{:.2f}", "x")
             said = (
@@ -279,6 +289,18 @@ class TuneResult:
         )
         lines.append(f"use it: python -m engine run {run_flags(self.best)}")
         return "\n".join([*lines[:2], *self._short_lines(), *lines[2:]])
+
+    def _tie_lines(self) -> list[str]:
+        """Where the answer is not the fastest measured: which it was within noise of, and the memory it saves."""
+        fastest = self.fastest_idx
+        if fastest is None or fastest == self.best_idx:
+            return []
+        row = _last_search_row(self, fastest)
+        return [
+            f"  within noise of {_describe(self.configs[fastest])} ({row['epoch_s'] if row else math.nan:.3f} s; settings within "
+            f"{TIE_MARGIN:.0%} are not told apart by one run each); uses less memory "
+            f"({memory.fmt_bytes(_memory_of(self, self.best_idx))} vs {memory.fmt_bytes(_memory_of(self, fastest))})"
+        ]
 
     def _short_lines(self) -> list[str]:
         """Where the budget bought fewer candidates than the first rung needs: how many it tried of how many, and
@@ -643,8 +665,29 @@ def _configs(
 
 
 def _pick_best(result: TuneResult) -> None:
-    """Best = fastest among candidates measured in the highest whole rung reached, within the memory cap."""
-    result.best_idx = pick(result.rows, "epoch_s", result.max_memory)
+    """Best = fastest among candidates measured in the highest whole rung reached, within the memory cap; of those
+    within noise of the fastest, the one that uses the least memory (_halving.pick)."""
+    result.fastest_idx = pick(result.rows, "epoch_s", result.max_memory)
+    result.best_idx = pick(result.rows, "epoch_s", result.max_memory, lambda r: _row_memory(result, r))
+
+
+def _row_memory(result: TuneResult, row: dict[str, Any]) -> float | None:
+    """A run's memory: its measured peak PSS, else the estimate (--max-memory's footprint), else None."""
+    if row.get("peak_bytes") is not None:
+        return float(row["peak_bytes"])
+    return memory.estimate(result.configs[row["candidate"]], result.footprint) if result.footprint else None
+
+
+def _memory_of(result: TuneResult, idx: int | None) -> float | None:
+    """Candidate idx's memory in the answer's rung (its last search run's, _row_memory)."""
+    row = _last_search_row(result, idx)
+    return _row_memory(result, row) if row else None
+
+
+def _last_search_row(result: TuneResult, idx: int | None) -> dict[str, Any] | None:
+    """Candidate idx's run in the highest rung it ran whole: the run pick() judged it on."""
+    rows = [r for r in result.rows if r["candidate"] == idx and isinstance(r["rung"], int) and not r.get("rung_cut")]
+    return rows[-1] if rows else None
 
 
 def _compare_confirmed(result: TuneResult) -> None:

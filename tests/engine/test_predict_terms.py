@@ -213,6 +213,7 @@ TINY = {
 }
 
 
+@pytest.mark.usefixtures("warm_runs")  # the runs' figures are the point, not how their process starts
 def test_earlier_done_runs_of_the_pipeline_are_its_points_and_no_other_pipelines(tmp_path) -> None:
     db = tmp_path / "s.duckdb"
     for loader in ("sync", "prefetch"):
