@@ -47,8 +47,8 @@ SEARCH_SHARE = 0.6  # of the budget for the halving; the rest confirms the best 
 CONFIRM_REPEATS = 7  # interleaved runs each of the best and candidate 0: 6 + 7 is the least for a 95% ratio interval
 TOP_K = 4  # predicted-fastest settings in the first rung, beside candidate 0
 # NOTE: one run of each of two settings does not tell apart epochs this close: a rung's median steady epoch of the
-# same setting moves by a few percent between runs on a shared machine (settings the model predicts alike measured up
-# to 6 % apart in one rung). Within it the setting that holds less memory is the answer, not the one that won the
+# same setting moves by a few percent between runs on a shared machine, so settings the model predicts alike
+# come out in any order. Within it the setting that holds less memory is the answer, not the one that won the
 # noise: 8 processes (8 copies of the dataset) over one process of 16 threads buys nothing.
 TIE_MARGIN = 0.05
 
