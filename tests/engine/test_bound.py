@@ -8,8 +8,6 @@ bound: tests/engine/test_mode_bounds.py."""
 from __future__ import annotations
 
 import json
-import os
-import secrets
 import statistics
 from pathlib import Path
 
@@ -41,7 +39,6 @@ from tests.engine import _drift_fixtures, _slow_start
 from tests.engine._slow_start import SLOW_ITEMS, SLOW_S
 from tests._wait import quiet_cores
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.usefixtures("warm_runs")  # runs forked warm: these check what a run measures
 
 # 20 ms per sample through the prefetch loader's single producer: ~0.64 s of waiting per epoch, while
@@ -310,14 +307,14 @@ SMALL = {
 
 
 @pytest.fixture
-def slow_start(tmp_path, monkeypatch) -> str:
-    """The spec of tests/engine/_slow_start.py's dataset, as a user's module of its own (unique name) that the
-    run child and spawned workers import too."""
-    name = f"slow_start_{secrets.token_hex(4)}"
-    (tmp_path / f"{name}.py").write_text(Path(_slow_start.__file__).read_text())
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{ROOT}")
-    return f"{name}:data"
+def slow_start() -> str:
+    """The spec of tests/engine/_slow_start.py's dataset, which the run child and spawned workers import from the
+    checkout (on their PYTHONPATH already).
+
+    NOTE: one module for every test, not a copy under a name of its own: the probe is keyed by the pipeline, so the
+    efficiency tests' runs share one probe (it bounds nothing; each pays its own loader pass), and a run whose
+    PYTHONPATH is the warm parent's is forked warm, where a copy's folder on it made every run start cold."""
+    return f"{_slow_start.__name__}:data"
 
 
 # NOTE: spdl is left out here: its pipeline hands each sample through asyncio tasks and threads (0.7-1.3 ms of CPU a
@@ -350,8 +347,8 @@ def test_efficiency_stays_within_1_25_for_sync_and_1_1_for_other_loaders_and_sta
     NOTE: 256 samples keep a steady epoch at tens of milliseconds, far below any start-up, and long enough that
     a hiccup is not the whole epoch. The passes run after the epochs they bound, so a pass slowed by the machine
     reads above 1 now and then: the limit is STALE, the tests' allowance for that."""
-    # NOTE: the session's calibrations: the tensor runs' probe (keyed by pipeline, not loader) is taken once, not
-    # once a loader; and the user's module only where it is run (its PYTHONPATH makes a run start cold)
+    # NOTE: the session's calibrations: each workload's probe (keyed by pipeline, not loader) is taken once, not
+    # once a loader
     (tmp_path / "calibrations").symlink_to(shared_calibrations, True)
     fields = {
         **SMALL,
