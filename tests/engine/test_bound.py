@@ -159,10 +159,11 @@ def test_a_bound_the_run_beat_is_measured_again_and_the_faster_pass_kept(tmp_pat
     assert all(json.loads(p.read_text())["seconds"] < 1.0 for p in cache)  # the faster one, kept for the next run
 
 
-def test_big_model_on_in_memory_data_is_bound_by_compute(tmp_path):
+def test_big_model_on_in_memory_data_is_bound_by_compute(tmp_path, shared_calibrations):
     """The compute pass dominates. NOTE: the verdict's threshold is a timing, so on a shared machine the run
     may fall below EXPLAINED (then its own times name it: compute-bound, or overhead-bound past it); it is never
     data-bound. The rule itself: the next test."""
+    (tmp_path / "calibrations").symlink_to(shared_calibrations, True)  # BIG_MODEL's probe: once, with the sync test's
     result = launch(RunConfig.from_dict(BIG_MODEL), db=tmp_path / "s.duckdb")
     assert result.status == "done", result.error
     summary = _summary(result.run_dir)
@@ -252,10 +253,13 @@ def test_serial_phases_add_and_concurrent_ones_report_overlap():
     assert loaded["overlap"] is None and loaded["verdict"] == "data-bound"
 
 
-def test_sync_loader_with_equal_load_and_compute_is_told_it_cannot_overlap(tmp_path):
+def test_sync_loader_with_equal_load_and_compute_is_told_it_cannot_overlap(tmp_path, shared_calibrations):
     """The sync loader loads in the training thread, so nothing overlaps: the epoch is load + compute, and so
     is its bound (it was max(load, compute), which read as "overhead-bound" at about 50 %). The latency is set
     from the model's measured step."""
+    # NOTE: the session's calibrations: the first run's pipeline is BIG_MODEL's (the probe is keyed by pipeline, not
+    # loader), probed once for this test and the one above; passes are keyed by run, so none is shared
+    (tmp_path / "calibrations").symlink_to(shared_calibrations, True)
     cfg = RunConfig.from_dict({**BIG_MODEL, "loader": "sync"})
     probe = launch(cfg.replace(epochs=2), db=tmp_path / "s.duckdb")  # the model's compute-only epoch, measured
     latency_ms = 1000 * _summary(probe.run_dir)["compute_only_s"] / cfg.n_samples
