@@ -2,7 +2,7 @@
 first SLOW_ITEMS items, then answers at once. It stands for what a real loader pays once: a spawned worker still
 importing torch while the others serve, a lazy index or file handle opened on first use, first pinned buffers.
 
-    workload = "slow_start:data"     # a copy of this file, importable where the run and its workers start
+    workload = "tests.engine._slow_start:data"     # the checkout is on the run's and its workers' PYTHONPATH
 """
 
 from __future__ import annotations

@@ -8,8 +8,6 @@ bound: tests/engine/test_mode_bounds.py."""
 from __future__ import annotations
 
 import json
-import os
-import secrets
 import statistics
 from pathlib import Path
 
@@ -41,7 +39,6 @@ from tests.engine import _drift_fixtures, _slow_start
 from tests.engine._slow_start import SLOW_ITEMS, SLOW_S
 from tests._wait import quiet_cores
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.usefixtures("warm_runs")  # runs forked warm: these check what a run measures
 
 # 20 ms per sample through the prefetch loader's single producer: ~0.64 s of waiting per epoch, while
@@ -162,10 +159,11 @@ def test_a_bound_the_run_beat_is_measured_again_and_the_faster_pass_kept(tmp_pat
     assert all(json.loads(p.read_text())["seconds"] < 1.0 for p in cache)  # the faster one, kept for the next run
 
 
-def test_big_model_on_in_memory_data_is_bound_by_compute(tmp_path):
+def test_big_model_on_in_memory_data_is_bound_by_compute(tmp_path, shared_calibrations):
     """The compute pass dominates. NOTE: the verdict's threshold is a timing, so on a shared machine the run
     may fall below EXPLAINED (then its own times name it: compute-bound, or overhead-bound past it); it is never
     data-bound. The rule itself: the next test."""
+    (tmp_path / "calibrations").symlink_to(shared_calibrations, True)  # BIG_MODEL's probe: once, with the sync test's
     result = launch(RunConfig.from_dict(BIG_MODEL), db=tmp_path / "s.duckdb")
     assert result.status == "done", result.error
     summary = _summary(result.run_dir)
@@ -255,10 +253,13 @@ def test_serial_phases_add_and_concurrent_ones_report_overlap():
     assert loaded["overlap"] is None and loaded["verdict"] == "data-bound"
 
 
-def test_sync_loader_with_equal_load_and_compute_is_told_it_cannot_overlap(tmp_path):
+def test_sync_loader_with_equal_load_and_compute_is_told_it_cannot_overlap(tmp_path, shared_calibrations):
     """The sync loader loads in the training thread, so nothing overlaps: the epoch is load + compute, and so
     is its bound (it was max(load, compute), which read as "overhead-bound" at about 50 %). The latency is set
     from the model's measured step."""
+    # NOTE: the session's calibrations: the first run's pipeline is BIG_MODEL's (the probe is keyed by pipeline, not
+    # loader), probed once for this test and the one above; passes are keyed by run, so none is shared
+    (tmp_path / "calibrations").symlink_to(shared_calibrations, True)
     cfg = RunConfig.from_dict({**BIG_MODEL, "loader": "sync"})
     probe = launch(cfg.replace(epochs=2), db=tmp_path / "s.duckdb")  # the model's compute-only epoch, measured
     latency_ms = 1000 * _summary(probe.run_dir)["compute_only_s"] / cfg.n_samples
@@ -310,14 +311,14 @@ SMALL = {
 
 
 @pytest.fixture
-def slow_start(tmp_path, monkeypatch) -> str:
-    """The spec of tests/engine/_slow_start.py's dataset, as a user's module of its own (unique name) that the
-    run child and spawned workers import too."""
-    name = f"slow_start_{secrets.token_hex(4)}"
-    (tmp_path / f"{name}.py").write_text(Path(_slow_start.__file__).read_text())
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{ROOT}")
-    return f"{name}:data"
+def slow_start() -> str:
+    """The spec of tests/engine/_slow_start.py's dataset, which the run child and spawned workers import from the
+    checkout (on their PYTHONPATH already).
+
+    NOTE: one module for every test, not a copy under a name of its own: the probe is keyed by the pipeline, so the
+    efficiency tests' runs share one probe (it bounds nothing; each pays its own loader pass), and a run whose
+    PYTHONPATH is the warm parent's is forked warm, where a copy's folder on it made every run start cold."""
+    return f"{_slow_start.__name__}:data"
 
 
 # NOTE: spdl is left out here: its pipeline hands each sample through asyncio tasks and threads (0.7-1.3 ms of CPU a
@@ -350,8 +351,8 @@ def test_efficiency_stays_within_1_25_for_sync_and_1_1_for_other_loaders_and_sta
     NOTE: 256 samples keep a steady epoch at tens of milliseconds, far below any start-up, and long enough that
     a hiccup is not the whole epoch. The passes run after the epochs they bound, so a pass slowed by the machine
     reads above 1 now and then: the limit is STALE, the tests' allowance for that."""
-    # NOTE: the session's calibrations: the tensor runs' probe (keyed by pipeline, not loader) is taken once, not
-    # once a loader; and the user's module only where it is run (its PYTHONPATH makes a run start cold)
+    # NOTE: the session's calibrations: each workload's probe (keyed by pipeline, not loader) is taken once, not
+    # once a loader
     (tmp_path / "calibrations").symlink_to(shared_calibrations, True)
     fields = {
         **SMALL,

@@ -36,6 +36,7 @@ np.ones(1)  # numpy's BLAS is loaded: the pools below are seen
 # (tests/conftest.py), where every test here would skip
 pytestmark = [
     pytest.mark.serial,
+    pytest.mark.usefixtures("warm_runs"),  # runs forked warm: these check what a run stores, not how it starts
     pytest.mark.skipif(
         not any(p["threads"] > 1 for p in hidden_pools()),
         reason="numpy's BLAS runs one thread here (one core?): nothing to cap",
