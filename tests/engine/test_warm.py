@@ -221,3 +221,23 @@ def test_a_job_runs_warm_in_the_worker_and_imports_from_the_submitters_folder(st
     assert progress["status"] == "done", progress
     assert "ready" in caplog.text and "starts cold" not in caplog.text, caplog.text
     assert _warm_parents() == before  # its warm parent ended with the worker
+
+
+def test_a_warm_parent_closed_before_it_is_ready_is_killed_and_one_that_is_ready_exits_by_itself():
+    """A job worker that ran no job stops at once: its warm parent, still importing torch, has forked nothing and is
+    killed at close, not waited for; a ready one exits on its own when its stdin closes. Neither leaves a process."""
+    import psutil
+
+    from engine.run.warm import WarmParent
+
+    importing = WarmParent()
+    proc = psutil.Process(importing.pid)
+    importing.close()
+    assert importing._proc is not None and importing._proc.returncode == -signal.SIGKILL
+    assert not proc.is_running()
+
+    with WarmParent() as ready:
+        assert ready.status()["torch_loaded"]  # waits for its ready message
+        proc = psutil.Process(ready.pid)
+    assert ready._proc is not None and ready._proc.returncode == 0
+    assert not proc.is_running()
