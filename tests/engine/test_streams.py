@@ -150,9 +150,10 @@ def plugin_dir(tmp_path_factory, request) -> Iterator[Path]:
         yield folder
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def plug(plugin_dir) -> str:
-    """A fresh, importable plugin module of streams; the run child and its workers find it too."""
+    """An importable plugin module of streams; the run child and its workers find it too. One per module: no test
+    edits it, and the launcher's preflight checks a config once for all the loaders that deliver it."""
     name = f"streams_{secrets.token_hex(4)}"
     (plugin_dir / f"{name}.py").write_text(STREAMS)
     importlib.invalidate_caches()
