@@ -164,8 +164,10 @@ def test_abandoned_epoch_then_next_epoch_is_complete(kind, workers):
 
 @pytest.mark.parametrize("kind,workers", BACKGROUND, ids=[f"{k}-{w}" for k, w in BACKGROUND])
 def test_stuck_worker_raises_loader_timeout(kind, workers):
-    first = planned(0)[0][0]  # the very first batch takes 5 s, far over the 1 s timeout
-    with make(kind, TinyDataset(N, sleep_at=first, sleep_s=5.0), workers, worker_timeout_s=1.0) as loader:
+    # NOTE: the very first batch takes 3 s, three times the 1 s timeout: a thread's sleep cannot be cut short, so
+    # closing a threads, prefetch or spdl loader waits it out; a longer sleep proves no more and costs each case that
+    first = planned(0)[0][0]
+    with make(kind, TinyDataset(N, sleep_at=first, sleep_s=3.0), workers, worker_timeout_s=1.0) as loader:
         with pytest.raises(LoaderTimeout, match=r"within 1 s \(worker_timeout_s\)") as err:
             list(loader.epoch(0))
     assert kind in str(err.value)

@@ -30,6 +30,8 @@ TINY = {
     "bound": False,
 }
 
+pytestmark = pytest.mark.usefixtures("warm_runs")  # runs forked warm: these check what a pairing runs, not start-up
+
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> str:

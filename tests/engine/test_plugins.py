@@ -5,8 +5,10 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -208,13 +210,26 @@ def half_loss(logits, y):
 '''
 
 
+@pytest.fixture(scope="module", autouse=True)
+def plugin_dir(tmp_path_factory, request) -> Iterator[Path]:
+    """One folder on PYTHONPATH for the whole module, set before the warm parent starts: the runs here are checked
+    for what they store and how they fail, not how they start, so they fork from one warm parent (tests/conftest.py
+    warm_runs). The tests of where a user's module is found run their own cold CLI process, with their own env."""
+    folder = tmp_path_factory.mktemp("plugins")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(folder))
+        mp.setenv("PYTHONPATH", f"{folder}:{ROOT}")
+        # NOTE: after PYTHONPATH is set: a parent started with another one would refuse every run (it starts cold)
+        request.getfixturevalue("warm_runs")
+        yield folder
+
+
 @pytest.fixture
-def plug(tmp_path, monkeypatch) -> str:
+def plug(plugin_dir) -> str:
     """A fresh, importable plugin module (unique name: no stale sys.modules entry); the run child finds it too."""
     name = f"plug_{secrets.token_hex(4)}"
-    (tmp_path / f"{name}.py").write_text(PLUGIN)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{ROOT}")
+    (plugin_dir / f"{name}.py").write_text(PLUGIN)
+    importlib.invalidate_caches()
     return name
 
 

@@ -5,11 +5,13 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import secrets
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -18,6 +20,8 @@ import pytest
 
 from engine.config import ConfigError, RunConfig
 from engine.run.preflight import TIMEOUT_ENV, preflight, time_limit
+
+from tests._cli import cli_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -112,17 +116,32 @@ def stuck_net(**_):
 """
 
 
+@pytest.fixture(scope="module", autouse=True)
+def plugin_dir(tmp_path_factory, request) -> Iterator[Path]:
+    """One folder on PYTHONPATH for the whole module, set before the warm parent starts: a run launched in this
+    process (main()) forks from it (tests/conftest.py warm_runs); the cold CLI processes find the plugins too."""
+    folder = tmp_path_factory.mktemp("preflight")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(folder))
+        mp.setenv("PYTHONPATH", f"{folder}{os.pathsep}{ROOT}")
+        # NOTE: after PYTHONPATH is set: a parent started with another one would refuse every run (it starts cold)
+        request.getfixturevalue("warm_runs")
+        yield folder
+
+
 @pytest.fixture
-def plug(tmp_path, monkeypatch) -> str:
-    """A fresh plugin module in tmp_path, importable by the CLI, the preflight child and the run child."""
+def plug(plugin_dir) -> str:
+    """A fresh plugin module (its .pid and .calls files beside it), importable by the CLI, the preflight child and
+    the run child."""
     name = f"hostile_{secrets.token_hex(4)}"
-    (tmp_path / f"{name}.py").write_text(PLUGIN)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{ROOT}")
+    (plugin_dir / f"{name}.py").write_text(PLUGIN)
+    importlib.invalidate_caches()
     return name
 
 
 def cli(*args: str, db: Path, **env: str) -> subprocess.CompletedProcess:
+    """A real `python -m engine`: for the tests whose point is the process's own exit status once a plugin exits or
+    hangs; the others call main() here (tests/_cli.py), their runs forked warm."""
     return subprocess.run(
         [sys.executable, "-m", "engine", *args, "--db", str(db)],
         cwd=ROOT,
@@ -208,9 +227,9 @@ def test_an_item_that_calls_sys_exit_names_the_dataset_and_the_item(plug):
         ("item_exits_in_the_run", "sys.exit(4)"),
     ],
 )
-def test_a_plugin_that_exits_only_in_the_run_fails_the_run_with_that_message(plug, store, tmp_path, workload, words):
+def test_a_plugin_that_exits_only_in_the_run_fails_the_run_with_that_message(plug, store, workload, words):
     """Preflight passed; the run child meets the exit: a failed run saying so, not a process that vanished."""
-    out = cli(*run_args(plug, workload), db=store)
+    out = cli_in_process(*run_args(plug, workload), db=store)
     assert out.returncode == 1, out.stderr
     assert words in out.stderr and "exit status" not in out.stderr, out.stderr
     with duckdb.connect(str(store), read_only=True) as conn:
@@ -221,13 +240,13 @@ def test_a_plugin_that_exits_only_in_the_run_fails_the_run_with_that_message(plu
 # ---------------------------------------------------------------------------- plugins that hang
 
 
-def test_a_factory_that_sleeps_forever_is_stopped_and_named(plug, store, tmp_path):
+def test_a_factory_that_sleeps_forever_is_stopped_and_named(plug, store, plugin_dir):
     out = cli(*run_args(plug, "sleeps"), "--preflight-timeout", "2", db=store)
     line = one_line(out)
     assert out.returncode == 2, out.stderr
     assert line.startswith("error: workload: ") and f"plugin '{plug}:sleeps' (dataset factory)" in line
     assert "did not return within 2 s while preflight built the dataset" in line and "--preflight-timeout" in line
-    assert gone(int((tmp_path / f"{plug}.pid").read_text()))
+    assert gone(int((plugin_dir / f"{plug}.pid").read_text()))
     assert nothing_stored(store)
 
 
@@ -238,13 +257,13 @@ def test_the_time_limit_comes_from_the_environment_for_every_launcher(plug, stor
         f'name = "hang"\n[base]\nn_samples = 16\nimage_size = 8\nbatch_size = 8\nepochs = 2\n'
         f'model = "{plug}:net"\n[grid]\nworkload = ["{plug}:data", "{plug}:slow_items"]\n'
     )
-    out = cli("sweep", str(toml), "--quiet", db=store, **{TIMEOUT_ENV: "2"})
+    out = cli_in_process("sweep", str(toml), "--quiet", db=store, env={TIMEOUT_ENV: "2"})
     line = out.stderr.strip().splitlines()[-1]  # (after the line that says the sweep's size)
     assert out.returncode == 2 and f"plugin '{plug}:slow_items' (dataset) did not return within 2 s" in line, line
     assert "read item" in line and nothing_stored(store)
 
 
-def test_a_long_lived_launcher_keeps_no_stuck_thread_or_process(plug, tmp_path):
+def test_a_long_lived_launcher_keeps_no_stuck_thread_or_process(plug, plugin_dir):
     """The job worker and the dashboard live on after a hung plugin: the check ran elsewhere and was killed, and a
     factory that spins holding the GIL costs this process nothing."""
     cfg = RunConfig.from_dict(
@@ -253,7 +272,7 @@ def test_a_long_lived_launcher_keeps_no_stuck_thread_or_process(plug, tmp_path):
     threads = threading.active_count()
     with pytest.raises(ConfigError, match=f"plugin '{plug}:spins' .* did not return within 1.5 s"):
         preflight(cfg, timeout_s=1.5)
-    pid = int((tmp_path / f"{plug}.pid").read_text())
+    pid = int((plugin_dir / f"{plug}.pid").read_text())
     assert pid != os.getpid() and gone(pid) and threading.active_count() == threads
     assert f"{plug}" not in sys.modules  # the user's module never ran in the launcher
 
@@ -270,7 +289,7 @@ def test_a_model_whose_forward_hangs_is_named(plug):
 
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "soon", "1e9"])
 def test_a_bad_time_limit_is_one_line_naming_it(store, monkeypatch, value):
-    out = cli("run", "--dry-run", "--preflight-timeout", value, db=store)
+    out = cli_in_process("run", "--dry-run", "--preflight-timeout", value, db=store)
     assert out.returncode == 2 and one_line(out).startswith("error: preflight_timeout: "), out.stderr
     monkeypatch.setenv(TIMEOUT_ENV, value)
     with pytest.raises(ConfigError) as err:
@@ -281,17 +300,17 @@ def test_a_bad_time_limit_is_one_line_naming_it(store, monkeypatch, value):
 # ---------------------------------------------------------------------------- what passed is kept
 
 
-def test_a_check_that_passed_is_kept_until_the_code_changes(plug, tmp_path):
+def test_a_check_that_passed_is_kept_until_the_code_changes(plug, plugin_dir):
     """A sweep checks each config once, and the job worker once per code change: the factory runs again only when
     its file changed."""
     cfg = RunConfig.from_dict(
         {"workload": f"{plug}:data", "model": f"{plug}:net", "n_samples": 16, "image_size": 8, "batch_size": 8}
     )
-    calls = tmp_path / f"{plug}.calls"
+    calls = plugin_dir / f"{plug}.calls"
     first = preflight(cfg)
     assert preflight(cfg.replace(loader="threads", workers=2, epochs=5)) == first  # delivery fields: the same check
     assert calls.read_text() == "x"
-    module = tmp_path / f"{plug}.py"
+    module = plugin_dir / f"{plug}.py"
     module.write_text(module.read_text() + "\n# edited\n")
     edited = preflight(cfg)
     assert calls.read_text() == "xx" and edited["code_hash"] != first["code_hash"]

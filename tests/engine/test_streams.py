@@ -7,7 +7,9 @@ Real runs through the runner: real worker processes, real gloo ranks, a real Duc
 
 from __future__ import annotations
 
+import importlib
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -135,13 +137,26 @@ def net(in_shape, num_classes, **_):
 '''
 
 
-@pytest.fixture
-def plug(tmp_path, monkeypatch) -> str:
-    """A fresh, importable plugin module of streams; the run child and its workers find it too."""
+@pytest.fixture(scope="module", autouse=True)
+def plugin_dir(tmp_path_factory, request) -> Iterator[Path]:
+    """One folder on PYTHONPATH for the whole module, set before the warm parent starts: these tests check what
+    runs count, not how a run starts, so their runs fork from one warm parent (tests/conftest.py warm_runs)."""
+    folder = tmp_path_factory.mktemp("streams")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(folder))
+        mp.setenv("PYTHONPATH", f"{folder}:{ROOT}")
+        # NOTE: after PYTHONPATH is set: a parent started with another one would refuse every run (it starts cold)
+        request.getfixturevalue("warm_runs")
+        yield folder
+
+
+@pytest.fixture(scope="module")
+def plug(plugin_dir) -> str:
+    """An importable plugin module of streams; the run child and its workers find it too. One per module: no test
+    edits it, and the launcher's preflight checks a config once for all the loaders that deliver it."""
     name = f"streams_{secrets.token_hex(4)}"
-    (tmp_path / f"{name}.py").write_text(STREAMS)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{ROOT}")
+    (plugin_dir / f"{name}.py").write_text(STREAMS)
+    importlib.invalidate_caches()
     return name
 
 
