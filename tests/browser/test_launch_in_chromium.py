@@ -148,14 +148,16 @@ def _pick_axis(page, axis: str) -> None:
     """Pick an axis in the sweep builder's multiselect, as a user does, until its values box shows.
 
     NOTE: picked again when the box does not come: a pick made while the page reruns (every widget change reruns
-    it) can be dropped by the rerun, and a user would simply pick it again (seen once on a loaded machine)."""
+    it) can be dropped by the rerun, and a user would simply pick it again (seen once on a loaded machine). The
+    first click on a freshly opened page showed no options every time, and the second did at once: an option not
+    shown within 5 s is clicked for again (a 30 s wait there was most of the sweep test's time)."""
     values = page.get_by_label(f"{axis}: values", exact=True)
-    for _ in range(3):
+    for _ in range(5):
         if values.count():  # an earlier pick landed after all
             return
         try:
             page.get_by_label("Axes", exact=True).click()
-            page.get_by_role("option", name=axis, exact=True).click(timeout=30_000)
+            page.get_by_role("option", name=axis, exact=True).click(timeout=5_000)
             page.wait_for_load_state("networkidle")
             values.wait_for(timeout=30_000)
             return
