@@ -39,15 +39,23 @@ def _tiny(**over):
 
 @pytest.fixture(scope="session")
 def seeded_template(tmp_path_factory) -> tuple[Path, list[str]]:
-    """Two real runs through the runner, then 6 synthetic repeats of the first (other ids, jittered times)."""
+    """Two real runs through the runner (forked from one warm parent), then 6 synthetic repeats of the first (other
+    ids, jittered times)."""
     from engine.measure.verdicts import VERDICTS
     from engine.run.runner import launch
+    from engine.run.warm import WarmParent
     from engine.store import connect
 
     db = tmp_path_factory.mktemp("seeded") / "loaderlab.duckdb"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LOADERLAB_DATA", str(tmp_path_factory.getbasetemp() / "data"))
-        real = [launch(_tiny(), db=db), launch(_tiny(loader="threads", workers=2, bound=False), db=db)]
+        # NOTE: both forked from one warm parent (one torch import, not one per run); gone before any test counts
+        # this process's children
+        with WarmParent() as warm:
+            real = [
+                launch(_tiny(), db=db, warm=warm),
+                launch(_tiny(loader="threads", workers=2, bound=False), db=db, warm=warm),
+            ]
     assert [r.status for r in real] == ["done", "done"], [r.error for r in real]
     with connect(db, read_only=False) as conn:
         # NOTE: a 2-batch epoch of milliseconds has a bound that is noise (efficiency 0.08-1.34 seen on a loaded

@@ -29,8 +29,9 @@ FORM_DEFAULTS = RunConfig.from_dict({k: v for k, v in demo_sweep().base.items() 
 
 
 @pytest.fixture
-def launch(store, open_page, monkeypatch):
-    """launch(**query_params) -> AppTest on the Launch page; the worker the page starts is stopped after.
+def launch_and_worker(store, open_page, monkeypatch):
+    """launch_and_worker(**query_params) -> AppTest on the Launch page, which starts a job worker for the store
+    (stopped after): for the tests of the worker the page starts, or of a job it runs.
     NOTE: the worker starts cold (LOADERLAB_WARM=0): a warm parent imports torch for the jobs to come, and these
     tests run at most one job, so every test paid that import for nothing."""
     monkeypatch.setenv("LOADERLAB_WARM", "0")
@@ -38,6 +39,20 @@ def launch(store, open_page, monkeypatch):
     jobs.stop_worker(store, timeout_s=30)
     for pid_file in runs_dir(store).glob("*/pid"):
         kill_group(int(pid_file.read_text()))
+
+
+@pytest.fixture
+def launch(store, open_page):
+    """launch(**query_params) -> AppTest on the Launch page, with no job worker: the test holds the worker's lock, so
+    the page starts none and a queued job stays queued.
+    NOTE: these tests read the form and the queue, not a run: a worker was a process started for nothing, and it
+    began running whatever a test queued (an oversubscribed ddp run among them) until the test stopped it."""
+    jobs_dir(store).mkdir(parents=True, exist_ok=True)
+    fd = os.open(jobs_dir(store) / "worker.lock", os.O_RDWR | os.O_CREAT, 0o666)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    yield lambda **params: open_page("launch", **params)
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
 
 
 def queue_run(at):
@@ -50,8 +65,8 @@ def run_links(at) -> list[str]:
     return [p.proto.query_string for p in at.get("page_link") if p.proto.query_string.startswith("run=")]
 
 
-def test_every_config_field_has_a_widget_and_the_form_queues_a_job(launch, store, no_problems):
-    at = launch()
+def test_every_config_field_has_a_widget_and_the_form_queues_a_job(launch_and_worker, store, no_problems):
+    at = launch_and_worker()
     no_problems(at)
     keys = {w.key for kind in ("selectbox", "checkbox", "text_input") for w in getattr(at, kind)}
     assert {f"run.{f.name}" for f in config_fields() if f.metadata.get("ui") != "hidden"} <= keys
@@ -265,7 +280,7 @@ def test_sweep_builder_counts_distinct_configs_times_repeats_and_queues_them(lau
     assert len(queued) == 6 and queued["sweep_id"].nunique() == 1
 
 
-def test_jobs_panel_shows_live_progress_and_cancels(launch, store):
+def test_jobs_panel_shows_live_progress_and_cancels(launch_and_worker, store):
     long = dict(
         workload="tensor",
         n_samples=32,
@@ -278,7 +293,7 @@ def test_jobs_panel_shows_live_progress_and_cancels(launch, store):
         sample_hz=0.0,
     )
     job_id = jobs.submit(RunConfig.from_dict(long), db=store, origin="cli")
-    at = launch()  # starts the worker
+    at = launch_and_worker()  # starts the worker
     deadline = time.monotonic() + 90
     while jobs.job_progress(job_id, store)["epochs_done"] < 2:
         assert time.monotonic() < deadline, "the job never ran"
@@ -306,9 +321,9 @@ def test_jobs_panel_shows_live_progress_and_cancels(launch, store):
     assert any("finished epochs are kept" in seen(c.value) for c in at.caption)
 
 
-def test_ray_target_queues_the_sweep_as_one_job_with_the_address_from_settings(launch, store, monkeypatch):
+def test_ray_target_queues_the_sweep_as_one_job_with_the_address_from_settings(launch_and_worker, store, monkeypatch):
     monkeypatch.setenv("LOADERLAB_RAY_ADDRESS", "ray://head.example:10001")
-    at = launch()
+    at = launch_and_worker()
     target = at.radio(key="launch.target")
     assert target.options == ["This machine", "Ray cluster"] and target.value == "This machine"
     assert not target.disabled  # Ray is installed here (requirements-cluster.txt)
@@ -356,7 +371,7 @@ def test_without_ray_the_cluster_target_is_disabled_with_the_install_hint(launch
     assert any("pip install -r requirements-cluster.txt" in c.value for c in at.caption)
 
 
-def test_a_running_ray_job_shows_its_runs_landed_and_cancels(launch, store):
+def test_a_running_ray_job_shows_its_runs_landed_and_cancels(launch_and_worker, store):
     sweep = SweepConfig.from_dict(
         {"name": "rs", "base": {"workload": "tensor"}, "grid": {"batch_size": [8, 16]}, "repeats": 2}
     )
@@ -369,7 +384,7 @@ def test_a_running_ray_job_shows_its_runs_landed_and_cancels(launch, store):
             started = datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(seconds=10)  # naive UTC, as stored
             conn.execute("UPDATE jobs SET status = 'running', started_at = ? WHERE job_id = ?", [started, job_id])
             conn.execute("INSERT INTO runs (run_id, status, sweep_id) SELECT 'r1', 'done', sweep_id FROM jobs")
-        at = launch()
+        at = launch_and_worker()
         card = next(seen(m.value) for m in at.markdown if "Ray sweep rs" in seen(m.value))
         assert card == "**running** · Ray sweep rs: 4 runs on auto"
         assert any(seen(c.value).startswith("sweep rs-") for c in at.caption)

@@ -2,6 +2,10 @@
 its job worker, and Debian's chromium driven by Playwright. Screenshots of every open page land in
 test-artifacts/ when a test fails.
 
+One server, worker and chromium serve every browser module a test process runs in a row (issue 36): they start at
+the first browser test and stop after the last one before a test from elsewhere (or the session's end). So the store
+is shared: a test reads its own runs, jobs and sweeps by their ids, never the store's whole contents.
+
 Without chromium or playwright the tests skip, unless LOADERLAB_REQUIRE_BROWSER=1 (`make test`), where
 they fail and say how to install them.
 """
@@ -43,21 +47,53 @@ def _missing() -> str | None:
     return None
 
 
+# what the browser modules share in this test process: "chromium" -> (playwright, browser), "dashboard" -> (base URL,
+# store, processes); filled at the first use, emptied by _stop_shared()
+_SHARED: dict[str, tuple] = {}
+
+
+def _stop_shared() -> None:
+    """Stop the shared dashboard (server, then worker: both process groups) and chromium, if started."""
+    if "dashboard" in _SHARED:
+        _, db, procs = _SHARED.pop("dashboard")
+        for proc in reversed(procs):
+            _kill_group(proc)
+        from engine import jobs
+
+        jobs.stop_worker(db)  # a worker the launch page started, if ours had died
+    if "chromium" in _SHARED:
+        pw, browser = _SHARED.pop("chromium")
+        browser.close()
+        pw.stop()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After the last browser test in a row (its own fixtures torn down first): stop what the modules shared.
+    NOTE: not a session-scoped fixture: that would outlive the browser tests on this xdist worker, and the engine's
+    tests that count this process's children would count the server and its worker."""
+    if nextitem is None or Path(str(nextitem.path)).parent != Path(__file__).parent:
+        _stop_shared()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    _stop_shared()  # interrupted, or a last test that never reached its teardown
+
+
 @pytest.fixture(scope="module")
 def chromium():
-    """A headless Debian chromium under Playwright (no browser download)."""
+    """A headless Debian chromium under Playwright (no browser download), shared by the browser modules."""
     why = _missing()
     if why:
         if os.environ.get("LOADERLAB_REQUIRE_BROWSER") == "1":
             pytest.fail(f"browser tests required but {why}", pytrace=False)
         pytest.skip(why)
-    from playwright.sync_api import sync_playwright
+    if "chromium" not in _SHARED:
+        from playwright.sync_api import sync_playwright
 
-    pw = sync_playwright().start()
-    browser = pw.chromium.launch(executable_path=shutil.which("chromium"), args=CHROMIUM_ARGS)
-    yield browser
-    browser.close()
-    pw.stop()
+        pw = sync_playwright().start()
+        _SHARED["chromium"] = (pw, pw.chromium.launch(executable_path=shutil.which("chromium"), args=CHROMIUM_ARGS))
+    return _SHARED["chromium"][1]
 
 
 def _free_port() -> int:
@@ -88,8 +124,15 @@ def _kill_group(proc: subprocess.Popen, timeout_s: float = 20.0) -> None:
 
 @pytest.fixture(scope="module")
 def dashboard(tmp_path_factory, chromium):
-    """(base URL, store path) of a running dashboard with its worker; both process groups killed at the end."""
-    tmp = tmp_path_factory.mktemp("dashboard")
+    """(base URL, store path) of a running dashboard with its worker, shared by the browser modules (_stop_shared)."""
+    if "dashboard" not in _SHARED:
+        _SHARED["dashboard"] = _serve(tmp_path_factory.mktemp("dashboard"))
+    base, db, _ = _SHARED["dashboard"]
+    return base, db
+
+
+def _serve(tmp: Path) -> tuple[str, Path, list[subprocess.Popen]]:
+    """Start the worker and `streamlit run` on a store in tmp; return once the server answers."""
     db = tmp / "store" / "loaderlab.duckdb"
     db.parent.mkdir()
     env = {
@@ -124,24 +167,18 @@ def dashboard(tmp_path_factory, chromium):
         ),
     ]
     base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if urllib.request.urlopen(f"{base}/_stcore/health", timeout=2).read() == b"ok":
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline or procs[1].poll() is not None:
-                pytest.fail(f"streamlit did not come up; its log:\n{(tmp / 'streamlit.log').read_text()[-3000:]}")
-            time.sleep(0.3)
-        yield base, db
-    finally:
-        for proc in reversed(procs):
-            _kill_group(proc)
-        from engine import jobs
-
-        jobs.stop_worker(db)  # a worker the launch page started, if ours had died
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if urllib.request.urlopen(f"{base}/_stcore/health", timeout=2).read() == b"ok":
+                return base, db, procs
+        except OSError:
+            pass
+        if time.monotonic() > deadline or procs[1].poll() is not None:
+            for proc in reversed(procs):
+                _kill_group(proc)
+            pytest.fail(f"streamlit did not come up; its log:\n{(tmp / 'streamlit.log').read_text()[-3000:]}")
+        time.sleep(0.3)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -3,8 +3,10 @@ machine, with three steps and no CLI flag; Explore opens on one pipeline, names 
 and interval, and the Advisor agrees with its table; numbers read as a person reads them. Screenshots of the first
 visit and of Explore's ranking land in docs/screenshots/.
 
-The store holds a demo (jpeg + cnn, tag "demo") and a newer tensor + mlp sweep: rows copied from one real run
-through the runner, with other ids, settings and epoch times (as tests/app/conftest.py seeds its store).
+The store holds a demo (jpeg + cnn, tag "demo") and a newer tensor + cnn sweep: rows copied from one real run
+through the runner, with other ids, settings and epoch times (as tests/app/conftest.py seeds its store). The store
+is shared with the other browser modules (tests/browser/conftest.py): the sweep is a pipeline no other browser test
+runs, and it is the store's newest, so Explore opens on it whatever ran before.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.browser._pages import open_page
+from tests.browser._runs import done_runs
 
 pytestmark = pytest.mark.slow
 
@@ -38,34 +41,33 @@ DEMO = {
 
 
 def _seed(db) -> str:
-    """One real tiny run, then the demo and the sweep as copies of its row; the real one soft-deleted."""
-    from engine.config import RunConfig
-    from engine.run.runner import launch
+    """One real tiny run (by the dashboard's worker), then the demo and the sweep as copies of its row; the real one
+    soft-deleted."""
     from engine.store import connect
 
-    real = launch(
-        RunConfig.from_dict(
-            {
-                "workload": "tensor",
-                "n_samples": 64,
-                "image_size": 8,
-                "width": 8,
-                "epochs": 2,
-                "batch_size": 32,
-                "loader": "sync",
-                "device": "cpu",
-                "tag": "seed",
-            }
-        ),
-        db=db,
+    (real,) = done_runs(
+        db,
+        {
+            "workload": "tensor",
+            "n_samples": 64,
+            "image_size": 8,
+            "width": 8,
+            "epochs": 2,
+            "batch_size": 32,
+            "loader": "sync",
+            "device": "cpu",
+            "tag": "seed",
+        },
     )
-    assert real.status == "done", real.error
     now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
     with connect(db, read_only=False) as conn:
-        conn.execute("CREATE TEMP TABLE src AS SELECT * FROM runs WHERE run_id = ?", [real.run_id])
-        for (name, (loader, workers, median, n)), (workload, model, tag, age) in [
-            *((c, ("jpeg", "cnn", "demo", 3600)) for c in DEMO.items()),
-            *((c, ("tensor", "mlp", "sweep", 60)) for c in SWEEP.items()),
+        # the sweep is newer than any run stored before it (another browser module's, in the shared store)
+        newest = conn.execute("SELECT max(created_at) FROM runs WHERE run_id <> ?", [real]).fetchone()[0]
+        sweep_from = max(now - dt.timedelta(seconds=60), newest + dt.timedelta(seconds=1) if newest else now)
+        conn.execute("CREATE TEMP TABLE src AS SELECT * FROM runs WHERE run_id = ?", [real])
+        for (name, (loader, workers, median, n)), (workload, model, tag, start) in [
+            *((c, ("jpeg", "cnn", "demo", now - dt.timedelta(seconds=3600))) for c in DEMO.items()),
+            *((c, ("tensor", "cnn", "sweep", sweep_from)) for c in SWEEP.items()),
         ]:
             for i in range(n):
                 epoch = median * (1 + 0.01 * (i - n // 2))  # spread around the median, the median itself in the middle
@@ -81,15 +83,15 @@ def _seed(db) -> str:
                         loader,
                         workers,
                         epoch,
-                        now - dt.timedelta(seconds=age - i),
+                        start + dt.timedelta(seconds=i),
                         512 if workload == "jpeg" else 64,
                     ],
                 )
-        conn.execute("UPDATE runs SET deleted = true WHERE run_id = ?", [real.run_id])
+        conn.execute("UPDATE runs SET deleted = true WHERE run_id = ?", [real])
     from engine import api
 
     api.bump_data_version(db=db)
-    return real.run_id
+    return real
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +128,7 @@ def test_explore_opens_on_one_pipeline_names_the_fastest_and_the_advisor_agrees(
     page = new_page()
     open_page(page, base + "/explore", "Explore", re.compile(r"Fastest for"))
     # one pipeline, the newest: never the demo's jpeg pooled with the sweep's tensor
-    assert page.get_by_text("Fastest for tensor + mlp").count() == 1
+    assert page.get_by_text("Fastest for tensor + cnn").count() == 1
     assert page.get_by_text("Fastest for jpeg + cnn").count() == 0
     answer = page.locator(".st-key-explore_fastest_0").inner_text()
     assert "processes, workers=2 is the fastest so far, unproven: 1 run" in answer, answer
@@ -143,11 +145,11 @@ def test_explore_opens_on_one_pipeline_names_the_fastest_and_the_advisor_agrees(
         for c in ("processes, workers=2", "threads, workers=2", "threads, workers=4", "sync, workers=0")
     ]
     assert order == sorted(order) and "1× (reference)" in body  # fastest first, the slowest is the reference
-    # the Advisor follows the filter (tensor + mlp) and agrees: the same config first, said as unproven
+    # the Advisor follows the filter (tensor + cnn) and agrees: the same config first, said as unproven
     advisor = page.locator('[data-testid="stExpander"]').filter(has_text="Advisor: what is fastest here").first
     advisor.get_by_text(re.compile("fastest so far")).first.wait_for(timeout=90_000)
     said = advisor.inner_text()
-    assert "tensor + mlp" in said and "fastest so far, unproven: 1 run: processes, 2 workers" in said, said
+    assert "tensor + cnn" in said and "fastest so far, unproven: 1 run: processes, 2 workers" in said, said
     # words that wrap, not a code block: the only code in the Advisor is the answer's Python, to paste
     codes = advisor.locator('[data-testid="stCode"]')
     assert all("loader = " in codes.nth(i).inner_text() for i in range(codes.count()))

@@ -11,8 +11,12 @@ import time
 
 import pytest
 
+from tests._wait import wait_for
+
 pytestmark = pytest.mark.slow
 
+# a tiny CPU run with no lower bound (nothing here reads one): its passes and the demo pipeline's JPEGs cost seconds
+TINY = "workload=tensor&model=mlp&n_samples=64&image_size=8&width=8&batch_size=8&epochs=2&bound=false&device=cpu"
 TITLES = {"launch": "Launch", "explore": "Explore", "runs": "Runs", "history": "History"}
 # Every run id the Plotly charts on the page carry in customdata (ui/explore: a group's ids, comma-separated).
 _CHART_IDS = """() => Array.from(document.querySelectorAll('.js-plotly-plot'))
@@ -35,16 +39,16 @@ def _chart_ids(page) -> set[str]:
     return ids
 
 
-def _wait_for_job(db, timeout_s: float = 240.0) -> dict:
+def _wait_for_job(db, job_id: str, timeout_s: float = 240.0) -> dict:
+    """The job's row once it has ended (the store is shared with the other browser modules: found by its id)."""
     from engine import api
 
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        jobs = api.list_jobs(db=db)
-        if not jobs.empty and jobs.iloc[0]["status"] in ("done", "failed", "cancelled"):
-            return jobs.iloc[0].to_dict()
-        time.sleep(1.0)
-    pytest.fail(f"the queued job did not finish within {timeout_s:.0f} s")
+    def ended() -> dict | None:
+        jobs = api.list_jobs(db=db, limit=1000)
+        row = jobs[jobs["job_id"] == job_id]
+        return row.iloc[0].to_dict() if len(row) and row.iloc[0]["status"] in ("done", "failed", "cancelled") else None
+
+    return wait_for(ended, f"job {job_id} to end", timeout_s)
 
 
 def test_launch_a_run_then_share_the_explore_view(dashboard, new_page):
@@ -57,18 +61,18 @@ def test_launch_a_run_then_share_the_explore_view(dashboard, new_page):
     assert page.get_by_text("Deploy", exact=True).count() == 0
 
     # 2. queue a tiny run from the form (values come in through the URL, as a shared launch link would)
-    _open(page, f"{base}/launch?n_samples=256&epochs=2&batch_size=64", "Launch")
+    _open(page, f"{base}/launch?{TINY}", "Launch")
     page.get_by_role("button", name="Queue run").click()
     # NOTE: the success box, not any text: a job card or the queue's table could repeat the words
-    page.get_by_test_id("stAlertContentSuccess").filter(has_text=re.compile(r"Queued 1 job")).first.wait_for(
-        timeout=30_000
-    )
-    job = _wait_for_job(db)
+    said = page.get_by_test_id("stAlertContentSuccess").filter(has_text=re.compile(r"Queued 1 job")).first
+    said.wait_for(timeout=30_000)
+    job = _wait_for_job(db, said.inner_text().replace("\u2060", "").rsplit(" ", 1)[-1].strip())
     assert job["status"] == "done", job
     run_id = job["run_id"]
 
     # 3. Explore charts the run; "Copy share link" shows a link
-    _open(page, f"{base}/explore?x=loader&color=workers", "Explore")
+    # its pipeline named: Explore opens on the newest with two settings or more, and the store is shared
+    _open(page, f"{base}/explore?workload=tensor&model=mlp&x=loader&color=workers", "Explore")
     assert run_id in _chart_ids(page)
     page.get_by_role("button", name="Copy share link").click()
     code = page.locator('[data-testid="stCode"]').filter(has_text="view=").first  # the link, not a config's code

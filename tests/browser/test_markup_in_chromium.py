@@ -145,7 +145,8 @@ def test_a_tag_on_the_explore_chart_is_text(dashboard, new_page, trap):
             )
         rl.write("end", status="done", error=None)
     ingest_run(folder, db=db)
-    page, requests = _open(new_page, f"{base}/explore?x=tag", "Explore")
+    # its pipeline (RunConfig's default) named: Explore opens on the newest with two settings, in a shared store
+    page, requests = _open(new_page, f"{base}/explore?x=tag&workload=tensor&model=mlp", "Explore")
     page.locator(".js-plotly-plot .xtick").first.wait_for(timeout=60_000)
     time.sleep(1.0)
     _assert_inert(page, requests, trap)

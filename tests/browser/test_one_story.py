@@ -2,9 +2,10 @@
 machine is one host, and no config name shows a hash.
 
 The store holds a pyloop + mlp sweep of an older date (so it is no other test's default view): rows copied from two
-real runs through the runner, one at torch's default intra-op threads and one at 1 thread (their host facts and
-fingerprints as the runner wrote them), with other ids, settings and epoch times. Processes at 1 intra-op thread
-win; processes at torch's default threads lose to threads, as on the issue's 2-core machine.
+real runs through the runner (by the dashboard's worker), one at torch's default intra-op threads and one at 1
+thread (their host facts and fingerprints as the runner wrote them), with other ids, settings and epoch times.
+Processes at 1 intra-op thread win; processes at torch's default threads lose to threads, as on the issue's 2-core
+machine.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import re
 import pytest
 
 from tests.browser._pages import open_page
+from tests.browser._runs import done_runs
 
 pytestmark = pytest.mark.slow
 
@@ -31,32 +33,25 @@ HASH = re.compile(r"\b[0-9a-f]{12}\b")
 
 def _seed(db) -> None:
     from engine import api
-    from engine.config import RunConfig
-    from engine.run.runner import launch
     from engine.store import connect
 
-    real = {
-        threads: launch(
-            RunConfig.from_dict(
-                {
-                    "workload": "tensor",
-                    "n_samples": 64,
-                    "image_size": 8,
-                    "width": 8,
-                    "epochs": 2,
-                    "batch_size": 32,
-                    "loader": "sync",
-                    "device": "cpu",
-                    "threads": threads,
-                    "bound": False,
-                    "tag": "one-story",
-                }
-            ),
-            db=db,
-        )
+    configs = [
+        {
+            "workload": "tensor",
+            "n_samples": 64,
+            "image_size": 8,
+            "width": 8,
+            "epochs": 2,
+            "batch_size": 32,
+            "loader": "sync",
+            "device": "cpu",
+            "threads": threads,
+            "bound": False,
+            "tag": "one-story",
+        }
         for threads in (0, 1)
-    }
-    assert all(r.status == "done" for r in real.values()), [r.error for r in real.values()]
+    ]
+    real = dict(zip((0, 1), done_runs(db, *configs)))  # intra-op threads -> run id, each run done
     then = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None) - dt.timedelta(days=2)
     with connect(db, read_only=False) as conn:
         for name, (loader, workers, threads, median) in SWEEP.items():
@@ -71,10 +66,10 @@ def _seed(db) -> None:
                         workers,
                         median * (1 + 0.01 * (i - RUNS // 2)),
                         then + dt.timedelta(seconds=i),
-                        real[threads].run_id,
+                        real[threads],
                     ],
                 )
-        conn.execute("UPDATE runs SET deleted = true WHERE run_id IN (?, ?)", [r.run_id for r in real.values()])
+        conn.execute("UPDATE runs SET deleted = true WHERE run_id IN (?, ?)", list(real.values()))
     api.bump_data_version(db=db)
 
 

@@ -2,6 +2,7 @@
 the Runs table and a run page read no "None", a cancelled run keeps its card (with the link to its kept epochs)
 while the "Queued" confirmation shows under its button and goes at the next change, the SQL page's automatic
 chart puts the measure on y, the loader on x and colours by workers, and the sidebar's run count keeps up.
+The dashboard and its store are shared with the other browser modules: a test reads its own jobs and runs.
 
     make test            # runs it (it is marked slow); screenshots of a failure go to test-artifacts/
 """
@@ -15,6 +16,7 @@ import pytest
 
 from tests._wait import wait_for
 from tests.browser._pages import open_page, slow_page
+from tests.browser._runs import done_runs
 
 pytestmark = pytest.mark.slow
 
@@ -42,16 +44,8 @@ SQL = (
 
 
 def _done_runs(db, *overrides: dict) -> list[str]:
-    """Queue tiny runs for the dashboard's worker and wait until each is stored: their run ids."""
-    from engine import api
-
-    job_ids = [api.submit(api.RunConfig.from_dict({**TINY, **o}), origin="cli", db=db) for o in overrides]
-    for job_id in job_ids:
-        wait_for(lambda j=job_id: api.job_progress(j, db)["status"] == "done", f"job {job_id} done", 240)
-    run_ids = [api.job_progress(j, db)["run_id"] for j in job_ids]
-    for run_id in run_ids:
-        wait_for(lambda r=run_id: api.get_run(r, db=db) is not None, f"run {run_id} stored", 60)
-    return run_ids
+    """Tiny runs by the dashboard's worker, each TINY with its overrides: their run ids once stored."""
+    return done_runs(db, *({**TINY, **o} for o in overrides))
 
 
 def _in_viewport(locator) -> bool:
@@ -105,11 +99,13 @@ def test_a_cancelled_run_keeps_its_card_with_its_link_and_the_queued_note_shows_
     job_id = said.inner_text().rsplit(" ", 1)[-1].strip()
     wait_for(lambda: api.job_progress(job_id, db)["epochs_done"] >= 2, "2 epochs of the slow run", 180)
     run_id = api.job_progress(job_id, db)["run_id"]
-    page.get_by_role("button", name="Cancel", exact=True).first.click()
+    # its own card (the one with its run's link): another browser module's cancelled run may keep a card too
+    card = page.locator('[class*="st-key-launch-card-"]').filter(has=page.get_by_role("link", name=f"run {run_id}"))
+    card.get_by_role("button", name="Cancel", exact=True).click()
     wait_for(lambda: api.job_progress(job_id, db)["status"] == "cancelled", "the run cancelled", 60)
 
-    page.locator("p", has_text=re.compile(r"^cancelled · ")).first.wait_for()  # its card stays, said as cancelled
-    page.get_by_text("Cancelled: its finished epochs are kept, on its run page.").wait_for()
+    card.locator("p", has_text=re.compile(r"^cancelled · ")).wait_for()  # its card stays, said as cancelled
+    card.get_by_text("Cancelled: its finished epochs are kept, on its run page.").wait_for()
     link = page.get_by_role("link", name=f"run {run_id}")
     assert link.count() >= 1 and link.first.is_visible()
 
