@@ -36,7 +36,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
 from tqdm import tqdm
@@ -292,14 +292,20 @@ class TuneResult:
 
     def _tie_lines(self) -> list[str]:
         """Where the answer is not the fastest measured: which it was within noise of, and the memory it saves."""
-        fastest = self.fastest_idx
-        if fastest is None or fastest == self.best_idx:
+        fastest, best = self.fastest_idx, self.best_idx
+        if fastest is None or best is None or fastest == best:
             return []
         row = _last_search_row(self, fastest)
+        saves = (
+            f"uses less memory ({memory.fmt_bytes(_memory_of(self, best))} vs "
+            f"{memory.fmt_bytes(_memory_of(self, fastest))})"
+            if _ties_by_bytes(self)
+            else f"starts fewer processes ({_processes(self.configs[best])} vs {_processes(self.configs[fastest])}; "
+            "no memory was measured: each worker process holds its own copy of the dataset)"
+        )
         return [
-            f"  within noise of {_describe(self.configs[fastest])} ({row['epoch_s'] if row else math.nan:.3f} s; settings within "
-            f"{TIE_MARGIN:.0%} are not told apart by one run each); uses less memory "
-            f"({memory.fmt_bytes(_memory_of(self, self.best_idx))} vs {memory.fmt_bytes(_memory_of(self, fastest))})"
+            f"  within noise of {_describe(self.configs[fastest])} ({row['epoch_s'] if row else math.nan:.3f} s; "
+            f"settings within {TIE_MARGIN:.0%} are not told apart by one run each); {saves}"
         ]
 
     def _short_lines(self) -> list[str]:
@@ -668,7 +674,28 @@ def _pick_best(result: TuneResult) -> None:
     """Best = fastest among candidates measured in the highest whole rung reached, within the memory cap; of those
     within noise of the fastest, the one that uses the least memory (_halving.pick)."""
     result.fastest_idx = pick(result.rows, "epoch_s", result.max_memory)
-    result.best_idx = pick(result.rows, "epoch_s", result.max_memory, lambda r: _row_memory(result, r))
+    result.best_idx = pick(result.rows, "epoch_s", result.max_memory, _tie_memory(result))
+
+
+def _tie_memory(result: TuneResult) -> Callable[[dict[str, Any]], float | None]:
+    """What pick() breaks a tie on: a run's bytes (_row_memory) where every run of the search has them, else the
+    processes its setting starts. NOTE: without the sampler (sample_hz 0) or --max-memory's footprint no run has a
+    figure, yet the ordering is known: each worker process holds its own copy of the dataset and of torch, while
+    threads share the one process."""
+    if _ties_by_bytes(result):
+        return lambda r: _row_memory(result, r)
+    return lambda r: float(_processes(result.configs[r["candidate"]]))
+
+
+def _ties_by_bytes(result: TuneResult) -> bool:
+    """Whether every run of the search has a memory figure (_row_memory), so ties are broken on bytes."""
+    search = [r for r in result.rows if isinstance(r["rung"], int)]
+    return bool(search) and all(_row_memory(result, r) is not None for r in search)
+
+
+def _processes(cfg: RunConfig) -> int:
+    """The processes a setting runs: the training process and its loader's worker processes."""
+    return 1 + (cfg.workers if cfg.loader == "processes" else 0)
 
 
 def _row_memory(result: TuneResult, row: dict[str, Any]) -> float | None:

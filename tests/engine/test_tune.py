@@ -445,7 +445,8 @@ def test_of_settings_within_noise_of_the_fastest_the_one_using_least_memory_is_t
     """The first rung of a storage-like tune that once answered 8 processes: threads 8/16/32 and processes 8 measured
     within 6 % of each other. 16 threads (one process) is within noise of the fastest, 8 processes (eight copies of
     the dataset), and holds less memory, so it is the answer and the answer says why; a setting past the margin is
-    never the answer for its memory, and without a memory figure the fastest stays the answer."""
+    never the answer for its memory. Where no run has a memory figure (no sampler, no --max-memory), the tie goes to
+    the setting that starts fewer processes; pick() given no memory at all keeps the fastest."""
     from engine.advice._halving import TIE_MARGIN, pick
     from engine.advice.tune import _pick_best
 
@@ -481,6 +482,13 @@ def test_of_settings_within_noise_of_the_fastest_the_one_using_least_memory_is_t
     _pick_best(tied)
     assert (tied.best_idx, tied.fastest_idx) == (0, 4)
     assert "the sync loader (no background loading) was within noise of the fastest" in tied.render(), tied.render()
+    # no memory figure in any run (the storage tune of CI: sample_hz 0, no cap): one process of threads wins the tie
+    unmeasured = TuneResult(
+        sweep_id="tune-x", budget_s=90, configs=configs, rows=[{**r, "peak_bytes": None} for r in rows], wanted=5
+    )
+    _pick_best(unmeasured)
+    assert unmeasured.fastest_idx == 4 and unmeasured.configs[unmeasured.best_idx].loader == "threads"
+    assert "starts fewer processes (1 vs 9;" in unmeasured.render(), unmeasured.render()
 
 
 # ---------------------------------------------------------------------------- the search follows the resource
