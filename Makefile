@@ -10,10 +10,11 @@ DEV_STAMP := $(VENV)/.dev-$(shell cat requirements.txt requirements-dev.txt | ck
 PORT ?= 8501
 ADDRESS ?= 127.0.0.1
 PYTEST_ARGS ?=
-# pytest-xdist workers for `make test` (0: one process). Two keep both cores of a 2-core machine busy; more do not
-# help there, as most of the suite's time is CPU (processes that start and import torch). tests/conftest.py gives
-# each worker its share of the cores. docs/development.md says how long the suite takes, and where.
-TEST_WORKERS ?= 2
+# pytest-xdist workers for `make test` (0: one process): one more than the cores, at most 8. With as many workers as
+# cores the cores sat idle a quarter of the parallel part (tests waiting on tune budgets, timeouts, servers and
+# processes starting), so a third worker on a 2-core machine fills them. tests/conftest.py gives each worker its
+# share of the cores. docs/development.md says how long the suite takes, and where.
+TEST_WORKERS ?= $(shell n=$$(nproc); echo $$(( n + 1 < 8 ? n + 1 : 8 )))
 
 .PHONY: install run demo worker lint test browser-deps media-deps share clean bench test-gpu bench-gpu docs docs-serve
 
