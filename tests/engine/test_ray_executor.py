@@ -51,7 +51,6 @@ def _ray_processes() -> set[int]:
 def cluster(tmp_path_factory):
     if not ray_available() and os.environ.get("LOADERLAB_REQUIRE_RAY") != "1":
         pytest.skip("Ray is not installed: pip install -r requirements-cluster.txt")
-    before = _ray_processes()
     with pytest.MonkeyPatch.context() as mp:
         # NOTE: a token in the environment keeps Ray's token auth on without writing ~/.ray/auth_token
         mp.setenv("RAY_AUTH_TOKEN", "loaderlab-test-" + os.urandom(16).hex())
@@ -59,7 +58,8 @@ def cluster(tmp_path_factory):
         with connect_ray(num_cpus=2) as ray:
             node = ray.nodes()[0]
             assert node["NodeManagerAddress"] == "127.0.0.1"
-            started = _ray_processes() - before
+            # NOTE: this process's children only: a job-worker test on another xdist worker runs a Ray of its own
+            started = _ray_processes() & {c.pid for c in psutil.Process().children(recursive=True)}
             assert started, "ray.init started no processes?"
             yield ray
         assert not ray.is_initialized()
@@ -68,7 +68,9 @@ def cluster(tmp_path_factory):
 
 
 class _Killer(threading.Thread):
-    """Kills the Ray worker running the SLOW trial once that run has finished two epochs."""
+    """Kills the Ray worker running the SLOW trial once that run has finished two epochs. NOTE: only a run under
+    this process's own Ray (ray.init's raylet is its child): the job-worker tests on another xdist worker run their
+    trials in the same scratch folder, and a kill of one of theirs left this sweep with no failed trial."""
 
     def __init__(self):
         super().__init__(daemon=True)
@@ -82,6 +84,8 @@ class _Killer(threading.Thread):
                     continue
                 run_dir = Path(cmd[-1])
                 try:
+                    if os.getpid() not in {a.pid for a in p.parents()}:
+                        continue
                     slow = json.loads((run_dir / "config.json").read_text())["latency_ms"] > 0
                     epochs = (run_dir / "events.jsonl").read_text().count('"type":"epoch"')
                     worker = p.parent()
