@@ -42,6 +42,7 @@ __all__ = [
     "parse_size",
     "peak_line",
     "within_cap",
+    "worker_processes",
 ]
 
 log = logging.getLogger(__name__)
@@ -80,8 +81,12 @@ def fits(peak: float | None, cap: int | None) -> bool:
 def estimate(setting: RunConfig, foot: dict[str, Any]) -> float:
     """The peak PSS a setting's process tree is expected to reach: the base, and one worker's own memory per worker
     process (threads live in the one process)."""
-    workers = setting.workers if setting.loader == "processes" else 0
-    return float(foot["base_bytes"]) + workers * float(foot["worker_bytes"])
+    return float(foot["base_bytes"]) + worker_processes(setting) * float(foot["worker_bytes"])
+
+
+def worker_processes(setting: RunConfig) -> int:
+    """The loader's worker processes, each with its own copy of the dataset (threads live in the one process)."""
+    return setting.workers if setting.loader == "processes" else 0
 
 
 def peak_line(peak: float | None, yours: float | None, cap: int | None, whose: str = "your setup") -> str:

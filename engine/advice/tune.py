@@ -695,7 +695,7 @@ def _ties_by_bytes(result: TuneResult) -> bool:
 
 def _processes(cfg: RunConfig) -> int:
     """The processes a setting runs: the training process and its loader's worker processes."""
-    return 1 + (cfg.workers if cfg.loader == "processes" else 0)
+    return 1 + memory.worker_processes(cfg)
 
 
 def _row_memory(result: TuneResult, row: dict[str, Any]) -> float | None:
