@@ -34,9 +34,11 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, NamedTuple
 
 import pandas as pd
 from tqdm import tqdm
@@ -65,7 +67,7 @@ from engine.config import RunConfig
 from engine.errors import ConfigError
 from engine.paths import ROOT, Db, calibrations_dir
 from engine.run.hostfit import check_machine_all, usable_cores
-from engine.run.runner import launch
+from engine.run.runner import kill_group, launch
 from engine.run.warm import WarmParent, run_env
 from engine.store import recent_done_runs
 from engine.runlog import read_events
@@ -189,7 +191,8 @@ class TuneResult:
     confirm_rows: list[dict[str, Any]] = field(default_factory=list)  # the interleaved runs of sync and best
     probe: Probe | None = None  # what the predictions came from (engine/predict/probe.py)
     probe_note: str = ""  # where it came from, or why there is none
-    probe_s: float = 0.0  # seconds before the first run: the probe, the memory estimate
+    probe_s: float = 0.0  # seconds before the first run: the warm parent's imports, the probe, the memory estimate
+    probe_took_s: float = 0.0  # the probe's own seconds (from its fork, or its cold start, to its answer)
     predictions: dict[int, Prediction] = field(default_factory=dict)  # candidate -> its predicted steady epoch
     max_memory: int | None = None  # --max-memory: no answer's measured peak PSS is above it
     skipped: list[RunConfig] = field(default_factory=list)  # settings the memory estimate said cannot fit: not run
@@ -426,10 +429,13 @@ def tune(
     result = TuneResult(
         sweep_id=new_sweep_id("tune"), budget_s=budget_s, configs=configs, baseline=given, max_memory=cap
     )
-    with bar:
+    # NOTE: one warm parent for the probe and every run: the probe forks from it, so torch is imported once
+    with bar, WarmParent() as warm:
         try:
             bar.set_postfix_str("probe", refresh=True)
-            result.probe, result.probe_note = _probe(cfg0, db, max(PROBE_MIN_S, budget_s * PROBE_SHARE), predicted)
+            result.probe, result.probe_note, result.probe_took_s = _probe(
+                cfg0, db, max(PROBE_MIN_S, budget_s * PROBE_SHARE), predicted, warm
+            )
             if result.probe is not None:  # torch's default thread count is known now: an explicit twin of it goes
                 # NOTE: the probe's "pools" (hidden_pools() where it loaded), when it records them
                 hidden = any(p.get("threads", 1) > 1 for p in result.probe.get("pools") or [])
@@ -452,7 +458,7 @@ def tune(
                     if (p := predict(c, result.probe)) is not None
                 }
             result.probe_s = time.monotonic() - t0
-            _search(result, cfg0, db, t0, bar, rng, eta, rung0_epochs, confirm_repeats, top_k)
+            _search(result, cfg0, db, t0, bar, rng, eta, rung0_epochs, confirm_repeats, top_k, warm)
         except KeyboardInterrupt:
             result.stop_reason = "interrupted"
             log.warning("tune interrupted; reporting the runs finished so far")
@@ -473,73 +479,73 @@ def _search(
     rung0_epochs: int,
     confirm_repeats: int,
     top_k: int,
+    warm: WarmParent,
 ) -> None:
     """The rungs, then the confirmation (engine/advice/_halving.py), all forked from one warm parent (as a sweep
     keeps: each run forks instead of importing torch again)."""
     survivors = _first_rung(result, top_k, rng)
     result.wanted = len(survivors)
     epochs_of: dict[int, list[float]] = {}  # candidate -> steady epoch walls of its latest run
-    with WarmParent() as warm:
 
-        def measure(idx: int, rung: Any, steady: int) -> dict[str, Any]:
-            if rung == "confirm":
-                cfg = result.configs[idx].replace(epochs=cfg0.warmup_epochs + rung0_epochs)
-                return _measure(cfg, db, result, idx, -1, steady, {}, warm)
-            row = _measure(
-                result.configs[idx].replace(epochs=cfg0.warmup_epochs + steady),
-                db,
-                result,
-                idx,
-                rung,
-                steady,
-                epochs_of,
-                warm,
-            )
-            bar.n = min(round(time.monotonic() - t0), bar.total)
-            bar.set_postfix_str(f"rung {rung}, {len(result.rows) + 1} runs", refresh=True)
-            return row
-
-        def fits(idxs: list[int], rung: Any, steady: int, limit_s: float) -> bool:
-            if rung == "confirm":  # NOTE: like with like: a confirming run is estimated from every run so far
-                cfg = result.configs[idxs[0]].replace(epochs=cfg0.warmup_epochs + rung0_epochs)
-                return time.monotonic() - t0 + _estimate(result.rows + result.confirm_rows, None, cfg) <= limit_s
-            cfgs = [(i, result.configs[i].replace(epochs=cfg0.warmup_epochs + steady)) for i in idxs]
-            return (
-                time.monotonic()
-                - t0
-                + sum(_estimate(result.rows, epochs_of.get(i), c, _predicted(result, i, c)) for i, c in cfgs)
-                <= limit_s
-            )
-
-        # NOTE: the first rung may spend the whole budget: a candidate left untried is worth more than confirming
-        # one against too few (a short budget once confirmed a setting 7 + 7 times after measuring only it)
-        plan = Plan(
-            measure=measure,
-            fits=fits,
-            figure="epoch_s",
-            length=rung0_epochs,
-            rng=rng,
-            rows=result.rows,
-            limit_s=lambda rung: result.budget_s if rung == 0 else result.budget_s * SEARCH_SHARE,
-            eta=eta,
+    def measure(idx: int, rung: Any, steady: int) -> dict[str, Any]:
+        if rung == "confirm":
+            cfg = result.configs[idx].replace(epochs=cfg0.warmup_epochs + rung0_epochs)
+            return _measure(cfg, db, result, idx, -1, steady, {}, warm)
+        row = _measure(
+            result.configs[idx].replace(epochs=cfg0.warmup_epochs + steady),
+            db,
+            result,
+            idx,
+            rung,
+            steady,
+            epochs_of,
+            warm,
         )
-        result.stop_reason, left_out = halve(survivors, plan)
-        if left_out:
-            result.full_budget_s = _full_budget(result, survivors, cfg0, rung0_epochs, eta, confirm_repeats)
-            return  # NOTE: no confirming: the budget went to candidates (the answer says so)
-        _pick_best(result)
-        best = result.best_idx
-        if best is None or best == 0 or (result.configs[0].loader != "sync" and not result.baseline):
-            return
-        stop = confirm(
-            best,
-            plan,
-            confirm_repeats,
-            result.budget_s,
-            result.confirm_rows,
-            "your baseline" if result.baseline else "sync",
+        bar.n = min(round(time.monotonic() - t0), bar.total)
+        bar.set_postfix_str(f"rung {rung}, {len(result.rows) + 1} runs", refresh=True)
+        return row
+
+    def fits(idxs: list[int], rung: Any, steady: int, limit_s: float) -> bool:
+        if rung == "confirm":  # NOTE: like with like: a confirming run is estimated from every run so far
+            cfg = result.configs[idxs[0]].replace(epochs=cfg0.warmup_epochs + rung0_epochs)
+            return time.monotonic() - t0 + _estimate(result.rows + result.confirm_rows, None, cfg) <= limit_s
+        cfgs = [(i, result.configs[i].replace(epochs=cfg0.warmup_epochs + steady)) for i in idxs]
+        return (
+            time.monotonic()
+            - t0
+            + sum(_estimate(result.rows, epochs_of.get(i), c, _predicted(result, i, c)) for i, c in cfgs)
+            <= limit_s
         )
-        result.stop_reason += f"; {stop}" if stop else ""
+
+    # NOTE: the first rung may spend the whole budget: a candidate left untried is worth more than confirming
+    # one against too few (a short budget once confirmed a setting 7 + 7 times after measuring only it)
+    plan = Plan(
+        measure=measure,
+        fits=fits,
+        figure="epoch_s",
+        length=rung0_epochs,
+        rng=rng,
+        rows=result.rows,
+        limit_s=lambda rung: result.budget_s if rung == 0 else result.budget_s * SEARCH_SHARE,
+        eta=eta,
+    )
+    result.stop_reason, left_out = halve(survivors, plan)
+    if left_out:
+        result.full_budget_s = _full_budget(result, survivors, cfg0, rung0_epochs, eta, confirm_repeats)
+        return  # NOTE: no confirming: the budget went to candidates (the answer says so)
+    _pick_best(result)
+    best = result.best_idx
+    if best is None or best == 0 or (result.configs[0].loader != "sync" and not result.baseline):
+        return
+    stop = confirm(
+        best,
+        plan,
+        confirm_repeats,
+        result.budget_s,
+        result.confirm_rows,
+        "your baseline" if result.baseline else "sync",
+    )
+    result.stop_reason += f"; {stop}" if stop else ""
 
 
 def _predicted(result: TuneResult, idx: int, cfg: RunConfig) -> float | None:
@@ -598,43 +604,65 @@ def _first_rung(result: TuneResult, top_k: int, rng: random.Random) -> list[int]
     return first + rest
 
 
-def _probe(cfg0: RunConfig, db: Db, timeout_s: float, wanted: bool) -> tuple[Probe | None, str]:
+def _probe(
+    cfg0: RunConfig, db: Db, timeout_s: float, wanted: bool, warm: WarmParent | None = None
+) -> tuple[Probe | None, str, float]:
     """The base pipeline's probe, from the store's calibrations or measured in a child
-    (engine/predict/_probe_child.py), and a note on where it came from or why there is none."""
+    (engine/predict/_probe_child.py): forked from `warm` (tune's warm parent, torch already imported) where it can,
+    else a cold Python; a note on where it came from or why there is none; the seconds the child took."""
     if not wanted:
-        return None, "--no-predict"
+        return None, "--no-predict", 0.0
     if cfg0.mode not in MODES:
-        return None, f"the model does not cover mode {cfg0.mode}"
+        return None, f"the model does not cover mode {cfg0.mode}", 0.0
     calibrations = calibrations_dir(db)
     timeout_s = max(1.0, timeout_s)
-    started = time.monotonic()
     # NOTE: the child plans its measurements to end by 70 % of its share (quick where the full probe cannot fit);
-    # what it cannot plan (torch's import, the dataset's build, the first step's: torch.optim imports torch._dynamo)
-    # may overrun on a busy machine, so the guard that stops it stands at 1.5 x the share
+    # what it cannot plan (the dataset's build, the first step's; a cold child's import of torch and its compiler)
+    # may overrun on a busy machine, so the guard that stops it stands at 1.5 x the share. Forked warm, the child
+    # starts with torch imported: on 2 busy cores the import alone took seconds of the share.
     target, timeout_s = 0.7 * timeout_s, 1.5 * timeout_s
-    try:
-        out = subprocess.run(
-            [sys.executable, "-m", "engine.predict._probe_child", str(calibrations), f"{target:.1f}"],
-            input=json.dumps(cfg0.to_dict()),
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            env=run_env(),
-            timeout=timeout_s,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        log.warning(
-            "tune: the probe took over %.0f s (1.5 x its share of the budget); tuning without a prediction", timeout_s
-        )
-        return None, f"the probe took over {timeout_s:.0f} s, 1.5 x its share of the budget"
+    argv = [str(calibrations), f"{target:.1f}"]
+    with tempfile.TemporaryDirectory(prefix="loaderlab-probe-") as tmp:
+        work = Path(tmp)
+        (work / "stdin").write_text(json.dumps(cfg0.to_dict()))
+        if warm is not None:
+            warm.ready()  # NOTE: the parent's imports are not the probe's: its share starts at the fork
+        started = time.monotonic()
+        child = warm.call("engine.predict._probe_child", argv, work, run_env()) if warm is not None else None
+        try:
+            if child is not None:
+                try:
+                    child.wait(timeout=timeout_s)
+                except subprocess.TimeoutExpired:
+                    kill_group(child.pid)
+                    child.wait()
+                    raise
+                out = _Out((work / "stdout").read_text(), _tail(work / "stderr.log"))
+            else:
+                proc = subprocess.run(
+                    [sys.executable, "-m", "engine.predict._probe_child", *argv],
+                    input=(work / "stdin").read_text(),
+                    capture_output=True,
+                    text=True,
+                    cwd=ROOT,
+                    env=run_env(),
+                    timeout=timeout_s,
+                    check=False,
+                )
+                out = _Out(proc.stdout, proc.stderr)
+        except subprocess.TimeoutExpired:
+            log.warning(
+                "tune: the probe took over %.0f s (1.5 x its share of the budget); tuning without a prediction",
+                timeout_s,
+            )
+            return None, f"the probe took over {timeout_s:.0f} s, 1.5 x its share of the budget", timeout_s
     took = time.monotonic() - started
     try:
         answer = json.loads(out.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
         last = (out.stderr.strip().splitlines() or ["no output"])[-1]
         log.warning("tune: the probe failed (%s); tuning without a prediction", last)
-        return None, f"the probe failed: {last[:120]}"
+        return None, f"the probe failed: {last[:120]}", took
     where = "cached for this host" if answer["cached"] else "measured now"
     spread = answer["probe"].get("spread") or 0.0
     kind = (
@@ -642,7 +670,20 @@ def _probe(cfg0: RunConfig, db: Db, timeout_s: float, wanted: bool) -> tuple[Pro
         if answer["probe"].get("quick")
         else "the full probe"
     )
-    return answer["probe"], f"{kind}, {where}, {took:.0f} s"
+    return answer["probe"], f"{kind}, {where}, {took:.0f} s", took
+
+
+class _Out(NamedTuple):
+    stdout: str
+    stderr: str
+
+
+def _tail(path: Path) -> str:
+    """A child's stderr file, where it left one."""
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
 
 
 def _configs(

@@ -7,8 +7,10 @@ does not fit, a quick one (engine/predict/probe.py).
 
 `tune` asks for its base pipeline's probe here before its first run, not in its own process: tune lives through
 every run, and a probe run there would leave it a CUDA context (GPU memory the runs then lack) and warm OpenMP
-pools; a child ends and takes them along. The probe runs alone, before tune's warm parent starts, so nothing of
-tune's own competes for the cores it measures. The cache key is the host's `machine` (engine/measure/host.py).
+pools; a child ends and takes them along. tune forks it from its warm parent (engine/run/warm.py WarmParent.call:
+main(argv), stdin and stdout from and to files), once that parent has imported torch, else starts it cold; either
+way it runs alone, before the first run, so nothing of tune's own competes for the cores it measures. The cache key
+is the host's `machine` (engine/measure/host.py).
 """
 
 from __future__ import annotations

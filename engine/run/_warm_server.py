@@ -3,6 +3,9 @@
 It imports torch and the engine's run-side modules once, then forks one child per run on request. Protocol:
 JSON lines on its stdin/stdout, one run in flight at a time:
     -> {"op": "fork", "run_dir": "...", "env": {...}}   <- {"pid": 123} ... when it exits: {"exit": -9}
+    -> {"op": "fork", ..., "call": {"module": "...", "argv": [...], "stdin": "...", "stdout": "..."}}
+       a module's main(argv) in place of a run's (tune's probe: engine/predict/_probe_child.py), stdin and stdout
+       from and to those files, stderr to <run_dir>/stderr.log; the same replies
     -> {"op": "status"}                                 <- {"threads": 1, "cuda_initialized": false, ...}
 Before every fork it checks it is single-threaded with CUDA uninitialised, else it refuses (the run starts cold).
 """
@@ -75,23 +78,36 @@ def _refusal(state: dict[str, Any]) -> str | None:
     return None
 
 
-def _child(run_dir: str, env: dict[str, str], ready_w: int, proto: BinaryIO) -> None:
-    """In the forked child: become a cold child's equal, then run. Never returns."""
+def _child(
+    run_dir: str, env: dict[str, str], ready_w: int, proto: BinaryIO, call: dict[str, Any] | None = None
+) -> None:
+    """In the forked child: become a cold child's equal, then run (or `call`'s module). Never returns."""
     rc = 1
     try:
         os.setsid()  # before the launcher learns the pid: kill_group(pid) must always find the group
         os.write(ready_w, b"1")
         os.close(ready_w)
         proto.close()  # the launcher must see EOF when the parent dies, not wait on this copy
-        null = os.open(os.devnull, os.O_RDONLY)
         err = os.open(Path(run_dir) / "stderr.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        for fd, to in ((null, 0), (err, 1), (err, 2)):
+        if call is None:
+            fds = ((os.open(os.devnull, os.O_RDONLY), 0), (err, 1), (err, 2))
+        else:
+            out = os.open(call["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            fds = ((os.open(call["stdin"], os.O_RDONLY), 0), (out, 1), (err, 2))
+        for fd, to in fds:
             os.dup2(fd, to)
         os.environ.clear()
         os.environ.update(env)
         os.chdir(ROOT)  # the checkout, as a cold child's cwd
-        sys.argv = [sys.argv[0], run_dir]
-        rc = main([run_dir])
+        if call is None:
+            sys.argv = [sys.argv[0], run_dir]
+            rc = main([run_dir])
+        else:
+            sys.argv = [call["module"], *call["argv"]]
+            # NOTE: fresh objects on the new fds: the parent's sys.stdin read its protocol, its sys.stdout may hold
+            # a stray import's print
+            sys.stdin, sys.stdout = open(0, closefd=False), open(1, "w", closefd=False)  # noqa: SIM115
+            rc = importlib.import_module(call["module"]).main(list(call["argv"]))
     except SystemExit as e:
         rc = 0 if e.code is None else e.code if isinstance(e.code, int) else 1
     except BaseException:  # noqa: BLE001 - reported in stderr.log like a cold child's traceback
@@ -109,7 +125,7 @@ def _fork(req: dict[str, Any], proto: BinaryIO) -> None:
     pid = os.fork()
     if pid == 0:
         os.close(ready_r)
-        _child(req["run_dir"], req["env"], ready_w, proto)
+        _child(req["run_dir"], req["env"], ready_w, proto, req.get("call"))
     os.close(ready_w)
     os.read(ready_r, 1)  # the child is in its own session (or already dead: EOF)
     os.close(ready_r)

@@ -123,11 +123,20 @@ class WarmParent:
 
     def start(self, run_dir: Path, env: dict[str, str]) -> WarmChild | None:
         """Fork the run in run_dir with env, or say in one log line why it starts cold and return None."""
+        return self._fork(run_dir, env, None)
+
+    def call(self, module: str, argv: list[str], work_dir: Path, env: dict[str, str]) -> WarmChild | None:
+        """Fork `python -m module argv...` (its main(argv)): stdin from work_dir/stdin, stdout to work_dir/stdout,
+        stderr to work_dir/stderr.log; or say in one log line why it cannot and return None (run it cold)."""
+        call = {"module": module, "argv": argv, "stdin": str(work_dir / "stdin"), "stdout": str(work_dir / "stdout")}
+        return self._fork(work_dir, env, call)
+
+    def _fork(self, run_dir: Path, env: dict[str, str], call: dict[str, Any] | None) -> WarmChild | None:
         if self._dead or not self._busy.acquire(blocking=False):
             return None
         why = self._unfit(env)
         if why is None:
-            self._send(op="fork", run_dir=str(run_dir), env=env)
+            self._send(op="fork", run_dir=str(run_dir), env=env, **({"call": call} if call else {}))
             reply = self._read(timeout=60.0)
             if reply is None:  # a late answer would be read as the next one's: stop using it
                 self._fail("the warm parent did not answer in 60 s")
@@ -137,7 +146,8 @@ class WarmParent:
                 return WarmChild(self, reply["pid"])
             why = self._dead if "eof" in reply else f"the warm parent refused: {reply.get('refused')}"
         self._busy.release()
-        log.warning("run %s starts cold: %s", Path(run_dir).name, why)
+        what = f"{call['module']} in {Path(run_dir).name}" if call else f"run {Path(run_dir).name}"
+        log.warning("%s starts cold: %s", what, why)
         return None
 
     def _unfit(self, env: dict[str, str]) -> str | None:
@@ -153,6 +163,13 @@ class WarmParent:
             return self._dead
         changed = sorted({k for k, _ in set(_load_time(env).items()) ^ set(_load_time(self._env).items())})
         return f"{', '.join(changed)} changed since the warm parent started" if changed else None
+
+    def ready(self) -> bool:
+        """Wait for the parent's imports (at most ready_timeout_s); whether it now serves forks."""
+        if self._dead:
+            return False
+        with self._busy:
+            return self._unfit(self._env) is None
 
     def status(self) -> dict[str, Any]:
         """The parent's own view: pid, threads, cuda_initialized, torch_loaded (asked while no run is in flight)."""

@@ -307,7 +307,7 @@ def test_the_first_rung_runs_the_predicted_fastest_in_predicted_order_then_candi
     assert f"{result.rows[0]['predicted_s']:.3f}" in result.render() and "predicted" in result.render()
     # the probe is cached for this host: the next tune of the pipeline predicts without measuring again
     assert list((store.parent / "calibrations").glob("probe-*.json"))
-    again, note = tune_mod._probe(result.configs[0], store, 120.0, True)
+    again, note, _ = tune_mod._probe(result.configs[0], store, 120.0, True)
     assert again == result.probe and "cached" in note
 
 
@@ -516,7 +516,6 @@ def test_where_items_wait_threads_and_spdl_reach_past_the_cores_and_processes_st
 
 
 @pytest.mark.slow
-@pytest.mark.quiet  # the probe's seconds against its share of the budget: a timing property, with the cores to itself
 @pytest.mark.own_calibrations  # measured now: a probe another test cached would fit any budget
 def test_a_heavy_cpu_models_tune_predicts_within_a_90s_budget(store):
     """The ResNet of examples/own_pipeline on the CPU, `tune --budget 90s`: the probe comes back within its share
@@ -540,7 +539,9 @@ def test_a_heavy_cpu_models_tune_predicts_within_a_90s_budget(store):
     )
     share = max(PROBE_MIN_S, 90 * PROBE_SHARE)
     assert result.probe is not None and "measured now" in result.probe_note, result.probe_note
-    assert result.probe_s <= 1.5 * share  # its share, and what a busy machine overruns it by
+    # its share, and what a busy machine overruns it by (the suite's parallel part is one: the probe forks from the
+    # warm parent, so torch's import, which on busy cores took seconds of the share, is not the probe's)
+    assert result.probe_took_s <= 1.5 * share, result.probe_note
     quick = bool(result.probe.get("quick"))
     assert ("a quick probe" in result.probe_note) == quick and ("the full probe" in result.probe_note) != quick
     assert set(result.predictions) == {0} and result.rows and result.rows[0]["predicted_s"] > 0

@@ -23,7 +23,7 @@ import pytest
 from engine.config import RunConfig, SweepConfig
 from engine.paths import ROOT, runs_dir
 from engine.run.runner import launch
-from engine.run.warm import WarmParent
+from engine.run.warm import WarmParent, run_env
 from engine.store import get_run
 from engine.sweeps.local import run_sweep
 
@@ -241,3 +241,21 @@ def test_a_warm_parent_closed_before_it_is_ready_is_killed_and_one_that_is_ready
         proc = psutil.Process(ready.pid)
     assert ready._proc is not None and ready._proc.returncode == 0
     assert not proc.is_running()
+
+
+def test_tunes_probe_forked_warm_is_measured_saved_and_read_back_cold_and_a_failing_one_says_why(warm, store, tmp_path):
+    """tune forks its probe from its warm parent (WarmParent.call: a module's main, stdin and stdout files); the
+    probe it saves is the one a cold tune then reads from the cache, and a child that fails reports its last line."""
+    from engine.advice.tune import _probe
+
+    cfg = RunConfig.from_dict({**TINY, "bound": False, "tag": "tune"})
+    probe, note, _ = _probe(cfg, store, 20.0, True, warm)
+    assert probe is not None and "measured now" in note, note
+    assert probe["n_samples"] == cfg.n_samples and probe["load_median_wall_s"] > 0
+    again, cached, _ = _probe(cfg, store, 20.0, True, None)  # cold, from the calibrations the warm child wrote
+    assert again == probe and "cached" in cached, cached
+    (tmp_path / "stdin").write_text("not json")
+    child = warm.call("engine.predict._probe_child", [str(tmp_path / "cal")], tmp_path, run_env())
+    assert child is not None and child.wait(timeout=60) == 1
+    assert "JSONDecodeError" in (tmp_path / "stderr.log").read_text()
+    assert not (tmp_path / "stdout").read_text()
