@@ -10,12 +10,13 @@ DEV_STAMP := $(VENV)/.dev-$(shell cat requirements.txt requirements-dev.txt | ck
 PORT ?= 8501
 ADDRESS ?= 127.0.0.1
 PYTEST_ARGS ?=
-# pytest-xdist workers for `make test` (0: one process). Two on a 2-core machine leave the cores idle a quarter of
-# the parallel part (tests wait on tune budgets, timeouts, start-ups), and three took it from 21 to 16-17 min, but
-# under three, timing properties (a probe within its share of a tune's budget, a budget that buys its candidates)
-# failed (ci12 at 138a403): two until those tests hold under that load. tests/conftest.py gives each worker its
-# share of the cores. docs/development.md says how long the suite takes, and where.
-TEST_WORKERS ?= 2
+# pytest-xdist workers for `make test` (0: one process). Two on a 2-core machine left the cores idle a quarter of
+# the parallel part (tests wait on tune budgets, timeouts, start-ups); three took it from 21 to 16-17 min. Under
+# three, two timing properties failed at first (ci12 at 138a403: tune's probe, then a cold Python, past its share;
+# a script tune's budget too short for its candidates): the probe now forks warm and the budget has room (ci13 at
+# d9369cb passed). tests/conftest.py gives each worker its share of the cores and runs the modules with the most
+# slow tests first. docs/development.md says how long the suite takes, and where.
+TEST_WORKERS ?= 3
 
 .PHONY: install run demo worker lint test browser-deps media-deps share clean bench test-gpu bench-gpu docs docs-serve
 

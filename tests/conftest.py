@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -94,3 +95,21 @@ def _keep_main_module():
     yield
     if main is not None and sys.modules.get("__main__") is not main:
         sys.modules["__main__"] = main
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Under pytest-xdist (make test's parallel part), the modules with the most tests marked slow run first, each
+    module's tests still together (its module-scoped fixtures are made once a worker, as before). NOTE: xdist hands
+    out tests in collection order, so a 100 s test collected last (the storage tune, in tests/engine/test_tune.py)
+    ran on one worker while the others sat idle: ci13's parallel part ended on 90 s of one busy core. Every worker
+    sorts alike, so they collect the same order."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    # each slow test function once, its parameters aside; the quiet and serial ones run in the part before
+    marked = {
+        (item.module.__name__, getattr(item, "originalname", item.name))
+        for item in items
+        if item.module and item.get_closest_marker("slow") and not item.get_closest_marker("quiet")
+    }
+    slow = Counter(module for module, _ in marked)
+    items.sort(key=lambda item: -slow[item.module.__name__] if item.module else 0)  # stable: in-module order kept

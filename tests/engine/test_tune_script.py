@@ -56,6 +56,7 @@ def _trial_count(result) -> int:
     return len(result.rows)
 
 
+@pytest.mark.slow  # a script tune: its budget in trials, each a Python that imports torch
 def test_tune_answers_more_workers_as_a_diff_of_the_scripts_call_and_each_trial_is_one_run_of_it(marked, tmp_path):
     store = tmp_path / "s.duckdb"
     out = subprocess.run(
@@ -115,6 +116,7 @@ def test_a_loader_made_anew_each_epoch_is_one_loader_whose_trials_stop_at_their_
     assert _left_behind(marked) == []
 
 
+@pytest.mark.slow  # a script tune: its budget in trials, each a Python that imports torch
 def test_a_breaking_candidate_is_one_failed_row_and_run_with_its_first_error_and_each_trial_and_the_answer_are_stored(
     marked, store
 ):
