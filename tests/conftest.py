@@ -85,16 +85,24 @@ def warm_runs():
         yield parent
 
 
+# this process's own __main__ (pytest's, or an xdist worker's), as it started, before any AppTest ran
+_MAIN = sys.modules.get("__main__")
+
+
 @pytest.fixture(autouse=True)
 def _keep_main_module():
-    """Put back sys.modules["__main__"] after each test. Streamlit's script runner (every AppTest) installs its own
-    fake __main__, whose __file__ is the page it ran, and never puts this process's back; a spawn or forkserver
-    DataLoader worker started later then ran that page as its __mp_main__ before unpickling its loader, and died
-    importing torch ("cannot import name 'set_module' from partially initialized module 'torch.utils'")."""
-    main = sys.modules.get("__main__")
+    """This process's own sys.modules["__main__"] before and after each test. Streamlit's script runner (every
+    AppTest) installs its own fake __main__, whose __file__ is the page it ran, and never puts this process's back; a
+    spawn or forkserver DataLoader worker started later then ran that page as its __mp_main__ before unpickling its
+    loader, and died importing torch ("cannot import name 'set_module' from partially initialized module
+    'torch.utils'"). NOTE: the one this process started with, not the one a test starts with: a page's script thread
+    that outlived its AppTest's timeout, or a fixture that ran a page, left the fake in place before a test began
+    (ci14: test_bound's spawn and forkserver loader passes, on three xdist workers)."""
+    if _MAIN is not None:
+        sys.modules["__main__"] = _MAIN
     yield
-    if main is not None and sys.modules.get("__main__") is not main:
-        sys.modules["__main__"] = main
+    if _MAIN is not None:
+        sys.modules["__main__"] = _MAIN
 
 
 def pytest_collection_modifyitems(config, items) -> None:
