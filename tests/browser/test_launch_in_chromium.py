@@ -118,7 +118,11 @@ def test_a_job_card_is_readable_and_a_cancelled_run_is_said_as_cancelled(dashboa
     page.get_by_test_id("stAlertContentInfo").filter(has_text=said).wait_for(timeout=120_000)
     assert page.get_by_text("The run failed").count() == 0
     assert page.locator('[data-testid="stAlertContentError"]').count() == 0  # no red box for a user's cancel
-    assert page.get_by_text(re.compile(r"Verdict: data-bound")).count() == 1  # its kept epochs waited on data
+    # its kept epochs waited on data. NOTE: waited for, not counted at once: the page draws the cancel's note before
+    # the verdict further down, and on busy cores the count came before it (ci15: 0, the stored verdict data-bound)
+    verdict = page.get_by_text(re.compile(r"Verdict: data-bound"))
+    verdict.first.wait_for(timeout=60_000)
+    assert verdict.count() == 1
     assert len(page.context.pages) == 1
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.wait_for_load_state("networkidle")
