@@ -17,24 +17,31 @@ PYTEST_ARGS ?=
 # d9369cb passed). tests/conftest.py gives each worker its share of the cores and runs the modules with the most
 # slow tests first. docs/development.md says how long the suite takes, and where.
 TEST_WORKERS ?= 3
+# Python caches what it compiles (__pycache__/, as it does by default): an environment that says not to
+# (PYTHONDONTWRITEBYTECODE, set on the CI machine) made every process the suite starts compile the engine again, and
+# every pytest process rewrite the test files' asserts again (8 CPU-seconds of each collection, 4.6 cached). pip
+# installs with --no-compile for the same reason: it compiled all of torch (30 of the install's 70 s on 2 cores),
+# where the first import compiles only what is imported, once.
+unexport PYTHONDONTWRITEBYTECODE
+PIP_INSTALL := $(PY) -m pip install --quiet --disable-pip-version-check --no-compile
 
 .PHONY: install run demo worker lint test browser-deps media-deps share clean bench test-gpu bench-gpu docs docs-serve
 
 $(STAMP): requirements.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(PIP_INSTALL) -r requirements.txt
 	@rm -f $(VENV)/.installed-*; touch $(STAMP)
 
 install: $(STAMP)
 
 # Ray (optional for users; the suite exercises the Ray executor on a local instance, so tests need it)
 $(CLUSTER_STAMP): $(STAMP) requirements-cluster.txt
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-cluster.txt
+	$(PIP_INSTALL) -r requirements-cluster.txt
 	@rm -f $(VENV)/.cluster-*; touch $(CLUSTER_STAMP)
 
 # The linter and the type checker (pinned in requirements-dev.txt; settings in pyproject.toml)
 $(DEV_STAMP): $(STAMP) requirements-dev.txt
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(PIP_INSTALL) -r requirements-dev.txt
 	@rm -f $(VENV)/.dev-*; touch $(DEV_STAMP)
 
 # ruff's lint and format check over the whole tree, and mypy over engine/
