@@ -17,6 +17,10 @@ PYTEST_ARGS ?=
 # d9369cb passed). tests/conftest.py gives each worker its share of the cores and runs the modules with the most
 # slow tests first. docs/development.md says how long the suite takes, and where.
 TEST_WORKERS ?= 3
+# Whole modules to a worker, in tests/conftest.py's order (the longest first, from tests/module_seconds.json): handed
+# out test by test, each worker made every module's fixtures again (warm parents, dashboard servers with their
+# Chromium, a local Ray), a CPU cost on machines whose parallel part keeps every core busy.
+XDIST_ARGS := --dist loadscope --no-loadscope-reorder
 # Python caches what it compiles (__pycache__/, as it does by default): an environment that says not to
 # (PYTHONDONTWRITEBYTECODE, set on the CI machine) made every process the suite starts compile the engine again, and
 # every pytest process rewrite the test files' asserts again (8 CPU-seconds of each collection, 4.6 cached). pip
@@ -96,7 +100,7 @@ test: $(CLUSTER_STAMP) $(DEV_STAMP) browser-deps media-deps
 	echo "make test: the quiet/serial part took $$(( (SECONDS - start) / 60 )) min $$(( (SECONDS - start) % 60 )) s"; \
 	start=$$SECONDS; mypy_log=$$(mktemp); \
 	{ $(PY) -m mypy > $$mypy_log 2>&1; echo $$? >> $$mypy_log.rc; } & mypy_pid=$$!; \
-	$(PYTEST) -n $(TEST_WORKERS) -m "not quiet and not serial" $(PYTEST_ARGS) || [ $$? -eq 5 ] \
+	$(PYTEST) -n $(TEST_WORKERS) $(XDIST_ARGS) -m "not quiet and not serial" $(PYTEST_ARGS) || [ $$? -eq 5 ] \
 		|| failed="$${failed:+$$failed and }the parallel part (-n $(TEST_WORKERS))"; \
 	echo "make test: the parallel part took $$(( (SECONDS - start) / 60 )) min $$(( (SECONDS - start) % 60 )) s"; \
 	wait $$mypy_pid; echo "make test: mypy (run beside the parallel part):"; cat $$mypy_log; \

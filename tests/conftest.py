@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -123,19 +123,26 @@ def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
     return None if any(mark in text for mark in _QUIET_MARKS) else True
 
 
+# Each test module's seconds in the parallel part (its tests' wall time summed, from a `--durations=0` run of
+# `make test`; tests/_module_seconds.py makes it again): only the order the modules run in comes from it
+MODULE_SECONDS = ROOT / "tests" / "module_seconds.json"
+UNTIMED_S = 30.0  # a module not in it yet: a middling one
+
+
+def module_order(items: list, seconds: dict[str, float]) -> None:
+    """Sorts items longest module first, by `seconds` (nodeid's file -> seconds), each module's tests kept together
+    and in their own order (the sort is stable)."""
+    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], UNTIMED_S))
+
+
 def pytest_collection_modifyitems(config, items) -> None:
-    """Under pytest-xdist (make test's parallel part), the modules with the most tests marked slow run first, each
-    module's tests still together (its module-scoped fixtures are made once a worker, as before). NOTE: xdist hands
-    out tests in collection order, so a 100 s test collected last (the storage tune, in tests/engine/test_tune.py)
-    ran on one worker while the others sat idle: ci13's parallel part ended on 90 s of one busy core. Every worker
-    sorts alike, so they collect the same order."""
+    """Under pytest-xdist (make test's parallel part), the longest modules run first. `make test` hands out whole
+    modules (`--dist loadscope`), so each module's fixtures (a warm parent, a dashboard server with its Chromium, a
+    local Ray) are made once, not once on each worker; the longest first keeps the last module handed out short, so
+    no worker ends alone. NOTE: with tests handed out one by one (xdist's default), each of three workers made every
+    module's fixtures; and a 100 s test collected last (the storage tune, in tests/engine/test_tune.py) ran on one
+    worker while the others sat idle (ci13's parallel part ended on 90 s of one busy core). Every worker sorts
+    alike, so they collect the same order."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
-    # each slow test function once, its parameters aside; the quiet and serial ones run in the part before
-    marked = {
-        (item.module.__name__, getattr(item, "originalname", item.name))
-        for item in items
-        if item.module and item.get_closest_marker("slow") and not item.get_closest_marker("quiet")
-    }
-    slow = Counter(module for module, _ in marked)
-    items.sort(key=lambda item: -slow[item.module.__name__] if item.module else 0)  # stable: in-module order kept
+    module_order(items, json.loads(MODULE_SECONDS.read_text()) if MODULE_SECONDS.is_file() else {})

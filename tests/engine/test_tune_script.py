@@ -121,7 +121,7 @@ def test_a_breaking_candidate_is_one_failed_row_and_run_with_its_first_error_and
     marked, store
 ):
     """A lambda collate_fn cannot reach a spawned worker: that candidate fails, the tune goes on to the next. Every
-    trial is a run of the tune in the store (/work/brief/contract-38.md), and the answer is the tune's row."""
+    trial is a run in the store under the tune's id, and the answer is the tune's row."""
     space = [{**WORKERS_2, "multiprocessing_context": "spawn"}, WORKERS_2]
     # NOTE: the budget buys the script's own trial and both candidates on busy cores (22 s did not, beside two
     # other test workers: each trial starts a Python and imports torch); the search spends what is left
