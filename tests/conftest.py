@@ -129,10 +129,36 @@ MODULE_SECONDS = ROOT / "tests" / "module_seconds.json"
 UNTIMED_S = 30.0  # a module not in it yet: a middling one
 
 
+# the browser modules share one dashboard server, job worker and Chromium while they run in a row on one worker
+# (tests/browser/conftest.py): one unit of work for xdist, so they run in a row on one worker
+BROWSER = "tests/browser/"
+
+
+def work_unit(nodeid: str) -> str:
+    """What xdist hands a worker whole: the test's file, or the browser modules together."""
+    return BROWSER if nodeid.startswith(BROWSER) else nodeid.split("::")[0]
+
+
 def module_order(items: list, seconds: dict[str, float]) -> None:
-    """Sorts items longest module first, by `seconds` (nodeid's file -> seconds), each module's tests kept together
-    and in their own order (the sort is stable)."""
-    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], UNTIMED_S))
+    """Sorts items longest work unit first (a module, or the browser modules together), by `seconds` (a test
+    file's path -> its seconds); each module's tests stay together and in their own order (the sort is stable)."""
+    units: dict[str, float] = {}
+    for module in {item.nodeid.split("::")[0] for item in items}:
+        units[work_unit(module)] = units.get(work_unit(module), 0.0) + seconds.get(module, UNTIMED_S)
+    items.sort(key=lambda item: -units[work_unit(item.nodeid)])
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadscope` with the browser modules as one unit (work_unit); any other mode is xdist's own."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Units(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return Units(config, log)
 
 
 def pytest_collection_modifyitems(config, items) -> None:

@@ -9,7 +9,7 @@ import sys
 import textwrap
 from types import SimpleNamespace
 
-from tests.conftest import MODULE_SECONDS, QUIET_PART, ROOT, UNTIMED_S, module_order
+from tests.conftest import MODULE_SECONDS, QUIET_PART, ROOT, UNTIMED_S, module_order, work_unit
 
 
 def _item(nodeid: str) -> SimpleNamespace:
@@ -21,6 +21,14 @@ def test_modules_run_longest_first_each_kept_whole_in_its_own_order_and_an_untim
     items = [_item(i) for i in ids]
     module_order(items, {"a.py": UNTIMED_S - 1, "b.py": 500, "d.py": UNTIMED_S + 1})  # c.py untimed
     assert [i.nodeid for i in items] == ["b.py::t1", "b.py::t2", "d.py::t1", "c.py::t1", "a.py::t1", "a.py::t2"]
+
+
+def test_the_browser_modules_are_one_unit_whose_seconds_are_theirs_together():
+    ids = ["tests/browser/test_a.py::t", "tests/browser/test_b.py::t", "tests/engine/test_x.py::t"]
+    items = [_item(i) for i in ids]
+    module_order(items, {"tests/browser/test_a.py": 60, "tests/browser/test_b.py": 60, "tests/engine/test_x.py": 100})
+    assert [i.nodeid for i in items] == ids  # 120 s together, before the 100 s module, each in its own order
+    assert {work_unit(i) for i in ids[:2]} == {"tests/browser/"} and work_unit(ids[2]) == "tests/engine/test_x.py"
 
 
 def test_the_module_seconds_name_test_files_that_exist():
