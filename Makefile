@@ -14,8 +14,8 @@ PYTEST_ARGS ?=
 # the parallel part (tests wait on tune budgets, timeouts, start-ups); three took it from 21 to 16-17 min. Under
 # three, two timing properties failed at first (ci12 at 138a403: tune's probe, then a cold Python, past its share;
 # a script tune's budget too short for its candidates): the probe now forks warm and the budget has room (ci13 at
-# d9369cb passed). tests/conftest.py gives each worker its share of the cores and runs the modules with the most
-# slow tests first. docs/development.md says how long the suite takes, and where.
+# d9369cb passed). tests/conftest.py gives each worker its share of the cores and runs the longest modules first.
+# docs/development.md says how long the suite takes, and where.
 TEST_WORKERS ?= 3
 # Whole modules to a worker, in tests/conftest.py's order (the longest first, from tests/module_seconds.json): handed
 # out test by test, each worker made every module's fixtures again (warm parents, dashboard servers with their
@@ -24,7 +24,7 @@ XDIST_ARGS := --dist loadscope --no-loadscope-reorder
 # Python caches what it compiles (__pycache__/, as it does by default): an environment that says not to
 # (PYTHONDONTWRITEBYTECODE, set on the CI machine) made every process the suite starts compile the engine again, and
 # every pytest process rewrite the test files' asserts again (8 CPU-seconds of each collection, 4.6 cached). pip
-# installs with --no-compile for the same reason: it compiled all of torch (30 of the install's 70 s on 2 cores),
+# installs with --no-compile for the same reason: it compiled all of torch (33 of the install's 73 s on 2 cores),
 # where the first import compiles only what is imported, once.
 unexport PYTHONDONTWRITEBYTECODE
 PIP_INSTALL := $(PY) -m pip install --quiet --disable-pip-version-check --no-compile

@@ -130,7 +130,7 @@ UNTIMED_S = 30.0  # a module not in it yet: a middling one
 
 
 # the browser modules share one dashboard server, job worker and Chromium while they run in a row on one worker
-# (tests/browser/conftest.py): one unit of work for xdist, so they run in a row on one worker
+# (tests/browser/conftest.py): xdist hands them out as one unit
 BROWSER = "tests/browser/"
 
 
@@ -144,7 +144,8 @@ def module_order(items: list, seconds: dict[str, float]) -> None:
     file's path -> its seconds); each module's tests stay together and in their own order (the sort is stable)."""
     units: dict[str, float] = {}
     for module in {item.nodeid.split("::")[0] for item in items}:
-        units[work_unit(module)] = units.get(work_unit(module), 0.0) + seconds.get(module, UNTIMED_S)
+        unit = work_unit(module)
+        units[unit] = units.get(unit, 0.0) + seconds.get(module, UNTIMED_S)
     items.sort(key=lambda item: -units[work_unit(item.nodeid)])
 
 
