@@ -37,6 +37,7 @@ from engine.config import RunConfig, SweepConfig
 from engine.errors import ConfigError
 from engine.paths import Db
 from engine.run.runner import launch
+from engine.run.warm import borrowed
 from engine.store import get_run, list_runs, recent_done_runs, run_query
 from engine.sweeps.local import run_sweep
 
@@ -77,8 +78,11 @@ def run(*, db: Db = None, **fields: Any) -> dict[str, Any]:
         s = lab.run(workload="tensor", model="mlp", loader="threads", workers=2, epochs=3)
         s["epoch_s"], s["samples_per_s"], s["efficiency"], s["verdict"]
 
-    A run that fails returns status "failed" and its error; it does not raise."""
-    result = launch(RunConfig.from_dict(fields), db=db)
+    A run that fails returns status "failed" and its error; it does not raise. It forks from the process's warm
+    parent where an earlier sweep or tune left one running (engine/run/warm.py), and starts cold otherwise."""
+    cfg = RunConfig.from_dict(fields)
+    with borrowed(enabled=False) as warm:
+        result = launch(cfg, db=db, warm=warm)
     row = get_run(result.run_id, db=db) if result.stored else None
     out = {k: row.get(k) for k in _SUMMARY if k in row} if row else {"run_id": result.run_id}
     out.update(status=result.status, error=result.error, stored=result.stored, run_dir=str(result.run_dir))

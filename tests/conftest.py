@@ -71,16 +71,19 @@ def warm_runs():
     """For a module whose tests check what runs measure, not how a run's process starts: every launch() there that
     names no warm parent forks its run from this one (engine/run/warm.py), which imported torch once, instead of
     starting a cold interpreter that imports it again. A run the parent cannot take (one in flight already, a
-    thread variable changed since it started) starts cold, as before. Module-scoped: the parent, a child of this
-    process, is gone before another module's tests count this process's children.
+    thread variable changed since it started) starts cold, as before. It is this process's shared parent, which
+    sweeps and tunes borrow too (engine/run/warm.py), so one test worker imports torch in one parent, not one per
+    module; the tests that count this process's children leave it out (tests/engine/_mode_runs.py).
 
         pytestmark = pytest.mark.usefixtures("warm_runs")
     """
     from engine.run import runner
-    from engine.run.warm import WarmParent
+    from engine.run.warm import borrowed
 
+    with borrowed() as parent:  # started, or kept from an earlier module; given back at once for sweeps to borrow
+        pass
     # NOTE: launch's keyword default, not the module attribute: test modules hold launch by name (from ... import)
-    with WarmParent() as parent, pytest.MonkeyPatch.context() as mp:
+    with pytest.MonkeyPatch.context() as mp:
         mp.setitem(runner.launch.__kwdefaults__, "warm", parent)
         yield parent
 

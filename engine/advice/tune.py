@@ -68,7 +68,7 @@ from engine.errors import ConfigError
 from engine.paths import ROOT, Db, calibrations_dir
 from engine.run.hostfit import check_machine_all, usable_cores
 from engine.run.runner import kill_group, launch
-from engine.run.warm import WarmParent, run_env
+from engine.run.warm import WarmParent, borrowed, run_env
 from engine.store import recent_done_runs
 from engine.runlog import read_events
 from engine.status import RunStatus
@@ -429,8 +429,9 @@ def tune(
     result = TuneResult(
         sweep_id=new_sweep_id("tune"), budget_s=budget_s, configs=configs, baseline=given, max_memory=cap
     )
-    # NOTE: one warm parent for the probe and every run: the probe forks from it, so torch is imported once
-    with bar, WarmParent() as warm:
+    # NOTE: one warm parent for the probe and every run (the process's shared one: engine/run/warm.py): the probe
+    # forks from it, so torch is imported once
+    with bar, borrowed() as warm:
         try:
             bar.set_postfix_str("probe", refresh=True)
             result.probe, result.probe_note, result.probe_took_s = _probe(

@@ -7,6 +7,7 @@ JSON lines on its stdin/stdout, one run in flight at a time:
        a module's main(argv) in place of a run's (tune's probe: engine/predict/_probe_child.py), stdin and stdout
        from and to those files, stderr to <run_dir>/stderr.log; the same replies
     -> {"op": "status"}                                 <- {"threads": 1, "cuda_initialized": false, ...}
+With --idle-s=N it exits after N seconds without a request (a process's shared parent: engine/run/warm.py).
 Before every fork it checks it is single-threaded with CUDA uninitialised, else it refuses (the run starts cold).
 """
 
@@ -15,11 +16,13 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import select
 import sys
 import threading
 import time
 import traceback
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 from engine.paths import ROOT
@@ -138,8 +141,25 @@ def _reply(proto: BinaryIO, **msg: Any) -> None:
     proto.write(json.dumps(msg).encode() + b"\n")  # one write under PIPE_BUF: the reader sees whole lines
 
 
-def serve() -> None:
-    """The warm parent's loop; it ends when the launcher closes its stdin (or dies)."""
+def _requests(idle_s: float | None) -> Iterator[bytes]:
+    """Lines from stdin until it closes, or until idle_s passes with no line (None: wait for ever)."""
+    # NOTE: read on the raw fd, not sys.stdin's buffer, so that select() sees every byte not yet handed out
+    fd, pending = sys.stdin.fileno(), b""
+    while True:
+        while b"\n" not in pending:
+            if idle_s is not None and not select.select([fd], [], [], idle_s)[0]:
+                return
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return
+            pending += chunk
+        line, pending = pending.split(b"\n", 1)
+        yield line
+
+
+def serve(idle_s: float | None = None) -> None:
+    """The warm parent's loop; it ends when the launcher closes its stdin (or dies), or after idle_s without a
+    request."""
     proto = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)  # a stray print from an import must not land in the protocol
     t0, error = time.perf_counter(), None
@@ -150,7 +170,7 @@ def serve() -> None:
     except Exception as e:  # noqa: BLE001 - the launcher logs it and starts its runs cold
         error = f"{type(e).__name__}: {e}"
     _reply(proto, ready=error is None, error=error, preload_s=round(time.perf_counter() - t0, 3))
-    for line in sys.stdin.buffer:
+    for line in _requests(idle_s):
         req = json.loads(line)
         if req.get("op") == "fork":
             _fork(req, proto)
@@ -159,4 +179,5 @@ def serve() -> None:
 
 
 if __name__ == "__main__":
-    serve()
+    idle = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--idle-s=")]
+    serve(float(idle[0]) if idle else None)

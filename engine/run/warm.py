@@ -9,6 +9,12 @@ checkout as its folder, engine.run.runner's main. launch() stays in charge: pid 
     with WarmParent() as warm:
         launch(cfg, warm=warm)      # forked warm; cold (with a log line) whenever warm cannot be had
 
+Sweeps, tunes and single runs in one process (a notebook's, a test worker's) borrow one shared parent instead
+(`with borrowed() as warm:`), kept between them, so the process imports torch once, not once per call. It exits
+by itself after SHARED_IDLE_S without a request, and with the process (its stdin closes). A borrower gets its own
+parent, ended with its block, where the shared one is in use (another thread's sweep) or a load-time variable
+changed since it started; an exception in a block ends the shared one (a run may be left in flight).
+
 Cold instead, each with one log line: LOADERLAB_WARM=0; the parent failed to start or died; it refused to
 fork (it must be single-threaded, with CUDA uninitialised: checked before every fork); or a variable read when
 libraries load (LOAD_TIME: OMP_*, MKL_*, LD_*, PYTHON*, ...) differs from the one the parent started with.
@@ -16,6 +22,7 @@ libraries load (LOAD_TIME: OMP_*, MKL_*, LD_*, PYTHON*, ...) differs from the on
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -25,16 +32,21 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
 from engine.paths import ROOT
 
-__all__ = ["LOAD_TIME", "WarmChild", "WarmParent", "run_env", "warm_enabled"]
+__all__ = ["LOAD_TIME", "SHARED_IDLE_S", "WarmChild", "WarmParent", "borrowed", "run_env", "shared_pid", "warm_enabled"]
 
 log = logging.getLogger(__name__)
 
 LOAD_TIME = ("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "LD_", "PYTHON", "TORCH_", "MALLOC_")
+# NOTE: the shared parent holds torch's imports (a few hundred MB) while a notebook sits idle: it exits by its own
+# clock after this long without a request; a borrower replaces one idle for half of it, before it can go mid-fork
+SHARED_IDLE_S = 300.0
 
 
 def warm_enabled() -> bool:
@@ -95,8 +107,11 @@ class WarmParent:
     _ready: dict[str, Any] | None  # its first message, once read
     _env: dict[str, str]  # the environment it started with
 
-    def __init__(self, enabled: bool = True, ready_timeout_s: float = 180.0):
-        self.ready_timeout_s, self._proc, self._dead = ready_timeout_s, None, None
+    def __init__(self, enabled: bool = True, ready_timeout_s: float = 180.0, idle_s: float | None = None):
+        """idle_s: the parent exits by itself after that long without a request (the shared parent's); None: it
+        serves until its stdin closes."""
+        self.ready_timeout_s, self.idle_s, self._proc, self._dead = ready_timeout_s, idle_s, None, None
+        self._heard_at = time.monotonic()  # when its last message was read (or it was started)
         self._busy = threading.Lock()  # one run in flight: a second launch at once starts cold
         if not warm_enabled():
             self._dead = "LOADERLAB_WARM=0"
@@ -104,7 +119,7 @@ class WarmParent:
         elif enabled:
             self._env = run_env()
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "engine.run._warm_server"],
+                [sys.executable, "-m", "engine.run._warm_server", *([f"--idle-s={idle_s:g}"] if idle_s else [])],
                 cwd=ROOT,
                 env=self._env,
                 stdin=subprocess.PIPE,
@@ -164,6 +179,16 @@ class WarmParent:
         changed = sorted({k for k, _ in set(_load_time(env).items()) ^ set(_load_time(self._env).items())})
         return f"{', '.join(changed)} changed since the warm parent started" if changed else None
 
+    def reusable(self, env: dict[str, str]) -> bool:
+        """Whether a later sweep may fork from this parent: alive, no run in flight, started under env's load-time
+        variables, and quiet for under half its own exit time (so it cannot exit between this check and a fork)."""
+        if self._dead or self._proc is None or self._proc.poll() is not None or self._busy.locked():
+            return False
+        # NOTE: its idle clock restarts after each reply it sends; the last one we read came no earlier
+        if self.idle_s is not None and time.monotonic() - self._heard_at >= self.idle_s / 2:
+            return False
+        return _load_time(env) == _load_time(self._env)
+
     def ready(self) -> bool:
         """Wait for the parent's imports (at most ready_timeout_s); whether it now serves forks."""
         if self._dead:
@@ -194,6 +219,7 @@ class WarmParent:
         if not line:
             self._fail("the warm parent died")
             return {"eof": True}
+        self._heard_at = time.monotonic()
         return json.loads(line)
 
     def _live(self) -> "subprocess.Popen[bytes]":
@@ -234,3 +260,58 @@ class WarmParent:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_shared: WarmParent | None = None  # this process's parent, kept between borrowers
+_shared_lock = threading.Lock()
+_shared_out = False  # lent to a borrower now
+
+
+@contextmanager
+def borrowed(enabled: bool = True) -> Iterator[WarmParent]:
+    """A warm parent for one sweep or tune: this process's shared one where it can be had (module docstring).
+
+    enabled=False (a one-run sweep: a parent of its own would cost what a cold start does) lends the shared parent
+    where one is running already, and otherwise one that forks nothing, as WarmParent(enabled=False) does."""
+    global _shared, _shared_out
+    mine = None
+    if warm_enabled():
+        with _shared_lock:
+            if not _shared_out:
+                if _shared is not None and not _shared.reusable(run_env()):
+                    _shared.close()
+                    _shared = None
+                if _shared is None and enabled:
+                    _shared = WarmParent(idle_s=SHARED_IDLE_S)
+                if _shared is not None:
+                    mine, _shared_out = _shared, True
+    if mine is None:
+        with WarmParent(enabled=enabled) as own:
+            yield own
+        return
+    ok = False
+    try:
+        yield mine
+        ok = True
+    finally:
+        with _shared_lock:
+            _shared_out = False
+            if not ok and _shared is mine:  # NOTE: a run may be in flight, its exit unread: end it with the parent
+                _shared = None
+        if not ok:
+            mine.close()
+
+
+def shared_pid() -> int | None:
+    """The shared parent's pid while it runs (the tests' leak checks leave it out, as multiprocessing's helpers)."""
+    parent = _shared
+    return parent.pid if parent is not None and parent._proc is not None and parent._proc.poll() is None else None
+
+
+@atexit.register
+def _close_shared() -> None:
+    global _shared
+    with _shared_lock:
+        parent, _shared = _shared, None
+    if parent is not None:
+        parent.close()

@@ -22,7 +22,7 @@ from engine.paths import Db
 from engine.run.hostfit import check_machine_all
 from engine.run.preflight import preflight_all
 from engine.run.runner import RunResult, launch
-from engine.run.warm import WarmParent
+from engine.run.warm import borrowed
 from engine.status import RunStatus
 
 __all__ = ["SweepResult", "new_sweep_id", "run_sweep"]
@@ -70,8 +70,9 @@ def run_sweep(
         file=sys.stderr,
         dynamic_ncols=True,
     )
-    # one warm parent for the sweep: each run forks from it instead of importing torch again (engine/run/warm.py)
-    with bar, WarmParent(enabled=len(plan) > 1) as warm:
+    # one warm parent for the sweep, the process's shared one: each run forks from it instead of importing torch
+    # again, and a later sweep or tune in this process forks from it too (engine/run/warm.py)
+    with bar, borrowed(enabled=len(plan) > 1) as warm:
         for config_idx, cfg in plan:
             repeat_idx = repeats_seen.get(config_idx, 0)
             repeats_seen[config_idx] = repeat_idx + 1

@@ -14,6 +14,7 @@ import psutil
 import torch
 
 from engine.config import RunConfig
+from engine.run.warm import shared_pid
 from engine.runlog import RunLog, read_events
 
 __all__ = ["TINY", "assert_no_orphans", "epochs_of", "launch_mode", "our_children", "run_in_process", "summary_of"]
@@ -67,13 +68,14 @@ def summary_of(events: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def our_children() -> list[psutil.Process]:
-    """Live children of this process, except multiprocessing's resource tracker and forkserver: helpers that a
-    spawn or forkserver context starts once per interpreter and that live as long as it does, by design."""
-    out = []
+    """Live children of this process, except multiprocessing's resource tracker and forkserver (helpers that a
+    spawn or forkserver context starts once per interpreter and that live as long as it does, by design) and the
+    process's shared warm parent (kept between sweeps by design: engine/run/warm.py)."""
+    out, shared = [], shared_pid()
     for p in psutil.Process().children(recursive=True):
         try:
             cmdline = " ".join(p.cmdline())
-            if "resource_tracker" not in cmdline and "forkserver" not in cmdline:
+            if "resource_tracker" not in cmdline and "forkserver" not in cmdline and p.pid != shared:
                 out.append(p)
         except psutil.Error:
             continue

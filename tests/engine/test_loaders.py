@@ -22,6 +22,7 @@ from engine.config import ConfigError, RunConfig
 from engine.loaders import LOADERS, LoaderTimeout, epoch_batches, loader_args, open_loader
 from engine.loaders._base import PooledLoader
 from engine.names import WORKER_LOADERS
+from engine.run.warm import shared_pid
 
 CASES = [
     ("sync", 0),
@@ -57,7 +58,11 @@ def leftovers(threads_before: set, deadline_s: float = 10.0):
     end = time.monotonic() + deadline_s
     while True:
         threads = [t for t in threading.enumerate() if t not in threads_before and t.is_alive()]
-        kids = [p for p in psutil.Process().children(recursive=True) if not _interpreter_helper(_cmdline(p))]
+        kids = [
+            p
+            for p in psutil.Process().children(recursive=True)
+            if not _interpreter_helper(_cmdline(p)) and p.pid != shared_pid()  # kept between sweeps by design
+        ]
         if (not threads and not kids) or time.monotonic() > end:
             return threads, kids
         time.sleep(0.05)

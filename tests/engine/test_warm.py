@@ -23,7 +23,8 @@ import pytest
 from engine.config import RunConfig, SweepConfig
 from engine.paths import ROOT, runs_dir
 from engine.run.runner import launch
-from engine.run.warm import WarmParent, run_env
+from engine.run import warm as warm_mod
+from engine.run.warm import WarmParent, borrowed, run_env, shared_pid
 from engine.store import get_run
 from engine.sweeps.local import run_sweep
 
@@ -95,7 +96,7 @@ def test_a_warm_sweep_stores_the_rows_a_cold_one_does(store, monkeypatch, caplog
     sweep = SweepConfig.from_dict({"name": "w", "base": TINY, "points": points})
     before = _warm_parents()
     hot = run_sweep(sweep, db=store, progress=False)
-    assert _warm_parents() == before  # the sweep's warm parent ended with the sweep
+    assert _warm_parents() - before <= {shared_pid()}  # the process's shared parent, kept for later sweeps; no other
     monkeypatch.setenv("LOADERLAB_WARM", "0")
     with caplog.at_level(logging.INFO, logger="engine.run.warm"):
         cold = run_sweep(sweep, db=store, progress=False)
@@ -103,6 +104,77 @@ def test_a_warm_sweep_stores_the_rows_a_cold_one_does(store, monkeypatch, caplog
     assert "LOADERLAB_WARM=0: runs start cold" in caplog.text
     assert _rows(store, hot.sweep_id) == _rows(store, cold.sweep_id)
     assert [r[2] for r in _rows(store, hot.sweep_id)] == ["done", "done"]
+
+
+def test_a_later_sweep_and_run_fork_from_the_shared_parent_and_start_no_other(store, monkeypatch, caplog):
+    """A notebook's second sweep and its single runs import torch no more: they fork from the parent the first
+    sweep left, and no new parent says it is ready."""
+    monkeypatch.delenv("LOADERLAB_WARM", raising=False)
+    sweep = SweepConfig.from_dict(
+        {"name": "s", "base": TINY, "points": [{"loader": "sync"}, {"loader": "threads", "workers": 2}]}
+    )
+    first = run_sweep(sweep, db=store, progress=False)
+    pid = shared_pid()
+    assert pid is not None and all(r.warm for r in first.results)
+    with caplog.at_level(logging.INFO, logger="engine.run.warm"):
+        second = run_sweep(sweep, db=store, progress=False)
+        with borrowed(enabled=False) as parent:  # a one-run sweep's or lab.run's borrow
+            single = launch(RunConfig.from_dict(TINY), db=store, warm=parent)
+    assert all(r.warm and r.status == "done" for r in second.results), [(r.status, r.error) for r in second.results]
+    assert single.warm and single.status == "done", single.error
+    assert shared_pid() == pid and "ready" not in caplog.text and "cold" not in caplog.text, caplog.text
+
+
+def test_a_second_borrower_at_once_gets_a_parent_of_its_own_that_ends_with_its_block(monkeypatch):
+    monkeypatch.delenv("LOADERLAB_WARM", raising=False)
+    with borrowed() as shared:
+        with borrowed() as own:  # another thread's sweep while this one runs: its own parent, as before sharing
+            assert own is not shared and own.pid != shared.pid and own.ready()
+            own_pid = own.pid
+        assert _gone(own_pid) and shared.pid == shared_pid()
+    assert shared_pid() == shared.pid  # kept for the next borrower
+
+
+def test_an_error_in_a_borrowers_block_ends_the_shared_parent(monkeypatch):
+    """A run may still be in flight when a sweep raises (Ctrl-C in a notebook): its exit would be read as the next
+    fork's reply, so the parent goes with the error and the next borrower starts a new one."""
+    monkeypatch.delenv("LOADERLAB_WARM", raising=False)
+    with pytest.raises(KeyboardInterrupt), borrowed() as parent:
+        pid = parent.pid
+        raise KeyboardInterrupt
+    assert _gone(pid) and shared_pid() is None
+    with borrowed() as again:
+        assert again.pid != pid and again.ready()
+
+
+def test_a_changed_load_time_variable_replaces_the_shared_parent(monkeypatch):
+    """OMP_NUM_THREADS is read as libraries load: a parent started under another value cannot fork this run's."""
+    monkeypatch.delenv("LOADERLAB_WARM", raising=False)
+    with borrowed() as before:
+        assert before.ready()
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    with borrowed() as after:
+        assert after.pid != before.pid and after.ready() and after.pid == shared_pid()
+    assert _gone(before.pid)
+
+
+def test_the_shared_parent_exits_by_itself_once_idle_and_a_borrower_past_half_that_gets_a_new_one(monkeypatch):
+    """Idle in a notebook, it gives torch's memory back on its own clock; a borrower replaces it well before then,
+    so it can never exit between the check and a fork."""
+    monkeypatch.delenv("LOADERLAB_WARM", raising=False)
+    warm_mod._close_shared()
+    monkeypatch.setattr(warm_mod, "SHARED_IDLE_S", 3.0)
+    with borrowed() as first:
+        assert first.ready()
+    time.sleep(1.6)  # past half the idle time: replaced, not reused
+    with borrowed() as second:
+        assert second.pid != first.pid and second.ready()
+    assert _gone(first.pid)
+    deadline = time.monotonic() + 30
+    while not _gone(second.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _gone(second.pid), "the idle shared parent did not exit by itself"
+    assert shared_pid() is None
 
 
 def test_the_warm_parent_forks_single_threaded_without_cuda(warm, store):
