@@ -5,7 +5,7 @@
 --iterable: an IterableDataset that splits itself over the workers (get_worker_info); --val: a validation loader
 beside the training one, iterated after each training epoch; --lambda-collate: a collate_fn that is a lambda, which
 a spawned worker cannot unpickle; --remade: the training loader made anew each epoch (at one line).
-LOADERLAB_TRIAL is read as a script would read it: no checkpoint under a trial.
+LOADERLAB_TRIAL is read as a script would read it: no checkpoint under a trial. $SLOW_ITEMS_WAIT_MS sets the wait.
 $SLOW_ITEMS_MARK (a folder): each run leaves a file there, trial-PID under a trial, own-PID otherwise.
 """
 
@@ -16,7 +16,7 @@ import time
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
-N, WAIT_S = 96, 0.003
+N, WAIT_S = 96, float(os.environ.get("SLOW_ITEMS_WAIT_MS", "3")) / 1000
 
 
 class Slow(Dataset):
