@@ -14,10 +14,11 @@ PYTEST_ARGS ?=
 # the parallel part (tests wait on tune budgets, timeouts, start-ups); three took it from 21 to 16-17 min. Under
 # three, two timing properties failed at first (ci12 at 138a403: tune's probe, then a cold Python, past its share;
 # a script tune's budget too short for its candidates): the probe now forks warm and the budget has room (ci13 at
-# d9369cb passed). Four since 8ef8810: with one warm parent per worker (engine/run/warm.py's shared one) three left
-# the cores idle a tenth of the parallel part again (ci24, vmstat). tests/conftest.py gives each worker its share of
-# the cores and runs the longest modules first. docs/development.md says how long the suite takes, and where.
-TEST_WORKERS ?= 4
+# d9369cb passed). Four filled the cores (ci25 at 8cad64c: 0 % idle) but spent more CPU (27.8 min against 25.3) and
+# took longer (16.0 min against 15.0 for the parallel part): the tests whose budgets are wall time take what CPU they
+# can get. tests/conftest.py gives each worker its share of the cores and runs the longest modules first.
+# docs/development.md says how long the suite takes, and where.
+TEST_WORKERS ?= 3
 # Whole modules to a worker, in tests/conftest.py's order (the longest first, from tests/module_seconds.json): handed
 # out test by test, each worker made every module's fixtures again (warm parents, dashboard servers with their
 # Chromium, a local Ray), a CPU cost on machines whose parallel part keeps every core busy.
