@@ -180,9 +180,9 @@ class WarmParent:
         return f"{', '.join(changed)} changed since the warm parent started" if changed else None
 
     def reusable(self, env: dict[str, str]) -> bool:
-        """Whether a later sweep may fork from this parent: alive, no run in flight, started under env's load-time
-        variables, and quiet for under half its own exit time (so it cannot exit between this check and a fork)."""
-        if self._dead or self._proc is None or self._proc.poll() is not None or self._busy.locked():
+        """Whether a later sweep may fork from this parent: alive, started under env's load-time variables, and
+        quiet for under half its own exit time (so it cannot exit between this check and a fork)."""
+        if self._dead or self._proc is None or self._proc.poll() is not None:
             return False
         # NOTE: its idle clock restarts after each reply it sends; the last one we read came no earlier
         if self.idle_s is not None and time.monotonic() - self._heard_at >= self.idle_s / 2:
@@ -277,7 +277,9 @@ def borrowed(enabled: bool = True) -> Iterator[WarmParent]:
     mine = None
     if warm_enabled():
         with _shared_lock:
-            if not _shared_out:
+            # NOTE: lent, or forking a run for someone who holds it without borrowing (the tests' warm_runs): the
+            # borrower gets its own, and the shared one is left alone
+            if not _shared_out and (_shared is None or not _shared._busy.locked()):
                 if _shared is not None and not _shared.reusable(run_env()):
                     _shared.close()
                     _shared = None
