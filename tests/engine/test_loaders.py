@@ -16,13 +16,13 @@ import psutil
 import pytest
 import torch
 from _loader_fixtures import TinyDataset
+from _mode_runs import our_children
 from torch.utils.data import default_collate
 
 from engine.config import ConfigError, RunConfig
 from engine.loaders import LOADERS, LoaderTimeout, epoch_batches, loader_args, open_loader
 from engine.loaders._base import PooledLoader
 from engine.names import WORKER_LOADERS
-from engine.run.warm import shared_pid
 
 CASES = [
     ("sync", 0),
@@ -58,27 +58,10 @@ def leftovers(threads_before: set, deadline_s: float = 10.0):
     end = time.monotonic() + deadline_s
     while True:
         threads = [t for t in threading.enumerate() if t not in threads_before and t.is_alive()]
-        kids = [
-            p
-            for p in psutil.Process().children(recursive=True)
-            if not _interpreter_helper(_cmdline(p)) and p.pid != shared_pid()  # kept between sweeps by design
-        ]
+        kids = our_children()  # multiprocessing's helpers and the shared warm parent live on by design
         if (not threads and not kids) or time.monotonic() > end:
             return threads, kids
         time.sleep(0.05)
-
-
-def _interpreter_helper(cmdline: str) -> bool:
-    """multiprocessing's resource tracker and forkserver: started once per interpreter (a spawn or forkserver
-    context in this test process: test_bound's loader passes), alive as long as it is, by design."""
-    return "resource_tracker" in cmdline or "forkserver" in cmdline
-
-
-def _cmdline(p: psutil.Process) -> str:
-    try:
-        return " ".join(p.cmdline())
-    except psutil.Error:
-        return ""
 
 
 def test_epoch_batches_is_a_seeded_partition():
