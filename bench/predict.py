@@ -285,7 +285,9 @@ def _probe_line(probe: dict[str, Any]) -> str:
     step_gil = "unmeasured" if probe.get("step_gil_share") is None else f"{probe['step_gil_share']:.2f}"
     pools = ", ".join(f"{p['api']} {p['threads']}" for p in probe.get("pools") or []) or "none"
     if probe.get("pools"):  # the pool's working share: the load's CPU over its median wall, past one core
-        pools += f" (working share {pool_use(probe):.2f}, median wall {probe['load_median_wall_s'] * 1e3:.1f} ms)"
+        pools += f" (working share {pool_use(probe):.2f}, median wall {probe['load_median_wall_s'] * 1e3:.1f} ms"
+        collapse = probe.get("pool_collapse")  # two workers' load at once over sharing the cores
+        pools += f"; two workers' collapse {collapse:.2f}x)" if collapse else ")"
     windows = (
         f" (median of {probe['load_windows']} windows; the fastest {probe['load_fastest_wall_s'] * 1e3:.1f} ms)"
         if probe.get("load_windows")

@@ -122,11 +122,25 @@ class Prediction:
 
 def predict(cfg: RunConfig, probe: Probe, cores: float | None = None) -> Prediction | None:
     """The steady epoch of cfg's loader setting on a machine with `cores` usable CPUs (default: the probe's);
-    None for a mode or a loader the model does not cover."""
+    None for a mode or a loader the model does not cover.
+
+    NOTE: where the hidden pools of the worker processes at work outnumber the cores, the range's high end is the
+    epoch with each batch's CPU grown by the probe's collapse (`_collapse`): epochs of one setting are collapsed or
+    not by chance (2x and 22x on 2 cores, bench/RESULTS.md), so the figure is the epoch without it, the range both."""
     shape = LOADER_SHAPES.get(cfg.loader)
     if cfg.mode not in MODES or shape is None:
         return None
     cores = float(cores or probe["cores"])
+    calm = _predict(cfg, probe, cores, shape)
+    collapse = _collapse(cfg, probe, shape, _active(cfg, probe, shape), cores)
+    if collapse <= 1:
+        return calm
+    spun = _predict(cfg, probe, cores, shape, collapse)
+    return replace(calm, hi=max(calm.hi, spun.epoch_s))
+
+
+def _predict(cfg: RunConfig, probe: Probe, cores: float, shape: LoaderShape, collapse: float = 1.0) -> Prediction:
+    """predict's figure, with each worker's batch `collapse` times its CPU (and no pool speed-up) where > 1."""
     per_sample = cfg.batch_size / probe["batch_size"]
     batches = math.ceil(probe["n_samples"] / cfg.batch_size)
     work = probe["load_cpu_s"] * per_sample
@@ -135,15 +149,17 @@ def predict(cfg: RunConfig, probe: Probe, cores: float | None = None) -> Predict
     step_wall, step_cpu, spin_cpu = (x * per_sample for x in _step(probe, threads, cores))
     pool_extra, pool_spin, pool_k = _pools(cfg, probe, shape)
     pool_spin *= per_sample
+    producers = shape.producers(cfg.workers)
+    units = probe["n_samples"] if shape.per_sample else batches
+    active = _active(cfg, probe, shape)
+    if collapse > 1:
+        # worker processes whose pools outnumber the cores, collapsed: each batch's CPU grows by the probe's collapse
+        # (teams spinning at their barriers), and a team no longer speeds its batch (its threads wait on each other)
+        work, pool_k = work * collapse, 1.0
     # a producer whose pool worked spreads its load over pool_k threads: a batch takes W / pool_k of wall (its CPU
     # stays W, which the cores term charges)
     made = work / pool_k
     loader_threads = shape.threads(cfg.workers)
-    producers = shape.producers(cfg.workers)
-    # NOTE: producers past the units an epoch has (batches, or samples where each makes one) never get one to make:
-    # 16 threads over 8 batches are 8 at work, and the idle 8 take no core from the step
-    units = probe["n_samples"] if shape.per_sample else batches
-    active = max(1, min(producers, units))
     # the pools' threads run beside the step only where loading overlaps it (sync's pool runs between steps)
     # (a worker process that never gets a batch leaves its pool idle too)
     pools_at_work = pool_extra if shape.in_process else pool_extra * active / producers
@@ -291,6 +307,29 @@ def _pools(cfg: RunConfig, probe: Probe, shape: LoaderShape) -> tuple[float, flo
     working = (capped - 1) * pool_use(probe)
     # NOTE: the spin once a batch, whatever the workers: each batch is made in one of them, whose pool spins after it
     return processes * working, spin, 1.0 + working
+
+
+def _active(cfg: RunConfig, probe: Probe, shape: LoaderShape) -> int:
+    """The producers that get a unit to make. NOTE: producers past the units an epoch has (batches, or samples where
+    each makes one) never get one: 16 threads over 8 batches are 8 at work, and the idle 8 take no core from the step"""
+    units = probe["n_samples"] if shape.per_sample else math.ceil(probe["n_samples"] / cfg.batch_size)
+    return max(1, min(shape.producers(cfg.workers), units))
+
+
+def _collapse(cfg: RunConfig, probe: Probe, shape: LoaderShape, active: int, cores: float) -> float:
+    """How much more CPU a batch can take where worker processes' hidden pools, counted over the workers that load
+    at once, outnumber the cores: the probe's `pool_collapse` (two workers' load at once against sharing the cores,
+    engine/predict/_probe_pools.py), else 1. Threads of one process share its one pool, which never collapses so.
+
+    NOTE: measured with two workers, and held for more: the collapse comes from any team losing its core, not from
+    how many teams do (on 2 cores, 4 workers collapsed as 2 did: 4.5x and 5.1x at 14fa5e3's table)."""
+    measured = probe.get("pool_collapse")
+    if shape.in_process or not measured or measured <= 1:
+        return 1.0
+    cap = getattr(cfg, "transform_threads", 0) or 0
+    size = _pool_size(probe)
+    capped = min(size, cap) if cap > 0 else size
+    return float(measured) if capped > 1 and active * capped > cores else 1.0
 
 
 def pool_use(probe: Probe) -> float:

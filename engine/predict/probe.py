@@ -30,6 +30,7 @@ from engine.calibrate import compute_pass, time_again
 from engine.loaders import epoch_batches, open_loader, stream_fetch, to_device
 from engine.measure import fingerprint, hidden_pools, tree_cpu_s, usable_cpus
 from engine.predict._probe_handoff import handoff
+from engine.predict._probe_pools import PAIR, PAIRS, pool_collapse
 from engine.predict._probe_step import step_beside_python
 from engine.predict.records import ComputeAt, Handoff, Probe
 from engine.workloads import build_dataset, is_stream
@@ -59,7 +60,7 @@ PROBE_KEYS = (
     "collate",
     "loss",
 )
-PROBE_METHOD = 3  # how the figures are taken; a change of method keys new probes (engine/predict/model.py: probe_path)
+PROBE_METHOD = 4  # how the figures are taken; a change of method keys new probes (engine/predict/model.py: probe_path)
 _LOAD_S = 0.4  # wall seconds of batches each load measurement aims at (at least 2 batches)
 _STEPS = 16  # steps replayed per thread count
 _TOO_BUSY = 1.5  # core sharing (see _core_sharing) above which the GIL share is not told apart from it
@@ -107,6 +108,7 @@ class _Load(Handoff):
     pools: list[dict[str, Any]]
     pools_loaded: list[dict[str, Any]]
     pool_spin_s: float
+    pool_collapse: float | None
     spread: float
     latency_batches: int
     quick: bool
@@ -350,8 +352,15 @@ def _load(
         pairs = 0 if plan.quick and latent else plan.gil_pairs
         gil, shared, singles = _gil_share(one, pair, clock, pairs) if cores >= 2 and pairs else (None, 1.0, [])
         pool_spin = _spin_after(lambda: one(batch[0])) if pools else 0.0
-    windows = [(w / n, c / n) for w, c in tries] + [(w / len(pair), c / len(pair)) for w, c in singles]
-    wall, cpu = (statistics.median(x[i] for x in windows) for i in (0, 1))
+        windows = [(w / n, c / n) for w, c in tries] + [(w / len(pair), c / len(pair)) for w, c in singles]
+        wall, cpu = (statistics.median(x[i] for x in windows) for i in (0, 1))
+        # NOTE: only where the pools of two workers can outnumber the cores: teams that fit them cannot collapse
+        size = max((p["threads"] for p in pools), default=1)
+        collapse = (
+            pool_collapse(fetch, pair, cpu * len(pair), wall * len(pair), cores, 1 if plan.quick else PAIRS)
+            if pools and PAIR * size > cores
+            else None
+        )
     latency = sum(waits) / len(waits) if latent else max(0.0, wall - cpu)
     cpu = min(cpu, wall) if not pools else cpu
     return {
@@ -365,6 +374,7 @@ def _load(
         "pools": pools,
         "pools_loaded": loaded,
         "pool_spin_s": pool_spin,
+        "pool_collapse": collapse,
         "spread": _spread([w for w, _ in windows], waits, cpu + latency),
         "latency_batches": len(waits) * n,
         "quick": plan.quick,

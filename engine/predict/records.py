@@ -48,6 +48,8 @@ class Probe(TypedDict):
     pools: NotRequired[list[dict[str, Any]]]  # hidden BLAS/OpenMP pools that worked beside the load
     pools_loaded: NotRequired[list[dict[str, Any]]]  # hidden pools loaded, working or not
     pool_spin_s: NotRequired[float]  # CPU seconds a pool's threads spin after a batch's work
+    pool_collapse: NotRequired[float | None]  # two worker processes' load at once, over what sharing the cores gives
+    # (>= 1; None: not measured, the pools of two fit the cores or none worked)
     spread: NotRequired[float]  # the relative half-width of the windows about their median: a range's width
     latency_batches: NotRequired[int]  # the batches the load's waits were averaged over
     quick: NotRequired[bool]  # a quick probe (fewer windows, a wider range) that fit a time budget

@@ -121,6 +121,29 @@ def test_a_pool_the_probe_saw_idle_adds_no_thread_and_sync_runs_its_pool_between
     assert predict(_cfg("sync", threads=2), sync).epoch_s == pytest.approx(8 * (0.05 + 0.02))
 
 
+def test_worker_pools_past_the_cores_reach_the_range_to_the_measured_collapse_and_teams_that_fit_leave_it() -> None:
+    # sensors on 2 cores: a 2-thread OpenBLAS that worked (200 ms of CPU in 100 ms); two workers put 4 pool threads
+    # on 2 cores, and their load collapses by chance, epoch by epoch (2x to 22x, bench/RESULTS.md)
+    pools = {"pools": [{"api": "openblas", "lib": "libopenblas", "threads": 2}], "pool_spin_s": 0.0}
+    calm = _probe(0.2, 0.2, (0.002, 0.002), cores=2.0, load_median_wall_s=0.1, **pools)
+    by = {c: {**calm, "pool_collapse": c} for c in (1.0, 2.0, 5.0, 10.0)}
+    two = [predict(_cfg("processes", 2), by[c]) for c in sorted(by)]
+    assert len({p.epoch_s for p in two}) == 1  # the figure is the epoch without it: no epoch is sure to collapse
+    his = [p.hi for p in two]
+    assert his == sorted(his) and his[-1] > 3 * his[0]  # the range reaches further as the collapse grows
+    # at its high end each batch's CPU has grown by the collapse: 8 batches x 200 ms x 5 over 2 cores, at the least
+    assert two[2].hi >= 8 * 0.2 * 5 / 2 and two[2].lo == two[0].lo
+    for cfg, cores in (
+        (_cfg("processes", 1), 2.0),  # one worker's 2 pool threads fit 2 cores
+        (_cfg("processes", 2, transform_threads=1), 2.0),  # pools capped at one thread: no team to collapse
+        (_cfg("threads", 2), 2.0),  # threads share their process's one pool
+        (_cfg("processes", 2), 8.0),  # 4 pool threads fit 8 cores
+    ):
+        assert predict(cfg, by[10.0], cores) == predict(cfg, by[1.0], cores), cfg
+    # a probe that did not measure it (None: its pools fit, or none worked) predicts as no collapse
+    assert predict(_cfg("processes", 2), {**calm, "pool_collapse": None}) == two[0]
+
+
 def test_spin_after_the_step_is_charged_to_the_cores_when_threads_outnumber_them() -> None:
     # 2 intra-op threads (no speed-up: 10 ms on 1 and 2, 20 ms CPU on 2) + 4 workers on 2 cores: the cores carry
     # 100 ms of loading + 20 ms of the team's CPU + 50 ms of its spin after each step = 170 ms a batch, over 2 cores
