@@ -85,6 +85,8 @@ MODEL_FILES = (
     "engine/predict/model.py",
     "engine/predict/probe.py",
     "engine/predict/_probe_step.py",
+    "engine/predict/_probe_handoff.py",
+    "engine/predict/_probe_pools.py",
     "engine/measure/pools.py",
     "engine/predict/forecast.py",
 )
