@@ -3,13 +3,14 @@
 Runs are deduplicated by run_id: a run already in this store stays as it is (tags and notes included).
 Host columns and host_fingerprint come along, so Explore can compare hosts. Sources:
 - a LoaderLab DuckDB store, attached read-only (never modified, never upgraded);
-- a Parquet bundle, the folder export_bundle() writes (runs/epochs/steps/samples/calibrations.parquet),
+- a Parquet bundle, the folder export_bundle() writes (runs/epochs/steps/samples/calibrations/tunes.parquet),
   or those files named one by one (also as `python -m engine export --table T` names them: loaderlab-T.parquet);
 - a lone runs Parquet file (`python -m engine export`): the runs table only, no epochs or steps;
 - a RunLog folder (`<store dir>/runs/<run_id>`) that names this store or none: a RunLog written before RunLogs
   named their store is stored by pending ingest only into `loaderlab.duckdb` beside it, so a store of another
   name takes it this way, and it is this store's from then on. Each RunLog is ingested on its own.
-Columns the source lacks (an older schema) are NULL; columns this store lacks are ignored. The whole
+Script tunes' answers (the tunes table; their trials are runs, above) come along by tune_id: a tune already here
+stays as it is. Columns the source lacks (an older schema) are NULL; columns this store lacks are ignored. The whole
 import is one transaction, so it lands whole or not at all, and importing twice adds nothing.
 
     python -m engine import ../colleague/loaderlab.duckdb
@@ -36,11 +37,12 @@ from engine.store.edits import export
 from engine.store.ingest import ingest_run
 from engine.store.pending import check_owner
 
-__all__ = ["RUN_TABLES", "ImportResult", "export_bundle", "import_results"]
+__all__ = ["CARRIED", "RUN_TABLES", "ImportResult", "export_bundle", "import_results"]
 
 log = logging.getLogger(__name__)
 
 RUN_TABLES = ("runs", "epochs", "steps", "samples", "calibrations")
+CARRIED = (*RUN_TABLES, "tunes")  # what a bundle holds and an import merges: the run tables and tunes' answers
 _HOST_LOCAL = {"run_dir", "ingested_bytes"}  # paths and offsets on the other host mean nothing here
 
 
@@ -53,10 +55,11 @@ class ImportResult:
 
 
 def export_bundle(out_dir: str | os.PathLike, db: Db = None) -> Path:
-    """Write every run table (deleted runs left out) as <table>.parquet into out_dir, for `import` elsewhere."""
+    """Write every run table (deleted runs left out) and the tunes' answers as <table>.parquet into out_dir, for
+    `import` elsewhere."""
     out = Path(out_dir).expanduser().resolve()
     out.mkdir(parents=True, exist_ok=True)
-    for table in RUN_TABLES:
+    for table in CARRIED:
         export(out / f"{table}.parquet", "parquet", db=db, table=table)
     return out
 
@@ -71,7 +74,7 @@ def _lit(path: Path) -> str:
 
 def _table_of(path: Path) -> str:
     stem = path.name.removesuffix(".parquet").removeprefix("loaderlab-")
-    return stem if stem in RUN_TABLES else "runs"
+    return stem if stem in CARRIED else "runs"
 
 
 def _kind(path: Path) -> str:
@@ -95,7 +98,7 @@ def _plan(paths: list[Path], store: Path) -> tuple[list[Path], list[dict[str, Pa
     for p in paths:
         if p.is_dir():
             named = {f.stem.removeprefix("loaderlab-"): f for f in sorted(p.glob("*.parquet"))}
-            group = {t: f for t, f in named.items() if t in RUN_TABLES}
+            group = {t: f for t, f in named.items() if t in CARRIED}
             if "runs" not in group:
                 raise ValueError(f"{p} has no runs.parquet; export a bundle with `python -m engine export-bundle DIR`")
             groups.append(group)
@@ -192,7 +195,7 @@ def _attach(conn: duckdb.DuckDBPyConnection, stack: ExitStack, src: Path, alias:
     }
     if "runs" not in tables:
         raise ValueError(f"{src} has no runs table; is it a LoaderLab store?")
-    return {t: f"{alias}.main.{t}" for t in RUN_TABLES if t in tables}
+    return {t: f"{alias}.main.{t}" for t in CARRIED if t in tables}
 
 
 def _columns(conn: duckdb.DuckDBPyConnection, relation: str) -> list[str]:
@@ -210,16 +213,20 @@ def _or_ignore(conn: duckdb.DuckDBPyConnection, table: str) -> str:
 
 
 def _merge(conn: duckdb.DuckDBPyConnection, rels: dict[str, str], result: ImportResult) -> None:
-    """Runs first (new run_ids only), then the rows of each run table for runs that have none of them here."""
-    for table in RUN_TABLES:
+    """Runs first (new run_ids only), then the rows of each run table for runs that have none of them here, then
+    tunes whose tune_id is not here."""
+    for table in CARRIED:
         if table not in rels:
             continue
         have, src = _columns(conn, table), _columns(conn, rels[table])
-        if "run_id" not in src:
-            raise ValueError(f"{rels[table]} has no run_id column; is it a LoaderLab {table} export?")
+        key = "tune_id" if table == "tunes" else "run_id"
+        if key not in src:
+            raise ValueError(f"{rels[table]} has no {key} column; is it a LoaderLab {table} export?")
         cols = ", ".join(_q(c) for c in have if c in src and c not in _HOST_LOCAL)
         before = conn.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
-        if table == "runs":
+        if table == "tunes":  # keyed by tune_id: a tune already here keeps its own answer
+            conn.execute(f"INSERT OR IGNORE INTO tunes ({cols}) SELECT {cols} FROM {rels[table]}")
+        elif table == "runs":
             live = "WHERE NOT coalesce(deleted, false)" if "deleted" in src else ""
             conn.execute(f"INSERT OR IGNORE INTO runs ({cols}) SELECT {cols} FROM {rels[table]} {live}")
             offered = conn.execute(f"SELECT count(DISTINCT run_id) FROM {rels[table]} {live}").fetchall()[0][0]

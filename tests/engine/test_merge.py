@@ -13,7 +13,9 @@ from engine.config import RunConfig
 from engine.run.runner import launch
 from engine.runlog import RunLog, claim, owner
 from engine.store import connect, export, ingest_pending, ingest_run, list_runs, set_tags, soft_delete
-from engine.store.merge import RUN_TABLES, export_bundle, import_results
+from engine.store.merge import CARRIED, RUN_TABLES, export_bundle, import_results
+from engine.store.tunes import record_tune, tune_answers
+from tests.engine.test_store_tunes import tune_row
 
 HOST_ONLY = ("run_dir", "ingested_bytes")
 
@@ -99,6 +101,7 @@ def source(tmp_path_factory):
     _other_host_run(db.parent / "runs", "junk-run")
     ingest_run(db.parent / "runs" / "junk-run", db=db)
     soft_delete("junk-run", db=db)
+    record_tune(db, tune_row())  # a script's tune answered on that host
     return db
 
 
@@ -117,6 +120,22 @@ def test_store_import_twice_adds_nothing_the_second_time(source, tmp_path):
     assert list_runs(db=db)["run_dir"].isna().all()  # the other host's paths are not this host's RunLogs
 
 
+def test_a_tune_answered_on_the_other_host_comes_along_once_by_store_or_bundle_and_one_here_keeps_its_answer(
+    source, tmp_path
+):
+    theirs = tune_answers(source)
+    assert len(theirs) == 1
+    via_store, via_bundle = tmp_path / "a.duckdb", tmp_path / "b.duckdb"
+    assert import_results(source, db=via_store).rows["tunes"] == 1
+    assert import_results(export_bundle(tmp_path / "bundle", db=source), db=via_bundle).rows["tunes"] == 1
+    assert tune_answers(via_store) == tune_answers(via_bundle) == theirs  # every field as it was stored there
+    assert import_results(source, db=via_store).rows["tunes"] == 0  # twice adds nothing
+    mine = tmp_path / "mine.duckdb"
+    record_tune(mine, tune_row(answer="answered here"))  # the same tune_id, answered on this host
+    assert import_results(source, db=mine).rows["tunes"] == 0
+    assert [a["answer"] for a in tune_answers(mine)] == ["answered here"]
+
+
 def test_runs_already_here_keep_local_edits(source, tmp_path):
     db = tmp_path / "mine.duckdb"
     import_results(source, db=db)
@@ -127,7 +146,7 @@ def test_runs_already_here_keep_local_edits(source, tmp_path):
 
 def test_parquet_bundle_matches_the_store_import(source, tmp_path):
     bundle = export_bundle(tmp_path / "bundle", db=source)
-    assert sorted(p.name for p in bundle.iterdir()) == sorted(f"{t}.parquet" for t in RUN_TABLES)
+    assert sorted(p.name for p in bundle.iterdir()) == sorted(f"{t}.parquet" for t in CARRIED)
     via_store, via_bundle = tmp_path / "a.duckdb", tmp_path / "b.duckdb"
     import_results(source, db=via_store)
     assert import_results(bundle, db=via_bundle).runs_added == 2
