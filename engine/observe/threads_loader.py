@@ -8,18 +8,32 @@ the script lacks them.
 
 from __future__ import annotations
 
+import warnings
+
+import torch
 import torchdata.nodes as tn
 from torch.utils.data import DataLoader
 
 __all__ = ["IMPORTS", "ThreadsLoader"]
 
-IMPORTS = ("import torchdata.nodes as tn", "from torch.utils.data import DataLoader")  # what the pasted class needs
+# what the pasted class needs
+IMPORTS = (
+    "import warnings",
+    "import torch",
+    "import torchdata.nodes as tn",
+    "from torch.utils.data import DataLoader",
+)
+# DataLoader's arguments for worker processes that would change what a script gets, and their defaults: threads of
+# this process do not use them, and a warning says so (a worker_init_fn that seeds or opens a file per worker is not
+# called here). The others (persistent_workers, multiprocessing_context, in_order) change nothing a script sees.
+_PROCESS_ONLY = {"timeout": 0, "worker_init_fn": None}
 
 
 class ThreadsLoader:
     """A DataLoader's batches made by threads of this process (torchdata.nodes.ParallelMapper, method="thread"):
     for items that wait (reads, sleeps, decoders that release the GIL), threads overlap the waits without a process
-    per worker. DataLoader's arguments; a map-style dataset only; the order is the sampler's."""
+    per worker. DataLoader's arguments; a map-style dataset only; the order is the sampler's. Those about worker
+    processes do not apply to threads: a warning names timeout or worker_init_fn where one was given."""
 
     def __init__(
         self,
@@ -35,8 +49,15 @@ class ThreadsLoader:
         *_,
         prefetch_factor=2,
         generator=None,
-        **__,
+        **rest,
     ):
+        unused = [k for k, default in _PROCESS_ONLY.items() if rest.get(k, default) != default]
+        if unused:
+            warnings.warn(
+                f"ThreadsLoader makes batches on threads of this process: {' and '.join(unused)} (for worker "
+                "processes) is not used here; set per-worker state in the dataset itself",
+                stacklevel=2,
+            )
         # NOTE: a loader without workers, never iterated: its batch sampler and collate_fn are DataLoader's own
         self.plain = DataLoader(
             dataset,
@@ -57,6 +78,9 @@ class ThreadsLoader:
 
     def __iter__(self):
         dataset, collate = self.dataset, self.plain.collate_fn
+        # NOTE: as DataLoader's iterator does before its sampler's first index: it draws its workers' base seed from
+        # the generator (the global one where none was given), so a seeded shuffle gives the order it gave there
+        torch.empty((), dtype=torch.int64).random_(generator=self.plain.generator)
 
         def fetch(indices):
             return collate([dataset[i] for i in indices])
