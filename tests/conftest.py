@@ -115,8 +115,8 @@ _QUIET_MARKS = ("mark.quiet", "mark.serial")
 
 def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
     """The quiet part (`-m "quiet or serial"`) leaves unread the test files that mark no test quiet or serial: it
-    selects 39 of 1,443 tests from 5 files, and importing the other files (Streamlit, Ray, hypothesis, Playwright)
-    cost it 8 of its CPU-seconds. Marks are set with pytest.mark in the file itself (a `pytestmark` line included);
+    selects a few dozen tests from a handful of files, and importing the others (Streamlit, Ray, hypothesis,
+    Playwright) cost it 8 of its CPU-seconds. Marks are set with pytest.mark in the file itself (a `pytestmark` line included);
     a mark added any other way (a hook, a conftest) would need this to read it too. None: pytest decides."""
     if config.option.markexpr != QUIET_PART or collection_path.suffix != ".py":
         return None
