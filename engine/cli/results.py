@@ -187,7 +187,9 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def export_bundle_options(p: Parser) -> None:
-    p.add_argument("out_dir", metavar="DIR", help="folder to write runs/epochs/steps/samples/calibrations/tunes.parquet")
+    p.add_argument(
+        "out_dir", metavar="DIR", help="folder to write runs/epochs/steps/samples/calibrations/tunes.parquet"
+    )
 
 
 def cmd_export_bundle(args: argparse.Namespace) -> int:

@@ -23,10 +23,6 @@ IMPORTS = (
     "import torchdata.nodes as tn",
     "from torch.utils.data import DataLoader",
 )
-# DataLoader's arguments for worker processes that would change what a script gets, and their defaults: threads of
-# this process do not use them, and a warning says so (a worker_init_fn that seeds or opens a file per worker is not
-# called here). The others (persistent_workers, multiprocessing_context, in_order) change nothing a script sees.
-_PROCESS_ONLY = {"timeout": 0, "worker_init_fn": None}
 
 
 class ThreadsLoader:
@@ -34,6 +30,12 @@ class ThreadsLoader:
     for items that wait (reads, sleeps, decoders that release the GIL), threads overlap the waits without a process
     per worker. DataLoader's arguments; a map-style dataset only; the order is the sampler's. Those about worker
     processes do not apply to threads: a warning names timeout or worker_init_fn where one was given."""
+
+    # DataLoader's arguments for worker processes that would change what a script gets, and their defaults: threads
+    # of this process do not use them (a worker_init_fn that seeds or opens a file per worker is not called here).
+    # The others (persistent_workers, multiprocessing_context, in_order) change nothing a script sees.
+    # NOTE: in the class, not the module: the answer pastes the class alone (and IMPORTS) into the user's script
+    PROCESS_ONLY = {"timeout": 0, "worker_init_fn": None}
 
     def __init__(
         self,
@@ -51,7 +53,7 @@ class ThreadsLoader:
         generator=None,
         **rest,
     ):
-        unused = [k for k, default in _PROCESS_ONLY.items() if rest.get(k, default) != default]
+        unused = [k for k, default in self.PROCESS_ONLY.items() if rest.get(k, default) != default]
         if unused:
             warnings.warn(
                 f"ThreadsLoader makes batches on threads of this process: {' and '.join(unused)} (for worker "
