@@ -8,11 +8,12 @@ example), with the commit the model was frozen at.
 
     builtin   jpeg (jpeg + cnn), pyloop (GIL-bound Python + mlp), tensor (a per-sample sleep + mlp): these shaped
               the model; their figures say how well it fits what it was tuned on
-    unseen    (--pipelines) tokenizer, storage, features, sensors (bench/pipelines/) and own_pipeline
+    unseen    (--pipelines) tokenizer, storage, features, jsonl, augment (bench/pipelines/) and own_pipeline
               (examples/own_pipeline): written as users write them; nothing in the model was tuned on them;
-              with them runs spectrogram, kind `shaped`: unseen until its misses shaped the model's pool rule
-              (bench/RESULTS.md), so it is reported apart and never in the unseen figures; sensors (a
-              BLAS/LAPACK pipeline) was added then, to judge that rule on a pipeline it never saw
+              with them run spectrogram and sensors, kind `shaped`: unseen until their misses shaped the model
+              (spectrogram its pool rule; sensors, a BLAS/LAPACK pipeline added to judge that rule, the range's
+              reach to a pool collapse at 9e2d642), so they are reported apart and never in the unseen figures;
+              jsonl (JSON records parsed in Python) and augment (torch-op image augmentation) were added then
 
 For each pipeline, ONE probe is measured (engine/predict/probe.py, in a child, into a fresh calibrations folder)
 and predicts every setting (`prior`: the probe alone); then each setting runs for real (engine.run.runner.launch,
@@ -107,7 +108,9 @@ def pipelines(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         "spectrogram": ("shaped", plugin("spectrogram")),  # its misses shaped the pool rule: no longer unseen
         "storage": ("unseen", plugin("storage")),
         "features": ("unseen", plugin("features")),
-        "sensors": ("unseen", plugin("sensors")),
+        "sensors": ("shaped", plugin("sensors")),  # its collapses shaped the range's reach (9e2d642)
+        "jsonl": ("unseen", plugin("jsonl")),
+        "augment": ("unseen", plugin("augment")),
         "own_pipeline": (
             "unseen",
             {
