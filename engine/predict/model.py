@@ -299,9 +299,7 @@ def _pools(cfg: RunConfig, probe: Probe, shape: LoaderShape) -> tuple[float, flo
     transform_threads where it sets one (the pools it caps); and the threads one producer loads on (1 + its pool's
     working extra threads). A pool's extra threads count by the share of them the probe saw working (`pool_use`):
     a pool that sat idle through the load takes no core from the step, and speeds no load."""
-    size = _pool_size(probe)
-    cap = getattr(cfg, "transform_threads", 0) or 0
-    capped = min(size, cap) if cap > 0 else size
+    size, capped = _pool_size(probe), _capped(cfg, probe)
     processes = 1 if shape.in_process else shape.producers(cfg.workers)
     spin = probe.get("pool_spin_s", 0.0) * (capped - 1) / (size - 1) if size > 1 else 0.0
     working = (capped - 1) * pool_use(probe)
@@ -326,9 +324,7 @@ def _collapse(cfg: RunConfig, probe: Probe, shape: LoaderShape, active: int, cor
     measured = probe.get("pool_collapse")
     if shape.in_process or not measured or measured <= 1:
         return 1.0
-    cap = getattr(cfg, "transform_threads", 0) or 0
-    size = _pool_size(probe)
-    capped = min(size, cap) if cap > 0 else size
+    capped = _capped(cfg, probe)
     return float(measured) if capped > 1 and active * capped > cores else 1.0
 
 
@@ -344,6 +340,13 @@ def pool_use(probe: Probe) -> float:
     if size <= 1 or wall <= 0:
         return 0.0
     return min(1.0, max(0.0, probe["load_cpu_s"] / wall - 1) / (size - 1))
+
+
+def _capped(cfg: RunConfig, probe: Probe) -> int:
+    """The largest working pool's threads under the setting's transform_threads, where it sets one."""
+    cap = getattr(cfg, "transform_threads", 0) or 0
+    size = _pool_size(probe)
+    return min(size, cap) if cap > 0 else size
 
 
 def _pool_size(probe: Probe) -> int:
